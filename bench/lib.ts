@@ -1,0 +1,56 @@
+import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+
+export const ROOT = resolve(__dirname, '..');
+const children: ChildProcess[] = [];
+
+/** Starts a TypeScript entry as its own process; resolves with the port it reports over IPC. */
+export function startProcess(entry: string, env: Record<string, string> = {}): Promise<{ proc: ChildProcess; port: number }> {
+  return new Promise((ok, fail) => {
+    const proc = fork(resolve(ROOT, entry), [], {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+      execArgv: ['--import', 'tsx'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    children.push(proc);
+    proc.on('message', (m: { type?: string; port?: number }) => m?.type === 'ready' && ok({ proc, port: m.port! }));
+    proc.once('exit', (code) => fail(new Error(`${entry} exited with ${code}`)));
+  });
+}
+
+export function stopAll(): void {
+  for (const c of children) c.kill('SIGTERM');
+}
+process.on('exit', stopAll);
+
+export interface LoadResult {
+  requests: number;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+}
+
+/** autocannon as a separate process (so the load generator does not share the server's event loop). */
+export function load(url: string, options: { connections: number; seconds: number; headers?: Record<string, string> }): Promise<LoadResult> {
+  const args = ['-j', '-c', String(options.connections), '-d', String(options.seconds)];
+  for (const [k, v] of Object.entries(options.headers ?? {})) args.push('-H', `${k}=${v}`);
+  args.push(url);
+  return new Promise((ok, fail) => {
+    const proc = spawn(resolve(ROOT, 'node_modules/.bin/autocannon'), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    proc.once('exit', (code) => {
+      if (code !== 0) return fail(new Error(`autocannon exited ${code}`));
+      const r = JSON.parse(out) as {
+        requests: { average: number; total: number };
+        latency: { p50: number; p99: number };
+        errors: number;
+        non2xx: number;
+      };
+      ok({ requests: r.requests.total, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, errors: r.errors, non2xx: r.non2xx });
+    });
+  });
+}

@@ -1,0 +1,23 @@
+import { commonConfig, field, loadConfig, type ConfigOf } from '@svc/kit';
+
+export const gatewaySpec = {
+  ...commonConfig,
+  port: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
+  httpHost: field('HOST', 'string', { default: '127.0.0.1' }),
+  publicUrl: field('PUBLIC_URL', 'url'),
+  trustProxy: field('TRUST_PROXY', 'list'),
+  rateLimitMax: field('RATE_LIMIT_MAX', 'int', { default: '1000', min: 1 }),
+  rateLimitWindowS: field('RATE_LIMIT_WINDOW_S', 'int', { default: '60', min: 1 }),
+  adminToken: field('SVC_ADMIN_TOKEN', 'string', { secret: true }),
+  /** How often the credential cache asks identity for revocations (Redis pub/sub makes it immediate). */
+  revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '250', min: 50, max: 1000 }),
+  instanceId: field('INSTANCE_ID', 'string'),
+  region: field('REGION', 'string', { default: 'us-east' }),
+} as const;
+
+export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };
+
+export function loadGatewayConfig(env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const c = loadConfig(gatewaySpec, env);
+  return { ...c, publicUrl: c.publicUrl ?? `http://${c.httpHost}:${c.port}` };
+}

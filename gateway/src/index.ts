@@ -1,0 +1,2 @@
+export { startGateway, type RunningGateway } from './server';
+export { buildApp } from './app';

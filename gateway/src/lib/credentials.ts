@@ -1,0 +1,95 @@
+import { AppError, type JwtVerifier, sha256Hex } from '@svc/kit';
+import type { identityV1 } from '@svc/proto';
+import { principalFromClaims, type Principal } from './principal';
+import type { RevocationEvent, RevocationWatcher } from './revocations';
+
+interface Entry {
+  principal: Principal;
+  /** Unix ms after which identity must be asked again (the minted token's expiry, minus a margin). */
+  until: number;
+}
+
+const NEGATIVE_TTL_MS = 2000;
+const MAX_ENTRIES = 50_000;
+
+/**
+ * Turns a credential into a Principal. Opaque credentials (API keys, session cookies) are resolved by identity
+ * once and cached by their SHA-256; JWTs are verified once and cached by the verifier. Revocations from the
+ * watcher drop cached entries at once, so the steady state makes no call to identity and no signature check.
+ */
+export class CredentialResolver {
+  private readonly cache = new Map<string, Entry>();
+  private readonly negative = new Map<string, number>();
+  private readonly inflight = new Map<string, Promise<Principal>>();
+
+  constructor(
+    private readonly authenticate: (credential: string) => Promise<identityV1.AuthenticateResponse>,
+    private readonly verifier: JwtVerifier,
+    private readonly revocations: RevocationWatcher,
+  ) {
+    revocations.onRevoke((e) => this.evict(e));
+  }
+
+  /** A bearer JWT (access token or CLI token). */
+  async fromJwt(token: string): Promise<Principal> {
+    const claims = await this.verifier.verify(token);
+    if (this.revocations.isRevoked(claims.sid, claims.sub, claims.iat * 1000)) throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
+    return principalFromClaims(claims, token);
+  }
+
+  /** An API key or the session cookie value. */
+  async fromOpaque(credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
+    const hash = sha256Hex(credential);
+    const now = Date.now();
+    const hit = this.cache.get(hash);
+    if (hit && hit.until > now) return hit.principal;
+    if ((this.negative.get(hash) ?? 0) > now) throw new AppError('UNAUTHORIZED', 'Credential is not valid');
+    let pending = this.inflight.get(hash);
+    if (!pending) {
+      pending = this.resolve(hash, credential, via).finally(() => this.inflight.delete(hash));
+      this.inflight.set(hash, pending);
+    }
+    return pending;
+  }
+
+  private async resolve(hash: string, credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
+    let res: identityV1.AuthenticateResponse;
+    try {
+      res = await this.authenticate(credential);
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'UNAUTHORIZED') {
+        if (this.negative.size > MAX_ENTRIES) this.negative.clear();
+        this.negative.set(hash, Date.now() + NEGATIVE_TTL_MS);
+      }
+      throw err;
+    }
+    const p = res.principal!;
+    const principal: Principal = {
+      tenantId: p.tenantId,
+      userId: p.userId,
+      type: p.type as Principal['type'],
+      credentialId: p.credentialId,
+      sessionId: p.sessionId,
+      role: p.role as Principal['role'],
+      scopes: p.scoped ? p.scopes : undefined,
+      environment: p.environment,
+      ipAllowlist: p.ipAllowlist,
+      token: p.serviceToken,
+      via,
+    };
+    if (this.cache.size >= MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
+    // Refresh 30 s before the minted token expires, so services never see an expired one.
+    this.cache.set(hash, { principal, until: p.serviceTokenExpiresAt - 30_000 });
+    return principal;
+  }
+
+  private evict(e: RevocationEvent): void {
+    for (const [hash, { principal: p }] of this.cache) {
+      const hitBy =
+        ((e.kind === 'api_key' || e.kind === 'session') && p.credentialId === e.subjectId) ||
+        (e.kind === 'user' && p.userId === e.subjectId) ||
+        (e.kind === 'tenant' && p.tenantId === e.subjectId);
+      if (hitBy) this.cache.delete(hash);
+    }
+  }
+}

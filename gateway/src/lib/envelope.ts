@@ -1,0 +1,24 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '@svc/kit';
+
+export interface Pagination {
+  limit: number;
+  next_cursor: string | null;
+  has_more: boolean;
+}
+
+export function meta(request: FastifyRequest, extra: Record<string, unknown> = {}) {
+  return { request_id: request.id, timestamp: new Date().toISOString(), ...extra };
+}
+
+export function success(request: FastifyRequest, data: unknown, pagination?: Pagination) {
+  return { data, meta: meta(request, pagination ? { pagination } : {}) };
+}
+
+/** The error envelope. 5xx messages never carry internals. */
+export function sendError(request: FastifyRequest, reply: FastifyReply, err: AppError): FastifyReply {
+  const status = err.httpStatus;
+  const message = status === 500 ? 'Internal server error' : err.message;
+  const details = status === 500 ? {} : err.details;
+  return reply.code(status).type('application/json').send({ error: { code: err.code, message, details }, meta: meta(request) });
+}

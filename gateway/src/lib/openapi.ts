@@ -1,0 +1,65 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+import { ERROR_CODES } from '@svc/kit';
+import { POLICIES } from './policy';
+import type { RouteSpec } from './route';
+
+const Meta = Type.Object({ request_id: Type.String(), timestamp: Type.String() });
+const Pagination = Type.Object({ limit: Type.Integer(), next_cursor: Type.Union([Type.String(), Type.Null()]), has_more: Type.Boolean() });
+const ErrorEnvelope = Type.Object({
+  error: Type.Object({ code: Type.Union(Object.keys(ERROR_CODES).map((c) => Type.Literal(c))), message: Type.String(), details: Type.Object({}) }),
+  meta: Meta,
+});
+
+/** OpenAPI 3.1 from the same TypeBox schemas that validate requests. */
+export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
+    const parameters = [
+      ...paramsOf(r.params, 'path'),
+      ...paramsOf(r.query, 'query'),
+    ];
+    const data: TSchema = r.response ?? Type.Object({});
+    const successBody = r.list
+      ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
+      : Type.Object({ data, meta: Meta });
+    const policy = POLICIES[r.access];
+    (paths[path] ??= {})[r.method.toLowerCase()] = {
+      summary: r.summary,
+      tags: [r.tag],
+      ...(policy.authenticate ? {} : { security: [] }),
+      ...(parameters.length ? { parameters } : {}),
+      ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
+      'x-access': r.access,
+      responses: {
+        [String(r.status ?? 200)]: { description: 'Success', content: { 'application/json': { schema: successBody } } },
+        default: { description: 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } },
+      },
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'svc platform API', version: '1.0.0', description: 'Multi-tenant API for AI applications. Every response uses the {data, meta} / {error, meta} envelope.' },
+    servers: [{ url: serverUrl }],
+    security: [{ bearer: [] }, { session: [] }],
+    components: {
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer', description: 'An API key (svc_sdk_..., svc_cli_..., ...) or an access token (JWT)' },
+        session: { type: 'apiKey', in: 'cookie', name: 'svc_session' },
+      },
+      schemas: { Error: ErrorEnvelope },
+    },
+    paths,
+  };
+}
+
+function paramsOf(schema: TSchema | undefined, where: 'path' | 'query') {
+  if (!schema || !schema.properties) return [];
+  const required = new Set<string>(schema.required ?? []);
+  return Object.entries(schema.properties as Record<string, TSchema>).map(([name, s]) => ({
+    name,
+    in: where,
+    required: where === 'path' || required.has(name),
+    schema: s,
+  }));
+}

@@ -1,0 +1,49 @@
+import { AppError, type Role, type Scope } from '@svc/kit';
+import type { Principal } from './principal';
+
+/**
+ * Who may call what: the one table of access rules (CONTRACT.md 3, "Scopes required"). Routes name a policy;
+ * nothing else decides access.
+ */
+export interface Policy {
+  /** False: no credential needed. */
+  authenticate: boolean;
+  /** A scoped key needs this scope. */
+  scope?: Scope;
+  /** Refuse credentials that carry a scope list (tenant settings, team, security, webhooks, regions). */
+  unscoped?: boolean;
+  roles?: readonly Role[];
+  /** Credential kinds allowed (API keys are refused where only a person should act). */
+  credentials?: ReadonlyArray<Principal['type']>;
+}
+
+const MANAGERS = ['owner', 'admin'] as const;
+
+export const POLICIES = {
+  public: { authenticate: false },
+  authenticated: { authenticate: true },
+  'projects:read': { authenticate: true, scope: 'projects:read' },
+  'projects:write': { authenticate: true, scope: 'projects:write' },
+  'agents:read': { authenticate: true, scope: 'agents:read' },
+  'agents:write': { authenticate: true, scope: 'agents:write' },
+  'secrets:read': { authenticate: true, scope: 'secrets:read' },
+  'secrets:write': { authenticate: true, scope: 'secrets:write' },
+  'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
+  unscoped: { authenticate: true, unscoped: true },
+  manager: { authenticate: true, unscoped: true, roles: MANAGERS },
+  sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
+} as const satisfies Record<string, Policy>;
+
+export type PolicyName = keyof typeof POLICIES;
+
+export function authorize(policy: Policy, p: Principal): void {
+  if (policy.credentials && !policy.credentials.includes(p.type))
+    throw new AppError('FORBIDDEN', 'This needs a signed-in user session, not an API key', { reason: 'user_session_required' });
+  if (p.scopes !== undefined) {
+    if (policy.unscoped) throw new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' });
+    if (policy.scope && !p.scopes.includes(policy.scope))
+      throw new AppError('FORBIDDEN', `Missing scope ${policy.scope}`, { reason: 'missing_scope', requiredScope: policy.scope });
+  }
+  if (policy.roles && !policy.roles.includes(p.role))
+    throw new AppError('FORBIDDEN', 'This needs the owner or admin role', { reason: 'role_required', requiredRoles: policy.roles });
+}

@@ -1,0 +1,100 @@
+import type { TSchema } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { CallOptions } from '@svc/kit';
+import { success, type Pagination } from './envelope';
+import type { PolicyName } from './policy';
+import type { Principal } from './principal';
+
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+export interface HandlerArgs {
+  body: any;
+  query: any;
+  params: any;
+  /** Present on every route whose policy authenticates. */
+  principal: Principal;
+  /** gRPC call options carrying the principal's token, the request id and the client address. */
+  call: CallOptions;
+  request: FastifyRequest;
+  reply: FastifyReply;
+}
+
+export interface ListResult {
+  items: unknown[];
+  pagination: Pagination;
+}
+
+export interface RouteSpec {
+  method: Method;
+  url: string;
+  access: PolicyName;
+  summary: string;
+  tag: string;
+  body?: TSchema;
+  query?: TSchema;
+  params?: TSchema;
+  /** Schema of `data` in the success envelope (documentation). */
+  response?: TSchema;
+  status?: number;
+  /** `data` is an array with `meta.pagination`. */
+  list?: boolean;
+  /** Default: rate limited when authenticated, except the auth, CLI-login and OAuth routes. */
+  rateLimited?: boolean;
+  handler: (args: HandlerArgs) => Promise<unknown>;
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: PolicyName;
+    rateLimited?: boolean;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+}
+
+const registries = new WeakMap<FastifyInstance, RouteSpec[]>();
+
+/** The routes registered on an app, for the OpenAPI document and the 405 answers. */
+export function routesOf(app: FastifyInstance): RouteSpec[] {
+  let list = registries.get(app);
+  if (!list) registries.set(app, (list = []));
+  return list;
+}
+
+const EXEMPT_FROM_RATE_LIMIT = /^\/api\/v1\/(auth|cli\/auth|oauth)\//;
+
+export function route(app: FastifyInstance, spec: RouteSpec): void {
+  routesOf(app).push(spec);
+  const status = spec.status ?? 200;
+  app.route({
+    method: spec.method,
+    url: spec.url,
+    schema: {
+      ...(spec.body ? { body: spec.body } : {}),
+      ...(spec.query ? { querystring: spec.query } : {}),
+      ...(spec.params ? { params: spec.params } : {}),
+    },
+    config: {
+      access: spec.access,
+      rateLimited: spec.rateLimited ?? (spec.access !== 'public' && !EXEMPT_FROM_RATE_LIMIT.test(spec.url)),
+    },
+    handler: async (request, reply) => {
+      const principal = request.principal!;
+      const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip };
+      const result = await spec.handler({ body: request.body, query: request.query, params: request.params, principal, call, request, reply });
+      if (reply.sent) return reply;
+      reply.code(status);
+      if (spec.list) {
+        const { items, pagination } = result as ListResult;
+        return success(request, items, pagination);
+      }
+      return success(request, result);
+    },
+  });
+}
+
+/** Builds `meta.pagination` from a service page answer. */
+export function pageOf(items: unknown[], limit: number, nextCursor: string | undefined | null): ListResult {
+  return { items, pagination: { limit, next_cursor: nextCursor || null, has_more: Boolean(nextCursor) } };
+}

@@ -1,0 +1,96 @@
+import { BlockList, isIP } from 'node:net';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { AppError } from '@svc/kit';
+import type { CredentialResolver } from '../lib/credentials';
+import { authorize, POLICIES } from '../lib/policy';
+import type { Principal } from '../lib/principal';
+import type { RateLimiter } from '../lib/rate-limiter';
+
+export const SESSION_COOKIE = 'svc_session';
+const JWT_SHAPE = /^eyJ[\w-]*\.[\w-]+\.[\w-]+$/;
+const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+export interface AuthOptions {
+  resolver: CredentialResolver;
+  limiter: RateLimiter;
+  /** Origin of PUBLIC_URL, read per request (known only after listen when the port is 0). */
+  publicOrigin: () => string;
+}
+
+export function readCookie(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) return decodeURIComponent(part.slice(eq + 1).trim());
+  }
+  return undefined;
+}
+
+/**
+ * Runs before the body is read, in the order of CONTRACT.md: authenticate, rate limit, IP allowlist, then the
+ * route's policy (scope, role, credential kind). Validation follows in Fastify's own stage.
+ */
+export function registerAuthentication(app: FastifyInstance, options: AuthOptions): void {
+  const allowlists = new Map<string, BlockList>();
+  app.decorateRequest('principal', null);
+
+  app.addHook('onRequest', async (request, reply) => {
+    const { access, rateLimited } = request.routeOptions.config;
+    if (!access) return;
+    const policy = POLICIES[access];
+    if (!policy.authenticate) return;
+    const principal = await resolve(request, options);
+    request.principal = principal;
+    if (rateLimited) {
+      const d = await options.limiter.hit(principal.type === 'api_key' ? `k:${principal.credentialId}` : `u:${principal.userId}`);
+      reply.header('X-RateLimit-Limit', d.limit).header('X-RateLimit-Remaining', d.remaining).header('X-RateLimit-Reset', d.reset);
+      if (!d.allowed) {
+        reply.header('Retry-After', Math.max(1, d.reset - Math.floor(Date.now() / 1000)));
+        throw new AppError('RATE_LIMIT_EXCEEDED', 'Rate limit exceeded', { limit: d.limit, reset: d.reset });
+      }
+    }
+    if (principal.type === 'api_key' && principal.ipAllowlist.length && !allowed(principal, request.ip, allowlists))
+      throw new AppError('FORBIDDEN', 'Requests from this address are not allowed for this tenant', { reason: 'ip_not_allowed' });
+    authorize(policy, principal);
+  });
+}
+
+async function resolve(request: FastifyRequest, options: AuthOptions): Promise<Principal> {
+  const header = request.headers.authorization;
+  if (header !== undefined) {
+    const match = /^Bearer ([!-~]{1,4096})$/.exec(header);
+    if (!match) throw new AppError('UNAUTHORIZED', 'Authorization must be "Bearer <API key or access token>"');
+    const token = match[1];
+    return JWT_SHAPE.test(token) ? options.resolver.fromJwt(token) : options.resolver.fromOpaque(token, 'api_key');
+  }
+  const cookie = readCookie(request.headers.cookie, SESSION_COOKIE);
+  if (cookie) {
+    // Cookies ride along on cross-site requests: a write must come from our own pages (CSRF).
+    if (UNSAFE.has(request.method) && request.headers.origin !== options.publicOrigin())
+      throw new AppError('FORBIDDEN', 'Cross-origin request refused', { reason: 'origin_mismatch' });
+    return options.resolver.fromOpaque(cookie, 'cookie');
+  }
+  throw new AppError('UNAUTHORIZED', 'Authentication required');
+}
+
+function allowed(p: Principal, ip: string, cache: Map<string, BlockList>): boolean {
+  const key = `${p.tenantId}|${p.ipAllowlist.join(',')}`;
+  let list = cache.get(key);
+  if (!list) {
+    list = new BlockList();
+    for (const entry of p.ipAllowlist) {
+      const [addr, prefix] = entry.split('/');
+      const type = isIP(addr) === 6 ? 'ipv6' : 'ipv4';
+      if (prefix !== undefined) list.addSubnet(addr, Number(prefix), type);
+      else list.addAddress(addr, type);
+    }
+    if (cache.size > 10_000) cache.clear();
+    cache.set(key, list);
+  }
+  const family = isIP(ip);
+  if (!family) return false;
+  // An IPv4 client seen as an IPv4-mapped IPv6 address matches IPv4 entries.
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return list.check(mapped[1], 'ipv4') || list.check(ip, 'ipv6');
+  return list.check(ip, family === 6 ? 'ipv6' : 'ipv4');
+}

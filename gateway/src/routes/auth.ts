@@ -1,0 +1,117 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { identityV1 } from '@svc/proto';
+import type { GatewayDeps } from '../app';
+import { route } from '../lib/route';
+import { SESSION_COOKIE } from '../plugins/authenticate';
+import { Obj, Str, Tenant, User } from '../schemas';
+
+const SignedIn = Obj({ user: User, tenant: Tenant, accessToken: Type.String(), refreshToken: Type.String(), expiresIn: Type.Integer() });
+
+type SignInAnswer = identityV1.RegisterResponse | identityV1.LoginResponse | identityV1.RefreshResponse;
+
+export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  const { identity } = deps.clients;
+  const secure = deps.config.publicUrl.startsWith('https:');
+  const sessionMaxAge = 30 * 86400;
+
+  function setSessionCookie(reply: FastifyReply, value: string, maxAge: number) {
+    const attrs = [`${SESSION_COOKIE}=${value}`, 'Path=/', 'HttpOnly', 'SameSite=Lax', `Max-Age=${maxAge}`];
+    if (secure) attrs.push('Secure');
+    reply.header('Set-Cookie', attrs.join('; '));
+  }
+
+  function signedIn(res: SignInAnswer, reply: FastifyReply) {
+    if (res.tokens!.sessionToken) setSessionCookie(reply, res.tokens!.sessionToken, sessionMaxAge);
+    return {
+      user: { ...res.user!, role: res.role },
+      tenant: res.tenant!,
+      accessToken: res.tokens!.accessToken,
+      refreshToken: res.tokens!.refreshToken,
+      expiresIn: res.tokens!.expiresIn,
+    };
+  }
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/register',
+    access: 'public',
+    tag: 'auth',
+    summary: 'Create a tenant and its owner, and sign in',
+    status: 201,
+    body: Obj({ email: Str(3, 254), password: Str(8, 200), name: Str(1, 200), tenantName: Str(1, 200) }),
+    response: SignedIn,
+    handler: async ({ body, call, reply }) => signedIn(await identity.register(body, call), reply),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/login',
+    access: 'public',
+    tag: 'auth',
+    summary: 'Sign in with email and password',
+    body: Obj({ email: Str(1, 254), password: Str(1, 200) }),
+    response: SignedIn,
+    handler: async ({ body, call, reply }) => signedIn(await identity.login(body, call), reply),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/refresh',
+    access: 'public',
+    tag: 'auth',
+    summary: 'Exchange a refresh token for a new pair (the old one stops working)',
+    body: Obj({ refreshToken: Str(1, 200) }),
+    response: SignedIn,
+    handler: async ({ body, call, reply }) => signedIn(await identity.refresh({ refreshToken: body.refreshToken }, call), reply),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/logout',
+    access: 'authenticated',
+    tag: 'auth',
+    summary: 'End the current session: its refresh token, access tokens and cookie',
+    response: Obj({ loggedOut: Type.Boolean() }),
+    handler: async ({ call, reply }) => {
+      await identity.logout({}, call);
+      setSessionCookie(reply, '', 0);
+      return { loggedOut: true };
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/auth/me',
+    access: 'authenticated',
+    tag: 'auth',
+    summary: 'The caller: user, tenant, role and credential',
+    response: Obj({
+      user: User,
+      tenant: Tenant,
+      role: Type.String(),
+      credential: Obj({
+        type: Type.String(),
+        id: Type.String(),
+        environment: Type.Optional(Type.String()),
+        scopes: Type.Optional(Type.Array(Type.String())),
+      }),
+    }),
+    handler: async ({ call }) => {
+      const me = await identity.getMe({}, call);
+      const c = me.credential!;
+      return {
+        user: { ...me.user!, role: me.role },
+        tenant: me.tenant!,
+        role: me.role,
+        credential: {
+          type: c.type,
+          id: c.id,
+          ...(c.environment !== undefined ? { environment: c.environment } : {}),
+          ...(c.scoped ? { scopes: c.scopes } : {}),
+        },
+      };
+    },
+  });
+}
+

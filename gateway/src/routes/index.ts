@@ -1,0 +1,13 @@
+import type { FastifyInstance } from 'fastify';
+import type { GatewayDeps } from '../app';
+import { apiKeyRoutes } from './api-keys';
+import { authRoutes } from './auth';
+import { systemRoutes } from './system';
+import { tenantRoutes } from './tenant';
+
+export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  systemRoutes(app, deps);
+  authRoutes(app, deps);
+  tenantRoutes(app, deps);
+  apiKeyRoutes(app, deps);
+}

@@ -1,0 +1,38 @@
+import type { FastifyInstance } from 'fastify';
+import { AppError, checkHealth } from '@svc/kit';
+import type { GatewayDeps } from '../app';
+import { sendError, success } from '../lib/envelope';
+import { buildOpenApi } from '../lib/openapi';
+import { routesOf } from '../lib/route';
+
+/** Liveness, readiness, the JWKS and the OpenAPI document: no credential, no rate limit. */
+export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  app.get('/healthz', async (request) => success(request, { status: 'ok' }));
+
+  let lastCheck: { at: number; down: string[]; services: Record<string, string> } | null = null;
+  app.get('/readyz', async (request, reply) => {
+    if (!lastCheck || Date.now() - lastCheck.at > 1000) {
+      const entries = await Promise.all(
+        Object.entries(deps.clients).map(async ([name, client]) => [name, (await checkHealth(client.grpcClient)) ? 'up' : 'down'] as const),
+      );
+      const services = Object.fromEntries(entries);
+      lastCheck = { at: Date.now(), services, down: entries.filter(([, s]) => s === 'down').map(([n]) => n) };
+    }
+    if (lastCheck.down.length)
+      return sendError(request, reply, new AppError('SERVICE_UNAVAILABLE', `Not ready: ${lastCheck.down.join(', ')} unavailable`, { down: lastCheck.down, services: lastCheck.services }));
+    return success(request, { status: 'ready', services: lastCheck.services });
+  });
+
+  let jwks: { at: number; body: unknown } | null = null;
+  app.get('/.well-known/jwks.json', async (_request, reply) => {
+    if (!jwks || Date.now() - jwks.at > 10_000) {
+      const res = await deps.clients.identity.getJwks({});
+      jwks = { at: Date.now(), body: JSON.parse(res.jwksJson) };
+    }
+    reply.header('Cache-Control', 'public, max-age=60');
+    return jwks.body;
+  });
+
+  let doc: unknown = null;
+  app.get('/api/v1/openapi.json', async () => (doc ??= buildOpenApi(routesOf(app), `${deps.config.publicUrl}`)));
+}

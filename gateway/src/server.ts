@@ -1,0 +1,69 @@
+import Redis from 'ioredis';
+import type { FastifyInstance } from 'fastify';
+import { createLogger, JwtVerifier, jwksFrom } from '@svc/kit';
+import { buildApp } from './app';
+import { closeClients, createClients, SERVICE_NAMES } from './clients';
+import { loadGatewayConfig, type GatewayConfig } from './config';
+import { CredentialResolver } from './lib/credentials';
+import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './lib/rate-limiter';
+import { RevocationWatcher } from './lib/revocations';
+
+export interface RunningGateway {
+  app: FastifyInstance;
+  port: number;
+  url: string;
+  config: GatewayConfig;
+  stop(): Promise<void>;
+}
+
+const DEFAULT_PORTS: Record<(typeof SERVICE_NAMES)[number], number> = { identity: 50051 };
+
+/** Wires the gateway: config, gRPC clients, credential cache and revocation feed, rate limiter; then listens. */
+export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
+  const config = loadGatewayConfig(env);
+  const logger = createLogger('gateway', config.logLevel);
+  const addresses = Object.fromEntries(
+    SERVICE_NAMES.map((name) => [name, env[`${name.toUpperCase()}_ADDR`] || `127.0.0.1:${DEFAULT_PORTS[name]}`]),
+  ) as Record<(typeof SERVICE_NAMES)[number], string>;
+  const clients = createClients(addresses, config.grpcDeadlineMs);
+
+  const redis = config.redisUrl ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
+  const subscriber = config.redisUrl ? new Redis(config.redisUrl) : null;
+  for (const r of [redis, subscriber]) r?.on('error', (err) => logger.warn({ err: err.message }, 'redis error'));
+
+  const verifier = new JwtVerifier({
+    issuer: config.jwtIssuer,
+    audience: config.jwtAudience,
+    fetchJwks: jwksFrom(async () => (await clients.identity.getJwks({})).jwksJson),
+  });
+  const watcher = new RevocationWatcher((afterSeq) => clients.identity.listRevocations({ afterSeq }, { deadlineMs: 2000 }), {
+    pollMs: config.revocationPollMs,
+    logger,
+    subscriber,
+  });
+  watcher.start();
+  const resolver = new CredentialResolver((credential) => clients.identity.authenticate({ credential }), verifier, watcher);
+  const limiter: RateLimiter = redis
+    ? new RedisRateLimiter(redis, config.rateLimitMax, config.rateLimitWindowS, logger)
+    : new MemoryRateLimiter(config.rateLimitMax, config.rateLimitWindowS);
+
+  const app = buildApp({ config, clients, resolver, limiter, logger });
+  await app.listen({ port: config.port, host: config.httpHost });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  // With PORT=0 the public address is known only now.
+  if (!env.PUBLIC_URL) config.publicUrl = `http://${config.httpHost}:${port}`;
+  logger.info({ port }, 'gateway listening');
+  return {
+    app,
+    port,
+    url: `http://${config.httpHost}:${port}`,
+    config,
+    async stop() {
+      watcher.stop();
+      await app.close();
+      closeClients(clients);
+      redis?.disconnect();
+    },
+  };
+}

@@ -1,0 +1,112 @@
+/**
+ * One validated config object per process, read from the environment once at start.
+ * A process that is misconfigured stops at once with every problem listed.
+ */
+
+type Kind = 'string' | 'int' | 'bool' | 'list' | 'url';
+interface FieldSpec<K extends Kind = Kind> {
+  env: string;
+  kind: K;
+  default?: string;
+  required?: boolean;
+  /** Allowed values for strings. */
+  oneOf?: readonly string[];
+  min?: number;
+  max?: number;
+  /** Never echo the value in error messages. */
+  secret?: boolean;
+}
+type ValueOf<K extends Kind> = K extends 'int' ? number : K extends 'bool' ? boolean : K extends 'list' ? string[] : string;
+export type ConfigSpec = Record<string, FieldSpec>;
+export type ConfigOf<S extends ConfigSpec> = {
+  readonly [P in keyof S]: S[P] extends { required: true } | { default: string }
+    ? ValueOf<S[P]['kind']>
+    : ValueOf<S[P]['kind']> | undefined;
+};
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Declares one setting; `default` or `required: true` makes its value non-optional in the config type. */
+export function field<K extends Kind, O extends Omit<FieldSpec<K>, 'env' | 'kind'> = Record<never, never>>(
+  env: string,
+  kind: K,
+  options?: O,
+): { env: string; kind: K } & O {
+  return { env, kind, ...(options as O) };
+}
+
+export function loadConfig<S extends ConfigSpec>(spec: S, env: NodeJS.ProcessEnv = process.env): ConfigOf<S> {
+  const problems: string[] = [];
+  const out: Record<string, unknown> = {};
+  for (const [key, f] of Object.entries(spec)) {
+    const raw = env[f.env] !== undefined && env[f.env] !== '' ? env[f.env] : f.default;
+    if (raw === undefined) {
+      if (f.required) problems.push(`${f.env} is required`);
+      continue;
+    }
+    const shown = f.secret ? '(hidden)' : JSON.stringify(raw);
+    switch (f.kind) {
+      case 'int': {
+        const n = Number(raw);
+        if (!Number.isInteger(n)) problems.push(`${f.env} must be an integer, got ${shown}`);
+        else if ((f.min !== undefined && n < f.min) || (f.max !== undefined && n > f.max))
+          problems.push(`${f.env} must be between ${f.min ?? '-inf'} and ${f.max ?? 'inf'}, got ${shown}`);
+        else out[key] = n;
+        break;
+      }
+      case 'bool':
+        if (!['true', 'false', '1', '0'].includes(raw)) problems.push(`${f.env} must be true or false, got ${shown}`);
+        else out[key] = raw === 'true' || raw === '1';
+        break;
+      case 'list':
+        out[key] = raw
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean);
+        break;
+      case 'url':
+        try {
+          new URL(raw);
+          out[key] = raw.replace(/\/$/, '');
+        } catch {
+          problems.push(`${f.env} must be a URL, got ${shown}`);
+        }
+        break;
+      default:
+        if (f.oneOf && !f.oneOf.includes(raw)) problems.push(`${f.env} must be one of ${f.oneOf.join(', ')}, got ${shown}`);
+        else out[key] = raw;
+    }
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return out as ConfigOf<S>;
+}
+
+/** Settings every service process shares. */
+export const commonConfig = {
+  nodeEnv: field('NODE_ENV', 'string', { default: 'development' }),
+  logLevel: field('LOG_LEVEL', 'string', {
+    default: 'info',
+    oneOf: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'],
+  }),
+  dataDir: field('DATA_DIR', 'string', { default: './.data' }),
+  mongodbUri: field('MONGODB_URI', 'string', { secret: true }),
+  kafkaBrokers: field('KAFKA_BROKERS', 'list'),
+  redisUrl: field('REDIS_URL', 'string', { secret: true }),
+  host: field('SERVICE_HOST', 'string', { default: '127.0.0.1' }),
+  /** Base64 of 32 bytes for AES-256-GCM of secrets at rest; generated and kept under DATA_DIR when unset. */
+  masterKey: field('SVC_MASTER_KEY', 'string', { secret: true }),
+  jwtIssuer: field('JWT_ISSUER', 'string', { default: 'svc-identity' }),
+  jwtAudience: field('JWT_AUDIENCE', 'string', { default: 'svc-api' }),
+  identityAddr: field('IDENTITY_ADDR', 'string', { default: '127.0.0.1:50051' }),
+  grpcDeadlineMs: field('GRPC_DEADLINE_MS', 'int', { default: '5000', min: 100 }),
+} as const;
+
+/** A service's MongoDB URI: `<NAME>_MONGODB_URI` wins over the shared `MONGODB_URI`. */
+export function mongoUriFor(service: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env[`${service.toUpperCase()}_MONGODB_URI`] || env.MONGODB_URI || undefined;
+}

@@ -1,0 +1,61 @@
+import { status as GrpcStatus } from '@grpc/grpc-js';
+
+/**
+ * The closed set of error codes of the public API (spec part 7 plus CONTRACT.md section 2).
+ * Services throw AppError; the gRPC layer carries code and details to the gateway, which maps them to HTTP.
+ */
+export const ERROR_CODES = {
+  VALIDATION_ERROR: { http: 400, grpc: GrpcStatus.INVALID_ARGUMENT },
+  UNAUTHORIZED: { http: 401, grpc: GrpcStatus.UNAUTHENTICATED },
+  INSUFFICIENT_CREDITS: { http: 402, grpc: GrpcStatus.FAILED_PRECONDITION },
+  FORBIDDEN: { http: 403, grpc: GrpcStatus.PERMISSION_DENIED },
+  RESOURCE_NOT_FOUND: { http: 404, grpc: GrpcStatus.NOT_FOUND },
+  METHOD_NOT_ALLOWED: { http: 405, grpc: GrpcStatus.UNIMPLEMENTED },
+  CONFLICT: { http: 409, grpc: GrpcStatus.ALREADY_EXISTS },
+  PAYLOAD_TOO_LARGE: { http: 413, grpc: GrpcStatus.INVALID_ARGUMENT },
+  UNSUPPORTED_MEDIA_TYPE: { http: 415, grpc: GrpcStatus.INVALID_ARGUMENT },
+  RATE_LIMIT_EXCEEDED: { http: 429, grpc: GrpcStatus.RESOURCE_EXHAUSTED },
+  INTERNAL_ERROR: { http: 500, grpc: GrpcStatus.INTERNAL },
+  SERVICE_UNAVAILABLE: { http: 503, grpc: GrpcStatus.UNAVAILABLE },
+  GATEWAY_TIMEOUT: { http: 504, grpc: GrpcStatus.DEADLINE_EXCEEDED },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export type ErrorDetails = Record<string, unknown>;
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+export class AppError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: ErrorDetails = {},
+  ) {
+    super(message);
+    this.name = 'AppError';
+  }
+
+  get httpStatus(): number {
+    return ERROR_CODES[this.code].http;
+  }
+}
+
+export const errors = {
+  validation: (fields: FieldError[], message = 'Invalid request parameters') =>
+    new AppError('VALIDATION_ERROR', message, { fields }),
+  badRequest: (reason: string, message: string, extra: ErrorDetails = {}) =>
+    new AppError('VALIDATION_ERROR', message, { reason, ...extra }),
+  unauthorized: (message = 'Authentication required') => new AppError('UNAUTHORIZED', message),
+  forbidden: (message = 'Not allowed', details: ErrorDetails = {}) => new AppError('FORBIDDEN', message, details),
+  notFound: (resource: string, id: string) =>
+    new AppError('RESOURCE_NOT_FOUND', `${resource} not found`, { resource, id }),
+  conflict: (message: string, details: ErrorDetails = {}) => new AppError('CONFLICT', message, details),
+  unavailable: (message: string, details: ErrorDetails = {}) => new AppError('SERVICE_UNAVAILABLE', message, details),
+  internal: () => new AppError('INTERNAL_ERROR', 'Internal server error'),
+};
+
+export function isAppError(err: unknown): err is AppError {
+  return err instanceof AppError;
+}

@@ -1,0 +1,369 @@
+/**
+ * The embedded event bus: a durable log in one SQLite file that every process of one machine opens at once
+ * (`DATA_DIR/bus.db`). SQLite serialises writers, so `seq` (AUTOINCREMENT) is assigned in commit order and a
+ * reader never sees a later seq before an earlier one: consumers can simply read "after my committed seq".
+ *
+ * Supported setup: one consumer per group per machine. Other subscriptions of the same group (in this process
+ * or another) are standbys: a lease row per (group, topic) lets only one of them consume at a time, and a
+ * crashed owner's lease expires (default 10 s) so a standby takes over from the committed offset.
+ *
+ * Retention: nothing is deleted automatically. `prune()` exists for an operator or a future job; note that a
+ * pruned message id can no longer be deduplicated on re-publish.
+ */
+import Database from 'better-sqlite3';
+import { randomUUID } from 'node:crypto';
+import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
+
+export interface EmbeddedBusOptions {
+  path: string;
+  /** Idle wait between polls. Default 25 ms. */
+  pollIntervalMs?: number;
+  /** A group's lease lasts this long without renewal before another consumer may take it. Default 10 s. */
+  leaseMs?: number;
+  /** Failed handler calls (retried) and polling failures; the bus has no logger of its own. */
+  onError?: BusErrorHandler;
+}
+
+const BATCH_SIZE = 200;
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 5000;
+/** Wait after an error of the loop itself (e.g. the file stayed locked past busy_timeout). */
+const LOOP_ERROR_WAIT_MS = 1000;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS messages (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  topic TEXT NOT NULL,
+  key TEXT NOT NULL,
+  value BLOB NOT NULL,
+  headers TEXT NOT NULL,
+  ts INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_topic_seq ON messages (topic, seq);
+CREATE TABLE IF NOT EXISTS offsets (grp TEXT NOT NULL, topic TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, topic));
+CREATE TABLE IF NOT EXISTS leases (
+  grp TEXT NOT NULL, topic TEXT NOT NULL, owner TEXT NOT NULL, expires INTEGER NOT NULL, PRIMARY KEY (grp, topic)
+);
+`;
+
+interface Row {
+  seq: number;
+  id: string;
+  topic: string;
+  key: string;
+  value: Buffer;
+  headers: string;
+  ts: number;
+}
+
+export function openEmbeddedBus(options: EmbeddedBusOptions): EmbeddedBus {
+  return new EmbeddedBus(options);
+}
+
+export class EmbeddedBus implements EventBus {
+  readonly kind = 'embedded' as const;
+  readonly pollIntervalMs: number;
+  readonly leaseMs: number;
+  readonly onError: BusErrorHandler;
+  private readonly db: Database.Database;
+  private readonly subscriptions = new Set<EmbeddedSubscription>();
+  private closed = false;
+
+  private readonly insert: Database.Statement;
+  private readonly initOffset: Database.Statement;
+  private readonly readAfterOffset: Database.Statement;
+  private readonly readLease: Database.Statement;
+  private readonly upsertLease: Database.Statement;
+  private readonly renewOwnLease: Database.Statement;
+  private readonly releaseLease: Database.Statement;
+  private readonly advanceOffset: Database.Statement;
+  private readonly insertMany: (messages: BusMessage[], ts: number) => void;
+  private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
+
+  constructor(options: EmbeddedBusOptions) {
+    this.pollIntervalMs = options.pollIntervalMs ?? 25;
+    this.leaseMs = options.leaseMs ?? 10_000;
+    this.onError = options.onError ?? (() => {});
+    this.db = new Database(options.path);
+    // busy_timeout first: the other processes may hold the write lock while we switch to WAL or create tables.
+    this.db.pragma('busy_timeout = 5000');
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(SCHEMA);
+
+    this.insert = this.db.prepare(`INSERT OR IGNORE INTO messages (id, topic, key, value, headers, ts) VALUES (?, ?, ?, ?, ?, ?)`);
+    // A new group starts at the beginning or at the current end; an existing group keeps its position.
+    this.initOffset = this.db.prepare(
+      `INSERT OR IGNORE INTO offsets (grp, topic, seq)
+       VALUES (?, ?, CASE WHEN ? THEN 0 ELSE (SELECT COALESCE(MAX(seq), 0) FROM messages) END)`,
+    );
+    this.readAfterOffset = this.db.prepare(
+      `SELECT seq, id, topic, key, value, headers, ts FROM messages
+       WHERE topic = ? AND seq > COALESCE((SELECT seq FROM offsets WHERE grp = ? AND topic = ?), 0)
+       ORDER BY seq LIMIT ?`,
+    );
+    this.readLease = this.db.prepare(`SELECT owner, expires FROM leases WHERE grp = ? AND topic = ?`);
+    // Take the lease when it is free, ours, or expired; one statement, so two processes cannot both win.
+    this.upsertLease = this.db.prepare(
+      `INSERT INTO leases (grp, topic, owner, expires) VALUES (@grp, @topic, @owner, @expires)
+       ON CONFLICT (grp, topic) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
+       WHERE leases.owner = excluded.owner OR leases.expires <= @now`,
+    );
+    this.renewOwnLease = this.db.prepare(`UPDATE leases SET expires = ? WHERE grp = ? AND topic = ? AND owner = ?`);
+    this.releaseLease = this.db.prepare(`DELETE FROM leases WHERE grp = ? AND topic = ? AND owner = ?`);
+    // Never move a group backwards (a stale owner finishing late must not rewind the new owner).
+    this.advanceOffset = this.db.prepare(`UPDATE offsets SET seq = ? WHERE grp = ? AND topic = ? AND seq < ?`);
+
+    this.insertMany = this.db.transaction((messages: BusMessage[], ts: number) => {
+      for (const m of messages) {
+        const value = Buffer.from(m.value.buffer, m.value.byteOffset, m.value.byteLength);
+        this.insert.run(m.id, m.topic, m.key, value, JSON.stringify(m.headers ?? {}), ts);
+      }
+    });
+    // The offset only moves while we still own the group's lease; committing also renews it.
+    const commit = this.db.transaction((grp: string, topic: string, seq: number, owner: string, expires: number) => {
+      if (this.renewOwnLease.run(expires, grp, topic, owner).changes !== 1) return false;
+      this.advanceOffset.run(seq, grp, topic, seq);
+      return true;
+    });
+    this.commitTx = (...args) => commit.immediate(...args);
+  }
+
+  async publish(messages: BusMessage[]): Promise<void> {
+    this.assertOpen();
+    if (messages.length === 0) return;
+    // A duplicate id is ignored: the outbox relay may publish the same record again after a crash.
+    this.insertMany(messages, Date.now());
+    for (const s of this.subscriptions) s.wake();
+  }
+
+  async subscribe(options: SubscribeOptions): Promise<Subscription> {
+    this.assertOpen();
+    const topics = [...new Set(options.topics)];
+    if (topics.length === 0) throw new Error('subscribe needs at least one topic');
+    const fromBeginning = options.fromBeginning ?? true;
+    this.db
+      .transaction(() => {
+        for (const topic of topics) this.initOffset.run(options.group, topic, fromBeginning ? 1 : 0);
+      })
+      .immediate();
+    const sub = new EmbeddedSubscription(this, options.group, topics, options.handler);
+    this.subscriptions.add(sub);
+    sub.start();
+    return {
+      stop: async () => {
+        await sub.stop();
+        this.subscriptions.delete(sub);
+      },
+    };
+  }
+
+  async ping(): Promise<void> {
+    this.assertOpen();
+    this.db.prepare('SELECT 1').get();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await Promise.all([...this.subscriptions].map((s) => s.stop()));
+    this.subscriptions.clear();
+    this.closed = true;
+    this.db.close();
+  }
+
+  /** Deletes messages older than `olderThanMs`, whatever the consumers' positions (like Kafka retention). */
+  prune(olderThanMs: number): number {
+    this.assertOpen();
+    return this.db.prepare('DELETE FROM messages WHERE ts < ?').run(Date.now() - olderThanMs).changes;
+  }
+
+  // --- used by EmbeddedSubscription ---
+
+  /** Takes or renews the lease; false when another live owner holds it. */
+  tryLease(grp: string, topic: string, owner: string): boolean {
+    const now = Date.now();
+    // Read first (no write lock) so standbys polling every few ms do not contend for the writer.
+    const lease = this.readLease.get(grp, topic) as { owner: string; expires: number } | undefined;
+    if (lease && lease.owner !== owner && lease.expires > now) return false;
+    return this.upsertLease.run({ grp, topic, owner, expires: now + this.leaseMs, now }).changes === 1;
+  }
+
+  release(grp: string, topic: string, owner: string): void {
+    this.releaseLease.run(grp, topic, owner);
+  }
+
+  /** Messages after the group's committed offset on these topics, in seq order. */
+  read(grp: string, topics: string[]): { messages: Array<ReceivedMessage & { seq: number }>; full: boolean } {
+    const rows: Row[] = [];
+    let full = false;
+    for (const topic of topics) {
+      const part = this.readAfterOffset.all(topic, grp, topic, BATCH_SIZE) as Row[];
+      if (part.length === BATCH_SIZE) full = true;
+      rows.push(...part);
+    }
+    if (topics.length > 1) rows.sort((a, b) => a.seq - b.seq);
+    if (rows.length > BATCH_SIZE) {
+      rows.length = BATCH_SIZE;
+      full = true;
+    }
+    const messages = rows.map((r) => ({
+      seq: r.seq,
+      id: r.id,
+      topic: r.topic,
+      key: r.key,
+      value: r.value,
+      headers: JSON.parse(r.headers) as Record<string, string>,
+      offset: String(r.seq),
+      timestamp: r.ts,
+    }));
+    return { messages, full };
+  }
+
+  commit(grp: string, topic: string, seq: number, owner: string): boolean {
+    return this.commitTx(grp, topic, seq, owner, Date.now() + this.leaseMs);
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error('embedded bus is closed');
+  }
+}
+
+class EmbeddedSubscription {
+  /** Each subscription is its own lease owner, so a second one of the same group is a standby even in-process. */
+  private readonly owner = randomUUID();
+  /** Topics whose lease we hold -> when we last wrote it. */
+  private readonly held = new Map<string, number>();
+  private stopped = false;
+  private stopping: Promise<void> | null = null;
+  private loop: Promise<void> = Promise.resolve();
+  private heartbeat: NodeJS.Timeout | undefined;
+  /** Something was published in this process since this round began: skip the idle wait. */
+  private pending = false;
+  private wakeIdle: (() => void) | null = null;
+  private wakeAny: (() => void) | null = null;
+
+  constructor(
+    private readonly bus: EmbeddedBus,
+    private readonly group: string,
+    private readonly topics: string[],
+    private readonly handler: (message: ReceivedMessage) => Promise<void>,
+  ) {}
+
+  start(): void {
+    // Keeps leases alive while a handler runs long or a message is in backoff (the loop is not polling then).
+    this.heartbeat = setInterval(() => this.refreshLeases(true), Math.max(10, Math.floor(this.bus.leaseMs / 3)));
+    this.heartbeat.unref();
+    this.loop = this.run();
+  }
+
+  wake(): void {
+    this.pending = true;
+    this.wakeIdle?.();
+  }
+
+  stop(): Promise<void> {
+    if (!this.stopping) {
+      this.stopped = true;
+      clearInterval(this.heartbeat);
+      this.wakeAny?.();
+      this.stopping = (async () => {
+        await this.loop; // lets the in-flight handler finish
+        // Hand the group over at once instead of making a standby wait for expiry.
+        for (const topic of this.held.keys()) {
+          try {
+            this.bus.release(this.group, topic, this.owner);
+          } catch (err) {
+            this.bus.onError(err);
+          }
+        }
+        this.held.clear();
+      })();
+    }
+    return this.stopping;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      let full = false;
+      this.pending = false; // reset every round, standby or not, so a publish cannot make the loop spin
+      try {
+        this.refreshLeases(false);
+        const topics = this.topics.filter((t) => this.held.has(t));
+        if (topics.length > 0) full = await this.consumeBatch(topics);
+      } catch (err) {
+        this.bus.onError(err);
+        await this.sleep(LOOP_ERROR_WAIT_MS, false);
+        continue;
+      }
+      if (!full && !this.pending) await this.sleep(this.bus.pollIntervalMs, true);
+    }
+  }
+
+  /** Returns true when the batch was full, i.e. more may be waiting. */
+  private async consumeBatch(topics: string[]): Promise<boolean> {
+    const { messages, full } = this.bus.read(this.group, topics);
+    for (const { seq, ...message } of messages) {
+      if (!(await this.deliver(message))) return false; // stopped during retries
+      if (!this.bus.commit(this.group, message.topic, seq, this.owner)) {
+        this.held.delete(message.topic); // another consumer owns the group now; it resumes from the offset
+        return false;
+      }
+      this.held.set(message.topic, Date.now());
+    }
+    return full;
+  }
+
+  /** Calls the handler until it succeeds (true) or the subscription stops (false). */
+  private async deliver(message: ReceivedMessage): Promise<boolean> {
+    let delay = RETRY_MIN_MS;
+    for (;;) {
+      if (this.stopped) return false;
+      try {
+        await this.handler(message);
+        return true;
+      } catch (err) {
+        this.bus.onError(err, message);
+      }
+      await this.sleep(delay, false);
+      delay = Math.min(delay * 2, RETRY_MAX_MS);
+    }
+  }
+
+  /**
+   * Takes free leases and renews ours. Renewing writes only after a quarter of the lease has passed, to keep
+   * the log's writer free; `commit` renews too, so a busy consumer rarely writes a lease here at all.
+   */
+  private refreshLeases(heldOnly: boolean): void {
+    if (this.stopped) return;
+    const now = Date.now();
+    for (const topic of this.topics) {
+      const renewedAt = this.held.get(topic);
+      if (renewedAt === undefined && heldOnly) continue;
+      if (renewedAt !== undefined && now - renewedAt < this.bus.leaseMs / 4) continue;
+      try {
+        if (this.bus.tryLease(this.group, topic, this.owner)) this.held.set(topic, now);
+        else this.held.delete(topic);
+      } catch (err) {
+        if (!heldOnly) throw err; // the loop reports and waits; the heartbeat just tries again later
+        this.bus.onError(err);
+      }
+    }
+  }
+
+  /** Waits `ms`; `stop()` always cuts it short, a publish in this process only when `idle`. */
+  private sleep(ms: number, idle: boolean): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wakeIdle = null;
+        this.wakeAny = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wakeAny = done;
+      if (idle) this.wakeIdle = done;
+    });
+  }
+}

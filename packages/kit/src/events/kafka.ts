@@ -1,0 +1,248 @@
+/**
+ * The Kafka event bus (kafkajs). Messages are keyed by `key` (the tenant id), so one tenant's events land in one
+ * partition and stay in order; the event id travels in the `id` header. Consumers commit manually after each
+ * successful handler call; a failing message is retried in place (pause + seek back) so nothing is skipped.
+ */
+import {
+  Kafka,
+  Partitioners,
+  logLevel,
+  type Admin,
+  type Consumer,
+  type IHeaders,
+  type KafkaMessage,
+  type Message,
+  type Producer,
+} from 'kafkajs';
+import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
+
+export interface KafkaBusOptions {
+  brokers: string[];
+  clientId: string;
+  /** Failed handler calls (retried) and consumer crashes (kafkajs restarts the consumer). */
+  onError?: BusErrorHandler;
+  /** Partitions for topics this bus creates. Default 6. */
+  numPartitions?: number;
+}
+
+const ID_HEADER = 'id';
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 5000;
+
+export function openKafkaBus(options: KafkaBusOptions): EventBus {
+  return new KafkaBus(options);
+}
+
+class KafkaBus implements EventBus {
+  readonly kind = 'kafka' as const;
+  private readonly kafka: Kafka;
+  private readonly producer: Producer;
+  private readonly admin: Admin;
+  private readonly onError: BusErrorHandler;
+  private readonly numPartitions: number;
+  private readonly knownTopics = new Set<string>();
+  private readonly subscriptions = new Set<Subscription>();
+  private connecting: Promise<void> | null = null;
+  private closed = false;
+
+  constructor(options: KafkaBusOptions) {
+    this.onError = options.onError ?? (() => {});
+    this.numPartitions = options.numPartitions ?? 6;
+    // kafkajs logs to the console itself; keep that to errors (ours go through onError).
+    this.kafka = new Kafka({ clientId: options.clientId, brokers: options.brokers, logLevel: logLevel.ERROR });
+    // Idempotent: broker-side dedupe of producer retries; one request in flight keeps per-partition order.
+    // The Java-compatible partitioner is explicit so every client maps a key to the same partition.
+    this.producer = this.kafka.producer({
+      idempotent: true,
+      maxInFlightRequests: 1,
+      createPartitioner: Partitioners.DefaultPartitioner,
+    });
+    this.admin = this.kafka.admin();
+  }
+
+  async publish(messages: BusMessage[]): Promise<void> {
+    if (messages.length === 0) return;
+    await this.connect();
+    const byTopic = new Map<string, Message[]>();
+    for (const m of messages) {
+      let list = byTopic.get(m.topic);
+      if (!list) byTopic.set(m.topic, (list = []));
+      list.push({
+        key: m.key,
+        value: Buffer.from(m.value.buffer, m.value.byteOffset, m.value.byteLength),
+        headers: { ...m.headers, [ID_HEADER]: m.id },
+      });
+    }
+    await this.ensureTopics([...byTopic.keys()]);
+    await this.producer.sendBatch({
+      acks: -1,
+      topicMessages: [...byTopic].map(([topic, list]) => ({ topic, messages: list })),
+    });
+  }
+
+  async subscribe(options: SubscribeOptions): Promise<Subscription> {
+    await this.connect();
+    await this.ensureTopics(options.topics);
+    // maxWaitTimeInMs bounds how long stop() waits for an idle fetch to return.
+    const consumer = this.kafka.consumer({ groupId: options.group, maxWaitTimeInMs: 1000 });
+    const retry = new RetryState(consumer, this.onError);
+    consumer.on(consumer.events.CRASH, (event) => this.onError(event.payload.error));
+    await consumer.connect();
+    try {
+      await consumer.subscribe({ topics: options.topics, fromBeginning: options.fromBeginning ?? true });
+      await consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ topic, partition, message, pause }) => {
+          const received = toReceived(topic, partition, message);
+          try {
+            await options.handler(received);
+          } catch (err) {
+            this.onError(err, received);
+            retry.failed(topic, partition, message.offset, pause);
+            return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+          }
+          retry.succeeded(topic, partition);
+          try {
+            await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
+          } catch (err) {
+            // Processed but not committed (e.g. a rebalance): it may be delivered again, which is allowed.
+            this.onError(err, received);
+          }
+        },
+      });
+    } catch (err) {
+      await consumer.disconnect().catch(() => {});
+      throw err;
+    }
+    let stopping: Promise<void> | null = null;
+    const subscription: Subscription = {
+      stop: () => {
+        stopping ??= (async () => {
+          retry.stop();
+          await consumer.disconnect(); // waits for the in-flight eachMessage, then leaves the group
+          this.subscriptions.delete(subscription);
+        })();
+        return stopping;
+      },
+    };
+    this.subscriptions.add(subscription);
+    return subscription;
+  }
+
+  async ping(): Promise<void> {
+    await this.connect();
+    await this.admin.describeCluster();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.subscriptions].map((s) => s.stop()));
+    if (this.connecting) {
+      await this.connecting.catch(() => {});
+      await Promise.all([this.producer.disconnect(), this.admin.disconnect()]);
+    }
+  }
+
+  /** Connects the producer and admin client on first use; a failed attempt is retried on the next call. */
+  private connect(): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('kafka bus is closed'));
+    if (!this.connecting) {
+      this.connecting = Promise.all([this.producer.connect(), this.admin.connect()]).then(() => undefined);
+      this.connecting.catch(() => {
+        this.connecting = null;
+      });
+    }
+    return this.connecting;
+  }
+
+  /** Creates topics on first use; if the broker refuses (ACLs), it may still auto-create them. */
+  private async ensureTopics(topics: string[]): Promise<void> {
+    const missing = topics.filter((t) => !this.knownTopics.has(t));
+    if (missing.length === 0) return;
+    try {
+      // Resolves false (no throw) when every topic already exists.
+      await this.admin.createTopics({
+        topics: missing.map((topic) => ({ topic, numPartitions: this.numPartitions })),
+        waitForLeaders: true,
+      });
+    } catch (err) {
+      this.onError(err);
+      return;
+    }
+    for (const t of missing) this.knownTopics.add(t);
+  }
+}
+
+/**
+ * Backoff for failing messages, per partition. A failed message is not acknowledged: we seek back to it and pause
+ * its partition for 100 ms doubling to 5 s, so later messages of that partition wait and nothing is skipped.
+ * Other partitions keep flowing.
+ */
+class RetryState {
+  private readonly attempts = new Map<string, { offset: string; count: number }>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private stopped = false;
+
+  constructor(
+    private readonly consumer: Consumer,
+    private readonly onError: BusErrorHandler,
+  ) {}
+
+  failed(topic: string, partition: number, offset: string, pause: () => () => void): void {
+    const slot = `${topic}:${partition}`;
+    const prev = this.attempts.get(slot);
+    const count = prev?.offset === offset ? prev.count + 1 : 1;
+    this.attempts.set(slot, { offset, count });
+    // Seek before returning: kafkajs then drops the rest of this batch and refetches from `offset`.
+    this.consumer.seek({ topic, partition, offset });
+    const resume = pause();
+    const timer = setTimeout(
+      () => {
+        this.timers.delete(timer);
+        if (this.stopped) return;
+        try {
+          resume();
+        } catch (err) {
+          this.onError(err);
+        }
+      },
+      Math.min(RETRY_MIN_MS * 2 ** (count - 1), RETRY_MAX_MS),
+    );
+    this.timers.add(timer);
+  }
+
+  succeeded(topic: string, partition: number): void {
+    this.attempts.delete(`${topic}:${partition}`);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+  }
+}
+
+function toReceived(topic: string, partition: number, message: KafkaMessage): ReceivedMessage {
+  const headers = headersToStrings(message.headers);
+  const id = headers[ID_HEADER] ?? `${topic}:${partition}:${message.offset}`; // a producer outside this kit
+  delete headers[ID_HEADER];
+  return {
+    id,
+    topic,
+    key: message.key?.toString('utf8') ?? '',
+    value: message.value ?? new Uint8Array(0),
+    headers,
+    offset: `${partition}:${message.offset}`,
+    timestamp: Number(message.timestamp),
+  };
+}
+
+function headersToStrings(headers: IHeaders | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(headers ?? {})) {
+    const value = Array.isArray(raw) ? raw[raw.length - 1] : raw;
+    if (value !== undefined) out[name] = value.toString();
+  }
+  return out;
+}

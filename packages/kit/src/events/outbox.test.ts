@@ -1,0 +1,160 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openSqliteStore } from '../storage/sqlite';
+import type { CollectionDef, Store } from '../storage/types';
+import { message, unique, waitFor } from './bus.contract';
+import { openEmbeddedBus, type EmbeddedBus } from './embedded';
+import { OutboxRelay, addToOutbox, outboxCollection } from './outbox';
+import type { BusMessage, EventBus, ReceivedMessage } from './types';
+
+interface Project {
+  id: string;
+  tenantId: string;
+  name: string;
+  createdAt: string;
+}
+const projects: CollectionDef<Project> = { name: 'projects', indexes: [{ fields: ['tenantId'] }] };
+
+const dir = mkdtempSync(join(tmpdir(), 'outbox-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let store: Store;
+let bus: EmbeddedBus;
+beforeEach(async () => {
+  const name = unique('t');
+  store = openSqliteStore({ path: join(dir, `${name}-store.db`) });
+  await store.ensure(projects);
+  await store.ensure(outboxCollection);
+  bus = openEmbeddedBus({ path: join(dir, `${name}-bus.db`) });
+});
+afterEach(async () => {
+  await bus.close();
+  await store.close();
+});
+
+async function consume(topic: string): Promise<ReceivedMessage[]> {
+  const got: ReceivedMessage[] = [];
+  await bus.subscribe({ group: 'consumer', topics: [topic], handler: async (m) => void got.push(m) });
+  return got;
+}
+
+/** Creates a project and its event in one store transaction, as a service would. */
+async function createProject(id: string, event: BusMessage, fail = false): Promise<void> {
+  await store.transaction(async (tx) => {
+    await tx.collection(projects).insert({ id, tenantId: event.key, name: id, createdAt: new Date().toISOString() });
+    await addToOutbox(tx, event);
+    if (fail) throw new Error('rolled back');
+  });
+}
+
+const pending = () => store.collection(outboxCollection).count({});
+
+test('an event added in a transaction that rolls back is never published', async () => {
+  const topic = unique('project.created');
+  const got = await consume(topic);
+  const relay = new OutboxRelay(store, bus);
+
+  await expect(createProject('p1', message(topic, 'tenant-1', 1), true)).rejects.toThrow('rolled back');
+  await createProject('p2', message(topic, 'tenant-1', 2));
+  await relay.flush();
+
+  // Same key, so in order: had the rolled-back event gone out, it would arrive before the committed one.
+  await waitFor('the committed event', () => got.length >= 1);
+  await relay.stop();
+  expect(got.map((m) => m.id)).toEqual([`${topic}-2`]);
+  expect(await store.collection(projects).count({})).toBe(1);
+  expect(await pending()).toBe(0);
+});
+
+test('committed events are published in order, intact, and removed from the outbox', async () => {
+  const topic = unique('project.created');
+  const got = await consume(topic);
+  const relay = new OutboxRelay(store, bus, { batchSize: 4 });
+  relay.start();
+
+  const sent: BusMessage[] = [];
+  for (let i = 0; i < 15; i++) {
+    const event = {
+      ...message(topic, `tenant-${i % 2}`, i),
+      value: new Uint8Array([0, 255, i, 10, 13]),
+      headers: { traceparent: `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, 'event-type': 'project.created' },
+    };
+    sent.push(event);
+    await createProject(`p${i}`, event);
+    if (i % 3 === 0) relay.notify(); // some right after commit, the rest by the relay's own polling
+  }
+  await waitFor('every event', () => got.length >= sent.length);
+  await relay.stop();
+
+  expect(got.map((m) => m.id)).toEqual(sent.map((m) => m.id));
+  got.forEach((m, i) => {
+    expect(Buffer.from(m.value).equals(Buffer.from(sent[i].value))).toBe(true);
+    expect(m.headers).toEqual(sent[i].headers);
+    expect(m.key).toBe(sent[i].key);
+  });
+  expect(await pending()).toBe(0);
+});
+
+test('a relay that crashes between publish and delete republishes, and each id is consumed once', async () => {
+  const topic = unique('project.created');
+  const got = await consume(topic);
+  // Publishes for real, then fails as if the process died before deleting the records.
+  const crashing: EventBus = {
+    kind: bus.kind,
+    publish: async (messages) => {
+      await bus.publish(messages);
+      throw new Error('crashed after publish');
+    },
+    subscribe: (o) => bus.subscribe(o),
+    ping: () => bus.ping(),
+    close: async () => {},
+  };
+  const sent = [0, 1, 2, 3, 4].map((i) => message(topic, 'tenant-1', i));
+  for (const [i, event] of sent.entries()) await createProject(`p${i}`, event);
+
+  await expect(new OutboxRelay(store, crashing).flush()).rejects.toThrow('crashed after publish');
+  expect(await pending()).toBe(sent.length); // nothing deleted: they go out again
+
+  const restarted = new OutboxRelay(store, bus);
+  await restarted.flush();
+  expect(await pending()).toBe(0);
+
+  // A sentinel on the same key: anything delivered twice would have arrived before it.
+  const sentinel = message(topic, 'tenant-1', 99);
+  await bus.publish([sentinel]);
+  await waitFor('the sentinel', () => got.some((m) => m.id === sentinel.id));
+  await restarted.stop();
+  expect(got.map((m) => m.id)).toEqual([...sent, sentinel].map((m) => m.id));
+});
+
+test('only one relay run at a time; notify during a run is not lost', async () => {
+  const topic = unique('project.created');
+  const got = await consume(topic);
+  let concurrent = 0;
+  let maxConcurrent = 0;
+  const slow: EventBus = {
+    kind: bus.kind,
+    publish: async (messages) => {
+      maxConcurrent = Math.max(maxConcurrent, ++concurrent);
+      await new Promise((r) => setTimeout(r, 20));
+      await bus.publish(messages);
+      concurrent--;
+    },
+    subscribe: (o) => bus.subscribe(o),
+    ping: () => bus.ping(),
+    close: async () => {},
+  };
+  // A long interval: only notify() and flush() drive it here.
+  const relay = new OutboxRelay(store, slow, { intervalMs: 60_000, batchSize: 2 });
+  relay.start();
+  for (let i = 0; i < 10; i++) {
+    await createProject(`p${i}`, message(topic, 'tenant-1', i));
+    relay.notify();
+    relay.notify();
+  }
+  await waitFor('every event', () => got.length >= 10);
+  await relay.stop();
+  expect(maxConcurrent).toBe(1);
+  expect(got.map((m) => m.id)).toEqual(Array.from({ length: 10 }, (_, i) => `${topic}-${i}`));
+});

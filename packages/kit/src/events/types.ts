@@ -1,0 +1,54 @@
+/**
+ * The event port: a durable, partitioned-by-key log with consumer groups. Kafka (kafkajs) in distributed mode,
+ * an embedded SQLite log shared by the processes of one machine otherwise. Delivery is at least once: consumers
+ * must be idempotent by message id.
+ */
+
+export interface BusMessage {
+  /** Unique event id; consumers deduplicate on it. */
+  id: string;
+  topic: string;
+  /** Partition key: the tenant id, so one tenant's events stay in order. */
+  key: string;
+  value: Uint8Array;
+  /** Trace context (traceparent) and the event type travel here. */
+  headers: Record<string, string>;
+}
+
+export interface ReceivedMessage extends BusMessage {
+  /** Position in the log (Kafka `partition:offset` / embedded sequence), for logs and tests. */
+  offset: string;
+  /** Milliseconds since epoch when the bus accepted it. */
+  timestamp: number;
+}
+
+export interface SubscribeOptions {
+  /** Consumer group: each group sees every message once (at least once); its position survives restarts. */
+  group: string;
+  topics: string[];
+  /**
+   * Called once per message, in order per key. Throwing leaves the message unacknowledged: it is retried with
+   * backoff and later messages with the same key wait behind it.
+   */
+  handler: (message: ReceivedMessage) => Promise<void>;
+  /** Where a new group starts. Default `earliest`. */
+  fromBeginning?: boolean;
+}
+
+export interface Subscription {
+  stop(): Promise<void>;
+}
+
+/**
+ * Where adapters report what they cannot throw to a caller: a failed handler call (with its message; it will be
+ * retried) or a failure of the consuming loop itself. The kit has no logger dependency here; services pass one.
+ */
+export type BusErrorHandler = (err: unknown, message?: ReceivedMessage) => void;
+
+export interface EventBus {
+  readonly kind: 'embedded' | 'kafka';
+  publish(messages: BusMessage[]): Promise<void>;
+  subscribe(options: SubscribeOptions): Promise<Subscription>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

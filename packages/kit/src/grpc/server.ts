@@ -1,0 +1,156 @@
+import * as grpc from '@grpc/grpc-js';
+import { HealthImplementation, service as healthService } from 'grpc-health-check';
+import { randomUUID } from 'node:crypto';
+import { AppError, ERROR_CODES, isAppError } from '../errors';
+import type { JwtVerifier } from '../jwt';
+import type { Logger } from '../logger';
+import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
+import type { CallContext, Implementation } from './types';
+
+/** Trailing metadata key carrying `{code, message, details}` of an AppError to the caller. */
+export const APP_ERROR_KEY = 'x-app-error';
+
+export interface ServiceRegistration<D> {
+  definition: D;
+  implementation: Implementation<D>;
+  /** Methods callable without a JWT (sign-in, credential resolution, JWKS). */
+  publicMethods?: Array<keyof D & string>;
+}
+
+export interface GrpcServerOptions {
+  host: string;
+  port: number;
+  logger: Logger;
+  verifier: JwtVerifier;
+  /** Name used in the health service (`<package>.<Service>`); '' is the whole server. */
+  healthNames: string[];
+}
+
+export class GrpcServer {
+  readonly server = new grpc.Server({ 'grpc.max_receive_message_length': 4 * 1024 * 1024 });
+  readonly health: HealthImplementation;
+  port = 0;
+
+  constructor(private readonly options: GrpcServerOptions) {
+    const statuses: Record<string, 'SERVING'> = { '': 'SERVING' };
+    for (const name of options.healthNames) statuses[name] = 'SERVING';
+    this.health = new HealthImplementation(statuses);
+    this.health.addToServer(this.server);
+  }
+
+  add<D extends object>(registration: ServiceRegistration<D>): this {
+    const handlers: grpc.UntypedServiceImplementation = {};
+    const publicMethods = new Set<string>(registration.publicMethods ?? []);
+    for (const [name, def] of Object.entries(registration.definition) as Array<[string, { path: string; responseStream: boolean }]>) {
+      const impl = (registration.implementation as Record<string, (...args: never[]) => Promise<unknown>>)[name];
+      if (!impl) throw new Error(`no implementation for ${def.path}`);
+      const isPublic = publicMethods.has(name);
+      handlers[name] = def.responseStream
+        ? this.wrapStream(def.path, isPublic, impl as never)
+        : this.wrapUnary(def.path, isPublic, impl as never);
+    }
+    this.server.addService(registration.definition as unknown as grpc.ServiceDefinition, handlers);
+    return this;
+  }
+
+  async start(): Promise<number> {
+    this.port = await new Promise<number>((resolve, reject) =>
+      this.server.bindAsync(`${this.options.host}:${this.options.port}`, grpc.ServerCredentials.createInsecure(), (err, port) =>
+        err ? reject(err) : resolve(port),
+      ),
+    );
+    return this.port;
+  }
+
+  /** Graceful stop: report NOT_SERVING, finish in-flight calls (up to `graceMs`), then force. */
+  async stop(graceMs = 5000): Promise<void> {
+    for (const name of ['', ...this.options.healthNames]) this.health.setStatus(name, 'NOT_SERVING');
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  private async context(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, isPublic: boolean): Promise<CallContext> {
+    const md = call.metadata;
+    const requestId = (md.get('x-request-id')[0] as string | undefined) ?? randomUUID();
+    const clientIp = (md.get('x-client-ip')[0] as string | undefined) ?? null;
+    const header = md.get('authorization')[0] as string | undefined;
+    const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
+    if (!token) {
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, metadata: md };
+      throw new AppError('UNAUTHORIZED', 'Authentication required');
+    }
+    try {
+      const auth = await this.options.verifier.verify(token);
+      return { auth, token, requestId, clientIp, metadata: md };
+    } catch (err) {
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, metadata: md };
+      throw err;
+    }
+  }
+
+  private wrapUnary(path: string, isPublic: boolean, impl: (req: unknown, ctx: CallContext) => Promise<unknown>): grpc.handleUnaryCall<unknown, unknown> {
+    return (call, callback) => {
+      this.context(call, isPublic)
+        .then((ctx) => impl(call.request, ctx))
+        .then(
+          (res) => callback(null, res),
+          (err) => callback(this.toServiceError(path, err)),
+        );
+    };
+  }
+
+  private wrapStream(
+    path: string,
+    isPublic: boolean,
+    impl: (req: unknown, ctx: CallContext, send: (m: unknown) => Promise<void>, signal: AbortSignal) => Promise<void>,
+  ): grpc.handleServerStreamingCall<unknown, unknown> {
+    return (call) => {
+      const abort = new AbortController();
+      call.on('cancelled', () => abort.abort());
+      const send = (message: unknown) =>
+        new Promise<void>((resolve) => {
+          if (abort.signal.aborted || call.write(message)) resolve();
+          else call.once('drain', () => resolve());
+        });
+      this.context(call, isPublic)
+        .then((ctx) => impl(call.request, ctx, send, abort.signal))
+        .then(
+          () => call.end(),
+          (err) => {
+            if (!abort.signal.aborted) call.destroy(this.toServiceError(path, err) as Error);
+          },
+        );
+    };
+  }
+
+  /** Domain error -> gRPC status with the app error in trailing metadata. The one mapping place in services. */
+  private toServiceError(path: string, err: unknown): Partial<grpc.StatusObject> {
+    let appError: AppError;
+    if (isAppError(err)) appError = err;
+    else if (err instanceof DuplicateKeyError) appError = new AppError('CONFLICT', 'Resource already exists', { fields: err.fields });
+    else if (err instanceof InvalidCursorError)
+      appError = new AppError('VALIDATION_ERROR', 'Invalid request parameters', { fields: [{ field: 'cursor', message: 'is not valid' }] });
+    else {
+      this.options.logger.error({ err, path }, 'unhandled error in gRPC handler');
+      appError = new AppError('INTERNAL_ERROR', 'Internal server error');
+    }
+    const metadata = new grpc.Metadata();
+    metadata.set(APP_ERROR_KEY, JSON.stringify({ code: appError.code, message: appError.message, details: appError.details }));
+    return { code: ERROR_CODES[appError.code].grpc, details: appError.message, metadata };
+  }
+}
+
+export { healthService };
+
+/** Type-checks a registration against its definition, then erases the type for lists of registrations. */
+export function registration<D extends object>(r: ServiceRegistration<D>): ServiceRegistration<object> {
+  return r as unknown as ServiceRegistration<object>;
+}

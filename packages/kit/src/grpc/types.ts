@@ -1,0 +1,56 @@
+import type { Metadata } from '@grpc/grpc-js';
+import type { AuthClaims } from '../jwt';
+
+/** What a handler knows about the call besides the request message. */
+export interface CallContext {
+  /** Verified claims of the caller's JWT; null only for methods declared public. */
+  auth: AuthClaims | null;
+  /** The raw JWT, to pass on when this service calls another on the caller's behalf. */
+  token: string | null;
+  requestId: string;
+  /** Client address as the gateway saw it (x-client-ip), for audit and allowlists. */
+  clientIp: string | null;
+  metadata: Metadata;
+}
+
+/** Authenticated context: what protected handlers receive. */
+export type AuthedContext = CallContext & { auth: AuthClaims; token: string };
+
+interface UnaryDef<Req, Res> {
+  path: string;
+  requestStream: false;
+  responseStream: false;
+  requestDeserialize: (b: Buffer) => Req;
+  responseSerialize: (v: Res) => Buffer;
+  requestSerialize: (v: Req) => Buffer;
+  responseDeserialize: (b: Buffer) => Res;
+}
+interface ServerStreamDef<Req, Res> {
+  path: string;
+  requestStream: false;
+  responseStream: true;
+  requestDeserialize: (b: Buffer) => Req;
+  responseSerialize: (v: Res) => Buffer;
+  requestSerialize: (v: Req) => Buffer;
+  responseDeserialize: (b: Buffer) => Res;
+}
+
+export type ReqOf<M> = M extends { requestDeserialize: (b: Buffer) => infer R } ? R : never;
+export type ResOf<M> = M extends { responseDeserialize: (b: Buffer) => infer R } ? R : never;
+
+/** A server-streaming handler writes with `send`; `signal` aborts when the client goes away. */
+export type StreamHandler<Req, Res> = (
+  req: Req,
+  ctx: CallContext,
+  send: (message: Res) => Promise<void>,
+  signal: AbortSignal,
+) => Promise<void>;
+
+/** The promise-returning implementation of a ts-proto service definition. */
+export type Implementation<D> = {
+  [K in keyof D]: D[K] extends UnaryDef<infer Req, infer Res>
+    ? (req: Req, ctx: CallContext) => Promise<Res>
+    : D[K] extends ServerStreamDef<infer Req, infer Res>
+      ? StreamHandler<Req, Res>
+      : never;
+};

@@ -1,0 +1,140 @@
+import type { JSONWebKeySet } from 'jose';
+import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadConfig, mongoUriFor } from './config';
+import { loadSecretBox, type SecretBox } from './crypto';
+import { openBus, OutboxRelay } from './events';
+import type { EventBus } from './events/types';
+import { GrpcServer, type ServiceRegistration } from './grpc/server';
+import { JwtVerifier } from './jwt';
+import { createLogger, type Logger } from './logger';
+import { openStore } from './storage';
+import type { CollectionDef, Store } from './storage/types';
+
+export interface RuntimeOptions<S extends ConfigSpec> {
+  /** Short service name: identity, projects, ... Names the database, the port variable and logs. */
+  name: string;
+  defaultPort: number;
+  /** Settings of this service beyond the common ones. */
+  config?: S;
+  collections: Array<CollectionDef<{ id: string }>>;
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Everything a service process owns: built once at start, closed once at stop. */
+export interface ServiceRuntime<S extends ConfigSpec> {
+  name: string;
+  config: ConfigOf<typeof commonConfig> & { port: number } & ConfigOf<S>;
+  logger: Logger;
+  store: Store;
+  bus: EventBus;
+  relay: OutboxRelay;
+  box: SecretBox;
+}
+
+export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<S>): Promise<ServiceRuntime<S>> {
+  const env = options.env ?? process.env;
+  const spec = {
+    ...commonConfig,
+    port: field(`${options.name.toUpperCase()}_PORT`, 'int', { default: String(options.defaultPort), min: 0, max: 65535 }),
+    ...(options.config ?? {}),
+  };
+  const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
+  const logger = createLogger(options.name, config.logLevel);
+  const store = await openStore({ mongodbUri: mongoUriFor(options.name, env), dbName: `svc_${options.name}`, sqlitePath: `${config.dataDir}/${options.name}.db` });
+  for (const def of options.collections) await store.ensure(def);
+  const bus = openBus({
+    kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
+    clientId: `svc-${options.name}`,
+    embeddedPath: `${config.dataDir}/bus.db`,
+  });
+  const relay = new OutboxRelay(store, bus, { onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry') });
+  const box = loadSecretBox(config.masterKey, config.dataDir, config.nodeEnv === 'production');
+  return { name: options.name, config, logger, store, bus, relay, box };
+}
+
+export interface RunningService {
+  port: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Serves the registrations over gRPC with health reporting (store and bus reachability checked every 2 s),
+ * starts the outbox relay, and returns a handle whose stop() drains gracefully: health NOT_SERVING, in-flight
+ * calls finished, outbox flushed, connections closed.
+ */
+export async function serve<S extends ConfigSpec>(
+  rt: ServiceRuntime<S>,
+  options: {
+    verifier: JwtVerifier;
+    registrations: Array<ServiceRegistration<object>>;
+    healthNames: string[];
+    onStop?: () => Promise<void>;
+  },
+): Promise<RunningService> {
+  const server = new GrpcServer({ host: rt.config.host, port: rt.config.port, logger: rt.logger, verifier: options.verifier, healthNames: options.healthNames });
+  for (const r of options.registrations) server.add(r);
+  rt.relay.start();
+  const port = await server.start();
+  let healthy = true;
+  const probe = setInterval(() => {
+    Promise.all([rt.store.ping(), rt.bus.ping()]).then(
+      () => setHealth(true),
+      (err) => {
+        if (healthy) rt.logger.error({ err }, 'store or bus unreachable');
+        setHealth(false);
+      },
+    );
+  }, 2000);
+  probe.unref();
+  function setHealth(ok: boolean) {
+    if (ok === healthy) return;
+    healthy = ok;
+    for (const name of ['', ...options.healthNames]) server.health.setStatus(name, ok ? 'SERVING' : 'NOT_SERVING');
+  }
+  rt.logger.info({ port }, `${rt.name} service listening`);
+  return {
+    port,
+    async stop() {
+      clearInterval(probe);
+      await server.stop();
+      await options.onStop?.();
+      await rt.relay.stop();
+      await rt.bus.close();
+      await rt.store.close();
+    },
+  };
+}
+
+/** Verifier for services other than identity: keys come from identity's GetJwks. */
+export function jwksFrom(fetch: () => Promise<string>): () => Promise<JSONWebKeySet> {
+  return async () => JSON.parse(await fetch()) as JSONWebKeySet;
+}
+
+/**
+ * The process entry for a service: start it, tell a parent launcher (IPC) the port, stop gracefully on
+ * SIGTERM/SIGINT, and exit with a clear message on bad configuration.
+ */
+export function runMain(name: string, start: () => Promise<RunningService>): void {
+  start().then(
+    (svc) => {
+      process.send?.({ type: 'ready', name, port: svc.port });
+      let stopping = false;
+      const shutdown = () => {
+        if (stopping) return;
+        stopping = true;
+        svc.stop().then(
+          () => process.exit(0),
+          () => process.exit(1),
+        );
+      };
+      process.on('SIGTERM', shutdown);
+      process.on('SIGINT', shutdown);
+      // Started by a launcher: stop with it, even when it dies without a word.
+      if (process.send) process.on('disconnect', shutdown);
+    },
+    (err: unknown) => {
+      if (err instanceof ConfigError) console.error(`${name}: ${err.message}`);
+      else console.error(`${name}: failed to start:`, err);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,107 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { openSqliteStore, sqliteFindPlan } from './sqlite';
+import { storeContract } from './store.contract';
+import type { CollectionDef } from './types';
+
+const dir = mkdtempSync(join(tmpdir(), 'kit-sqlite-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let files = 0;
+const freshPath = () => join(dir, `store-${++files}.db`);
+
+storeContract('sqlite', async () => openSqliteStore({ path: freshPath() }));
+
+interface Note {
+  id: string;
+  tenantId: string;
+  text: string;
+  createdAt: string;
+}
+const notes: CollectionDef<Note> = { name: 'notes', indexes: [{ fields: ['tenantId'] }] };
+
+describe('sqlite store', () => {
+  test('creates parent directories, and data survives close and reopen', async () => {
+    const path = join(dir, 'nested', 'deeper', 'durable.db');
+    const first = openSqliteStore({ path });
+    const doc = { id: 'n1', tenantId: 't1', text: 'kept', createdAt: '2024-01-01T00:00:00.000Z' };
+    await first.collection(notes).insert(doc);
+    await first.transaction(async (tx) => {
+      await tx.collection(notes).insert({ ...doc, id: 'n2' });
+    });
+    await first.close();
+
+    const second = openSqliteStore({ path });
+    expect(await second.collection(notes).get('n1')).toEqual(doc);
+    expect(await second.collection(notes).count({ tenantId: 't1' })).toBe(2);
+    const raw = new Database(path, { readonly: true });
+    expect(raw.pragma('journal_mode', { simple: true })).toBe('wal');
+    raw.close();
+    await second.close();
+  });
+
+  test('works in memory', async () => {
+    const store = openSqliteStore({ path: ':memory:' });
+    await store.collection(notes).insert({ id: 'm', tenantId: 't', text: 'x', createdAt: 'now' });
+    expect(await store.collection(notes).count({})).toBe(1);
+    await store.close();
+  });
+
+  test('a tenant-filtered find is served by an index, never a scan or a sort', async () => {
+    const store = openSqliteStore({ path: freshPath() });
+    const items = store.collection(notes);
+    for (let i = 0; i < 50; i++) {
+      await items.insert({ id: `n${i}`, tenantId: `t${i % 3}`, text: 'x', createdAt: `2024-01-${10 + (i % 9)}` });
+    }
+    const { nextCursor } = await items.find({ tenantId: 't1' }, { limit: 2 });
+    const cases = [{}, { order: 'asc' as const }, { cursor: nextCursor }, { cursor: nextCursor, order: 'asc' as const }];
+    for (const options of cases) {
+      for (const plan of sqliteFindPlan(store, notes, { tenantId: 't1' }, options)) {
+        const text = plan.join('\n');
+        expect(text).toMatch(/USING (COVERING )?INDEX notes_f_/);
+        expect(text).not.toMatch(/SCAN notes|TEMP B-TREE/);
+      }
+    }
+    // The keyset condition seeks the index to the cursor rather than filtering from the first row.
+    expect(sqliteFindPlan(store, notes, { tenantId: 't1' }, { cursor: nextCursor })[0].join()).toMatch(/<expr>=\? AND <expr><\?/);
+    await store.close();
+  });
+
+  test('when no transaction is open an operation runs synchronously', async () => {
+    const path = freshPath();
+    const store = openSqliteStore({ path });
+    await store.ensure(notes);
+    const pending = store.collection(notes).insert({ id: 'sync', tenantId: 't', text: 'x', createdAt: 'now' });
+    // Before the promise is awaited, another connection already sees the committed row.
+    const raw = new Database(path, { readonly: true });
+    expect(raw.prepare('SELECT count(*) AS n FROM notes').get()).toEqual({ n: 1 });
+    raw.close();
+    await pending;
+    await store.close();
+  });
+
+  test('operations queued behind a transaction run in order once it ends', async () => {
+    const store = openSqliteStore({ path: freshPath() });
+    const items = store.collection(notes);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const tx = store.transaction(async (t) => {
+      await t.collection(notes).insert({ id: 'a', tenantId: 't', text: 'tx', createdAt: '1' });
+      await gate;
+    });
+    const order: string[] = [];
+    const queued = [
+      items.insert({ id: 'b', tenantId: 't', text: 'after', createdAt: '2' }).then(() => order.push('insert')),
+      items.count({}).then((n) => order.push(`count ${n}`)),
+    ];
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(order).toEqual([]);
+    release();
+    await tx;
+    await Promise.all(queued);
+    expect(order).toEqual(['insert', 'count 2']);
+    await store.close();
+  });
+});

@@ -1,0 +1,442 @@
+/**
+ * Storage port on SQLite (better-sqlite3, WAL). One table per collection, `(id TEXT PRIMARY KEY, doc TEXT)` with
+ * the JSON document; declared indexes are expression indexes on `json_extract(doc,'$.field')` and every query
+ * uses the very same expressions so that SQLite picks them. Only validated names are written into SQL; every
+ * value is a bound parameter.
+ *
+ * better-sqlite3 is synchronous but transaction callbacks are async, so one async mutex serialises
+ * transactions: while one is open, every other operation on this store waits for it (nobody sees or joins
+ * uncommitted state). When no transaction is open an operation runs synchronously, with no queue at all.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { assertId, incrementEntries, patchEntries, schemaOf, sortValueOf, whereEntries, type AnyDef, type Schema } from './common';
+import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
+import {
+  DuplicateKeyError,
+  type Collection,
+  type CollectionDef,
+  type FindOptions,
+  type Page,
+  type Scalar,
+  type Store,
+  type StoreSession,
+  type Where,
+} from './types';
+
+type Doc = { id: string };
+
+/** The SQL expression for a field: the primary key column for `id`, else the JSON path. Names are validated. */
+function expr(field: string): string {
+  return field === 'id' ? 'id' : `json_extract(doc,'$.${field}')`;
+}
+
+/** json_extract yields 1/0 for JSON true/false, and better-sqlite3 cannot bind booleans. */
+function bind(value: Scalar): string | number | null {
+  return typeof value === 'boolean' ? (value ? 1 : 0) : value;
+}
+
+interface Conditions {
+  parts: string[];
+  params: Array<string | number | null>;
+}
+
+function conditions(where: object | undefined): Conditions {
+  const parts: string[] = [];
+  const params: Array<string | number | null> = [];
+  for (const [field, value] of whereEntries(where)) {
+    if (value === null) parts.push(`${expr(field)} IS NULL`);
+    else {
+      parts.push(`${expr(field)} = ?`);
+      params.push(bind(value));
+    }
+  }
+  return { parts, params };
+}
+
+const clause = (parts: string[]) => (parts.length ? ` WHERE ${parts.join(' AND ')}` : '');
+
+/** The SELECT for one segment of a page (see pageSegments); the LIMIT is the last parameter. */
+function segmentQuery(schema: Schema, where: Conditions, segment: PageSegment, order: 'asc' | 'desc') {
+  const sort = expr(schema.sortField);
+  const dir = order === 'desc' ? 'DESC' : 'ASC';
+  const beyond = order === 'desc' ? '<' : '>';
+  const parts = [...where.parts];
+  const params = [...where.params];
+  let orderBy = `${sort} ${dir}, id ${dir}`;
+  if (segment.nulls) {
+    parts.push(`${sort} IS NULL`);
+    if (segment.after) {
+      parts.push(`id ${beyond} ?`);
+      params.push(segment.after.id);
+    }
+    orderBy = `id ${dir}`; // with the sort value fixed at NULL, ordering by id alone lets the index provide it
+  } else if (segment.after) {
+    // Written as a range plus a filter (not a row-value comparison) so that SQLite seeks the index to the cursor.
+    parts.push(`${sort} ${beyond}= ?`, `(${sort} ${beyond} ? OR id ${beyond} ?)`);
+    const value = bind(segment.after.sortValue);
+    params.push(value, value, segment.after.id);
+  } else {
+    parts.push(`${sort} IS NOT NULL`);
+  }
+  return { sql: `SELECT doc FROM "${schema.name}"${clause(parts)} ORDER BY ${orderBy} LIMIT ?`, params };
+}
+
+function indexName(table: string, kind: string, columns: string[]): string {
+  const hash = createHash('sha256').update(JSON.stringify(columns)).digest('hex').slice(0, 8);
+  return `${table}_${kind}_${hash}`;
+}
+
+class Table {
+  /** Set once the table and its indexes exist (reset if a transaction that created them rolls back). */
+  ready = false;
+  base: SqliteCollection<Doc> | null = null;
+  constructor(readonly schema: Schema) {}
+
+  ddl(uniqueIndexes: Map<string, string[]>): string[] {
+    const { name, sortField, indexes } = this.schema;
+    const statements = [`CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY, doc TEXT NOT NULL)`];
+    for (const index of indexes) {
+      if (index.unique) {
+        const indexId = indexName(name, 'u', index.fields);
+        uniqueIndexes.set(indexId, index.fields);
+        const columns = index.fields.map(expr).join(', ');
+        statements.push(`CREATE UNIQUE INDEX IF NOT EXISTS "${indexId}" ON "${name}" (${columns})`);
+      } else {
+        // The where fields, then the sort field and id: `find` pages straight from the index.
+        const fields = [...new Set([...index.fields, sortField, 'id'])];
+        const columns = fields.map(expr).join(', ');
+        statements.push(`CREATE INDEX IF NOT EXISTS "${indexName(name, 'f', fields)}" ON "${name}" (${columns})`);
+      }
+    }
+    return statements;
+  }
+}
+
+interface Tx {
+  open: boolean;
+  session: StoreSession;
+  /** Tables first created inside this transaction: a rollback undoes their DDL too. */
+  created: Table[];
+}
+
+class SqliteStore implements Store {
+  readonly kind = 'sqlite' as const;
+  readonly db: Database.Database;
+  private readonly statements = new Map<string, Database.Statement>();
+  private readonly tables = new WeakMap<object, Table>();
+  /** Unique index name -> its fields, to name the fields in a DuplicateKeyError. */
+  private readonly uniqueIndexes = new Map<string, string[]>();
+  /** Runs a function in BEGIN IMMEDIATE, or in a savepoint when a transaction is already open. */
+  readonly atomic: Database.Transaction<(fn: () => unknown) => unknown>;
+  private readonly context = new AsyncLocalStorage<Tx>();
+  private locked = false;
+  private readonly waiters: Array<() => void> = [];
+  private current: Tx | null = null;
+
+  constructor(path: string) {
+    if (path !== ':memory:' && path !== '') mkdirSync(dirname(path), { recursive: true });
+    this.db = new Database(path);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('busy_timeout = 5000');
+    this.atomic = this.db.transaction((fn: () => unknown) => fn());
+  }
+
+  statement(sql: string): Database.Statement {
+    let statement = this.statements.get(sql);
+    if (!statement) {
+      // Shapes come from code, so this stays small; the bound only guards against a caller building names.
+      if (this.statements.size >= 2000) this.statements.clear();
+      statement = this.db.prepare(sql);
+      this.statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  table(def: AnyDef): Table {
+    let table = this.tables.get(def);
+    if (!table) {
+      table = new Table(schemaOf(def));
+      this.tables.set(def, table);
+    }
+    return table;
+  }
+
+  /** Creates the table and indexes on first use; runs under the same rules as any operation. */
+  ready(table: Table): void {
+    if (table.ready) return;
+    for (const sql of table.ddl(this.uniqueIndexes)) this.db.exec(sql);
+    table.ready = true;
+    if (this.current) this.current.created.push(table);
+  }
+
+  /** Maps a unique violation to DuplicateKeyError; anything else is rethrown. */
+  duplicate(err: unknown, collection: string): never {
+    // Matched by code, not instanceof: the native addon keeps the SqliteError class of the first module
+    // instance that loaded it, so a second instance (jest's per-file registries) would not match.
+    const code = (err as { code?: unknown } | null)?.code;
+    if (typeof code === 'string') {
+      if (code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateKeyError(collection, ['id']);
+      if (code === 'SQLITE_CONSTRAINT_UNIQUE') {
+        const index = /index '([^']+)'/.exec(String((err as { message?: unknown }).message))?.[1];
+        throw new DuplicateKeyError(collection, (index && this.uniqueIndexes.get(index)) || ['id']);
+      }
+    }
+    throw err;
+  }
+
+  private acquire(): Promise<void> | void {
+    if (!this.locked) {
+      this.locked = true;
+      return;
+    }
+    return new Promise<void>((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Hands the lock to the next waiter (it stays locked) or frees it. */
+  private release(): void {
+    const next = this.waiters.shift();
+    if (next) next();
+    else this.locked = false;
+  }
+
+  /**
+   * Runs a non-transactional operation: at once when the store is idle or when called from inside the open
+   * transaction's own async flow (waiting there would deadlock, so it joins), else after the transaction.
+   */
+  exec<R>(op: () => R): R | Promise<R> {
+    if (!this.locked) return op();
+    if (this.current?.open && this.context.getStore() === this.current) return op();
+    return this.withLock(op);
+  }
+
+  private async withLock<R>(op: () => R): Promise<R> {
+    await this.acquire();
+    try {
+      return op();
+    } finally {
+      this.release();
+    }
+  }
+
+  collection<T extends Doc>(def: CollectionDef<T>): Collection<T> {
+    const table = this.table(def);
+    table.base ??= new SqliteCollection<Doc>(this, table, null);
+    return table.base as unknown as Collection<T>;
+  }
+
+  async transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
+    const open = this.current;
+    // A transaction started inside another one's callback joins it (no savepoint: it commits or rolls back whole).
+    if (open?.open && this.context.getStore() === open) return fn(open.session);
+    await this.acquire();
+    const tx: Tx = {
+      open: true,
+      created: [],
+      session: { collection: <T extends Doc>(def: CollectionDef<T>) => this.bound(def, tx) },
+    };
+    let begun = false;
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      begun = true;
+      this.current = tx;
+      const result = await this.context.run(tx, () => fn(tx.session));
+      this.db.exec('COMMIT');
+      return result;
+    } catch (err) {
+      if (begun && this.db.inTransaction) this.db.exec('ROLLBACK');
+      for (const table of tx.created) table.ready = false;
+      throw err;
+    } finally {
+      tx.open = false;
+      this.current = null;
+      this.release();
+    }
+  }
+
+  private bound<T extends Doc>(def: CollectionDef<T>, tx: Tx): Collection<T> {
+    return new SqliteCollection<Doc>(this, this.table(def), tx) as unknown as Collection<T>;
+  }
+
+  async ensure<T extends Doc>(def: CollectionDef<T>): Promise<void> {
+    const table = this.table(def);
+    await this.exec(() => this.ready(table));
+  }
+
+  async ping(): Promise<void> {
+    this.statement('select 1').get();
+  }
+
+  async close(): Promise<void> {
+    await this.acquire();
+    try {
+      this.statements.clear();
+      this.db.close();
+    } finally {
+      this.release();
+    }
+  }
+
+  /** EXPLAIN QUERY PLAN of the statements `find` would run: the details of each, in segment order. */
+  explainFind(def: AnyDef, where: object, options: FindOptions = {}): string[][] {
+    const table = this.table(def);
+    this.ready(table);
+    const cursor = options.cursor ? decodeCursor(options.cursor) : null;
+    const order = options.order === 'asc' ? 'asc' : 'desc';
+    const conds = conditions(where);
+    return pageSegments(order, cursor).map((segment) => {
+      const { sql, params } = segmentQuery(table.schema, conds, segment, order);
+      const plan = this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params, 1) as Array<{ detail: string }>;
+      return plan.map((row) => row.detail);
+    });
+  }
+}
+
+class SqliteCollection<T extends Doc> implements Collection<T> {
+  private readonly name: string;
+  constructor(
+    private readonly store: SqliteStore,
+    private readonly table: Table,
+    private readonly tx: Tx | null,
+  ) {
+    this.name = table.schema.name;
+  }
+
+  /** Every operation body is synchronous; this decides whether it runs now or after the open transaction. */
+  private run<R>(op: () => R): R | Promise<R> {
+    const body = () => {
+      this.store.ready(this.table);
+      return op();
+    };
+    if (this.tx) {
+      if (!this.tx.open) throw new Error('the transaction has already finished');
+      return body();
+    }
+    return this.store.exec(body);
+  }
+
+  private one(sql: string, params: unknown[]): T | null {
+    const row = this.store.statement(sql).get(...params) as { doc: string } | undefined;
+    return row ? (JSON.parse(row.doc) as T) : null;
+  }
+
+  async insert(doc: T): Promise<T> {
+    assertId(doc.id);
+    const json = JSON.stringify(doc);
+    return this.run(() => {
+      try {
+        this.store.statement(`INSERT INTO "${this.name}" (id, doc) VALUES (?, ?)`).run(doc.id, json);
+      } catch (err) {
+        this.store.duplicate(err, this.name);
+      }
+      return doc;
+    });
+  }
+
+  async get(id: string, where?: Where<T>): Promise<T | null> {
+    assertId(id, { allowEmpty: true });
+    const conds = conditions(where);
+    return this.run(() => this.one(`SELECT doc FROM "${this.name}"${clause(['id = ?', ...conds.parts])}`, [id, ...conds.params]));
+  }
+
+  async findOne(where: Where<T>): Promise<T | null> {
+    const conds = conditions(where);
+    return this.run(() => this.one(`SELECT doc FROM "${this.name}"${clause(conds.parts)} LIMIT 1`, conds.params));
+  }
+
+  async find(where: Where<T>, options: FindOptions = {}): Promise<Page<T>> {
+    const limit = clampLimit(options.limit);
+    const order = options.order === 'asc' ? 'asc' : 'desc';
+    const cursor = options.cursor ? decodeCursor(options.cursor) : null;
+    const conds = conditions(where);
+    const { sortField } = this.table.schema;
+    return this.run(() => {
+      const rows: T[] = [];
+      for (const segment of pageSegments(order, cursor)) {
+        const { sql, params } = segmentQuery(this.table.schema, conds, segment, order);
+        const found = this.store.statement(sql).all(...params, limit + 1 - rows.length) as Array<{ doc: string }>;
+        for (const row of found) rows.push(JSON.parse(row.doc) as T);
+        if (rows.length > limit) break;
+      }
+      return toPage(rows, limit, (doc) => sortValueOf(doc, sortField));
+    });
+  }
+
+  async update(id: string, where: Where<T>, patch: Partial<T>): Promise<T | null> {
+    assertId(id, { allowEmpty: true });
+    const conds = conditions(where);
+    const fields = patchEntries(id, patch);
+    if (fields.length === 0) return this.get(id, where);
+    // One statement: the compare (WHERE) and the set (json_set) are atomic. json(?) keeps values typed as JSON.
+    const sets = fields.map(([field]) => `'$.${field}', json(?)`).join(', ');
+    const sql = `UPDATE "${this.name}" SET doc = json_set(doc, ${sets})${clause(['id = ?', ...conds.parts])} RETURNING doc`;
+    const params = [...fields.map(([, value]) => JSON.stringify(value)), id, ...conds.params];
+    return this.run(() => {
+      try {
+        return this.one(sql, params);
+      } catch (err) {
+        return this.store.duplicate(err, this.name);
+      }
+    });
+  }
+
+  async increment(id: string, where: Where<T>, by: Partial<Record<keyof T & string, number>>): Promise<T | null> {
+    assertId(id, { allowEmpty: true });
+    const conds = conditions(where);
+    const fields = incrementEntries(by);
+    const select = `SELECT doc FROM "${this.name}"${clause(['id = ?', ...conds.parts])}`;
+    const write = `UPDATE "${this.name}" SET doc = ? WHERE id = ?`;
+    // The sum is computed in JS (SQLite would print doubles with 15 digits and integers as 6.0); reading and
+    // writing inside one immediate transaction (or savepoint) keeps it atomic against other connections too.
+    return this.run(
+      () =>
+        this.store.atomic.immediate(() => {
+          const doc = this.one(select, [id, ...conds.params]) as Record<string, unknown> | null;
+          if (!doc) return null;
+          for (const [field, amount] of fields) {
+            const current = doc[field] ?? 0;
+            if (typeof current !== 'number') throw new Error(`cannot increment non-numeric field ${field}`);
+            doc[field] = current + amount;
+          }
+          this.store.statement(write).run(JSON.stringify(doc), id);
+          return doc;
+        }) as T | null,
+    );
+  }
+
+  async delete(id: string, where?: Where<T>): Promise<boolean> {
+    assertId(id, { allowEmpty: true });
+    const conds = conditions(where);
+    const sql = `DELETE FROM "${this.name}"${clause(['id = ?', ...conds.parts])}`;
+    return this.run(() => this.store.statement(sql).run(id, ...conds.params).changes > 0);
+  }
+
+  async deleteMany(where: Where<T>): Promise<number> {
+    const conds = conditions(where);
+    const sql = `DELETE FROM "${this.name}"${clause(conds.parts)}`;
+    return this.run(() => this.store.statement(sql).run(...conds.params).changes);
+  }
+
+  async count(where: Where<T>): Promise<number> {
+    const conds = conditions(where);
+    const sql = `SELECT count(*) AS n FROM "${this.name}"${clause(conds.parts)}`;
+    return this.run(() => (this.store.statement(sql).get(...conds.params) as { n: number }).n);
+  }
+}
+
+export function openSqliteStore(options: { path: string }): Store {
+  return new SqliteStore(options.path);
+}
+
+/**
+ * The query plan of each statement `find` runs for this definition and query (for tests and diagnostics):
+ * lets a test assert that a list query is served by an index rather than a table scan.
+ */
+export function sqliteFindPlan<T extends Doc>(store: Store, def: CollectionDef<T>, where: Where<T>, options?: FindOptions): string[][] {
+  if (!(store instanceof SqliteStore)) throw new Error('not a SQLite store');
+  return store.explainFind(def, where, options);
+}

@@ -1,0 +1,27 @@
+/**
+ * OpenTelemetry bootstrap. Imported first by every process entry so instrumentation patches http, grpc,
+ * fastify, mongodb, ioredis and kafkajs before they load. Configured only by the standard OTEL_* variables;
+ * without an exporter endpoint or OTEL_TRACES_EXPORTER it stays off, and its modules are not even loaded.
+ */
+const enabled =
+  process.env.OTEL_SDK_DISABLED !== 'true' &&
+  Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT || process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || process.env.OTEL_TRACES_EXPORTER);
+
+if (enabled) {
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const { NodeSDK } = require('@opentelemetry/sdk-node') as typeof import('@opentelemetry/sdk-node');
+  const { getNodeAutoInstrumentations } = require('@opentelemetry/auto-instrumentations-node') as typeof import('@opentelemetry/auto-instrumentations-node');
+  const sdk = new NodeSDK({
+    instrumentations: [
+      getNodeAutoInstrumentations({
+        // File system and DNS spans are noise at this level.
+        '@opentelemetry/instrumentation-fs': { enabled: false },
+        '@opentelemetry/instrumentation-dns': { enabled: false },
+      }),
+    ],
+  });
+  sdk.start();
+  process.once('beforeExit', () => void sdk.shutdown().catch(() => undefined));
+}
+
+export const telemetryEnabled = enabled;

@@ -1,0 +1,107 @@
+import type { CollectionDef } from '@svc/kit';
+
+export type Plan = 'free' | 'starter' | 'growth' | 'enterprise';
+export type Role = 'owner' | 'admin' | 'member';
+export type CredentialType = 'user' | 'api_key' | 'cli';
+
+export interface TenantDoc {
+  id: string;
+  name: string;
+  plan: Plan;
+  ipAllowlist: string[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface UserDoc {
+  id: string;
+  tenantId: string;
+  /** Lower-cased; unique across the platform because sign-in is by email alone. */
+  email: string;
+  name: string;
+  role: Role;
+  passwordHash: string;
+  disabled: boolean;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A signed-in session (browser, API client or CLI). Refresh tokens and the cookie belong to one. */
+export interface SessionDoc {
+  id: string;
+  tenantId: string;
+  userId: string;
+  type: 'user' | 'cli';
+  /** SHA-256 of the browser cookie value. */
+  cookieHash: string | null;
+  revokedAt: string | null;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** Keyed by the SHA-256 of the token; `usedAt` set once it has been rotated. */
+export interface RefreshTokenDoc {
+  id: string;
+  sessionId: string;
+  tenantId: string;
+  usedAt: string | null;
+  createdAt: string;
+  expiresAt: string;
+}
+
+export interface ApiKeyDoc {
+  id: string;
+  tenantId: string;
+  createdBy: string;
+  name: string;
+  type: string;
+  environment: string;
+  scopes: string[];
+  scoped: boolean;
+  /** First 12 characters of the key, for display. */
+  start: string;
+  /** SHA-256 of the whole key. The key itself is never stored. */
+  hash: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  expiresAt: string | null;
+  revokedAt: string | null;
+}
+
+/** Append-only feed that gateways poll (and receive through Redis) to drop cached credentials. */
+export interface RevocationDoc {
+  id: string;
+  seq: number;
+  kind: 'api_key' | 'session' | 'user' | 'tenant';
+  subjectId: string;
+  at: number;
+  createdAt: string;
+}
+
+export interface SigningKeyDoc {
+  id: string;
+  /** Private JWK, encrypted with the master key. */
+  privateJwk: string;
+  publicJwk: string;
+  status: 'active' | 'retired';
+  createdAt: string;
+}
+
+export const tenants: CollectionDef<TenantDoc> = { name: 'tenants' };
+export const users: CollectionDef<UserDoc> = {
+  name: 'users',
+  indexes: [{ fields: ['email'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
+};
+export const sessions: CollectionDef<SessionDoc> = {
+  name: 'sessions',
+  indexes: [{ fields: ['cookieHash'] }, { fields: ['userId'] }],
+};
+export const refreshTokens: CollectionDef<RefreshTokenDoc> = { name: 'refresh_tokens', indexes: [{ fields: ['sessionId'] }] };
+export const apiKeys: CollectionDef<ApiKeyDoc> = {
+  name: 'api_keys',
+  indexes: [{ fields: ['hash'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
+};
+export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq' };
+export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
+
+export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys] as CollectionDef<{ id: string }>[];

@@ -1,0 +1,25 @@
+import type { EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
+import type { SigningKeys } from './signing-keys';
+
+export interface IdentitySettings {
+  issuer: string;
+  audience: string;
+  accessTokenTtlS: number;
+  refreshTokenTtlS: number;
+  sessionTtlS: number;
+  /** Lifetime of the JWT minted for an API key or cookie; the gateway caches it. */
+  serviceTokenTtlS: number;
+}
+
+/** Everything the identity handlers use, built once at start. */
+export interface IdentityDeps {
+  store: Store;
+  bus: EventBus;
+  relay: OutboxRelay;
+  keys: SigningKeys;
+  box: SecretBox;
+  logger: Logger;
+  settings: IdentitySettings;
+  /** Tells gateways at once (Redis pub/sub) that a revocation was recorded; they also poll. */
+  announceRevocation: () => void;
+}

@@ -1,0 +1,107 @@
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role } from '@svc/kit';
+import type { identityV1 } from '@svc/proto';
+import { users, type UserDoc } from '../collections';
+import type { IdentityDeps } from '../context';
+import { hashPassword } from '../passwords';
+import { recordRevocation } from '../revocations';
+import { Checks } from '../validate';
+import { requireAuth, userCreated } from './auth';
+import { toMember } from './views';
+
+/** Owners and admins manage the team, keys and security settings. The gateway checks this too. */
+export function requireManager(ctx: CallContext) {
+  requireAuth(ctx);
+  if (ctx.auth.role !== 'owner' && ctx.auth.role !== 'admin')
+    throw errors.forbidden('This needs the owner or admin role', { reason: 'role_required', requiredRole: 'admin' });
+  return ctx.auth;
+}
+
+export function teamHandlers(deps: IdentityDeps) {
+  const { store } = deps;
+  const col = store.collection(users);
+
+  /** Only an owner may grant or take away ownership, and a tenant always keeps one owner. */
+  async function checkOwnerRules(actorRole: string, tenantId: string, target: UserDoc | null, newRole: Role | null) {
+    const touchesOwner = target?.role === 'owner' || newRole === 'owner';
+    if (touchesOwner && actorRole !== 'owner') throw errors.forbidden('Only an owner can change owners', { reason: 'owner_required' });
+    if (target?.role === 'owner' && newRole !== 'owner') {
+      const owners = await col.count({ tenantId, role: 'owner' });
+      if (owners <= 1) throw errors.conflict('A tenant must keep at least one owner', { reason: 'last_owner' });
+    }
+  }
+
+  return {
+    async listMembers(req: identityV1.ListMembersRequest, ctx: CallContext): Promise<identityV1.ListMembersResponse> {
+      requireAuth(ctx);
+      const page = await col.find({ tenantId: ctx.auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { members: page.items.map(toMember), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async addMember(req: identityV1.AddMemberRequest, ctx: CallContext): Promise<identityV1.AddMemberResponse> {
+      const auth = requireManager(ctx);
+      const c = new Checks();
+      const email = c.email('email', req.email);
+      const name = c.text('name', req.name, 1, 200);
+      const role = c.oneOf('role', req.role, ROLES);
+      const password = c.password('password', req.password);
+      c.done();
+      await checkOwnerRules(auth.role, auth.tid, null, role);
+      const now = nowIso();
+      const user: UserDoc = {
+        id: newId('usr'),
+        tenantId: auth.tid,
+        email,
+        name,
+        role,
+        passwordHash: await hashPassword(password),
+        disabled: false,
+        createdAt: now,
+        updatedAt: now,
+      };
+      try {
+        await store.transaction(async (tx) => {
+          await tx.collection(users).insert(user);
+          await userCreated(tx, user);
+        });
+      } catch (err) {
+        if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
+        throw err;
+      }
+      deps.relay.notify();
+      return { member: toMember(user) };
+    },
+
+    async updateMember(req: identityV1.UpdateMemberRequest, ctx: CallContext): Promise<identityV1.UpdateMemberResponse> {
+      const auth = requireManager(ctx);
+      const c = new Checks();
+      const role = c.oneOf('role', req.role, ROLES);
+      c.done();
+      const target = await col.get(req.userId, { tenantId: auth.tid });
+      if (!target) throw errors.notFound('member', req.userId);
+      await checkOwnerRules(auth.role, auth.tid, target, role);
+      const updated = await store.transaction(async (tx) => {
+        const doc = await tx.collection(users).update(target.id, { tenantId: auth.tid, role: target.role }, { role, updatedAt: nowIso() });
+        if (!doc) throw errors.conflict('Member changed meanwhile; retry');
+        // Tokens carry the role: end the member's current sessions so the new role applies at once.
+        await recordRevocation(tx, 'user', doc.id);
+        return doc;
+      });
+      deps.announceRevocation();
+      return { member: toMember(updated) };
+    },
+
+    async removeMember(req: identityV1.RemoveMemberRequest, ctx: CallContext): Promise<identityV1.RemoveMemberResponse> {
+      const auth = requireManager(ctx);
+      const target = await col.get(req.userId, { tenantId: auth.tid });
+      if (!target) throw errors.notFound('member', req.userId);
+      if (target.id === auth.sub) throw errors.conflict('You cannot remove yourself', { reason: 'self_removal' });
+      await checkOwnerRules(auth.role, auth.tid, target, null);
+      await store.transaction(async (tx) => {
+        await tx.collection(users).delete(target.id, { tenantId: auth.tid });
+        await recordRevocation(tx, 'user', target.id);
+      });
+      deps.announceRevocation();
+      return {};
+    },
+  };
+}

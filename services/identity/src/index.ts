@@ -1,0 +1,1 @@
+export { startIdentity, REVOCATION_CHANNEL } from './server';

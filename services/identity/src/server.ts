@@ -1,0 +1,61 @@
+import Redis from 'ioredis';
+import { field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { identityV1 } from '@svc/proto';
+import { ALL_COLLECTIONS } from './collections';
+import type { IdentityDeps } from './context';
+import { apiKeyHandlers } from './handlers/api-keys';
+import { authHandlers } from './handlers/auth';
+import { networkHandlers } from './handlers/network';
+import { teamHandlers } from './handlers/team';
+import { SigningKeys } from './signing-keys';
+
+/** Redis channel on which gateways hear about revocations at once (they also poll ListRevocations). */
+export const REVOCATION_CHANNEL = 'svc:revocations';
+
+const config = {
+  // At most an hour: gateways remember revocations for two hours (gateway/src/lib/revocations.ts).
+  accessTokenTtlS: field('ACCESS_TOKEN_TTL_S', 'int', { default: '900', min: 30, max: 3600 }),
+  refreshTokenTtlS: field('REFRESH_TOKEN_TTL_S', 'int', { default: String(30 * 86400), min: 60 }),
+  sessionTtlS: field('SESSION_TTL_S', 'int', { default: String(30 * 86400), min: 60 }),
+  serviceTokenTtlS: field('SERVICE_TOKEN_TTL_S', 'int', { default: '300', min: 30, max: 3600 }),
+};
+
+export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+  const rt = await openRuntime({ name: 'identity', defaultPort: 50051, config, collections: ALL_COLLECTIONS, env });
+  const keys = new SigningKeys(rt.store, rt.box);
+  await keys.load();
+  const redis = rt.config.redisUrl ? new Redis(rt.config.redisUrl, { lazyConnect: false, maxRetriesPerRequest: 2 }) : null;
+  redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
+  const deps: IdentityDeps = {
+    store: rt.store,
+    bus: rt.bus,
+    relay: rt.relay,
+    keys,
+    box: rt.box,
+    logger: rt.logger,
+    settings: {
+      issuer: rt.config.jwtIssuer,
+      audience: rt.config.jwtAudience,
+      accessTokenTtlS: rt.config.accessTokenTtlS,
+      refreshTokenTtlS: rt.config.refreshTokenTtlS,
+      sessionTtlS: rt.config.sessionTtlS,
+      serviceTokenTtlS: rt.config.serviceTokenTtlS,
+    },
+    announceRevocation: () => void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined),
+  };
+  const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
+  return serve(rt, {
+    verifier,
+    healthNames: ['identity.v1.IdentityService'],
+    registrations: [
+      registration({
+        definition: identityV1.IdentityServiceService,
+        implementation: { ...authHandlers(deps), ...apiKeyHandlers(deps), ...teamHandlers(deps), ...networkHandlers(deps) },
+        publicMethods: ['register', 'login', 'refresh', 'authenticate', 'getJwks', 'listRevocations'],
+      }),
+    ],
+    onStop: async () => {
+      await redis?.quit().catch(() => undefined);
+    },
+  });
+}

@@ -1,0 +1,59 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+import { freePort } from './redis';
+
+export interface SystemProcess {
+  url: string;
+  proc: ChildProcess;
+  output: () => string;
+  /** SIGTERM and wait for a clean exit; resolves with the exit code. */
+  stop(): Promise<number | null>;
+  /** SIGKILL to the whole process group: the launcher and every service, with no chance to clean up. */
+  kill(): Promise<void>;
+}
+
+const ROOT = resolve(__dirname, '../..');
+
+/** Runs `npm start`'s launcher as a user would, in its own process group, and waits for "system ready". */
+export async function startSystem(env: Record<string, string>): Promise<SystemProcess> {
+  const port = env.PORT ?? String(await freePort());
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env, PORT: port },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let out = '';
+  proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((ok) => proc.once('exit', (code) => ok(code)));
+  await new Promise<void>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`system not ready in 60 s:\n${out.slice(-3000)}`)), 60_000);
+    const check = () => {
+      if (out.includes('system ready at')) {
+        clearTimeout(timer);
+        ok();
+      }
+    };
+    proc.stdout!.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      fail(new Error(`system exited (${code}) before ready:\n${out.slice(-3000)}`));
+    });
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    proc,
+    output: () => out,
+    async stop() {
+      process.kill(proc.pid!, 'SIGTERM');
+      return exited;
+    },
+    async kill() {
+      process.kill(-proc.pid!, 'SIGKILL');
+      await exited;
+      // Give the OS a moment to release the listening ports of the killed group.
+      await new Promise((r) => setTimeout(r, 200));
+    },
+  };
+}

@@ -1,0 +1,42 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once('error', fail);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+/** A real redis-server on a free loopback port, no persistence; stopped by its PID. */
+export async function startRedis(): Promise<{ url: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const proc: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  await new Promise<void>((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error('redis-server did not start (is it installed? apt-get install -y redis-server)')), 10_000);
+    proc.once('error', (err) => {
+      clearTimeout(timer);
+      fail(err);
+    });
+    proc.stdout!.on('data', (chunk: Buffer) => {
+      if (chunk.toString().includes('Ready to accept connections')) {
+        clearTimeout(timer);
+        ok();
+      }
+    });
+  });
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    stop: () =>
+      new Promise((ok) => {
+        proc.once('exit', () => ok());
+        proc.kill('SIGTERM');
+      }),
+  };
+}
