@@ -1,17 +1,30 @@
 import { createClient, type ServiceClient } from '@svc/kit';
-import { identityV1 } from '@svc/proto';
+import { identityV1, projectsV1 } from '@svc/proto';
 
-/** One gRPC client per backing service. Add a service here and to `SERVICE_NAMES`. */
-export interface Clients {
-  identity: ServiceClient<typeof identityV1.IdentityServiceService>;
+/**
+ * The backing services: gRPC definition and default port. The gateway makes one client per entry, finds each at
+ * `<NAME>_ADDR` (default 127.0.0.1:<port>) and checks each in /readyz. Adding a service is one line here.
+ */
+export const SERVICES = {
+  identity: { definition: identityV1.IdentityServiceService, port: 50051 },
+  projects: { definition: projectsV1.ProjectsServiceService, port: 50052 },
+} as const;
+
+export type ServiceName = keyof typeof SERVICES;
+export type Clients = { [K in ServiceName]: ServiceClient<(typeof SERVICES)[K]['definition']> };
+
+export function serviceAddresses(env: NodeJS.ProcessEnv): Record<ServiceName, string> {
+  const out = {} as Record<ServiceName, string>;
+  for (const [name, s] of Object.entries(SERVICES) as Array<[ServiceName, { port: number }]>)
+    out[name] = env[`${name.toUpperCase()}_ADDR`] || `127.0.0.1:${s.port}`;
+  return out;
 }
 
-export const SERVICE_NAMES = ['identity'] as const;
-
-export function createClients(addresses: Record<(typeof SERVICE_NAMES)[number], string>, deadlineMs: number): Clients {
-  return {
-    identity: createClient(identityV1.IdentityServiceService, addresses.identity, { deadlineMs }),
-  };
+export function createClients(addresses: Record<ServiceName, string>, deadlineMs: number): Clients {
+  const out: Record<string, unknown> = {};
+  for (const [name, s] of Object.entries(SERVICES) as Array<[ServiceName, { definition: object }]>)
+    out[name] = createClient(s.definition, addresses[name], { deadlineMs });
+  return out as Clients;
 }
 
 export function closeClients(clients: Clients): void {

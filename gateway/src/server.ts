@@ -2,7 +2,7 @@ import Redis from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { createLogger, JwtVerifier, jwksFrom } from '@svc/kit';
 import { buildApp } from './app';
-import { closeClients, createClients, SERVICE_NAMES } from './clients';
+import { closeClients, createClients, serviceAddresses } from './clients';
 import { loadGatewayConfig, type GatewayConfig } from './config';
 import { CredentialResolver } from './lib/credentials';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './lib/rate-limiter';
@@ -16,16 +16,11 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-const DEFAULT_PORTS: Record<(typeof SERVICE_NAMES)[number], number> = { identity: 50051 };
-
 /** Wires the gateway: config, gRPC clients, credential cache and revocation feed, rate limiter; then listens. */
 export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
   const config = loadGatewayConfig(env);
   const logger = createLogger('gateway', config.logLevel);
-  const addresses = Object.fromEntries(
-    SERVICE_NAMES.map((name) => [name, env[`${name.toUpperCase()}_ADDR`] || `127.0.0.1:${DEFAULT_PORTS[name]}`]),
-  ) as Record<(typeof SERVICE_NAMES)[number], string>;
-  const clients = createClients(addresses, config.grpcDeadlineMs);
+  const clients = createClients(serviceAddresses(env), config.grpcDeadlineMs);
 
   const redis = config.redisUrl ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
   const subscriber = config.redisUrl ? new Redis(config.redisUrl) : null;

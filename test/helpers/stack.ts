@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startIdentity } from '@svc/identity';
+import { startProjects } from '@svc/projects';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -9,6 +10,8 @@ export interface Stack {
   url: string;
   dataDir: string;
   identity: RunningService;
+  /** Every service, by name (identity included). */
+  services: Record<string, RunningService>;
   gateways: RunningGateway[];
   /** The first gateway. */
   gateway: RunningGateway;
@@ -35,22 +38,28 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     DATA_DIR: dataDir,
     IDENTITY_PORT: '0',
+    PROJECTS_PORT: '0',
     ...options.env,
   };
+  // Identity first: the others fetch its JWKS.
   const identity = await startIdentity(env);
-  const gwEnv = { ...env, PORT: '0', IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
+  env.IDENTITY_ADDR = `127.0.0.1:${identity.port}`;
+  const services: Record<string, RunningService> = { identity, projects: await startProjects(env) };
+  const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };
+  for (const [name, svc] of Object.entries(services)) gwEnv[`${name.toUpperCase()}_ADDR`] = `127.0.0.1:${svc.port}`;
   const gateways: RunningGateway[] = [];
   for (let i = 0; i < (options.gateways ?? 1); i++) gateways.push(await startGateway({ ...gwEnv, INSTANCE_ID: `gw-${i}` }));
   return {
     url: gateways[0].url,
     dataDir,
     identity,
+    services,
     gateways,
     gateway: gateways[0],
     env: gwEnv,
     async stop() {
       for (const g of gateways) await g.stop();
-      await identity.stop();
+      for (const svc of Object.values(services).reverse()) await svc.stop();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { GatewayDeps } from '../app';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
+import { projectRoutes } from './projects';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
 
@@ -10,4 +11,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   authRoutes(app, deps);
   tenantRoutes(app, deps);
   apiKeyRoutes(app, deps);
+  projectRoutes(app, deps);
 }

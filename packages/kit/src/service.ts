@@ -3,7 +3,9 @@ import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadC
 import { loadSecretBox, type SecretBox } from './crypto';
 import { openBus, OutboxRelay } from './events';
 import type { EventBus } from './events/types';
+import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
+import { identityV1 } from '@svc/proto';
 import { JwtVerifier } from './jwt';
 import { createLogger, type Logger } from './logger';
 import { openStore } from './storage';
@@ -15,7 +17,8 @@ export interface RuntimeOptions<S extends ConfigSpec> {
   defaultPort: number;
   /** Settings of this service beyond the common ones. */
   config?: S;
-  collections: Array<CollectionDef<{ id: string }>>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- definitions of any document type
+  collections: Array<CollectionDef<any>>;
   env?: NodeJS.ProcessEnv;
 }
 
@@ -91,22 +94,39 @@ export async function serve<S extends ConfigSpec>(
     for (const name of ['', ...options.healthNames]) server.health.setStatus(name, ok ? 'SERVING' : 'NOT_SERVING');
   }
   rt.logger.info({ port }, `${rt.name} service listening`);
+  let stopped: Promise<void> | null = null;
   return {
     port,
-    async stop() {
-      clearInterval(probe);
-      await server.stop();
-      await options.onStop?.();
-      await rt.relay.stop();
-      await rt.bus.close();
-      await rt.store.close();
-    },
+    // Idempotent: a second call waits for the first.
+    stop: () =>
+      (stopped ??= (async () => {
+        clearInterval(probe);
+        await server.stop();
+        await options.onStop?.();
+        await rt.relay.stop();
+        await rt.bus.close();
+        await rt.store.close();
+      })()),
   };
 }
 
-/** Verifier for services other than identity: keys come from identity's GetJwks. */
+/** Adapts a JWKS-as-JSON fetcher (identity's GetJwks) to the verifier's key source. */
 export function jwksFrom(fetch: () => Promise<string>): () => Promise<JSONWebKeySet> {
   return async () => JSON.parse(await fetch()) as JSONWebKeySet;
+}
+
+/**
+ * The token verifier of every service other than identity: public keys come from identity's GetJwks over gRPC.
+ * Returns the identity client too, for services that call identity on a caller's behalf.
+ */
+export function identityVerifier(config: { identityAddr: string; grpcDeadlineMs: number; jwtIssuer: string; jwtAudience: string }) {
+  const identity = createClient(identityV1.IdentityServiceService, config.identityAddr, { deadlineMs: config.grpcDeadlineMs });
+  const verifier = new JwtVerifier({
+    issuer: config.jwtIssuer,
+    audience: config.jwtAudience,
+    fetchJwks: jwksFrom(async () => (await identity.getJwks({})).jwksJson),
+  });
+  return { verifier, identity };
 }
 
 /**

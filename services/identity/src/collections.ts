@@ -104,4 +104,4 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
 export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq' };
 export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
 
-export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys] as CollectionDef<{ id: string }>[];
+export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys];

@@ -21,7 +21,13 @@ export interface Event {
   type: string;
   tenantId: string;
   createdAt: string;
-  data?: { $case: "tenant"; value: TenantData } | { $case: "user"; value: UserData } | undefined;
+  data?:
+    | { $case: "tenant"; value: TenantData }
+    | { $case: "user"; value: UserData }
+    | { $case: "project"; value: ProjectData }
+    | { $case: "deleted"; value: DeletedData }
+    | { $case: "test"; value: TestData }
+    | undefined;
 }
 
 export interface TenantData {
@@ -37,6 +43,26 @@ export interface UserData {
   name: string;
   role: string;
   createdAt: string;
+}
+
+export interface ProjectData {
+  id: string;
+  name: string;
+  description: string;
+  language: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** The id of a resource that no longer exists (project.deleted). */
+export interface DeletedData {
+  id: string;
+}
+
+/** Body of the `webhook.test` event sent by POST /webhooks/:id/test. */
+export interface TestData {
+  webhookId: string;
+  message: string;
 }
 
 function createBaseEvent(): Event {
@@ -63,6 +89,15 @@ export const Event: MessageFns<Event> = {
         break;
       case "user":
         UserData.encode(message.data.value, writer.uint32(90).fork()).join();
+        break;
+      case "project":
+        ProjectData.encode(message.data.value, writer.uint32(98).fork()).join();
+        break;
+      case "deleted":
+        DeletedData.encode(message.data.value, writer.uint32(106).fork()).join();
+        break;
+      case "test":
+        TestData.encode(message.data.value, writer.uint32(114).fork()).join();
         break;
     }
     return writer;
@@ -129,6 +164,30 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "user", value: UserData.decode(reader, reader.uint32()) };
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.data = { $case: "project", value: ProjectData.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.data = { $case: "deleted", value: DeletedData.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.data = { $case: "test", value: TestData.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -159,6 +218,12 @@ export const Event: MessageFns<Event> = {
         ? { $case: "tenant", value: TenantData.fromJSON(object.tenant) }
         : isSet(object.user)
         ? { $case: "user", value: UserData.fromJSON(object.user) }
+        : isSet(object.project)
+        ? { $case: "project", value: ProjectData.fromJSON(object.project) }
+        : isSet(object.deleted)
+        ? { $case: "deleted", value: DeletedData.fromJSON(object.deleted) }
+        : isSet(object.test)
+        ? { $case: "test", value: TestData.fromJSON(object.test) }
         : undefined,
     };
   },
@@ -181,6 +246,12 @@ export const Event: MessageFns<Event> = {
       obj.tenant = TenantData.toJSON(message.data.value);
     } else if (message.data?.$case === "user") {
       obj.user = UserData.toJSON(message.data.value);
+    } else if (message.data?.$case === "project") {
+      obj.project = ProjectData.toJSON(message.data.value);
+    } else if (message.data?.$case === "deleted") {
+      obj.deleted = DeletedData.toJSON(message.data.value);
+    } else if (message.data?.$case === "test") {
+      obj.test = TestData.toJSON(message.data.value);
     }
     return obj;
   },
@@ -204,6 +275,24 @@ export const Event: MessageFns<Event> = {
       case "user": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "user", value: UserData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "project": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "project", value: ProjectData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "deleted": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "deleted", value: DeletedData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "test": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "test", value: TestData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -466,6 +555,319 @@ export const UserData: MessageFns<UserData> = {
     message.name = object.name ?? "";
     message.role = object.role ?? "";
     message.createdAt = object.createdAt ?? "";
+    return message;
+  },
+};
+
+function createBaseProjectData(): ProjectData {
+  return { id: "", name: "", description: "", language: "", createdAt: "", updatedAt: "" };
+}
+
+export const ProjectData: MessageFns<ProjectData> = {
+  encode(message: ProjectData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(26).string(message.description);
+    }
+    if (message.language !== "") {
+      writer.uint32(34).string(message.language);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(42).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(50).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProjectData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProjectData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProjectData {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      language: isSet(object.language) ? globalThis.String(object.language) : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: ProjectData): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.language !== "") {
+      obj.language = message.language;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ProjectData>): ProjectData {
+    return ProjectData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ProjectData>): ProjectData {
+    const message = createBaseProjectData();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.language = object.language ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseDeletedData(): DeletedData {
+  return { id: "" };
+}
+
+export const DeletedData: MessageFns<DeletedData> = {
+  encode(message: DeletedData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeletedData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeletedData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeletedData {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: DeletedData): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeletedData>): DeletedData {
+    return DeletedData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeletedData>): DeletedData {
+    const message = createBaseDeletedData();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseTestData(): TestData {
+  return { webhookId: "", message: "" };
+}
+
+export const TestData: MessageFns<TestData> = {
+  encode(message: TestData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.webhookId !== "") {
+      writer.uint32(10).string(message.webhookId);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TestData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTestData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.webhookId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TestData {
+    return {
+      webhookId: isSet(object.webhookId)
+        ? globalThis.String(object.webhookId)
+        : isSet(object.webhook_id)
+        ? globalThis.String(object.webhook_id)
+        : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: TestData): unknown {
+    const obj: any = {};
+    if (message.webhookId !== "") {
+      obj.webhookId = message.webhookId;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TestData>): TestData {
+    return TestData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TestData>): TestData {
+    const message = createBaseTestData();
+    message.webhookId = object.webhookId ?? "";
+    message.message = object.message ?? "";
     return message;
   },
 };

@@ -1,0 +1,103 @@
+import { addToOutbox, type AuthedContext, type CallContext, domainEvent, errors, type FieldError, newId, nowIso, type Store, type StoreSession, TOPICS, type OutboxRelay } from '@svc/kit';
+import type { eventsV1, projectsV1 } from '@svc/proto';
+import { projects, type ProjectDoc } from './collections';
+
+const LIMITS = { name: [1, 200], description: [0, 5000], language: [0, 50] } as const;
+
+function authed(ctx: CallContext): AuthedContext {
+  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
+  return ctx as AuthedContext;
+}
+
+/** Trims and checks the text fields that are present; every problem is reported at once. */
+function checkFields(input: Partial<Record<keyof typeof LIMITS, string>>): Partial<Record<keyof typeof LIMITS, string>> {
+  const out: Partial<Record<keyof typeof LIMITS, string>> = {};
+  const problems: FieldError[] = [];
+  for (const key of Object.keys(LIMITS) as Array<keyof typeof LIMITS>) {
+    const value = input[key];
+    if (value === undefined) continue;
+    const v = key === 'description' ? value : value.trim();
+    const [min, max] = LIMITS[key];
+    if (v.length < min || v.length > max) problems.push({ field: key, message: `must be ${min} to ${max} characters` });
+    out[key] = v;
+  }
+  if (problems.length) throw errors.validation(problems);
+  return out;
+}
+
+export function toProject(p: ProjectDoc): projectsV1.Project {
+  return { id: p.id, name: p.name, description: p.description, language: p.language, createdAt: p.createdAt, updatedAt: p.updatedAt };
+}
+
+function projectData(p: ProjectDoc): eventsV1.Event['data'] {
+  return { $case: 'project', value: toProject(p) };
+}
+
+async function emit(tx: StoreSession, type: string, tenantId: string, data: eventsV1.Event['data']) {
+  await addToOutbox(tx, domainEvent(TOPICS.projects, type, tenantId, data));
+}
+
+export function projectHandlers(store: Store, relay: OutboxRelay) {
+  const col = store.collection(projects);
+
+  return {
+    async createProject(req: projectsV1.CreateProjectRequest, ctx: CallContext): Promise<projectsV1.CreateProjectResponse> {
+      const { auth } = authed(ctx);
+      const f = checkFields({ name: req.name, description: req.description, language: req.language });
+      const now = nowIso();
+      const doc: ProjectDoc = {
+        id: newId('prj'),
+        tenantId: auth.tid,
+        name: f.name!,
+        description: f.description ?? '',
+        language: f.language ?? '',
+        createdAt: now,
+        updatedAt: now,
+      };
+      await store.transaction(async (tx) => {
+        await tx.collection(projects).insert(doc);
+        await emit(tx, 'project.created', auth.tid, projectData(doc));
+      });
+      relay.notify();
+      return { project: toProject(doc) };
+    },
+
+    async listProjects(req: projectsV1.ListProjectsRequest, ctx: CallContext): Promise<projectsV1.ListProjectsResponse> {
+      const { auth } = authed(ctx);
+      const page = await col.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { projects: page.items.map(toProject), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getProject(req: projectsV1.GetProjectRequest, ctx: CallContext): Promise<projectsV1.GetProjectResponse> {
+      const { auth } = authed(ctx);
+      const doc = await col.get(req.id, { tenantId: auth.tid });
+      if (!doc) throw errors.notFound('project', req.id);
+      return { project: toProject(doc) };
+    },
+
+    async updateProject(req: projectsV1.UpdateProjectRequest, ctx: CallContext): Promise<projectsV1.UpdateProjectResponse> {
+      const { auth } = authed(ctx);
+      const f = checkFields({ name: req.name, description: req.description, language: req.language });
+      const updated = await store.transaction(async (tx) => {
+        const doc = await tx.collection(projects).update(req.id, { tenantId: auth.tid }, { ...f, updatedAt: nowIso() });
+        if (doc) await emit(tx, 'project.updated', auth.tid, projectData(doc));
+        return doc;
+      });
+      if (!updated) throw errors.notFound('project', req.id);
+      relay.notify();
+      return { project: toProject(updated) };
+    },
+
+    async deleteProject(req: projectsV1.DeleteProjectRequest, ctx: CallContext): Promise<projectsV1.DeleteProjectResponse> {
+      const { auth } = authed(ctx);
+      const deleted = await store.transaction(async (tx) => {
+        const ok = await tx.collection(projects).delete(req.id, { tenantId: auth.tid });
+        if (ok) await emit(tx, 'project.deleted', auth.tid, { $case: 'deleted', value: { id: req.id } });
+        return ok;
+      });
+      if (!deleted) throw errors.notFound('project', req.id);
+      relay.notify();
+      return { id: req.id };
+    },
+  };
+}
