@@ -7,8 +7,13 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-explicit-any': 'off',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
-      // process.env is read in config modules only (one validated object per process).
-      'no-restricted-properties': ['warn', { object: 'process', property: 'env', message: 'Read settings through the config module.' }],
+      // Settings are read once per process by the config module, passed down from the entry point.
+      'no-restricted-properties': ['error', { object: 'process', property: 'env', message: 'Read settings through the config module.' }],
     },
+  },
+  {
+    // Entry points and config modules read the environment; tests, scripts and benchmarks set it up.
+    files: ['**/config.ts', '**/server.ts', '**/main.ts', '**/telemetry.ts', 'scripts/**', 'bench/**', 'test/**', '**/*.test.ts', '**/logger.ts'],
+    rules: { 'no-restricted-properties': 'off' },
   },
 );

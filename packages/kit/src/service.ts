@@ -17,7 +17,6 @@ export interface RuntimeOptions<S extends ConfigSpec> {
   defaultPort: number;
   /** Settings of this service beyond the common ones. */
   config?: S;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- definitions of any document type
   collections: Array<CollectionDef<any>>;
   env?: NodeJS.ProcessEnv;
 }
@@ -34,6 +33,7 @@ export interface ServiceRuntime<S extends ConfigSpec> {
 }
 
 export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<S>): Promise<ServiceRuntime<S>> {
+  // eslint-disable-next-line no-restricted-properties -- the process entry's environment is the default
   const env = options.env ?? process.env;
   const spec = {
     ...commonConfig,

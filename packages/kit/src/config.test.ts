@@ -1,0 +1,34 @@
+import { ConfigError, field, loadConfig } from './config';
+
+const spec = {
+  port: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
+  brokers: field('KAFKA_BROKERS', 'list'),
+  debug: field('DEBUG', 'bool', { default: 'false' }),
+  level: field('LEVEL', 'string', { default: 'info', oneOf: ['info', 'debug'] }),
+  url: field('PUBLIC_URL', 'url'),
+  token: field('TOKEN', 'string', { required: true, secret: true }),
+};
+
+describe('loadConfig', () => {
+  it('applies defaults and parses every kind', () => {
+    const c = loadConfig(spec, { TOKEN: 't', KAFKA_BROKERS: 'a:1, b:2,', DEBUG: '1', PUBLIC_URL: 'https://x.example/' });
+    expect(c).toEqual({ port: 8080, brokers: ['a:1', 'b:2'], debug: true, level: 'info', url: 'https://x.example', token: 't' });
+  });
+
+  it('lists every problem at once and never echoes a secret', () => {
+    let err: unknown;
+    try {
+      loadConfig(spec, { PORT: '70000', DEBUG: 'yes', LEVEL: 'loud', PUBLIC_URL: 'not a url' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    const problems = (err as ConfigError).problems;
+    expect(problems).toHaveLength(5);
+    expect(problems.join('\n')).toMatch(/PORT must be between 0 and 65535/);
+    expect(problems.join('\n')).toMatch(/TOKEN is required/);
+    expect(() => loadConfig(spec, { TOKEN: 's3cret', PORT: 'x' })).toThrow(/PORT must be an integer/);
+    const secretSpec = { key: field('KEY', 'int', { secret: true }) };
+    expect(() => loadConfig(secretSpec, { KEY: 'hunter2' })).toThrow(/\(hidden\)/);
+  });
+});

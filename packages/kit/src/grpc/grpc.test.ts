@@ -1,0 +1,93 @@
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
+import { identityV1 } from '@svc/proto';
+import { AppError } from '../errors';
+import { JwtVerifier } from '../jwt';
+import { createLogger } from '../logger';
+import { DuplicateKeyError } from '../storage/types';
+import { checkHealth, createClient } from './client';
+import { GrpcServer, registration } from './server';
+import type { CallContext } from './types';
+
+// A real server on a loopback port and a real client: the error mapping, auth metadata, deadlines and health.
+const def = identityV1.IdentityServiceService;
+let server: GrpcServer;
+let client: ReturnType<typeof createClient<typeof def>>;
+let token: string;
+let seen: CallContext | null = null;
+
+beforeAll(async () => {
+  const { privateKey, publicKey } = await generateKeyPair('ES256');
+  const jwk = { ...(await exportJWK(publicKey)), kid: 'k1', alg: 'ES256' };
+  token = await new SignJWT({ tid: 'ten_1', typ: 'user', role: 'owner', sid: 'ses_1' })
+    .setProtectedHeader({ alg: 'ES256', kid: 'k1' })
+    .setSubject('usr_1')
+    .setIssuer('iss')
+    .setAudience('aud')
+    .setIssuedAt()
+    .setExpirationTime('5m')
+    .setJti('j')
+    .sign(privateKey);
+  const verifier = new JwtVerifier({ issuer: 'iss', audience: 'aud', fetchJwks: async () => ({ keys: [jwk] }) });
+  server = new GrpcServer({ host: '127.0.0.1', port: 0, logger: createLogger('test', 'silent'), verifier, healthNames: ['identity.v1.IdentityService'] });
+  const fail = () => Promise.reject(new Error('not used'));
+  const impl = Object.fromEntries(Object.keys(def).map((k) => [k, fail])) as never as Record<string, unknown>;
+  Object.assign(impl, {
+    getTenant: async (_req: unknown, ctx: CallContext) => {
+      seen = ctx;
+      return { tenant: { id: ctx.auth!.tid, name: 'T', plan: 'free', createdAt: '' } };
+    },
+    getApiKey: async (req: { id: string }) => {
+      if (req.id === 'dup') throw new DuplicateKeyError('api_keys', ['hash']);
+      if (req.id === 'boom') throw new Error('secret internal detail');
+      if (req.id === 'slow') await new Promise((r) => setTimeout(r, 500));
+      throw new AppError('RESOURCE_NOT_FOUND', 'api_key not found', { resource: 'api_key', id: req.id });
+    },
+    getJwks: async () => ({ jwksJson: '{}' }),
+  });
+  server.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
+  const port = await server.start();
+  client = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
+});
+
+afterAll(async () => {
+  client.close();
+  await server.stop();
+});
+
+it('passes the verified claims, request id and client address to the handler', async () => {
+  const res = await client.getTenant({}, { token, requestId: 'req-1', clientIp: '10.1.2.3' });
+  expect(res.tenant?.id).toBe('ten_1');
+  expect(seen).toMatchObject({ auth: { sub: 'usr_1', tid: 'ten_1', role: 'owner' }, requestId: 'req-1', clientIp: '10.1.2.3' });
+});
+
+it('refuses protected methods without a valid JWT and allows public ones', async () => {
+  await expect(client.getTenant({})).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
+  await expect(client.getTenant({}, { token: token.slice(0, -4) + 'AAAA' })).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
+  await expect(client.getJwks({})).resolves.toEqual({ jwksJson: '{}' });
+});
+
+it('carries an AppError with its details across the wire', async () => {
+  const err = await client.getApiKey({ id: 'key_9' }, { token }).catch((e: unknown) => e);
+  expect(err).toBeInstanceOf(AppError);
+  expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND', details: { resource: 'api_key', id: 'key_9' } });
+});
+
+it('maps storage conflicts to CONFLICT and hides unknown errors behind INTERNAL_ERROR', async () => {
+  await expect(client.getApiKey({ id: 'dup' }, { token })).rejects.toMatchObject({ code: 'CONFLICT' });
+  const err = (await client.getApiKey({ id: 'boom' }, { token }).catch((e: unknown) => e)) as AppError;
+  expect(err.code).toBe('INTERNAL_ERROR');
+  expect(err.message).not.toContain('secret internal detail');
+});
+
+it('gives every call a deadline', async () => {
+  await expect(client.getApiKey({ id: 'slow' }, { token, deadlineMs: 100 })).rejects.toMatchObject({ code: 'GATEWAY_TIMEOUT' });
+});
+
+it('answers the gRPC health service, and a stopped server is unavailable', async () => {
+  expect(await checkHealth(client.grpcClient)).toBe(true);
+  expect(await checkHealth(client.grpcClient, 'identity.v1.IdentityService')).toBe(true);
+  const other = createClient(def, '127.0.0.1:1', { deadlineMs: 500 });
+  expect(await checkHealth(other.grpcClient, '', 300)).toBe(false);
+  await expect(other.getJwks({})).rejects.toMatchObject({ code: expect.stringMatching(/SERVICE_UNAVAILABLE|GATEWAY_TIMEOUT/) });
+  other.close();
+});
