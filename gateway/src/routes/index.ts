@@ -3,6 +3,7 @@ import type { GatewayDeps } from '../app';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
 import { projectRoutes } from './projects';
+import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
 
@@ -10,6 +11,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   systemRoutes(app, deps);
   authRoutes(app, deps);
   tenantRoutes(app, deps);
+  settingsRoutes(app, deps);
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
 }

@@ -87,7 +87,21 @@ export interface SigningKeyDoc {
   createdAt: string;
 }
 
+/** One per tenant (id = tenant id). The API key is sealed with the master key. */
+export interface LlmSettingsDoc {
+  id: string;
+  provider: string;
+  model: string;
+  baseUrl: string | null;
+  apiKeySealed: string | null;
+  temperature: number | null;
+  maxTokens: number | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
 export const tenants: CollectionDef<TenantDoc> = { name: 'tenants' };
+export const llmSettings: CollectionDef<LlmSettingsDoc> = { name: 'llm_settings' };
 export const users: CollectionDef<UserDoc> = {
   name: 'users',
   indexes: [{ fields: ['email'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
@@ -104,4 +118,4 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
 export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq' };
 export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
 
-export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys];
+export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys, llmSettings];

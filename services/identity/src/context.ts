@@ -9,6 +9,15 @@ export interface IdentitySettings {
   sessionTtlS: number;
   /** Lifetime of the JWT minted for an API key or cookie; the gateway caches it. */
   serviceTokenTtlS: number;
+  /** The platform's default LLM (LLM_* settings), used by tenants that set none. */
+  platformLlm: PlatformLlm | null;
+}
+
+export interface PlatformLlm {
+  provider: string;
+  model: string;
+  baseUrl: string | null;
+  apiKey: string | null;
 }
 
 /** Everything the identity handlers use, built once at start. */

@@ -5,6 +5,7 @@ import { ALL_COLLECTIONS } from './collections';
 import type { IdentityDeps } from './context';
 import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
+import { llmSettingsHandlers } from './handlers/llm-settings';
 import { networkHandlers } from './handlers/network';
 import { teamHandlers } from './handlers/team';
 import { SigningKeys } from './signing-keys';
@@ -18,6 +19,10 @@ const config = {
   refreshTokenTtlS: field('REFRESH_TOKEN_TTL_S', 'int', { default: String(30 * 86400), min: 60 }),
   sessionTtlS: field('SESSION_TTL_S', 'int', { default: String(30 * 86400), min: 60 }),
   serviceTokenTtlS: field('SERVICE_TOKEN_TTL_S', 'int', { default: '300', min: 30, max: 3600 }),
+  llmProvider: field('LLM_PROVIDER', 'string', { oneOf: ['openai', 'anthropic', 'openai-compatible'] }),
+  llmBaseUrl: field('LLM_BASE_URL', 'url'),
+  llmApiKey: field('LLM_API_KEY', 'string', { secret: true }),
+  llmModel: field('LLM_MODEL', 'string'),
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
@@ -40,6 +45,9 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       refreshTokenTtlS: rt.config.refreshTokenTtlS,
       sessionTtlS: rt.config.sessionTtlS,
       serviceTokenTtlS: rt.config.serviceTokenTtlS,
+      platformLlm: rt.config.llmProvider
+        ? { provider: rt.config.llmProvider, model: rt.config.llmModel ?? '', baseUrl: rt.config.llmBaseUrl ?? null, apiKey: rt.config.llmApiKey ?? null }
+        : null,
     },
     announceRevocation: () => void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined),
   };
@@ -50,7 +58,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     registrations: [
       registration({
         definition: identityV1.IdentityServiceService,
-        implementation: { ...authHandlers(deps), ...apiKeyHandlers(deps), ...teamHandlers(deps), ...networkHandlers(deps) },
+        implementation: { ...authHandlers(deps), ...apiKeyHandlers(deps), ...teamHandlers(deps), ...networkHandlers(deps), ...llmSettingsHandlers(deps) },
         publicMethods: ['register', 'login', 'refresh', 'authenticate', 'getJwks', 'listRevocations'],
       }),
     ],

@@ -290,6 +290,63 @@ export interface SetNetworkAllowlistResponse {
   ipAllowlist: string[];
 }
 
+export interface LlmSettings {
+  /** openai, anthropic, openai-compatible; empty when none is set */
+  provider: string;
+  model: string;
+  baseUrl: string;
+  apiKeySet: boolean;
+  temperature?: number | undefined;
+  maxTokens?:
+    | number
+    | undefined;
+  /** tenant, platform or none: where the effective settings come from */
+  source: string;
+  updatedAt: string;
+}
+
+export interface GetLlmSettingsRequest {
+}
+
+export interface GetLlmSettingsResponse {
+  settings?: LlmSettings | undefined;
+}
+
+/** Only the fields that are set change; clear_* empties a field. */
+export interface UpdateLlmSettingsRequest {
+  provider?: string | undefined;
+  model?: string | undefined;
+  baseUrl?: string | undefined;
+  apiKey?: string | undefined;
+  temperature?: number | undefined;
+  maxTokens?: number | undefined;
+  clearBaseUrl: boolean;
+  clearApiKey: boolean;
+  clearTemperature: boolean;
+  clearMaxTokens: boolean;
+}
+
+export interface UpdateLlmSettingsResponse {
+  settings?: LlmSettings | undefined;
+}
+
+export interface ResolveLlmSettingsRequest {
+}
+
+export interface ResolvedLlmSettings {
+  provider: string;
+  model: string;
+  baseUrl: string;
+  apiKey: string;
+  temperature?: number | undefined;
+  maxTokens?: number | undefined;
+  source: string;
+}
+
+export interface ResolveLlmSettingsResponse {
+  settings?: ResolvedLlmSettings | undefined;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -4669,6 +4726,952 @@ export const SetNetworkAllowlistResponse: MessageFns<SetNetworkAllowlistResponse
   },
 };
 
+function createBaseLlmSettings(): LlmSettings {
+  return {
+    provider: "",
+    model: "",
+    baseUrl: "",
+    apiKeySet: false,
+    temperature: undefined,
+    maxTokens: undefined,
+    source: "",
+    updatedAt: "",
+  };
+}
+
+export const LlmSettings: MessageFns<LlmSettings> = {
+  encode(message: LlmSettings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKeySet !== false) {
+      writer.uint32(32).bool(message.apiKeySet);
+    }
+    if (message.temperature !== undefined) {
+      writer.uint32(41).double(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      writer.uint32(48).int32(message.maxTokens);
+    }
+    if (message.source !== "") {
+      writer.uint32(58).string(message.source);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(66).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LlmSettings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLlmSettings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.apiKeySet = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.temperature = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxTokens = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LlmSettings {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKeySet: isSet(object.apiKeySet)
+        ? globalThis.Boolean(object.apiKeySet)
+        : isSet(object.api_key_set)
+        ? globalThis.Boolean(object.api_key_set)
+        : false,
+      temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      maxTokens: isSet(object.maxTokens)
+        ? globalThis.Number(object.maxTokens)
+        : isSet(object.max_tokens)
+        ? globalThis.Number(object.max_tokens)
+        : undefined,
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: LlmSettings): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKeySet !== false) {
+      obj.apiKeySet = message.apiKeySet;
+    }
+    if (message.temperature !== undefined) {
+      obj.temperature = floatToJson(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      obj.maxTokens = Math.round(message.maxTokens);
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<LlmSettings>): LlmSettings {
+    return LlmSettings.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<LlmSettings>): LlmSettings {
+    const message = createBaseLlmSettings();
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKeySet = object.apiKeySet ?? false;
+    message.temperature = object.temperature ?? undefined;
+    message.maxTokens = object.maxTokens ?? undefined;
+    message.source = object.source ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseGetLlmSettingsRequest(): GetLlmSettingsRequest {
+  return {};
+}
+
+export const GetLlmSettingsRequest: MessageFns<GetLlmSettingsRequest> = {
+  encode(_: GetLlmSettingsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLlmSettingsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLlmSettingsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetLlmSettingsRequest {
+    return {};
+  },
+
+  toJSON(_: GetLlmSettingsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetLlmSettingsRequest>): GetLlmSettingsRequest {
+    return GetLlmSettingsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<GetLlmSettingsRequest>): GetLlmSettingsRequest {
+    const message = createBaseGetLlmSettingsRequest();
+    return message;
+  },
+};
+
+function createBaseGetLlmSettingsResponse(): GetLlmSettingsResponse {
+  return { settings: undefined };
+}
+
+export const GetLlmSettingsResponse: MessageFns<GetLlmSettingsResponse> = {
+  encode(message: GetLlmSettingsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.settings !== undefined) {
+      LlmSettings.encode(message.settings, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLlmSettingsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLlmSettingsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.settings = LlmSettings.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLlmSettingsResponse {
+    return { settings: isSet(object.settings) ? LlmSettings.fromJSON(object.settings) : undefined };
+  },
+
+  toJSON(message: GetLlmSettingsResponse): unknown {
+    const obj: any = {};
+    if (message.settings !== undefined) {
+      obj.settings = LlmSettings.toJSON(message.settings);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetLlmSettingsResponse>): GetLlmSettingsResponse {
+    return GetLlmSettingsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetLlmSettingsResponse>): GetLlmSettingsResponse {
+    const message = createBaseGetLlmSettingsResponse();
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? LlmSettings.fromPartial(object.settings)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateLlmSettingsRequest(): UpdateLlmSettingsRequest {
+  return {
+    provider: undefined,
+    model: undefined,
+    baseUrl: undefined,
+    apiKey: undefined,
+    temperature: undefined,
+    maxTokens: undefined,
+    clearBaseUrl: false,
+    clearApiKey: false,
+    clearTemperature: false,
+    clearMaxTokens: false,
+  };
+}
+
+export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
+  encode(message: UpdateLlmSettingsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== undefined) {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== undefined) {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== undefined) {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKey !== undefined) {
+      writer.uint32(34).string(message.apiKey);
+    }
+    if (message.temperature !== undefined) {
+      writer.uint32(41).double(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      writer.uint32(48).int32(message.maxTokens);
+    }
+    if (message.clearBaseUrl !== false) {
+      writer.uint32(56).bool(message.clearBaseUrl);
+    }
+    if (message.clearApiKey !== false) {
+      writer.uint32(64).bool(message.clearApiKey);
+    }
+    if (message.clearTemperature !== false) {
+      writer.uint32(72).bool(message.clearTemperature);
+    }
+    if (message.clearMaxTokens !== false) {
+      writer.uint32(80).bool(message.clearMaxTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateLlmSettingsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateLlmSettingsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.temperature = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxTokens = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.clearBaseUrl = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.clearApiKey = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.clearTemperature = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.clearMaxTokens = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateLlmSettingsRequest {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : undefined,
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : undefined,
+      temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      maxTokens: isSet(object.maxTokens)
+        ? globalThis.Number(object.maxTokens)
+        : isSet(object.max_tokens)
+        ? globalThis.Number(object.max_tokens)
+        : undefined,
+      clearBaseUrl: isSet(object.clearBaseUrl)
+        ? globalThis.Boolean(object.clearBaseUrl)
+        : isSet(object.clear_base_url)
+        ? globalThis.Boolean(object.clear_base_url)
+        : false,
+      clearApiKey: isSet(object.clearApiKey)
+        ? globalThis.Boolean(object.clearApiKey)
+        : isSet(object.clear_api_key)
+        ? globalThis.Boolean(object.clear_api_key)
+        : false,
+      clearTemperature: isSet(object.clearTemperature)
+        ? globalThis.Boolean(object.clearTemperature)
+        : isSet(object.clear_temperature)
+        ? globalThis.Boolean(object.clear_temperature)
+        : false,
+      clearMaxTokens: isSet(object.clearMaxTokens)
+        ? globalThis.Boolean(object.clearMaxTokens)
+        : isSet(object.clear_max_tokens)
+        ? globalThis.Boolean(object.clear_max_tokens)
+        : false,
+    };
+  },
+
+  toJSON(message: UpdateLlmSettingsRequest): unknown {
+    const obj: any = {};
+    if (message.provider !== undefined) {
+      obj.provider = message.provider;
+    }
+    if (message.model !== undefined) {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== undefined) {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== undefined) {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.temperature !== undefined) {
+      obj.temperature = floatToJson(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      obj.maxTokens = Math.round(message.maxTokens);
+    }
+    if (message.clearBaseUrl !== false) {
+      obj.clearBaseUrl = message.clearBaseUrl;
+    }
+    if (message.clearApiKey !== false) {
+      obj.clearApiKey = message.clearApiKey;
+    }
+    if (message.clearTemperature !== false) {
+      obj.clearTemperature = message.clearTemperature;
+    }
+    if (message.clearMaxTokens !== false) {
+      obj.clearMaxTokens = message.clearMaxTokens;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateLlmSettingsRequest>): UpdateLlmSettingsRequest {
+    return UpdateLlmSettingsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateLlmSettingsRequest>): UpdateLlmSettingsRequest {
+    const message = createBaseUpdateLlmSettingsRequest();
+    message.provider = object.provider ?? undefined;
+    message.model = object.model ?? undefined;
+    message.baseUrl = object.baseUrl ?? undefined;
+    message.apiKey = object.apiKey ?? undefined;
+    message.temperature = object.temperature ?? undefined;
+    message.maxTokens = object.maxTokens ?? undefined;
+    message.clearBaseUrl = object.clearBaseUrl ?? false;
+    message.clearApiKey = object.clearApiKey ?? false;
+    message.clearTemperature = object.clearTemperature ?? false;
+    message.clearMaxTokens = object.clearMaxTokens ?? false;
+    return message;
+  },
+};
+
+function createBaseUpdateLlmSettingsResponse(): UpdateLlmSettingsResponse {
+  return { settings: undefined };
+}
+
+export const UpdateLlmSettingsResponse: MessageFns<UpdateLlmSettingsResponse> = {
+  encode(message: UpdateLlmSettingsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.settings !== undefined) {
+      LlmSettings.encode(message.settings, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateLlmSettingsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateLlmSettingsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.settings = LlmSettings.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateLlmSettingsResponse {
+    return { settings: isSet(object.settings) ? LlmSettings.fromJSON(object.settings) : undefined };
+  },
+
+  toJSON(message: UpdateLlmSettingsResponse): unknown {
+    const obj: any = {};
+    if (message.settings !== undefined) {
+      obj.settings = LlmSettings.toJSON(message.settings);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateLlmSettingsResponse>): UpdateLlmSettingsResponse {
+    return UpdateLlmSettingsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateLlmSettingsResponse>): UpdateLlmSettingsResponse {
+    const message = createBaseUpdateLlmSettingsResponse();
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? LlmSettings.fromPartial(object.settings)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseResolveLlmSettingsRequest(): ResolveLlmSettingsRequest {
+  return {};
+}
+
+export const ResolveLlmSettingsRequest: MessageFns<ResolveLlmSettingsRequest> = {
+  encode(_: ResolveLlmSettingsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveLlmSettingsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveLlmSettingsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ResolveLlmSettingsRequest {
+    return {};
+  },
+
+  toJSON(_: ResolveLlmSettingsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveLlmSettingsRequest>): ResolveLlmSettingsRequest {
+    return ResolveLlmSettingsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ResolveLlmSettingsRequest>): ResolveLlmSettingsRequest {
+    const message = createBaseResolveLlmSettingsRequest();
+    return message;
+  },
+};
+
+function createBaseResolvedLlmSettings(): ResolvedLlmSettings {
+  return { provider: "", model: "", baseUrl: "", apiKey: "", temperature: undefined, maxTokens: undefined, source: "" };
+}
+
+export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
+  encode(message: ResolvedLlmSettings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(34).string(message.apiKey);
+    }
+    if (message.temperature !== undefined) {
+      writer.uint32(41).double(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      writer.uint32(48).int32(message.maxTokens);
+    }
+    if (message.source !== "") {
+      writer.uint32(58).string(message.source);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolvedLlmSettings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolvedLlmSettings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.temperature = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxTokens = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolvedLlmSettings {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+      temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      maxTokens: isSet(object.maxTokens)
+        ? globalThis.Number(object.maxTokens)
+        : isSet(object.max_tokens)
+        ? globalThis.Number(object.max_tokens)
+        : undefined,
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+    };
+  },
+
+  toJSON(message: ResolvedLlmSettings): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.temperature !== undefined) {
+      obj.temperature = floatToJson(message.temperature);
+    }
+    if (message.maxTokens !== undefined) {
+      obj.maxTokens = Math.round(message.maxTokens);
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolvedLlmSettings>): ResolvedLlmSettings {
+    return ResolvedLlmSettings.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolvedLlmSettings>): ResolvedLlmSettings {
+    const message = createBaseResolvedLlmSettings();
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKey = object.apiKey ?? "";
+    message.temperature = object.temperature ?? undefined;
+    message.maxTokens = object.maxTokens ?? undefined;
+    message.source = object.source ?? "";
+    return message;
+  },
+};
+
+function createBaseResolveLlmSettingsResponse(): ResolveLlmSettingsResponse {
+  return { settings: undefined };
+}
+
+export const ResolveLlmSettingsResponse: MessageFns<ResolveLlmSettingsResponse> = {
+  encode(message: ResolveLlmSettingsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.settings !== undefined) {
+      ResolvedLlmSettings.encode(message.settings, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveLlmSettingsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveLlmSettingsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.settings = ResolvedLlmSettings.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveLlmSettingsResponse {
+    return { settings: isSet(object.settings) ? ResolvedLlmSettings.fromJSON(object.settings) : undefined };
+  },
+
+  toJSON(message: ResolveLlmSettingsResponse): unknown {
+    const obj: any = {};
+    if (message.settings !== undefined) {
+      obj.settings = ResolvedLlmSettings.toJSON(message.settings);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveLlmSettingsResponse>): ResolveLlmSettingsResponse {
+    return ResolveLlmSettingsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolveLlmSettingsResponse>): ResolveLlmSettingsResponse {
+    const message = createBaseResolveLlmSettingsResponse();
+    message.settings = (object.settings !== undefined && object.settings !== null)
+      ? ResolvedLlmSettings.fromPartial(object.settings)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -4864,6 +5867,44 @@ export const IdentityServiceService = {
       Buffer.from(SetNetworkAllowlistResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SetNetworkAllowlistResponse => SetNetworkAllowlistResponse.decode(value),
   },
+  /** The tenant's LLM settings as shown to users: the API key never leaves, only whether one is set. */
+  getLlmSettings: {
+    path: "/identity.v1.IdentityService/GetLlmSettings" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetLlmSettingsRequest): Buffer =>
+      Buffer.from(GetLlmSettingsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetLlmSettingsRequest => GetLlmSettingsRequest.decode(value),
+    responseSerialize: (value: GetLlmSettingsResponse): Buffer =>
+      Buffer.from(GetLlmSettingsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetLlmSettingsResponse => GetLlmSettingsResponse.decode(value),
+  },
+  updateLlmSettings: {
+    path: "/identity.v1.IdentityService/UpdateLlmSettings" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateLlmSettingsRequest): Buffer =>
+      Buffer.from(UpdateLlmSettingsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateLlmSettingsRequest => UpdateLlmSettingsRequest.decode(value),
+    responseSerialize: (value: UpdateLlmSettingsResponse): Buffer =>
+      Buffer.from(UpdateLlmSettingsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateLlmSettingsResponse => UpdateLlmSettingsResponse.decode(value),
+  },
+  /**
+   * For services (agents, chat) only, never exposed by the gateway: the effective settings with the decrypted
+   * API key: the tenant's own, else the platform default. FAILED_PRECONDITION llm_not_configured when neither.
+   */
+  resolveLlmSettings: {
+    path: "/identity.v1.IdentityService/ResolveLlmSettings" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResolveLlmSettingsRequest): Buffer =>
+      Buffer.from(ResolveLlmSettingsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResolveLlmSettingsRequest => ResolveLlmSettingsRequest.decode(value),
+    responseSerialize: (value: ResolveLlmSettingsResponse): Buffer =>
+      Buffer.from(ResolveLlmSettingsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResolveLlmSettingsResponse => ResolveLlmSettingsResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -4893,6 +5934,14 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   removeMember: handleUnaryCall<RemoveMemberRequest, RemoveMemberResponse>;
   getNetworkAllowlist: handleUnaryCall<GetNetworkAllowlistRequest, GetNetworkAllowlistResponse>;
   setNetworkAllowlist: handleUnaryCall<SetNetworkAllowlistRequest, SetNetworkAllowlistResponse>;
+  /** The tenant's LLM settings as shown to users: the API key never leaves, only whether one is set. */
+  getLlmSettings: handleUnaryCall<GetLlmSettingsRequest, GetLlmSettingsResponse>;
+  updateLlmSettings: handleUnaryCall<UpdateLlmSettingsRequest, UpdateLlmSettingsResponse>;
+  /**
+   * For services (agents, chat) only, never exposed by the gateway: the effective settings with the decrypted
+   * API key: the tenant's own, else the platform default. FAILED_PRECONDITION llm_not_configured when neither.
+   */
+  resolveLlmSettings: handleUnaryCall<ResolveLlmSettingsRequest, ResolveLlmSettingsResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -5188,6 +6237,56 @@ export interface IdentityServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SetNetworkAllowlistResponse) => void,
   ): ClientUnaryCall;
+  /** The tenant's LLM settings as shown to users: the API key never leaves, only whether one is set. */
+  getLlmSettings(
+    request: GetLlmSettingsRequest,
+    callback: (error: ServiceError | null, response: GetLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  getLlmSettings(
+    request: GetLlmSettingsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  getLlmSettings(
+    request: GetLlmSettingsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  updateLlmSettings(
+    request: UpdateLlmSettingsRequest,
+    callback: (error: ServiceError | null, response: UpdateLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  updateLlmSettings(
+    request: UpdateLlmSettingsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  updateLlmSettings(
+    request: UpdateLlmSettingsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * For services (agents, chat) only, never exposed by the gateway: the effective settings with the decrypted
+   * API key: the tenant's own, else the platform default. FAILED_PRECONDITION llm_not_configured when neither.
+   */
+  resolveLlmSettings(
+    request: ResolveLlmSettingsRequest,
+    callback: (error: ServiceError | null, response: ResolveLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  resolveLlmSettings(
+    request: ResolveLlmSettingsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResolveLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  resolveLlmSettings(
+    request: ResolveLlmSettingsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResolveLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const IdentityServiceClient = makeGenericClientConstructor(
@@ -5198,6 +6297,10 @@ export const IdentityServiceClient = makeGenericClientConstructor(
   service: typeof IdentityServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
