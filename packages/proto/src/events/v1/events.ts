@@ -27,6 +27,8 @@ export interface Event {
     | { $case: "project"; value: ProjectData }
     | { $case: "deleted"; value: DeletedData }
     | { $case: "test"; value: TestData }
+    | { $case: "agentRun"; value: AgentRunData }
+    | { $case: "usage"; value: UsageData }
     | undefined;
 }
 
@@ -65,6 +67,33 @@ export interface TestData {
   message: string;
 }
 
+/** agent.started, agent.completed, agent.failed */
+export interface AgentRunData {
+  runId: string;
+  agentId: string;
+  projectId: string;
+  status: string;
+  output: string;
+  error: string;
+  inputTokens: number;
+  outputTokens: number;
+  startedAt: string;
+  completedAt: string;
+}
+
+/** llm.usage (internal, for billing): tokens spent by a run or a chat reply. */
+export interface UsageData {
+  /** agent_run, chat_reply */
+  source: string;
+  sourceId: string;
+  provider: string;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  /** tenant or platform: whose API key paid the provider */
+  keySource: string;
+}
+
 function createBaseEvent(): Event {
   return { id: "", type: "", tenantId: "", createdAt: "", data: undefined };
 }
@@ -98,6 +127,12 @@ export const Event: MessageFns<Event> = {
         break;
       case "test":
         TestData.encode(message.data.value, writer.uint32(114).fork()).join();
+        break;
+      case "agentRun":
+        AgentRunData.encode(message.data.value, writer.uint32(122).fork()).join();
+        break;
+      case "usage":
+        UsageData.encode(message.data.value, writer.uint32(130).fork()).join();
         break;
     }
     return writer;
@@ -188,6 +223,22 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "test", value: TestData.decode(reader, reader.uint32()) };
             continue;
           }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.data = { $case: "agentRun", value: AgentRunData.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.data = { $case: "usage", value: UsageData.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -224,6 +275,12 @@ export const Event: MessageFns<Event> = {
         ? { $case: "deleted", value: DeletedData.fromJSON(object.deleted) }
         : isSet(object.test)
         ? { $case: "test", value: TestData.fromJSON(object.test) }
+        : isSet(object.agentRun)
+        ? { $case: "agentRun", value: AgentRunData.fromJSON(object.agentRun) }
+        : isSet(object.agent_run)
+        ? { $case: "agentRun", value: AgentRunData.fromJSON(object.agent_run) }
+        : isSet(object.usage)
+        ? { $case: "usage", value: UsageData.fromJSON(object.usage) }
         : undefined,
     };
   },
@@ -252,6 +309,10 @@ export const Event: MessageFns<Event> = {
       obj.deleted = DeletedData.toJSON(message.data.value);
     } else if (message.data?.$case === "test") {
       obj.test = TestData.toJSON(message.data.value);
+    } else if (message.data?.$case === "agentRun") {
+      obj.agentRun = AgentRunData.toJSON(message.data.value);
+    } else if (message.data?.$case === "usage") {
+      obj.usage = UsageData.toJSON(message.data.value);
     }
     return obj;
   },
@@ -293,6 +354,18 @@ export const Event: MessageFns<Event> = {
       case "test": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "test", value: TestData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "agentRun": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "agentRun", value: AgentRunData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "usage": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "usage", value: UsageData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -868,6 +941,439 @@ export const TestData: MessageFns<TestData> = {
     const message = createBaseTestData();
     message.webhookId = object.webhookId ?? "";
     message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseAgentRunData(): AgentRunData {
+  return {
+    runId: "",
+    agentId: "",
+    projectId: "",
+    status: "",
+    output: "",
+    error: "",
+    inputTokens: 0,
+    outputTokens: 0,
+    startedAt: "",
+    completedAt: "",
+  };
+}
+
+export const AgentRunData: MessageFns<AgentRunData> = {
+  encode(message: AgentRunData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.agentId !== "") {
+      writer.uint32(18).string(message.agentId);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(26).string(message.projectId);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    if (message.output !== "") {
+      writer.uint32(42).string(message.output);
+    }
+    if (message.error !== "") {
+      writer.uint32(50).string(message.error);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(56).int32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(64).int32(message.outputTokens);
+    }
+    if (message.startedAt !== "") {
+      writer.uint32(74).string(message.startedAt);
+    }
+    if (message.completedAt !== "") {
+      writer.uint32(82).string(message.completedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentRunData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentRunData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.agentId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.output = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.inputTokens = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.outputTokens = reader.int32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.startedAt = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.completedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentRunData {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      agentId: isSet(object.agentId)
+        ? globalThis.String(object.agentId)
+        : isSet(object.agent_id)
+        ? globalThis.String(object.agent_id)
+        : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      output: isSet(object.output) ? globalThis.String(object.output) : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      startedAt: isSet(object.startedAt)
+        ? globalThis.String(object.startedAt)
+        : isSet(object.started_at)
+        ? globalThis.String(object.started_at)
+        : "",
+      completedAt: isSet(object.completedAt)
+        ? globalThis.String(object.completedAt)
+        : isSet(object.completed_at)
+        ? globalThis.String(object.completed_at)
+        : "",
+    };
+  },
+
+  toJSON(message: AgentRunData): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.agentId !== "") {
+      obj.agentId = message.agentId;
+    }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.output !== "") {
+      obj.output = message.output;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.startedAt !== "") {
+      obj.startedAt = message.startedAt;
+    }
+    if (message.completedAt !== "") {
+      obj.completedAt = message.completedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentRunData>): AgentRunData {
+    return AgentRunData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentRunData>): AgentRunData {
+    const message = createBaseAgentRunData();
+    message.runId = object.runId ?? "";
+    message.agentId = object.agentId ?? "";
+    message.projectId = object.projectId ?? "";
+    message.status = object.status ?? "";
+    message.output = object.output ?? "";
+    message.error = object.error ?? "";
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.startedAt = object.startedAt ?? "";
+    message.completedAt = object.completedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseUsageData(): UsageData {
+  return { source: "", sourceId: "", provider: "", model: "", inputTokens: 0, outputTokens: 0, keySource: "" };
+}
+
+export const UsageData: MessageFns<UsageData> = {
+  encode(message: UsageData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.source !== "") {
+      writer.uint32(10).string(message.source);
+    }
+    if (message.sourceId !== "") {
+      writer.uint32(18).string(message.sourceId);
+    }
+    if (message.provider !== "") {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(40).int32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(48).int32(message.outputTokens);
+    }
+    if (message.keySource !== "") {
+      writer.uint32(58).string(message.keySource);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sourceId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.inputTokens = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.outputTokens = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.keySource = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageData {
+    return {
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      sourceId: isSet(object.sourceId)
+        ? globalThis.String(object.sourceId)
+        : isSet(object.source_id)
+        ? globalThis.String(object.source_id)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      keySource: isSet(object.keySource)
+        ? globalThis.String(object.keySource)
+        : isSet(object.key_source)
+        ? globalThis.String(object.key_source)
+        : "",
+    };
+  },
+
+  toJSON(message: UsageData): unknown {
+    const obj: any = {};
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.sourceId !== "") {
+      obj.sourceId = message.sourceId;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.keySource !== "") {
+      obj.keySource = message.keySource;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UsageData>): UsageData {
+    return UsageData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UsageData>): UsageData {
+    const message = createBaseUsageData();
+    message.source = object.source ?? "";
+    message.sourceId = object.sourceId ?? "";
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.keySource = object.keySource ?? "";
     return message;
   },
 };
