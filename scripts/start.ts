@@ -38,7 +38,8 @@ function launch(name: string, entry: string, env: NodeJS.ProcessEnv): Promise<{ 
   return new Promise((ok, fail) => {
     const proc = fork(resolve(root, entry), [], {
       cwd: root,
-      env,
+      // Each process names itself in traces unless the operator already did.
+      env: { ...env, OTEL_SERVICE_NAME: process.env.OTEL_SERVICE_NAME ?? `svc-${name}` },
       execArgv: ['--import', 'tsx', '--enable-source-maps'],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });

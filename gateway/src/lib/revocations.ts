@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import type { Logger } from '@svc/kit';
+import { untraced, type Logger } from '@svc/kit';
 
 export interface RevocationEvent {
   kind: string;
@@ -67,7 +67,7 @@ export class RevocationWatcher {
 
   /** One poll at a time; callers arriving meanwhile share it. */
   poll(): Promise<void> {
-    this.running ??= this.pollOnce()
+    this.running ??= untraced(() => this.pollOnce())
       .catch((err: Error) => this.options.logger.warn({ err: err.message }, 'revocation poll failed'))
       .finally(() => (this.running = null));
     return this.running;

@@ -11,3 +11,4 @@ export * from './topics';
 export * from './scopes';
 export * from './domain-events';
 export * from './service';
+export * from './untraced';

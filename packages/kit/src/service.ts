@@ -7,6 +7,7 @@ import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
 import { identityV1 } from '@svc/proto';
 import { JwtVerifier } from './jwt';
+import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { openStore } from './storage';
 import type { CollectionDef, Store } from './storage/types';
@@ -79,7 +80,7 @@ export async function serve<S extends ConfigSpec>(
   const port = await server.start();
   let healthy = true;
   const probe = setInterval(() => {
-    Promise.all([rt.store.ping(), rt.bus.ping()]).then(
+    untraced(() => Promise.all([rt.store.ping(), rt.bus.ping()])).then(
       () => setHealth(true),
       (err) => {
         if (healthy) rt.logger.error({ err }, 'store or bus unreachable');

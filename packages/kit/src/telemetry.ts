@@ -17,6 +17,8 @@ if (enabled) {
         // File system and DNS spans are noise at this level.
         '@opentelemetry/instrumentation-fs': { enabled: false },
         '@opentelemetry/instrumentation-dns': { enabled: false },
+        // Housekeeping calls (revocation feed, key fetches, health probes) would drown real requests.
+        '@opentelemetry/instrumentation-grpc': { ignoreGrpcMethods: ['ListRevocations', 'GetJwks', 'Check'] },
       }),
     ],
   });
