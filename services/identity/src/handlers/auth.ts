@@ -8,6 +8,7 @@ import {
   errors,
   newId,
   nowIso,
+  SCOPES,
   SESSION_COOKIE_PREFIX,
   sha256Hex,
   TOPICS,
@@ -222,6 +223,18 @@ export function authHandlers(deps: IdentityDeps) {
           serviceTokenExpiresAt: expiry,
         },
       };
+    },
+
+    async delegateToken(req: identityV1.DelegateTokenRequest, ctx: CallContext): Promise<identityV1.DelegateTokenResponse> {
+      requireAuth(ctx);
+      const unknown = req.scopes.filter((s) => !(SCOPES as readonly string[]).includes(s));
+      if (unknown.length || !req.scopes.length) throw errors.validation([{ field: 'scopes', message: 'must be a non-empty list of known scopes' }]);
+      const ttl = Math.min(Math.max(req.ttlSeconds || 900, 60), 3600);
+      const a = ctx.auth;
+      // Never more than the caller has: a scoped caller's delegate keeps only the scopes both lists share.
+      const scopes = a.scp ? req.scopes.filter((s) => a.scp!.includes(s)) : req.scopes;
+      const token = await signAccessToken(deps, { sub: a.sub, tid: a.tid, typ: a.typ, role: a.role, sid: a.sid, scp: scopes, ...(a.env ? { env: a.env } : {}) }, ttl);
+      return { token, expiresAt: Date.now() + ttl * 1000 };
     },
 
     async getJwks(): Promise<identityV1.GetJwksResponse> {

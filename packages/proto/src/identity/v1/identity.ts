@@ -347,6 +347,17 @@ export interface ResolveLlmSettingsResponse {
   settings?: ResolvedLlmSettings | undefined;
 }
 
+export interface DelegateTokenRequest {
+  scopes: string[];
+  ttlSeconds: number;
+}
+
+export interface DelegateTokenResponse {
+  token: string;
+  /** Unix milliseconds */
+  expiresAt: number;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -5672,6 +5683,184 @@ export const ResolveLlmSettingsResponse: MessageFns<ResolveLlmSettingsResponse> 
   },
 };
 
+function createBaseDelegateTokenRequest(): DelegateTokenRequest {
+  return { scopes: [], ttlSeconds: 0 };
+}
+
+export const DelegateTokenRequest: MessageFns<DelegateTokenRequest> = {
+  encode(message: DelegateTokenRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.scopes) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.ttlSeconds !== 0) {
+      writer.uint32(16).int32(message.ttlSeconds);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DelegateTokenRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDelegateTokenRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.scopes.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ttlSeconds = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DelegateTokenRequest {
+    return {
+      scopes: globalThis.Array.isArray(object?.scopes) ? object.scopes.map((e: any) => globalThis.String(e)) : [],
+      ttlSeconds: isSet(object.ttlSeconds)
+        ? globalThis.Number(object.ttlSeconds)
+        : isSet(object.ttl_seconds)
+        ? globalThis.Number(object.ttl_seconds)
+        : 0,
+    };
+  },
+
+  toJSON(message: DelegateTokenRequest): unknown {
+    const obj: any = {};
+    if (message.scopes?.length) {
+      obj.scopes = message.scopes;
+    }
+    if (message.ttlSeconds !== 0) {
+      obj.ttlSeconds = Math.round(message.ttlSeconds);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DelegateTokenRequest>): DelegateTokenRequest {
+    return DelegateTokenRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DelegateTokenRequest>): DelegateTokenRequest {
+    const message = createBaseDelegateTokenRequest();
+    message.scopes = object.scopes?.map((e) => e) || [];
+    message.ttlSeconds = object.ttlSeconds ?? 0;
+    return message;
+  },
+};
+
+function createBaseDelegateTokenResponse(): DelegateTokenResponse {
+  return { token: "", expiresAt: 0 };
+}
+
+export const DelegateTokenResponse: MessageFns<DelegateTokenResponse> = {
+  encode(message: DelegateTokenResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    if (message.expiresAt !== 0) {
+      writer.uint32(16).int64(message.expiresAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DelegateTokenResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDelegateTokenResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.expiresAt = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DelegateTokenResponse {
+    return {
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.Number(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.Number(object.expires_at)
+        : 0,
+    };
+  },
+
+  toJSON(message: DelegateTokenResponse): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.expiresAt !== 0) {
+      obj.expiresAt = Math.round(message.expiresAt);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DelegateTokenResponse>): DelegateTokenResponse {
+    return DelegateTokenResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DelegateTokenResponse>): DelegateTokenResponse {
+    const message = createBaseDelegateTokenResponse();
+    message.token = object.token ?? "";
+    message.expiresAt = object.expiresAt ?? 0;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -5905,6 +6094,20 @@ export const IdentityServiceService = {
       Buffer.from(ResolveLlmSettingsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResolveLlmSettingsResponse => ResolveLlmSettingsResponse.decode(value),
   },
+  /**
+   * For services doing work later on a caller's behalf (an agent run's tools): a token with the caller's identity,
+   * limited to the requested scopes (and the caller's own, when the caller is scoped), living up to an hour.
+   */
+  delegateToken: {
+    path: "/identity.v1.IdentityService/DelegateToken" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DelegateTokenRequest): Buffer => Buffer.from(DelegateTokenRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DelegateTokenRequest => DelegateTokenRequest.decode(value),
+    responseSerialize: (value: DelegateTokenResponse): Buffer =>
+      Buffer.from(DelegateTokenResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DelegateTokenResponse => DelegateTokenResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -5942,6 +6145,11 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
    * API key: the tenant's own, else the platform default. FAILED_PRECONDITION llm_not_configured when neither.
    */
   resolveLlmSettings: handleUnaryCall<ResolveLlmSettingsRequest, ResolveLlmSettingsResponse>;
+  /**
+   * For services doing work later on a caller's behalf (an agent run's tools): a token with the caller's identity,
+   * limited to the requested scopes (and the caller's own, when the caller is scoped), living up to an hour.
+   */
+  delegateToken: handleUnaryCall<DelegateTokenRequest, DelegateTokenResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -6286,6 +6494,25 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResolveLlmSettingsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * For services doing work later on a caller's behalf (an agent run's tools): a token with the caller's identity,
+   * limited to the requested scopes (and the caller's own, when the caller is scoped), living up to an hour.
+   */
+  delegateToken(
+    request: DelegateTokenRequest,
+    callback: (error: ServiceError | null, response: DelegateTokenResponse) => void,
+  ): ClientUnaryCall;
+  delegateToken(
+    request: DelegateTokenRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DelegateTokenResponse) => void,
+  ): ClientUnaryCall;
+  delegateToken(
+    request: DelegateTokenRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DelegateTokenResponse) => void,
   ): ClientUnaryCall;
 }
 
