@@ -29,6 +29,7 @@ export const REDACT_PATHS = [
   'res.headers["set-cookie"]',
   'headers.authorization',
   'metadata.authorization',
+  'metadata["svc-token"]',
 ];
 
 export function createLogger(name: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {

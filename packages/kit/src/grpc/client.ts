@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { AppError, type ErrorCode, ERROR_CODES } from '../errors';
-import { APP_ERROR_KEY } from './server';
+import { APP_ERROR_KEY, TOKEN_METADATA_KEY } from './server';
 import type { ReqOf, ResOf } from './types';
 
 export interface CallOptions {
@@ -46,7 +46,9 @@ interface MethodDef {
 
 function metadataFor(options: CallOptions | undefined): grpc.Metadata {
   const md = new grpc.Metadata();
-  if (options?.token) md.set('authorization', `Bearer ${options.token}`);
+  // Not `authorization`: HTTP/2 never indexes that header, so a ~500-byte JWT would cross (and be decoded) on every
+  // call. Under its own key HPACK indexes it once per connection. See docs/decisions.md.
+  if (options?.token) md.set(TOKEN_METADATA_KEY, options.token);
   if (options?.requestId) md.set('x-request-id', options.requestId);
   if (options?.clientIp) md.set('x-client-ip', options.clientIp);
   return md;

@@ -1,3 +1,4 @@
+import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { identityV1 } from '@svc/proto';
 import { AppError } from '../errors';
@@ -58,6 +59,15 @@ it('passes the verified claims, request id and client address to the handler', a
   const res = await client.getTenant({}, { token, requestId: 'req-1', clientIp: '10.1.2.3' });
   expect(res.tenant?.id).toBe('ten_1');
   expect(seen).toMatchObject({ auth: { sub: 'usr_1', tid: 'ten_1', role: 'owner' }, requestId: 'req-1', clientIp: '10.1.2.3' });
+});
+
+it('also accepts the standard authorization header (for tools such as grpcurl)', async () => {
+  const md = new grpc.Metadata();
+  md.set('authorization', `Bearer ${token}`);
+  const res = await new Promise<unknown>((ok, fail) =>
+    client.grpcClient.makeUnaryRequest(def.getTenant.path, def.getTenant.requestSerialize, def.getTenant.responseDeserialize, {}, md, {}, (err, r) => (err ? fail(err) : ok(r))),
+  );
+  expect(res).toMatchObject({ tenant: { id: 'ten_1' } });
 });
 
 it('refuses protected methods without a valid JWT and allows public ones', async () => {

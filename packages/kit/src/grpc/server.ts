@@ -9,6 +9,8 @@ import type { CallContext, Implementation } from './types';
 
 /** Trailing metadata key carrying `{code, message, details}` of an AppError to the caller. */
 export const APP_ERROR_KEY = 'x-app-error';
+/** Metadata key of the caller's JWT between our processes; `authorization: Bearer` is accepted too (grpcurl). */
+export const TOKEN_METADATA_KEY = 'svc-token';
 
 export interface ServiceRegistration<D> {
   definition: D;
@@ -82,7 +84,7 @@ export class GrpcServer {
     const requestId = (md.get('x-request-id')[0] as string | undefined) ?? randomUUID();
     const clientIp = (md.get('x-client-ip')[0] as string | undefined) ?? null;
     const header = md.get('authorization')[0] as string | undefined;
-    const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
+    const token = (md.get(TOKEN_METADATA_KEY)[0] as string | undefined) ?? (header?.startsWith('Bearer ') ? header.slice(7) : null);
     if (!token) {
       if (isPublic) return { auth: null, token: null, requestId, clientIp, metadata: md };
       throw new AppError('UNAUTHORIZED', 'Authentication required');
