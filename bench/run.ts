@@ -10,31 +10,30 @@ import { join, resolve } from 'node:path';
 import { load, ROOT, startProcess, stopAll, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const RESULTS = resolve(ROOT, 'bench/results/gateway-read.json');
 
-async function measure(name: string, url: string, headers?: Record<string, string>): Promise<LoadResult> {
-  await load(url, { connections: CONNECTIONS, seconds: 2, headers }); // warm-up: JIT, caches, connections
-  const r = await load(url, { connections: CONNECTIONS, seconds: SECONDS, headers });
-  console.log(`${name.padEnd(34)} ${r.rps.toFixed(0).padStart(7)} req/s   p50 ${String(r.p50).padStart(3)} ms   p99 ${String(r.p99).padStart(3)} ms   errors ${r.errors} non2xx ${r.non2xx}`);
-  if (r.errors || r.non2xx) throw new Error(`${name}: ${r.errors} errors, ${r.non2xx} non-2xx answers`);
-  return r;
+interface Scenario {
+  name: string;
+  url: string;
+  headers?: Record<string, string>;
+  runs: LoadResult[];
 }
 
-async function main() {
-  console.log(`connections ${CONNECTIONS}, ${SECONDS} s per scenario, node ${process.version}\n`);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-  const bare = await startProcess('bench/fixtures/bare-fastify.ts');
-  const bareResult = await measure('bare Fastify (JSON)', `http://127.0.0.1:${bare.port}/api/v1/tenant`);
-  bare.proc.kill();
+function summary(s: Scenario) {
+  return {
+    rps: Math.round(median(s.runs.map((r) => r.rps))),
+    p50: median(s.runs.map((r) => r.p50)),
+    p99: median(s.runs.map((r) => r.p99)),
+    rounds: s.runs.map((r) => Math.round(r.rps)),
+  };
+}
 
-  const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
-  const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
-  const grpcResult = await measure('bare Fastify + 1 grpc-js call', `http://127.0.0.1:${front.port}/api/v1/tenant`);
-  front.proc.kill();
-  grpcServer.proc.kill();
-
-  // The system under test: identity and the gateway as separate processes, embedded store, in-memory limits.
+/** Starts the system under test: identity and the gateway as separate processes, embedded store, in-memory limits. */
+async function startSystem() {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
   const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000' };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
@@ -50,20 +49,47 @@ async function main() {
     headers: { 'content-type': 'application/json', authorization: `Bearer ${reg.data.accessToken}` },
     body: JSON.stringify({ name: 'bench', type: 'sdk', environment: 'production' }),
   }).then((r) => r.json() as Promise<{ data: { key: string } }>);
-  const systemKey = await measure('system: GET /tenant, API key', `${base}/tenant`, { authorization: `Bearer ${key.data.key}` });
-  const systemJwt = await measure('system: GET /tenant, access token', `${base}/tenant`, { authorization: `Bearer ${reg.data.accessToken}` });
+  return { base, accessToken: reg.data.accessToken, apiKey: key.data.key };
+}
 
-  const ratio = (a: LoadResult, b: LoadResult) => Number((a.rps / b.rps).toFixed(3));
+async function main() {
+  console.log(`connections ${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per scenario, alternating; node ${process.version}\n`);
+  // Every layout is up at once and measured in alternating rounds, so background load hits all of them alike.
+  const bare = await startProcess('bench/fixtures/bare-fastify.ts');
+  const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
+  const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
+  const system = await startSystem();
+  const scenarios: Scenario[] = [
+    { name: 'bare Fastify (JSON)', url: `http://127.0.0.1:${bare.port}/api/v1/tenant`, runs: [] },
+    { name: 'bare Fastify + 1 grpc-js call', url: `http://127.0.0.1:${front.port}/api/v1/tenant`, runs: [] },
+    { name: 'system: GET /tenant, API key', url: `${system.base}/tenant`, headers: { authorization: `Bearer ${system.apiKey}` }, runs: [] },
+    { name: 'system: GET /tenant, access token', url: `${system.base}/tenant`, headers: { authorization: `Bearer ${system.accessToken}` }, runs: [] },
+  ];
+  for (const s of scenarios) await load(s.url, { connections: CONNECTIONS, seconds: 2, headers: s.headers }); // warm-up
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const s of scenarios) {
+      const r = await load(s.url, { connections: CONNECTIONS, seconds: SECONDS, headers: s.headers });
+      if (r.errors || r.non2xx) throw new Error(`${s.name}: ${r.errors} errors, ${r.non2xx} non-2xx answers`);
+      s.runs.push(r);
+    }
+  }
+  const [bareS, grpcS, keyS, jwtS] = scenarios.map(summary);
+  for (const [i, s] of scenarios.entries()) {
+    const m = [bareS, grpcS, keyS, jwtS][i];
+    console.log(`${s.name.padEnd(34)} ${String(m.rps).padStart(7)} req/s   p50 ${String(m.p50).padStart(3)} ms   p99 ${String(m.p99).padStart(3)} ms   rounds ${m.rounds.join(' / ')}`);
+  }
+  const ratio = (a: { rps: number }, b: { rps: number }) => Number((a.rps / b.rps).toFixed(3));
   const result = {
     date: new Date().toISOString(),
     node: process.version,
     connections: CONNECTIONS,
     seconds: SECONDS,
-    scenarios: { bareFastify: bareResult, fastifyGrpc: grpcResult, systemApiKey: systemKey, systemJwt },
+    rounds: ROUNDS,
+    scenarios: { bareFastify: bareS, fastifyGrpc: grpcS, systemApiKey: keyS, systemJwt: jwtS },
     ratios: {
-      systemApiKeyVsFastifyGrpc: ratio(systemKey, grpcResult),
-      systemJwtVsFastifyGrpc: ratio(systemJwt, grpcResult),
-      fastifyGrpcVsBare: ratio(grpcResult, bareResult),
+      systemApiKeyVsFastifyGrpc: ratio(keyS, grpcS),
+      systemJwtVsFastifyGrpc: ratio(jwtS, grpcS),
+      fastifyGrpcVsBare: ratio(grpcS, bareS),
     },
   };
   console.log('\nratios', result.ratios, '(target: system / Fastify+gRPC >= 0.85)');

@@ -1,0 +1,311 @@
+/**
+ * Anthropic Messages API (`anthropic-version: 2023-06-01`), streamed. The official SDK builds and sends the request
+ * (`x-api-key`, `anthropic-version`, error statuses); the SSE body is read here so that a stream that stops before
+ * `message_stop` is an error rather than a short, silent success.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import type {
+  ContentBlockParam,
+  MessageCreateParamsStreaming,
+  MessageParam,
+  RawMessageStreamEvent,
+  Tool,
+} from '@anthropic-ai/sdk/resources/messages';
+import {
+  classifyHttpFailure,
+  connectionFailure,
+  guardedFetch,
+  parseEventData,
+  parseToolArguments,
+  PROVIDER_LABEL,
+  resolveSettings,
+  runStream,
+  sanitizedCause,
+  type Classified,
+  type ResolvedSettings,
+} from './core';
+import type { SseMessage } from './sse';
+import {
+  LlmError,
+  type LlmEvent,
+  type LlmFinishReason,
+  type LlmProvider,
+  type LlmRequest,
+  type LlmSettings,
+  type LlmStreamOptions,
+} from './types';
+
+export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
+/** Anthropic requires `max_tokens`; used when neither the request nor the settings give one. */
+export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+
+export class AnthropicProvider implements LlmProvider {
+  private readonly settings: ResolvedSettings;
+  private readonly client: Anthropic;
+
+  constructor(settings: LlmSettings) {
+    if (settings.provider !== 'anthropic') {
+      throw new LlmError('bad_request', `AnthropicProvider cannot serve provider "${String(settings.provider)}"`);
+    }
+    const resolved = resolveSettings(settings, ANTHROPIC_DEFAULT_BASE_URL);
+    if (!resolved.apiKey) throw new LlmError('bad_request', 'the anthropic provider needs an apiKey');
+    // The SDK appends /v1/messages itself; accept a base URL written with the version path too.
+    this.settings = { ...resolved, baseUrl: resolved.baseUrl.replace(/\/v1$/, '') };
+    const s = this.settings;
+    this.client = new Anthropic({
+      // Given in code, the key is the client's only credential: the SDK then reads no ANTHROPIC_* credential.
+      apiKey: s.apiKey,
+      baseURL: s.baseUrl,
+      // Retries, timeouts and cancellation are run by core.runStream, the same for every provider.
+      maxRetries: 0,
+      timeout: Math.ceil(s.timeoutMs) * 2 + 1000,
+      fetch: guardedFetch(s.fetch),
+      logLevel: 'off',
+      // No SDK spans (the process's HTTP instrumentation traces the call) and no trace headers to a third party.
+      openTelemetry: { propagation: false, traces: false },
+    });
+  }
+
+  stream(request: LlmRequest, options: LlmStreamOptions = {}): AsyncIterable<LlmEvent> {
+    return this.run(request, options);
+  }
+
+  private async *run(request: LlmRequest, options: LlmStreamOptions): AsyncGenerator<LlmEvent> {
+    const settings = this.settings;
+    // Built inside the generator: a bad request fails the stream like any other error, and nothing runs before iteration.
+    const body = buildAnthropicRequest(settings, request);
+    yield* runStream({
+      settings,
+      signal: options.signal,
+      open: (signal) => this.client.messages.create(body, { signal }).asResponse(),
+      classify: (err) => classifyAnthropicError(settings, err),
+      translate: (messages) => translateAnthropicStream(messages, [settings.apiKey]),
+    });
+  }
+}
+
+/**
+ * Maps port messages onto a Messages request: system messages join into `system`; assistant tool calls become
+ * `tool_use` blocks; tool results become `tool_result` blocks in a user turn (consecutive ones in the same turn, as
+ * the API requires).
+ */
+export function buildAnthropicRequest(settings: ResolvedSettings, request: LlmRequest): MessageCreateParamsStreaming {
+  const provider = settings.provider;
+  const model = request.model || settings.model;
+  if (!model) throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider });
+  const system: string[] = [];
+  const messages: Array<MessageParam & { content: ContentBlockParam[] }> = [];
+  const push = (role: 'user' | 'assistant', blocks: ContentBlockParam[]) => {
+    if (blocks.length === 0) return;
+    const last = messages[messages.length - 1];
+    if (last && last.role === role) last.content.push(...blocks);
+    else messages.push({ role, content: blocks });
+  };
+  request.messages.forEach((m, i) => {
+    switch (m.role) {
+      case 'system':
+        system.push(m.content);
+        break;
+      case 'user':
+        push('user', [{ type: 'text', text: m.content }]);
+        break;
+      case 'assistant': {
+        const blocks: ContentBlockParam[] = [];
+        if (m.content !== '') blocks.push({ type: 'text', text: m.content });
+        for (const call of m.toolCalls ?? []) blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: call.arguments });
+        push('assistant', blocks);
+        break;
+      }
+      case 'tool':
+        if (!m.toolCallId) throw new LlmError('bad_request', `messages[${i}]: a tool message needs toolCallId`, { provider });
+        push('user', [{ type: 'tool_result', tool_use_id: m.toolCallId, content: m.content }]);
+        break;
+      default:
+        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
+    }
+  });
+  const body: MessageCreateParamsStreaming = {
+    model,
+    max_tokens: request.maxTokens ?? settings.maxTokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS,
+    messages,
+    stream: true,
+  };
+  if (system.length > 0) body.system = system.join('\n\n');
+  if (request.tools && request.tools.length > 0) {
+    body.tools = request.tools.map((t): Tool => ({
+      name: t.name,
+      description: t.description,
+      input_schema: { type: 'object', ...t.parameters } as Tool.InputSchema,
+    }));
+  }
+  const temperature = request.temperature ?? settings.temperature;
+  if (temperature !== undefined) body.temperature = temperature;
+  return body;
+}
+
+function errorBody(err: { error?: unknown }): { type?: string; message?: unknown } {
+  const outer = err.error as { error?: { type?: unknown; message?: unknown } } | undefined;
+  const inner = outer?.error;
+  return { type: typeof inner?.type === 'string' ? inner.type : undefined, message: inner?.message };
+}
+
+function classifyAnthropicError(settings: ResolvedSettings, err: unknown): Classified {
+  const provider = settings.provider;
+  if (err instanceof LlmError) return { error: err, retry: false };
+  if (err instanceof Anthropic.APIConnectionTimeoutError) {
+    return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
+  }
+  if (err instanceof Anthropic.APIConnectionError) return connectionFailure(provider, err);
+  if (err instanceof Anthropic.APIError && typeof err.status === 'number') {
+    const body = errorBody(err);
+    return classifyHttpFailure(provider, { status: err.status, headers: err.headers, providerMessage: body.message, code: body.type }, [
+      settings.apiKey,
+    ]);
+  }
+  if (err instanceof Anthropic.AnthropicError) {
+    return { error: new LlmError('bad_request', 'the request could not be sent', { provider, cause: sanitizedCause(err) }), retry: false };
+  }
+  return connectionFailure(provider, err);
+}
+
+/** The status an `event: error` type corresponds to, so it maps like the same error before the stream. */
+const STREAM_ERROR_STATUS: Record<string, number> = {
+  invalid_request_error: 400,
+  authentication_error: 401,
+  permission_error: 403,
+  not_found_error: 404,
+  request_too_large: 413,
+  rate_limit_error: 429,
+  api_error: 500,
+  timeout_error: 504,
+  overloaded_error: 529,
+};
+
+function mapStopReason(reason: string | null | undefined): LlmFinishReason {
+  switch (reason) {
+    case 'tool_use':
+      return 'tool_calls';
+    case 'max_tokens':
+    case 'model_context_window_exceeded':
+      return 'length';
+    case 'refusal':
+      return 'error';
+    default:
+      return 'stop';
+  }
+}
+
+interface OpenBlock {
+  type: string;
+  id: string;
+  name: string;
+  json: string;
+  input: unknown;
+}
+
+/** Turns Messages stream events into port events; requires `message_stop` at the end. */
+export async function* translateAnthropicStream(
+  messages: AsyncIterable<SseMessage>,
+  secrets: ReadonlyArray<string | undefined> = [],
+): AsyncGenerator<LlmEvent> {
+  const provider = 'anthropic' as const;
+  const blocks = new Map<number, OpenBlock>();
+  let started = false;
+  // Billed input is the plain input plus what was written to and read from the prompt cache.
+  const input = { plain: 0, cacheWrite: 0, cacheRead: 0 };
+  let outputTokens = 0;
+  let sawUsage = false;
+  let stopReason: string | null | undefined;
+
+  for await (const message of messages) {
+    if (message.event === 'ping') continue;
+    const event = parseEventData(provider, message.data) as
+      RawMessageStreamEvent | { type: 'error'; error?: { type?: string; message?: unknown } } | { type: string };
+    switch (event.type) {
+      case 'error': {
+        const error = (event as { error?: { type?: string; message?: unknown } }).error ?? {};
+        const type = typeof error.type === 'string' ? error.type : 'api_error';
+        throw classifyHttpFailure(
+          provider,
+          { status: STREAM_ERROR_STATUS[type] ?? 500, providerMessage: error.message, code: type },
+          secrets,
+        ).error;
+      }
+      case 'message_start': {
+        const usage = (event as Extract<RawMessageStreamEvent, { type: 'message_start' }>).message?.usage;
+        started = true;
+        if (usage) {
+          sawUsage = true;
+          input.plain = usage.input_tokens ?? 0;
+          input.cacheWrite = usage.cache_creation_input_tokens ?? 0;
+          input.cacheRead = usage.cache_read_input_tokens ?? 0;
+          outputTokens = usage.output_tokens ?? 0;
+        }
+        break;
+      }
+      case 'content_block_start': {
+        const e = event as Extract<RawMessageStreamEvent, { type: 'content_block_start' }>;
+        const block = e.content_block as { type: string; id?: string; name?: string; input?: unknown; text?: string };
+        blocks.set(e.index, { type: block.type, id: block.id ?? '', name: block.name ?? '', json: '', input: block.input });
+        if (block.type === 'text' && typeof block.text === 'string' && block.text !== '') yield { type: 'text', delta: block.text };
+        break;
+      }
+      case 'content_block_delta': {
+        const e = event as Extract<RawMessageStreamEvent, { type: 'content_block_delta' }>;
+        const delta = e.delta as { type: string; text?: string; partial_json?: string };
+        if (delta.type === 'text_delta' && typeof delta.text === 'string' && delta.text !== '') {
+          yield { type: 'text', delta: delta.text };
+        } else if (delta.type === 'input_json_delta' && typeof delta.partial_json === 'string') {
+          const block = blocks.get(e.index);
+          if (!block) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} sent a delta for a block it did not start`, { provider });
+          block.json += delta.partial_json;
+        }
+        // thinking, signature and citation deltas are not part of the port.
+        break;
+      }
+      case 'content_block_stop': {
+        const e = event as Extract<RawMessageStreamEvent, { type: 'content_block_stop' }>;
+        const block = blocks.get(e.index);
+        blocks.delete(e.index);
+        if (block?.type === 'tool_use') {
+          const args =
+            block.json.trim() === '' && block.input && typeof block.input === 'object' && !Array.isArray(block.input)
+              ? (block.input as Record<string, unknown>)
+              : parseToolArguments(provider, block.name, block.json);
+          yield { type: 'tool_call', id: block.id, name: block.name, arguments: args };
+        }
+        break;
+      }
+      case 'message_delta': {
+        const e = event as Extract<RawMessageStreamEvent, { type: 'message_delta' }>;
+        if (e.delta?.stop_reason) stopReason = e.delta.stop_reason;
+        const usage = e.usage as
+          | {
+              output_tokens?: number | null;
+              input_tokens?: number | null;
+              cache_creation_input_tokens?: number | null;
+              cache_read_input_tokens?: number | null;
+            }
+          | undefined;
+        if (usage) {
+          sawUsage = true;
+          if (typeof usage.output_tokens === 'number') outputTokens = usage.output_tokens;
+          // The counts here are cumulative; input counts are repeated by newer API revisions.
+          if (typeof usage.input_tokens === 'number') input.plain = usage.input_tokens;
+          if (typeof usage.cache_creation_input_tokens === 'number') input.cacheWrite = usage.cache_creation_input_tokens;
+          if (typeof usage.cache_read_input_tokens === 'number') input.cacheRead = usage.cache_read_input_tokens;
+        }
+        break;
+      }
+      case 'message_stop':
+        if (!started) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} ended a message it did not start`, { provider });
+        if (sawUsage) yield { type: 'usage', inputTokens: input.plain + input.cacheWrite + input.cacheRead, outputTokens };
+        yield { type: 'finish', reason: mapStopReason(stopReason) };
+        return;
+      default:
+        // Event types added later are skipped, as the API versioning policy asks of clients.
+        break;
+    }
+  }
+  throw new LlmError('protocol', `the stream from ${PROVIDER_LABEL[provider]} ended before message_stop`, { provider });
+}

@@ -1,0 +1,376 @@
+/**
+ * What both adapters share: settings checks, secret redaction, the guarded fetch, the retry loop, the idle timeout,
+ * cancellation and the SSE body reader. The adapters only build requests and translate wire events.
+ */
+import { LlmError, type LlmErrorKind, type LlmEvent, type LlmProviderKind, type LlmSettings } from './types';
+import { decodeSse, type SseMessage } from './sse';
+
+export const DEFAULT_TIMEOUT_MS = 60_000;
+export const DEFAULT_MAX_RETRIES = 2;
+/** A `retry-after` longer than this is not waited for: the error is thrown with `retryAfterMs` set. */
+export const MAX_RETRY_AFTER_MS = 60_000;
+const BACKOFF_BASE_MS = 500;
+const BACKOFF_MAX_MS = 8_000;
+const MAX_PROVIDER_MESSAGE = 300;
+
+export const PROVIDER_LABEL: Record<LlmProviderKind, string> = {
+  openai: 'OpenAI',
+  anthropic: 'Anthropic',
+  'openai-compatible': 'the OpenAI-compatible server',
+};
+
+export interface ResolvedSettings {
+  provider: LlmProviderKind;
+  apiKey: string | undefined;
+  baseUrl: string;
+  model: string | undefined;
+  temperature: number | undefined;
+  maxTokens: number | undefined;
+  timeoutMs: number;
+  maxRetries: number;
+  fetch: typeof fetch;
+}
+
+function configError(message: string): LlmError {
+  return new LlmError('bad_request', message);
+}
+
+/** Checks settings once, at construction; a bad value throws an `LlmError` of kind `bad_request`. */
+export function resolveSettings(settings: LlmSettings, defaultBaseUrl: string | undefined): ResolvedSettings {
+  const apiKey = settings.apiKey === '' ? undefined : settings.apiKey;
+  const rawBase = settings.baseUrl === '' || settings.baseUrl === undefined ? defaultBaseUrl : settings.baseUrl;
+  if (rawBase === undefined) throw configError(`the ${settings.provider} provider needs a baseUrl`);
+  let url: URL;
+  try {
+    url = new URL(rawBase);
+  } catch {
+    throw configError('baseUrl must be an absolute http(s) URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw configError('baseUrl must use http or https');
+  if (url.username || url.password) throw configError('baseUrl must not contain credentials');
+  const timeoutMs = settings.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw configError('timeoutMs must be a positive number');
+  const maxRetries = settings.maxRetries ?? DEFAULT_MAX_RETRIES;
+  if (!Number.isInteger(maxRetries) || maxRetries < 0) throw configError('maxRetries must be a non-negative integer');
+  return {
+    provider: settings.provider,
+    apiKey,
+    baseUrl: rawBase.replace(/\/+$/, ''),
+    model: settings.model || undefined,
+    temperature: settings.temperature,
+    maxTokens: settings.maxTokens,
+    timeoutMs,
+    maxRetries,
+    // Looked up per call, so a fetch installed later (instrumentation, test doubles) is the one used.
+    fetch: settings.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+  };
+}
+
+/** Removes secrets from text meant for an error message: the key itself, key-shaped tokens, bearer tokens. */
+export function redact(text: string, secrets: ReadonlyArray<string | undefined>): string {
+  let out = text;
+  for (const secret of secrets) {
+    if (secret && secret.length >= 4) out = out.split(secret).join('[redacted]');
+  }
+  return out.replace(/\bBearer\s+[^\s"',]+/gi, 'Bearer [redacted]').replace(/\b(sk|pk|rk)-[A-Za-z0-9_\-*.]{4,}/g, '[redacted]');
+}
+
+export function safeProviderMessage(text: unknown, secrets: ReadonlyArray<string | undefined>): string | undefined {
+  if (typeof text !== 'string' || text.trim() === '') return undefined;
+  const clean = redact(text.trim(), secrets);
+  return clean.length > MAX_PROVIDER_MESSAGE ? `${clean.slice(0, MAX_PROVIDER_MESSAGE)}...` : clean;
+}
+
+/** The kind an HTTP status maps to. */
+export function kindForStatus(status: number): LlmErrorKind {
+  if (status === 401 || status === 403) return 'auth';
+  if (status === 429) return 'rate_limited';
+  if (status === 408) return 'timeout';
+  if (status === 409 || status >= 500) return 'unavailable';
+  return 'bad_request';
+}
+
+/** Reads `retry-after-ms` (milliseconds) or `retry-after` (seconds or an HTTP date). */
+export function retryAfterMs(headers: { get(name: string): string | null } | undefined, now = Date.now()): number | undefined {
+  if (!headers) return undefined;
+  const ms = headers.get('retry-after-ms');
+  if (ms !== null && ms.trim() !== '') {
+    const value = Number(ms);
+    if (Number.isFinite(value) && value >= 0) return value;
+  }
+  const after = headers.get('retry-after');
+  if (after === null || after.trim() === '') return undefined;
+  const seconds = Number(after);
+  if (Number.isFinite(seconds)) return seconds >= 0 ? seconds * 1000 : undefined;
+  const date = Date.parse(after);
+  if (Number.isNaN(date)) return undefined;
+  return Math.max(0, date - now);
+}
+
+export interface HttpFailure {
+  status: number;
+  headers?: { get(name: string): string | null };
+  /** The provider's own error message (will be redacted and shortened). */
+  providerMessage?: unknown;
+  /** The provider's error type / code. */
+  code?: string;
+}
+
+/** An LLM error plus whether the retry loop may try again. */
+export interface Classified {
+  error: LlmError;
+  retry: boolean;
+}
+
+export function classifyHttpFailure(
+  provider: LlmProviderKind,
+  failure: HttpFailure,
+  secrets: ReadonlyArray<string | undefined>,
+): Classified {
+  const { status, headers } = failure;
+  const kind = kindForStatus(status);
+  const label = PROVIDER_LABEL[provider];
+  const code = typeof failure.code === 'string' && failure.code !== '' ? redact(failure.code, secrets) : undefined;
+  const details = {
+    status,
+    provider,
+    code,
+    retryAfterMs: retryAfterMs(headers),
+    requestId: headers?.get('x-request-id') ?? headers?.get('request-id') ?? undefined,
+  };
+  let message: string;
+  if (status === 401) {
+    // Providers echo (part of) the key they were given in 401 messages: say only what happened.
+    message = `${label} rejected the API key (HTTP 401${code ? `, ${code}` : ''})`;
+  } else {
+    const said = safeProviderMessage(failure.providerMessage, secrets);
+    const what =
+      kind === 'auth'
+        ? 'denied the request'
+        : kind === 'rate_limited'
+          ? 'rate limited the request'
+          : kind === 'unavailable' || kind === 'timeout'
+            ? 'failed to answer'
+            : 'refused the request';
+    message = `${label} ${what} (HTTP ${status}${code ? `, ${code}` : ''})${said ? `: ${said}` : ''}`;
+  }
+  const shouldRetryHeader = headers?.get('x-should-retry');
+  const retry =
+    shouldRetryHeader === 'true'
+      ? true
+      : shouldRetryHeader === 'false'
+        ? false
+        : kind === 'rate_limited' || kind === 'unavailable' || status === 408;
+  return { error: new LlmError(kind, message, details), retry };
+}
+
+/** Maps an error object's identity to a sanitized `{name, code}`: never its message. */
+export function sanitizedCause(err: unknown): { name?: string; code?: string } | undefined {
+  if (typeof err !== 'object' || err === null) return undefined;
+  const cause: { name?: string; code?: string } = {};
+  const name = (err as { name?: unknown }).name;
+  if (typeof name === 'string') cause.name = name;
+  let inner: unknown = err;
+  for (let depth = 0; depth < 4 && typeof inner === 'object' && inner !== null; depth++) {
+    const code = (inner as { code?: unknown }).code;
+    if (typeof code === 'string' && /^[A-Z0-9_]+$/.test(code)) {
+      cause.code = code;
+      break;
+    }
+    inner = (inner as { cause?: unknown }).cause;
+  }
+  return cause.name || cause.code ? cause : undefined;
+}
+
+/**
+ * Errors thrown by the injected fetch are wrapped on their way through the SDK so that nothing the SDK does to them
+ * (retry heuristics that read the message, re-wrapping) can lose or misread them; {@link unwrapFetchFailure} gets
+ * the original back.
+ */
+const ORIGINAL = Symbol('llm.fetchFailure');
+class FetchFailure extends Error {
+  override readonly name = 'FetchFailure';
+  readonly [ORIGINAL]: unknown;
+  constructor(original: unknown) {
+    super('fetch failed');
+    this[ORIGINAL] = original;
+  }
+}
+
+export function guardedFetch(inner: typeof fetch): typeof fetch {
+  const wrapped = async (input: Parameters<typeof fetch>[0], init?: Parameters<typeof fetch>[1]): Promise<Response> => {
+    try {
+      return await inner(input, init);
+    } catch (err) {
+      // Aborts must keep their identity: the SDKs and the runner recognise them by name.
+      if (typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError') throw err;
+      throw new FetchFailure(err);
+    }
+  };
+  return wrapped as typeof fetch;
+}
+
+/** Finds the error the injected fetch threw, anywhere in an SDK error's cause chain. */
+export function unwrapFetchFailure(err: unknown): { found: boolean; original: unknown } {
+  let current: unknown = err;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    if (current instanceof FetchFailure) return { found: true, original: current[ORIGINAL] };
+    current = (current as { cause?: unknown }).cause;
+  }
+  return { found: false, original: undefined };
+}
+
+/** A connection-level failure (refused, reset, DNS, TLS): retryable, kind `unavailable`. */
+export function connectionFailure(provider: LlmProviderKind, err: unknown): Classified {
+  const { found, original } = unwrapFetchFailure(err);
+  if (found && original instanceof LlmError) return { error: original, retry: false };
+  const cause = sanitizedCause(found ? original : err);
+  const detail = cause?.code ? ` (${cause.code})` : '';
+  return {
+    error: new LlmError('unavailable', `could not reach ${PROVIDER_LABEL[provider]}${detail}`, { provider, cause }),
+    retry: true,
+  };
+}
+
+export function backoffMs(attempt: number, random = Math.random): number {
+  const base = Math.min(BACKOFF_BASE_MS * 2 ** attempt, BACKOFF_MAX_MS);
+  return base * (1 - random() * 0.25);
+}
+
+function abortError(kind: 'cancelled' | 'timeout', provider: LlmProviderKind, timeoutMs: number): LlmError {
+  return kind === 'cancelled'
+    ? new LlmError('cancelled', 'the request was cancelled', { provider })
+    : new LlmError('timeout', `${PROVIDER_LABEL[provider]} sent nothing for ${timeoutMs} ms`, { provider });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+export interface RunStreamOptions {
+  settings: ResolvedSettings;
+  signal: AbortSignal | undefined;
+  /** Sends the request (through the SDK) and resolves with the streaming response once its status is 2xx. */
+  open: (signal: AbortSignal) => Promise<Response>;
+  /** Turns anything `open` threw (that was not our own abort) into an LlmError and a retry decision. */
+  classify: (err: unknown) => Classified;
+  /** Translates the SSE messages into port events. Must throw when the stream ends without its end marker. */
+  translate: (messages: AsyncIterable<SseMessage>) => AsyncGenerator<LlmEvent>;
+}
+
+/**
+ * Runs one streamed call: retries before the reply starts, an idle timeout while waiting on the network, prompt
+ * cancellation, and a body reader that reports a connection lost mid-stream as an error.
+ */
+export async function* runStream(options: RunStreamOptions): AsyncGenerator<LlmEvent> {
+  const { settings, signal } = options;
+  const { provider, timeoutMs } = settings;
+  if (signal?.aborted) throw abortError('cancelled', provider, timeoutMs);
+
+  const controller = new AbortController();
+  let stopped: 'cancelled' | 'timeout' | undefined;
+  const onAbort = () => {
+    stopped ??= 'cancelled';
+    controller.abort();
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      stopped ??= 'timeout';
+      controller.abort();
+    }, timeoutMs);
+  };
+  const disarm = () => clearTimeout(timer);
+  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+
+  try {
+    let response: Response | undefined;
+    for (let attempt = 0; response === undefined; attempt++) {
+      arm();
+      try {
+        response = await options.open(controller.signal);
+      } catch (err) {
+        if (stopped) throw abortError(stopped, provider, timeoutMs);
+        const { error, retry } = options.classify(err);
+        if (!retry || attempt >= settings.maxRetries) throw error;
+        const delay = error.retryAfterMs ?? backoffMs(attempt);
+        if (delay > MAX_RETRY_AFTER_MS) throw error;
+        disarm();
+        try {
+          await sleep(delay, controller.signal);
+        } catch {
+          throw abortError(stopped ?? 'cancelled', provider, timeoutMs);
+        }
+      } finally {
+        disarm();
+      }
+    }
+
+    if (!response.body) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} answered without a body`, { provider });
+    const body = response.body.getReader();
+    reader = body;
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      for (;;) {
+        let result: Awaited<ReturnType<typeof body.read>>;
+        arm();
+        try {
+          result = await body.read();
+        } catch (err) {
+          if (stopped) throw abortError(stopped, provider, timeoutMs);
+          throw new LlmError('unavailable', `the connection to ${PROVIDER_LABEL[provider]} closed before the reply finished`, {
+            provider,
+            cause: sanitizedCause(err),
+          });
+        } finally {
+          disarm();
+        }
+        if (result.done) return;
+        yield result.value;
+      }
+    }
+    yield* options.translate(decodeSse(chunks()));
+  } finally {
+    disarm();
+    signal?.removeEventListener('abort', onAbort);
+    // Frees the connection when the consumer stopped early or the stream failed; a no-op after a complete read.
+    if (reader) reader.cancel().catch(() => undefined);
+    controller.abort();
+  }
+}
+
+/** Parses one SSE `data` payload as JSON, or throws a protocol error. */
+export function parseEventData(provider: LlmProviderKind, data: string): any {
+  try {
+    return JSON.parse(data);
+  } catch {
+    throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} sent an event that is not JSON`, { provider });
+  }
+}
+
+/** Parses a tool call's accumulated arguments: empty means `{}`; anything but a JSON object is a protocol error. */
+export function parseToolArguments(provider: LlmProviderKind, name: string, json: string): Record<string, unknown> {
+  if (json.trim() === '') return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch {
+    throw new LlmError('protocol', `the arguments of tool call "${name}" are not valid JSON`, { provider });
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new LlmError('protocol', `the arguments of tool call "${name}" are not a JSON object`, { provider });
+  }
+  return value as Record<string, unknown>;
+}

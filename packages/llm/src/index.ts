@@ -1,0 +1,65 @@
+/**
+ * @svc/llm: the LLM provider port and its adapters. Fakes for tests live in `@svc/llm/src/testing`, not here.
+ */
+import { AnthropicProvider } from './anthropic';
+import { OpenAIProvider } from './openai';
+import { LlmError, type LlmEvent, type LlmFinishReason, type LlmProvider, type LlmSettings, type LlmToolCall } from './types';
+
+export * from './types';
+export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
+export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
+export { DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, MAX_RETRY_AFTER_MS, redact } from './core';
+
+/**
+ * The provider for one settings object (a tenant's or the platform's). Checks the settings at once: a missing key or
+ * base URL, or a malformed one, throws an `LlmError` of kind `bad_request`. The instance holds no per-call state and
+ * can be reused for any number of concurrent calls.
+ */
+export function createProvider(settings: LlmSettings): LlmProvider {
+  switch (settings.provider) {
+    case 'openai':
+    case 'openai-compatible':
+      return new OpenAIProvider(settings);
+    case 'anthropic':
+      return new AnthropicProvider(settings);
+    default:
+      throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
+  }
+}
+
+export interface CollectedReply {
+  text: string;
+  toolCalls: LlmToolCall[];
+  usage: { inputTokens: number; outputTokens: number } | undefined;
+  finishReason: LlmFinishReason;
+}
+
+/**
+ * Reads a whole stream into one reply, calling `onEvent` for each event on the way (for streaming it on).
+ * Throws what the stream throws.
+ */
+export async function collect(events: AsyncIterable<LlmEvent>, onEvent?: (event: LlmEvent) => void): Promise<CollectedReply> {
+  let text = '';
+  const toolCalls: LlmToolCall[] = [];
+  let usage: CollectedReply['usage'];
+  let finishReason: LlmFinishReason | undefined;
+  for await (const event of events) {
+    onEvent?.(event);
+    switch (event.type) {
+      case 'text':
+        text += event.delta;
+        break;
+      case 'tool_call':
+        toolCalls.push({ id: event.id, name: event.name, arguments: event.arguments });
+        break;
+      case 'usage':
+        usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+        break;
+      case 'finish':
+        finishReason = event.reason;
+        break;
+    }
+  }
+  if (finishReason === undefined) throw new LlmError('protocol', 'the stream ended without a finish event');
+  return { text, toolCalls, usage, finishReason };
+}

@@ -1,0 +1,324 @@
+import { inspect } from 'node:util';
+import { createProvider, LlmError, type LlmEvent, type LlmSettings } from './index';
+import { drain, echoText, llmError, startFakeOpenAI, waitUntil, type FakeProviderServer } from './testing';
+
+const KEY = 'sk-test-OPENAI-9f3c2a7b1e8d4c6f';
+
+function expectNoKey(error: unknown, key = KEY): void {
+  const e = llmError(error);
+  expect(e.message).not.toContain(key);
+  expect(JSON.stringify(e)).not.toContain(key);
+  expect(inspect(e, { depth: 5 })).not.toContain(key);
+  expect(String(e.stack)).not.toContain(key);
+}
+
+describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
+  let fake: FakeProviderServer;
+  const settings = (over: Partial<LlmSettings> = {}): LlmSettings => ({
+    provider: 'openai',
+    apiKey: KEY,
+    baseUrl: fake.url,
+    model: 'gpt-test',
+    ...over,
+  });
+  const ask = (content: string) => ({ messages: [{ role: 'user' as const, content }] });
+
+  beforeAll(async () => {
+    fake = await startFakeOpenAI({ apiKey: KEY });
+  });
+  afterEach(() => fake.reset());
+  afterAll(() => fake.close());
+
+  it('streams text: the deltas join to the scripted reply, then usage, then finish', async () => {
+    const reply = 'The quick brown fox jumps over the lazy dog.';
+    fake.script({ type: 'text', text: reply, chunks: 5, usage: { inputTokens: 11, outputTokens: 9 } });
+    const { events, text, error } = await drain(createProvider(settings()).stream(ask('Tell me about foxes')));
+    expect(error).toBeUndefined();
+    expect(text).toBe(reply);
+    expect(events.filter((e) => e.type === 'text')).toHaveLength(5);
+    expect(events.slice(-2)).toEqual([
+      { type: 'usage', inputTokens: 11, outputTokens: 9 },
+      { type: 'finish', reason: 'stop' },
+    ]);
+  });
+
+  it('answers with the deterministic echo when nothing is scripted', async () => {
+    const { text, events } = await drain(createProvider(settings()).stream(ask('hello there')));
+    expect(text).toBe(echoText('hello there'));
+    expect(events.filter((e) => e.type === 'text').length).toBeGreaterThan(1);
+    expect(events.find((e) => e.type === 'usage')).toEqual({ type: 'usage', inputTokens: 3, outputTokens: 5 });
+  });
+
+  it('sends the Chat Completions request shape, with the key as a bearer token', async () => {
+    const provider = createProvider(settings({ temperature: 0.2, maxTokens: 50 }));
+    await drain(
+      provider.stream({
+        model: 'gpt-override',
+        messages: [
+          { role: 'system', content: 'You are terse.' },
+          { role: 'user', content: 'Weather in Paris?' },
+          { role: 'assistant', content: '', toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: { city: 'Paris' } }] },
+          { role: 'tool', content: '{"temp":21}', toolCallId: 'call_1' },
+        ],
+        tools: [
+          { name: 'get_weather', description: 'Current weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+        ],
+        maxTokens: 99,
+      }),
+    );
+    expect(fake.requests).toHaveLength(1);
+    const [request] = fake.requests;
+    expect(request.method).toBe('POST');
+    expect(request.path).toBe('/v1/chat/completions');
+    expect(request.headers.authorization).toBe(`Bearer ${KEY}`);
+    expect(request.body).toEqual({
+      model: 'gpt-override',
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: 0.2,
+      max_completion_tokens: 99,
+      messages: [
+        { role: 'system', content: 'You are terse.' },
+        { role: 'user', content: 'Weather in Paris?' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+        },
+        { role: 'tool', tool_call_id: 'call_1', content: '{"temp":21}' },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: {
+            name: 'get_weather',
+            description: 'Current weather',
+            parameters: { type: 'object', properties: { city: { type: 'string' } } },
+          },
+        },
+      ],
+    });
+  });
+
+  it('assembles tool calls from argument fragments spread over several chunks', async () => {
+    const args1 = { city: 'São Paulo', units: 'metric', days: [1, 2, 3], nested: { deep: { ok: true } } };
+    fake.script({
+      type: 'tool_calls',
+      text: 'Let me look that up.',
+      argumentChunks: 7,
+      toolCalls: [
+        { id: 'call_a', name: 'get_weather', arguments: args1 },
+        { id: 'call_b', name: 'get_time', arguments: { zone: 'America/Sao_Paulo' } },
+      ],
+    });
+    const { events, text, error } = await drain(createProvider(settings()).stream(ask('weather and time?')));
+    expect(error).toBeUndefined();
+    expect(text).toBe('Let me look that up.');
+    expect(events.filter((e) => e.type === 'tool_call')).toEqual([
+      { type: 'tool_call', id: 'call_a', name: 'get_weather', arguments: args1 },
+      { type: 'tool_call', id: 'call_b', name: 'get_time', arguments: { zone: 'America/Sao_Paulo' } },
+    ]);
+    expect(events[events.length - 1]).toEqual({ type: 'finish', reason: 'tool_calls' });
+    expect(events.some((e) => e.type === 'usage')).toBe(true);
+  });
+
+  it('reports tool-call arguments that are not valid JSON as a protocol error', async () => {
+    fake.script({ type: 'tool_calls', toolCalls: [{ name: 'get_weather', arguments: '{"city": "Par' }] });
+    const { events, error } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(llmError(error).kind).toBe('protocol');
+    expect(events.some((e) => e.type === 'finish' || e.type === 'tool_call')).toBe(false);
+  });
+
+  it('retries a 429 (retry-after: 0) and then succeeds', async () => {
+    fake.script({ type: 'error', status: 429 }, { type: 'text', text: 'after the limit' });
+    const { text, error } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(error).toBeUndefined();
+    expect(text).toBe('after the limit');
+    expect(fake.requests).toHaveLength(2);
+    expect(fake.requests.every((r) => r.headers.authorization === `Bearer ${KEY}`)).toBe(true);
+  });
+
+  it('retries a 500 with backoff and then succeeds', async () => {
+    fake.script({ type: 'error', status: 500 }, { type: 'text', text: 'recovered' });
+    const { text, error } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(error).toBeUndefined();
+    expect(text).toBe('recovered');
+    expect(fake.requests).toHaveLength(2);
+  });
+
+  it('gives up after maxRetries with kind unavailable', async () => {
+    fake.script({ type: 'error', status: 503, times: 3, retryAfter: 0 });
+    const { error } = await drain(createProvider(settings({ maxRetries: 1 })).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('unavailable');
+    expect(e.status).toBe(503);
+    expect(fake.requests).toHaveLength(2);
+  });
+
+  it('does not sleep through a retry-after longer than the cap: rate_limited with retryAfterMs', async () => {
+    fake.script({ type: 'error', status: 429, retryAfter: 3600 });
+    const { error } = await drain(createProvider(settings()).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('rate_limited');
+    expect(e.retryAfterMs).toBe(3_600_000);
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('maps 401 to kind auth, does not retry, and never shows the key', async () => {
+    const wrongKey = 'sk-test-WRONG-0123456789abcdef';
+    const { error } = await drain(createProvider(settings({ apiKey: wrongKey })).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('auth');
+    expect(e.status).toBe(401);
+    expect(fake.requests).toHaveLength(1);
+    expect(fake.requests[0].headers.authorization).toBe(`Bearer ${wrongKey}`);
+    expectNoKey(e, wrongKey);
+    // The fake, like OpenAI, quoted a masked form of the key: that is not passed on either.
+    expect(e.message).not.toContain(wrongKey.slice(0, 5));
+  });
+
+  it('redacts the key when a provider error message quotes it', async () => {
+    fake.script({ type: 'error', status: 400, message: `Header value ${KEY} is malformed (Bearer ${KEY})` });
+    const { error } = await drain(createProvider(settings()).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('bad_request');
+    expect(e.message).toContain('[redacted]');
+    expectNoKey(e);
+  });
+
+  it('treats a stream cut in the middle (socket destroyed) as an error, not a success', async () => {
+    fake.script({ type: 'cut', afterChunks: 3, text: 'one two three four five six seven' });
+    const { events, error } = await drain(createProvider(settings()).stream(ask('x')));
+    const e = llmError(error);
+    expect(['unavailable', 'protocol']).toContain(e.kind);
+    expect(events.filter((ev) => ev.type === 'text').length).toBeGreaterThan(0);
+    expect(events.some((ev) => ev.type === 'finish')).toBe(false);
+    expectNoKey(e);
+  });
+
+  it('treats a response that ends cleanly before data: [DONE] as a protocol error', async () => {
+    fake.script({ type: 'cut', afterChunks: 4, mode: 'end' });
+    const { events, error } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(llmError(error).kind).toBe('protocol');
+    expect(events.some((ev) => ev.type === 'finish')).toBe(false);
+  });
+
+  it('still requires [DONE] after finish_reason', async () => {
+    const chunk = (delta: object, finish: string | null) =>
+      `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    fake.script({ type: 'raw', body: chunk({ role: 'assistant', content: 'Hi' }, null) + chunk({}, 'stop') });
+    const { error } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(llmError(error).kind).toBe('protocol');
+  });
+
+  it('turns an error object sent inside the stream into an LlmError', async () => {
+    fake.script({
+      type: 'raw',
+      body: `data: ${JSON.stringify({ error: { message: 'The server is overloaded', type: 'server_error' } })}\n\n`,
+    });
+    const { error } = await drain(createProvider(settings()).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('unavailable');
+    expect(e.message).toContain('overloaded');
+  });
+
+  it('ends promptly with kind cancelled when aborted while the server hangs', async () => {
+    fake.script({ type: 'hang' });
+    const controller = new AbortController();
+    const started = Date.now();
+    setTimeout(() => controller.abort(), 100);
+    const { error } = await drain(createProvider(settings()).stream(ask('x'), { signal: controller.signal }));
+    expect(llmError(error).kind).toBe('cancelled');
+    expect(Date.now() - started).toBeLessThan(5000);
+    await waitUntil(() => fake.requests[0]?.aborted === true, 5000, 'the fake to see the connection close');
+  });
+
+  it('ends with kind cancelled when aborted before the response headers', async () => {
+    fake.script({ type: 'hang', stage: 'headers' });
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 100);
+    const { error } = await drain(createProvider(settings()).stream(ask('x'), { signal: controller.signal }));
+    expect(llmError(error).kind).toBe('cancelled');
+  });
+
+  it('ends with kind cancelled when aborted in the middle of a reply', async () => {
+    fake.script({ type: 'text', text: 'a b c d e f g h i j k l m n o p q r s t', delayMs: 50 });
+    const controller = new AbortController();
+    const { events, error } = await drain(createProvider(settings()).stream(ask('x'), { signal: controller.signal }), (event) => {
+      if (event.type === 'text') controller.abort();
+    });
+    expect(llmError(error).kind).toBe('cancelled');
+    expect(events.filter((e) => e.type === 'text').length).toBeGreaterThanOrEqual(1);
+    expect(events.some((e) => e.type === 'finish')).toBe(false);
+  });
+
+  it('does not send anything when the signal is already aborted', async () => {
+    const controller = new AbortController();
+    controller.abort();
+    const { error } = await drain(createProvider(settings()).stream(ask('x'), { signal: controller.signal }));
+    expect(llmError(error).kind).toBe('cancelled');
+    expect(fake.requests).toHaveLength(0);
+  });
+
+  it('ends a stalled stream with kind timeout after timeoutMs of silence', async () => {
+    fake.script({ type: 'hang' });
+    const { error } = await drain(createProvider(settings({ timeoutMs: 300 })).stream(ask('x')));
+    expect(llmError(error).kind).toBe('timeout');
+  });
+
+  it('closes the connection when the consumer stops reading early', async () => {
+    fake.script({ type: 'text', text: 'one two three four five six seven eight nine ten', delayMs: 100 });
+    for await (const event of createProvider(settings()).stream(ask('x'))) {
+      if (event.type === 'text') break;
+    }
+    await waitUntil(() => fake.requests[0]?.aborted === true, 5000, 'the fake to see the connection close');
+  });
+
+  it('sends every request through the injected fetch (the egress guard), retries included', async () => {
+    let calls = 0;
+    const counting: typeof fetch = (input, init) => {
+      calls++;
+      return fetch(input, init);
+    };
+    fake.script({ type: 'error', status: 429 });
+    const { text } = await drain(createProvider(settings({ fetch: counting })).stream(ask('counted')));
+    expect(text).toBe(echoText('counted'));
+    expect(calls).toBe(2);
+    expect(fake.requests).toHaveLength(2);
+  });
+
+  it('throws an LlmError raised by the injected fetch as is, without retrying', async () => {
+    const refused = new LlmError('bad_request', 'egress refused: 10.0.0.1 is a private address');
+    let calls = 0;
+    const guard: typeof fetch = async () => {
+      calls++;
+      throw refused;
+    };
+    const { error } = await drain(createProvider(settings({ fetch: guard })).stream(ask('x')));
+    expect(error).toBe(refused);
+    expect(calls).toBe(1);
+    expect(fake.requests).toHaveLength(0);
+  });
+
+  it('reports an unreachable server as kind unavailable without the key', async () => {
+    const gone = await startFakeOpenAI();
+    const url = gone.url;
+    await gone.close();
+    const { error } = await drain(createProvider(settings({ baseUrl: url, maxRetries: 0 })).stream(ask('x')));
+    const e = llmError(error);
+    expect(e.kind).toBe('unavailable');
+    expectNoKey(e);
+  });
+
+  it('serves concurrent streams from one provider independently', async () => {
+    const provider = createProvider(settings());
+    const results = await Promise.all(['first', 'second', 'third'].map((q) => drain(provider.stream(ask(q)))));
+    expect(results.map((r) => r.text)).toEqual([echoText('first'), echoText('second'), echoText('third')]);
+  });
+
+  it('maps finish_reason length', async () => {
+    fake.script({ type: 'text', text: 'cut short', finishReason: 'length' });
+    const { events } = await drain(createProvider(settings()).stream(ask('x')));
+    expect(events[events.length - 1]).toEqual<LlmEvent>({ type: 'finish', reason: 'length' });
+  });
+});

@@ -1,0 +1,23 @@
+/**
+ * Test doubles for the LLM providers: real HTTP servers on loopback speaking the OpenAI Chat Completions and
+ * Anthropic Messages wire protocols, scriptable per request. Not exported from the package's main entry.
+ */
+export { startFakeOpenAI, type FakeOpenAIOptions } from './fake-openai';
+export { startFakeAnthropic, type FakeAnthropicOptions } from './fake-anthropic';
+export {
+  conversationTokens,
+  echoReply,
+  echoText,
+  estimateTokens,
+  splitText,
+  type FakeBehaviour,
+  type FakeConversation,
+  type FakeMessage,
+  type FakeProviderServer,
+  type FakeRequest,
+  type FakeScriptItem,
+  type FakeServerOptions,
+  type FakeToolCall,
+  type FakeUsage,
+} from './fake-server';
+export { drain, llmError, waitUntil, type Drained } from './drain';
