@@ -30,11 +30,28 @@ export class CredentialResolver {
     revocations.onRevoke((e) => this.evict(e));
   }
 
+  /**
+   * The principal for a credential seen before, synchronously, or undefined when it must be resolved (first use,
+   * expiry). Throws for a revoked token. Most requests end here: no await, no identity call, no signature check.
+   */
+  cached(credential: string, kind: 'jwt' | 'api_key' | 'cookie'): Principal | undefined {
+    if (kind === 'jwt') {
+      const claims = this.verifier.cached(credential);
+      return claims && this.checked(principalFromClaims(claims, credential), claims.iat);
+    }
+    const hit = this.cache.get(sha256Hex(credential));
+    return hit && hit.until > Date.now() ? hit.principal : undefined;
+  }
+
   /** A bearer JWT (access token or CLI token). */
   async fromJwt(token: string): Promise<Principal> {
     const claims = await this.verifier.verify(token);
-    if (this.revocations.isRevoked(claims.sid, claims.sub, claims.iat * 1000)) throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
-    return principalFromClaims(claims, token);
+    return this.checked(principalFromClaims(claims, token), claims.iat);
+  }
+
+  private checked(p: Principal, iat: number): Principal {
+    if (this.revocations.isRevoked(p.sessionId, p.userId, iat * 1000)) throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
+    return p;
   }
 
   /** An API key or the session cookie value. */

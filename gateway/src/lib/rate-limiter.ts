@@ -11,6 +11,8 @@ export interface RateDecision {
 
 export interface RateLimiter {
   hit(key: string): Promise<RateDecision>;
+  /** Present when a decision needs no I/O (the in-memory limiter): lets the hot path skip a promise. */
+  hitSync?(key: string): RateDecision;
 }
 
 /** Fixed windows aligned to the epoch, so every instance agrees on when a window starts and resets. */

@@ -1,10 +1,10 @@
 import { BlockList, isIP } from 'node:net';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { CredentialResolver } from '../lib/credentials';
 import { authorize, POLICIES } from '../lib/policy';
 import type { Principal } from '../lib/principal';
-import type { RateLimiter } from '../lib/rate-limiter';
+import type { RateDecision, RateLimiter } from '../lib/rate-limiter';
 
 export const SESSION_COOKIE = 'svc_session';
 const JWT_SHAPE = /^eyJ[\w-]*\.[\w-]+\.[\w-]+$/;
@@ -34,15 +34,10 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
   const allowlists = new Map<string, BlockList>();
   app.decorateRequest('principal', null);
 
-  app.addHook('onRequest', async (request, reply) => {
-    const { access, rateLimited } = request.routeOptions.config;
-    if (!access) return;
-    const policy = POLICIES[access];
-    if (!policy.authenticate) return;
-    const principal = await resolve(request, options);
+  /** Rate limit, IP allowlist and policy for a resolved principal; throws the first refusal. */
+  function admit(request: FastifyRequest, reply: FastifyReply, principal: Principal, d: RateDecision | null): void {
     request.principal = principal;
-    if (rateLimited) {
-      const d = await options.limiter.hit(principal.type === 'api_key' ? `k:${principal.credentialId}` : `u:${principal.userId}`);
+    if (d) {
       reply.header('X-RateLimit-Limit', d.limit).header('X-RateLimit-Remaining', d.remaining).header('X-RateLimit-Reset', d.reset);
       if (!d.allowed) {
         reply.header('Retry-After', Math.max(1, d.reset - Math.floor(Date.now() / 1000)));
@@ -51,24 +46,52 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
     }
     if (principal.type === 'api_key' && principal.ipAllowlist.length && !allowed(principal, request.ip, allowlists))
       throw new AppError('FORBIDDEN', 'Requests from this address are not allowed for this tenant', { reason: 'ip_not_allowed' });
-    authorize(policy, principal);
+    authorize(POLICIES[request.routeOptions.config.access!], principal);
+  }
+
+  // Callback style on purpose: a known credential with the in-memory limiter is decided without a single await.
+  app.addHook('onRequest', (request, reply, done) => {
+    const { access, rateLimited } = request.routeOptions.config;
+    if (!access || !POLICIES[access].authenticate) return done();
+    let credential: Credential;
+    try {
+      credential = credentialOf(request, options);
+      const known = options.resolver.cached(credential.value, credential.kind);
+      if (known && (!rateLimited || options.limiter.hitSync)) {
+        admit(request, reply, known, rateLimited ? options.limiter.hitSync!(limitKey(known)) : null);
+        return done();
+      }
+    } catch (err) {
+      return done(err as Error);
+    }
+    const resolving = credential.kind === 'jwt' ? options.resolver.fromJwt(credential.value) : options.resolver.fromOpaque(credential.value, credential.kind);
+    resolving
+      .then(async (principal) => admit(request, reply, principal, rateLimited ? await options.limiter.hit(limitKey(principal)) : null))
+      .then(() => done(), done);
   });
 }
 
-async function resolve(request: FastifyRequest, options: AuthOptions): Promise<Principal> {
+const limitKey = (p: Principal) => (p.type === 'api_key' ? `k:${p.credentialId}` : `u:${p.userId}`);
+
+interface Credential {
+  value: string;
+  kind: 'jwt' | 'api_key' | 'cookie';
+}
+
+/** The request's credential, checked for shape (and, for cookies, CSRF), not yet resolved. */
+function credentialOf(request: FastifyRequest, options: AuthOptions): Credential {
   const header = request.headers.authorization;
   if (header !== undefined) {
     const match = /^Bearer ([!-~]{1,4096})$/.exec(header);
     if (!match) throw new AppError('UNAUTHORIZED', 'Authorization must be "Bearer <API key or access token>"');
-    const token = match[1];
-    return JWT_SHAPE.test(token) ? options.resolver.fromJwt(token) : options.resolver.fromOpaque(token, 'api_key');
+    return { value: match[1], kind: JWT_SHAPE.test(match[1]) ? 'jwt' : 'api_key' };
   }
   const cookie = readCookie(request.headers.cookie, SESSION_COOKIE);
   if (cookie) {
     // Cookies ride along on cross-site requests: a write must come from our own pages (CSRF).
     if (UNSAFE.has(request.method) && request.headers.origin !== options.publicOrigin())
       throw new AppError('FORBIDDEN', 'Cross-origin request refused', { reason: 'origin_mismatch' });
-    return options.resolver.fromOpaque(cookie, 'cookie');
+    return { value: cookie, kind: 'cookie' };
   }
   throw new AppError('UNAUTHORIZED', 'Authentication required');
 }

@@ -1,11 +1,18 @@
 export * from './types';
 export { EmbeddedBus, openEmbeddedBus, type EmbeddedBusOptions } from './embedded';
-export { openKafkaBus, type KafkaBusOptions } from './kafka';
+export type { KafkaBusOptions } from './kafka';
 export { OutboxRelay, addToOutbox, outboxCollection, type OutboxRecord, type OutboxRelayOptions } from './outbox';
 
 import { openEmbeddedBus } from './embedded';
-import { openKafkaBus } from './kafka';
+import type { KafkaBusOptions } from './kafka';
 import type { BusErrorHandler, EventBus } from './types';
+
+/** Opens the Kafka bus; kafkajs is loaded only here, so embedded-mode processes never load it. */
+export function openKafkaBus(options: KafkaBusOptions): EventBus {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  const kafka = require('./kafka') as typeof import('./kafka');
+  return kafka.openKafkaBus(options);
+}
 
 /** Kafka when brokers are configured (distributed mode), otherwise the embedded log shared by this machine. */
 export function openBus(options: { kafkaBrokers?: string[]; clientId: string; embeddedPath: string; onError?: BusErrorHandler }): EventBus {
