@@ -104,6 +104,8 @@ export const commonConfig = {
   jwtAudience: field('JWT_AUDIENCE', 'string', { default: 'svc-api' }),
   identityAddr: field('IDENTITY_ADDR', 'string', { default: '127.0.0.1:50051' }),
   grpcDeadlineMs: field('GRPC_DEADLINE_MS', 'int', { default: '5000', min: 100 }),
+  /** Unset: allowed unless NODE_ENV=production (see egressPolicyFrom). */
+  egressAllowPrivate: field('EGRESS_ALLOW_PRIVATE', 'bool'),
 } as const;
 
 /** A service's MongoDB URI: `<NAME>_MONGODB_URI` wins over the shared `MONGODB_URI`. */

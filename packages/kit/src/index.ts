@@ -12,3 +12,4 @@ export * from './scopes';
 export * from './domain-events';
 export * from './service';
 export * from './untraced';
+export * from './egress';

@@ -8,6 +8,7 @@ import { LlmError, type LlmEvent, type LlmFinishReason, type LlmProvider, type L
 export * from './types';
 export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
 export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
+export { throughEgress } from './egress';
 export { DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, MAX_RETRY_AFTER_MS, redact } from './core';
 
 /**

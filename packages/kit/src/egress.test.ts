@@ -1,0 +1,165 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { checkUrlShape, egressFetch, EgressError, egressPolicyFrom, refusedAddress, resolveAndCheck } from './egress';
+
+let server: Server;
+let port: number;
+const hits: string[] = [];
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    hits.push(req.url!);
+    if (req.url === '/redirect') {
+      res.writeHead(302, { location: `http://127.0.0.1:${port}/target` }).end();
+    } else if (req.url === '/slow') {
+      setTimeout(() => res.end('late'), 2000).unref();
+    } else if (req.url === '/big') {
+      res.writeHead(200);
+      const chunk = Buffer.alloc(64 * 1024, 97);
+      for (let i = 0; i < 32; i++) res.write(chunk); // 2 MiB
+      res.end();
+    } else {
+      res.end(`hello ${req.headers.host}`);
+    }
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  port = (server.address() as AddressInfo).port;
+});
+afterAll(() => new Promise((ok) => server.close(ok)));
+
+/** A resolver that answers from a table, as DNS would: lets a test point a name at any address. */
+function fakeDns(table: Record<string, string>) {
+  return (
+    host: string,
+    _o: { all: true },
+    cb: (err: NodeJS.ErrnoException | null, a: Array<{ address: string; family: number }>) => void,
+  ) => {
+    const address = table[host];
+    if (!address) return cb(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' }), []);
+    cb(null, [{ address, family: address.includes(':') ? 6 : 4 }]);
+  };
+}
+
+async function refusal(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof EgressError) return err.reason;
+    throw err;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('address rules', () => {
+  const closed = { allowPrivate: false };
+  it.each([
+    '127.0.0.1',
+    '10.1.2.3',
+    '172.20.0.1',
+    '192.168.1.1',
+    '169.254.1.1',
+    '100.64.0.1',
+    '0.0.0.0',
+    '::1',
+    '::',
+    'fd12::1',
+    'fe80::1',
+    '::ffff:127.0.0.1',
+    '::ffff:10.0.0.1',
+  ])('refuses %s unless private egress is allowed', (addr) => {
+    expect(refusedAddress(addr, closed)).toMatch(/address/);
+    expect(refusedAddress(addr, { allowPrivate: true })).toBeNull();
+  });
+
+  it.each(['93.184.216.34', '8.8.8.8', '2606:4700::1111'])('lets the public address %s through', (addr) => {
+    expect(refusedAddress(addr, closed)).toBeNull();
+  });
+
+  it('refuses cloud metadata addresses even when private egress is allowed', () => {
+    for (const addr of ['169.254.169.254', 'fd00:ec2::254']) expect(refusedAddress(addr, { allowPrivate: true })).toMatch(/metadata/);
+  });
+
+  it('accepts only http(s) URLs without credentials', () => {
+    for (const bad of [
+      'file:///etc/passwd',
+      'gopher://example.com/',
+      'ftp://example.com/',
+      'javascript:alert(1)',
+      'not a url',
+      'http://user:pw@example.com/',
+    ])
+      expect(() => checkUrlShape(bad, { allowPrivate: true })).toThrow(EgressError);
+    expect(checkUrlShape('https://example.com/hook', closed).hostname).toBe('example.com');
+    expect(() => checkUrlShape('http://[::1]:8080/', closed)).toThrow(/loopback/);
+    expect(() => checkUrlShape('http://localhost:8080/', closed)).toThrow(/loopback/);
+  });
+
+  it('checks what a host name resolves to', async () => {
+    const lookup = fakeDns({ 'public.test': '93.184.216.34', 'inside.test': '10.0.0.7' });
+    await expect(resolveAndCheck('https://public.test/x', closed, lookup)).resolves.toBeInstanceOf(URL);
+    expect(await refusal(resolveAndCheck('https://inside.test/x', closed, lookup))).toBe('address');
+    expect(await refusal(resolveAndCheck('https://nowhere.test/x', closed, lookup))).toBe('dns');
+  });
+
+  it('reads EGRESS_ALLOW_PRIVATE, defaulting to allowed outside production', () => {
+    expect(egressPolicyFrom({ nodeEnv: 'development' }).allowPrivate).toBe(true);
+    expect(egressPolicyFrom({ nodeEnv: 'production' }).allowPrivate).toBe(false);
+    expect(egressPolicyFrom({ nodeEnv: 'production', egressAllowPrivate: true }).allowPrivate).toBe(true);
+    expect(egressPolicyFrom({ nodeEnv: 'development', egressAllowPrivate: false }).allowPrivate).toBe(false);
+  });
+});
+
+describe('egressFetch against a real local server', () => {
+  it('reaches an allowed address and returns the body', async () => {
+    const f = egressFetch({ allowPrivate: true });
+    const res = await f(`http://127.0.0.1:${port}/ok`);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(`hello 127.0.0.1:${port}`);
+  });
+
+  it('refuses a private IP literal before sending anything', async () => {
+    const before = hits.length;
+    expect(await refusal(egressFetch({ allowPrivate: false })(`http://127.0.0.1:${port}/ok`))).toBe('address');
+    expect(hits.length).toBe(before);
+  });
+
+  it('checks the address at connect time: a name that now resolves to loopback is refused (DNS rebinding)', async () => {
+    const lookup = fakeDns({ 'hooks.example.test': '127.0.0.1' });
+    // At registration the name looked public...
+    await expect(
+      resolveAndCheck('http://hooks.example.test/', { allowPrivate: false }, fakeDns({ 'hooks.example.test': '93.184.216.34' })),
+    ).resolves.toBeInstanceOf(URL);
+    // ...at delivery it points inside.
+    const before = hits.length;
+    expect(await refusal(egressFetch({ allowPrivate: false, lookup })(`http://hooks.example.test:${port}/ok`))).toBe('address');
+    expect(hits.length).toBe(before);
+    // With private egress allowed the same name connects to the resolved address.
+    const res = await egressFetch({ allowPrivate: true, lookup })(`http://hooks.example.test:${port}/ok`);
+    expect(await res.text()).toBe(`hello hooks.example.test:${port}`);
+  });
+
+  it('returns redirects without following them', async () => {
+    const before = hits.length;
+    const res = await egressFetch({ allowPrivate: true })(`http://127.0.0.1:${port}/redirect`);
+    expect(res.status).toBe(302);
+    expect(hits.slice(before)).toEqual(['/redirect']);
+  });
+
+  it('times out a slow receiver', async () => {
+    expect(await refusal(egressFetch({ allowPrivate: true, timeoutMs: 200 })(`http://127.0.0.1:${port}/slow`))).toBe('timeout');
+  });
+
+  it('caps the response size', async () => {
+    const res = await egressFetch({ allowPrivate: true, maxResponseBytes: 1024 * 1024 })(`http://127.0.0.1:${port}/big`);
+    expect(await refusal(res.arrayBuffer())).toBe('too_large');
+    const whole = await egressFetch({ allowPrivate: true })(`http://127.0.0.1:${port}/big`);
+    expect((await whole.arrayBuffer()).byteLength).toBe(2 * 1024 * 1024);
+  });
+
+  it('passes a caller abort through as an abort, not a timeout', async () => {
+    const ctl = new AbortController();
+    const p = egressFetch({ allowPrivate: true, timeoutMs: 5000 })(`http://127.0.0.1:${port}/slow`, { signal: ctl.signal });
+    setTimeout(() => ctl.abort(), 50);
+    await expect(p).rejects.toMatchObject({ name: 'AbortError' });
+  });
+});

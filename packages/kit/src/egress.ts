@@ -1,0 +1,218 @@
+/**
+ * The egress guard: every outbound call to an address a tenant chose (webhook receivers, LLM base URLs, BYOS
+ * endpoints) goes through here. http(s) only; the resolved address is checked at connect time, so a name that
+ * resolves to a private address (or changes to one later: DNS rebinding) is refused at every call, not only when
+ * it was registered; no redirects are followed; timeouts and a response size cap bound what a receiver can cost.
+ */
+import { BlockList, isIP } from 'node:net';
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
+import { Agent, fetch as undiciFetch, type RequestInit as UndiciRequestInit } from 'undici';
+
+export type EgressRefusal = 'scheme' | 'credentials' | 'address' | 'dns' | 'redirect' | 'timeout' | 'too_large' | 'connection';
+
+export class EgressError extends Error {
+  constructor(
+    readonly reason: EgressRefusal,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EgressError';
+  }
+}
+
+export interface EgressPolicy {
+  /** Let calls reach loopback, private, link-local and unique-local addresses (EGRESS_ALLOW_PRIVATE). */
+  allowPrivate: boolean;
+}
+
+/** Ranges a tenant-chosen URL may not reach unless private egress is allowed. */
+const PRIVATE = new BlockList();
+for (const [net, prefix] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10], // carrier-grade NAT
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16], // link-local, cloud metadata
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, broadcast
+] as const)
+  PRIVATE.addSubnet(net, prefix, 'ipv4');
+for (const [net, prefix] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7], // unique local
+  ['fe80::', 10], // link-local
+  ['ff00::', 8], // multicast
+  ['64:ff9b::', 96], // NAT64 of any IPv4 address
+  ['2001:db8::', 32],
+] as const)
+  PRIVATE.addSubnet(net, prefix, 'ipv6');
+
+/** Cloud metadata endpoints: never a legitimate target, refused even when private egress is allowed. */
+const METADATA = new Set(['169.254.169.254', 'fd00:ec2::254', '100.100.100.200']);
+
+function unmapped(address: string): string {
+  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return m ? m[1] : address;
+}
+
+/** Why this address may not be reached, or null when it may. */
+export function refusedAddress(address: string, policy: EgressPolicy): string | null {
+  const addr = unmapped(address.replace(/^\[|\]$/g, ''));
+  const family = isIP(addr);
+  if (!family) return 'is not an IP address';
+  if (METADATA.has(addr.toLowerCase())) return 'is a cloud metadata address';
+  if (policy.allowPrivate) return null;
+  return PRIVATE.check(addr, family === 6 ? 'ipv6' : 'ipv4') ? 'is a loopback, private, link-local or reserved address' : null;
+}
+
+/**
+ * Checks a URL's shape (scheme, no credentials) and, when its host is an IP literal, the address. Host names are
+ * checked when they resolve (`resolveAndCheck` at registration, the connect hook at every call). Throws EgressError.
+ */
+export function checkUrlShape(raw: string, policy: EgressPolicy): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new EgressError('scheme', 'is not a valid URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new EgressError('scheme', 'must use http or https');
+  if (url.username || url.password) throw new EgressError('credentials', 'must not carry a user name or password');
+  if (!url.hostname) throw new EgressError('scheme', 'needs a host');
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  if (isIP(host)) {
+    const why = refusedAddress(host, policy);
+    if (why) throw new EgressError('address', `${host} ${why}`);
+  } else if (!policy.allowPrivate && /(^|\.)localhost$/i.test(host)) {
+    throw new EgressError('address', `${host} is a loopback name`);
+  }
+  return url;
+}
+
+type Lookup = (
+  hostname: string,
+  options: { all: true },
+  cb: (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+) => void;
+
+/** Resolves the URL's host and checks every address it gives: for a clear answer at registration time. */
+export async function resolveAndCheck(raw: string, policy: EgressPolicy, lookup: Lookup = dnsLookup as Lookup): Promise<URL> {
+  const url = checkUrlShape(raw, policy);
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  if (isIP(host)) return url;
+  const addresses = await new Promise<LookupAddress[]>((ok, fail) =>
+    lookup(host, { all: true }, (err, list) => (err ? fail(new EgressError('dns', `${host} does not resolve`)) : ok(list))),
+  );
+  for (const a of addresses) {
+    const why = refusedAddress(a.address, policy);
+    if (why) throw new EgressError('address', `${host} resolves to ${a.address}, which ${why}`);
+  }
+  return url;
+}
+
+export interface EgressFetchOptions extends EgressPolicy {
+  /** Whole-call limit (headers and body) in ms; none when unset (callers with streams keep their own). */
+  timeoutMs?: number;
+  /** Connection set-up limit. Default 5 s. */
+  connectTimeoutMs?: number;
+  /** Response bodies larger than this fail with EgressError('too_large'). Default 10 MiB. */
+  maxResponseBytes?: number;
+  /** For tests: a resolver in place of the system's. */
+  lookup?: Lookup;
+}
+
+export type EgressFetch = (input: string | URL, init?: RequestInit) => Promise<Response>;
+
+/**
+ * A fetch for tenant-chosen URLs. The connection's address is checked when the socket is opened (so the address
+ * used is the address checked), redirects are returned as they are (never followed), and the body is capped.
+ * Failures are EgressError (refusals, timeouts, size) or the transport's own error.
+ */
+export function egressFetch(options: EgressFetchOptions): EgressFetch {
+  const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
+  const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
+  const lookup: Lookup = options.lookup ?? (dnsLookup as Lookup);
+  const agent = new Agent({
+    connect: {
+      timeout: options.connectTimeoutMs ?? 5000,
+      // Called by net.connect for host names (IP literals are checked by checkUrlShape before the call).
+      lookup: ((hostname: string, opts: object, cb: (err: Error | null, address?: string | LookupAddress[], family?: number) => void) => {
+        lookup(hostname, { all: true }, (err, addresses) => {
+          if (err) return cb(new EgressError('dns', `${hostname} does not resolve`));
+          for (const a of addresses) {
+            const why = refusedAddress(a.address, policy);
+            if (why) return cb(new EgressError('address', `${hostname} resolves to ${a.address}, which ${why}`));
+          }
+          if ((opts as { all?: boolean }).all) cb(null, addresses);
+          else cb(null, addresses[0].address, addresses[0].family);
+        });
+      }) as never,
+    },
+  });
+
+  return async (input, init = {}) => {
+    const url = checkUrlShape(String(input), policy);
+    const signals: AbortSignal[] = [];
+    if (init.signal) signals.push(init.signal);
+    if (options.timeoutMs) signals.push(AbortSignal.timeout(options.timeoutMs));
+    const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
+    let res: Awaited<ReturnType<typeof undiciFetch>>;
+    try {
+      res = await undiciFetch(url, { ...(init as UndiciRequestInit), signal, redirect: 'manual', dispatcher: agent });
+    } catch (err) {
+      throw translate(err, signal, init.signal ?? undefined);
+    }
+    const capped = capBody(res.body as ReadableStream<Uint8Array> | null, maxBytes, signal, init.signal ?? undefined);
+    return new Response(capped, { status: res.status, statusText: res.statusText, headers: res.headers as unknown as Headers });
+  };
+}
+
+/** A refusal from the connect hook arrives wrapped in fetch's TypeError; timeouts arrive as abort errors. */
+function translate(err: unknown, signal: AbortSignal | undefined, callerSignal: AbortSignal | undefined): unknown {
+  for (let e: unknown = err; e; e = (e as { cause?: unknown }).cause) if (e instanceof EgressError) return e;
+  if (signal?.aborted && !callerSignal?.aborted) return new EgressError('timeout', 'the call took too long');
+  if (callerSignal?.aborted) return err;
+  const code = (err as { cause?: { code?: string } }).cause?.code;
+  if (code === 'UND_ERR_CONNECT_TIMEOUT') return new EgressError('timeout', 'connecting took too long');
+  return err;
+}
+
+function capBody(
+  body: ReadableStream<Uint8Array> | null,
+  maxBytes: number,
+  signal: AbortSignal | undefined,
+  callerSignal: AbortSignal | undefined,
+): ReadableStream<Uint8Array> | null {
+  if (!body) return null;
+  const reader = body.getReader();
+  let seen = 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { done, value } = await reader.read();
+        if (done) return controller.close();
+        seen += value.byteLength;
+        if (seen > maxBytes) {
+          void reader.cancel();
+          return controller.error(new EgressError('too_large', `the response is larger than ${maxBytes} bytes`));
+        }
+        controller.enqueue(value);
+      } catch (err) {
+        controller.error(translate(err, signal, callerSignal));
+      }
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+}
+
+/** The setting: EGRESS_ALLOW_PRIVATE when given, else allowed everywhere but production (CONTRACT.md 1). */
+export function egressPolicyFrom(config: { egressAllowPrivate?: boolean; nodeEnv: string }): EgressPolicy {
+  return { allowPrivate: config.egressAllowPrivate ?? config.nodeEnv !== 'production' };
+}
