@@ -11,7 +11,8 @@ import { loadSecretBox } from '@svc/kit';
 export async function realSigningKey(dataDir: string) {
   const db = new Database(`${dataDir}/identity.db`, { readonly: true, fileMustExist: true });
   try {
-    const row = db.prepare(`SELECT doc FROM signing_keys WHERE json_extract(doc,'$.status') = 'active'`).get() as { doc: string } | undefined;
+    const row = db.prepare(`SELECT doc FROM signing_keys WHERE json_extract(doc,'$.status') = 'active'`).get() as
+      { doc: string } | undefined;
     if (!row) throw new Error('no active signing key');
     const doc = JSON.parse(row.doc) as { id: string; privateJwk: string };
     const box = loadSecretBox(undefined, dataDir, false);

@@ -54,7 +54,8 @@ it('every key and every user has its own count', async () => {
 
 it('counts a user across access token and cookie (one principal)', async () => {
   const u = await signUp(api, 'Person');
-  for (let i = 0; i < MAX; i++) expect((await api.get('/api/v1/tenant', { token: u.accessToken, cookie: i % 2 ? undefined : u.cookie })).status).toBe(200);
+  for (let i = 0; i < MAX; i++)
+    expect((await api.get('/api/v1/tenant', { token: u.accessToken, cookie: i % 2 ? undefined : u.cookie })).status).toBe(200);
   expectError(await api.get('/api/v1/tenant', { cookie: u.cookie }), 429, 'RATE_LIMIT_EXCEEDED');
 });
 
@@ -70,7 +71,9 @@ it('auth routes are exempt and carry no rate-limit headers, even for a principal
   ];
   for (let i = 0; i < 2; i++) answers.push(await api.post('/api/v1/auth/login', { email: 'nobody@example.com', password: 'whatever1' }));
   expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 401, 401, 401]);
-  for (const res of answers) for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'retry-after']) expect(res.headers.get(h)).toBeNull();
+  for (const res of answers)
+    for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'retry-after'])
+      expect(res.headers.get(h)).toBeNull();
 });
 
 it('unauthenticated system routes are not limited and carry no headers', async () => {
