@@ -6,7 +6,7 @@ import type { GatewayConfig } from './config';
 import type { Clients } from './clients';
 import type { CredentialResolver } from './lib/credentials';
 import { sendError } from './lib/envelope';
-import { parseJsonBody } from './lib/json-body';
+import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
 import { fieldErrors, validatorCompiler } from './lib/validation';
 import { registerAuthentication } from './plugins/authenticate';
@@ -51,9 +51,9 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
 
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
     try {
-      done(null, parseJsonBody(body as string));
+      done(null, parseJsonBody(decodeUtf8(body as Buffer)));
     } catch (err) {
       done(err as Error, undefined);
     }

@@ -2,6 +2,16 @@ import { AppError } from '@svc/kit';
 import sjson from 'secure-json-parse';
 
 const MAX_DEPTH = 64;
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+/** JSON is UTF-8 (RFC 8259): bytes that are not are refused, never silently replaced with U+FFFD and stored. */
+export function decodeUtf8(body: Buffer): string {
+  try {
+    return utf8.decode(body);
+  } catch {
+    throw new AppError('VALIDATION_ERROR', 'Request body is not valid UTF-8', { reason: 'invalid_utf8' });
+  }
+}
 
 /**
  * JSON bodies: refuses nesting deeper than 64 before parsing (a deep array can exhaust the stack) and
