@@ -52,7 +52,8 @@ export class CredentialResolver {
   }
 
   private checked(p: Principal, claims: AuthClaims): Principal {
-    if (this.revocations.isRevoked(p.sessionId, p.userId, issuedAtMs(claims))) throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
+    if (this.revocations.isRevoked(p.sessionId, p.userId, issuedAtMs(claims)))
+      throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
     return p;
   }
 
