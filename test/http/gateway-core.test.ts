@@ -224,6 +224,19 @@ describe('bodies', () => {
     expect(ok.status).toBe(201);
   });
 
+  it('an empty body with a JSON content type is no body: fine where none is needed, a 400 where one is', async () => {
+    const u = await signUp(api, 'Empty');
+    const headers = { 'content-type': 'application/json' };
+    const missing = expectError(
+      await api.post('/api/v1/projects', undefined, { token: u.accessToken, raw: '', headers }),
+      400,
+      'VALIDATION_ERROR',
+    );
+    expect(missing.details.fields).toEqual([{ field: 'body', message: 'body must be object' }]);
+    const out = await api.post('/api/v1/auth/logout', undefined, { token: u.accessToken, raw: '', headers });
+    expect(out.status).toBe(200);
+  });
+
   it('authentication comes before body checks: no credential is 401 whatever the body', async () => {
     expectError(
       await api.post('/api/v1/projects', undefined, { raw: big(2 * 1024 * 1024), headers: { 'content-type': 'application/json' } }),

@@ -18,7 +18,9 @@ export function decodeUtf8(body: Buffer): string {
  * refuses `__proto__` / `constructor.prototype` keys (prototype pollution). Both are 400s, never 500s.
  */
 export function parseJsonBody(body: string): unknown {
-  if (body.length === 0) throw new AppError('VALIDATION_ERROR', 'Request body is empty', { reason: 'empty_body' });
+  // No body at all (a client that always sends `Content-Type: application/json`): fine for a route that takes
+  // none; a route that needs one refuses it in validation ("body must be object").
+  if (body.length === 0) return undefined;
   let depth = 0;
   let inString = false;
   for (let i = 0; i < body.length; i++) {
