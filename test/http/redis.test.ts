@@ -88,8 +88,8 @@ it('an allowlist change through one instance applies on the other within one sec
   expect(expectError(await b.get('/api/v1/tenant', { token: key }), 403, 'FORBIDDEN').details.reason).toBe('ip_not_allowed');
 });
 
-// Last: stops Redis. Requests keep being served, counted locally.
-it('keeps answering, counting locally, when Redis goes away', async () => {
+// Last: stops Redis, then starts it again on the same port.
+it('keeps answering, counting locally, when Redis goes away, and shares counts again when it is back', async () => {
   const { key } = await createKey(a, owner.accessToken);
   expect((await a.get('/api/v1/tenant', { token: key })).status).toBe(200);
   await redis.stop();
@@ -99,4 +99,17 @@ it('keeps answering, counting locally, when Redis goes away', async () => {
     expect(res.status).toBe(200);
     expect(Number(res.headers.get('x-ratelimit-remaining'))).toBeLessThan(MAX);
   }
+  redis = await startRedis(redis.port);
+  redisStopped = false;
+  const fresh = await createKey(a, owner.accessToken);
+  // Once both instances have reconnected, one count again: a hit on one is seen by the other.
+  await eventually(
+    async () => {
+      const first = Number((await a.get('/api/v1/tenant', { token: fresh.key })).headers.get('x-ratelimit-remaining'));
+      const second = Number((await b.get('/api/v1/tenant', { token: fresh.key })).headers.get('x-ratelimit-remaining'));
+      return second === first - 1;
+    },
+    10_000,
+    100,
+  );
 });
