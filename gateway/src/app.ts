@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
+import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { AppError, type Logger } from '@svc/kit';
 import type { GatewayConfig } from './config';
 import type { Clients } from './clients';
 import type { CredentialResolver } from './lib/credentials';
 import { sendError } from './lib/envelope';
-import { parseJsonBody } from './lib/json-body';
+import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
-import { routesOf, type RouteSpec } from './lib/route';
 import { fieldErrors, validatorCompiler } from './lib/validation';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerRoutes } from './routes';
@@ -39,13 +39,21 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     },
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: 200 },
     return503OnClosing: true,
+    // Errors Fastify answers before any hook runs (bad percent-encoding, an over-long path parameter): in the
+    // envelope, with the request id, like every other answer.
+    frameworkErrors: (err, request, reply) => {
+      reply.header('X-Request-Id', request.id);
+      sendError(request, reply, frameworkError(err));
+    },
+    // Requests Node's HTTP parser refuses (headers or request line over 16 KiB, garbage): answered on the socket.
+    clientErrorHandler: (err, socket) => answerClientError(err, socket),
   });
 
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
     try {
-      done(null, parseJsonBody(body as string));
+      done(null, parseJsonBody(decodeUtf8(body as Buffer)));
     } catch (err) {
       done(err as Error, undefined);
     }
@@ -57,6 +65,13 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     done();
   });
 
+  // Every route, including the plain Fastify ones (health, JWKS, OpenAPI), so that a wrong method on any known
+  // path is a 405 with an Allow header rather than a 404.
+  const known: Array<{ pattern: RegExp; methods: string[] }> = [];
+  app.addHook('onRoute', (r) => {
+    known.push({ pattern: pathPattern(r.url), methods: ([] as string[]).concat(r.method) });
+  });
+
   registerAuthentication(app, { resolver: deps.resolver, limiter: deps.limiter, publicOrigin: () => new URL(deps.config.publicUrl).origin });
   registerRoutes(app, deps);
 
@@ -64,7 +79,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];
-    const methods = allowedMethods(routesOf(app), path);
+    const methods = allowedMethods(known, path);
     if (methods.length) {
       reply.header('Allow', methods.join(', '));
       return sendError(request, reply, new AppError('METHOD_NOT_ALLOWED', `Method ${request.method} is not allowed here`, { method: request.method, allowed: methods }));
@@ -96,11 +111,45 @@ function toAppError(err: FastifyError | AppError, log: { error: (o: object, m: s
   return new AppError('INTERNAL_ERROR', 'Internal server error');
 }
 
-function allowedMethods(registry: RouteSpec[], path: string): string[] {
-  const methods = new Set<string>();
-  for (const r of registry) {
-    const pattern = new RegExp('^' + r.url.replace(/:[A-Za-z_]+/g, '[^/]+').replace(/\./g, '\\.') + '/?$');
-    if (pattern.test(path)) methods.add(r.method);
+function frameworkError(err: FastifyError): AppError {
+  if (err.code === 'FST_ERR_BAD_URL') return new AppError('VALIDATION_ERROR', 'The URL is not correctly encoded', { reason: 'malformed_url' });
+  if (err.code === 'FST_ERR_MAX_PARAM_LENGTH')
+    return new AppError('VALIDATION_ERROR', 'A path parameter is too long', { reason: 'path_parameter_too_long' });
+  return new AppError('VALIDATION_ERROR', 'Malformed request', { reason: 'malformed_request' });
+}
+
+function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  if (socket.writable) {
+    const requestId = randomUUID();
+    const [reason, message] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? ['headers_too_large', 'The request line and headers must stay under 16 KiB']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? ['request_timeout', 'The request was not received in time']
+          : ['malformed_request', 'Malformed HTTP request'];
+    const body = JSON.stringify({
+      error: { code: 'VALIDATION_ERROR', message, details: { reason } },
+      meta: { request_id: requestId, timestamp: new Date().toISOString() },
+    });
+    socket.write(
+      `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+        `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
+  socket.destroy(err);
+}
+
+function pathPattern(url: string): RegExp {
+  const source = url
+    .split(/(:[A-Za-z_]+|\*)/)
+    .map((part) => (part === '*' ? '.*' : part.startsWith(':') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+    .join('');
+  return new RegExp(`^${source}/?$`);
+}
+
+function allowedMethods(known: Array<{ pattern: RegExp; methods: string[] }>, path: string): string[] {
+  const methods = new Set<string>();
+  for (const r of known) if (r.pattern.test(path)) for (const m of r.methods) methods.add(m);
   return [...methods];
 }

@@ -13,13 +13,16 @@ export async function freePort(): Promise<number> {
 }
 
 /** A real redis-server on a free loopback port, no persistence; stopped by its PID. */
-export async function startRedis(): Promise<{ url: string; stop(): Promise<void> }> {
-  const port = await freePort();
+export async function startRedis(port?: number): Promise<{ url: string; port: number; stop(): Promise<void> }> {
+  port ??= await freePort();
   const proc: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   await new Promise<void>((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error('redis-server did not start (is it installed? apt-get install -y redis-server)')), 10_000);
+    const timer = setTimeout(
+      () => fail(new Error('redis-server did not start (is it installed? apt-get install -y redis-server)')),
+      10_000,
+    );
     proc.once('error', (err) => {
       clearTimeout(timer);
       fail(err);
@@ -33,6 +36,7 @@ export async function startRedis(): Promise<{ url: string; stop(): Promise<void>
   });
   return {
     url: `redis://127.0.0.1:${port}`,
+    port,
     stop: () =>
       new Promise((ok) => {
         proc.once('exit', () => ok());

@@ -1,6 +1,7 @@
 import { SignJWT, generateKeyPair, decodeJwt, decodeProtectedHeader } from 'jose';
 import { startStack, type Stack } from '../helpers/stack';
-import { client, expectError, signUp, type Client } from '../helpers/http';
+import { client, createKey, expectError, signUp, type Client } from '../helpers/http';
+import { realSigningKey } from '../helpers/tokens';
 
 let stack: Stack;
 let api: Client;
@@ -28,13 +29,24 @@ describe('register and login', () => {
     expect(header.alg).toBe('ES256');
     expect(header.kid).toBeTruthy();
     const claims = decodeJwt(res.body.data.accessToken);
-    expect(claims).toMatchObject({ sub: res.body.data.user.id, tid: res.body.data.tenant.id, typ: 'user', iss: 'svc-identity', aud: 'svc-api' });
+    expect(claims).toMatchObject({
+      sub: res.body.data.user.id,
+      tid: res.body.data.tenant.id,
+      typ: 'user',
+      iss: 'svc-identity',
+      aud: 'svc-api',
+    });
     expect(claims.exp! - claims.iat!).toBe(900);
   });
 
   it('refuses a taken email with 409 and a second tenant is not created', async () => {
     const a = await signUp(api);
-    const res = await api.post('/api/v1/auth/register', { email: a.email.toUpperCase(), password: 'password123', name: 'X', tenantName: 'X' });
+    const res = await api.post('/api/v1/auth/register', {
+      email: a.email.toUpperCase(),
+      password: 'password123',
+      name: 'X',
+      tenantName: 'X',
+    });
     expectError(res, 409, 'CONFLICT');
   });
 
@@ -60,8 +72,26 @@ describe('me, with every kind of credential', () => {
     const a = await signUp(api);
     const res = await api.get('/api/v1/auth/me', { token: a.accessToken });
     expect(res.status).toBe(200);
-    expect(res.body.data).toMatchObject({ user: { id: a.userId, email: a.email }, tenant: { id: a.tenantId }, role: 'owner', credential: { type: 'user' } });
+    expect(res.body.data).toMatchObject({
+      user: { id: a.userId, email: a.email },
+      tenant: { id: a.tenantId },
+      role: 'owner',
+      credential: { type: 'user' },
+    });
     expect(res.body.data.credential).not.toHaveProperty('scopes');
+  });
+
+  it('shows the session as the credential, with nothing else', async () => {
+    const a = await signUp(api);
+    const res = await api.get('/api/v1/auth/me', { token: a.accessToken });
+    expect(res.body.data.credential).toEqual({ type: 'user', id: decodeJwt(a.accessToken).sid });
+    expect(res.body.data.user).toEqual({
+      id: a.userId,
+      email: a.email,
+      name: expect.any(String),
+      role: 'owner',
+      createdAt: expect.stringMatching(/Z$/),
+    });
   });
 
   it('accepts the session cookie', async () => {
@@ -73,10 +103,19 @@ describe('me, with every kind of credential', () => {
 
   it('describes an API key with its environment and scopes', async () => {
     const a = await signUp(api);
-    const created = await api.post('/api/v1/api-keys', { name: 'ci', type: 'ci', environment: 'staging', scopes: ['projects:read'] }, { token: a.accessToken });
+    const created = await api.post(
+      '/api/v1/api-keys',
+      { name: 'ci', type: 'ci', environment: 'staging', scopes: ['projects:read'] },
+      { token: a.accessToken },
+    );
     const res = await api.get('/api/v1/auth/me', { token: created.body.data.key });
     expect(res.status).toBe(200);
-    expect(res.body.data.credential).toEqual({ type: 'api_key', id: created.body.data.id, environment: 'staging', scopes: ['projects:read'] });
+    expect(res.body.data.credential).toEqual({
+      type: 'api_key',
+      id: created.body.data.id,
+      environment: 'staging',
+      scopes: ['projects:read'],
+    });
   });
 
   it('refuses a missing, malformed or unknown credential with 401', async () => {
@@ -106,7 +145,14 @@ describe('access tokens that must be refused', () => {
   it('HS256 keyed with the public key', async () => {
     const jwks = (await api.get('/.well-known/jwks.json')).body;
     const secret = new TextEncoder().encode(JSON.stringify(jwks.keys[0]));
-    const token = await new SignJWT(claimsOf()).setProtectedHeader({ alg: 'HS256', kid: jwks.keys[0].kid }).setIssuer('svc-identity').setAudience('svc-api').setIssuedAt().setExpirationTime('5m').setJti('j1').sign(secret);
+    const token = await new SignJWT(claimsOf())
+      .setProtectedHeader({ alg: 'HS256', kid: jwks.keys[0].kid })
+      .setIssuer('svc-identity')
+      .setAudience('svc-api')
+      .setIssuedAt()
+      .setExpirationTime('5m')
+      .setJti('j1')
+      .sign(secret);
     expectError(await api.get('/api/v1/auth/me', { token }), 401, 'UNAUTHORIZED');
   });
 
@@ -114,9 +160,80 @@ describe('access tokens that must be refused', () => {
     const { privateKey } = await generateKeyPair('ES256');
     const jwks = (await api.get('/.well-known/jwks.json')).body;
     for (const kid of ['unknown-kid', jwks.keys[0].kid]) {
-      const token = await new SignJWT(claimsOf()).setProtectedHeader({ alg: 'ES256', kid }).setIssuer('svc-identity').setAudience('svc-api').setIssuedAt().setExpirationTime('5m').setJti('j2').sign(privateKey);
+      const token = await new SignJWT(claimsOf())
+        .setProtectedHeader({ alg: 'ES256', kid })
+        .setIssuer('svc-identity')
+        .setAudience('svc-api')
+        .setIssuedAt()
+        .setExpirationTime('5m')
+        .setJti('j2')
+        .sign(privateKey);
       expectError(await api.get('/api/v1/auth/me', { token }), 401, 'UNAUTHORIZED');
     }
+  });
+
+  describe('signed with the real key, but', () => {
+    let sign: Awaited<ReturnType<typeof realSigningKey>>['sign'];
+    let kid: string;
+    const now = () => Math.floor(Date.now() / 1000);
+    const valid = () => ({
+      ...claimsOf(),
+      iss: 'svc-identity',
+      aud: 'svc-api',
+      iat: now() - 10,
+      exp: now() + 300,
+      jti: `j${Math.random()}`,
+    });
+    beforeAll(async () => {
+      ({ sign, kid } = await realSigningKey(stack.dataDir));
+    });
+
+    it('a control: the same forging path with valid claims is accepted', async () => {
+      const res = await api.get('/api/v1/auth/me', { token: await sign(valid()) });
+      expect(res.status).toBe(200);
+      expect(res.body.data.user.id).toBe(a.userId);
+    });
+
+    it('expired', async () => {
+      const token = await sign({ ...valid(), iat: now() - 1000, exp: now() - 5 });
+      expect(expectError(await api.get('/api/v1/auth/me', { token }), 401, 'UNAUTHORIZED').message).toMatch(/expired/i);
+    });
+
+    it('a wrong issuer or audience', async () => {
+      for (const patch of [{ iss: 'someone-else' }, { aud: 'another-api' }, { aud: ['another-api'] }]) {
+        expectError(await api.get('/api/v1/auth/me', { token: await sign({ ...valid(), ...patch }) }), 401, 'UNAUTHORIZED');
+      }
+    });
+
+    it('missing or malformed claims (tenant, type, role, scopes)', async () => {
+      const broken = [
+        { tid: undefined },
+        { typ: 'admin' },
+        { role: 'root' },
+        { scp: 'projects:read' },
+        { sid: undefined },
+        { exp: undefined },
+      ];
+      for (const patch of broken) {
+        expectError(await api.get('/api/v1/auth/me', { token: await sign({ ...valid(), ...patch }) }), 401, 'UNAUTHORIZED');
+      }
+    });
+
+    it('an unknown kid', async () => {
+      expectError(await api.get('/api/v1/auth/me', { token: await sign(valid(), { kid: `${kid}-rotated` }) }), 401, 'UNAUTHORIZED');
+    });
+
+    it('expired after it was accepted (cached verification does not outlive exp)', async () => {
+      const token = await sign({ ...valid(), exp: now() + 2 });
+      expect((await api.get('/api/v1/auth/me', { token })).status).toBe(200);
+      let status = 200;
+      const t0 = Date.now();
+      while (status === 200 && Date.now() - t0 < 5000) {
+        await new Promise((r) => setTimeout(r, 200));
+        status = (await api.get('/api/v1/auth/me', { token })).status;
+      }
+      expect(status).toBe(401);
+    });
   });
 
   it('a tampered payload', async () => {
@@ -158,6 +275,43 @@ describe('refresh and logout', () => {
     expect(Date.now() - t0).toBeLessThan(1000);
     expectError(await api.get('/api/v1/auth/me', { cookie: a.cookie }), 401, 'UNAUTHORIZED');
     expectError(await api.post('/api/v1/auth/refresh', { refreshToken: a.refreshToken }), 401, 'UNAUTHORIZED');
+  });
+
+  it('logout with the cookie clears it and ends the session; logout with an API key is refused', async () => {
+    const a = await signUp(api);
+    const origin = new URL(stack.url).origin;
+    expectError(await api.post('/api/v1/auth/logout', undefined, { cookie: a.cookie }), 403, 'FORBIDDEN');
+    const res = await api.post('/api/v1/auth/logout', undefined, { cookie: a.cookie, headers: { origin } });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ loggedOut: true });
+    expect(res.headers.get('set-cookie')).toMatch(/^svc_session=; .*Max-Age=0/);
+    const t0 = Date.now();
+    let me = await api.get('/api/v1/auth/me', { cookie: a.cookie });
+    while (me.status === 200 && Date.now() - t0 < 1500) me = await api.get('/api/v1/auth/me', { cookie: a.cookie });
+    expectError(me, 401, 'UNAUTHORIZED');
+    expect(Date.now() - t0).toBeLessThan(1000);
+    // The same session's access token and refresh token end with it.
+    expectError(await api.get('/api/v1/auth/me', { token: a.accessToken }), 401, 'UNAUTHORIZED');
+    expectError(await api.post('/api/v1/auth/refresh', { refreshToken: a.refreshToken }), 401, 'UNAUTHORIZED');
+
+    const b = await signUp(api);
+    const { key } = await createKey(api, b.accessToken);
+    expect(expectError(await api.post('/api/v1/auth/logout', undefined, { token: key }), 400, 'VALIDATION_ERROR').details.reason).toBe(
+      'not_a_session',
+    );
+    expect((await api.get('/api/v1/auth/me', { token: key })).status).toBe(200);
+    expectError(await api.post('/api/v1/auth/logout'), 401, 'UNAUTHORIZED');
+  });
+
+  it('refresh answers a new pair that works, and refuses garbage with 401 and a missing token with 400', async () => {
+    const a = await signUp(api);
+    const res = await api.post('/api/v1/auth/refresh', { refreshToken: a.refreshToken });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toMatchObject({ user: { id: a.userId }, tenant: { id: a.tenantId }, expiresIn: 900 });
+    expect((await api.get('/api/v1/auth/me', { token: res.body.data.accessToken })).body.data.user.id).toBe(a.userId);
+    expectError(await api.post('/api/v1/auth/refresh', { refreshToken: 'svc_rt_' + 'z'.repeat(43) }), 401, 'UNAUTHORIZED');
+    expectError(await api.post('/api/v1/auth/refresh', { refreshToken: a.accessToken.slice(0, 150) }), 401, 'UNAUTHORIZED');
+    expectError(await api.post('/api/v1/auth/refresh', {}), 400, 'VALIDATION_ERROR');
   });
 
   it('refuses a cookie-authenticated write without our Origin (CSRF) and accepts it with', async () => {

@@ -1,4 +1,4 @@
-import { AppError, type JwtVerifier, sha256Hex } from '@svc/kit';
+import { AppError, type AuthClaims, issuedAtMs, type JwtVerifier, sha256Hex } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { principalFromClaims, type Principal } from './principal';
 import type { RevocationEvent, RevocationWatcher } from './revocations';
@@ -21,6 +21,8 @@ export class CredentialResolver {
   private readonly cache = new Map<string, Entry>();
   private readonly negative = new Map<string, number>();
   private readonly inflight = new Map<string, Promise<Principal>>();
+  /** Bumped by every revocation: an answer from identity that a revocation overtook is used once, not cached. */
+  private generation = 0;
 
   constructor(
     private readonly authenticate: (credential: string) => Promise<identityV1.AuthenticateResponse>,
@@ -37,7 +39,7 @@ export class CredentialResolver {
   cached(credential: string, kind: 'jwt' | 'api_key' | 'cookie'): Principal | undefined {
     if (kind === 'jwt') {
       const claims = this.verifier.cached(credential);
-      return claims && this.checked(principalFromClaims(claims, credential), claims.iat);
+      return claims && this.checked(principalFromClaims(claims, credential), claims);
     }
     const hit = this.cache.get(sha256Hex(credential));
     return hit && hit.until > Date.now() ? hit.principal : undefined;
@@ -46,11 +48,12 @@ export class CredentialResolver {
   /** A bearer JWT (access token or CLI token). */
   async fromJwt(token: string): Promise<Principal> {
     const claims = await this.verifier.verify(token);
-    return this.checked(principalFromClaims(claims, token), claims.iat);
+    return this.checked(principalFromClaims(claims, token), claims);
   }
 
-  private checked(p: Principal, iat: number): Principal {
-    if (this.revocations.isRevoked(p.sessionId, p.userId, iat * 1000)) throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
+  private checked(p: Principal, claims: AuthClaims): Principal {
+    if (this.revocations.isRevoked(p.sessionId, p.userId, issuedAtMs(claims)))
+      throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
     return p;
   }
 
@@ -63,13 +66,16 @@ export class CredentialResolver {
     if ((this.negative.get(hash) ?? 0) > now) throw new AppError('UNAUTHORIZED', 'Credential is not valid');
     let pending = this.inflight.get(hash);
     if (!pending) {
-      pending = this.resolve(hash, credential, via).finally(() => this.inflight.delete(hash));
-      this.inflight.set(hash, pending);
+      const started: Promise<Principal> = this.resolve(hash, credential, via).finally(() => {
+        if (this.inflight.get(hash) === started) this.inflight.delete(hash);
+      });
+      this.inflight.set(hash, (pending = started));
     }
     return pending;
   }
 
   private async resolve(hash: string, credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
+    const generation = this.generation;
     let res: identityV1.AuthenticateResponse;
     try {
       res = await this.authenticate(credential);
@@ -94,6 +100,7 @@ export class CredentialResolver {
       token: p.serviceToken,
       via,
     };
+    if (generation !== this.generation) return principal;
     if (this.cache.size >= MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
     // Refresh 30 s before the minted token expires, so services never see an expired one.
     this.cache.set(hash, { principal, until: p.serviceTokenExpiresAt - 30_000 });
@@ -101,6 +108,9 @@ export class CredentialResolver {
   }
 
   private evict(e: RevocationEvent): void {
+    this.generation++;
+    // Requests arriving from now on resolve afresh instead of joining an answer the revocation may have overtaken.
+    this.inflight.clear();
     for (const [hash, { principal: p }] of this.cache) {
       const hitBy =
         ((e.kind === 'api_key' || e.kind === 'session') && p.credentialId === e.subjectId) ||

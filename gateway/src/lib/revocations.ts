@@ -58,11 +58,11 @@ export class RevocationWatcher {
     this.listeners.push(listener);
   }
 
-  /** True when a token of this session or user, issued at `iatMs`, has been revoked since. */
-  isRevoked(sessionId: string, userId: string, iatMs: number): boolean {
+  /** True when a token of this session or user, issued at `issuedMs` (milliseconds), has been revoked since. */
+  isRevoked(sessionId: string, userId: string, issuedMs: number): boolean {
     if (this.sessions.has(sessionId)) return true;
     const userAt = this.users.get(userId);
-    return userAt !== undefined && iatMs <= userAt;
+    return userAt !== undefined && issuedMs <= userAt;
   }
 
   /** One poll at a time; callers arriving meanwhile share it. */

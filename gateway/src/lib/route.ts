@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { CallOptions } from '@svc/kit';
+import { Obj } from '../schemas';
 import { success, type Pagination } from './envelope';
 import type { PolicyName } from './policy';
 import type { Principal } from './principal';
@@ -62,6 +63,8 @@ export function routesOf(app: FastifyInstance): RouteSpec[] {
   return list;
 }
 
+const NO_QUERY = Obj({});
+
 const EXEMPT_FROM_RATE_LIMIT = /^\/api\/v1\/(auth|cli\/auth|oauth)\//;
 
 export function route(app: FastifyInstance, spec: RouteSpec): void {
@@ -72,7 +75,8 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
     url: spec.url,
     schema: {
       ...(spec.body ? { body: spec.body } : {}),
-      ...(spec.query ? { querystring: spec.query } : {}),
+      // A route without query parameters refuses any, as list routes refuse unknown ones.
+      querystring: spec.query ?? NO_QUERY,
       ...(spec.params ? { params: spec.params } : {}),
     },
     config: {

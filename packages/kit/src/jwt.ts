@@ -16,7 +16,14 @@ export interface AuthClaims {
   env?: string;
   jti: string;
   iat: number;
+  /** Issue time in milliseconds (`iat` has whole seconds); user revocations compare against it. */
+  ims?: number;
   exp: number;
+}
+
+/** When a token was issued, in milliseconds: `ims`, or for a token without it the end of its `iat` second. */
+export function issuedAtMs(claims: Pick<AuthClaims, 'iat' | 'ims'>): number {
+  return claims.ims ?? claims.iat * 1000 + 999;
 }
 
 export const JWT_ALG = 'ES256';
@@ -124,6 +131,7 @@ function toClaims(p: JWTPayload): AuthClaims {
     env: typeof p.env === 'string' ? p.env : undefined,
     jti: p.jti!,
     iat: p.iat!,
+    ...(typeof p.ims === 'number' && Number.isFinite(p.ims) && Math.floor(p.ims / 1000) === p.iat ? { ims: p.ims } : {}),
     exp: p.exp!,
   };
 }

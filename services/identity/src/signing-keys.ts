@@ -38,12 +38,16 @@ export class SigningKeys {
 
   async sign(claims: Record<string, unknown>, options: { issuer: string; audience: string; ttlSeconds: number; jti: string }): Promise<string> {
     if (!this.active) throw new Error('signing keys not loaded');
-    return new SignJWT(claims)
+    // `iat` has whole seconds; `ims` is the same instant in milliseconds, so that a revocation of a user (role
+    // change, removal) refuses exactly the tokens issued before it, not those issued later in the same second.
+    const now = Date.now();
+    const iat = Math.floor(now / 1000);
+    return new SignJWT({ ...claims, ims: now })
       .setProtectedHeader({ alg: JWT_ALG, kid: this.active.kid, typ: 'JWT' })
       .setIssuer(options.issuer)
       .setAudience(options.audience)
-      .setIssuedAt()
-      .setExpirationTime(`${options.ttlSeconds}s`)
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + options.ttlSeconds)
       .setJti(options.jti)
       .sign(this.active.key);
   }
