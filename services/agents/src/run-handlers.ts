@@ -148,12 +148,17 @@ export function runHandlers(deps: RunHandlerDeps) {
       if (problems.length) throw errors.validation(problems);
       const agent = await loadAgent(store, c.auth.tid, req.agentId);
       const call = { token: c.token, requestId: c.requestId };
-      // The project must be the caller's: the projects service answers NOT_FOUND for another tenant's id.
-      await deps.projects.getProject({ id: req.projectId }, call);
-      // Validation includes llm_not_configured (400), then credits (402): CONTRACT.md 5's order.
-      await deps.identity.resolveLlmSettings({}, call);
+      // Asked at once, answered in order. The project must be the caller's (the projects service answers NOT_FOUND
+      // for another tenant's id); validation includes llm_not_configured (400), then credits (402): CONTRACT.md 5.
+      const [project, settings, granted] = await Promise.allSettled([
+        deps.projects.getProject({ id: req.projectId }, call),
+        deps.identity.resolveLlmSettings({}, call),
+        delegate(deps, c, scopesFor(agent.config.autonomyLevel)),
+      ]);
+      if (project.status === 'rejected') throw project.reason;
+      if (settings.status === 'rejected') throw settings.reason;
       await deps.credits.assertSpendable(c.auth.tid, c.token);
-      const granted = await delegate(deps, c, scopesFor(agent.config.autonomyLevel));
+      if (granted.status === 'rejected') throw granted.reason;
       const doc: RunDoc = {
         id: newId('run'),
         tenantId: c.auth.tid,
@@ -175,8 +180,8 @@ export function runHandlers(deps: RunHandlerDeps) {
         leaseExpiresAt: null,
         attempts: 0,
         budgetLeftMs: agent.config.timeBudgetSeconds * 1000,
-        delegate: granted.sealed,
-        delegateScopes: granted.scopes,
+        delegate: granted.value.sealed,
+        delegateScopes: granted.value.scopes,
       };
       await col.insert(doc);
       deps.worker.notify();

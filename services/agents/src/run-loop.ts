@@ -28,6 +28,8 @@ export interface Lease {
   /** Aborted when the run is cancelled, the lease is lost or the process stops. */
   signal: AbortSignal;
   save(patch: Partial<RunDoc>, events?: (tx: StoreSession, run: RunDoc) => Promise<void>): Promise<RunDoc>;
+  /** Gives the run back, still `running`, for any worker to take again in `delayMs` (counts as an attempt). */
+  handBack(delayMs: number): Promise<void>;
 }
 
 export class LostLease extends Error {
@@ -52,6 +54,8 @@ export interface LoopDeps {
   retryBaseMs: number;
 }
 
+/** Our own services failing to answer: the run is handed back and retried, up to AGENTS_MAX_ATTEMPTS claims. */
+const TRANSIENT: readonly string[] = ['SERVICE_UNAVAILABLE', 'GATEWAY_TIMEOUT'];
 const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0 };
 const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
 
@@ -136,6 +140,12 @@ export async function driveRun(lease: Lease, deps: LoopDeps): Promise<void> {
     await loop(lease, deps, signal, budgetLeftMs);
   } catch (err) {
     if (err instanceof LostLease || lease.signal.aborted) return; // cancelled, taken over or shutting down: not ours to record
+    if (isAppError(err) && TRANSIENT.includes(err.code) && !budget.signal.aborted) {
+      // Identity or projects did not answer: try again later rather than fail the run for a blip.
+      deps.logger.warn({ runId: lease.run.id, code: err.code }, 'a service the run needs is unavailable; handing the run back');
+      await lease.handBack(Math.min(30_000, deps.retryBaseMs * 2 ** lease.run.attempts)).catch(() => undefined);
+      return;
+    }
     let reason: string;
     if (budget.signal.aborted) reason = `time_budget_exceeded: the run used its ${Math.round(lease.run.agent.config.timeBudgetSeconds)} s`;
     else if (err instanceof RunFailure) reason = err.message;

@@ -1,7 +1,7 @@
 /**
- * The worker's claim and take-over rules on a real store and bus. The runs here cannot reach an LLM (their
- * identity address is closed), so each one the worker drives ends `failed` at once: what is checked is who claimed
- * it, how often, and which events were written with it.
+ * The worker's claim and take-over rules on a real store and bus. The runs here never reach an LLM: their delegated
+ * token is not a JWT, so each one the worker drives ends `failed` at once (or, with a token, identity's address is
+ * closed). What is checked is who claimed each run, how often, and which events were written with it.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -71,6 +71,8 @@ afterAll(() => {
   projects.close();
 });
 
+const NOT_A_JWT = box.encrypt('not-a-jwt');
+
 async function delegateToken(): Promise<string> {
   const token = await new SignJWT({ tid: 'ten_1', scp: ['projects:read'] })
     .setProtectedHeader({ alg: 'HS256' })
@@ -101,7 +103,7 @@ async function insertRun(patch: Partial<RunDoc> = {}): Promise<RunDoc> {
     leaseExpiresAt: null,
     attempts: 0,
     budgetLeftMs: 60_000,
-    delegate: await delegateToken(),
+    delegate: NOT_A_JWT,
     delegateScopes: ['projects:read'],
     ...patch,
   };
@@ -212,4 +214,15 @@ it('at start-up takes back at once the runs it had claimed before dying, and fai
   expect(c).toMatchObject({ status: 'running', leaseOwner: 'w2/alive', attempts: 1 });
   const events = await eventsOf(3);
   expect(events.filter((e) => e.runId === tooOften.id).map((e) => e.type)).toEqual(['agent.failed']);
+});
+
+it('hands a run back when a service it needs is unavailable, and fails it after AGENTS_MAX_ATTEMPTS claims', async () => {
+  const run = await insertRun({ delegate: await delegateToken() });
+  worker({ maxAttempts: 2 });
+  const [done] = await settled([run.id]);
+  expect(done.status).toBe('failed');
+  expect(done.attempts).toBe(2);
+  expect(done.error).toMatch(/^worker_lost: /);
+  const events = await eventsOf(1);
+  expect(events.filter((e) => e.runId === run.id).map((e) => e.type)).toEqual(['agent.started', 'agent.failed']);
 });

@@ -96,8 +96,8 @@ export class RunWorker {
     const running = await col.find({ status: 'running' }, { order: 'asc', limit: 100 });
     for (const doc of running.items) {
       if (this.free() === 0) return;
-      if (this.active.has(doc.id) || doc.leaseOwner === this.owner) continue;
-      const mineBefore = !this.recovered && doc.leaseWorker === this.options.workerId;
+      if (this.active.has(doc.id)) continue;
+      const mineBefore = !this.recovered && doc.leaseWorker === this.options.workerId && doc.leaseOwner !== this.owner;
       if (mineBefore || (doc.leaseExpiresAt ?? 0) < now) await this.take(doc);
     }
     this.recovered = true;
@@ -127,7 +127,7 @@ export class RunWorker {
     const patch: Partial<RunDoc> = giveUp
       ? {
           status: 'failed',
-          error: `worker_lost: the run was interrupted ${doc.attempts} times (its worker stopped or died)`,
+          error: `worker_lost: the run was interrupted ${doc.attempts} times (its worker stopped or died, or a service it needs did not answer)`,
           completedAt: now,
           leaseOwner: null,
           leaseWorker: null,
@@ -166,6 +166,11 @@ export class RunWorker {
       run: doc,
       signal: controller.signal,
       save: (patch, events) => this.save(lease, patch, events),
+      handBack: async (delayMs) => {
+        await this.store
+          .collection(runs)
+          .update(doc.id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: Date.now() + delayMs });
+      },
     };
     // Renewal doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here.
     const heartbeat = setInterval(
