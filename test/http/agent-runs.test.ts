@@ -3,7 +3,7 @@
  * Anthropic wire protocols over real HTTP (packages/llm/src/testing), configured per tenant with
  * PATCH /tenant/settings/llm as a user would.
  */
-import { decodeDomainEvent, openBus, TOPICS, type Subscription } from '@svc/kit';
+import { decodeDomainEvent, openBus, TOPICS, type EventBus, type Subscription } from '@svc/kit';
 import { startFakeAnthropic, startFakeOpenAI, echoText, type FakeProviderServer, type FakeRequest } from '@svc/llm/src/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
@@ -16,6 +16,12 @@ const OPENAI_KEY = 'sk-tenant-openai-' + 'o'.repeat(32);
 const ANTHROPIC_KEY = 'sk-ant-tenant-' + 'a'.repeat(32);
 /** Every response body seen in this file: none may contain a tenant's API key. */
 const seen: string[] = [];
+/** Every event on the agents topic, as consumers see it. */
+const events: Array<{ type: string; data: any }> = [];
+let bus: EventBus;
+let sub: Subscription;
+/** A run started first thing whose provider never answers: its 10 s time budget runs out while the others go on. */
+let slow: { t: Tenant; agentId: string; runId: string; goal: string };
 
 beforeAll(async () => {
   openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
@@ -38,8 +44,26 @@ beforeAll(async () => {
       return res;
     };
   api = { ...raw, get: record(raw.get), post: record(raw.post), patch: record(raw.patch), del: record(raw.del) } as Client;
+  bus = openBus({ clientId: 'test', embeddedPath: `${stack.dataDir}/bus.db` });
+  sub = await bus.subscribe({
+    group: 'agent-runs-test',
+    topics: [TOPICS.agents],
+    handler: async (m) => {
+      const e = decodeDomainEvent(m.value);
+      events.push({ type: e.type, data: e.data?.value });
+    },
+  });
+  const t = await tenant('openai', 'Budget');
+  const agentId = await agent(t, { autonomyLevel: 'autonomous', timeBudgetSeconds: 10 });
+  openai.script({ type: 'hang' });
+  const goal = 'Think for a very long time';
+  const runId = (await execute(t, agentId, goal)).id;
+  await eventually(async () => requestsFor(openai, goal).length === 1);
+  slow = { t, agentId, runId, goal };
 });
 afterAll(async () => {
+  await sub.stop();
+  await bus.close();
   await stack.stop();
   await openai.close();
   await anthropic.close();
@@ -146,79 +170,64 @@ describe('runs on each provider', () => {
   });
 
   it('autonomous: tool calls run without asking and the run completes with the final answer (openai), events in the outbox order', async () => {
-    const bus = openBus({ clientId: 'test', embeddedPath: `${stack.dataDir}/bus.db` });
-    const events: Array<{ type: string; data: any }> = [];
-    const sub: Subscription = await bus.subscribe({
-      group: `test-${Date.now()}`,
-      topics: [TOPICS.agents],
-      handler: async (m) => {
-        const e = decodeDomainEvent(m.value);
-        events.push({ type: e.type, data: e.data?.value });
+    const t = await tenant('openai', 'Auto');
+    const agentId = await agent(t, { autonomyLevel: 'autonomous', model: 'gpt-agent-override' });
+    openai.script(
+      { type: 'tool_calls', toolCalls: [{ name: 'get_project', arguments: {} }] },
+      {
+        type: 'tool_calls',
+        toolCalls: [{ name: 'update_project', arguments: { description: 'Written by the agent', language: 'rust' } }],
       },
+      { type: 'text', text: 'Updated the description.', chunks: 3 },
+    );
+    const goal = 'Rewrite the description';
+    const { id } = await execute(t, agentId, goal);
+    const run = await until(t, agentId, id, 'completed', 'failed');
+    expect(run.status).toBe('completed');
+    expect(run.output).toBe('Updated the description.');
+    expect(run.steps.map((s: any) => [s.type, s.toolName ?? null, s.status])).toEqual([
+      ['model', null, 'completed'],
+      ['tool', 'get_project', 'completed'],
+      ['model', null, 'completed'],
+      ['tool', 'update_project', 'completed'],
+      ['model', null, 'completed'],
+    ]);
+    expect(run.steps[1].result.project).toMatchObject({ id: t.projectId, description: 'The old description' });
+    expect(run.steps[3].arguments).toEqual({ description: 'Written by the agent', language: 'rust' });
+    expect((await api.get(`/api/v1/projects/${t.projectId}`, { token: t.token })).body.data).toMatchObject({
+      description: 'Written by the agent',
+      language: 'rust',
     });
-    try {
-      const t = await tenant('openai', 'Auto');
-      const agentId = await agent(t, { autonomyLevel: 'autonomous', model: 'gpt-agent-override' });
-      openai.script(
-        { type: 'tool_calls', toolCalls: [{ name: 'get_project', arguments: {} }] },
-        {
-          type: 'tool_calls',
-          toolCalls: [{ name: 'update_project', arguments: { description: 'Written by the agent', language: 'rust' } }],
-        },
-        { type: 'text', text: 'Updated the description.', chunks: 3 },
-      );
-      const goal = 'Rewrite the description';
-      const { id } = await execute(t, agentId, goal);
-      const run = await until(t, agentId, id, 'completed', 'failed');
-      expect(run.status).toBe('completed');
-      expect(run.output).toBe('Updated the description.');
-      expect(run.steps.map((s: any) => [s.type, s.toolName ?? null, s.status])).toEqual([
-        ['model', null, 'completed'],
-        ['tool', 'get_project', 'completed'],
-        ['model', null, 'completed'],
-        ['tool', 'update_project', 'completed'],
-        ['model', null, 'completed'],
-      ]);
-      expect(run.steps[1].result.project).toMatchObject({ id: t.projectId, description: 'The old description' });
-      expect(run.steps[3].arguments).toEqual({ description: 'Written by the agent', language: 'rust' });
-      expect((await api.get(`/api/v1/projects/${t.projectId}`, { token: t.token })).body.data).toMatchObject({
-        description: 'Written by the agent',
-        language: 'rust',
-      });
-      const reqs = requestsFor(openai, goal);
-      expect(reqs).toHaveLength(3);
-      expect(reqs[0].conversation!.tools.sort()).toEqual(['get_project', 'list_projects', 'update_project']);
-      expect(reqs[0].conversation!.model).toBe('gpt-agent-override');
-      // The model sees each tool's result before its next turn.
-      expect(reqs[2].conversation!.messages.filter((m) => m.role === 'tool').map((m) => JSON.parse(m.text).project.language)).toEqual([
-        'go',
-        'rust',
-      ]);
-      for (const r of reqs) expect(r.headers.authorization).toBe(`Bearer ${OPENAI_KEY}`);
-      const usageSum = run.steps.filter((s: any) => s.type === 'model').reduce((n: number, s: any) => n + s.usage.outputTokens, 0);
-      expect(run.usage.outputTokens).toBe(usageSum);
+    const reqs = requestsFor(openai, goal);
+    expect(reqs).toHaveLength(3);
+    expect(reqs[0].conversation!.tools.sort()).toEqual(['get_project', 'list_projects', 'update_project']);
+    expect(reqs[0].conversation!.model).toBe('gpt-agent-override');
+    // The model sees each tool's result before its next turn.
+    expect(reqs[2].conversation!.messages.filter((m) => m.role === 'tool').map((m) => JSON.parse(m.text).project.language)).toEqual([
+      'go',
+      'rust',
+    ]);
+    for (const r of reqs) expect(r.headers.authorization).toBe(`Bearer ${OPENAI_KEY}`);
+    const usageSum = run.steps.filter((s: any) => s.type === 'model').reduce((n: number, s: any) => n + s.usage.outputTokens, 0);
+    expect(run.usage.outputTokens).toBe(usageSum);
 
-      await eventually(async () => events.some((e) => e.type === 'agent.completed' && e.data.runId === id), 5000);
-      const mine = events.filter((e) => e.data.runId === id || e.data.sourceId === id);
-      expect(mine.map((e) => e.type)).toEqual(['agent.started', 'llm.usage', 'llm.usage', 'llm.usage', 'agent.completed']);
-      expect(mine[4].data).toMatchObject({
-        status: 'completed',
-        output: 'Updated the description.',
-        agentId,
-        projectId: t.projectId,
-        outputTokens: run.usage.outputTokens,
-      });
-      expect(mine[1].data).toMatchObject({
-        source: 'agent_run',
-        sourceId: id,
-        provider: 'openai',
-        model: 'gpt-agent-override',
-        keySource: 'tenant',
-      });
-    } finally {
-      await sub.stop();
-      await bus.close();
-    }
+    await eventually(async () => events.some((e) => e.type === 'agent.completed' && e.data.runId === id), 5000);
+    const mine = events.filter((e) => e.data.runId === id || e.data.sourceId === id);
+    expect(mine.map((e) => e.type)).toEqual(['agent.started', 'llm.usage', 'llm.usage', 'llm.usage', 'agent.completed']);
+    expect(mine[4].data).toMatchObject({
+      status: 'completed',
+      output: 'Updated the description.',
+      agentId,
+      projectId: t.projectId,
+      outputTokens: run.usage.outputTokens,
+    });
+    expect(mine[1].data).toMatchObject({
+      source: 'agent_run',
+      sourceId: id,
+      provider: 'openai',
+      model: 'gpt-agent-override',
+      keySource: 'tenant',
+    });
   });
 
   it('supervised: read-only tools run, a tool that changes data waits for approval; approve runs it (anthropic)', async () => {
@@ -534,5 +543,35 @@ describe('runs: listing, validation and isolation', () => {
     );
     expect(err.details.reason).toBe('llm_not_configured');
     expect((await api.get(`/api/v1/agents/${a.id}/runs`, { token: owner.accessToken })).body.data).toEqual([]);
+  });
+});
+
+describe('endings', () => {
+  it('deleting an agent cancels its unfinished runs (agent.failed, status cancelled)', async () => {
+    const t = await tenant('openai', 'DeleteAgent');
+    const agentId = await agent(t, { autonomyLevel: 'supervised' });
+    openai.script({ type: 'tool_calls', toolCalls: [{ name: 'update_project', arguments: { language: 'zig' } }] });
+    const { id } = await execute(t, agentId, 'Wait, then be deleted');
+    await until(t, agentId, id, 'requires_approval');
+    expect((await api.del(`/api/v1/agents/${agentId}`, { token: t.token })).status).toBe(200);
+    await eventually(async () => events.some((e) => e.type === 'agent.failed' && e.data.runId === id), 5000);
+    expect(events.find((e) => e.type === 'agent.failed' && e.data.runId === id)!.data).toMatchObject({
+      status: 'cancelled',
+      error: expect.stringMatching(/agent was deleted/),
+    });
+    expectError(await api.get(`/api/v1/agents/${agentId}/runs/${id}`, { token: t.token }), 404, 'RESOURCE_NOT_FOUND');
+  });
+
+  it('a run whose provider never answers fails when its time budget runs out, and the call is aborted', async () => {
+    const { t, agentId, runId, goal } = slow;
+    let run: any;
+    await eventually(async () => {
+      run = await getRun(t, agentId, runId);
+      return run.status !== 'running';
+    }, 20_000);
+    expect(run.status).toBe('failed');
+    expect(run.error).toMatch(/^time_budget_exceeded: /);
+    expect(Date.parse(run.completedAt) - Date.parse(run.startedAt)).toBeGreaterThanOrEqual(10_000);
+    await eventually(async () => requestsFor(openai, goal)[0].aborted);
   });
 });

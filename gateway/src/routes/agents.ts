@@ -238,7 +238,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     url: '/api/v1/agents/:id',
     access: 'agents:write',
     tag: 'agents',
-    summary: 'Delete an agent; its unfinished runs are cancelled',
+    summary: 'Delete an agent; its unfinished runs are cancelled, then its runs deleted',
     params: IdParams,
     response: Obj({ id: Type.String(), deleted: Type.Boolean() }),
     handler: async ({ params, call }) => ({ id: (await agents.deleteAgent({ id: params.id }, call)).id, deleted: true }),

@@ -26,7 +26,7 @@ export async function loadAgent(store: Store, tenantId: string, id: string): Pro
   return doc;
 }
 
-/** Agent CRUD. Deleting an agent also ends its unfinished runs (see `onDelete`). */
+/** Agent CRUD. Deleting an agent also cancels its unfinished runs and deletes its runs (see `onDelete`). */
 export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>) {
   const col = store.collection(agents);
 

@@ -29,7 +29,6 @@ export const agents: CollectionDef<AgentDoc> = { name: 'agents', indexes: [{ fie
 
 export const RUN_STATUSES = ['queued', 'running', 'requires_approval', 'completed', 'failed', 'cancelled'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
-export const FINISHED: readonly RunStatus[] = ['completed', 'failed', 'cancelled'];
 
 export interface Usage {
   inputTokens: number;

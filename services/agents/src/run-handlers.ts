@@ -2,6 +2,7 @@ import { decodeJwt } from 'jose';
 import {
   type AuthedContext,
   type CallContext,
+  encodeCursor,
   errors,
   newId,
   nowIso,
@@ -10,7 +11,7 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
-import type { agentsV1, identityV1 } from '@svc/proto';
+import { agentsV1, type identityV1 } from '@svc/proto';
 import { authed, loadAgent } from './agent-handlers';
 import { runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
@@ -18,6 +19,8 @@ import { emitRunEvent } from './run-events';
 import { scopesFor, type ProjectsClient } from './tools';
 
 export const GOAL_MAX = 10_000;
+/** A page of runs stays well under gRPC's 4 MiB message limit: it ends early (with a cursor) when full. */
+const PAGE_BYTES = 2 * 1024 * 1024;
 /** The longest a delegated token lives (identity's cap); a run paused longer is re-authorised by its approver. */
 const DELEGATE_TTL_S = 3600;
 const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
@@ -192,7 +195,19 @@ export function runHandlers(deps: RunHandlerDeps) {
       const { auth } = authed(ctx);
       await loadAgent(store, auth.tid, req.agentId);
       const page = await col.find({ tenantId: auth.tid, agentId: req.agentId }, { limit: req.limit || 20, cursor: req.cursor || null });
-      return { runs: page.items.map(toRun), nextCursor: page.nextCursor ?? '' };
+      const out: agentsV1.Run[] = [];
+      let bytes = 0;
+      for (const doc of page.items) {
+        const run = toRun(doc);
+        bytes += agentsV1.Run.encode(run).finish().byteLength;
+        // Long runs carry their steps: a page holds at least one run, then as many as fit.
+        if (out.length > 0 && bytes > PAGE_BYTES) {
+          const last = page.items[out.length - 1];
+          return { runs: out, nextCursor: encodeCursor(last.createdAt, last.id) };
+        }
+        out.push(run);
+      }
+      return { runs: out, nextCursor: page.nextCursor ?? '' };
     },
 
     async getRun(req: agentsV1.GetRunRequest, ctx: CallContext): Promise<agentsV1.GetRunResponse> {
@@ -223,8 +238,8 @@ export function runHandlers(deps: RunHandlerDeps) {
       return { run: toRun(await decide({ ...req, reason: req.reason || undefined }, ctx, false)) };
     },
 
-    /** When an agent is deleted: its unfinished runs end as cancelled. */
-    async cancelRunsOf(tenantId: string, agentId: string): Promise<void> {
+    /** When an agent is deleted: its unfinished runs end as cancelled (announced), then its runs go with it. */
+    async endRunsOf(tenantId: string, agentId: string): Promise<void> {
       // Rounds, because a worker saving a step changes a run's revision under us; each round re-reads.
       for (let round = 0; round < 20; round++) {
         let left = 0;
@@ -249,8 +264,9 @@ export function runHandlers(deps: RunHandlerDeps) {
           if (page.nextCursor) left++;
         }
         relay.notify();
-        if (left === 0) return;
+        if (left === 0) break;
       }
+      await col.deleteMany({ tenantId, agentId });
     },
   };
 }

@@ -56,6 +56,9 @@ export interface LoopDeps {
 
 /** Our own services failing to answer: the run is handed back and retried, up to AGENTS_MAX_ATTEMPTS claims. */
 const TRANSIENT: readonly string[] = ['SERVICE_UNAVAILABLE', 'GATEWAY_TIMEOUT'];
+/** Caps that keep one run's document (all steps) well under 4 MiB at 50 steps. */
+const MAX_TEXT_CHARS = 32_000;
+const MAX_ARGUMENTS_CHARS = 16_000;
 const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0 };
 const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
 
@@ -245,8 +248,12 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       deps,
     );
     const usage = reply.usage ?? NO_USAGE;
-    // Calls to tools that were not offered are never run (manual runs, the last step).
-    const calls = offered.length ? reply.toolCalls : [];
+    // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
+    // replaced (the tool then refuses them), so the model's reply cannot swell the run document.
+    const calls = (offered.length ? reply.toolCalls : []).map((c) =>
+      JSON.stringify(c.arguments).length > MAX_ARGUMENTS_CHARS ? { ...c, arguments: { truncated: true } } : c,
+    );
+    const text = reply.text.slice(0, MAX_TEXT_CHARS);
     const index = run.steps.length;
     const modelStep: StepDoc = {
       index,
@@ -254,7 +261,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       status: 'completed',
       startedAt,
       completedAt: nowIso(),
-      text: reply.text,
+      text,
       toolCalls: calls,
       usage,
     };
@@ -287,7 +294,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
           steps: [...run.steps, modelStep],
           usage: totals,
           status: 'completed',
-          output: reply.text,
+          output: text,
           completedAt: nowIso(),
           budgetLeftMs: budgetLeftMs(),
         },

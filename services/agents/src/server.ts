@@ -63,14 +63,14 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
     },
   );
   const runApi = runHandlers({ store: rt.store, relay: rt.relay, box: rt.box, identity, projects, credits, worker });
-  const { cancelRunsOf, ...runRpcs } = runApi;
+  const { endRunsOf, ...runRpcs } = runApi;
   const svc = await serve(rt, {
     verifier,
     healthNames: ['agents.v1.AgentsService'],
     registrations: [
       registration({
         definition: agentsV1.AgentsServiceService,
-        implementation: { ...agentHandlers(rt.store, cancelRunsOf), ...runRpcs },
+        implementation: { ...agentHandlers(rt.store, endRunsOf), ...runRpcs },
       }),
     ],
     onStop: async () => {
