@@ -49,6 +49,11 @@ beforeAll(async () => {
     { token: owner.accessToken },
   );
   ids.userId = member.body.data.userId;
+  ids['agents:id'] = (
+    await api.post('/api/v1/agents', { name: 'target', systemPrompt: 'p', config: {} }, { token: owner.accessToken })
+  ).body.data.id;
+  // No run exists (that needs a model): bad values in the other parameters still meet a real agent.
+  ids.run_id = 'run_none';
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });
 
@@ -81,13 +86,14 @@ async function snapshot() {
     members: await get('/api/v1/tenant/team/members?limit=100'),
     network: await get('/api/v1/tenant/security/network'),
     llm: await get('/api/v1/tenant/settings/llm'),
+    agents: await get('/api/v1/agents?limit=100'),
   };
 }
 
 /** The value of a path parameter that names a real resource of the caller. */
-const realParam = (name: string) => ids[name] ?? 'x';
+const realParam = (op: Operation, name: string) => ids[`${op.path.split('/')[3]}:${name}`] ?? ids[name] ?? 'x';
 const pathWith = (op: Operation, override: Record<string, string> = {}) =>
-  op.path.replace(/\{(\w+)\}/g, (_, name: string) => (name in override ? override[name] : encodeURIComponent(realParam(name))));
+  op.path.replace(/\{(\w+)\}/g, (_, name: string) => (name in override ? override[name] : encodeURIComponent(realParam(op, name))));
 
 /** A valid value for a schema: the smallest thing it accepts. */
 function sample(s: Schema): unknown {
