@@ -1,12 +1,7 @@
-import { type AuthedContext, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { agentsV1 } from '@svc/proto';
 import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
 import { agents, type AgentDoc } from './collections';
-
-export function authed(ctx: CallContext): AuthedContext {
-  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
-  return ctx as AuthedContext;
-}
 
 export function toAgent(a: AgentDoc): agentsV1.Agent {
   return {
@@ -32,7 +27,7 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
 
   return {
     async createAgent(req: agentsV1.CreateAgentRequest, ctx: CallContext): Promise<agentsV1.CreateAgentResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:write');
       const name = checkText('name', req.name);
       const systemPrompt = checkText('systemPrompt', req.systemPrompt);
       const config = mergeConfig(DEFAULT_CONFIG, req.config);
@@ -43,18 +38,18 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
     },
 
     async listAgents(req: agentsV1.ListAgentsRequest, ctx: CallContext): Promise<agentsV1.ListAgentsResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       const page = await col.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
       return { agents: page.items.map(toAgent), nextCursor: page.nextCursor ?? '' };
     },
 
     async getAgent(req: agentsV1.GetAgentRequest, ctx: CallContext): Promise<agentsV1.GetAgentResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       return { agent: toAgent(await loadAgent(store, auth.tid, req.id)) };
     },
 
     async updateAgent(req: agentsV1.UpdateAgentRequest, ctx: CallContext): Promise<agentsV1.UpdateAgentResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:write');
       const current = await loadAgent(store, auth.tid, req.id);
       const patch: Partial<AgentDoc> = { updatedAt: nowIso() };
       if (req.name !== undefined) patch.name = checkText('name', req.name);
@@ -68,7 +63,7 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
     },
 
     async deleteAgent(req: agentsV1.DeleteAgentRequest, ctx: CallContext): Promise<agentsV1.DeleteAgentResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:write');
       if (!(await col.delete(req.id, { tenantId: auth.tid }))) throw errors.notFound('agent', req.id);
       await onDelete(auth.tid, req.id);
       return { id: req.id };

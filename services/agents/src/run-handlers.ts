@@ -1,5 +1,6 @@
 import { decodeJwt } from 'jose';
 import {
+  authed,
   type AuthedContext,
   type CallContext,
   encodeCursor,
@@ -12,7 +13,7 @@ import {
   type Store,
 } from '@svc/kit';
 import { agentsV1, type identityV1 } from '@svc/proto';
-import { authed, loadAgent } from './agent-handlers';
+import { loadAgent } from './agent-handlers';
 import { runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
 import { emitRunEvent } from './run-events';
@@ -117,7 +118,7 @@ export function runHandlers(deps: RunHandlerDeps) {
 
   /** The step waiting for approval, resolved one way or the other; the run goes back to the queue. */
   async function decide(req: { agentId: string; runId: string; reason?: string }, ctx: CallContext, approve: boolean): Promise<RunDoc> {
-    const c = authed(ctx);
+    const c = authed(ctx, 'agents:write');
     await loadAgent(store, c.auth.tid, req.agentId);
     // The approver's authorisation carries the rest of the run (the original one may be close to expiry).
     const fresh = await delegate(deps, c, scopesFor('supervised'));
@@ -143,7 +144,7 @@ export function runHandlers(deps: RunHandlerDeps) {
 
   return {
     async executeAgent(req: agentsV1.ExecuteAgentRequest, ctx: CallContext): Promise<agentsV1.ExecuteAgentResponse> {
-      const c = authed(ctx);
+      const c = authed(ctx, 'agents:write');
       const goal = req.goal.trim();
       const problems = [];
       if (goal.length < 1 || goal.length > GOAL_MAX) problems.push({ field: 'goal', message: `must be 1 to ${GOAL_MAX} characters` });
@@ -192,7 +193,7 @@ export function runHandlers(deps: RunHandlerDeps) {
     },
 
     async listRuns(req: agentsV1.ListRunsRequest, ctx: CallContext): Promise<agentsV1.ListRunsResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       await loadAgent(store, auth.tid, req.agentId);
       const page = await col.find({ tenantId: auth.tid, agentId: req.agentId }, { limit: req.limit || 20, cursor: req.cursor || null });
       const out: agentsV1.Run[] = [];
@@ -211,12 +212,12 @@ export function runHandlers(deps: RunHandlerDeps) {
     },
 
     async getRun(req: agentsV1.GetRunRequest, ctx: CallContext): Promise<agentsV1.GetRunResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       return { run: toRun(await loadRun(auth.tid, req.agentId, req.runId)) };
     },
 
     async cancelRun(req: agentsV1.CancelRunRequest, ctx: CallContext): Promise<agentsV1.CancelRunResponse> {
-      const c = authed(ctx);
+      const c = authed(ctx, 'agents:write');
       const run = await transition(
         c,
         req,

@@ -1,13 +1,21 @@
-import { addToOutbox, type AuthedContext, type CallContext, domainEvent, errors, type FieldError, newId, nowIso, type Store, type StoreSession, TOPICS, type OutboxRelay } from '@svc/kit';
+import {
+  addToOutbox,
+  authed,
+  type CallContext,
+  domainEvent,
+  errors,
+  type FieldError,
+  newId,
+  nowIso,
+  type Store,
+  type StoreSession,
+  TOPICS,
+  type OutboxRelay,
+} from '@svc/kit';
 import type { eventsV1, projectsV1 } from '@svc/proto';
 import { projects, type ProjectDoc } from './collections';
 
 const LIMITS = { name: [1, 200], description: [0, 5000], language: [0, 50] } as const;
-
-function authed(ctx: CallContext): AuthedContext {
-  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
-  return ctx as AuthedContext;
-}
 
 /** Trims and checks the text fields that are present; every problem is reported at once. */
 function checkFields(input: Partial<Record<keyof typeof LIMITS, string>>): Partial<Record<keyof typeof LIMITS, string>> {
@@ -37,12 +45,16 @@ async function emit(tx: StoreSession, type: string, tenantId: string, data: even
   await addToOutbox(tx, domainEvent(TOPICS.projects, type, tenantId, data));
 }
 
+/**
+ * Writes need `projects:write` here too, whoever holds the token (a run's delegated token included). Reads are
+ * gated by the gateway's policy only: agents and chat read the project a caller names under `agents:*` scopes.
+ */
 export function projectHandlers(store: Store, relay: OutboxRelay) {
   const col = store.collection(projects);
 
   return {
     async createProject(req: projectsV1.CreateProjectRequest, ctx: CallContext): Promise<projectsV1.CreateProjectResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'projects:write');
       const f = checkFields({ name: req.name, description: req.description, language: req.language });
       const now = nowIso();
       const doc: ProjectDoc = {
@@ -76,7 +88,7 @@ export function projectHandlers(store: Store, relay: OutboxRelay) {
     },
 
     async updateProject(req: projectsV1.UpdateProjectRequest, ctx: CallContext): Promise<projectsV1.UpdateProjectResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'projects:write');
       const f = checkFields({ name: req.name, description: req.description, language: req.language });
       const updated = await store.transaction(async (tx) => {
         const doc = await tx.collection(projects).update(req.id, { tenantId: auth.tid }, { ...f, updatedAt: nowIso() });
@@ -89,7 +101,7 @@ export function projectHandlers(store: Store, relay: OutboxRelay) {
     },
 
     async deleteProject(req: projectsV1.DeleteProjectRequest, ctx: CallContext): Promise<projectsV1.DeleteProjectResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'projects:write');
       const deleted = await store.transaction(async (tx) => {
         const ok = await tx.collection(projects).delete(req.id, { tenantId: auth.tid });
         if (ok) await emit(tx, 'project.deleted', auth.tid, { $case: 'deleted', value: { id: req.id } });

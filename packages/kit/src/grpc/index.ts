@@ -1,3 +1,4 @@
 export * from './types';
 export * from './server';
 export * from './client';
+export * from './authed';

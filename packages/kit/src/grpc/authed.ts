@@ -1,0 +1,16 @@
+import { AppError, errors } from '../errors';
+import type { Scope } from '../scopes';
+import type { AuthedContext, CallContext } from './types';
+
+/**
+ * The caller of a protected method, with the scope it needs checked here as well as at the gateway: tokens also
+ * reach services without passing the gateway's policy (delegated tokens of background work, peers calling on a
+ * caller's behalf), and a token limited to some scopes must be limited everywhere.
+ */
+export function authed(ctx: CallContext, scope?: Scope): AuthedContext {
+  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
+  const granted = ctx.auth.scp;
+  if (scope && granted !== undefined && !granted.includes(scope))
+    throw new AppError('FORBIDDEN', `Missing scope ${scope}`, { reason: 'missing_scope', requiredScope: scope });
+  return ctx as AuthedContext;
+}
