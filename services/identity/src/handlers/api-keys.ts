@@ -8,10 +8,14 @@ import { requireAuth } from './auth';
 import { requireManager } from './team';
 import { toApiKey } from './views';
 
-/** Keys are managed from a signed-in user's session by an owner or admin, never with another key. */
+/**
+ * Keys are managed by an owner or admin from a person's session (signed in on the web or through the CLI login),
+ * never with another key, nor with a token limited to scopes (a delegated token of background work).
+ */
 function requireKeyManager(ctx: CallContext) {
   requireAuth(ctx);
-  if (ctx.auth.typ !== 'user') throw errors.forbidden('API keys are managed from a user session', { reason: 'user_session_required' });
+  if (ctx.auth.typ === 'api_key' || ctx.auth.scp !== undefined)
+    throw errors.forbidden('API keys are managed from a user session', { reason: 'user_session_required' });
   requireManager(ctx);
   return ctx.auth;
 }
