@@ -6,6 +6,7 @@ import { projectRoutes } from './projects';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
+import { webhookRoutes } from './webhooks';
 
 export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   systemRoutes(app, deps);
@@ -14,4 +15,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   settingsRoutes(app, deps);
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
+  webhookRoutes(app, deps);
 }
