@@ -13,7 +13,7 @@ export interface Received {
 }
 
 /** What to answer: a status (and body), or `hold` to keep the request open until the receiver closes. */
-export type Answer = { status: number; body?: string } | 'hold';
+export type Answer = { status: number; body?: string; delayMs?: number } | 'hold';
 
 export interface Receiver {
   url: string;
@@ -60,7 +60,11 @@ export async function startReceiver(port = 0): Promise<Receiver> {
       receiver.requests.push(r);
       const answer = receiver.answer(r);
       if (answer === 'hold') held.push(res);
-      else res.writeHead(answer.status, { 'content-type': 'text/plain' }).end(answer.body ?? '');
+      else {
+        const send = () => res.writeHead(answer.status, { 'content-type': 'text/plain' }).end(answer.body ?? '');
+        if (answer.delayMs) setTimeout(send, answer.delayMs);
+        else send();
+      }
     });
   });
   await new Promise<void>((ok) => server.listen(port, '127.0.0.1', ok));
