@@ -19,7 +19,10 @@ export async function startRedis(): Promise<{ url: string; stop(): Promise<void>
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   await new Promise<void>((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error('redis-server did not start (is it installed? apt-get install -y redis-server)')), 10_000);
+    const timer = setTimeout(
+      () => fail(new Error('redis-server did not start (is it installed? apt-get install -y redis-server)')),
+      10_000,
+    );
     proc.once('error', (err) => {
       clearTimeout(timer);
       fail(err);

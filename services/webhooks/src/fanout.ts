@@ -34,7 +34,7 @@ export async function enqueue(
   return doc;
 }
 
-export function fanOut(store: Store, onQueued: () => void) {
+export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
   return async (message: ReceivedMessage): Promise<void> => {
     // The type travels in a header: internal events (usage, plan changes) are skipped without decoding.
     const headerType = message.headers['event-type'];
@@ -46,14 +46,14 @@ export function fanOut(store: Store, onQueued: () => void) {
     if (targets.length === 0) return;
     const body = eventBody(event);
     const created = await store.transaction(async (tx) => {
-      let n = 0;
+      const ids: string[] = [];
       for (const hook of targets) {
         if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
         await enqueue(tx, { tenantId: event.tenantId, webhookId: hook.id, eventId: event.id, eventType: event.type, body, manual: false });
-        n++;
+        ids.push(hook.id);
       }
-      return n;
+      return ids;
     });
-    if (created > 0) onQueued();
+    for (const id of created) onQueued(id);
   };
 }

@@ -22,7 +22,7 @@ export interface HandlerDeps {
   box: SecretBox;
   policy: EgressPolicy;
   /** New work was queued: the delivery loop looks at once. */
-  onQueued: () => void;
+  onQueued: (webhookId: string) => void;
 }
 
 function authed(ctx: CallContext): AuthedContext {
@@ -131,7 +131,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
       const delivery = await store.transaction((tx) =>
         enqueue(tx, { tenantId: auth.tid, webhookId: hook.id, eventId: event.id, eventType: event.type, body, manual: true }),
       );
-      onQueued();
+      onQueued(hook.id);
       return { delivery: toDelivery(delivery) };
     },
 
@@ -152,7 +152,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
         return u;
       });
       if (!updated) throw errors.conflict('The delivery is already scheduled', { status: 'pending' });
-      onQueued();
+      onQueued(updated.webhookId);
       return { delivery: toDelivery(updated) };
     },
   };

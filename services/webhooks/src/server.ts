@@ -29,7 +29,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     timeoutMs: rt.config.deliveryTimeoutMs,
     concurrency: rt.config.concurrency,
   });
-  const onQueued = () => worker.wake();
+  const onQueued = (webhookId: string) => worker.wake(webhookId);
   await worker.start();
   const handle = fanOut(rt.store, onQueued);
   const subscription = await rt.bus.subscribe({

@@ -8,17 +8,24 @@
  */
 import {
   EgressError,
-  egressFetch,
+  egressRequest,
   nowIso,
   type Collection,
-  type EgressFetch,
+  type EgressRequest,
   type EgressPolicy,
   type Logger,
   type SecretBox,
   type Store,
+  type StoreSession,
 } from '@svc/kit';
 import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
 import { deliveryHeaders } from './payload';
+
+interface PendingWrite {
+  fn: (tx: StoreSession) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
 
 export interface WorkerOptions {
   store: Store;
@@ -53,20 +60,26 @@ interface Outcome {
 }
 
 export class DeliveryWorker {
-  private readonly fetch: EgressFetch;
+  private readonly request: EgressRequest;
   private readonly claimUs: number;
   private running = false;
   private loopDone: Promise<void> = Promise.resolve();
   /** Registrations being drained, and their tasks. */
   private readonly draining = new Map<string, Promise<void>>();
   private kicked = false;
+  /** Registrations known to have work queued, waiting for a drain. */
+  private readonly wanted = new Set<string>();
+  /** Writes waiting for the next group commit. */
+  private readonly writes: PendingWrite[] = [];
+  /** When the queue's head should be scanned next (epoch ms). */
+  private nextScanMs = 0;
   private wakeUp: (() => void) | null = null;
   /** Aborts attempts in flight when a stop runs out of patience. */
   private readonly abort = new AbortController();
 
   constructor(private readonly o: WorkerOptions) {
     // The body cap only bounds what a receiver can make us read; we keep EXCERPT_BYTES of it.
-    this.fetch = egressFetch({ ...o.policy, timeoutMs: o.timeoutMs, maxResponseBytes: 64 * 1024 });
+    this.request = egressRequest({ ...o.policy, timeoutMs: o.timeoutMs, maxResponseBytes: 64 * 1024 });
     this.claimUs = (o.timeoutMs + 5000) * 1000;
   }
 
@@ -92,10 +105,19 @@ export class DeliveryWorker {
     clearTimeout(timer);
   }
 
-  /** New work was queued in this process: look now instead of at the next poll. */
-  wake(): void {
+  /** New work was queued in this process for this registration: start on it now instead of at the next scan. */
+  wake(webhookId?: string): void {
+    if (webhookId) this.wanted.add(webhookId);
     this.kicked = true;
     this.wakeUp?.();
+  }
+
+  /** Asks for a queue scan at `atMs` (a retry falls due then). */
+  private scanAt(atMs: number): void {
+    if (atMs < this.nextScanMs) {
+      this.nextScanMs = atMs;
+      this.wake();
+    }
   }
 
   private async releaseClaims(): Promise<void> {
@@ -109,37 +131,49 @@ export class DeliveryWorker {
     }
   }
 
+  /**
+   * Work is found two ways: registrations named by `wake` (this process queued something), and a scan of the
+   * queue's head when something falls due (retries, other replicas, claims that lapsed), at least every second.
+   */
   private async loop(): Promise<void> {
     while (this.running) {
       this.kicked = false;
-      let nextDueMs: number;
       try {
-        nextDueMs = await this.dispatch();
+        if (Date.now() >= this.nextScanMs) {
+          this.nextScanMs = Infinity;
+          this.nextScanMs = Math.min(this.nextScanMs, await this.scan());
+        }
       } catch (err) {
-        this.o.logger.error({ err }, 'delivery loop failed; retrying');
-        nextDueMs = Date.now() + IDLE_POLL_MS;
+        this.o.logger.error({ err }, 'scanning the delivery queue failed; retrying');
+        this.nextScanMs = Date.now() + IDLE_POLL_MS;
+      }
+      for (const id of this.wanted) {
+        if (this.draining.size >= this.o.concurrency) break;
+        if (this.draining.has(id)) continue; // its drain picks the new work up, or it is wanted again when it ends
+        this.wanted.delete(id);
+        this.startDrain(id);
       }
       if (!this.running || this.kicked) continue;
-      await this.sleep(Math.min(Math.max(nextDueMs - Date.now(), 1), IDLE_POLL_MS));
+      await this.sleep(Math.min(Math.max(this.nextScanMs - Date.now(), 1), IDLE_POLL_MS));
+      if (!this.kicked) this.nextScanMs = Math.min(this.nextScanMs, Date.now());
     }
   }
 
-  /** Starts a drain for each registration with due work that has none running; returns when to look again (ms). */
-  private async dispatch(): Promise<number> {
+  /** Marks registrations with due work as wanted; returns when the earliest work not yet due falls due (ms). */
+  private async scan(): Promise<number> {
     const col = this.o.store.collection(queue);
     const nowUs = Date.now() * 1000;
     let cursor: string | null = null;
-    for (let pages = 0; pages < 10; pages++) {
-      if (this.draining.size >= this.o.concurrency) return Date.now() + IDLE_POLL_MS; // a finishing drain wakes us
+    for (let pages = 0; pages < 5; pages++) {
       const page = await col.find({}, { order: 'asc', limit: PAGE, cursor });
       for (const item of page.items) {
-        if (item.dueUs > nowUs) return item.dueUs / 1000;
-        if (!this.draining.has(item.webhookId) && this.draining.size < this.o.concurrency) this.startDrain(item.webhookId);
+        if (item.dueUs > nowUs) return Math.min(item.dueUs / 1000, Date.now() + IDLE_POLL_MS);
+        if (!this.draining.has(item.webhookId)) this.wanted.add(item.webhookId);
       }
       cursor = page.nextCursor;
-      if (!cursor) return Infinity;
+      if (!cursor) return Date.now() + IDLE_POLL_MS;
     }
-    return Date.now() + 50; // a long due backlog, all of it on registrations being drained: look again soon
+    return Date.now() + IDLE_POLL_MS; // a long due backlog, on registrations being drained: their drains go on
   }
 
   private startDrain(webhookId: string): void {
@@ -174,7 +208,7 @@ export class DeliveryWorker {
 
   /** Takes the items for this process; an item another replica claimed first is skipped. */
   private claim(items: QueueDoc[]): Promise<QueueDoc[]> {
-    return this.o.store.transaction(async (tx) => {
+    return this.commit(async (tx) => {
       const col = tx.collection(queue);
       const out: QueueDoc[] = [];
       for (const item of items) {
@@ -200,7 +234,7 @@ export class DeliveryWorker {
     }
     if (!hook.active && !d.manual) {
       // Events queued before the registration was disabled are not sent; a manual re-send still can be.
-      await store.transaction(async (tx) => {
+      await this.commit(async (tx) => {
         await tx.collection(deliveries).update(d.id, { status: 'pending' }, { status: 'failed', nextAttemptAt: null, updatedAt: nowIso() });
         await tx.collection(queue).delete(item.id, { dueUs: item.dueUs });
       });
@@ -222,14 +256,14 @@ export class DeliveryWorker {
     let error = '';
     let responseExcerpt = '';
     try {
-      const res = await this.fetch(url, {
+      const res = await this.request(url, {
         method: 'POST',
         headers: deliveryHeaders(secret, d.eventId, d.body),
         body: d.body,
         signal: this.abort.signal,
       });
       statusCode = res.status;
-      responseExcerpt = await excerpt(res);
+      responseExcerpt = await res.excerpt(EXCERPT_BYTES);
     } catch (err) {
       if (this.abort.signal.aborted) return null;
       error = describe(err);
@@ -240,13 +274,13 @@ export class DeliveryWorker {
   }
 
   private async record(item: QueueDoc, d: DeliveryDoc, hook: WebhookDoc, { ok, attempt }: Outcome): Promise<WebhookDoc | null> {
-    const { store, scheduleMs } = this.o;
+    const { scheduleMs } = this.o;
     const scheduled = d.manual ? d.scheduled : d.scheduled + 1;
     const delayMs = ok || d.manual ? undefined : scheduleMs[scheduled - 1];
     const status = ok ? 'succeeded' : delayMs === undefined ? 'failed' : 'pending';
     const dueUs = delayMs === undefined ? 0 : nextDueUs(Date.now() + delayMs);
     const firstAttemptAt = d.firstAttemptAt ?? attempt.at;
-    return store.transaction(async (tx) => {
+    return this.commit(async (tx) => {
       await tx.collection(deliveries).update(
         d.id,
         { status: 'pending' },
@@ -260,8 +294,10 @@ export class DeliveryWorker {
         },
       );
       const q = tx.collection(queue);
-      if (status === 'pending') await q.update(item.id, {}, { dueUs, claimed: false });
-      else await q.delete(item.id);
+      if (status === 'pending') {
+        await q.update(item.id, {}, { dueUs, claimed: false });
+        this.scanAt(dueUs / 1000);
+      } else await q.delete(item.id);
       return this.health(tx.collection(webhooks), hook, d, ok, status === 'failed' && !d.manual, attempt.at, firstAttemptAt);
     });
   }
@@ -294,6 +330,33 @@ export class DeliveryWorker {
     return (await hooks.update(hook.id, { active: true }, { active: false, disabledReason, updatedAt: nowIso() })) ?? current;
   }
 
+  /**
+   * Group commit: writes asked for while a transaction is being built or committed share the next one, so the
+   * concurrent drains pay for one commit between them instead of one each. A failing batch is retried one write
+   * at a time, so one bad write fails alone.
+   */
+  private commit<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.writes.push({ fn, resolve, reject } as PendingWrite);
+      if (this.writes.length === 1) setImmediate(() => void this.flushWrites());
+    });
+  }
+
+  private async flushWrites(): Promise<void> {
+    const batch = this.writes.splice(0);
+    if (batch.length === 0) return;
+    try {
+      const results = await this.o.store.transaction(async (tx) => {
+        const out: unknown[] = [];
+        for (const w of batch) out.push(await w.fn(tx));
+        return out;
+      });
+      batch.forEach((w, i) => w.resolve(results[i]));
+    } catch {
+      for (const w of batch) await this.o.store.transaction(w.fn).then(w.resolve, w.reject);
+    }
+  }
+
   private sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
@@ -305,27 +368,6 @@ export class DeliveryWorker {
       this.wakeUp = done;
     });
   }
-}
-
-/** The first EXCERPT_BYTES of the body; whatever arrived if reading it fails. */
-async function excerpt(res: Response): Promise<string> {
-  if (!res.body) return '';
-  const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  try {
-    while (size < EXCERPT_BYTES) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      size += value.byteLength;
-    }
-  } catch {
-    // a slow or broken body after a status line: the status decides, the excerpt is best effort
-  } finally {
-    reader.cancel().catch(() => undefined);
-  }
-  return Buffer.concat(chunks).subarray(0, EXCERPT_BYTES).toString('utf8');
 }
 
 /** A short, secret-free reason for a failed attempt. */
