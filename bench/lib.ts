@@ -5,12 +5,16 @@ export const ROOT = resolve(__dirname, '..');
 const children: ChildProcess[] = [];
 
 /** Starts a TypeScript entry as its own process; resolves with the port it reports over IPC. */
-export function startProcess(entry: string, env: Record<string, string> = {}): Promise<{ proc: ChildProcess; port: number }> {
+export function startProcess(
+  entry: string,
+  env: Record<string, string> = {},
+  execArgv: string[] = [],
+): Promise<{ proc: ChildProcess; port: number }> {
   return new Promise((ok, fail) => {
     const proc = fork(resolve(ROOT, entry), [], {
       cwd: ROOT,
       env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-      execArgv: ['--import', 'tsx'],
+      execArgv: ['--import', 'tsx', ...execArgv],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     children.push(proc);
@@ -34,9 +38,14 @@ export interface LoadResult {
 }
 
 /** autocannon as a separate process (so the load generator does not share the server's event loop). */
-export function load(url: string, options: { connections: number; seconds: number; headers?: Record<string, string> }): Promise<LoadResult> {
+export function load(
+  url: string,
+  options: { connections: number; seconds: number; headers?: Record<string, string>; method?: string; body?: string },
+): Promise<LoadResult> {
   const args = ['-j', '-c', String(options.connections), '-d', String(options.seconds)];
   for (const [k, v] of Object.entries(options.headers ?? {})) args.push('-H', `${k}=${v}`);
+  if (options.method) args.push('-m', options.method);
+  if (options.body !== undefined) args.push('-b', options.body);
   args.push(url);
   return new Promise((ok, fail) => {
     const proc = spawn(resolve(ROOT, 'node_modules/.bin/autocannon'), args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -50,7 +59,14 @@ export function load(url: string, options: { connections: number; seconds: numbe
         errors: number;
         non2xx: number;
       };
-      ok({ requests: r.requests.total, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, errors: r.errors, non2xx: r.non2xx });
+      ok({
+        requests: r.requests.total,
+        rps: r.requests.average,
+        p50: r.latency.p50,
+        p99: r.latency.p99,
+        errors: r.errors,
+        non2xx: r.non2xx,
+      });
     });
   });
 }

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { freePort } from './redis';
 
@@ -10,6 +11,26 @@ export interface SystemProcess {
   stop(): Promise<number | null>;
   /** SIGKILL to the whole process group: the launcher and every service, with no chance to clean up. */
   kill(): Promise<void>;
+  /** SIGKILL to one service process only (`services/<name>/...`); the launcher then stops the rest. */
+  killService(name: string): Promise<void>;
+  /** Resolves with the launcher's exit code. */
+  exited: Promise<number | null>;
+}
+
+/** Pids of the direct children of `ppid` whose command line contains `match` (read from /proc). */
+function childPids(ppid: number, match: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (parent === ppid && readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(match)) out.push(Number(entry));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return out;
 }
 
 const ROOT = resolve(__dirname, '../..');
@@ -28,7 +49,15 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
   proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
   const exited = new Promise<number | null>((ok) => proc.once('exit', (code) => ok(code)));
   await new Promise<void>((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`system not ready in 60 s:\n${out.slice(-3000)}`)), 60_000);
+    const timer = setTimeout(() => {
+      // Leave no orphaned services behind a failed start.
+      try {
+        process.kill(-proc.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      fail(new Error(`system not ready in 60 s:\n${out.slice(-3000)}`));
+    }, 60_000);
     const check = () => {
       if (out.includes('system ready at')) {
         clearTimeout(timer);
@@ -55,5 +84,13 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
       // Give the OS a moment to release the listening ports of the killed group.
       await new Promise((r) => setTimeout(r, 200));
     },
+    async killService(name: string) {
+      const pids = childPids(proc.pid!, `services/${name}/src/main.ts`);
+      if (pids.length !== 1) throw new Error(`expected one ${name} process, found ${pids.length}`);
+      process.kill(pids[0], 'SIGKILL');
+      await exited;
+      await new Promise((r) => setTimeout(r, 200));
+    },
+    exited,
   };
 }

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';
 import { startAgents } from '@svc/agents';
+import { startWebhooks } from '@svc/webhooks';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -41,12 +42,13 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     IDENTITY_PORT: '0',
     PROJECTS_PORT: '0',
     AGENTS_PORT: '0',
+    WEBHOOKS_PORT: '0',
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.
   const identity = await startIdentity(env);
   env.IDENTITY_ADDR = `127.0.0.1:${identity.port}`;
-  const services: Record<string, RunningService> = { identity, projects: await startProjects(env) };
+  const services: Record<string, RunningService> = { identity, projects: await startProjects(env), webhooks: await startWebhooks(env) };
   env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
   services.agents = await startAgents(env);
   const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };

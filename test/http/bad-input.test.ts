@@ -37,7 +37,8 @@ interface Operation {
 let ops: Operation[] = [];
 
 beforeAll(async () => {
-  stack = await startStack({ env: { RATE_LIMIT_MAX: '1000000' } });
+  // Private addresses allowed: the registration below points at a closed port on loopback.
+  stack = await startStack({ env: { RATE_LIMIT_MAX: '1000000', EGRESS_ALLOW_PRIVATE: 'true' } });
   api = client(stack.url);
   owner = await signUp(api, 'Fuzzed');
   fuzzToken = (await api.post('/api/v1/auth/login', { email: owner.email, password: owner.password })).body.data.accessToken;
@@ -54,6 +55,14 @@ beforeAll(async () => {
   ).body.data.id;
   // No run exists (that needs a model): bad values in the other parameters still meet a real agent.
   ids.run_id = 'run_none';
+  ids['webhooks:id'] = (
+    await api.post(
+      '/api/v1/webhooks',
+      { url: 'http://127.0.0.1:9/hook', events: ['project.deleted'], secret: 'whsec-fuzz-target' },
+      { token: owner.accessToken },
+    )
+  ).body.data.id;
+  ids.deliveryId = 'dlv_none';
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });
 
@@ -87,6 +96,7 @@ async function snapshot() {
     network: await get('/api/v1/tenant/security/network'),
     llm: await get('/api/v1/tenant/settings/llm'),
     agents: await get('/api/v1/agents?limit=100'),
+    webhooks: await get('/api/v1/webhooks?limit=100'),
   };
 }
 

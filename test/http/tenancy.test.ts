@@ -11,19 +11,28 @@ let theirs: Account;
 const theirIds: Record<string, string> = {};
 
 beforeAll(async () => {
-  stack = await startStack();
+  // Private addresses allowed: their webhook points at a closed port on loopback.
+  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true' } });
   api = client(stack.url);
   mine = await signUp(api, 'Mine');
   theirs = await signUp(api, 'Theirs');
-  theirIds['/api/v1/projects'] = (await api.post('/api/v1/projects', { name: 'theirs' }, { token: theirs.accessToken })).body.data.id;
+  const t = { token: theirs.accessToken };
+  theirIds['/api/v1/projects'] = (await api.post('/api/v1/projects', { name: 'theirs' }, t)).body.data.id;
   theirIds['/api/v1/api-keys'] = (await createKey(api, theirs.accessToken)).id;
   theirIds['/api/v1/tenant/team/members'] = (
     await api.post(
       '/api/v1/tenant/team/members',
       { email: `t${Date.now()}@example.com`, name: 'T', role: 'member', password: 'password123' },
-      { token: theirs.accessToken },
+      t,
     )
   ).body.data.userId;
+  theirIds['/api/v1/agents'] = (await api.post('/api/v1/agents', { name: 'theirs', systemPrompt: 'p', config: {} }, t)).body.data.id;
+  const hook = (
+    await api.post('/api/v1/webhooks', { url: 'http://127.0.0.1:9/theirs', events: ['project.deleted'], secret: 'whsec-theirs-1' }, t)
+  ).body.data.id;
+  theirIds['/api/v1/webhooks'] = hook;
+  theirIds.deliveryId = (await api.post(`/api/v1/webhooks/${hook}/test`, undefined, t)).body.data.id;
+  theirIds.run_id = 'run_none'; // a run needs a model; their agent id is what must answer 404
 });
 afterAll(() => stack.stop());
 
@@ -31,30 +40,40 @@ afterAll(() => stack.stop());
 const VALID_BODIES: Record<string, unknown> = {
   'PATCH /api/v1/projects/{id}': { name: 'hijacked' },
   'PATCH /api/v1/tenant/team/members/{userId}': { role: 'admin' },
+  'PATCH /api/v1/agents/{id}': { name: 'hijacked' },
+  'POST /api/v1/agents/{id}/execute': { goal: 'take over', projectId: 'prj_none' },
+  'POST /api/v1/agents/{id}/runs/{run_id}/reject': {},
+  'PATCH /api/v1/webhooks/{id}': { url: 'http://127.0.0.1:9/hijacked' },
 };
 
 it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for another tenant’s ids', async () => {
   const doc = (await api.get('/api/v1/openapi.json')).body;
+  const mineKey = (await createKey(api, mine.accessToken)).key;
   const checked: string[] = [];
-  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, unknown>>)) {
-    const match = /^(.*)\/\{(\w+)\}$/.exec(path);
-    if (!match || !(match[1] in theirIds)) continue;
-    const id = theirIds[match[1]];
-    for (const method of Object.keys(methods).map((m) => m.toUpperCase())) {
+  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, { requestBody?: unknown }>>)) {
+    const first = path.indexOf('/{');
+    if (first < 0) continue;
+    const collection = path.slice(0, first);
+    expect(theirIds[collection]).toBeDefined(); // a new resource with id routes belongs in theirIds above
+    // The first parameter names their resource of this collection; later ones their sub-resources.
+    let n = 0;
+    const concrete = path.replace(/\{(\w+)\}/g, (_, name: string) => (n++ === 0 ? theirIds[collection] : theirIds[name]));
+    expect(concrete).not.toContain('undefined');
+    for (const [method, op] of Object.entries(methods).map(([m, o]) => [m.toUpperCase(), o] as const)) {
       const name = `${method} ${path}`;
       const body = VALID_BODIES[name];
-      if (method === 'PATCH' || method === 'PUT') expect(body).toBeDefined();
-      for (const credential of [{ token: mine.accessToken }, { token: (await createKey(api, mine.accessToken)).key }]) {
+      if (op.requestBody && !name.endsWith('/reject')) expect(body).toBeDefined();
+      for (const credential of [{ token: mine.accessToken }, { token: mineKey }]) {
         if (path.startsWith('/api/v1/api-keys') && !credential.token.startsWith('ey')) continue; // keys: user sessions only
-        const res = await api.request(method, path.replace(`{${match[2]}}`, id), { ...credential, body });
+        const res = await api.request(method, concrete, { ...credential, body });
         const err = expectError(res, 404, 'RESOURCE_NOT_FOUND');
-        expect(err.details).toEqual({ resource: expect.any(String), id });
+        expect(err.details).toEqual({ resource: expect.any(String), id: expect.any(String) });
+        expect(Object.values(theirIds)).toContain(err.details.id);
         expect(res.text).not.toContain('theirs');
       }
       checked.push(name);
     }
   }
-  // The id routes of the foundation: a new resource with id routes belongs in theirIds above.
   expect(checked.sort()).toEqual(
     expect.arrayContaining([
       'DELETE /api/v1/api-keys/{id}',
@@ -64,17 +83,27 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'PATCH /api/v1/projects/{id}',
       'DELETE /api/v1/tenant/team/members/{userId}',
       'PATCH /api/v1/tenant/team/members/{userId}',
+      'POST /api/v1/agents/{id}/execute',
+      'GET /api/v1/agents/{id}/runs/{run_id}',
+      'POST /api/v1/webhooks/{id}/test',
+      'POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
     ]),
   );
   // Nothing of theirs changed.
-  expect((await api.get(`/api/v1/projects/${theirIds['/api/v1/projects']}`, { token: theirs.accessToken })).body.data.name).toBe('theirs');
-  expect((await api.get(`/api/v1/api-keys/${theirIds['/api/v1/api-keys']}`, { token: theirs.accessToken })).status).toBe(200);
-  const team = (await api.get('/api/v1/tenant/team/members', { token: theirs.accessToken })).body.data;
+  const t = { token: theirs.accessToken };
+  expect((await api.get(`/api/v1/projects/${theirIds['/api/v1/projects']}`, t)).body.data.name).toBe('theirs');
+  expect((await api.get(`/api/v1/api-keys/${theirIds['/api/v1/api-keys']}`, t)).status).toBe(200);
+  const team = (await api.get('/api/v1/tenant/team/members', t)).body.data;
   expect(team.find((m: { userId: string }) => m.userId === theirIds['/api/v1/tenant/team/members']).role).toBe('member');
+  expect((await api.get(`/api/v1/agents/${theirIds['/api/v1/agents']}`, t)).body.data.name).toBe('theirs');
+  const hook = (await api.get(`/api/v1/webhooks/${theirIds['/api/v1/webhooks']}`, t)).body.data;
+  expect(hook.url).toBe('http://127.0.0.1:9/theirs');
+  const deliveries = (await api.get(`/api/v1/webhooks/${hook.id}/deliveries`, t)).body.data;
+  expect(deliveries).toHaveLength(1); // only their own test event: no test event or re-send from us
 });
 
 it('lists never show another tenant’s items', async () => {
-  for (const path of ['/api/v1/projects', '/api/v1/api-keys', '/api/v1/tenant/team/members']) {
+  for (const path of ['/api/v1/projects', '/api/v1/api-keys', '/api/v1/tenant/team/members', '/api/v1/agents', '/api/v1/webhooks']) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);
     expect(text).not.toContain(theirs.userId);

@@ -7,6 +7,7 @@ import { projectRoutes } from './projects';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
+import { webhookRoutes } from './webhooks';
 
 export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   systemRoutes(app, deps);
@@ -16,4 +17,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
   agentRoutes(app, deps);
+  webhookRoutes(app, deps);
 }

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { checkUrlShape, egressFetch, EgressError, egressPolicyFrom, refusedAddress, resolveAndCheck } from './egress';
+import { checkUrlShape, egressFetch, EgressError, egressPolicyFrom, egressRequest, refusedAddress, resolveAndCheck } from './egress';
 
 let server: Server;
 let port: number;
@@ -161,5 +161,42 @@ describe('egressFetch against a real local server', () => {
     const p = egressFetch({ allowPrivate: true, timeoutMs: 5000 })(`http://127.0.0.1:${port}/slow`, { signal: ctl.signal });
     setTimeout(() => ctl.abort(), 50);
     await expect(p).rejects.toMatchObject({ name: 'AbortError' });
+  });
+});
+
+describe('egressRequest (the same guard on undici.request) against a real local server', () => {
+  const post = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' };
+
+  it('reaches an allowed address and gives the status and an excerpt of the body', async () => {
+    const res = await egressRequest({ allowPrivate: true })(`http://127.0.0.1:${port}/ok`, post);
+    expect(res.status).toBe(200);
+    expect(await res.excerpt(5)).toBe('hello');
+  });
+
+  it('refuses a private IP literal, and a name that resolves inside, before sending anything', async () => {
+    const before = hits.length;
+    expect(await refusal(egressRequest({ allowPrivate: false })(`http://127.0.0.1:${port}/ok`, post))).toBe('address');
+    const lookup = fakeDns({ 'hooks.example.test': '127.0.0.1' });
+    expect(await refusal(egressRequest({ allowPrivate: false, lookup })(`http://hooks.example.test:${port}/ok`, post))).toBe('address');
+    expect(await refusal(egressRequest({ allowPrivate: false })('gopher://example.com/', post))).toBe('scheme');
+    expect(hits.length).toBe(before);
+  });
+
+  it('returns redirects without following them', async () => {
+    const before = hits.length;
+    const res = await egressRequest({ allowPrivate: true })(`http://127.0.0.1:${port}/redirect`, post);
+    expect(res.status).toBe(302);
+    await res.excerpt(0);
+    expect(hits.slice(before)).toEqual(['/redirect']);
+  });
+
+  it('times out a slow receiver', async () => {
+    expect(await refusal(egressRequest({ allowPrivate: true, timeoutMs: 200 })(`http://127.0.0.1:${port}/slow`, post))).toBe('timeout');
+  });
+
+  it('keeps only the excerpt of a large body and stops reading at the cap', async () => {
+    const res = await egressRequest({ allowPrivate: true, maxResponseBytes: 256 * 1024 })(`http://127.0.0.1:${port}/big`, post);
+    const text = await res.excerpt(1024);
+    expect(text).toBe('a'.repeat(1024));
   });
 });

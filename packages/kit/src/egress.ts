@@ -6,7 +6,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
-import { Agent, fetch as undiciFetch, type RequestInit as UndiciRequestInit } from 'undici';
+import { Agent, fetch as undiciFetch, request as undiciRequest, type RequestInit as UndiciRequestInit } from 'undici';
 
 export type EgressRefusal = 'scheme' | 'credentials' | 'address' | 'dns' | 'redirect' | 'timeout' | 'too_large' | 'connection';
 
@@ -133,11 +133,10 @@ export type EgressFetch = (input: string | URL, init?: RequestInit) => Promise<R
  * used is the address checked), redirects are returned as they are (never followed), and the body is capped.
  * Failures are EgressError (refusals, timeouts, size) or the transport's own error.
  */
-export function egressFetch(options: EgressFetchOptions): EgressFetch {
-  const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
-  const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
+/** The connection pool of the guard: the resolved address is checked when each socket is opened. */
+function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy): Agent {
   const lookup: Lookup = options.lookup ?? (dnsLookup as Lookup);
-  const agent = new Agent({
+  return new Agent({
     connect: {
       timeout: options.connectTimeoutMs ?? 5000,
       // Called by net.connect for host names (IP literals are checked by checkUrlShape before the call).
@@ -154,6 +153,12 @@ export function egressFetch(options: EgressFetchOptions): EgressFetch {
       }) as never,
     },
   });
+}
+
+export function egressFetch(options: EgressFetchOptions): EgressFetch {
+  const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
+  const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
+  const agent = guardedAgent(options, policy);
 
   return async (input, init = {}) => {
     const url = checkUrlShape(String(input), policy);
@@ -172,13 +177,83 @@ export function egressFetch(options: EgressFetchOptions): EgressFetch {
   };
 }
 
+export interface EgressReply {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  /**
+   * The first `bytes` of the body, as UTF-8; the rest is read and discarded up to the size cap (so the connection
+   * can be reused) or the connection dropped. Best effort: a body that fails half-way gives what arrived.
+   */
+  excerpt(bytes: number): Promise<string>;
+}
+
+export type EgressRequest = (
+  url: string | URL,
+  init: { method: string; headers?: Record<string, string>; body?: string | Uint8Array; signal?: AbortSignal },
+) => Promise<EgressReply>;
+
+/**
+ * The same guard as egressFetch (shape check, connect-time address check, no redirects, timeouts, size cap) on
+ * undici's plain request API: no WHATWG streams, about a quarter of fetch's CPU per call, for callers that send
+ * many small requests and need only the status and a glimpse of the answer (webhook delivery). `timeoutMs` bounds
+ * the whole call, body included.
+ */
+export function egressRequest(options: EgressFetchOptions): EgressRequest {
+  const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
+  const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
+  const agent = guardedAgent(options, policy);
+  return async (input, init) => {
+    const url = checkUrlShape(String(input), policy);
+    const timeout = options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined;
+    const signal = timeout && init.signal ? AbortSignal.any([timeout, init.signal]) : (timeout ?? init.signal);
+    let res: Awaited<ReturnType<typeof undiciRequest>>;
+    try {
+      res = await undiciRequest(url, {
+        method: init.method as 'POST',
+        headers: init.headers,
+        body: init.body,
+        signal,
+        dispatcher: agent, // undici 7's request() never follows redirects (that takes an interceptor)
+      });
+    } catch (err) {
+      throw translate(err, signal, init.signal);
+    }
+    return {
+      status: res.statusCode,
+      headers: res.headers,
+      async excerpt(bytes: number) {
+        const kept: Buffer[] = [];
+        let keptSize = 0;
+        let total = 0;
+        try {
+          for await (const chunk of res.body as AsyncIterable<Buffer>) {
+            total += chunk.length;
+            if (keptSize < bytes) {
+              kept.push(chunk);
+              keptSize += chunk.length;
+            }
+            if (total > maxBytes) {
+              res.body.destroy();
+              break;
+            }
+          }
+        } catch {
+          // what arrived is all there is
+        }
+        return Buffer.concat(kept).subarray(0, bytes).toString('utf8');
+      },
+    };
+  };
+}
+
 /** A refusal from the connect hook arrives wrapped in fetch's TypeError; timeouts arrive as abort errors. */
 function translate(err: unknown, signal: AbortSignal | undefined, callerSignal: AbortSignal | undefined): unknown {
   for (let e: unknown = err; e; e = (e as { cause?: unknown }).cause) if (e instanceof EgressError) return e;
   if (signal?.aborted && !callerSignal?.aborted) return new EgressError('timeout', 'the call took too long');
   if (callerSignal?.aborted) return err;
-  const code = (err as { cause?: { code?: string } }).cause?.code;
+  const code = (err as { code?: string }).code ?? (err as { cause?: { code?: string } }).cause?.code;
   if (code === 'UND_ERR_CONNECT_TIMEOUT') return new EgressError('timeout', 'connecting took too long');
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return new EgressError('timeout', 'the call took too long');
   return err;
 }
 

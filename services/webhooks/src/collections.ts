@@ -1,0 +1,80 @@
+import type { CollectionDef } from '@svc/kit';
+
+export interface WebhookDoc {
+  id: string;
+  tenantId: string;
+  url: string;
+  events: string[];
+  /** The caller's secret, sealed with the runtime's SecretBox; never returned. */
+  secretSealed: string;
+  active: boolean;
+  /** Why the service disabled it; null when active or disabled by the user. */
+  disabledReason: string | null;
+  /** First failed attempt since the last success (null while healthy): the disable rule reads it. */
+  failingSince: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface AttemptDoc {
+  number: number;
+  at: string;
+  statusCode: number;
+  latencyMs: number;
+  error: string;
+  responseExcerpt: string;
+}
+
+export type DeliveryStatus = 'pending' | 'succeeded' | 'failed';
+
+export interface DeliveryDoc {
+  id: string;
+  tenantId: string;
+  webhookId: string;
+  eventId: string;
+  eventType: string;
+  /** The exact JSON body sent on every attempt (the signature covers it). */
+  body: string;
+  status: DeliveryStatus;
+  attempts: AttemptDoc[];
+  /** Attempts made under the retry schedule (manual re-sends are not counted). */
+  scheduled: number;
+  /** A test event or a manual re-send: one attempt, sent even to a disabled registration, never disables it. */
+  manual: boolean;
+  firstAttemptAt: string | null;
+  nextAttemptAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** Work waiting for the delivery loop; one entry per pending delivery, same id. */
+export interface QueueDoc {
+  id: string;
+  webhookId: string;
+  /**
+   * When the next attempt is due, in epoch microseconds (strictly increasing per process, so deliveries created in
+   * the same millisecond keep their order). Pushed forward while an attempt is claimed.
+   */
+  dueUs: number;
+  /** An attempt is under way (its claim lasts until dueUs). */
+  claimed: boolean;
+  createdAt: string;
+}
+
+export const webhooks: CollectionDef<WebhookDoc> = {
+  name: 'webhooks',
+  indexes: [{ fields: ['tenantId'] }, { fields: ['tenantId', 'active'] }],
+};
+
+/** The unique (webhookId, eventId) index makes fan-out idempotent: a redelivered bus message adds nothing. */
+export const deliveries: CollectionDef<DeliveryDoc> = {
+  name: 'deliveries',
+  indexes: [{ fields: ['webhookId', 'eventId'], unique: true }, { fields: ['webhookId'] }],
+};
+
+/** Ordered by due time: the loop reads the head; per registration for its in-order drain and for deletes. */
+export const queue: CollectionDef<QueueDoc> = {
+  name: 'delivery_queue',
+  sortField: 'dueUs',
+  indexes: [{ fields: [] }, { fields: ['webhookId'] }],
+};

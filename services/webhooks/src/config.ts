@@ -1,0 +1,25 @@
+import { ConfigError, field } from '@svc/kit';
+
+/** Settings of the webhooks service beyond the common ones. */
+export const webhooksConfig = {
+  /** Seconds between attempts, fractions allowed (tests use `0.2,0.2`). */
+  retrySchedule: field('WEBHOOK_RETRY_SCHEDULE', 'string', { default: '5,300,1800,7200,18000,36000,36000' }),
+  /** A 2xx within this long is a success (CONTRACT.md 5: 10 s). */
+  deliveryTimeoutMs: field('WEBHOOK_TIMEOUT_MS', 'int', { default: '10000', min: 100, max: 60_000 }),
+  /** Deliveries in flight at once, across registrations (one at a time per registration). */
+  concurrency: field('WEBHOOK_CONCURRENCY', 'int', { default: '64', min: 1, max: 1000 }),
+} as const;
+
+/** `5,300,1800` -> [5000, 300000, 1800000] ms; an empty schedule means one attempt and no retry. */
+export function parseRetrySchedule(raw: string): number[] {
+  const parts = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const out = parts.map(Number);
+  if (out.some((n) => !Number.isFinite(n) || n < 0 || n > 7 * 24 * 3600) || out.length > 50)
+    throw new ConfigError([
+      `WEBHOOK_RETRY_SCHEDULE must be a comma list of at most 50 seconds values (0 to 604800), got ${JSON.stringify(raw)}`,
+    ]);
+  return out.map((s) => Math.round(s * 1000));
+}

@@ -1,0 +1,59 @@
+/**
+ * The bus consumer: every public event of every publishing service becomes one delivery per active registration of
+ * its tenant subscribed to its type. Idempotent by (webhookId, eventId): the bus delivers at least once, and a
+ * message seen again (a crash before the offset moved) finds its deliveries already there.
+ */
+import { decodeDomainEvent, newId, nowIso, PUBLIC_EVENT_TYPES, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { deliveries, queue, webhooks, type DeliveryDoc } from './collections';
+import { eventBody } from './payload';
+import { nextDueUs } from './worker';
+
+const PUBLIC = new Set<string>(PUBLIC_EVENT_TYPES);
+/** Registrations read per event; creating more than this per tenant is refused (see handlers). */
+export const MAX_WEBHOOKS_PER_TENANT = 100;
+
+/** Writes a pending delivery and its queue entry (in the caller's transaction). */
+export async function enqueue(
+  tx: StoreSession,
+  fields: Pick<DeliveryDoc, 'tenantId' | 'webhookId' | 'eventId' | 'eventType' | 'body' | 'manual'>,
+): Promise<DeliveryDoc> {
+  const now = nowIso();
+  const doc: DeliveryDoc = {
+    id: newId('dlv'),
+    ...fields,
+    status: 'pending',
+    attempts: [],
+    scheduled: 0,
+    firstAttemptAt: null,
+    nextAttemptAt: now,
+    createdAt: now,
+    updatedAt: now,
+  };
+  await tx.collection(deliveries).insert(doc);
+  await tx.collection(queue).insert({ id: doc.id, webhookId: doc.webhookId, dueUs: nextDueUs(), claimed: false, createdAt: now });
+  return doc;
+}
+
+export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
+  return async (message: ReceivedMessage): Promise<void> => {
+    // The type travels in a header: internal events (usage, plan changes) are skipped without decoding.
+    const headerType = message.headers['event-type'];
+    if (headerType !== undefined && !PUBLIC.has(headerType)) return;
+    const event = decodeDomainEvent(message.value);
+    if (!PUBLIC.has(event.type) || !event.tenantId) return;
+    const { items } = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: MAX_WEBHOOKS_PER_TENANT });
+    const targets = items.filter((h) => h.events.includes(event.type));
+    if (targets.length === 0) return;
+    const body = eventBody(event);
+    const created = await store.transaction(async (tx) => {
+      const ids: string[] = [];
+      for (const hook of targets) {
+        if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
+        await enqueue(tx, { tenantId: event.tenantId, webhookId: hook.id, eventId: event.id, eventType: event.type, body, manual: false });
+        ids.push(hook.id);
+      }
+      return ids;
+    });
+    for (const id of created) onQueued(id);
+  };
+}

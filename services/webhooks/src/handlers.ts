@@ -1,0 +1,164 @@
+import {
+  errors,
+  newId,
+  nowIso,
+  type AuthedContext,
+  type CallContext,
+  type EgressPolicy,
+  type SecretBox,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
+import { eventsV1, type webhooksV1 } from '@svc/proto';
+import { deliveries, queue, webhooks, type WebhookDoc } from './collections';
+import { enqueue, MAX_WEBHOOKS_PER_TENANT } from './fanout';
+import { eventBody } from './payload';
+import { Checks } from './validate';
+import { toDelivery, toWebhook } from './views';
+import { nextDueUs } from './worker';
+
+export interface HandlerDeps {
+  store: Store;
+  box: SecretBox;
+  policy: EgressPolicy;
+  /** New work was queued: the delivery loop looks at once. */
+  onQueued: (webhookId: string) => void;
+}
+
+function authed(ctx: CallContext): AuthedContext {
+  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
+  return ctx as AuthedContext;
+}
+
+export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
+  const hooks = store.collection(webhooks);
+
+  /** The registration if it is the caller's; another tenant's id is not found, like a missing one. */
+  async function own(id: string, tenantId: string): Promise<WebhookDoc> {
+    const doc = id ? await hooks.get(id, { tenantId }) : null;
+    if (!doc) throw errors.notFound('webhook', id);
+    return doc;
+  }
+
+  return {
+    async createWebhook(req: webhooksV1.CreateWebhookRequest, ctx: CallContext): Promise<webhooksV1.CreateWebhookResponse> {
+      const { auth } = authed(ctx);
+      const c = new Checks();
+      const events = c.events(req.events);
+      const secret = c.secret(req.secret);
+      const url = await c.url(req.url, policy);
+      c.done();
+      if ((await hooks.count({ tenantId: auth.tid })) >= MAX_WEBHOOKS_PER_TENANT)
+        throw errors.badRequest('too_many_webhooks', `A tenant can have at most ${MAX_WEBHOOKS_PER_TENANT} webhooks`, {
+          limit: MAX_WEBHOOKS_PER_TENANT,
+        });
+      const now = nowIso();
+      const doc: WebhookDoc = {
+        id: newId('whk'),
+        tenantId: auth.tid,
+        url,
+        events,
+        secretSealed: box.encrypt(secret),
+        active: true,
+        disabledReason: null,
+        failingSince: null,
+        createdAt: now,
+        updatedAt: now,
+      };
+      await hooks.insert(doc);
+      return { webhook: toWebhook(doc) };
+    },
+
+    async listWebhooks(req: webhooksV1.ListWebhooksRequest, ctx: CallContext): Promise<webhooksV1.ListWebhooksResponse> {
+      const { auth } = authed(ctx);
+      const page = await hooks.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { webhooks: page.items.map(toWebhook), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getWebhook(req: webhooksV1.GetWebhookRequest, ctx: CallContext): Promise<webhooksV1.GetWebhookResponse> {
+      const { auth } = authed(ctx);
+      return { webhook: toWebhook(await own(req.id, auth.tid)) };
+    },
+
+    async updateWebhook(req: webhooksV1.UpdateWebhookRequest, ctx: CallContext): Promise<webhooksV1.UpdateWebhookResponse> {
+      const { auth } = authed(ctx);
+      await own(req.id, auth.tid);
+      const c = new Checks();
+      const patch: Partial<WebhookDoc> = { updatedAt: nowIso() };
+      if (req.setEvents) patch.events = c.events(req.events);
+      if (req.secret !== undefined) patch.secretSealed = box.encrypt(c.secret(req.secret));
+      if (req.url !== undefined) patch.url = await c.url(req.url, policy);
+      c.done();
+      // Enabling again starts with a clean record; disabling by hand carries no service reason.
+      if (req.active !== undefined) Object.assign(patch, { active: req.active, disabledReason: null, failingSince: null });
+      const updated = await hooks.update(req.id, { tenantId: auth.tid }, patch);
+      if (!updated) throw errors.notFound('webhook', req.id);
+      return { webhook: toWebhook(updated) };
+    },
+
+    async deleteWebhook(req: webhooksV1.DeleteWebhookRequest, ctx: CallContext): Promise<webhooksV1.DeleteWebhookResponse> {
+      const { auth } = authed(ctx);
+      const deleted = await store.transaction(async (tx) => {
+        if (!req.id || !(await tx.collection(webhooks).delete(req.id, { tenantId: auth.tid }))) return false;
+        await tx.collection(queue).deleteMany({ webhookId: req.id });
+        await tx.collection(deliveries).deleteMany({ webhookId: req.id });
+        return true;
+      });
+      if (!deleted) throw errors.notFound('webhook', req.id);
+      return { id: req.id };
+    },
+
+    async listDeliveries(req: webhooksV1.ListDeliveriesRequest, ctx: CallContext): Promise<webhooksV1.ListDeliveriesResponse> {
+      const { auth } = authed(ctx);
+      await own(req.webhookId, auth.tid);
+      const page = await store
+        .collection(deliveries)
+        .find({ webhookId: req.webhookId }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { deliveries: page.items.map(toDelivery), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async sendTestEvent(req: webhooksV1.SendTestEventRequest, ctx: CallContext): Promise<webhooksV1.SendTestEventResponse> {
+      const { auth } = authed(ctx);
+      const hook = await own(req.id, auth.tid);
+      const event: eventsV1.Event = {
+        id: newId('evt'),
+        type: 'webhook.test',
+        tenantId: auth.tid,
+        createdAt: nowIso(),
+        data: { $case: 'test', value: { webhookId: hook.id, message: 'This is a test event.' } },
+      };
+      const body = eventBody(event);
+      const delivery = await store.transaction((tx) =>
+        enqueue(tx, { tenantId: auth.tid, webhookId: hook.id, eventId: event.id, eventType: event.type, body, manual: true }),
+      );
+      onQueued(hook.id);
+      return { delivery: toDelivery(delivery) };
+    },
+
+    async retryDelivery(req: webhooksV1.RetryDeliveryRequest, ctx: CallContext): Promise<webhooksV1.RetryDeliveryResponse> {
+      const { auth } = authed(ctx);
+      await own(req.webhookId, auth.tid);
+      const col = store.collection(deliveries);
+      const d = req.deliveryId ? await col.get(req.deliveryId, { webhookId: req.webhookId }) : null;
+      if (!d) throw errors.notFound('delivery', req.deliveryId);
+      if (d.status === 'pending') throw errors.conflict('The delivery is already scheduled', { status: d.status });
+      const now = nowIso();
+      const updated = await store.transaction(async (tx) => {
+        // Compare-and-set on the status seen: of two concurrent re-sends one wins, the other is a conflict.
+        const u = await tx
+          .collection(deliveries)
+          .update(d.id, { status: d.status }, { status: 'pending', manual: true, nextAttemptAt: now, updatedAt: now });
+        if (u) await enqueueExisting(tx, u.id, u.webhookId, now);
+        return u;
+      });
+      if (!updated) throw errors.conflict('The delivery is already scheduled', { status: 'pending' });
+      onQueued(updated.webhookId);
+      return { delivery: toDelivery(updated) };
+    },
+  };
+}
+
+/** Queues one more attempt of an existing delivery. */
+async function enqueueExisting(tx: StoreSession, id: string, webhookId: string, now: string) {
+  await tx.collection(queue).insert({ id, webhookId, dueUs: nextDueUs(), claimed: false, createdAt: now });
+}

@@ -1,0 +1,60 @@
+import { egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { webhooksV1 } from '@svc/proto';
+import { deliveries, queue, webhooks } from './collections';
+import { parseRetrySchedule, webhooksConfig } from './config';
+import { fanOut } from './fanout';
+import { webhookHandlers } from './handlers';
+import { DeliveryWorker } from './worker';
+
+/** This service's consumer group on the bus: its position survives restarts. */
+export const CONSUMER_GROUP = 'webhooks';
+
+export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+  const rt = await openRuntime({
+    name: 'webhooks',
+    defaultPort: 50057,
+    config: webhooksConfig,
+    collections: [webhooks, deliveries, queue],
+    env,
+  });
+  const scheduleMs = parseRetrySchedule(rt.config.retrySchedule);
+  const policy = egressPolicyFrom(rt.config);
+  const { verifier, identity } = identityVerifier(rt.config);
+  const worker = new DeliveryWorker({
+    store: rt.store,
+    box: rt.box,
+    logger: rt.logger,
+    policy,
+    scheduleMs,
+    timeoutMs: rt.config.deliveryTimeoutMs,
+    concurrency: rt.config.concurrency,
+  });
+  const onQueued = (webhookId: string) => worker.wake(webhookId);
+  await worker.start();
+  const handle = fanOut(rt.store, onQueued);
+  const subscription = await rt.bus.subscribe({
+    group: CONSUMER_GROUP,
+    topics: Object.values(TOPICS),
+    // A failure leaves the message unacknowledged: the bus retries it, and later events of the tenant wait.
+    handler: (message) =>
+      handle(message).catch((err: unknown) => {
+        rt.logger.warn({ err, eventId: message.id }, 'fan-out failed; the bus will retry');
+        throw err;
+      }),
+  });
+  return serve(rt, {
+    verifier,
+    healthNames: ['webhooks.v1.WebhooksService'],
+    registrations: [
+      registration({
+        definition: webhooksV1.WebhooksServiceService,
+        implementation: webhookHandlers({ store: rt.store, box: rt.box, policy, onQueued }),
+      }),
+    ],
+    onStop: async () => {
+      await subscription.stop();
+      await worker.stop();
+      identity.close();
+    },
+  });
+}

@@ -1,0 +1,44 @@
+import { EgressError, errors, PUBLIC_EVENT_TYPES, resolveAndCheck, type EgressPolicy, type FieldError } from '@svc/kit';
+
+export const LIMITS = { url: 2048, secretMin: 8, secretMax: 512 } as const;
+const KNOWN = new Set<string>(PUBLIC_EVENT_TYPES);
+
+/** Collects every problem of a create or update before answering, as the gateway does for schema errors. */
+export class Checks {
+  readonly problems: FieldError[] = [];
+
+  async url(value: string, policy: EgressPolicy): Promise<string> {
+    const url = value.trim();
+    if (url.length === 0 || url.length > LIMITS.url) {
+      this.problems.push({ field: 'url', message: `must be 1 to ${LIMITS.url} characters` });
+      return url;
+    }
+    try {
+      // Registration resolves the host for a clear answer now; delivery checks the address again at connect time.
+      await resolveAndCheck(url, policy);
+    } catch (err) {
+      if (!(err instanceof EgressError)) throw err;
+      this.problems.push({ field: 'url', message: err.message });
+    }
+    return url;
+  }
+
+  events(values: string[]): string[] {
+    if (values.length === 0) this.problems.push({ field: 'events', message: 'must name at least one event' });
+    values.forEach((v, i) => {
+      if (!KNOWN.has(v))
+        this.problems.push({ field: `events[${i}]`, message: `is not a known event; one of ${PUBLIC_EVENT_TYPES.join(', ')}` });
+    });
+    return [...new Set(values)];
+  }
+
+  secret(value: string): string {
+    if (value.length < LIMITS.secretMin || value.length > LIMITS.secretMax)
+      this.problems.push({ field: 'secret', message: `must be ${LIMITS.secretMin} to ${LIMITS.secretMax} characters` });
+    return value;
+  }
+
+  done(): void {
+    if (this.problems.length) throw errors.validation(this.problems);
+  }
+}

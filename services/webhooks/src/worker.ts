@@ -1,0 +1,379 @@
+/**
+ * The delivery loop: works the durable queue in the store. Each registration with due work is drained by one task
+ * (its deliveries in order, one at a time, so a receiver sees a tenant's events in the order they happened unless
+ * a retry intervenes); up to `concurrency` registrations are drained at once. An attempt is claimed first by
+ * pushing its due time past the attempt's timeout (compare-and-set), so a second replica never sends it at the
+ * same time and a crashed process's claim simply expires. Every attempt is recorded with its outcome in one
+ * transaction that also reschedules or finishes the delivery.
+ */
+import {
+  EgressError,
+  egressRequest,
+  nowIso,
+  type Collection,
+  type EgressRequest,
+  type EgressPolicy,
+  type Logger,
+  type SecretBox,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
+import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
+import { deliveryHeaders } from './payload';
+
+interface PendingWrite {
+  fn: (tx: StoreSession) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+export interface WorkerOptions {
+  store: Store;
+  box: SecretBox;
+  logger: Logger;
+  policy: EgressPolicy;
+  /** Milliseconds to wait after each failed attempt; past the end the delivery has failed. */
+  scheduleMs: number[];
+  timeoutMs: number;
+  concurrency: number;
+}
+
+/** Bytes of a response body kept with the attempt. */
+export const EXCERPT_BYTES = 1024;
+/** Attempts kept on a delivery (the schedule has at most 50; manual re-sends add more). */
+const MAX_ATTEMPTS_KEPT = 100;
+/** Longest idle sleep: due times written by another replica are noticed this late at worst. */
+const IDLE_POLL_MS = 1000;
+const PAGE = 200;
+const DRAIN_BATCH = 20;
+
+let lastDueUs = 0;
+/** Epoch microseconds, strictly increasing in this process: the queue's order is the order of enqueueing. */
+export function nextDueUs(atMs = Date.now()): number {
+  lastDueUs = Math.max(Math.round(atMs * 1000), lastDueUs + 1);
+  return lastDueUs;
+}
+
+interface Outcome {
+  ok: boolean;
+  attempt: AttemptDoc;
+}
+
+export class DeliveryWorker {
+  private readonly request: EgressRequest;
+  private readonly claimUs: number;
+  private running = false;
+  private loopDone: Promise<void> = Promise.resolve();
+  /** Registrations being drained, and their tasks. */
+  private readonly draining = new Map<string, Promise<void>>();
+  private kicked = false;
+  /** Registrations known to have work queued, waiting for a drain. */
+  private readonly wanted = new Set<string>();
+  /** Writes waiting for the next group commit. */
+  private readonly writes: PendingWrite[] = [];
+  /** When the queue's head should be scanned next (epoch ms). */
+  private nextScanMs = 0;
+  private wakeUp: (() => void) | null = null;
+  /** Aborts attempts in flight when a stop runs out of patience. */
+  private readonly abort = new AbortController();
+
+  constructor(private readonly o: WorkerOptions) {
+    // The body cap only bounds what a receiver can make us read; we keep EXCERPT_BYTES of it.
+    this.request = egressRequest({ ...o.policy, timeoutMs: o.timeoutMs, maxResponseBytes: 64 * 1024 });
+    this.claimUs = (o.timeoutMs + 5000) * 1000;
+  }
+
+  /**
+   * Starts the loop. With SQLite the store is this process's own file (one webhooks process per machine), so claims
+   * left by a crash are released at once instead of waiting for them to expire.
+   */
+  async start(): Promise<void> {
+    if (this.running) return;
+    if (this.o.store.kind === 'sqlite') await this.releaseClaims();
+    this.running = true;
+    this.loopDone = this.loop();
+  }
+
+  /** Stops taking work; attempts in flight get `graceMs` to finish, then are aborted and left for the next start. */
+  async stop(graceMs = 3000): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.wake();
+    const timer = setTimeout(() => this.abort.abort(), graceMs);
+    await this.loopDone;
+    await Promise.allSettled([...this.draining.values()]);
+    clearTimeout(timer);
+  }
+
+  /** New work was queued in this process for this registration: start on it now instead of at the next scan. */
+  wake(webhookId?: string): void {
+    if (webhookId) this.wanted.add(webhookId);
+    this.kicked = true;
+    this.wakeUp?.();
+  }
+
+  /** Asks for a queue scan at `atMs` (a retry falls due then). */
+  private scanAt(atMs: number): void {
+    if (atMs < this.nextScanMs) {
+      this.nextScanMs = atMs;
+      this.wake();
+    }
+  }
+
+  private async releaseClaims(): Promise<void> {
+    const col = this.o.store.collection(queue);
+    for (;;) {
+      const { items } = await col.find({ claimed: true }, { limit: 500 });
+      if (items.length === 0) return;
+      await this.o.store.transaction(async (tx) => {
+        for (const item of items) await tx.collection(queue).update(item.id, { claimed: true }, { claimed: false, dueUs: nextDueUs() });
+      });
+    }
+  }
+
+  /**
+   * Work is found two ways: registrations named by `wake` (this process queued something), and a scan of the
+   * queue's head when something falls due (retries, other replicas, claims that lapsed), at least every second.
+   */
+  private async loop(): Promise<void> {
+    while (this.running) {
+      this.kicked = false;
+      try {
+        if (Date.now() >= this.nextScanMs) {
+          this.nextScanMs = Infinity;
+          this.nextScanMs = Math.min(this.nextScanMs, await this.scan());
+        }
+      } catch (err) {
+        this.o.logger.error({ err }, 'scanning the delivery queue failed; retrying');
+        this.nextScanMs = Date.now() + IDLE_POLL_MS;
+      }
+      for (const id of this.wanted) {
+        if (this.draining.size >= this.o.concurrency) break;
+        if (this.draining.has(id)) continue; // its drain picks the new work up, or it is wanted again when it ends
+        this.wanted.delete(id);
+        this.startDrain(id);
+      }
+      if (!this.running || this.kicked) continue;
+      await this.sleep(Math.min(Math.max(this.nextScanMs - Date.now(), 1), IDLE_POLL_MS));
+      if (!this.kicked) this.nextScanMs = Math.min(this.nextScanMs, Date.now());
+    }
+  }
+
+  /** Marks registrations with due work as wanted; returns when the earliest work not yet due falls due (ms). */
+  private async scan(): Promise<number> {
+    const col = this.o.store.collection(queue);
+    const nowUs = Date.now() * 1000;
+    let cursor: string | null = null;
+    for (let pages = 0; pages < 5; pages++) {
+      const page = await col.find({}, { order: 'asc', limit: PAGE, cursor });
+      for (const item of page.items) {
+        if (item.dueUs > nowUs) return Math.min(item.dueUs / 1000, Date.now() + IDLE_POLL_MS);
+        if (!this.draining.has(item.webhookId)) this.wanted.add(item.webhookId);
+      }
+      cursor = page.nextCursor;
+      if (!cursor) return Date.now() + IDLE_POLL_MS;
+    }
+    return Date.now() + IDLE_POLL_MS; // a long due backlog, on registrations being drained: their drains go on
+  }
+
+  private startDrain(webhookId: string): void {
+    const task = this.drain(webhookId)
+      .catch((err: unknown) => this.o.logger.error({ err, webhookId }, 'draining a webhook failed; will retry'))
+      .finally(() => {
+        this.draining.delete(webhookId);
+        this.wake();
+      });
+    this.draining.set(webhookId, task);
+  }
+
+  private async drain(webhookId: string): Promise<void> {
+    const { store } = this.o;
+    while (this.running) {
+      const nowUs = Date.now() * 1000;
+      const { items } = await store.collection(queue).find({ webhookId }, { order: 'asc', limit: DRAIN_BATCH });
+      const due = items.filter((i) => i.dueUs <= nowUs);
+      if (due.length === 0) return;
+      const claimed = await this.claim(due);
+      // Read per batch so that a PATCH (URL, secret, active) applies from the next batch on.
+      let hook = await store.collection(webhooks).get(webhookId);
+      let secret = hook ? this.o.box.decrypt(hook.secretSealed) : '';
+      for (const item of claimed) {
+        if (!this.running) return this.unclaim(item);
+        hook = await this.deliver(item, hook, secret);
+        if (hook === null) secret = '';
+      }
+      if (claimed.length === 0) return; // another replica holds them
+    }
+  }
+
+  /** Takes the items for this process; an item another replica claimed first is skipped. */
+  private claim(items: QueueDoc[]): Promise<QueueDoc[]> {
+    return this.commit(async (tx) => {
+      const col = tx.collection(queue);
+      const out: QueueDoc[] = [];
+      for (const item of items) {
+        const until = Date.now() * 1000 + this.claimUs;
+        const got = await col.update(item.id, { dueUs: item.dueUs }, { dueUs: until, claimed: true });
+        if (got) out.push(got);
+      }
+      return out;
+    });
+  }
+
+  private async unclaim(item: QueueDoc): Promise<void> {
+    await this.o.store.collection(queue).update(item.id, { dueUs: item.dueUs }, { dueUs: nextDueUs(), claimed: false });
+  }
+
+  /** One attempt of one delivery; returns the registration as it is afterwards (null when it is gone). */
+  private async deliver(item: QueueDoc, hook: WebhookDoc | null, secret: string): Promise<WebhookDoc | null> {
+    const { store } = this.o;
+    const d = await store.collection(deliveries).get(item.id);
+    if (!d || d.status !== 'pending' || !hook) {
+      await store.collection(queue).delete(item.id, { dueUs: item.dueUs });
+      return hook;
+    }
+    if (!hook.active && !d.manual) {
+      // Events queued before the registration was disabled are not sent; a manual re-send still can be.
+      await this.commit(async (tx) => {
+        await tx.collection(deliveries).update(d.id, { status: 'pending' }, { status: 'failed', nextAttemptAt: null, updatedAt: nowIso() });
+        await tx.collection(queue).delete(item.id, { dueUs: item.dueUs });
+      });
+      return hook;
+    }
+    const outcome = await this.send(hook.url, secret, d);
+    if (outcome === null) {
+      await this.unclaim(item); // aborted by stop(): not an attempt, sent again on the next start
+      return hook;
+    }
+    return this.record(item, d, hook, outcome);
+  }
+
+  /** POSTs the delivery; null when aborted by stop(). */
+  private async send(url: string, secret: string, d: DeliveryDoc): Promise<Outcome | null> {
+    const at = nowIso();
+    const started = performance.now();
+    let statusCode = 0;
+    let error = '';
+    let responseExcerpt = '';
+    try {
+      const res = await this.request(url, {
+        method: 'POST',
+        headers: deliveryHeaders(secret, d.eventId, d.body),
+        body: d.body,
+        signal: this.abort.signal,
+      });
+      statusCode = res.status;
+      responseExcerpt = await res.excerpt(EXCERPT_BYTES);
+    } catch (err) {
+      if (this.abort.signal.aborted) return null;
+      error = describe(err);
+    }
+    const latencyMs = Math.round(performance.now() - started);
+    const number = (d.attempts.at(-1)?.number ?? 0) + 1;
+    return { ok: statusCode >= 200 && statusCode < 300, attempt: { number, at, statusCode, latencyMs, error, responseExcerpt } };
+  }
+
+  private async record(item: QueueDoc, d: DeliveryDoc, hook: WebhookDoc, { ok, attempt }: Outcome): Promise<WebhookDoc | null> {
+    const { scheduleMs } = this.o;
+    const scheduled = d.manual ? d.scheduled : d.scheduled + 1;
+    const delayMs = ok || d.manual ? undefined : scheduleMs[scheduled - 1];
+    const status = ok ? 'succeeded' : delayMs === undefined ? 'failed' : 'pending';
+    const dueUs = delayMs === undefined ? 0 : nextDueUs(Date.now() + delayMs);
+    const firstAttemptAt = d.firstAttemptAt ?? attempt.at;
+    return this.commit(async (tx) => {
+      await tx.collection(deliveries).update(
+        d.id,
+        { status: 'pending' },
+        {
+          status,
+          attempts: [...d.attempts, attempt].slice(-MAX_ATTEMPTS_KEPT),
+          scheduled,
+          firstAttemptAt,
+          nextAttemptAt: status === 'pending' ? new Date(dueUs / 1000).toISOString() : null,
+          updatedAt: nowIso(),
+        },
+      );
+      const q = tx.collection(queue);
+      if (status === 'pending') {
+        await q.update(item.id, {}, { dueUs, claimed: false });
+        this.scanAt(dueUs / 1000);
+      } else await q.delete(item.id);
+      return this.health(tx.collection(webhooks), hook, d, ok, status === 'failed' && !d.manual, attempt.at, firstAttemptAt);
+    });
+  }
+
+  /**
+   * The disable rule: `failingSince` marks the first failed attempt after the last success. A registration is
+   * disabled when a delivery runs out of its retry schedule and every attempt to it since that delivery's first
+   * attempt has failed (with the default schedule: about 27.6 hours of failures). Manual sends clear it on success
+   * but never disable.
+   */
+  private async health(
+    hooks: Collection<WebhookDoc>,
+    hook: WebhookDoc,
+    d: DeliveryDoc,
+    ok: boolean,
+    exhausted: boolean,
+    at: string,
+    firstAttemptAt: string,
+  ): Promise<WebhookDoc | null> {
+    if (ok) {
+      if (hook.failingSince === null) return hook;
+      return hooks.update(hook.id, {}, { failingSince: null });
+    }
+    let current: WebhookDoc | null = hook;
+    if (hook.failingSince === null && !d.manual) current = await hooks.update(hook.id, { failingSince: null }, { failingSince: at });
+    current ??= await hooks.get(hook.id);
+    if (!current || !exhausted || !current.active || current.failingSince === null || current.failingSince > firstAttemptAt) return current;
+    const disabledReason = `Every delivery attempt since ${current.failingSince} failed and delivery ${d.id} ran out of retries`;
+    this.o.logger.warn({ webhookId: hook.id, tenantId: hook.tenantId }, 'webhook disabled after failing past the retry schedule');
+    return (await hooks.update(hook.id, { active: true }, { active: false, disabledReason, updatedAt: nowIso() })) ?? current;
+  }
+
+  /**
+   * Group commit: writes asked for while a transaction is being built or committed share the next one, so the
+   * concurrent drains pay for one commit between them instead of one each. A failing batch is retried one write
+   * at a time, so one bad write fails alone.
+   */
+  private commit<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.writes.push({ fn, resolve, reject } as PendingWrite);
+      if (this.writes.length === 1) setImmediate(() => void this.flushWrites());
+    });
+  }
+
+  private async flushWrites(): Promise<void> {
+    const batch = this.writes.splice(0);
+    if (batch.length === 0) return;
+    try {
+      const results = await this.o.store.transaction(async (tx) => {
+        const out: unknown[] = [];
+        for (const w of batch) out.push(await w.fn(tx));
+        return out;
+      });
+      batch.forEach((w, i) => w.resolve(results[i]));
+    } catch {
+      for (const w of batch) await this.o.store.transaction(w.fn).then(w.resolve, w.reject);
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wakeUp = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wakeUp = done;
+    });
+  }
+}
+
+/** A short, secret-free reason for a failed attempt. */
+function describe(err: unknown): string {
+  if (err instanceof EgressError) return `${err.reason}: ${err.message}`;
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  if (cause?.code) return `connection: ${cause.code}`;
+  return `connection: ${cause?.message ?? (err as Error).message ?? 'failed'}`.slice(0, 300);
+}
