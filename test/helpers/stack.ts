@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';
+import { startChat } from '@svc/chat';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -39,12 +40,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     DATA_DIR: dataDir,
     IDENTITY_PORT: '0',
     PROJECTS_PORT: '0',
+    CHAT_PORT: '0',
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.
   const identity = await startIdentity(env);
   env.IDENTITY_ADDR = `127.0.0.1:${identity.port}`;
   const services: Record<string, RunningService> = { identity, projects: await startProjects(env) };
+  env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
+  services.chat = await startChat(env);
   const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };
   for (const [name, svc] of Object.entries(services)) gwEnv[`${name.toUpperCase()}_ADDR`] = `127.0.0.1:${svc.port}`;
   const gateways: RunningGateway[] = [];

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { GatewayDeps } from '../app';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
+import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
@@ -14,4 +15,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   settingsRoutes(app, deps);
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
+  chatRoutes(app, deps);
 }
