@@ -1,5 +1,5 @@
 import { createClient, type ServiceClient } from '@svc/kit';
-import { chatV1, identityV1, projectsV1 } from '@svc/proto';
+import { agentsV1, chatV1, identityV1, projectsV1 } from '@svc/proto';
 
 /**
  * The backing services: gRPC definition and default port. The gateway makes one client per entry, finds each at
@@ -8,6 +8,7 @@ import { chatV1, identityV1, projectsV1 } from '@svc/proto';
 export const SERVICES = {
   identity: { definition: identityV1.IdentityServiceService, port: 50051 },
   projects: { definition: projectsV1.ProjectsServiceService, port: 50052 },
+  agents: { definition: agentsV1.AgentsServiceService, port: 50053 },
   chat: { definition: chatV1.ChatServiceService, port: 50054 },
 } as const;
 

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';
+import { startAgents } from '@svc/agents';
 import { startChat } from '@svc/chat';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
@@ -40,6 +41,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     DATA_DIR: dataDir,
     IDENTITY_PORT: '0',
     PROJECTS_PORT: '0',
+    AGENTS_PORT: '0',
     CHAT_PORT: '0',
     ...options.env,
   };
@@ -48,6 +50,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   env.IDENTITY_ADDR = `127.0.0.1:${identity.port}`;
   const services: Record<string, RunningService> = { identity, projects: await startProjects(env) };
   env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
+  services.agents = await startAgents(env);
+  env.AGENTS_ADDR = `127.0.0.1:${services.agents.port}`;
   services.chat = await startChat(env);
   const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };
   for (const [name, svc] of Object.entries(services)) gwEnv[`${name.toUpperCase()}_ADDR`] = `127.0.0.1:${svc.port}`;

@@ -158,6 +158,32 @@ describe('chat sessions', () => {
   });
 });
 
+describe('chat with an agent', () => {
+  it("leads the conversation with the agent's system prompt (and its model), and keeps agents to their tenant", async () => {
+    const agentRes = await api.post(
+      '/api/v1/agents',
+      { name: 'Pirate', systemPrompt: 'You are a pirate. Answer like one.', config: { autonomyLevel: 'manual', model: 'gpt-pirate' } },
+      { token: owner.accessToken },
+    );
+    expect(agentRes.status).toBe(201);
+    const agent = agentRes.body.data;
+    const created = await api.post(S, { agentId: agent.id, title: 'Ahoy' }, { token: owner.accessToken });
+    expect(created.body.data).toMatchObject({ agentId: agent.id, title: 'Ahoy' });
+    const posted = await post(owner.accessToken, created.body.data.id, 'where is the treasure?');
+    await storedReply(created.body.data.id, owner.accessToken, posted.responseMessageId);
+    const req = openai.requests[openai.requests.length - 1];
+    expect(req.conversation!.system).toBe('You are a pirate. Answer like one.');
+    expect(req.conversation!.model).toBe('gpt-pirate');
+    expect(req.conversation!.messages.map((m) => [m.role, m.text])).toEqual([['user', 'where is the treasure?']]);
+
+    const other = await signUp(api, 'AgentThief');
+    expect(expectError(await api.post(S, { agentId: agent.id }, { token: other.accessToken }), 404, 'RESOURCE_NOT_FOUND').details).toEqual({
+      resource: 'agent',
+      id: agent.id,
+    });
+  });
+});
+
 describe('streamed replies', () => {
   it('streams an OpenAI reply as SSE; the deltas joined equal the stored message; usage is recorded and published', async () => {
     const id = await newSession(owner.accessToken);
@@ -346,6 +372,7 @@ describe('chat input', () => {
       ['session: unknown field', api.post(S, { title: 'x', tenantId: 'ten_x' }, { token }), 400],
       ['session: title a list', api.post(S, { title: ['x'] }, { token }), 400],
       ['session: title too long', api.post(S, { title: 'x'.repeat(201) }, { token }), 400],
+      ['session: unknown agent', api.post(S, { agentId: 'agt_nope' }, { token }), 404],
       ['session: empty projectId', api.post(S, { projectId: '' }, { token }), 400],
       ['unknown session', api.post(`${S}/chs_nope/messages`, { content: 'hi' }, { token }), 404],
       ['list: bad limit', api.get(`${M}?limit=1000`, { token }), 400],

@@ -30,7 +30,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
       tags: [r.tag],
       ...(policy.authenticate ? {} : { security: [] }),
       ...(parameters.length ? { parameters } : {}),
-      ...(r.body ? { requestBody: { required: true, content: { 'application/json': { schema: r.body } } } } : {}),
+      ...(r.body ? { requestBody: { required: !r.optionalBody, content: { 'application/json': { schema: r.body } } } } : {}),
       'x-access': r.access,
       responses: {
         [String(r.status ?? 200)]: { description: 'Success', content: successContent },

@@ -31,6 +31,8 @@ export interface RouteSpec {
   summary: string;
   tag: string;
   body?: TSchema;
+  /** The body may be left out; it is then validated as `{}` (an action with optional parameters). */
+  optionalBody?: boolean;
   query?: TSchema;
   params?: TSchema;
   /** Schema of `data` in the success envelope (documentation). */
@@ -77,6 +79,15 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       ...(spec.query ? { querystring: spec.query } : {}),
       ...(spec.params ? { params: spec.params } : {}),
     },
+    // Runs before validation: a left-out body is checked (and handled) as an empty object.
+    ...(spec.optionalBody
+      ? {
+          preValidation: (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
+            request.body ??= {};
+            done();
+          },
+        }
+      : {}),
     config: {
       access: spec.access,
       rateLimited: spec.rateLimited ?? (spec.access !== 'public' && !EXEMPT_FROM_RATE_LIMIT.test(spec.url)),

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { GatewayDeps } from '../app';
+import { agentRoutes } from './agents';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
 import { chatRoutes } from './chat';
@@ -15,5 +16,6 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   settingsRoutes(app, deps);
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
+  agentRoutes(app, deps);
   chatRoutes(app, deps);
 }

@@ -76,8 +76,13 @@ export interface UpdateAgentRequest {
   systemPrompt?:
     | string
     | undefined;
-  /** Replaces the config when set. */
-  config?: AgentConfig | undefined;
+  /** When set, its non-empty fields replace the agent's (a merge: 0 and "" mean unchanged). */
+  config?:
+    | AgentConfig
+    | undefined;
+  /** Back to the tenant's model / the provider's temperature. */
+  clearModel: boolean;
+  clearTemperature: boolean;
 }
 
 export interface UpdateAgentResponse {
@@ -981,7 +986,14 @@ export const GetAgentResponse: MessageFns<GetAgentResponse> = {
 };
 
 function createBaseUpdateAgentRequest(): UpdateAgentRequest {
-  return { id: "", name: undefined, systemPrompt: undefined, config: undefined };
+  return {
+    id: "",
+    name: undefined,
+    systemPrompt: undefined,
+    config: undefined,
+    clearModel: false,
+    clearTemperature: false,
+  };
 }
 
 export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
@@ -997,6 +1009,12 @@ export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
     }
     if (message.config !== undefined) {
       AgentConfig.encode(message.config, writer.uint32(34).fork()).join();
+    }
+    if (message.clearModel !== false) {
+      writer.uint32(40).bool(message.clearModel);
+    }
+    if (message.clearTemperature !== false) {
+      writer.uint32(48).bool(message.clearTemperature);
     }
     return writer;
   },
@@ -1046,6 +1064,22 @@ export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
             message.config = AgentConfig.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.clearModel = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.clearTemperature = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1068,6 +1102,16 @@ export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
         ? globalThis.String(object.system_prompt)
         : undefined,
       config: isSet(object.config) ? AgentConfig.fromJSON(object.config) : undefined,
+      clearModel: isSet(object.clearModel)
+        ? globalThis.Boolean(object.clearModel)
+        : isSet(object.clear_model)
+        ? globalThis.Boolean(object.clear_model)
+        : false,
+      clearTemperature: isSet(object.clearTemperature)
+        ? globalThis.Boolean(object.clearTemperature)
+        : isSet(object.clear_temperature)
+        ? globalThis.Boolean(object.clear_temperature)
+        : false,
     };
   },
 
@@ -1085,6 +1129,12 @@ export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
     if (message.config !== undefined) {
       obj.config = AgentConfig.toJSON(message.config);
     }
+    if (message.clearModel !== false) {
+      obj.clearModel = message.clearModel;
+    }
+    if (message.clearTemperature !== false) {
+      obj.clearTemperature = message.clearTemperature;
+    }
     return obj;
   },
 
@@ -1099,6 +1149,8 @@ export const UpdateAgentRequest: MessageFns<UpdateAgentRequest> = {
     message.config = (object.config !== undefined && object.config !== null)
       ? AgentConfig.fromPartial(object.config)
       : undefined;
+    message.clearModel = object.clearModel ?? false;
+    message.clearTemperature = object.clearTemperature ?? false;
     return message;
   },
 };

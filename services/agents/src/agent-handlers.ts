@@ -1,0 +1,77 @@
+import { type AuthedContext, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import type { agentsV1 } from '@svc/proto';
+import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
+import { agents, type AgentDoc } from './collections';
+
+export function authed(ctx: CallContext): AuthedContext {
+  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
+  return ctx as AuthedContext;
+}
+
+export function toAgent(a: AgentDoc): agentsV1.Agent {
+  return {
+    id: a.id,
+    name: a.name,
+    systemPrompt: a.systemPrompt,
+    config: toConfigMessage(a.config),
+    createdAt: a.createdAt,
+    updatedAt: a.updatedAt,
+  };
+}
+
+/** The tenant's agent, or NOT_FOUND (also for another tenant's id: existence is not revealed). */
+export async function loadAgent(store: Store, tenantId: string, id: string): Promise<AgentDoc> {
+  const doc = await store.collection(agents).get(id, { tenantId });
+  if (!doc) throw errors.notFound('agent', id);
+  return doc;
+}
+
+/** Agent CRUD. Deleting an agent also cancels its unfinished runs and deletes its runs (see `onDelete`). */
+export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>) {
+  const col = store.collection(agents);
+
+  return {
+    async createAgent(req: agentsV1.CreateAgentRequest, ctx: CallContext): Promise<agentsV1.CreateAgentResponse> {
+      const { auth } = authed(ctx);
+      const name = checkText('name', req.name);
+      const systemPrompt = checkText('systemPrompt', req.systemPrompt);
+      const config = mergeConfig(DEFAULT_CONFIG, req.config);
+      const now = nowIso();
+      const doc: AgentDoc = { id: newId('agt'), tenantId: auth.tid, name, systemPrompt, config, createdAt: now, updatedAt: now };
+      await col.insert(doc);
+      return { agent: toAgent(doc) };
+    },
+
+    async listAgents(req: agentsV1.ListAgentsRequest, ctx: CallContext): Promise<agentsV1.ListAgentsResponse> {
+      const { auth } = authed(ctx);
+      const page = await col.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { agents: page.items.map(toAgent), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getAgent(req: agentsV1.GetAgentRequest, ctx: CallContext): Promise<agentsV1.GetAgentResponse> {
+      const { auth } = authed(ctx);
+      return { agent: toAgent(await loadAgent(store, auth.tid, req.id)) };
+    },
+
+    async updateAgent(req: agentsV1.UpdateAgentRequest, ctx: CallContext): Promise<agentsV1.UpdateAgentResponse> {
+      const { auth } = authed(ctx);
+      const current = await loadAgent(store, auth.tid, req.id);
+      const patch: Partial<AgentDoc> = { updatedAt: nowIso() };
+      if (req.name !== undefined) patch.name = checkText('name', req.name);
+      if (req.systemPrompt !== undefined) patch.systemPrompt = checkText('systemPrompt', req.systemPrompt);
+      if (req.config || req.clearModel || req.clearTemperature)
+        patch.config = mergeConfig(current.config, req.config, { model: req.clearModel, temperature: req.clearTemperature });
+      // Last writer wins on a whole field; the tenant filter keeps it to the caller's own agent.
+      const updated = await col.update(req.id, { tenantId: auth.tid }, patch);
+      if (!updated) throw errors.notFound('agent', req.id);
+      return { agent: toAgent(updated) };
+    },
+
+    async deleteAgent(req: agentsV1.DeleteAgentRequest, ctx: CallContext): Promise<agentsV1.DeleteAgentResponse> {
+      const { auth } = authed(ctx);
+      if (!(await col.delete(req.id, { tenantId: auth.tid }))) throw errors.notFound('agent', req.id);
+      await onDelete(auth.tid, req.id);
+      return { id: req.id };
+    },
+  };
+}

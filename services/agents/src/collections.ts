@@ -1,0 +1,108 @@
+import type { CollectionDef } from '@svc/kit';
+
+export const AUTONOMY_LEVELS = ['manual', 'supervised', 'autonomous'] as const;
+export type AutonomyLevel = (typeof AUTONOMY_LEVELS)[number];
+
+export interface AgentConfigDoc {
+  autonomyLevel: AutonomyLevel;
+  /** Model calls a run may make; the last one is offered no tools, so the run ends with an answer. */
+  maxSteps: number;
+  /** Wall-clock seconds a run may spend running (time waiting for approval does not count). */
+  timeBudgetSeconds: number;
+  /** Overrides the tenant's model; null: the tenant's (or platform's) model. */
+  model: string | null;
+  temperature: number | null;
+}
+
+export interface AgentDoc {
+  id: string;
+  tenantId: string;
+  name: string;
+  systemPrompt: string;
+  config: AgentConfigDoc;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** Listed per tenant, newest first: the index serves every page at the same cost. */
+export const agents: CollectionDef<AgentDoc> = { name: 'agents', indexes: [{ fields: ['tenantId'] }] };
+
+export const RUN_STATUSES = ['queued', 'running', 'requires_approval', 'completed', 'failed', 'cancelled'] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface ToolCallDoc {
+  id: string;
+  name: string;
+  arguments: Record<string, unknown>;
+}
+
+/**
+ * Tool step states: `pending` (recorded with the model's answer, not yet run), `requires_approval`, `approved`,
+ * then `completed`, `failed` or `rejected`. Model steps are `completed` when recorded.
+ */
+export type StepStatus = 'pending' | 'requires_approval' | 'approved' | 'completed' | 'failed' | 'rejected';
+
+export interface StepDoc {
+  index: number;
+  type: 'model' | 'tool';
+  status: StepStatus;
+  startedAt: string;
+  completedAt: string | null;
+  /** model: the text it produced, and the tool calls it made that will be run (their results are tool steps). */
+  text?: string;
+  toolCalls?: ToolCallDoc[];
+  usage?: Usage;
+  /** tool */
+  toolName?: string;
+  toolCallId?: string;
+  arguments?: Record<string, unknown>;
+  result?: unknown;
+}
+
+export interface RunDoc {
+  id: string;
+  tenantId: string;
+  agentId: string;
+  projectId: string;
+  goal: string;
+  status: RunStatus;
+  output: string | null;
+  error: string | null;
+  steps: StepDoc[];
+  usage: Usage;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+  /** The agent as it was at execute time: a run does not change course when the agent is edited. */
+  agent: { name: string; systemPrompt: string; config: AgentConfigDoc };
+  /** Bumped by every change of state or steps (not by lease renewals): the compare-and-set guard of API actions. */
+  rev: number;
+  /** Worker lease: the stable worker id (AGENTS_WORKER_ID), the claiming process (worker id + instance) and expiry. */
+  leaseWorker: string | null;
+  leaseOwner: string | null;
+  leaseExpiresAt: number | null;
+  /** Times a worker claimed the run; a run that keeps killing its worker fails after AGENTS_MAX_ATTEMPTS. */
+  attempts: number;
+  /** Running time left (ms); saved with each step so a resumed run keeps its budget. */
+  budgetLeftMs: number;
+  /** Delegated token (sealed) the run's tools and settings lookups use, and the scopes it carries. */
+  delegate: string;
+  delegateScopes: string[];
+}
+
+export const runs: CollectionDef<RunDoc> = {
+  name: 'runs',
+  indexes: [
+    // An agent's runs, newest first.
+    { fields: ['tenantId', 'agentId'] },
+    // The worker's queue (oldest first) and its scan of running runs for expired leases.
+    { fields: ['status'] },
+    // Unfinished runs of a deleted agent.
+    { fields: ['agentId', 'status'] },
+  ],
+};

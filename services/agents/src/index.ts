@@ -1,0 +1,1 @@
+export { startAgents } from './server';

@@ -1,0 +1,43 @@
+import { addToOutbox, domainEvent, type StoreSession, TOPICS } from '@svc/kit';
+import type { eventsV1 } from '@svc/proto';
+import type { RunDoc, Usage } from './collections';
+
+export type RunEventType = 'agent.started' | 'agent.completed' | 'agent.failed';
+
+/** The run as `agent.*` events carry it (the steps stay in the API). */
+export function runData(r: RunDoc): eventsV1.AgentRunData {
+  return {
+    runId: r.id,
+    agentId: r.agentId,
+    projectId: r.projectId,
+    status: r.status,
+    output: r.output ?? '',
+    error: r.error ?? '',
+    inputTokens: r.usage.inputTokens,
+    outputTokens: r.usage.outputTokens,
+    startedAt: r.startedAt ?? '',
+    completedAt: r.completedAt ?? '',
+  };
+}
+
+export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: RunDoc): Promise<void> {
+  await addToOutbox(tx, domainEvent(TOPICS.agents, type, run.tenantId, { $case: 'agentRun', value: runData(run) }));
+}
+
+/** `llm.usage` for billing: one per model call, written with the step that recorded it. */
+export async function emitUsage(
+  tx: StoreSession,
+  run: RunDoc,
+  call: { provider: string; model: string; keySource: string; usage: Usage },
+): Promise<void> {
+  const value: eventsV1.UsageData = {
+    source: 'agent_run',
+    sourceId: run.id,
+    provider: call.provider,
+    model: call.model,
+    inputTokens: call.usage.inputTokens,
+    outputTokens: call.usage.outputTokens,
+    keySource: call.keySource,
+  };
+  await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
+}

@@ -1,0 +1,343 @@
+/**
+ * One run's agent loop: the system prompt (the agent's plus the project's context) and the goal go to the model;
+ * its tool calls are recorded, run (or held for approval) and answered; repeat until the model answers without
+ * tools, `maxSteps` model calls are made (the last one is offered no tools, so it must answer) or the time budget
+ * runs out. Every step is saved as it happens, so a run taken over after a crash continues from its recorded steps.
+ */
+import { decodeJwt } from 'jose';
+import { isAppError, type Logger, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
+import {
+  collect,
+  createProvider,
+  isLlmError,
+  type LlmError,
+  type LlmMessage,
+  type LlmProvider,
+  type LlmProviderKind,
+  type LlmRequest,
+} from '@svc/llm';
+import type { identityV1, projectsV1 } from '@svc/proto';
+import type { RunDoc, StepDoc, Usage } from './collections';
+import type { CreditCheck } from './credits';
+import { emitRunEvent, emitUsage } from './run-events';
+import { runTool, toolsFor, type ProjectsClient, type Tool } from './tools';
+
+/** The claimed run as the loop sees it: every save is a compare-and-set on the lease, which throws LostLease. */
+export interface Lease {
+  run: RunDoc;
+  /** Aborted when the run is cancelled, the lease is lost or the process stops. */
+  signal: AbortSignal;
+  save(patch: Partial<RunDoc>, events?: (tx: StoreSession, run: RunDoc) => Promise<void>): Promise<RunDoc>;
+  /** Gives the run back, still `running`, for any worker to take again in `delayMs` (counts as an attempt). */
+  handBack(delayMs: number): Promise<void>;
+}
+
+export class LostLease extends Error {
+  constructor() {
+    super('the run is no longer leased to this worker');
+    this.name = 'LostLease';
+  }
+}
+
+export interface LoopDeps {
+  identity: ServiceClient<typeof identityV1.IdentityServiceService>;
+  projects: ProjectsClient;
+  box: SecretBox;
+  /** The egress-guarded fetch every provider request goes through. */
+  llmFetch: typeof fetch;
+  credits: CreditCheck;
+  logger: Logger;
+  llmTimeoutMs: number;
+  llmMaxRetries: number;
+  /** Retries of a model call that failed in a retryable way after the provider's own retries (a cut stream). */
+  stepRetries: number;
+  retryBaseMs: number;
+}
+
+/** Our own services failing to answer: the run is handed back and retried, up to AGENTS_MAX_ATTEMPTS claims. */
+const TRANSIENT: readonly string[] = ['SERVICE_UNAVAILABLE', 'GATEWAY_TIMEOUT'];
+/** Caps that keep one run's document (all steps) well under 4 MiB at 50 steps. */
+const MAX_TEXT_CHARS = 32_000;
+const MAX_ARGUMENTS_CHARS = 16_000;
+const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0 };
+const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
+
+function withStep(steps: StepDoc[], index: number, patch: Partial<StepDoc>): StepDoc[] {
+  return steps.map((s) => (s.index === index ? { ...s, ...patch } : s));
+}
+
+function isTerminalToolStatus(status: StepDoc['status']): boolean {
+  return status === 'completed' || status === 'failed' || status === 'rejected';
+}
+
+export function systemPrompt(run: RunDoc, project: projectsV1.Project): string {
+  const context = [
+    `You are working in the project "${project.name}" (id ${project.id}).`,
+    `Language: ${project.language || 'not set'}`,
+    `Description: ${project.description || '(none)'}`,
+  ].join('\n');
+  return [run.agent.systemPrompt.trim(), context].filter(Boolean).join('\n\n');
+}
+
+/** The conversation so far, rebuilt from the recorded steps. */
+export function messagesOf(run: RunDoc, system: string): LlmMessage[] {
+  const out: LlmMessage[] = [
+    { role: 'system', content: system },
+    { role: 'user', content: run.goal },
+  ];
+  for (const s of run.steps) {
+    if (s.type === 'model')
+      out.push({ role: 'assistant', content: s.text ?? '', ...(s.toolCalls?.length ? { toolCalls: s.toolCalls } : {}) });
+    else if (isTerminalToolStatus(s.status))
+      out.push({ role: 'tool', toolCallId: s.toolCallId!, content: JSON.stringify(s.result ?? null) });
+  }
+  return out;
+}
+
+/** A safe, useful reason for a failed model call: LlmError messages never hold keys or headers. */
+export function describeLlmError(err: LlmError): string {
+  const status = err.status ? ` (HTTP ${err.status})` : '';
+  return `llm_${err.kind}: ${err.message}${status}`;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+  });
+}
+
+async function callModel(provider: LlmProvider, request: LlmRequest, signal: AbortSignal, deps: LoopDeps) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await collect(provider.stream(request, { signal }));
+    } catch (err) {
+      if (!isLlmError(err) || !err.retryable || attempt >= deps.stepRetries || signal.aborted) throw err;
+      await sleep(deps.retryBaseMs * 2 ** attempt, signal);
+    }
+  }
+}
+
+class RunFailure extends Error {}
+
+export async function driveRun(lease: Lease, deps: LoopDeps): Promise<void> {
+  const budgetMs = Math.max(1, lease.run.budgetLeftMs);
+  const deadline = Date.now() + budgetMs;
+  const budget = new AbortController();
+  const budgetTimer = setTimeout(() => budget.abort(), budgetMs);
+  const signal = AbortSignal.any([lease.signal, budget.signal]);
+  const budgetLeftMs = () => Math.max(0, deadline - Date.now());
+
+  const fail = async (error: string) => {
+    await lease.save({ ...RELEASED, status: 'failed', error, completedAt: nowIso(), budgetLeftMs: budgetLeftMs() }, (tx, doc) =>
+      emitRunEvent(tx, 'agent.failed', doc),
+    );
+  };
+
+  try {
+    await loop(lease, deps, signal, budgetLeftMs);
+  } catch (err) {
+    if (err instanceof LostLease || lease.signal.aborted) return; // cancelled, taken over or shutting down: not ours to record
+    if (isAppError(err) && TRANSIENT.includes(err.code) && !budget.signal.aborted) {
+      // Identity or projects did not answer: try again later rather than fail the run for a blip.
+      deps.logger.warn({ runId: lease.run.id, code: err.code }, 'a service the run needs is unavailable; handing the run back');
+      await lease.handBack(Math.min(30_000, deps.retryBaseMs * 2 ** lease.run.attempts)).catch(() => undefined);
+      return;
+    }
+    let reason: string;
+    if (budget.signal.aborted) reason = `time_budget_exceeded: the run used its ${Math.round(lease.run.agent.config.timeBudgetSeconds)} s`;
+    else if (err instanceof RunFailure) reason = err.message;
+    else if (isLlmError(err)) reason = describeLlmError(err);
+    else if (isAppError(err)) reason = `${err.code}: ${err.message}`;
+    else {
+      deps.logger.error({ err, runId: lease.run.id }, 'run failed unexpectedly');
+      reason = 'internal_error: the run failed unexpectedly';
+    }
+    try {
+      await fail(reason);
+    } catch (saveErr) {
+      if (!(saveErr instanceof LostLease)) deps.logger.error({ err: saveErr, runId: lease.run.id }, 'could not record a failed run');
+    }
+  } finally {
+    clearTimeout(budgetTimer);
+  }
+}
+
+async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLeftMs: () => number): Promise<void> {
+  let run = lease.run;
+  const config = run.agent.config;
+  const token = deps.box.decrypt(run.delegate);
+  if ((decodeJwt(token).exp ?? 0) * 1000 < Date.now() + 5_000)
+    throw new RunFailure('delegation_expired: the authorization given at execute (or approve) expired; execute the agent again');
+
+  let settings: identityV1.ResolvedLlmSettings;
+  try {
+    settings = (await deps.identity.resolveLlmSettings({}, { token })).settings!;
+  } catch (err) {
+    if (isAppError(err) && err.details.reason === 'llm_not_configured')
+      throw new RunFailure('llm_not_configured: no LLM is configured for this tenant');
+    throw err;
+  }
+  let project: projectsV1.Project;
+  try {
+    project = (await deps.projects.getProject({ id: run.projectId }, { token })).project!;
+  } catch (err) {
+    if (isAppError(err) && err.code === 'RESOURCE_NOT_FOUND') throw new RunFailure("project_not_found: the run's project no longer exists");
+    throw err;
+  }
+  const provider = createProvider({
+    provider: settings.provider as LlmProviderKind,
+    apiKey: settings.apiKey || undefined,
+    baseUrl: settings.baseUrl || undefined,
+    model: settings.model || undefined,
+    temperature: settings.temperature,
+    maxTokens: settings.maxTokens,
+    timeoutMs: deps.llmTimeoutMs,
+    maxRetries: deps.llmMaxRetries,
+    fetch: deps.llmFetch,
+  });
+  const model = config.model ?? settings.model;
+  const tools = toolsFor(config.autonomyLevel, run.delegateScopes);
+  const system = systemPrompt(run, project);
+
+  for (;;) {
+    if (signal.aborted) throw signal.reason ?? new Error('aborted');
+
+    const pending = run.steps.find((s) => s.type === 'tool' && (s.status === 'pending' || s.status === 'approved'));
+    if (pending) {
+      run = await runToolStep(
+        lease,
+        pending,
+        tools,
+        config.autonomyLevel,
+        { projects: deps.projects, token, projectId: run.projectId },
+        budgetLeftMs,
+      );
+      if (run.status !== 'running') return; // waiting for approval
+      continue;
+    }
+
+    const modelCalls = run.steps.filter((s) => s.type === 'model').length;
+    if (modelCalls >= config.maxSteps)
+      throw new RunFailure(`max_steps_reached: the agent made ${config.maxSteps} model calls without finishing`);
+    // The last allowed call gets no tools, so the run ends with an answer rather than a dangling tool call.
+    const offered = modelCalls + 1 < config.maxSteps ? tools : [];
+
+    try {
+      await deps.credits.assertSpendable(run.tenantId, token);
+    } catch (err) {
+      if (isAppError(err) && err.code === 'INSUFFICIENT_CREDITS')
+        throw new RunFailure('insufficient_credits: the tenant has no credits left');
+      throw err;
+    }
+    const startedAt = nowIso();
+    const reply = await callModel(
+      provider,
+      {
+        model,
+        messages: messagesOf(run, system),
+        tools: offered.length ? offered.map((t) => t.spec) : undefined,
+        temperature: config.temperature ?? undefined,
+      },
+      signal,
+      deps,
+    );
+    const usage = reply.usage ?? NO_USAGE;
+    // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
+    // replaced (the tool then refuses them), so the model's reply cannot swell the run document.
+    const calls = (offered.length ? reply.toolCalls : []).map((c) =>
+      JSON.stringify(c.arguments).length > MAX_ARGUMENTS_CHARS ? { ...c, arguments: { truncated: true } } : c,
+    );
+    const text = reply.text.slice(0, MAX_TEXT_CHARS);
+    const index = run.steps.length;
+    const modelStep: StepDoc = {
+      index,
+      type: 'model',
+      status: 'completed',
+      startedAt,
+      completedAt: nowIso(),
+      text,
+      toolCalls: calls,
+      usage,
+    };
+    const toolSteps: StepDoc[] = calls.map((c, i) => {
+      const known = offered.some((t) => t.spec.name === c.name);
+      return {
+        index: index + 1 + i,
+        type: 'tool',
+        status: known ? 'pending' : 'failed',
+        startedAt: nowIso(),
+        completedAt: known ? null : nowIso(),
+        toolName: c.name,
+        toolCallId: c.id,
+        arguments: c.arguments,
+        ...(known ? {} : { result: { error: `there is no tool named ${c.name}` } }),
+      };
+    });
+    const totals = { inputTokens: run.usage.inputTokens + usage.inputTokens, outputTokens: run.usage.outputTokens + usage.outputTokens };
+    const usageEvent = (tx: StoreSession, doc: RunDoc) =>
+      emitUsage(tx, doc, { provider: settings.provider, model: model || '', keySource: settings.source, usage });
+
+    if (calls.length === 0) {
+      if (reply.finishReason === 'error') {
+        run = await lease.save({ steps: [...run.steps, modelStep], usage: totals, budgetLeftMs: budgetLeftMs() }, usageEvent);
+        throw new RunFailure('llm_refused: the provider ended the reply (content policy)');
+      }
+      await lease.save(
+        {
+          ...RELEASED,
+          steps: [...run.steps, modelStep],
+          usage: totals,
+          status: 'completed',
+          output: text,
+          completedAt: nowIso(),
+          budgetLeftMs: budgetLeftMs(),
+        },
+        async (tx, doc) => {
+          await usageEvent(tx, doc);
+          await emitRunEvent(tx, 'agent.completed', doc);
+        },
+      );
+      return;
+    }
+    run = await lease.save({ steps: [...run.steps, modelStep, ...toolSteps], usage: totals, budgetLeftMs: budgetLeftMs() }, usageEvent);
+  }
+}
+
+/** Runs one pending (or approved) tool step, or parks the run for approval; returns the saved run. */
+async function runToolStep(
+  lease: Lease,
+  step: StepDoc,
+  tools: Tool[],
+  level: RunDoc['agent']['config']['autonomyLevel'],
+  ctx: Parameters<typeof runTool>[2],
+  budgetLeftMs: () => number,
+): Promise<RunDoc> {
+  const run = lease.run;
+  const tool = tools.find((t) => t.spec.name === step.toolName);
+  if (!tool)
+    return lease.save({
+      steps: withStep(run.steps, step.index, {
+        status: 'failed',
+        completedAt: nowIso(),
+        result: { error: `the tool ${step.toolName} is not available` },
+      }),
+    });
+  if (step.status === 'pending' && tool.changesData && level === 'supervised')
+    return lease.save({
+      ...RELEASED,
+      status: 'requires_approval',
+      steps: withStep(run.steps, step.index, { status: 'requires_approval' }),
+      budgetLeftMs: budgetLeftMs(),
+    });
+  const { ok, result } = await runTool(tool, step.arguments ?? {}, ctx);
+  return lease.save({
+    steps: withStep(lease.run.steps, step.index, { status: ok ? 'completed' : 'failed', completedAt: nowIso(), result }),
+    budgetLeftMs: budgetLeftMs(),
+  });
+}

@@ -1,0 +1,85 @@
+import { hostname } from 'node:os';
+import {
+  createClient,
+  egressFetch,
+  egressPolicyFrom,
+  field,
+  identityVerifier,
+  openRuntime,
+  registration,
+  serve,
+  type RunningService,
+} from '@svc/kit';
+import { throughEgress } from '@svc/llm';
+import { agentsV1, projectsV1 } from '@svc/proto';
+import { agentHandlers } from './agent-handlers';
+import { agents, runs } from './collections';
+import { noCreditLimit, type CreditCheck } from './credits';
+import { runHandlers } from './run-handlers';
+import { RunWorker } from './worker';
+
+export const agentsConfig = {
+  projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
+  /** Stable across restarts and unique among live workers: how a restarted worker knows the runs it had claimed. */
+  workerId: field('AGENTS_WORKER_ID', 'string'),
+  workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
+  pollMs: field('AGENTS_POLL_MS', 'int', { default: '500', min: 10, max: 60_000 }),
+  leaseMs: field('AGENTS_LEASE_MS', 'int', { default: '30000', min: 300, max: 600_000 }),
+  maxAttempts: field('AGENTS_MAX_ATTEMPTS', 'int', { default: '3', min: 1, max: 100 }),
+  llmTimeoutMs: field('AGENTS_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100 }),
+  llmMaxRetries: field('AGENTS_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
+  stepRetries: field('AGENTS_STEP_RETRIES', 'int', { default: '1', min: 0, max: 10 }),
+  retryBaseMs: field('AGENTS_RETRY_BASE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+} as const;
+
+export async function startAgents(env: NodeJS.ProcessEnv = process.env, options: { credits?: CreditCheck } = {}): Promise<RunningService> {
+  const rt = await openRuntime({ name: 'agents', defaultPort: 50053, config: agentsConfig, collections: [agents, runs], env });
+  const c = rt.config;
+  const { verifier, identity } = identityVerifier(c);
+  const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
+  const credits = options.credits ?? noCreditLimit;
+  const worker = new RunWorker(
+    rt.store,
+    rt.relay,
+    rt.logger,
+    {
+      identity,
+      projects,
+      box: rt.box,
+      llmFetch: throughEgress(egressFetch({ ...egressPolicyFrom(c), maxResponseBytes: 32 * 1024 * 1024 })),
+      credits,
+      logger: rt.logger,
+      llmTimeoutMs: c.llmTimeoutMs,
+      llmMaxRetries: c.llmMaxRetries,
+      stepRetries: c.stepRetries,
+      retryBaseMs: c.retryBaseMs,
+    },
+    {
+      workerId: c.workerId ?? hostname(),
+      concurrency: c.workerConcurrency,
+      pollMs: c.pollMs,
+      leaseMs: c.leaseMs,
+      maxAttempts: c.maxAttempts,
+    },
+  );
+  const runApi = runHandlers({ store: rt.store, relay: rt.relay, box: rt.box, identity, projects, credits, worker });
+  const { endRunsOf, ...runRpcs } = runApi;
+  const svc = await serve(rt, {
+    verifier,
+    healthNames: ['agents.v1.AgentsService'],
+    registrations: [
+      registration({
+        definition: agentsV1.AgentsServiceService,
+        implementation: { ...agentHandlers(rt.store, endRunsOf), ...runRpcs },
+      }),
+    ],
+    onStop: async () => {
+      await worker.stop();
+      projects.close();
+      identity.close();
+    },
+  });
+  worker.start();
+  rt.logger.info({ worker: worker.owner }, 'run worker started');
+  return svc;
+}

@@ -1,0 +1,228 @@
+/**
+ * The worker's claim and take-over rules on a real store and bus. The runs here never reach an LLM: their delegated
+ * token is not a JWT, so each one the worker drives ends `failed` at once (or, with a token, identity's address is
+ * closed). What is checked is who claimed each run, how often, and which events were written with it.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import {
+  createClient,
+  createLogger,
+  decodeDomainEvent,
+  newId,
+  nowIso,
+  openBus,
+  openSqliteStore,
+  OutboxRelay,
+  SecretBox,
+  TOPICS,
+  type EventBus,
+  type Store,
+} from '@svc/kit';
+import { identityV1, projectsV1 } from '@svc/proto';
+import { DEFAULT_CONFIG } from './agent-config';
+import { runs, type RunDoc } from './collections';
+import { noCreditLimit } from './credits';
+import type { LoopDeps } from './run-loop';
+import { RunWorker, type WorkerOptions } from './worker';
+
+let dir: string;
+let store: Store;
+let bus: EventBus;
+let relay: OutboxRelay;
+const box = new SecretBox([{ id: 'k1', key: randomBytes(32) }]);
+const logger = createLogger('worker-test', 'silent');
+const identity = createClient(identityV1.IdentityServiceService, '127.0.0.1:1', { deadlineMs: 200 });
+const projects = createClient(projectsV1.ProjectsServiceService, '127.0.0.1:1', { deadlineMs: 200 });
+const deps: LoopDeps = {
+  identity,
+  projects,
+  box,
+  llmFetch: fetch,
+  credits: noCreditLimit,
+  logger,
+  llmTimeoutMs: 1000,
+  llmMaxRetries: 0,
+  stepRetries: 0,
+  retryBaseMs: 0,
+};
+const workers: RunWorker[] = [];
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'agents-worker-'));
+  store = await openSqliteStore({ path: join(dir, 'agents.db') });
+  await store.ensure(runs);
+  bus = openBus({ clientId: 'test', embeddedPath: join(dir, 'bus.db') });
+  relay = new OutboxRelay(store, bus);
+  relay.start();
+});
+afterEach(async () => {
+  for (const w of workers.splice(0)) await w.stop();
+  await relay.stop();
+  await bus.close();
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+afterAll(() => {
+  identity.close();
+  projects.close();
+});
+
+const NOT_A_JWT = box.encrypt('not-a-jwt');
+
+async function delegateToken(): Promise<string> {
+  const token = await new SignJWT({ tid: 'ten_1', scp: ['projects:read'] })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setExpirationTime('1h')
+    .sign(randomBytes(32));
+  return box.encrypt(token);
+}
+
+async function insertRun(patch: Partial<RunDoc> = {}): Promise<RunDoc> {
+  const doc: RunDoc = {
+    id: newId('run'),
+    tenantId: 'ten_1',
+    agentId: 'agt_1',
+    projectId: 'prj_1',
+    goal: 'g',
+    status: 'queued',
+    output: null,
+    error: null,
+    steps: [],
+    usage: { inputTokens: 0, outputTokens: 0 },
+    createdAt: nowIso(),
+    startedAt: null,
+    completedAt: null,
+    agent: { name: 'a', systemPrompt: '', config: DEFAULT_CONFIG },
+    rev: 0,
+    leaseWorker: null,
+    leaseOwner: null,
+    leaseExpiresAt: null,
+    attempts: 0,
+    budgetLeftMs: 60_000,
+    delegate: NOT_A_JWT,
+    delegateScopes: ['projects:read'],
+    ...patch,
+  };
+  return store.collection(runs).insert(doc);
+}
+
+function worker(options: Partial<WorkerOptions> = {}): RunWorker {
+  const w = new RunWorker(store, relay, logger, deps, {
+    workerId: 'w1',
+    concurrency: 4,
+    pollMs: 10,
+    leaseMs: 5000,
+    maxAttempts: 3,
+    ...options,
+  });
+  workers.push(w);
+  w.start();
+  return w;
+}
+
+async function settled(ids: string[]): Promise<RunDoc[]> {
+  for (;;) {
+    const docs = await Promise.all(ids.map((id) => store.collection(runs).get(id)));
+    if (docs.every((d) => d && ['failed', 'completed', 'cancelled'].includes(d.status))) return docs as RunDoc[];
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The agent.* events on the bus, read until `failures` agent.failed events arrived. */
+async function eventsOf(failures: number): Promise<Array<{ type: string; runId: string }>> {
+  await relay.flush();
+  const out: Array<{ type: string; runId: string }> = [];
+  const sub = await bus.subscribe({
+    group: `g-${Math.random()}`,
+    topics: [TOPICS.agents],
+    handler: async (m) => {
+      const e = decodeDomainEvent(m.value);
+      if (e.data?.$case === 'agentRun') out.push({ type: e.type, runId: e.data.value.runId });
+    },
+  });
+  for (let i = 0; i < 200 && out.filter((e) => e.type === 'agent.failed').length < failures; i++)
+    await new Promise((r) => setTimeout(r, 20));
+  await sub.stop();
+  return out;
+}
+
+it('two workers on one store claim each queued run exactly once', async () => {
+  const ids: string[] = [];
+  for (let i = 0; i < 24; i++) ids.push((await insertRun()).id);
+  worker({ workerId: 'a' });
+  worker({ workerId: 'b' });
+  const docs = await settled(ids);
+  for (const d of docs) {
+    expect(d.attempts).toBe(1);
+    expect(d.status).toBe('failed');
+    expect(d.leaseOwner).toBeNull();
+  }
+  // Each run announced its start and its end once.
+  const events = await eventsOf(ids.length);
+  for (const id of ids) {
+    expect(events.filter((e) => e.runId === id).map((e) => e.type)).toEqual(['agent.started', 'agent.failed']);
+  }
+});
+
+it('at start-up takes back at once the runs it had claimed before dying, and fails a run interrupted too often', async () => {
+  const far = Date.now() + 3_600_000;
+  const mine = await insertRun({
+    status: 'running',
+    startedAt: nowIso(),
+    leaseWorker: 'w1',
+    leaseOwner: 'w1/dead',
+    leaseExpiresAt: far,
+    attempts: 1,
+  });
+  const tooOften = await insertRun({
+    status: 'running',
+    startedAt: nowIso(),
+    leaseWorker: 'w1',
+    leaseOwner: 'w1/dead',
+    leaseExpiresAt: far,
+    attempts: 3,
+  });
+  const othersLive = await insertRun({
+    status: 'running',
+    startedAt: nowIso(),
+    leaseWorker: 'w2',
+    leaseOwner: 'w2/alive',
+    leaseExpiresAt: far,
+    attempts: 1,
+  });
+  const othersExpired = await insertRun({
+    status: 'running',
+    startedAt: nowIso(),
+    leaseWorker: 'w3',
+    leaseOwner: 'w3/gone',
+    leaseExpiresAt: Date.now() - 1,
+    attempts: 1,
+  });
+  worker({ workerId: 'w1' });
+  const [a, b, d] = await settled([mine.id, tooOften.id, othersExpired.id]);
+  expect(a.attempts).toBe(2); // taken back and driven (it then failed: no LLM reachable here)
+  expect(a.error).not.toMatch(/^worker_lost/);
+  expect(b.error).toMatch(/^worker_lost: the run was interrupted 3 times/);
+  expect(b.attempts).toBe(3);
+  expect(d.attempts).toBe(2);
+  // A live lease of another worker is left alone.
+  const c = await store.collection(runs).get(othersLive.id);
+  expect(c).toMatchObject({ status: 'running', leaseOwner: 'w2/alive', attempts: 1 });
+  const events = await eventsOf(3);
+  expect(events.filter((e) => e.runId === tooOften.id).map((e) => e.type)).toEqual(['agent.failed']);
+});
+
+it('hands a run back when a service it needs is unavailable, and fails it after AGENTS_MAX_ATTEMPTS claims', async () => {
+  const run = await insertRun({ delegate: await delegateToken() });
+  worker({ maxAttempts: 2 });
+  const [done] = await settled([run.id]);
+  expect(done.status).toBe('failed');
+  expect(done.attempts).toBe(2);
+  expect(done.error).toMatch(/^worker_lost: /);
+  const events = await eventsOf(1);
+  expect(events.filter((e) => e.runId === run.id).map((e) => e.type)).toEqual(['agent.started', 'agent.failed']);
+});

@@ -1,0 +1,214 @@
+/**
+ * The run worker of an agents process. It claims queued runs with a compare-and-set (queued -> running, with a
+ * lease), so two workers never run one run; renews the lease while the run goes on; and takes over runs whose
+ * lease expired. At start-up it takes back at once the runs it had claimed in an earlier life (same
+ * AGENTS_WORKER_ID, another process), so a run never stays `running` after its worker died: it resumes from its
+ * recorded steps, or fails with a reason after AGENTS_MAX_ATTEMPTS claims.
+ */
+import { randomBytes } from 'node:crypto';
+import { nowIso, type Logger, type OutboxRelay, type Store, type StoreSession } from '@svc/kit';
+import { runs, type RunDoc } from './collections';
+import { emitRunEvent } from './run-events';
+import { driveRun, type Lease, type LoopDeps, LostLease } from './run-loop';
+
+export interface WorkerOptions {
+  /** Stable name of this worker across restarts (AGENTS_WORKER_ID; default the host name). */
+  workerId: string;
+  concurrency: number;
+  pollMs: number;
+  leaseMs: number;
+  maxAttempts: number;
+}
+
+interface Active {
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+export class RunWorker {
+  /** This process: the worker id plus a random instance, so a restarted process can tell its old claims from its own. */
+  readonly owner: string;
+  private readonly active = new Map<string, Active>();
+  private timer: NodeJS.Timeout | undefined;
+  private polling: Promise<void> | null = null;
+  private again = false;
+  private stopped = false;
+  private recovered = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly relay: OutboxRelay,
+    private readonly logger: Logger,
+    private readonly deps: LoopDeps,
+    private readonly options: WorkerOptions,
+  ) {
+    this.owner = `${options.workerId}/${randomBytes(6).toString('hex')}`;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => this.notify(), this.options.pollMs);
+    this.timer.unref();
+    this.notify();
+  }
+
+  /** Looks for work now (after an execute or an approval) instead of at the next poll. */
+  notify(): void {
+    if (this.stopped) return;
+    if (this.polling) {
+      this.again = true;
+      return;
+    }
+    this.polling = this.poll()
+      .catch((err: unknown) => this.logger.warn({ err }, 'run worker poll failed; will retry'))
+      .finally(() => {
+        this.polling = null;
+        if (this.again) {
+          this.again = false;
+          this.notify();
+        }
+      });
+  }
+
+  /** Aborts a run this process is driving (cancel): its model call or tool call stops at once. */
+  abort(runId: string): void {
+    this.active.get(runId)?.controller.abort(new Error('cancelled'));
+  }
+
+  /**
+   * Stops claiming, aborts the runs in progress and hands their leases back (expired at once), so the next worker
+   * to look, this one after a restart included, continues them from their recorded steps.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.polling;
+    const handedBack = [...this.active.keys()];
+    for (const a of this.active.values()) a.controller.abort(new Error('shutting down'));
+    await Promise.all([...this.active.values()].map((a) => a.done));
+    for (const id of handedBack)
+      await this.store.collection(runs).update(id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: 0 });
+  }
+
+  private async poll(): Promise<void> {
+    const col = this.store.collection(runs);
+    const now = Date.now();
+    // Abandoned runs first: they have waited longest. Running runs are few (workers x concurrency).
+    const running = await col.find({ status: 'running' }, { order: 'asc', limit: 100 });
+    for (const doc of running.items) {
+      if (this.free() === 0) return;
+      if (this.active.has(doc.id)) continue;
+      const mineBefore = !this.recovered && doc.leaseWorker === this.options.workerId && doc.leaseOwner !== this.owner;
+      if (mineBefore || (doc.leaseExpiresAt ?? 0) < now) await this.take(doc);
+    }
+    this.recovered = true;
+    while (this.free() > 0 && !this.stopped) {
+      const queued = await col.find({ status: 'queued' }, { order: 'asc', limit: this.free() });
+      if (queued.items.length === 0) return;
+      let claimed = 0;
+      for (const doc of queued.items) if (await this.take(doc)) claimed++;
+      if (claimed === 0) return; // others took them; the next poll looks again
+    }
+  }
+
+  private free(): number {
+    return this.options.concurrency - this.active.size;
+  }
+
+  /** Compare-and-set claim of a queued run or an abandoned running one; true when this worker now holds it. */
+  private async take(doc: RunDoc): Promise<boolean> {
+    const first = doc.startedAt === null;
+    const attempts = doc.attempts + 1;
+    const abandoned = doc.status === 'running';
+    const now = nowIso();
+    const where = abandoned
+      ? ({ status: 'running', leaseOwner: doc.leaseOwner, leaseExpiresAt: doc.leaseExpiresAt } as const)
+      : ({ status: 'queued', rev: doc.rev } as const);
+    const giveUp = abandoned && attempts > this.options.maxAttempts;
+    const patch: Partial<RunDoc> = giveUp
+      ? {
+          status: 'failed',
+          error: `worker_lost: the run was interrupted ${doc.attempts} times (its worker stopped or died, or a service it needs did not answer)`,
+          completedAt: now,
+          leaseOwner: null,
+          leaseWorker: null,
+          leaseExpiresAt: null,
+          rev: doc.rev + 1,
+        }
+      : {
+          status: 'running',
+          leaseOwner: this.owner,
+          leaseWorker: this.options.workerId,
+          leaseExpiresAt: Date.now() + this.options.leaseMs,
+          attempts,
+          startedAt: doc.startedAt ?? now,
+          rev: doc.rev + 1,
+        };
+    const claimed = await this.store.transaction(async (tx) => {
+      const updated = await tx.collection(runs).update(doc.id, where, patch);
+      if (updated && giveUp) await emitRunEvent(tx, 'agent.failed', updated);
+      else if (updated && first) await emitRunEvent(tx, 'agent.started', updated);
+      return updated;
+    });
+    if (!claimed) return false;
+    if (giveUp || first) this.relay.notify();
+    if (giveUp) {
+      this.logger.warn({ runId: doc.id, attempts: doc.attempts }, 'run failed: interrupted too many times');
+      return false;
+    }
+    if (abandoned) this.logger.info({ runId: doc.id, from: doc.leaseOwner, attempt: attempts }, 'taking over an abandoned run');
+    this.drive(claimed);
+    return true;
+  }
+
+  private drive(doc: RunDoc): void {
+    const controller = new AbortController();
+    const lease: Lease = {
+      run: doc,
+      signal: controller.signal,
+      save: (patch, events) => this.save(lease, patch, events),
+      handBack: async (delayMs) => {
+        await this.store
+          .collection(runs)
+          .update(doc.id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: Date.now() + delayMs });
+      },
+    };
+    // Renewal doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here.
+    const heartbeat = setInterval(
+      () => {
+        this.store
+          .collection(runs)
+          .update(doc.id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: Date.now() + this.options.leaseMs })
+          .then(
+            (renewed) => {
+              if (!renewed) controller.abort(new LostLease());
+            },
+            (err: unknown) => this.logger.warn({ err, runId: doc.id }, 'lease renewal failed'),
+          );
+      },
+      Math.max(100, Math.floor(this.options.leaseMs / 3)),
+    );
+    heartbeat.unref();
+    const done = driveRun(lease, this.deps)
+      .catch((err: unknown) => this.logger.error({ err, runId: doc.id }, 'run loop crashed'))
+      .finally(() => {
+        clearInterval(heartbeat);
+        this.active.delete(doc.id);
+        this.notify(); // a slot is free
+      });
+    this.active.set(doc.id, { controller, done });
+  }
+
+  private async save(lease: Lease, patch: Partial<RunDoc>, events?: (tx: StoreSession, run: RunDoc) => Promise<void>): Promise<RunDoc> {
+    const next = { ...patch, rev: lease.run.rev + 1 };
+    if (next.status === 'running' || next.status === undefined) next.leaseExpiresAt = Date.now() + this.options.leaseMs;
+    const updated = await this.store.transaction(async (tx) => {
+      const doc = await tx.collection(runs).update(lease.run.id, { status: 'running', leaseOwner: this.owner }, next);
+      if (doc && events) await events(tx, doc);
+      return doc;
+    });
+    if (!updated) throw new LostLease();
+    if (events) this.relay.notify();
+    lease.run = updated;
+    return updated;
+  }
+}
