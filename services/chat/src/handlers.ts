@@ -17,6 +17,13 @@ function authed(ctx: CallContext): AuthedContext {
   return ctx as AuthedContext;
 }
 
+/** Awaits all; throws the first failure in the given order (not the first to happen), so refusals are stable. */
+async function inOrder<T extends readonly unknown[]>(promises: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const settled = await Promise.allSettled(promises);
+  for (const r of settled) if (r.status === 'rejected') throw r.reason;
+  return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
+}
+
 function checkLength(field: string, value: string, max: number, min = 0): void {
   if (value.length < min || value.length > max) throw errors.validation([{ field, message: `must be ${min} to ${max} characters` }]);
 }
@@ -40,14 +47,14 @@ export function chatHandlers(deps: ChatDeps) {
     return s;
   }
 
-  /** The session's recent transcript for the model: finished turns only, oldest first, after the agent's prompt. */
-  async function history(session: SessionDoc, systemPrompt: string): Promise<LlmMessage[]> {
+  /** The session's recent transcript for the model: finished turns only, oldest first. */
+  async function history(session: SessionDoc): Promise<LlmMessage[]> {
     const page = await messagesCol.find({ sessionId: session.id }, { order: 'desc', limit: HISTORY_LIMIT });
     const turns = page.items
       .reverse()
       .filter((m) => m.role === 'user' || (m.status === 'completed' && m.content !== ''))
       .map((m): LlmMessage => ({ role: m.role, content: m.content }));
-    return systemPrompt ? [{ role: 'system', content: systemPrompt }, ...turns] : turns;
+    return turns;
   }
 
   return {
@@ -92,17 +99,20 @@ export function chatHandlers(deps: ChatDeps) {
     async postMessage(req: chatV1.PostMessageRequest, ctx: CallContext): Promise<chatV1.PostMessageResponse> {
       const authedCtx = authed(ctx);
       const { auth, token } = authedCtx;
-      const session = await sessionOf(req.sessionId, auth.tid);
       if (req.content.trim() === '') throw errors.validation([{ field: 'content', message: 'must not be empty' }]);
       checkLength('content', req.content, LIMITS.content, 1);
       checkLength('projectId', req.projectId, LIMITS.id);
-      if (req.projectId && req.projectId !== session.projectId) await peers.checkProject(req.projectId, token);
-      // Everything that can refuse the message runs before anything is stored.
-      const llm = await peers.llm(token);
-      let systemPrompt = '';
-      if (session.agentId) {
-        const agent = await peers.agent(session.agentId, token);
-        systemPrompt = agent.systemPrompt;
+      // Everything that can refuse the message runs before anything is stored: the lookups at once (they are on the
+      // path to the first token), their refusals reported in a fixed order (session, project, LLM, agent).
+      const sessionP = sessionOf(req.sessionId, auth.tid);
+      const llmP = peers.llm(token, auth.tid);
+      const projectP = sessionP.then((s) =>
+        req.projectId && req.projectId !== s.projectId ? peers.checkProject(req.projectId, token) : undefined,
+      );
+      const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
+      const turnsP = sessionP.then((s) => history(s));
+      const [session, , llm, agent, turns] = await inOrder([sessionP, projectP, llmP, agentP, turnsP] as const);
+      if (agent) {
         if (agent.model) llm.settings.model = agent.model;
         if (agent.temperature !== undefined) llm.settings.temperature = agent.temperature;
       }
@@ -140,13 +150,13 @@ export function chatHandlers(deps: ChatDeps) {
         leaseUntil: replies.leaseUntil(),
         completedAt: null,
       };
-      const turns = await history(session, systemPrompt);
       await store.transaction(async (tx) => {
         const col = tx.collection(messages);
         await col.insert(user);
         await col.insert(reply);
       });
-      replies.start({ tenantId: auth.tid, message: reply, history: [...turns, { role: 'user', content: user.content }], llm });
+      const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
+      replies.start({ tenantId: auth.tid, message: reply, history: [...system, ...turns, { role: 'user', content: user.content }], llm });
       return { message: toMessage(user), responseMessageId: reply.id };
     },
 

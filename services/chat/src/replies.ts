@@ -44,6 +44,10 @@ export function errorCodeFor(err: unknown): { code: string; message: string } {
 export class Replies {
   private readonly live = new Map<string, LiveReply>();
   private readonly running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  /** Replies streaming in this process, written to the store together every flushMs. */
+  private readonly progress = new Map<string, Progress>();
+  private flushing: Promise<void> = Promise.resolve();
+  private flusher: NodeJS.Timeout | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private stopping = false;
 
@@ -64,8 +68,10 @@ export class Replies {
     return Date.now() + this.timings.leaseMs;
   }
 
-  /** Fails replies left unfinished by a dead process, now and then every half lease. */
+  /** Starts writing progress, and fails replies left unfinished by a dead process, now and then every half lease. */
   async startSweeping(): Promise<void> {
+    this.flusher = setInterval(() => void this.flush(), this.timings.flushMs);
+    this.flusher.unref();
     await this.sweep();
     this.sweeper = setInterval(
       () => {
@@ -130,6 +136,48 @@ export class Replies {
     clearTimeout(timer);
     for (const r of this.running.values()) r.abort.abort();
     await all();
+    clearInterval(this.flusher);
+  }
+
+  /**
+   * Writes the text of every streaming reply that grew (and renews leases running short) in one transaction: one
+   * commit per tick for all replies instead of one per reply. Runs one at a time.
+   */
+  flush(): Promise<void> {
+    this.flushing = this.flushing
+      .then(async () => {
+        const now = Date.now();
+        const due = [...this.progress.values()].filter(
+          (p) => !p.lost && (p.live.length > p.storedLength || p.leaseUntil - now < this.timings.leaseMs / 2),
+        );
+        if (due.length === 0) return;
+        const leaseUntil = this.leaseUntil();
+        const written = await this.store.transaction(async (tx) => {
+          const col = tx.collection(messages);
+          const out: Array<{ p: Progress; length: number; ok: boolean }> = [];
+          for (const p of due) {
+            const content = p.live.text();
+            const doc = await col.update(
+              p.message.id,
+              { tenantId: p.tenantId, status: p.stored },
+              { content, status: 'streaming', leaseUntil },
+            );
+            out.push({ p, length: content.length, ok: doc !== null });
+          }
+          return out;
+        });
+        for (const { p, length, ok } of written) {
+          if (!ok) {
+            p.lost = true; // another process failed it (our lease ran out): stop writing
+            continue;
+          }
+          p.stored = 'streaming';
+          p.storedLength = length;
+          p.leaseUntil = leaseUntil;
+        }
+      })
+      .catch((err: unknown) => this.logger.warn({ err }, 'could not store reply progress; will retry'));
+    return this.flushing;
   }
 
   get size(): number {
@@ -139,35 +187,16 @@ export class Replies {
   private async generate(job: ReplyJob, live: LiveReply, signal: AbortSignal): Promise<void> {
     const col = this.store.collection(messages);
     const { message, tenantId } = job;
-    let stored: MessageStatus = 'pending';
-    let storedLength = 0;
-    let leaseUntil = message.leaseUntil ?? 0;
-    let lost = false;
-    // Store writes of one reply run one after another; the final write waits for the last flush.
-    let writes: Promise<void> = Promise.resolve();
-
-    const flush = () => {
-      writes = writes.then(async () => {
-        if (lost) return;
-        const grow = live.length > storedLength;
-        const renew = leaseUntil - Date.now() < this.timings.leaseMs / 2;
-        if (!grow && !renew) return;
-        const next = { content: live.text(), status: 'streaming' as const, leaseUntil: this.leaseUntil() };
-        const doc = await col.update(message.id, { tenantId, status: stored }, next);
-        if (!doc) {
-          lost = true; // another process failed it (our lease ran out): stop writing
-          return;
-        }
-        stored = 'streaming';
-        storedLength = next.content.length;
-        leaseUntil = next.leaseUntil;
-      });
-      writes = writes.catch((err: unknown) =>
-        this.logger.warn({ err, messageId: message.id }, 'could not store reply progress; will retry'),
-      );
-      return writes;
+    const progress: Progress = {
+      message,
+      tenantId,
+      live,
+      stored: 'pending',
+      storedLength: 0,
+      leaseUntil: message.leaseUntil ?? 0,
+      lost: false,
     };
-    const timer = setInterval(() => void flush(), this.timings.flushMs);
+    this.progress.set(message.id, progress);
 
     let usage: { inputTokens: number; outputTokens: number } | undefined;
     let outcome: { status: 'completed' } | { status: 'failed'; code: string; message: string };
@@ -186,9 +215,11 @@ export class Replies {
       else this.logger.warn({ code: e.code, reason: e.message, messageId: message.id }, 'reply failed');
       outcome = { status: 'failed', ...e };
     } finally {
-      clearInterval(timer);
+      this.progress.delete(message.id);
     }
-    await writes;
+    // A flush in flight may still write this reply: the final write comes after it.
+    await this.flushing;
+    const stored = progress.stored;
 
     const final: Partial<MessageDoc> = {
       content: live.text(),
@@ -230,3 +261,14 @@ export class Replies {
 }
 
 class RefusedError extends Error {}
+
+/** What the store holds of a reply streaming in this process. */
+interface Progress {
+  message: MessageDoc;
+  tenantId: string;
+  live: LiveReply;
+  stored: MessageStatus;
+  storedLength: number;
+  leaseUntil: number;
+  lost: boolean;
+}

@@ -14,6 +14,7 @@ const chatConfig = {
   leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
   pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
+  llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
 } as const;
 
 export interface ChatOptions {
@@ -29,7 +30,11 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
   const { verifier, identity } = identityVerifier(config);
   const peers =
     options.peers ??
-    grpcPeers({ identity: config.identityAddr, projects: config.projectsAddr, agents: config.agentsAddr }, config.grpcDeadlineMs, identity);
+    grpcPeers(
+      { identity: config.identityAddr, projects: config.projectsAddr, agents: config.agentsAddr },
+      { deadlineMs: config.grpcDeadlineMs, llmCacheMs: config.llmCacheMs },
+      identity,
+    );
   // Provider calls go to an address a tenant chose: through the egress guard. Streams keep their own idle timeout.
   const fetch = throughEgress(egressFetch(egressPolicyFrom(config)));
   const replies = new Replies(rt.store, rt.relay, rt.logger, fetch, {
