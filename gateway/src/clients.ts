@@ -1,5 +1,5 @@
 import { createClient, type ServiceClient } from '@svc/kit';
-import { agentsV1, identityV1, projectsV1, webhooksV1 } from '@svc/proto';
+import { agentsV1, chatV1, identityV1, projectsV1, webhooksV1 } from '@svc/proto';
 
 /**
  * The backing services: gRPC definition and default port. The gateway makes one client per entry, finds each at
@@ -9,6 +9,7 @@ export const SERVICES = {
   identity: { definition: identityV1.IdentityServiceService, port: 50051 },
   projects: { definition: projectsV1.ProjectsServiceService, port: 50052 },
   agents: { definition: agentsV1.AgentsServiceService, port: 50053 },
+  chat: { definition: chatV1.ChatServiceService, port: 50054 },
   webhooks: { definition: webhooksV1.WebhooksServiceService, port: 50057 },
 } as const;
 

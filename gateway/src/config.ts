@@ -13,6 +13,8 @@ export const gatewaySpec = {
   revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '250', min: 50, max: 1000 }),
   instanceId: field('INSTANCE_ID', 'string'),
   region: field('REGION', 'string', { default: 'us-east' }),
+  /** Comment line sent on idle server-sent event streams (chat replies) so proxies keep them open. */
+  sseKeepAliveMs: field('SSE_KEEPALIVE_MS', 'int', { default: '15000', min: 10, max: 300_000 }),
 } as const;
 
 export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };

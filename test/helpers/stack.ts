@@ -5,6 +5,7 @@ import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';
 import { startAgents } from '@svc/agents';
 import { startWebhooks } from '@svc/webhooks';
+import { startChat } from '@svc/chat';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -43,6 +44,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     PROJECTS_PORT: '0',
     AGENTS_PORT: '0',
     WEBHOOKS_PORT: '0',
+    CHAT_PORT: '0',
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.
@@ -51,6 +53,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const services: Record<string, RunningService> = { identity, projects: await startProjects(env), webhooks: await startWebhooks(env) };
   env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
   services.agents = await startAgents(env);
+  env.AGENTS_ADDR = `127.0.0.1:${services.agents.port}`;
+  services.chat = await startChat(env);
   const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };
   for (const [name, svc] of Object.entries(services)) gwEnv[`${name.toUpperCase()}_ADDR`] = `127.0.0.1:${svc.port}`;
   const gateways: RunningGateway[] = [];

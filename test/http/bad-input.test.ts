@@ -63,6 +63,7 @@ beforeAll(async () => {
     )
   ).body.data.id;
   ids.deliveryId = 'dlv_none';
+  ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, { token: owner.accessToken })).body.data.id;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });
 
@@ -97,6 +98,8 @@ async function snapshot() {
     llm: await get('/api/v1/tenant/settings/llm'),
     agents: await get('/api/v1/agents?limit=100'),
     webhooks: await get('/api/v1/webhooks?limit=100'),
+    chatSessions: await get('/api/v1/chat/sessions?limit=100'),
+    chatMessages: await get(`/api/v1/chat/sessions/${ids['chat:id']}/messages?limit=100`),
   };
 }
 

@@ -32,6 +32,7 @@ beforeAll(async () => {
   ).body.data.id;
   theirIds['/api/v1/webhooks'] = hook;
   theirIds.deliveryId = (await api.post(`/api/v1/webhooks/${hook}/test`, undefined, t)).body.data.id;
+  theirIds['/api/v1/chat/sessions'] = (await api.post('/api/v1/chat/sessions', { title: 'theirs' }, t)).body.data.id;
   theirIds.run_id = 'run_none'; // a run needs a model; their agent id is what must answer 404
 });
 afterAll(() => stack.stop());
@@ -44,6 +45,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /api/v1/agents/{id}/execute': { goal: 'take over', projectId: 'prj_none' },
   'POST /api/v1/agents/{id}/runs/{run_id}/reject': {},
   'PATCH /api/v1/webhooks/{id}': { url: 'http://127.0.0.1:9/hijacked' },
+  'POST /api/v1/chat/sessions/{id}/messages': { content: 'take over' },
 };
 
 it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for another tenant’s ids', async () => {
@@ -87,6 +89,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/agents/{id}/runs/{run_id}',
       'POST /api/v1/webhooks/{id}/test',
       'POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
+      'GET /api/v1/chat/sessions/{id}/stream',
+      'POST /api/v1/chat/sessions/{id}/messages',
     ]),
   );
   // Nothing of theirs changed.
@@ -100,10 +104,19 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect(hook.url).toBe('http://127.0.0.1:9/theirs');
   const deliveries = (await api.get(`/api/v1/webhooks/${hook.id}/deliveries`, t)).body.data;
   expect(deliveries).toHaveLength(1); // only their own test event: no test event or re-send from us
+  const chat = `/api/v1/chat/sessions/${theirIds['/api/v1/chat/sessions']}`;
+  expect((await api.get(`${chat}/messages`, t)).body.data).toEqual([]);
 });
 
 it('lists never show another tenant’s items', async () => {
-  for (const path of ['/api/v1/projects', '/api/v1/api-keys', '/api/v1/tenant/team/members', '/api/v1/agents', '/api/v1/webhooks']) {
+  for (const path of [
+    '/api/v1/projects',
+    '/api/v1/api-keys',
+    '/api/v1/tenant/team/members',
+    '/api/v1/agents',
+    '/api/v1/webhooks',
+    '/api/v1/chat/sessions',
+  ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);
     expect(text).not.toContain(theirs.userId);

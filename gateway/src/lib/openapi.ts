@@ -23,6 +23,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
     const successBody = r.list
       ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
       : Type.Object({ data, meta: Meta });
+    const successContent = r.produces ? { [r.produces]: { schema: Type.String() } } : { 'application/json': { schema: successBody } };
     const policy = POLICIES[r.access];
     (paths[path] ??= {})[r.method.toLowerCase()] = {
       summary: r.summary,
@@ -32,7 +33,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
       ...(r.body ? { requestBody: { required: !r.optionalBody, content: { 'application/json': { schema: r.body } } } } : {}),
       'x-access': r.access,
       responses: {
-        [String(r.status ?? 200)]: { description: 'Success', content: { 'application/json': { schema: successBody } } },
+        [String(r.status ?? 200)]: { description: 'Success', content: successContent },
         default: { description: 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } },
       },
     };

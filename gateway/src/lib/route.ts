@@ -41,6 +41,8 @@ export interface RouteSpec {
   status?: number;
   /** `data` is an array with `meta.pagination`. */
   list?: boolean;
+  /** Media type of a success answer that is not the JSON envelope (the handler writes it itself). */
+  produces?: 'text/event-stream';
   /** Default: rate limited when authenticated, except the auth, CLI-login and OAuth routes. */
   rateLimited?: boolean;
   handler: (args: HandlerArgs) => Promise<unknown>;

@@ -3,6 +3,7 @@ import type { GatewayDeps } from '../app';
 import { agentRoutes } from './agents';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
+import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
@@ -18,4 +19,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   projectRoutes(app, deps);
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
+  chatRoutes(app, deps);
 }

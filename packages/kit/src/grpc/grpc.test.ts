@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { identityV1 } from '@svc/proto';
+import { chatV1, identityV1 } from '@svc/proto';
 import { AppError } from '../errors';
 import { JwtVerifier } from '../jwt';
 import { createLogger } from '../logger';
@@ -13,6 +13,7 @@ import type { CallContext } from './types';
 const def = identityV1.IdentityServiceService;
 let server: GrpcServer;
 let client: ReturnType<typeof createClient<typeof def>>;
+let streams: ReturnType<typeof createClient<typeof chatV1.ChatServiceService>>;
 let token: string;
 let seen: CallContext | null = null;
 
@@ -46,12 +47,20 @@ beforeAll(async () => {
     getJwks: async () => ({ jwksJson: '{}' }),
   });
   server.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
+  const chatImpl = Object.fromEntries(Object.keys(chatV1.ChatServiceService).map((k) => [k, fail])) as never as Record<string, unknown>;
+  chatImpl.streamReply = async (req: { sessionId: string }, _ctx: CallContext, send: (m: object) => Promise<void>) => {
+    await send({ id: '1', type: 'open', messageId: 'm' });
+    if (req.sessionId === 'missing') throw new AppError('RESOURCE_NOT_FOUND', 'chat_session not found', { resource: 'chat_session', id: 'missing' });
+  };
+  server.add(registration({ definition: chatV1.ChatServiceService, implementation: chatImpl as never }));
   const port = await server.start();
   client = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
+  streams = createClient(chatV1.ChatServiceService, `127.0.0.1:${port}`, { deadlineMs: 2000 });
 });
 
 afterAll(async () => {
   client.close();
+  streams.close();
   await server.stop();
 });
 
@@ -100,4 +109,17 @@ it('answers the gRPC health service, and a stopped server is unavailable', async
   expect(await checkHealth(other.grpcClient, '', 300)).toBe(false);
   await expect(other.getJwks({})).rejects.toMatchObject({ code: expect.stringMatching(/SERVICE_UNAVAILABLE|GATEWAY_TIMEOUT/) });
   other.close();
+});
+
+it('streams messages, and an AppError thrown mid-stream reaches the client with its details', async () => {
+  const ok: unknown[] = [];
+  for await (const m of streams.streamReply({ sessionId: 's', afterEventId: '' }, { token })) ok.push(m);
+  expect(ok).toMatchObject([{ type: 'open', messageId: 'm' }]);
+  const seen: unknown[] = [];
+  const err = await (async () => {
+    for await (const m of streams.streamReply({ sessionId: 'missing', afterEventId: '' }, { token })) seen.push(m);
+  })().catch((e: unknown) => e);
+  expect(seen).toHaveLength(1);
+  expect(err).toBeInstanceOf(AppError);
+  expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND', details: { resource: 'chat_session', id: 'missing' } });
 });

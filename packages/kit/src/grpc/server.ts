@@ -127,7 +127,9 @@ export class GrpcServer {
         .then(
           () => call.end(),
           (err) => {
-            if (!abort.signal.aborted) call.destroy(this.toServiceError(path, err) as Error);
+            // Not destroy(): a destroyed stream never sends its status, and the client would wait forever. grpc-js
+            // turns an 'error' event into the trailing status.
+            if (!abort.signal.aborted) call.emit('error', this.toServiceError(path, err));
           },
         );
     };

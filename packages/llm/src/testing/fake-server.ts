@@ -143,6 +143,13 @@ export function splitText(text: string, n?: number): string[] {
   return pieces;
 }
 
+/** Written in a reply's text, replaced by the wall clock (epoch ms, 3 decimals) as the event is written: benches use it. */
+export const NOW_MARK = '{{now}}';
+
+function stampNow(event: string): string {
+  return event.includes(NOW_MARK) ? event.replaceAll(NOW_MARK, (performance.timeOrigin + performance.now()).toFixed(3)) : event;
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -188,7 +195,7 @@ export async function writeEvents(
   const limit = options.cutAfter === undefined ? events.length : Math.min(options.cutAfter, events.length);
   for (let i = 0; i < limit; i++) {
     if (options.delayMs) await sleep(options.delayMs);
-    if (!(await writeFlushed(res, events[i]))) return;
+    if (!(await writeFlushed(res, stampNow(events[i])))) return;
   }
   if (options.cutAfter === undefined) {
     res.end();

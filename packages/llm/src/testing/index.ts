@@ -9,6 +9,7 @@ export {
   echoReply,
   echoText,
   estimateTokens,
+  NOW_MARK,
   splitText,
   type FakeBehaviour,
   type FakeConversation,

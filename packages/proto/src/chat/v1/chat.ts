@@ -44,6 +44,16 @@ export interface Message {
   status: string;
   createdAt: string;
   completedAt: string;
+  /** Why a reply failed (failed assistant messages): LLM_UNAVAILABLE, LLM_AUTH, REPLY_INTERRUPTED... */
+  errorCode: string;
+  errorMessage: string;
+  /** Tokens the reply cost, when the provider reported them. */
+  usage?: Usage | undefined;
+}
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
 }
 
 export interface CreateSessionRequest {
@@ -104,9 +114,12 @@ export interface StreamReplyRequest {
 
 /** One event of a reply stream. */
 export interface StreamReplyResponse {
-  /** Monotonic within a reply: "<messageId>:<sequence>". */
+  /**
+   * Monotonic within a reply: "<messageId>:<offset>" where offset is the reply's length (UTF-16 code units) after
+   * this event; final events end in ":end". Resuming after an id sends exactly the text past its offset.
+   */
   id: string;
-  /** message.delta, message.completed, error */
+  /** open (first, once the request is accepted; not relayed to clients), message.delta, message.completed, error */
   type: string;
   messageId: string;
   delta: string;
@@ -261,7 +274,19 @@ export const Session: MessageFns<Session> = {
 };
 
 function createBaseMessage(): Message {
-  return { id: "", sessionId: "", role: "", content: "", projectId: "", status: "", createdAt: "", completedAt: "" };
+  return {
+    id: "",
+    sessionId: "",
+    role: "",
+    content: "",
+    projectId: "",
+    status: "",
+    createdAt: "",
+    completedAt: "",
+    errorCode: "",
+    errorMessage: "",
+    usage: undefined,
+  };
 }
 
 export const Message: MessageFns<Message> = {
@@ -289,6 +314,15 @@ export const Message: MessageFns<Message> = {
     }
     if (message.completedAt !== "") {
       writer.uint32(66).string(message.completedAt);
+    }
+    if (message.errorCode !== "") {
+      writer.uint32(74).string(message.errorCode);
+    }
+    if (message.errorMessage !== "") {
+      writer.uint32(82).string(message.errorMessage);
+    }
+    if (message.usage !== undefined) {
+      Usage.encode(message.usage, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -370,6 +404,30 @@ export const Message: MessageFns<Message> = {
             message.completedAt = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.errorCode = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.errorMessage = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.usage = Usage.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -408,6 +466,17 @@ export const Message: MessageFns<Message> = {
         : isSet(object.completed_at)
         ? globalThis.String(object.completed_at)
         : "",
+      errorCode: isSet(object.errorCode)
+        ? globalThis.String(object.errorCode)
+        : isSet(object.error_code)
+        ? globalThis.String(object.error_code)
+        : "",
+      errorMessage: isSet(object.errorMessage)
+        ? globalThis.String(object.errorMessage)
+        : isSet(object.error_message)
+        ? globalThis.String(object.error_message)
+        : "",
+      usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
     };
   },
 
@@ -437,6 +506,15 @@ export const Message: MessageFns<Message> = {
     if (message.completedAt !== "") {
       obj.completedAt = message.completedAt;
     }
+    if (message.errorCode !== "") {
+      obj.errorCode = message.errorCode;
+    }
+    if (message.errorMessage !== "") {
+      obj.errorMessage = message.errorMessage;
+    }
+    if (message.usage !== undefined) {
+      obj.usage = Usage.toJSON(message.usage);
+    }
     return obj;
   },
 
@@ -453,6 +531,102 @@ export const Message: MessageFns<Message> = {
     message.status = object.status ?? "";
     message.createdAt = object.createdAt ?? "";
     message.completedAt = object.completedAt ?? "";
+    message.errorCode = object.errorCode ?? "";
+    message.errorMessage = object.errorMessage ?? "";
+    message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    return message;
+  },
+};
+
+function createBaseUsage(): Usage {
+  return { inputTokens: 0, outputTokens: 0 };
+}
+
+export const Usage: MessageFns<Usage> = {
+  encode(message: Usage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inputTokens !== 0) {
+      writer.uint32(8).int32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(16).int32(message.outputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Usage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.inputTokens = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.outputTokens = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Usage {
+    return {
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: Usage): unknown {
+    const obj: any = {};
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Usage>): Usage {
+    return Usage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Usage>): Usage {
+    const message = createBaseUsage();
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
     return message;
   },
 };

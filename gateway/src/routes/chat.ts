@@ -1,0 +1,233 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import type { ServerResponse } from 'node:http';
+import { AppError, errors, isAppError } from '@svc/kit';
+import type { chatV1 } from '@svc/proto';
+import type { GatewayDeps } from '../app';
+import { pageOf, route } from '../lib/route';
+import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
+
+const Session = Obj({
+  id: Type.String(),
+  projectId: Nullable(Type.String()),
+  agentId: Nullable(Type.String()),
+  title: Nullable(Type.String()),
+  createdAt: Timestamp,
+});
+
+const Message = Obj({
+  id: Type.String(),
+  sessionId: Type.String(),
+  role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
+  content: Type.String(),
+  projectId: Nullable(Type.String()),
+  status: Type.Union(['pending', 'streaming', 'completed', 'failed'].map((s) => Type.Literal(s))),
+  error: Nullable(Obj({ code: Type.String(), message: Type.String() })),
+  usage: Nullable(Obj({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })),
+  createdAt: Timestamp,
+  completedAt: Nullable(Timestamp),
+});
+
+const Id = Str(1, 100);
+/** A stream may stay open this long (a long reply, or a reader waiting on one). */
+const STREAM_DEADLINE_MS = 60 * 60 * 1000;
+
+export function sessionView(s: chatV1.Session) {
+  return { id: s.id, projectId: s.projectId || null, agentId: s.agentId || null, title: s.title || null, createdAt: s.createdAt };
+}
+
+export function messageView(m: chatV1.Message) {
+  return {
+    id: m.id,
+    sessionId: m.sessionId,
+    role: m.role as 'user' | 'assistant',
+    content: m.content,
+    projectId: m.projectId || null,
+    status: m.status,
+    error: m.errorCode ? { code: m.errorCode, message: m.errorMessage } : null,
+    usage: m.usage ? { inputTokens: m.usage.inputTokens, outputTokens: m.usage.outputTokens } : null,
+    createdAt: m.createdAt,
+    completedAt: m.completedAt || null,
+  };
+}
+
+/** One SSE event. JSON never contains a raw newline, so `data` is always one line. */
+export function sseEvent(id: string, type: string, data: unknown): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+function sseOf(e: chatV1.StreamReplyResponse): string {
+  switch (e.type) {
+    case 'message.delta':
+      return sseEvent(e.id, e.type, { messageId: e.messageId, delta: e.delta });
+    case 'message.completed':
+      return sseEvent(e.id, e.type, { message: messageView(e.message!) });
+    default:
+      return sseEvent(e.id, 'error', { code: e.errorCode, message: e.errorMessage });
+  }
+}
+
+/** Resolves when the socket can take more, or is gone. */
+function writable(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  const { chat } = deps.clients;
+  const keepAliveMs = deps.config.sseKeepAliveMs;
+  /** Open streams, ended when the gateway closes (an open SSE response would hold the server open). */
+  const open = new Set<{ res: ServerResponse; cancel: () => void }>();
+  app.addHook('preClose', (done) => {
+    for (const s of open) {
+      s.cancel();
+      s.res.end();
+    }
+    done();
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/chat/sessions',
+    access: 'agents:write',
+    tag: 'chat',
+    summary: 'Create a chat session, optionally about a project and with an agent (its system prompt leads the conversation)',
+    status: 201,
+    body: Obj({ projectId: Type.Optional(Id), agentId: Type.Optional(Id), title: Type.Optional(Type.String({ maxLength: 200 })) }),
+    response: Session,
+    handler: async ({ body, call }) =>
+      sessionView(
+        (await chat.createSession({ projectId: body.projectId ?? '', agentId: body.agentId ?? '', title: body.title ?? '' }, call))
+          .session!,
+      ),
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/chat/sessions',
+    access: 'agents:read',
+    tag: 'chat',
+    summary: 'Chat sessions, newest first',
+    query: PageQuery,
+    list: true,
+    response: Session,
+    handler: async ({ query, call }) => {
+      const res = await chat.listSessions({ limit: query.limit, cursor: query.cursor ?? '' }, call);
+      return pageOf(res.sessions.map(sessionView), query.limit, res.nextCursor);
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/chat/sessions/:id',
+    access: 'agents:read',
+    tag: 'chat',
+    summary: 'One chat session',
+    params: IdParams,
+    response: Session,
+    handler: async ({ params, call }) => sessionView((await chat.getSession({ id: params.id }, call)).session!),
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/chat/sessions/:id/messages',
+    access: 'agents:read',
+    tag: 'chat',
+    summary: 'The messages of a session, oldest first (a transcript); assistant replies carry status, error and token usage',
+    params: IdParams,
+    query: PageQuery,
+    list: true,
+    response: Message,
+    handler: async ({ params, query, call }) => {
+      const res = await chat.listMessages({ sessionId: params.id, limit: query.limit, cursor: query.cursor ?? '' }, call);
+      return pageOf(res.messages.map(messageView), query.limit, res.nextCursor);
+    },
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/chat/sessions/:id/messages',
+    access: 'agents:write',
+    tag: 'chat',
+    summary: 'Send a message; the reply is generated in the background (read it with the stream or the message list)',
+    status: 202,
+    params: IdParams,
+    body: Obj({ content: Str(1, 32_000), projectId: Type.Optional(Id) }),
+    response: Obj({ message: Message, responseMessageId: Type.String() }),
+    handler: async ({ params, body, call }) => {
+      const res = await chat.postMessage({ sessionId: params.id, content: body.content, projectId: body.projectId ?? '' }, call);
+      return { message: messageView(res.message!), responseMessageId: res.responseMessageId };
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/chat/sessions/:id/stream',
+    access: 'agents:read',
+    tag: 'chat',
+    summary:
+      'The reply to the latest message as server-sent events: message.delta {messageId, delta}..., then message.completed {message} or error {code, message}. Last-Event-ID (or ?lastEventId=) resumes; a finished reply is replayed.',
+    params: IdParams,
+    query: Obj({ lastEventId: Type.Optional(Str(1, 200)) }),
+    produces: 'text/event-stream',
+    handler: async ({ params, query, call, request, reply }) => {
+      const header = request.headers['last-event-id'];
+      const lastEventId = typeof header === 'string' && header !== '' ? header : (query.lastEventId ?? '');
+      if (lastEventId.length > 200) throw errors.validation([{ field: 'Last-Event-ID', message: 'must be at most 200 characters' }]);
+      const stream = chat.streamReply({ sessionId: params.id, afterEventId: lastEventId }, { ...call, deadlineMs: STREAM_DEADLINE_MS });
+      const events = stream[Symbol.asyncIterator]();
+      // The service answers `open` once the request is accepted: until then, refusals are ordinary JSON errors.
+      let first: IteratorResult<chatV1.StreamReplyResponse>;
+      try {
+        first = await events.next();
+      } catch (err) {
+        stream.cancel();
+        throw err;
+      }
+      if (first.done || first.value.type !== 'open') throw errors.unavailable('The chat service ended the stream early');
+      let lastId = `${first.value.messageId}:0`;
+
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(200, {
+        ...(reply.getHeaders() as Record<string, string>),
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+        connection: 'keep-alive',
+      });
+      res.flushHeaders();
+      const entry = { res, cancel: () => stream.cancel() };
+      open.add(entry);
+      // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
+      res.on('close', () => stream.cancel());
+      const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+      try {
+        for (;;) {
+          const next = await events.next();
+          if (next.done || res.destroyed) break;
+          lastId = next.value.id;
+          // Backpressure: stop pulling from gRPC until the client has taken what was written.
+          if (!res.write(sseOf(next.value))) await writable(res);
+        }
+      } catch (err) {
+        if (!res.destroyed) {
+          const e = isAppError(err) ? err : new AppError('INTERNAL_ERROR', 'Internal server error');
+          if (!isAppError(err)) request.log.error({ err, reqId: request.id }, 'chat stream failed');
+          res.write(sseEvent(lastId, 'error', { code: e.code, message: e.httpStatus === 500 ? 'Internal server error' : e.message }));
+        }
+      } finally {
+        clearInterval(keepAlive);
+        open.delete(entry);
+        res.end();
+      }
+    },
+  });
+}

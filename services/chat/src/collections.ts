@@ -1,0 +1,53 @@
+import type { CollectionDef } from '@svc/kit';
+
+export interface SessionDoc {
+  id: string;
+  tenantId: string;
+  /** '' when the session names none. */
+  projectId: string;
+  agentId: string;
+  title: string;
+  createdAt: string;
+}
+
+export type MessageStatus = 'pending' | 'streaming' | 'completed' | 'failed';
+
+export interface MessageDoc {
+  id: string;
+  tenantId: string;
+  sessionId: string;
+  role: 'user' | 'assistant';
+  content: string;
+  projectId: string;
+  status: MessageStatus;
+  /** Orders a session's messages: increasing per process even within one millisecond (see nextSeq). */
+  seq: number;
+  errorCode: string | null;
+  errorMessage: string | null;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  /** A reply being generated holds a lease; one whose lease ran out lost its generator (crash) and is failed. */
+  leaseUntil: number | null;
+  createdAt: string;
+  completedAt: string | null;
+}
+
+/** Listed per tenant, newest first. */
+export const sessions: CollectionDef<SessionDoc> = { name: 'chat_sessions', indexes: [{ fields: ['tenantId'] }] };
+
+/**
+ * A session's transcript pages by `seq` (oldest first); its latest reply is the newest assistant message;
+ * unfinished replies are found by status at start-up.
+ */
+export const messages: CollectionDef<MessageDoc> = {
+  name: 'chat_messages',
+  sortField: 'seq',
+  indexes: [{ fields: ['sessionId'] }, { fields: ['sessionId', 'role'] }, { fields: ['status'] }],
+};
+
+let lastSeq = 0;
+/** Microseconds since epoch, bumped past the previous value, so a user message sorts before its reply. */
+export function nextSeq(): number {
+  lastSeq = Math.max(Date.now() * 1000, lastSeq + 1);
+  return lastSeq;
+}

@@ -1,0 +1,173 @@
+import { type AuthedContext, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import type { LlmMessage } from '@svc/llm';
+import type { chatV1 } from '@svc/proto';
+import { messages, nextSeq, sessions, type MessageDoc, type SessionDoc } from './collections';
+import type { CreditCheck } from './credits';
+import type { Peers } from './peers';
+import type { Replies } from './replies';
+import { streamReply } from './stream';
+import { toMessage, toSession } from './views';
+
+export const LIMITS = { title: 200, content: 32_000, id: 100 } as const;
+/** The most recent messages of a session sent to the model with a new one. */
+export const HISTORY_LIMIT = 100;
+
+function authed(ctx: CallContext): AuthedContext {
+  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
+  return ctx as AuthedContext;
+}
+
+/** Awaits all; throws the first failure in the given order (not the first to happen), so refusals are stable. */
+async function inOrder<T extends readonly unknown[]>(promises: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const settled = await Promise.allSettled(promises);
+  for (const r of settled) if (r.status === 'rejected') throw r.reason;
+  return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
+}
+
+function checkLength(field: string, value: string, max: number, min = 0): void {
+  if (value.length < min || value.length > max) throw errors.validation([{ field, message: `must be ${min} to ${max} characters` }]);
+}
+
+export interface ChatDeps {
+  store: Store;
+  replies: Replies;
+  peers: Peers;
+  credits: CreditCheck;
+  pollMs: number;
+}
+
+export function chatHandlers(deps: ChatDeps) {
+  const { store, replies, peers, credits } = deps;
+  const sessionsCol = store.collection(sessions);
+  const messagesCol = store.collection(messages);
+
+  async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
+    const s = id ? await sessionsCol.get(id, { tenantId }) : null;
+    if (!s) throw errors.notFound('chat_session', id);
+    return s;
+  }
+
+  /** The session's recent transcript for the model: finished turns only, oldest first. */
+  async function history(session: SessionDoc): Promise<LlmMessage[]> {
+    const page = await messagesCol.find({ sessionId: session.id }, { order: 'desc', limit: HISTORY_LIMIT });
+    const turns = page.items
+      .reverse()
+      .filter((m) => m.role === 'user' || (m.status === 'completed' && m.content !== ''))
+      .map((m): LlmMessage => ({ role: m.role, content: m.content }));
+    return turns;
+  }
+
+  return {
+    async createSession(req: chatV1.CreateSessionRequest, ctx: CallContext): Promise<chatV1.CreateSessionResponse> {
+      const { auth, token } = authed(ctx);
+      checkLength('title', req.title, LIMITS.title);
+      checkLength('projectId', req.projectId, LIMITS.id);
+      checkLength('agentId', req.agentId, LIMITS.id);
+      if (req.projectId) await peers.checkProject(req.projectId, token);
+      if (req.agentId) await peers.agent(req.agentId, token);
+      const doc: SessionDoc = {
+        id: newId('chs'),
+        tenantId: auth.tid,
+        projectId: req.projectId,
+        agentId: req.agentId,
+        title: req.title.trim(),
+        createdAt: nowIso(),
+      };
+      await sessionsCol.insert(doc);
+      return { session: toSession(doc) };
+    },
+
+    async listSessions(req: chatV1.ListSessionsRequest, ctx: CallContext): Promise<chatV1.ListSessionsResponse> {
+      const { auth } = authed(ctx);
+      const page = await sessionsCol.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { sessions: page.items.map(toSession), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getSession(req: chatV1.GetSessionRequest, ctx: CallContext): Promise<chatV1.GetSessionResponse> {
+      const { auth } = authed(ctx);
+      return { session: toSession(await sessionOf(req.id, auth.tid)) };
+    },
+
+    /** Oldest first: a transcript reads top to bottom, and the next page continues the conversation. */
+    async listMessages(req: chatV1.ListMessagesRequest, ctx: CallContext): Promise<chatV1.ListMessagesResponse> {
+      const { auth } = authed(ctx);
+      const session = await sessionOf(req.sessionId, auth.tid);
+      const page = await messagesCol.find({ sessionId: session.id }, { order: 'asc', limit: req.limit || 20, cursor: req.cursor || null });
+      return { messages: page.items.map(toMessage), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async postMessage(req: chatV1.PostMessageRequest, ctx: CallContext): Promise<chatV1.PostMessageResponse> {
+      const authedCtx = authed(ctx);
+      const { auth, token } = authedCtx;
+      if (req.content.trim() === '') throw errors.validation([{ field: 'content', message: 'must not be empty' }]);
+      checkLength('content', req.content, LIMITS.content, 1);
+      checkLength('projectId', req.projectId, LIMITS.id);
+      // Everything that can refuse the message runs before anything is stored: the lookups at once (they are on the
+      // path to the first token), their refusals reported in a fixed order (session, project, LLM, agent).
+      const sessionP = sessionOf(req.sessionId, auth.tid);
+      const llmP = peers.llm(token, auth.tid);
+      const projectP = sessionP.then((s) =>
+        req.projectId && req.projectId !== s.projectId ? peers.checkProject(req.projectId, token) : undefined,
+      );
+      const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
+      const turnsP = sessionP.then((s) => history(s));
+      const [session, , llm, agent, turns] = await inOrder([sessionP, projectP, llmP, agentP, turnsP] as const);
+      if (agent) {
+        if (agent.model) llm.settings.model = agent.model;
+        if (agent.temperature !== undefined) llm.settings.temperature = agent.temperature;
+      }
+      await credits.assertSpendable(authedCtx, llm);
+
+      const now = nowIso();
+      const projectId = req.projectId || session.projectId;
+      const base = {
+        tenantId: auth.tid,
+        sessionId: session.id,
+        projectId,
+        errorCode: null,
+        errorMessage: null,
+        inputTokens: null,
+        outputTokens: null,
+        createdAt: now,
+      };
+      const user: MessageDoc = {
+        ...base,
+        id: newId('msg'),
+        role: 'user',
+        content: req.content,
+        status: 'completed',
+        seq: nextSeq(),
+        leaseUntil: null,
+        completedAt: now,
+      };
+      const reply: MessageDoc = {
+        ...base,
+        id: newId('msg'),
+        role: 'assistant',
+        content: '',
+        status: 'pending',
+        seq: nextSeq(),
+        leaseUntil: replies.leaseUntil(),
+        completedAt: null,
+      };
+      await store.transaction(async (tx) => {
+        const col = tx.collection(messages);
+        await col.insert(user);
+        await col.insert(reply);
+      });
+      const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
+      replies.start({ tenantId: auth.tid, message: reply, history: [...system, ...turns, { role: 'user', content: user.content }], llm });
+      return { message: toMessage(user), responseMessageId: reply.id };
+    },
+
+    streamReply: (
+      req: chatV1.StreamReplyRequest,
+      ctx: CallContext,
+      send: (m: chatV1.StreamReplyResponse) => Promise<void>,
+      signal: AbortSignal,
+    ) => {
+      const { auth } = authed(ctx);
+      return streamReply({ ...deps, sessionOf: (id) => sessionOf(id, auth.tid) }, req, send, signal);
+    },
+  };
+}

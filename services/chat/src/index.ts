@@ -1,0 +1,2 @@
+export { startChat, type ChatOptions } from './server';
+export type { CreditCheck } from './credits';

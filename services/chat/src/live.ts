@@ -1,0 +1,74 @@
+import type { MessageDoc } from './collections';
+
+/**
+ * A reply being generated in this process, kept in memory so that live readers get each delta as it arrives
+ * without waiting on the store. Deltas are kept as the provider sent them (a reader that is behind sends them one
+ * by one, never reordered or merged); the text is shared by every reader, so a slow reader costs no copy.
+ */
+export class LiveReply {
+  readonly chunks: string[] = [];
+  /** ends[i] = length of the text after chunks[i] (UTF-16 code units). */
+  readonly ends: number[] = [];
+  length = 0;
+  /** The stored message once the reply is completed or failed. */
+  final: MessageDoc | null = null;
+  private waiters = new Set<() => void>();
+  private joined = '';
+  private joinedChunks = 0;
+
+  constructor(readonly messageId: string) {}
+
+  append(delta: string): void {
+    if (delta === '') return;
+    this.chunks.push(delta);
+    this.length += delta.length;
+    this.ends.push(this.length);
+    this.wake();
+  }
+
+  finish(doc: MessageDoc): void {
+    this.final = doc;
+    this.wake();
+  }
+
+  /** The whole text so far (joined lazily: only the store writes need it). */
+  text(): string {
+    if (this.joinedChunks < this.chunks.length) {
+      this.joined += this.chunks.slice(this.joinedChunks).join('');
+      this.joinedChunks = this.chunks.length;
+    }
+    return this.joined;
+  }
+
+  /** Index of the first chunk that ends after `offset` (binary search). */
+  indexAfter(offset: number): number {
+    let lo = 0;
+    let hi = this.ends.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.ends[mid] <= offset) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** Resolves on the next append or finish, or when `signal` aborts. Check state before calling. */
+  changed(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      if (signal.aborted) return resolve();
+      const done = () => {
+        this.waiters.delete(done);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      this.waiters.add(done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  private wake(): void {
+    const waiters = [...this.waiters];
+    this.waiters.clear();
+    for (const w of waiters) w();
+  }
+}

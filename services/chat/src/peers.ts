@@ -1,0 +1,80 @@
+import { createClient, errors, type ServiceClient } from '@svc/kit';
+import type { LlmProviderKind } from '@svc/llm';
+import { agentsV1, identityV1, projectsV1 } from '@svc/proto';
+import type { ReplyLlm } from './replies';
+
+/** What a reply takes from the agent a session names. */
+export interface AgentProfile {
+  systemPrompt: string;
+  model: string;
+  temperature: number | undefined;
+}
+
+/**
+ * The other services chat asks on the caller's behalf, always with the caller's own token, so each answers only
+ * for the caller's tenant (another tenant's project or agent is NOT_FOUND there, and so here).
+ */
+export interface Peers {
+  /** Throws RESOURCE_NOT_FOUND when the project is not the caller's. */
+  checkProject(id: string, token: string): Promise<void>;
+  /** Throws RESOURCE_NOT_FOUND when the agent is not the caller's. */
+  agent(id: string, token: string): Promise<AgentProfile>;
+  /**
+   * The tenant's LLM, or the platform default; throws VALIDATION_ERROR `llm_not_configured` when neither exists.
+   * Kept for `llmCacheMs` per tenant (a settings change reaches chat within that time); refusals are not kept.
+   */
+  llm(token: string, tenantId: string): Promise<ReplyLlm>;
+  close(): void;
+}
+
+const copy = (v: ReplyLlm): ReplyLlm => ({ settings: { ...v.settings }, keySource: v.keySource });
+
+export function grpcPeers(
+  addresses: { identity: string; projects: string; agents: string },
+  options: { deadlineMs: number; llmCacheMs: number },
+  identity?: ServiceClient<typeof identityV1.IdentityServiceService>,
+): Peers {
+  const { deadlineMs, llmCacheMs } = options;
+  // The LLM lookup is on the path to every reply's first token: one identity round trip saved per message.
+  const llmCache = new Map<string, { value: ReplyLlm; until: number }>();
+  const id = identity ?? createClient(identityV1.IdentityServiceService, addresses.identity, { deadlineMs });
+  const projects = createClient(projectsV1.ProjectsServiceService, addresses.projects, { deadlineMs });
+  const agents = createClient(agentsV1.AgentsServiceService, addresses.agents, { deadlineMs });
+  return {
+    async checkProject(projectId, token) {
+      await projects.getProject({ id: projectId }, { token });
+    },
+    async agent(agentId, token) {
+      const { agent } = await agents.getAgent({ id: agentId }, { token });
+      if (!agent) throw errors.notFound('agent', agentId);
+      return { systemPrompt: agent.systemPrompt, model: agent.config?.model ?? '', temperature: agent.config?.temperature };
+    },
+    async llm(token, tenantId) {
+      const cached = llmCache.get(tenantId);
+      if (cached && cached.until > Date.now()) return copy(cached.value);
+      const { settings: s } = await id.resolveLlmSettings({}, { token });
+      if (!s) throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
+      const value: ReplyLlm = {
+        settings: {
+          provider: s.provider as LlmProviderKind,
+          model: s.model || undefined,
+          baseUrl: s.baseUrl || undefined,
+          apiKey: s.apiKey || undefined,
+          temperature: s.temperature,
+          maxTokens: s.maxTokens,
+        },
+        keySource: s.source,
+      };
+      if (llmCacheMs > 0) {
+        if (llmCache.size >= 10_000) llmCache.clear();
+        llmCache.set(tenantId, { value, until: Date.now() + llmCacheMs });
+      }
+      return copy(value);
+    },
+    close() {
+      if (!identity) id.close();
+      projects.close();
+      agents.close();
+    },
+  };
+}

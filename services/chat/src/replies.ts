@@ -1,0 +1,274 @@
+import { addToOutbox, domainEvent, nowIso, TOPICS, type Logger, type OutboxRelay, type Store } from '@svc/kit';
+import { createProvider, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
+import { messages, type MessageDoc, type MessageStatus } from './collections';
+import { LiveReply } from './live';
+
+export interface ReplyTimings {
+  /** How often a streaming reply's text is written to the store. */
+  flushMs: number;
+  /** How long a reply's lease lasts; it is renewed while the reply streams. */
+  leaseMs: number;
+  /** On stop, how long replies in progress may take to finish before they are cut and failed. */
+  drainMs: number;
+}
+
+/** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
+export interface ReplyLlm {
+  settings: LlmSettings;
+  /** tenant or platform: whose API key pays. */
+  keySource: string;
+}
+
+export interface ReplyJob {
+  tenantId: string;
+  message: MessageDoc;
+  history: LlmMessage[];
+  llm: ReplyLlm;
+}
+
+const UNFINISHED: MessageStatus[] = ['pending', 'streaming'];
+
+export function errorCodeFor(err: unknown): { code: string; message: string } {
+  if (isLlmError(err)) {
+    if (err.kind === 'cancelled') return { code: 'REPLY_INTERRUPTED', message: 'The chat service stopped before the reply finished' };
+    return { code: `LLM_${err.kind.toUpperCase()}`, message: err.message };
+  }
+  return { code: 'INTERNAL_ERROR', message: 'The reply failed' };
+}
+
+/**
+ * Generates assistant replies in the background and stores them as they stream. A reply does not depend on any
+ * reader: a client that disconnects loses nothing. Each reply holds a lease in the store while it runs; a reply
+ * whose lease ran out (its process died) is failed by the sweeper of any chat process, so none stays `streaming`.
+ */
+export class Replies {
+  private readonly live = new Map<string, LiveReply>();
+  private readonly running = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  /** Replies streaming in this process, written to the store together every flushMs. */
+  private readonly progress = new Map<string, Progress>();
+  private flushing: Promise<void> = Promise.resolve();
+  private flusher: NodeJS.Timeout | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private stopping = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly relay: OutboxRelay,
+    private readonly logger: Logger,
+    private readonly fetch: typeof globalThis.fetch,
+    private readonly timings: ReplyTimings,
+  ) {}
+
+  /** The reply if this process is generating it (or just finished it). */
+  get(messageId: string): LiveReply | undefined {
+    return this.live.get(messageId);
+  }
+
+  leaseUntil(): number {
+    return Date.now() + this.timings.leaseMs;
+  }
+
+  /** Starts writing progress, and fails replies left unfinished by a dead process, now and then every half lease. */
+  async startSweeping(): Promise<void> {
+    this.flusher = setInterval(() => void this.flush(), this.timings.flushMs);
+    this.flusher.unref();
+    await this.sweep();
+    this.sweeper = setInterval(
+      () => {
+        this.sweep().catch((err: unknown) => this.logger.warn({ err }, 'sweeping unfinished replies failed; will retry'));
+      },
+      Math.max(100, this.timings.leaseMs / 2),
+    );
+    this.sweeper.unref();
+  }
+
+  async sweep(): Promise<number> {
+    const col = this.store.collection(messages);
+    let failed = 0;
+    for (const status of UNFINISHED) {
+      let cursor: string | null = null;
+      do {
+        const page = await col.find({ status }, { limit: 200, cursor, order: 'asc' });
+        for (const m of page.items) {
+          if (this.running.has(m.id) || (m.leaseUntil ?? 0) > Date.now()) continue;
+          const done = await col.update(
+            m.id,
+            { status, leaseUntil: m.leaseUntil },
+            {
+              status: 'failed',
+              errorCode: 'REPLY_INTERRUPTED',
+              errorMessage: 'The reply was interrupted (the chat service stopped) before it finished',
+              completedAt: nowIso(),
+              leaseUntil: null,
+            },
+          );
+          if (done) failed++;
+        }
+        cursor = page.nextCursor;
+      } while (cursor);
+    }
+    if (failed) this.logger.warn({ failed }, 'failed replies left unfinished by a stopped chat process');
+    return failed;
+  }
+
+  /** Starts generating; returns at once. The message is stored as `pending` with a lease already. */
+  start(job: ReplyJob): void {
+    const abort = new AbortController();
+    const live = new LiveReply(job.message.id);
+    this.live.set(job.message.id, live);
+    const done = this.generate(job, live, abort.signal)
+      .catch((err: unknown) => this.logger.error({ err, messageId: job.message.id }, 'reply generation crashed'))
+      .finally(() => {
+        this.running.delete(job.message.id);
+        // Readers that already hold it finish from memory; new readers read the stored message.
+        this.live.delete(job.message.id);
+      });
+    this.running.set(job.message.id, { abort, done });
+  }
+
+  /** Lets replies in progress finish for up to drainMs, then cuts the rest (stored as failed, not left streaming). */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.sweeper);
+    const all = () => Promise.all([...this.running.values()].map((r) => r.done));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([all(), new Promise((r) => (timer = setTimeout(r, this.timings.drainMs)))]);
+    clearTimeout(timer);
+    for (const r of this.running.values()) r.abort.abort();
+    await all();
+    clearInterval(this.flusher);
+  }
+
+  /**
+   * Writes the text of every streaming reply that grew (and renews leases running short) in one transaction: one
+   * commit per tick for all replies instead of one per reply. Runs one at a time.
+   */
+  flush(): Promise<void> {
+    this.flushing = this.flushing
+      .then(async () => {
+        const now = Date.now();
+        const due = [...this.progress.values()].filter(
+          (p) => !p.lost && (p.live.length > p.storedLength || p.leaseUntil - now < this.timings.leaseMs / 2),
+        );
+        if (due.length === 0) return;
+        const leaseUntil = this.leaseUntil();
+        const written = await this.store.transaction(async (tx) => {
+          const col = tx.collection(messages);
+          const out: Array<{ p: Progress; length: number; ok: boolean }> = [];
+          for (const p of due) {
+            const content = p.live.text();
+            const doc = await col.update(
+              p.message.id,
+              { tenantId: p.tenantId, status: p.stored },
+              { content, status: 'streaming', leaseUntil },
+            );
+            out.push({ p, length: content.length, ok: doc !== null });
+          }
+          return out;
+        });
+        for (const { p, length, ok } of written) {
+          if (!ok) {
+            p.lost = true; // another process failed it (our lease ran out): stop writing
+            continue;
+          }
+          p.stored = 'streaming';
+          p.storedLength = length;
+          p.leaseUntil = leaseUntil;
+        }
+      })
+      .catch((err: unknown) => this.logger.warn({ err }, 'could not store reply progress; will retry'));
+    return this.flushing;
+  }
+
+  get size(): number {
+    return this.running.size;
+  }
+
+  private async generate(job: ReplyJob, live: LiveReply, signal: AbortSignal): Promise<void> {
+    const col = this.store.collection(messages);
+    const { message, tenantId } = job;
+    const progress: Progress = {
+      message,
+      tenantId,
+      live,
+      stored: 'pending',
+      storedLength: 0,
+      leaseUntil: message.leaseUntil ?? 0,
+      lost: false,
+    };
+    this.progress.set(message.id, progress);
+
+    let usage: { inputTokens: number; outputTokens: number } | undefined;
+    let outcome: { status: 'completed' } | { status: 'failed'; code: string; message: string };
+    try {
+      const provider = createProvider({ ...job.llm.settings, fetch: this.fetch });
+      for await (const event of provider.stream({ messages: job.history }, { signal })) {
+        if (event.type === 'text') live.append(event.delta);
+        else if (event.type === 'usage') usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+        else if (event.type === 'finish' && event.reason === 'error') throw new RefusedError();
+      }
+      outcome = { status: 'completed' };
+    } catch (err) {
+      const e =
+        err instanceof RefusedError ? { code: 'LLM_REFUSED', message: 'The model ended the reply (content policy)' } : errorCodeFor(err);
+      if (e.code === 'INTERNAL_ERROR') this.logger.error({ err, messageId: message.id }, 'reply failed');
+      else this.logger.warn({ code: e.code, reason: e.message, messageId: message.id }, 'reply failed');
+      outcome = { status: 'failed', ...e };
+    } finally {
+      this.progress.delete(message.id);
+    }
+    // A flush in flight may still write this reply: the final write comes after it.
+    await this.flushing;
+    const stored = progress.stored;
+
+    const final: Partial<MessageDoc> = {
+      content: live.text(),
+      status: outcome.status,
+      errorCode: outcome.status === 'failed' ? outcome.code : null,
+      errorMessage: outcome.status === 'failed' ? outcome.message : null,
+      inputTokens: usage?.inputTokens ?? null,
+      outputTokens: usage?.outputTokens ?? null,
+      leaseUntil: null,
+      completedAt: nowIso(),
+    };
+    const doc = await this.store.transaction(async (tx) => {
+      const updated = await tx.collection(messages).update(message.id, { tenantId, status: stored }, final);
+      if (updated && usage) {
+        const { settings } = job.llm;
+        await addToOutbox(
+          tx,
+          domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+            $case: 'usage',
+            value: {
+              source: 'chat_reply',
+              sourceId: message.id,
+              provider: settings.provider,
+              model: settings.model ?? '',
+              inputTokens: usage.inputTokens,
+              outputTokens: usage.outputTokens,
+              keySource: job.llm.keySource,
+            },
+          }),
+        );
+      }
+      return updated;
+    });
+    if (doc && usage) this.relay.notify();
+    // Lost the reply to a sweeper: readers get what the store says.
+    live.finish(doc ?? (await col.get(message.id)) ?? ({ ...message, ...final, status: 'failed' } as MessageDoc));
+    if (this.stopping && outcome.status === 'failed') this.logger.info({ messageId: message.id }, 'reply cut by shutdown');
+  }
+}
+
+class RefusedError extends Error {}
+
+/** What the store holds of a reply streaming in this process. */
+interface Progress {
+  message: MessageDoc;
+  tenantId: string;
+  live: LiveReply;
+  stored: MessageStatus;
+  storedLength: number;
+  leaseUntil: number;
+  lost: boolean;
+}

@@ -1,0 +1,68 @@
+import { egressFetch, egressPolicyFrom, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { throughEgress } from '@svc/llm';
+import { chatV1 } from '@svc/proto';
+import { messages, sessions } from './collections';
+import { noCreditCheck, type CreditCheck } from './credits';
+import { chatHandlers } from './handlers';
+import { grpcPeers, type Peers } from './peers';
+import { Replies } from './replies';
+
+const chatConfig = {
+  projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
+  agentsAddr: field('AGENTS_ADDR', 'string', { default: '127.0.0.1:50053' }),
+  flushMs: field('CHAT_FLUSH_MS', 'int', { default: '200', min: 10, max: 10_000 }),
+  leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
+  drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
+  pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
+  llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+} as const;
+
+export interface ChatOptions {
+  /** Billing's spendable-credits check, when it exists. Default: every reply may go ahead. */
+  credits?: CreditCheck;
+  /** For tests of this service alone; the default asks identity, projects and agents over gRPC. */
+  peers?: Peers;
+}
+
+export async function startChat(env: NodeJS.ProcessEnv = process.env, options: ChatOptions = {}): Promise<RunningService> {
+  const rt = await openRuntime({ name: 'chat', defaultPort: 50054, config: chatConfig, collections: [sessions, messages], env });
+  const { config } = rt;
+  const { verifier, identity } = identityVerifier(config);
+  const peers =
+    options.peers ??
+    grpcPeers(
+      { identity: config.identityAddr, projects: config.projectsAddr, agents: config.agentsAddr },
+      { deadlineMs: config.grpcDeadlineMs, llmCacheMs: config.llmCacheMs },
+      identity,
+    );
+  // Provider calls go to an address a tenant chose: through the egress guard. Streams keep their own idle timeout.
+  const fetch = throughEgress(egressFetch(egressPolicyFrom(config)));
+  const replies = new Replies(rt.store, rt.relay, rt.logger, fetch, {
+    flushMs: config.flushMs,
+    leaseMs: config.leaseMs,
+    drainMs: config.drainMs,
+  });
+  await replies.startSweeping();
+  const svc = await serve(rt, {
+    verifier,
+    healthNames: ['chat.v1.ChatService'],
+    registrations: [
+      registration({
+        definition: chatV1.ChatServiceService,
+        implementation: chatHandlers({ store: rt.store, replies, peers, credits: options.credits ?? noCreditCheck, pollMs: config.pollMs }),
+      }),
+    ],
+    onStop: async () => {
+      peers.close();
+      identity.close();
+    },
+  });
+  return {
+    port: svc.port,
+    // Replies first (they finish, or are stored as failed), then the server (readers get their final event).
+    stop: async () => {
+      await replies.stop();
+      await svc.stop();
+    },
+  };
+}
