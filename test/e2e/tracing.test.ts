@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { client, createKey, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { startFakeOpenAI } from '@svc/llm/src/testing';
 
 jest.setTimeout(90_000);
 
@@ -66,4 +67,50 @@ it('one trace follows a request from the gateway through gRPC into the service, 
   );
   // The gateway polls ListRevocations four times a second; none of that reaches the trace backend.
   expect(spans(system.output()).filter((s) => s.name.includes('ListRevocations'))).toEqual([]);
+});
+
+it('the tenant’s LLM key reaches the provider on a chat reply and an agent run, and appears in no log line or span', async () => {
+  const secret = 'sk-traced-tenant-key-4f9d2c';
+  const fake = await startFakeOpenAI({ apiKey: secret });
+  try {
+    const api = client(system.url);
+    const owner = await signUp(api, 'Keyed');
+    const t = { token: owner.accessToken };
+    const settings = await api.patch(
+      '/api/v1/tenant/settings/llm',
+      { provider: 'openai', model: 'gpt-test', baseUrl: fake.url, apiKey: secret },
+      t,
+    );
+    expect(settings.status).toBe(200);
+    expect(settings.text).not.toContain(secret);
+
+    const session = (await api.post('/api/v1/chat/sessions', { title: 'keyed' }, t)).body.data.id;
+    const posted = await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'hello there' }, t);
+    expect(posted.status).toBe(202);
+    const project = (await api.post('/api/v1/projects', { name: 'keyed' }, t)).body.data.id;
+    const agent = (await api.post('/api/v1/agents', { name: 'keyed', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body.data
+      .id;
+    const run = (await api.post(`/api/v1/agents/${agent}/execute`, { goal: 'say hi', projectId: project }, t)).body.data.id;
+
+    let texts = '';
+    await eventually(async () => {
+      const messages = (await api.get(`/api/v1/chat/sessions/${session}/messages`, t)).body.data;
+      const runNow = await api.get(`/api/v1/agents/${agent}/runs/${run}`, t);
+      texts = JSON.stringify(messages) + runNow.text;
+      return (
+        messages.some((m: { role: string; status: string }) => m.role === 'assistant' && m.status === 'completed') &&
+        runNow.body.data.status === 'completed'
+      );
+    }, 30_000);
+    expect(texts).toContain('Echo: hello there');
+    // Both calls reached the provider with the key (the fake refuses any other), and it went nowhere else.
+    const authorized = fake.requests.filter((r) => r.headers.authorization === `Bearer ${secret}`);
+    expect(authorized.length).toBeGreaterThanOrEqual(2);
+    expect(texts).not.toContain(secret);
+    await new Promise((r) => setTimeout(r, 300)); // the last spans are exported every 100 ms
+    expect(system.output()).toContain('grpc.chat.v1.ChatService/PostMessage'); // spans and logs were written...
+    expect(system.output()).not.toContain(secret); // ...and the key is in none of them
+  } finally {
+    await fake.close();
+  }
 });
