@@ -14,7 +14,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { startFakeOpenAI } from '@svc/llm/src/testing';
-import { ROOT, startProcess, stopAll } from './lib';
+import { call, ROOT, runBench, startProcess } from './lib';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL_RUNS ?? 100);
 const CONCURRENT = Number(process.env.BENCH_RUNS ?? 200);
@@ -48,32 +48,23 @@ async function main() {
     AGENTS_ADDR: `127.0.0.1:${agents.port}`,
   });
   const base = `http://127.0.0.1:${gateway.port}/api/v1`;
-  const call = async (method: string, path: string, token: string | null, body?: unknown) => {
-    const res = await fetch(base + path, {
-      method,
-      headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const json = (await res.json()) as { data: any };
-    if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-    return json.data;
-  };
-  const reg = await call('POST', '/auth/register', null, {
+  const api = (method: string, path: string, token: string | null, body?: unknown) => call(base, method, path, token, body);
+  const reg = await api('POST', '/auth/register', null, {
     email: `runs${Date.now()}@example.com`,
     password: 'bench-password',
     name: 'B',
     tenantName: 'B',
   });
   const token: string = reg.accessToken;
-  await call('PATCH', '/tenant/settings/llm', token, { provider: 'openai-compatible', model: 'fake', baseUrl: fake.url });
-  const project = await call('POST', '/projects', token, { name: 'bench', description: 'd', language: 'go' });
-  const manual = await call('POST', '/agents', token, { name: 'manual', config: { autonomyLevel: 'manual' } });
-  const auto = await call('POST', '/agents', token, { name: 'auto', config: { autonomyLevel: 'autonomous' } });
+  await api('PATCH', '/tenant/settings/llm', token, { provider: 'openai-compatible', model: 'fake', baseUrl: fake.url });
+  const project = await api('POST', '/projects', token, { name: 'bench', description: 'd', language: 'go' });
+  const manual = await api('POST', '/agents', token, { name: 'manual', config: { autonomyLevel: 'manual' } });
+  const auto = await api('POST', '/agents', token, { name: 'auto', config: { autonomyLevel: 'autonomous' } });
 
-  const execute = (agentId: string, goal: string) => call('POST', `/agents/${agentId}/execute`, token, { goal, projectId: project.id });
+  const execute = (agentId: string, goal: string) => api('POST', `/agents/${agentId}/execute`, token, { goal, projectId: project.id });
   const waitDone = async (agentId: string, runId: string) => {
     for (;;) {
-      const run = await call('GET', `/agents/${agentId}/runs/${runId}`, token);
+      const run = await api('GET', `/agents/${agentId}/runs/${runId}`, token);
       if (run.status === 'completed') return run;
       if (run.status === 'failed' || run.status === 'cancelled') throw new Error(`run ${runId} ${run.status}: ${run.error}`);
       await new Promise((r) => setTimeout(r, 2));
@@ -128,7 +119,7 @@ async function main() {
   );
   for (const r of batch) {
     for (;;) {
-      const run = await call('GET', `/agents/${manual.id}/runs/${r.id}`, token);
+      const run = await api('GET', `/agents/${manual.id}/runs/${r.id}`, token);
       if (run.status === 'completed') break;
       if (run.status === 'failed') throw new Error(`run ${r.id} failed: ${run.error}`);
       await new Promise((res) => setTimeout(res, 20));
@@ -151,12 +142,4 @@ async function main() {
   await fake.close();
 }
 
-main()
-  .catch((err: Error) => {
-    console.error(err.message);
-    process.exitCode = 1;
-  })
-  .finally(() => {
-    stopAll();
-    setTimeout(() => process.exit(), 500).unref();
-  });
+runBench(main);

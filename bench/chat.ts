@@ -15,7 +15,7 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { ROOT, startProcess, stopAll } from './lib';
+import { call, ROOT, runBench, startProcess } from './lib';
 
 const TTFT_ROUNDS = Number(process.env.BENCH_CHAT_TTFT ?? 300);
 const STREAMS = Number(process.env.BENCH_CHAT_STREAMS ?? 500);
@@ -134,24 +134,15 @@ async function main() {
   const chat = await startProcess('services/chat/src/main.ts', { ...env, ...peers, CHAT_PORT: '0' });
   const gateway = await startProcess('gateway/src/main.ts', { ...env, ...peers, PORT: '0', CHAT_ADDR: `127.0.0.1:${chat.port}` });
   const base = `http://127.0.0.1:${gateway.port}/api/v1`;
-  const call = async (method: string, path: string, token: string | null, body?: unknown) => {
-    const res = await fetch(base + path, {
-      method,
-      headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...(token ? { authorization: `Bearer ${token}` } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const json = (await res.json()) as { data: any };
-    if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-    return json.data;
-  };
-  const reg = await call('POST', '/auth/register', null, {
+  const api = (method: string, path: string, token: string | null, body?: unknown) => call(base, method, path, token, body);
+  const reg = await api('POST', '/auth/register', null, {
     email: `bench${Date.now()}@example.com`,
     password: 'bench-password',
     name: 'Bench',
     tenantName: 'Bench',
   });
-  const { key } = await call('POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-  await call('PATCH', '/tenant/settings/llm', reg.accessToken, {
+  const { key } = await api('POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+  await api('PATCH', '/tenant/settings/llm', reg.accessToken, {
     provider: 'openai',
     model: 'gpt-bench',
     baseUrl: llmUrl,
@@ -161,16 +152,16 @@ async function main() {
     fetch(`${base}/chat/sessions/${sessionId}/stream`, { headers: { authorization: `Bearer ${key}` }, signal });
 
   // --- TTFT: alternate direct and through-the-system probes so background load hits both alike.
-  const session = (await call('POST', '/chat/sessions', key, { title: 'ttft' })).id;
+  const session = (await api('POST', '/chat/sessions', key, { title: 'ttft' })).id;
   const direct: number[] = [];
   const system: number[] = [];
   const postMs: number[] = [];
   for (let i = 0; i < TTFT_ROUNDS + 20; i++) {
     const d = await directTtft(llmUrl);
     // A fresh session every 50 messages keeps the history (sent to the model each time) short.
-    const sid = i % 50 === 0 ? (await call('POST', '/chat/sessions', key, {})).id : session;
+    const sid = i % 50 === 0 ? (await api('POST', '/chat/sessions', key, {})).id : session;
     const t1 = now();
-    await call('POST', `/chat/sessions/${sid}/messages`, key, { content: `ttft probe ${i}` });
+    await api('POST', `/chat/sessions/${sid}/messages`, key, { content: `ttft probe ${i}` });
     const posted = now();
     const res = await stream(sid);
     if (res.status !== 200) throw new Error(`stream: ${res.status} ${await res.text()}`);
@@ -191,8 +182,8 @@ async function main() {
   // gateway and SSE add to a token. Same machine, same clock.
   const relay: number[] = [];
   for (let i = 0; i < TTFT_ROUNDS + 20; i++) {
-    const sid = i % 50 === 0 ? (await call('POST', '/chat/sessions', key, {})).id : session;
-    await call('POST', `/chat/sessions/${sid}/messages`, key, { content: `stamp ${RELAY_WAIT_MS}` });
+    const sid = i % 50 === 0 ? (await api('POST', '/chat/sessions', key, {})).id : session;
+    await api('POST', `/chat/sessions/${sid}/messages`, key, { content: `stamp ${RELAY_WAIT_MS}` });
     const res = await stream(sid);
     let ms = NaN;
     await readEvents(res, (e) => {
@@ -220,7 +211,7 @@ async function main() {
   // --- Concurrent streams.
   const sessions: string[] = [];
   for (let i = 0; i < STREAMS; i += 50) {
-    const batch = await Promise.all(Array.from({ length: Math.min(50, STREAMS - i) }, () => call('POST', '/chat/sessions', key, {})));
+    const batch = await Promise.all(Array.from({ length: Math.min(50, STREAMS - i) }, () => api('POST', '/chat/sessions', key, {})));
     sessions.push(...batch.map((s) => s.id));
   }
   const contents = sessions.map((_, k) => `slow ${DELAY_MS} s${k} ` + Array.from({ length: WORDS }, (_, w) => `w${w}`).join(' '));
@@ -239,7 +230,7 @@ async function main() {
   const outcomes = await Promise.all(
     sessions.map(async (sid, k) => {
       // Users do not all press enter in the same millisecond: at most POST_CONCURRENCY posts in flight.
-      await posting(() => call('POST', `/chat/sessions/${sid}/messages`, key, { content: contents[k] }));
+      await posting(() => api('POST', `/chat/sessions/${sid}/messages`, key, { content: contents[k] }));
       const res = await stream(sid);
       if (res.status !== 200) return { ok: false, why: `status ${res.status}` };
       open++;
@@ -285,12 +276,4 @@ async function main() {
   if (failed.length) process.exitCode = 1;
 }
 
-main()
-  .catch((err) => {
-    console.error(err);
-    process.exitCode = 1;
-  })
-  .finally(() => {
-    stopAll();
-    setTimeout(() => process.exit(), 500).unref();
-  });
+runBench(main);

@@ -70,3 +70,31 @@ export function load(
     });
   });
 }
+
+/** Calls the system's API at `base` (`http://host:port/api/v1`); answers `data`, throws on a status >= 300. */
+export async function call(base: string, method: string, path: string, token: string | null, body?: unknown): Promise<any> {
+  const res = await fetch(base + path, {
+    method,
+    headers: {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = (await res.json()) as { data: any };
+  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json.data;
+}
+
+/** Runs a bench's main: failures set the exit code; every child process is stopped either way. */
+export function runBench(main: () => Promise<void>): void {
+  main()
+    .catch((err: Error) => {
+      console.error(err.stack ?? err.message);
+      process.exitCode = 1;
+    })
+    .finally(() => {
+      stopAll();
+      setTimeout(() => process.exit(), 500).unref();
+    });
+}

@@ -7,7 +7,7 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { load, ROOT, startProcess, stopAll, type LoadResult } from './lib';
+import { load, ROOT, runBench, startProcess, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -63,7 +63,12 @@ async function main() {
     { name: 'bare Fastify (JSON)', url: `http://127.0.0.1:${bare.port}/api/v1/tenant`, runs: [] },
     { name: 'bare Fastify + 1 grpc-js call', url: `http://127.0.0.1:${front.port}/api/v1/tenant`, runs: [] },
     { name: 'system: GET /tenant, API key', url: `${system.base}/tenant`, headers: { authorization: `Bearer ${system.apiKey}` }, runs: [] },
-    { name: 'system: GET /tenant, access token', url: `${system.base}/tenant`, headers: { authorization: `Bearer ${system.accessToken}` }, runs: [] },
+    {
+      name: 'system: GET /tenant, access token',
+      url: `${system.base}/tenant`,
+      headers: { authorization: `Bearer ${system.accessToken}` },
+      runs: [],
+    },
   ];
   for (const s of scenarios) await load(s.url, { connections: CONNECTIONS, seconds: 2, headers: s.headers }); // warm-up
   for (let round = 1; round <= ROUNDS; round++) {
@@ -76,7 +81,9 @@ async function main() {
   const [bareS, grpcS, keyS, jwtS] = scenarios.map(summary);
   for (const [i, s] of scenarios.entries()) {
     const m = [bareS, grpcS, keyS, jwtS][i];
-    console.log(`${s.name.padEnd(34)} ${String(m.rps).padStart(7)} req/s   p50 ${String(m.p50).padStart(3)} ms   p99 ${String(m.p99).padStart(3)} ms   rounds ${m.rounds.join(' / ')}`);
+    console.log(
+      `${s.name.padEnd(34)} ${String(m.rps).padStart(7)} req/s   p50 ${String(m.p50).padStart(3)} ms   p99 ${String(m.p99).padStart(3)} ms   rounds ${m.rounds.join(' / ')}`,
+    );
   }
   const ratio = (a: { rps: number }, b: { rps: number }) => Number((a.rps / b.rps).toFixed(3));
   const result = {
@@ -101,12 +108,4 @@ async function main() {
   console.log(`written to ${RESULTS}`);
 }
 
-main()
-  .catch((err: Error) => {
-    console.error(err.message);
-    process.exitCode = 1;
-  })
-  .finally(() => {
-    stopAll();
-    setTimeout(() => process.exit(), 500).unref();
-  });
+runBench(main);

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { newId, openStore } from '@svc/kit';
 import { projects, type ProjectDoc } from '../services/projects/src/collections';
-import { load, ROOT, startProcess, stopAll } from './lib';
+import { call, load, ROOT, runBench, startProcess, stopAll } from './lib';
 
 const RESULTS = resolve(ROOT, 'bench/results/webhooks.json');
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -71,20 +71,6 @@ async function startSystem(dataDir: string) {
     gateway: gateway.proc.pid!,
   });
   return `http://127.0.0.1:${gateway.port}/api/v1`;
-}
-
-async function call(base: string, method: string, path: string, token: string | null, body?: unknown): Promise<any> {
-  const res = await fetch(base + path, {
-    method,
-    headers: {
-      ...(token ? { authorization: `Bearer ${token}` } : {}),
-      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const json = (await res.json()) as { data: any };
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json.data;
 }
 
 let tenants = 0;
@@ -353,12 +339,4 @@ async function main() {
   rmSync(dataDir, { recursive: true, force: true });
 }
 
-main()
-  .catch((err: Error) => {
-    console.error(err.message);
-    process.exitCode = 1;
-  })
-  .finally(() => {
-    stopAll();
-    setTimeout(() => process.exit(), 500).unref();
-  });
+runBench(main);
