@@ -13,7 +13,17 @@ export default tseslint.config(
   },
   {
     // Entry points and config modules read the environment; tests, scripts and benchmarks set it up.
-    files: ['**/config.ts', '**/server.ts', '**/main.ts', '**/telemetry.ts', 'scripts/**', 'bench/**', 'test/**', '**/*.test.ts', '**/logger.ts'],
+    files: [
+      '**/config.ts',
+      '**/server.ts',
+      '**/main.ts',
+      '**/telemetry.ts',
+      'scripts/**',
+      'bench/**',
+      'test/**',
+      '**/*.test.ts',
+      '**/logger.ts',
+    ],
     rules: { 'no-restricted-properties': 'off' },
   },
 );

@@ -72,17 +72,27 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     known.push({ pattern: pathPattern(r.url), methods: ([] as string[]).concat(r.method) });
   });
 
-  registerAuthentication(app, { resolver: deps.resolver, limiter: deps.limiter, publicOrigin: () => new URL(deps.config.publicUrl).origin });
+  registerAuthentication(app, {
+    resolver: deps.resolver,
+    limiter: deps.limiter,
+    publicOrigin: () => new URL(deps.config.publicUrl).origin,
+  });
   registerRoutes(app, deps);
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) => sendError(request, reply, toAppError(err, request.log, request.id)));
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
+    sendError(request, reply, toAppError(err, request.log, request.id)),
+  );
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];
     const methods = allowedMethods(known, path);
     if (methods.length) {
       reply.header('Allow', methods.join(', '));
-      return sendError(request, reply, new AppError('METHOD_NOT_ALLOWED', `Method ${request.method} is not allowed here`, { method: request.method, allowed: methods }));
+      return sendError(
+        request,
+        reply,
+        new AppError('METHOD_NOT_ALLOWED', `Method ${request.method} is not allowed here`, { method: request.method, allowed: methods }),
+      );
     }
     return sendError(request, reply, new AppError('RESOURCE_NOT_FOUND', 'No such route', { path: path.slice(0, 300) }));
   });
@@ -94,7 +104,9 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
 function toAppError(err: FastifyError | AppError, log: { error: (o: object, m: string) => void }, requestId: string): AppError {
   if (err instanceof AppError) return err;
   if (err.validation) {
-    return new AppError('VALIDATION_ERROR', 'Invalid request parameters', { fields: fieldErrors(err.validation as never, err.validationContext ?? 'body') });
+    return new AppError('VALIDATION_ERROR', 'Invalid request parameters', {
+      fields: fieldErrors(err.validation as never, err.validationContext ?? 'body'),
+    });
   }
   switch (err.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
@@ -112,7 +124,8 @@ function toAppError(err: FastifyError | AppError, log: { error: (o: object, m: s
 }
 
 function frameworkError(err: FastifyError): AppError {
-  if (err.code === 'FST_ERR_BAD_URL') return new AppError('VALIDATION_ERROR', 'The URL is not correctly encoded', { reason: 'malformed_url' });
+  if (err.code === 'FST_ERR_BAD_URL')
+    return new AppError('VALIDATION_ERROR', 'The URL is not correctly encoded', { reason: 'malformed_url' });
   if (err.code === 'FST_ERR_MAX_PARAM_LENGTH')
     return new AppError('VALIDATION_ERROR', 'A path parameter is too long', { reason: 'path_parameter_too_long' });
   return new AppError('VALIDATION_ERROR', 'Malformed request', { reason: 'malformed_request' });

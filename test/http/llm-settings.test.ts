@@ -20,7 +20,14 @@ describe('LLM settings without a platform default', () => {
     const apiKey = 'sk-test-' + 'k'.repeat(40);
     const set = await api.patch(URL_, { provider: 'openai', model: 'gpt-4o-mini', apiKey, temperature: 0.2 }, { token: a.accessToken });
     expect(set.status).toBe(200);
-    expect(set.body.data).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', apiKeySet: true, temperature: 0.2, maxTokens: null, source: 'tenant' });
+    expect(set.body.data).toMatchObject({
+      provider: 'openai',
+      model: 'gpt-4o-mini',
+      apiKeySet: true,
+      temperature: 0.2,
+      maxTokens: null,
+      source: 'tenant',
+    });
     expect(set.text).not.toContain(apiKey);
     const got = await api.get(URL_, { token: a.accessToken });
     expect(got.body.data).toEqual(set.body.data);
@@ -42,13 +49,33 @@ describe('LLM settings without a platform default', () => {
   it('validates provider, baseUrl and ranges', async () => {
     const a = await signUp(api, 'LlmBad');
     expectError(await api.patch(URL_, { provider: 'skynet', model: 'x' }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
-    const compat = expectError(await api.patch(URL_, { provider: 'openai-compatible', model: 'llama3.1' }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
+    const compat = expectError(
+      await api.patch(URL_, { provider: 'openai-compatible', model: 'llama3.1' }, { token: a.accessToken }),
+      400,
+      'VALIDATION_ERROR',
+    );
     expect(compat.details.fields).toEqual([{ field: 'baseUrl', message: 'is required for openai-compatible providers' }]);
-    expectError(await api.patch(URL_, { provider: 'openai-compatible', model: 'm', baseUrl: 'file:///etc/passwd' }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
-    expectError(await api.patch(URL_, { provider: 'openai', model: 'm', temperature: 3 }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
-    expectError(await api.patch(URL_, { provider: 'openai', model: 'm', apiKeySet: true }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
+    expectError(
+      await api.patch(URL_, { provider: 'openai-compatible', model: 'm', baseUrl: 'file:///etc/passwd' }, { token: a.accessToken }),
+      400,
+      'VALIDATION_ERROR',
+    );
+    expectError(
+      await api.patch(URL_, { provider: 'openai', model: 'm', temperature: 3 }, { token: a.accessToken }),
+      400,
+      'VALIDATION_ERROR',
+    );
+    expectError(
+      await api.patch(URL_, { provider: 'openai', model: 'm', apiKeySet: true }, { token: a.accessToken }),
+      400,
+      'VALIDATION_ERROR',
+    );
     expectError(await api.patch(URL_, { model: 'm' }, { token: a.accessToken }), 400, 'VALIDATION_ERROR');
-    const ok = await api.patch(URL_, { provider: 'openai-compatible', model: 'llama3.1', baseUrl: 'http://127.0.0.1:11434/v1/' }, { token: a.accessToken });
+    const ok = await api.patch(
+      URL_,
+      { provider: 'openai-compatible', model: 'llama3.1', baseUrl: 'http://127.0.0.1:11434/v1/' },
+      { token: a.accessToken },
+    );
     expect(ok.body.data).toMatchObject({ baseUrl: 'http://127.0.0.1:11434/v1', apiKeySet: false });
   });
 
@@ -72,7 +99,14 @@ describe('LLM settings with a platform default', () => {
   let stack: Stack;
   let api: Client;
   beforeAll(async () => {
-    stack = await startStack({ env: { LLM_PROVIDER: 'openai-compatible', LLM_BASE_URL: 'http://127.0.0.1:11434/v1', LLM_MODEL: 'llama3.1', LLM_API_KEY: 'platform-secret-key' } });
+    stack = await startStack({
+      env: {
+        LLM_PROVIDER: 'openai-compatible',
+        LLM_BASE_URL: 'http://127.0.0.1:11434/v1',
+        LLM_MODEL: 'llama3.1',
+        LLM_API_KEY: 'platform-secret-key',
+      },
+    });
     api = client(stack.url);
   });
   afterAll(() => stack.stop());
@@ -80,7 +114,13 @@ describe('LLM settings with a platform default', () => {
   it('shows the platform default to tenants without settings, without its key', async () => {
     const a = await signUp(api, 'Platform');
     const res = await api.get(URL_, { token: a.accessToken });
-    expect(res.body.data).toMatchObject({ provider: 'openai-compatible', model: 'llama3.1', baseUrl: 'http://127.0.0.1:11434/v1', apiKeySet: true, source: 'platform' });
+    expect(res.body.data).toMatchObject({
+      provider: 'openai-compatible',
+      model: 'llama3.1',
+      baseUrl: 'http://127.0.0.1:11434/v1',
+      apiKeySet: true,
+      source: 'platform',
+    });
     expect(res.text).not.toContain('platform-secret-key');
   });
 });

@@ -16,7 +16,11 @@ const P = '/api/v1/projects';
 
 describe('projects CRUD', () => {
   it('creates, reads, updates and deletes a project', async () => {
-    const created = await api.post(P, { name: ' Site ', description: 'The web site', language: 'typescript' }, { token: owner.accessToken });
+    const created = await api.post(
+      P,
+      { name: ' Site ', description: 'The web site', language: 'typescript' },
+      { token: owner.accessToken },
+    );
     expect(created.status).toBe(201);
     const p = created.body.data;
     expect(p).toEqual({
@@ -50,7 +54,9 @@ describe('projects CRUD', () => {
     let cursor: string | null = null;
     let pages = 0;
     do {
-      const res: { status: number; body: any } = await api.get(`${P}?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { token: t.accessToken });
+      const res: { status: number; body: any } = await api.get(`${P}?limit=3${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
+        token: t.accessToken,
+      });
       expect(res.status).toBe(200);
       expect(res.body.meta.pagination.limit).toBe(3);
       seen.push(...res.body.data.map((x: { id: string }) => x.id));
@@ -64,7 +70,11 @@ describe('projects CRUD', () => {
 
   it('requires a name and refuses unknown fields and bad values', async () => {
     expectError(await api.post(P, { description: 'x' }, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
-    const unknown = expectError(await api.post(P, { name: 'x', tenantId: 'ten_other' }, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
+    const unknown = expectError(
+      await api.post(P, { name: 'x', tenantId: 'ten_other' }, { token: owner.accessToken }),
+      400,
+      'VALIDATION_ERROR',
+    );
     expect(unknown.details.fields).toEqual([{ field: 'tenantId', message: 'is not an allowed field' }]);
     expectError(await api.post(P, { name: '   ' }, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
     expectError(await api.post(P, { name: 'x'.repeat(201) }, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
@@ -95,7 +105,9 @@ describe('projects access', () => {
     const writer = await createKey(api, owner.accessToken, { scopes: ['projects:write'] });
     const agentsOnly = await createKey(api, owner.accessToken, { scopes: ['agents:read'] });
     expect((await api.get(P, { token: reader.key })).status).toBe(200);
-    expect(expectError(await api.post(P, { name: 'x' }, { token: reader.key }), 403, 'FORBIDDEN').details.requiredScope).toBe('projects:write');
+    expect(expectError(await api.post(P, { name: 'x' }, { token: reader.key }), 403, 'FORBIDDEN').details.requiredScope).toBe(
+      'projects:write',
+    );
     expect((await api.post(P, { name: 'by writer' }, { token: writer.key })).status).toBe(201);
     expectError(await api.get(P, { token: writer.key }), 403, 'FORBIDDEN');
     expectError(await api.get(P, { token: agentsOnly.key }), 403, 'FORBIDDEN');

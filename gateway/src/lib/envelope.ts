@@ -20,5 +20,8 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: App
   const status = err.httpStatus;
   const message = status === 500 ? 'Internal server error' : err.message;
   const details = status === 500 ? {} : err.details;
-  return reply.code(status).type('application/json').send({ error: { code: err.code, message, details }, meta: meta(request) });
+  return reply
+    .code(status)
+    .type('application/json')
+    .send({ error: { code: err.code, message, details }, meta: meta(request) });
 }

@@ -30,7 +30,8 @@ export function parseJsonBody(body: string): unknown {
       else if (ch === 34 /* " */) inString = false;
     } else if (ch === 34) inString = true;
     else if (ch === 123 || ch === 91 /* { [ */) {
-      if (++depth > MAX_DEPTH) throw new AppError('VALIDATION_ERROR', `JSON nested deeper than ${MAX_DEPTH} levels`, { reason: 'too_deep' });
+      if (++depth > MAX_DEPTH)
+        throw new AppError('VALIDATION_ERROR', `JSON nested deeper than ${MAX_DEPTH} levels`, { reason: 'too_deep' });
     } else if (ch === 125 || ch === 93) depth--;
   }
   try {

@@ -6,7 +6,11 @@ import type { RouteSpec } from './route';
 const Meta = Type.Object({ request_id: Type.String(), timestamp: Type.String() });
 const Pagination = Type.Object({ limit: Type.Integer(), next_cursor: Type.Union([Type.String(), Type.Null()]), has_more: Type.Boolean() });
 const ErrorEnvelope = Type.Object({
-  error: Type.Object({ code: Type.Union(Object.keys(ERROR_CODES).map((c) => Type.Literal(c))), message: Type.String(), details: Type.Object({}) }),
+  error: Type.Object({
+    code: Type.Union(Object.keys(ERROR_CODES).map((c) => Type.Literal(c))),
+    message: Type.String(),
+    details: Type.Object({}),
+  }),
   meta: Meta,
 });
 
@@ -15,10 +19,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
-    const parameters = [
-      ...paramsOf(r.params, 'path'),
-      ...paramsOf(r.query, 'query'),
-    ];
+    const parameters = [...paramsOf(r.params, 'path'), ...paramsOf(r.query, 'query')];
     const data: TSchema = r.response ?? Type.Object({});
     const successBody = r.list
       ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
@@ -40,7 +41,11 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
   }
   return {
     openapi: '3.1.0',
-    info: { title: 'svc platform API', version: '1.0.0', description: 'Multi-tenant API for AI applications. Every response uses the {data, meta} / {error, meta} envelope.' },
+    info: {
+      title: 'svc platform API',
+      version: '1.0.0',
+      description: 'Multi-tenant API for AI applications. Every response uses the {data, meta} / {error, meta} envelope.',
+    },
     servers: [{ url: serverUrl }],
     security: [{ bearer: [] }, { session: [] }],
     components: {

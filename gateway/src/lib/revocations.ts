@@ -44,7 +44,9 @@ export class RevocationWatcher {
     this.timer.unref();
     const sub = this.options.subscriber;
     if (sub) {
-      sub.subscribe(REVOCATION_CHANNEL).catch((err: Error) => this.options.logger.warn({ err: err.message }, 'revocation subscribe failed'));
+      sub
+        .subscribe(REVOCATION_CHANNEL)
+        .catch((err: Error) => this.options.logger.warn({ err: err.message }, 'revocation subscribe failed'));
       sub.on('message', () => void this.poll());
     }
   }

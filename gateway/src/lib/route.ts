@@ -99,7 +99,15 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
     handler: async (request, reply) => {
       const principal = request.principal!;
       const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip };
-      const result = await spec.handler({ body: request.body, query: request.query, params: request.params, principal, call, request, reply });
+      const result = await spec.handler({
+        body: request.body,
+        query: request.query,
+        params: request.params,
+        principal,
+        call,
+        request,
+        reply,
+      });
       if (reply.sent) return reply;
       reply.code(status);
       if (spec.list) {

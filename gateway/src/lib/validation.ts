@@ -16,7 +16,10 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
 export function fieldErrors(errors: ErrorObject[], part: string): FieldError[] {
   const out: FieldError[] = [];
   for (const e of errors) {
-    let field = e.instancePath.replace(/^\//, '').replace(/\/(\d+)(?=\/|$)/g, '[$1]').replace(/\//g, '.');
+    let field = e.instancePath
+      .replace(/^\//, '')
+      .replace(/\/(\d+)(?=\/|$)/g, '[$1]')
+      .replace(/\//g, '.');
     let message = e.message ?? 'is not valid';
     if (e.keyword === 'additionalProperties') {
       const extra = (e.params as { additionalProperty: string }).additionalProperty;

@@ -64,7 +64,10 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
     } catch (err) {
       return done(err as Error);
     }
-    const resolving = credential.kind === 'jwt' ? options.resolver.fromJwt(credential.value) : options.resolver.fromOpaque(credential.value, credential.kind);
+    const resolving =
+      credential.kind === 'jwt'
+        ? options.resolver.fromJwt(credential.value)
+        : options.resolver.fromOpaque(credential.value, credential.kind);
     resolving
       .then(async (principal) => admit(request, reply, principal, rateLimited ? await options.limiter.hit(limitKey(principal)) : null))
       .then(() => done(), done);

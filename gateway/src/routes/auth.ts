@@ -114,4 +114,3 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     },
   });
 }
-

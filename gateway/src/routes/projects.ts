@@ -38,7 +38,10 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     body: Obj({ name: Fields.name, description: Type.Optional(Fields.description), language: Type.Optional(Fields.language) }),
     response: Project,
     handler: async ({ body, call }) =>
-      projectView((await projects.createProject({ name: body.name, description: body.description ?? '', language: body.language ?? '' }, call)).project!),
+      projectView(
+        (await projects.createProject({ name: body.name, description: body.description ?? '', language: body.language ?? '' }, call))
+          .project!,
+      ),
   });
 
   route(app, {
@@ -74,7 +77,11 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     tag: 'projects',
     summary: 'Change some fields of a project',
     params: IdParams,
-    body: Obj({ name: Type.Optional(Fields.name), description: Type.Optional(Fields.description), language: Type.Optional(Fields.language) }),
+    body: Obj({
+      name: Type.Optional(Fields.name),
+      description: Type.Optional(Fields.description),
+      language: Type.Optional(Fields.language),
+    }),
     response: Project,
     handler: async ({ params, body, call }) => projectView((await projects.updateProject({ id: params.id, ...body }, call)).project!),
   });

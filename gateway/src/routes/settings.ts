@@ -14,7 +14,10 @@ const LlmSettings = Obj({
   apiKeySet: Type.Boolean(),
   temperature: Nullable(Type.Number()),
   maxTokens: Nullable(Type.Integer()),
-  source: Type.Union(['tenant', 'platform', 'none'].map((s) => Type.Literal(s)), { description: 'where the effective settings come from' }),
+  source: Type.Union(
+    ['tenant', 'platform', 'none'].map((s) => Type.Literal(s)),
+    { description: 'where the effective settings come from' },
+  ),
   updatedAt: Nullable(Type.String()),
 });
 

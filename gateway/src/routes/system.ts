@@ -19,7 +19,14 @@ export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       lastCheck = { at: Date.now(), services, down: entries.filter(([, s]) => s === 'down').map(([n]) => n) };
     }
     if (lastCheck.down.length)
-      return sendError(request, reply, new AppError('SERVICE_UNAVAILABLE', `Not ready: ${lastCheck.down.join(', ')} unavailable`, { down: lastCheck.down, services: lastCheck.services }));
+      return sendError(
+        request,
+        reply,
+        new AppError('SERVICE_UNAVAILABLE', `Not ready: ${lastCheck.down.join(', ')} unavailable`, {
+          down: lastCheck.down,
+          services: lastCheck.services,
+        }),
+      );
     return success(request, { status: 'ready', services: lastCheck.services });
   });
 

@@ -62,7 +62,8 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     params: UserParams,
     body: Obj({ role: Role }),
     response: Member,
-    handler: async ({ params, body, call }) => member((await identity.updateMember({ userId: params.userId, role: body.role }, call)).member!),
+    handler: async ({ params, body, call }) =>
+      member((await identity.updateMember({ userId: params.userId, role: body.role }, call)).member!),
   });
 
   route(app, {

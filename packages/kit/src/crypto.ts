@@ -53,9 +53,7 @@ export class SecretBox {
  */
 export function loadSecretBox(masterKey: string | undefined, dataDir: string, production: boolean): SecretBox {
   if (masterKey) {
-    return new SecretBox(
-      masterKey.split(',').map((k, i, all) => ({ id: `k${all.length - i}`, key: Buffer.from(k.trim(), 'base64') })),
-    );
+    return new SecretBox(masterKey.split(',').map((k, i, all) => ({ id: `k${all.length - i}`, key: Buffer.from(k.trim(), 'base64') })));
   }
   if (production) throw new Error('SVC_MASTER_KEY is required when NODE_ENV=production');
   const file = `${dataDir}/master.key`;

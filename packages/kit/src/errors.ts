@@ -43,14 +43,12 @@ export class AppError extends Error {
 }
 
 export const errors = {
-  validation: (fields: FieldError[], message = 'Invalid request parameters') =>
-    new AppError('VALIDATION_ERROR', message, { fields }),
+  validation: (fields: FieldError[], message = 'Invalid request parameters') => new AppError('VALIDATION_ERROR', message, { fields }),
   badRequest: (reason: string, message: string, extra: ErrorDetails = {}) =>
     new AppError('VALIDATION_ERROR', message, { reason, ...extra }),
   unauthorized: (message = 'Authentication required') => new AppError('UNAUTHORIZED', message),
   forbidden: (message = 'Not allowed', details: ErrorDetails = {}) => new AppError('FORBIDDEN', message, details),
-  notFound: (resource: string, id: string) =>
-    new AppError('RESOURCE_NOT_FOUND', `${resource} not found`, { resource, id }),
+  notFound: (resource: string, id: string) => new AppError('RESOURCE_NOT_FOUND', `${resource} not found`, { resource, id }),
   conflict: (message: string, details: ErrorDetails = {}) => new AppError('CONFLICT', message, details),
   unavailable: (message: string, details: ErrorDetails = {}) => new AppError('SERVICE_UNAVAILABLE', message, details),
   internal: () => new AppError('INTERNAL_ERROR', 'Internal server error'),

@@ -15,7 +15,8 @@ it('never writes secrets, whatever the level', () => {
   log.debug({ req: { headers: { authorization: 'Bearer svc_sdk_abc', cookie: 'svc_session=svc_sess_x', host: 'h' } } }, 'request');
   log.warn({ token: 'eyJhbGciOi', refreshToken: 'svc_rt_1', metadata: { authorization: 'Bearer jwt' } }, 'tokens');
   const out = lines.join('');
-  for (const secret of ['hunter22', 'sk-live-1', 'whsec', 'svc_sdk_abc', 'svc_sess_x', 'eyJhbGciOi', 'svc_rt_1', 'Bearer jwt']) expect(out).not.toContain(secret);
+  for (const secret of ['hunter22', 'sk-live-1', 'whsec', 'svc_sdk_abc', 'svc_sess_x', 'eyJhbGciOi', 'svc_rt_1', 'Bearer jwt'])
+    expect(out).not.toContain(secret);
   expect(out).toContain('kept');
   expect(out.match(/\[redacted\]/g)!.length).toBeGreaterThanOrEqual(8);
 });

@@ -43,7 +43,11 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   };
   const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
   const logger = createLogger(options.name, config.logLevel);
-  const store = await openStore({ mongodbUri: mongoUriFor(options.name, env), dbName: `svc_${options.name}`, sqlitePath: `${config.dataDir}/${options.name}.db` });
+  const store = await openStore({
+    mongodbUri: mongoUriFor(options.name, env),
+    dbName: `svc_${options.name}`,
+    sqlitePath: `${config.dataDir}/${options.name}.db`,
+  });
   for (const def of options.collections) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
@@ -74,7 +78,13 @@ export async function serve<S extends ConfigSpec>(
     onStop?: () => Promise<void>;
   },
 ): Promise<RunningService> {
-  const server = new GrpcServer({ host: rt.config.host, port: rt.config.port, logger: rt.logger, verifier: options.verifier, healthNames: options.healthNames });
+  const server = new GrpcServer({
+    host: rt.config.host,
+    port: rt.config.port,
+    logger: rt.logger,
+    verifier: options.verifier,
+    healthNames: options.healthNames,
+  });
   for (const r of options.registrations) server.add(r);
   rt.relay.start();
   const port = await server.start();

@@ -10,7 +10,8 @@ const enabled =
 if (enabled) {
   /* eslint-disable @typescript-eslint/no-require-imports */
   const { NodeSDK } = require('@opentelemetry/sdk-node') as typeof import('@opentelemetry/sdk-node');
-  const { getNodeAutoInstrumentations } = require('@opentelemetry/auto-instrumentations-node') as typeof import('@opentelemetry/auto-instrumentations-node');
+  const { getNodeAutoInstrumentations } =
+    require('@opentelemetry/auto-instrumentations-node') as typeof import('@opentelemetry/auto-instrumentations-node');
   const sdk = new NodeSDK({
     instrumentations: [
       getNodeAutoInstrumentations({

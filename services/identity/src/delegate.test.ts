@@ -29,7 +29,13 @@ it('keeps the caller identity, limits scopes and lifetime', async () => {
   const res = await client.delegateToken({ scopes: ['projects:read', 'projects:write'], ttlSeconds: 1800 }, { token });
   const caller = decodeJwt(token);
   const claims = decodeJwt(res.token);
-  expect(claims).toMatchObject({ sub: caller.sub, tid: caller.tid, role: 'owner', sid: caller.sid, scp: ['projects:read', 'projects:write'] });
+  expect(claims).toMatchObject({
+    sub: caller.sub,
+    tid: caller.tid,
+    role: 'owner',
+    sid: caller.sid,
+    scp: ['projects:read', 'projects:write'],
+  });
   expect(claims.exp! - claims.iat!).toBe(1800);
   expect(res.expiresAt).toBeGreaterThan(Date.now() + 1700_000);
   const capped = decodeJwt((await client.delegateToken({ scopes: ['projects:read'], ttlSeconds: 999_999 }, { token })).token);

@@ -46,7 +46,12 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       sessionTtlS: rt.config.sessionTtlS,
       serviceTokenTtlS: rt.config.serviceTokenTtlS,
       platformLlm: rt.config.llmProvider
-        ? { provider: rt.config.llmProvider, model: rt.config.llmModel ?? '', baseUrl: rt.config.llmBaseUrl ?? null, apiKey: rt.config.llmApiKey ?? null }
+        ? {
+            provider: rt.config.llmProvider,
+            model: rt.config.llmModel ?? '',
+            baseUrl: rt.config.llmBaseUrl ?? null,
+            apiKey: rt.config.llmApiKey ?? null,
+          }
         : null,
     },
     announceRevocation: () => void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined),
@@ -58,7 +63,13 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     registrations: [
       registration({
         definition: identityV1.IdentityServiceService,
-        implementation: { ...authHandlers(deps), ...apiKeyHandlers(deps), ...teamHandlers(deps), ...networkHandlers(deps), ...llmSettingsHandlers(deps) },
+        implementation: {
+          ...authHandlers(deps),
+          ...apiKeyHandlers(deps),
+          ...teamHandlers(deps),
+          ...networkHandlers(deps),
+          ...llmSettingsHandlers(deps),
+        },
         publicMethods: ['register', 'login', 'refresh', 'authenticate', 'getJwks', 'listRevocations'],
       }),
     ],

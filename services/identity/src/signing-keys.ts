@@ -36,7 +36,10 @@ export class SigningKeys {
     return this.jwks;
   }
 
-  async sign(claims: Record<string, unknown>, options: { issuer: string; audience: string; ttlSeconds: number; jti: string }): Promise<string> {
+  async sign(
+    claims: Record<string, unknown>,
+    options: { issuer: string; audience: string; ttlSeconds: number; jti: string },
+  ): Promise<string> {
     if (!this.active) throw new Error('signing keys not loaded');
     // `iat` has whole seconds; `ims` is the same instant in milliseconds, so that a revocation of a user (role
     // change, removal) refuses exactly the tokens issued before it, not those issued later in the same second.

@@ -3,7 +3,7 @@ import { openKafkaBus } from './kafka';
 
 // Kafka cannot run on every machine (no broker here, and none is started by the tests): the contract runs
 // against a real broker only when KAFKA_BROKERS is set, e.g. KAFKA_BROKERS=localhost:9092 with docker-compose.
- 
+
 const configured = process.env.KAFKA_BROKERS ?? '';
 const brokers = configured
   .split(',')

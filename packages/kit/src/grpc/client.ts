@@ -16,7 +16,10 @@ type UnaryMethods<D> = {
   [K in keyof D as D[K] extends { responseStream: false } ? K : never]: (req: ReqOf<D[K]>, options?: CallOptions) => Promise<ResOf<D[K]>>;
 };
 type StreamMethods<D> = {
-  [K in keyof D as D[K] extends { responseStream: true } ? K : never]: (req: ReqOf<D[K]>, options?: CallOptions) => AsyncIterable<ResOf<D[K]>> & { cancel(): void };
+  [K in keyof D as D[K] extends { responseStream: true } ? K : never]: (
+    req: ReqOf<D[K]>,
+    options?: CallOptions,
+  ) => AsyncIterable<ResOf<D[K]>> & { cancel(): void };
 };
 export type ServiceClient<D> = UnaryMethods<D> & StreamMethods<D> & { readonly grpcClient: grpc.Client; close(): void };
 
@@ -58,8 +61,14 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
-      client.makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), { deadline }, (err, res) =>
-        err ? reject(toAppError(err)) : resolve(res),
+      client.makeUnaryRequest(
+        def.path,
+        def.requestSerialize,
+        def.responseDeserialize,
+        req,
+        metadataFor(options),
+        { deadline },
+        (err, res) => (err ? reject(toAppError(err)) : resolve(res)),
       );
     });
 }
@@ -67,7 +76,9 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
 function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) => {
     const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
-    const call = client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), { deadline });
+    const call = client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), {
+      deadline,
+    });
     return {
       cancel: () => call.cancel(),
       async *[Symbol.asyncIterator]() {

@@ -30,7 +30,13 @@ beforeAll(async () => {
     .setJti('j')
     .sign(privateKey);
   const verifier = new JwtVerifier({ issuer: 'iss', audience: 'aud', fetchJwks: async () => ({ keys: [jwk] }) });
-  server = new GrpcServer({ host: '127.0.0.1', port: 0, logger: createLogger('test', 'silent'), verifier, healthNames: ['identity.v1.IdentityService'] });
+  server = new GrpcServer({
+    host: '127.0.0.1',
+    port: 0,
+    logger: createLogger('test', 'silent'),
+    verifier,
+    healthNames: ['identity.v1.IdentityService'],
+  });
   const fail = () => Promise.reject(new Error('not used'));
   const impl = Object.fromEntries(Object.keys(def).map((k) => [k, fail])) as never as Record<string, unknown>;
   Object.assign(impl, {
@@ -50,7 +56,8 @@ beforeAll(async () => {
   const chatImpl = Object.fromEntries(Object.keys(chatV1.ChatServiceService).map((k) => [k, fail])) as never as Record<string, unknown>;
   chatImpl.streamReply = async (req: { sessionId: string }, _ctx: CallContext, send: (m: object) => Promise<void>) => {
     await send({ id: '1', type: 'open', messageId: 'm' });
-    if (req.sessionId === 'missing') throw new AppError('RESOURCE_NOT_FOUND', 'chat_session not found', { resource: 'chat_session', id: 'missing' });
+    if (req.sessionId === 'missing')
+      throw new AppError('RESOURCE_NOT_FOUND', 'chat_session not found', { resource: 'chat_session', id: 'missing' });
   };
   server.add(registration({ definition: chatV1.ChatServiceService, implementation: chatImpl as never }));
   const port = await server.start();
@@ -74,7 +81,15 @@ it('also accepts the standard authorization header (for tools such as grpcurl)',
   const md = new grpc.Metadata();
   md.set('authorization', `Bearer ${token}`);
   const res = await new Promise<unknown>((ok, fail) =>
-    client.grpcClient.makeUnaryRequest(def.getTenant.path, def.getTenant.requestSerialize, def.getTenant.responseDeserialize, {}, md, {}, (err, r) => (err ? fail(err) : ok(r))),
+    client.grpcClient.makeUnaryRequest(
+      def.getTenant.path,
+      def.getTenant.requestSerialize,
+      def.getTenant.responseDeserialize,
+      {},
+      md,
+      {},
+      (err, r) => (err ? fail(err) : ok(r)),
+    ),
   );
   expect(res).toMatchObject({ tenant: { id: 'ten_1' } });
 });

@@ -79,7 +79,10 @@ export class GrpcServer {
     });
   }
 
-  private async context(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, isPublic: boolean): Promise<CallContext> {
+  private async context(
+    call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+    isPublic: boolean,
+  ): Promise<CallContext> {
     const md = call.metadata;
     const requestId = (md.get('x-request-id')[0] as string | undefined) ?? randomUUID();
     const clientIp = (md.get('x-client-ip')[0] as string | undefined) ?? null;
@@ -98,7 +101,11 @@ export class GrpcServer {
     }
   }
 
-  private wrapUnary(path: string, isPublic: boolean, impl: (req: unknown, ctx: CallContext) => Promise<unknown>): grpc.handleUnaryCall<unknown, unknown> {
+  private wrapUnary(
+    path: string,
+    isPublic: boolean,
+    impl: (req: unknown, ctx: CallContext) => Promise<unknown>,
+  ): grpc.handleUnaryCall<unknown, unknown> {
     return (call, callback) => {
       this.context(call, isPublic)
         .then((ctx) => impl(call.request, ctx))

@@ -4,7 +4,7 @@ import { openMongoStore } from './mongo';
 import { storeContract } from './store.contract';
 
 // A test reads its peer's address directly: there is no service config here.
- 
+
 const uri = process.env.MONGODB_URI;
 const dbNames: string[] = [];
 

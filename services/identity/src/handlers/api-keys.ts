@@ -1,4 +1,15 @@
-import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, type ApiKeyType, type CallContext, errors, newId, nowIso, randomBase62, SCOPES, sha256Hex } from '@svc/kit';
+import {
+  API_KEY_ENVIRONMENTS,
+  API_KEY_TYPES,
+  type ApiKeyType,
+  type CallContext,
+  errors,
+  newId,
+  nowIso,
+  randomBase62,
+  SCOPES,
+  sha256Hex,
+} from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, type ApiKeyDoc } from '../collections';
 import type { IdentityDeps } from '../context';

@@ -204,7 +204,10 @@ export function authHandlers(deps: IdentityDeps) {
       if (!creator || !tenant || creator.disabled) throw errors.unauthorized('API key is not valid');
       // lastUsedAt is advisory: written at most once a minute per key, never blocking the answer.
       if (!key.lastUsedAt || Date.parse(key.lastUsedAt) < Date.now() - 60_000)
-        void store.collection(apiKeys).update(key.id, {}, { lastUsedAt: now }).catch(() => undefined);
+        void store
+          .collection(apiKeys)
+          .update(key.id, {}, { lastUsedAt: now })
+          .catch(() => undefined);
       const token = await signAccessToken(deps, apiKeyClaims(key, creator), ttl);
       const expiry = key.expiresAt ? Math.min(Date.now() + ttl * 1000, Date.parse(key.expiresAt)) : Date.now() + ttl * 1000;
       return {
@@ -228,12 +231,17 @@ export function authHandlers(deps: IdentityDeps) {
     async delegateToken(req: identityV1.DelegateTokenRequest, ctx: CallContext): Promise<identityV1.DelegateTokenResponse> {
       requireAuth(ctx);
       const unknown = req.scopes.filter((s) => !(SCOPES as readonly string[]).includes(s));
-      if (unknown.length || !req.scopes.length) throw errors.validation([{ field: 'scopes', message: 'must be a non-empty list of known scopes' }]);
+      if (unknown.length || !req.scopes.length)
+        throw errors.validation([{ field: 'scopes', message: 'must be a non-empty list of known scopes' }]);
       const ttl = Math.min(Math.max(req.ttlSeconds || 900, 60), 3600);
       const a = ctx.auth;
       // Never more than the caller has: a scoped caller's delegate keeps only the scopes both lists share.
       const scopes = a.scp ? req.scopes.filter((s) => a.scp!.includes(s)) : req.scopes;
-      const token = await signAccessToken(deps, { sub: a.sub, tid: a.tid, typ: a.typ, role: a.role, sid: a.sid, scp: scopes, ...(a.env ? { env: a.env } : {}) }, ttl);
+      const token = await signAccessToken(
+        deps,
+        { sub: a.sub, tid: a.tid, typ: a.typ, role: a.role, sid: a.sid, scp: scopes, ...(a.env ? { env: a.env } : {}) },
+        ttl,
+      );
       return { token, expiresAt: Date.now() + ttl * 1000 };
     },
 

@@ -38,7 +38,14 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
         updatedAt: doc.updatedAt,
       };
     if (platform)
-      return { provider: platform.provider, model: platform.model, baseUrl: platform.baseUrl ?? '', apiKeySet: platform.apiKey !== null, source: 'platform', updatedAt: '' };
+      return {
+        provider: platform.provider,
+        model: platform.model,
+        baseUrl: platform.baseUrl ?? '',
+        apiKeySet: platform.apiKey !== null,
+        source: 'platform',
+        updatedAt: '',
+      };
     return { provider: '', model: '', baseUrl: '', apiKeySet: false, source: 'none', updatedAt: '' };
   }
 
@@ -57,13 +64,18 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
       let baseUrl = req.clearBaseUrl ? null : req.baseUrl !== undefined ? checkBaseUrl(req.baseUrl, fields) : (current?.baseUrl ?? null);
       if (baseUrl === '') baseUrl = null;
       if (!provider) fields.push({ field: 'provider', message: 'is required' });
-      else if (!(LLM_PROVIDERS as readonly string[]).includes(provider)) fields.push({ field: 'provider', message: `must be one of: ${LLM_PROVIDERS.join(', ')}` });
+      else if (!(LLM_PROVIDERS as readonly string[]).includes(provider))
+        fields.push({ field: 'provider', message: `must be one of: ${LLM_PROVIDERS.join(', ')}` });
       if (!model) fields.push({ field: 'model', message: 'is required' });
       else if (model.length > 200) fields.push({ field: 'model', message: 'must be at most 200 characters' });
-      if (provider === 'openai-compatible' && !baseUrl) fields.push({ field: 'baseUrl', message: 'is required for openai-compatible providers' });
-      if (req.temperature !== undefined && !(req.temperature >= 0 && req.temperature <= 2)) fields.push({ field: 'temperature', message: 'must be between 0 and 2' });
-      if (req.maxTokens !== undefined && !(req.maxTokens >= 1 && req.maxTokens <= 200_000)) fields.push({ field: 'maxTokens', message: 'must be between 1 and 200000' });
-      if (req.apiKey !== undefined && (req.apiKey.length < 1 || req.apiKey.length > 1000)) fields.push({ field: 'apiKey', message: 'must be 1 to 1000 characters' });
+      if (provider === 'openai-compatible' && !baseUrl)
+        fields.push({ field: 'baseUrl', message: 'is required for openai-compatible providers' });
+      if (req.temperature !== undefined && !(req.temperature >= 0 && req.temperature <= 2))
+        fields.push({ field: 'temperature', message: 'must be between 0 and 2' });
+      if (req.maxTokens !== undefined && !(req.maxTokens >= 1 && req.maxTokens <= 200_000))
+        fields.push({ field: 'maxTokens', message: 'must be between 1 and 200000' });
+      if (req.apiKey !== undefined && (req.apiKey.length < 1 || req.apiKey.length > 1000))
+        fields.push({ field: 'apiKey', message: 'must be 1 to 1000 characters' });
       if (fields.length) throw errors.validation(fields);
       const now = nowIso();
       const doc: LlmSettingsDoc = {
@@ -98,7 +110,15 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
           },
         };
       if (platform)
-        return { settings: { provider: platform.provider, model: platform.model, baseUrl: platform.baseUrl ?? '', apiKey: platform.apiKey ?? '', source: 'platform' } };
+        return {
+          settings: {
+            provider: platform.provider,
+            model: platform.model,
+            baseUrl: platform.baseUrl ?? '',
+            apiKey: platform.apiKey ?? '',
+            source: 'platform',
+          },
+        };
       throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
     },
   };

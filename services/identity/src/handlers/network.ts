@@ -26,16 +26,23 @@ export function parseAllowlistEntry(entry: string): string | null {
 export function networkHandlers(deps: IdentityDeps) {
   const col = deps.store.collection(tenants);
   return {
-    async getNetworkAllowlist(_req: identityV1.GetNetworkAllowlistRequest, ctx: CallContext): Promise<identityV1.GetNetworkAllowlistResponse> {
+    async getNetworkAllowlist(
+      _req: identityV1.GetNetworkAllowlistRequest,
+      ctx: CallContext,
+    ): Promise<identityV1.GetNetworkAllowlistResponse> {
       const auth = requireManager(ctx);
       const tenant = await col.get(auth.tid);
       if (!tenant) throw errors.notFound('tenant', auth.tid);
       return { ipAllowlist: tenant.ipAllowlist };
     },
 
-    async setNetworkAllowlist(req: identityV1.SetNetworkAllowlistRequest, ctx: CallContext): Promise<identityV1.SetNetworkAllowlistResponse> {
+    async setNetworkAllowlist(
+      req: identityV1.SetNetworkAllowlistRequest,
+      ctx: CallContext,
+    ): Promise<identityV1.SetNetworkAllowlistResponse> {
       const auth = requireManager(ctx);
-      if (req.ipAllowlist.length > MAX_ENTRIES) throw errors.validation([{ field: 'ipAllowlist', message: `at most ${MAX_ENTRIES} entries` }]);
+      if (req.ipAllowlist.length > MAX_ENTRIES)
+        throw errors.validation([{ field: 'ipAllowlist', message: `at most ${MAX_ENTRIES} entries` }]);
       const fields = [];
       const list: string[] = [];
       for (const [i, entry] of req.ipAllowlist.entries()) {
