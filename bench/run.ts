@@ -11,7 +11,7 @@ import { load, ROOT, runBench, startProcess, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const RESULTS = resolve(ROOT, 'bench/results/gateway-read.json');
 
 interface Scenario {
@@ -86,6 +86,13 @@ async function main() {
     );
   }
   const ratio = (a: { rps: number }, b: { rps: number }) => Number((a.rps / b.rps).toFixed(3));
+  // Rounds run back to back, so a round's ratio compares layouts under the same background load: the median of
+  // those, with their spread, says more on a shared machine than the ratio of medians.
+  const paired = (a: Scenario, b: Scenario) => {
+    const rs = a.runs.map((r, i) => r.rps / b.runs[i].rps);
+    return { median: Number(median(rs).toFixed(3)), min: Number(Math.min(...rs).toFixed(3)), max: Number(Math.max(...rs).toFixed(3)) };
+  };
+  const [, grpcScenario, keyScenario, jwtScenario] = scenarios;
   const result = {
     date: new Date().toISOString(),
     node: process.version,
@@ -98,8 +105,13 @@ async function main() {
       systemJwtVsFastifyGrpc: ratio(jwtS, grpcS),
       fastifyGrpcVsBare: ratio(grpcS, bareS),
     },
+    pairedRatios: {
+      systemApiKeyVsFastifyGrpc: paired(keyScenario, grpcScenario),
+      systemJwtVsFastifyGrpc: paired(jwtScenario, grpcScenario),
+    },
   };
   console.log('\nratios', result.ratios, '(target: system / Fastify+gRPC >= 0.85)');
+  console.log('per-round ratios (median, min, max)', result.pairedRatios);
   if (existsSync(RESULTS)) {
     const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
     console.log(`previous run (${previous.date}):`, previous.ratios);
