@@ -1,4 +1,4 @@
-import { type AuthedContext, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessions, type MessageDoc, type SessionDoc } from './collections';
@@ -11,11 +11,6 @@ import { toMessage, toSession } from './views';
 export const LIMITS = { title: 200, content: 32_000, id: 100 } as const;
 /** The most recent messages of a session sent to the model with a new one. */
 export const HISTORY_LIMIT = 100;
-
-function authed(ctx: CallContext): AuthedContext {
-  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
-  return ctx as AuthedContext;
-}
 
 /** Awaits all; throws the first failure in the given order (not the first to happen), so refusals are stable. */
 async function inOrder<T extends readonly unknown[]>(promises: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
@@ -59,7 +54,7 @@ export function chatHandlers(deps: ChatDeps) {
 
   return {
     async createSession(req: chatV1.CreateSessionRequest, ctx: CallContext): Promise<chatV1.CreateSessionResponse> {
-      const { auth, token } = authed(ctx);
+      const { auth, token } = authed(ctx, 'agents:write');
       checkLength('title', req.title, LIMITS.title);
       checkLength('projectId', req.projectId, LIMITS.id);
       checkLength('agentId', req.agentId, LIMITS.id);
@@ -78,26 +73,26 @@ export function chatHandlers(deps: ChatDeps) {
     },
 
     async listSessions(req: chatV1.ListSessionsRequest, ctx: CallContext): Promise<chatV1.ListSessionsResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       const page = await sessionsCol.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
       return { sessions: page.items.map(toSession), nextCursor: page.nextCursor ?? '' };
     },
 
     async getSession(req: chatV1.GetSessionRequest, ctx: CallContext): Promise<chatV1.GetSessionResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       return { session: toSession(await sessionOf(req.id, auth.tid)) };
     },
 
     /** Oldest first: a transcript reads top to bottom, and the next page continues the conversation. */
     async listMessages(req: chatV1.ListMessagesRequest, ctx: CallContext): Promise<chatV1.ListMessagesResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       const session = await sessionOf(req.sessionId, auth.tid);
       const page = await messagesCol.find({ sessionId: session.id }, { order: 'asc', limit: req.limit || 20, cursor: req.cursor || null });
       return { messages: page.items.map(toMessage), nextCursor: page.nextCursor ?? '' };
     },
 
     async postMessage(req: chatV1.PostMessageRequest, ctx: CallContext): Promise<chatV1.PostMessageResponse> {
-      const authedCtx = authed(ctx);
+      const authedCtx = authed(ctx, 'agents:write');
       const { auth, token } = authedCtx;
       if (req.content.trim() === '') throw errors.validation([{ field: 'content', message: 'must not be empty' }]);
       checkLength('content', req.content, LIMITS.content, 1);
@@ -166,7 +161,7 @@ export function chatHandlers(deps: ChatDeps) {
       send: (m: chatV1.StreamReplyResponse) => Promise<void>,
       signal: AbortSignal,
     ) => {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'agents:read');
       return streamReply({ ...deps, sessionOf: (id) => sessionOf(id, auth.tid) }, req, send, signal);
     },
   };

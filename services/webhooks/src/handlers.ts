@@ -1,8 +1,8 @@
 import {
+  authed,
   errors,
   newId,
   nowIso,
-  type AuthedContext,
   type CallContext,
   type EgressPolicy,
   type SecretBox,
@@ -25,11 +25,6 @@ export interface HandlerDeps {
   onQueued: (webhookId: string) => void;
 }
 
-function authed(ctx: CallContext): AuthedContext {
-  if (!ctx.auth || !ctx.token) throw errors.unauthorized();
-  return ctx as AuthedContext;
-}
-
 export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
   const hooks = store.collection(webhooks);
 
@@ -42,7 +37,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
 
   return {
     async createWebhook(req: webhooksV1.CreateWebhookRequest, ctx: CallContext): Promise<webhooksV1.CreateWebhookResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       const c = new Checks();
       const events = c.events(req.events);
       const secret = c.secret(req.secret);
@@ -70,18 +65,18 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
     },
 
     async listWebhooks(req: webhooksV1.ListWebhooksRequest, ctx: CallContext): Promise<webhooksV1.ListWebhooksResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       const page = await hooks.find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
       return { webhooks: page.items.map(toWebhook), nextCursor: page.nextCursor ?? '' };
     },
 
     async getWebhook(req: webhooksV1.GetWebhookRequest, ctx: CallContext): Promise<webhooksV1.GetWebhookResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       return { webhook: toWebhook(await own(req.id, auth.tid)) };
     },
 
     async updateWebhook(req: webhooksV1.UpdateWebhookRequest, ctx: CallContext): Promise<webhooksV1.UpdateWebhookResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       await own(req.id, auth.tid);
       const c = new Checks();
       const patch: Partial<WebhookDoc> = { updatedAt: nowIso() };
@@ -97,7 +92,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
     },
 
     async deleteWebhook(req: webhooksV1.DeleteWebhookRequest, ctx: CallContext): Promise<webhooksV1.DeleteWebhookResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       const deleted = await store.transaction(async (tx) => {
         if (!req.id || !(await tx.collection(webhooks).delete(req.id, { tenantId: auth.tid }))) return false;
         await tx.collection(queue).deleteMany({ webhookId: req.id });
@@ -109,7 +104,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
     },
 
     async listDeliveries(req: webhooksV1.ListDeliveriesRequest, ctx: CallContext): Promise<webhooksV1.ListDeliveriesResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       await own(req.webhookId, auth.tid);
       const page = await store
         .collection(deliveries)
@@ -118,7 +113,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
     },
 
     async sendTestEvent(req: webhooksV1.SendTestEventRequest, ctx: CallContext): Promise<webhooksV1.SendTestEventResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       const hook = await own(req.id, auth.tid);
       const event: eventsV1.Event = {
         id: newId('evt'),
@@ -136,7 +131,7 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
     },
 
     async retryDelivery(req: webhooksV1.RetryDeliveryRequest, ctx: CallContext): Promise<webhooksV1.RetryDeliveryResponse> {
-      const { auth } = authed(ctx);
+      const { auth } = authed(ctx, 'unscoped');
       await own(req.webhookId, auth.tid);
       const col = store.collection(deliveries);
       const d = req.deliveryId ? await col.get(req.deliveryId, { webhookId: req.webhookId }) : null;

@@ -32,4 +32,12 @@ describe('authed', () => {
     expect(err).toBeInstanceOf(AppError);
     expect(err).toMatchObject({ code: 'FORBIDDEN', details: { reason: 'missing_scope', requiredScope: 'projects:write' } });
   });
+
+  it('refuses any scoped token where only an unscoped credential may act, and lets an unscoped one through', () => {
+    expect(authed(ctx(), 'unscoped').auth.tid).toBe('ten_1');
+    expect(() => authed(ctx(['projects:read', 'agents:write']), 'unscoped')).toThrow(
+      expect.objectContaining({ code: 'FORBIDDEN', details: { reason: 'unscoped_credential_required' } }),
+    );
+    expect(() => authed(ctx([]), 'unscoped')).toThrow(expect.objectContaining({ code: 'FORBIDDEN' }));
+  });
 });

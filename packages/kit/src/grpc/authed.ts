@@ -7,10 +7,14 @@ import type { AuthedContext, CallContext } from './types';
  * reach services without passing the gateway's policy (delegated tokens of background work, peers calling on a
  * caller's behalf), and a token limited to some scopes must be limited everywhere.
  */
-export function authed(ctx: CallContext, scope?: Scope): AuthedContext {
+export function authed(ctx: CallContext, scope?: Scope | 'unscoped'): AuthedContext {
   if (!ctx.auth || !ctx.token) throw errors.unauthorized();
   const granted = ctx.auth.scp;
-  if (scope && granted !== undefined && !granted.includes(scope))
+  if (scope === 'unscoped') {
+    // Tenant settings, team, security, webhooks: only a credential without a scope list (CONTRACT.md 3).
+    if (granted !== undefined)
+      throw new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' });
+  } else if (scope && granted !== undefined && !granted.includes(scope))
     throw new AppError('FORBIDDEN', `Missing scope ${scope}`, { reason: 'missing_scope', requiredScope: scope });
   return ctx as AuthedContext;
 }
