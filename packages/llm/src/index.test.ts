@@ -1,5 +1,5 @@
 import { backoffMs, classifyHttpFailure, kindForStatus, retryAfterMs } from './core';
-import { collect, createProvider, LlmError, redact, type LlmEvent, type LlmSettings } from './index';
+import { collect, createProvider, LlmError, llmSettingsFrom, redact, type LlmEvent, type LlmSettings } from './index';
 
 function headers(values: Record<string, string>) {
   return new Headers(values);
@@ -119,5 +119,28 @@ describe('error helpers', () => {
     expect(classifyHttpFailure('openai', { status: 400, headers: headers({ 'x-should-retry': 'true' }) }, []).retry).toBe(true);
     expect(classifyHttpFailure('openai', { status: 401 }, []).retry).toBe(false);
     expect(classifyHttpFailure('openai', { status: 429 }, []).retry).toBe(true);
+  });
+});
+
+describe('llmSettingsFrom', () => {
+  it('leaves out what identity stores as empty strings, keeps the rest', () => {
+    expect(llmSettingsFrom({ provider: 'openai-compatible', model: 'llama3.1', baseUrl: 'http://127.0.0.1:11434/v1', apiKey: '' })).toEqual(
+      {
+        provider: 'openai-compatible',
+        model: 'llama3.1',
+        baseUrl: 'http://127.0.0.1:11434/v1',
+        apiKey: undefined,
+        temperature: undefined,
+        maxTokens: undefined,
+      },
+    );
+    expect(llmSettingsFrom({ provider: 'anthropic', model: '', baseUrl: '', apiKey: 'sk-ant', temperature: 0.2, maxTokens: 512 })).toEqual({
+      provider: 'anthropic',
+      model: undefined,
+      baseUrl: undefined,
+      apiKey: 'sk-ant',
+      temperature: 0.2,
+      maxTokens: 512,
+    });
   });
 });

@@ -11,6 +11,28 @@ export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TO
 export { throughEgress } from './egress';
 export { DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, MAX_RETRY_AFTER_MS, redact } from './core';
 
+/** Settings as stored and resolved by identity: empty strings where a value is not set. */
+export interface StoredLlmSettings {
+  provider: string;
+  model: string;
+  baseUrl: string;
+  apiKey: string;
+  temperature?: number;
+  maxTokens?: number;
+}
+
+/** Identity's resolved settings (tenant or platform default) as provider settings: unset values left out. */
+export function llmSettingsFrom(s: StoredLlmSettings): LlmSettings {
+  return {
+    provider: s.provider as LlmSettings['provider'],
+    model: s.model || undefined,
+    baseUrl: s.baseUrl || undefined,
+    apiKey: s.apiKey || undefined,
+    temperature: s.temperature,
+    maxTokens: s.maxTokens,
+  };
+}
+
 /**
  * The provider for one settings object (a tenant's or the platform's). Checks the settings at once: a missing key or
  * base URL, or a malformed one, throws an `LlmError` of kind `bad_request`. The instance holds no per-call state and

@@ -13,7 +13,7 @@ import {
   type LlmError,
   type LlmMessage,
   type LlmProvider,
-  type LlmProviderKind,
+  llmSettingsFrom,
   type LlmRequest,
 } from '@svc/llm';
 import type { identityV1, projectsV1 } from '@svc/proto';
@@ -191,12 +191,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     throw err;
   }
   const provider = createProvider({
-    provider: settings.provider as LlmProviderKind,
-    apiKey: settings.apiKey || undefined,
-    baseUrl: settings.baseUrl || undefined,
-    model: settings.model || undefined,
-    temperature: settings.temperature,
-    maxTokens: settings.maxTokens,
+    ...llmSettingsFrom(settings),
     timeoutMs: deps.llmTimeoutMs,
     maxRetries: deps.llmMaxRetries,
     fetch: deps.llmFetch,

@@ -1,5 +1,5 @@
 import { createClient, errors, type ServiceClient } from '@svc/kit';
-import type { LlmProviderKind } from '@svc/llm';
+import { llmSettingsFrom } from '@svc/llm';
 import { agentsV1, identityV1, projectsV1 } from '@svc/proto';
 import type { ReplyLlm } from './replies';
 
@@ -55,14 +55,7 @@ export function grpcPeers(
       const { settings: s } = await id.resolveLlmSettings({}, { token });
       if (!s) throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
       const value: ReplyLlm = {
-        settings: {
-          provider: s.provider as LlmProviderKind,
-          model: s.model || undefined,
-          baseUrl: s.baseUrl || undefined,
-          apiKey: s.apiKey || undefined,
-          temperature: s.temperature,
-          maxTokens: s.maxTokens,
-        },
+        settings: llmSettingsFrom(s),
         keySource: s.source,
       };
       if (llmCacheMs > 0) {
