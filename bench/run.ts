@@ -1,13 +1,14 @@
 /**
- * `npm run bench`: an authenticated read through the whole system against two baselines, measured side by side
- * in one run with autocannon from a separate process. Every layout uses separate processes for the HTTP front
- * and the gRPC back end, as the system does. Results are written to bench/results/ and compared with the
- * previous run's file.
+ * `npm run bench` (first part): an authenticated read through the system (`GET /api/v1/tenant`: the gateway, then one
+ * gRPC call to identity) against two baselines, bare Fastify and bare Fastify making one grpc-js call to a trivial
+ * server, measured side by side in one run with autocannon from a separate process. Two layouts, each the same for
+ * system and baseline: HTTP front and gRPC back end in separate processes (as `npm start` runs them), and both in
+ * one process. Results go to bench/results/gateway-read.json, compared with the previous run's.
  */
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { load, ROOT, runBench, startProcess, type LoadResult } from './lib';
+import { call, load, ROOT, runBench, startProcess, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -15,6 +16,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const RESULTS = resolve(ROOT, 'bench/results/gateway-read.json');
 
 interface Scenario {
+  key: string;
   name: string;
   url: string;
   headers?: Record<string, string>;
@@ -32,41 +34,51 @@ function summary(s: Scenario) {
   };
 }
 
-/** Starts the system under test: identity and the gateway as separate processes, embedded store, in-memory limits. */
-async function startSystem() {
-  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000' };
+/** A tenant with an access token and an API key on the system at `port`. */
+async function credentials(port: number) {
+  const base = `http://127.0.0.1:${port}/api/v1`;
+  const reg = await call(base, 'POST', '/auth/register', null, {
+    email: `bench${Date.now()}${Math.random()}@example.com`,
+    password: 'bench-password',
+    name: 'Bench',
+    tenantName: 'Bench',
+  });
+  const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+  return { url: `${base}/tenant`, accessToken: reg.accessToken as string, apiKey: key.key as string };
+}
+
+/** The system under test, embedded store, in-memory limits: identity and the gateway in two processes or in one. */
+async function startSystem(layout: 'separate' | 'one') {
+  const env = { DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), RATE_LIMIT_MAX: '100000000' };
+  if (layout === 'one') return credentials((await startProcess('bench/fixtures/system-one-process.ts', env)).port);
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
   const gateway = await startProcess('gateway/src/main.ts', { ...env, PORT: '0', IDENTITY_ADDR: `127.0.0.1:${identity.port}` });
-  const base = `http://127.0.0.1:${gateway.port}/api/v1`;
-  const reg = await fetch(`${base}/auth/register`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ email: `bench${Date.now()}@example.com`, password: 'bench-password', name: 'Bench', tenantName: 'Bench' }),
-  }).then((r) => r.json() as Promise<{ data: { accessToken: string } }>);
-  const key = await fetch(`${base}/api-keys`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${reg.data.accessToken}` },
-    body: JSON.stringify({ name: 'bench', type: 'sdk', environment: 'production' }),
-  }).then((r) => r.json() as Promise<{ data: { key: string } }>);
-  return { base, accessToken: reg.data.accessToken, apiKey: key.data.key };
+  return credentials(gateway.port);
 }
 
 async function main() {
   console.log(`connections ${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per scenario, alternating; node ${process.version}\n`);
-  // Every layout is up at once and measured in alternating rounds, so background load hits all of them alike.
+  // Everything is up at once and measured in alternating rounds, so background load hits all of them alike.
   const bare = await startProcess('bench/fixtures/bare-fastify.ts');
   const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
   const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
-  const system = await startSystem();
+  const frontOne = await startProcess('bench/fixtures/fastify-grpc-one-process.ts');
+  const system = await startSystem('separate');
+  const systemOne = await startSystem('one');
+  const local = (port: number) => `http://127.0.0.1:${port}/api/v1/tenant`;
+  const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
   const scenarios: Scenario[] = [
-    { name: 'bare Fastify (JSON)', url: `http://127.0.0.1:${bare.port}/api/v1/tenant`, runs: [] },
-    { name: 'bare Fastify + 1 grpc-js call', url: `http://127.0.0.1:${front.port}/api/v1/tenant`, runs: [] },
-    { name: 'system: GET /tenant, API key', url: `${system.base}/tenant`, headers: { authorization: `Bearer ${system.apiKey}` }, runs: [] },
+    { key: 'bareFastify', name: 'bare Fastify (JSON)', url: local(bare.port), runs: [] },
+    { key: 'fastifyGrpc', name: 'bare Fastify + 1 grpc-js call', url: local(front.port), runs: [] },
+    { key: 'systemApiKey', name: 'system: GET /tenant, API key', url: system.url, headers: bearer(system.apiKey), runs: [] },
+    { key: 'systemJwt', name: 'system: GET /tenant, access token', url: system.url, headers: bearer(system.accessToken), runs: [] },
+    { key: 'oneProcessFastifyGrpc', name: '1 process: Fastify + grpc-js', url: local(frontOne.port), runs: [] },
+    { key: 'oneProcessSystemApiKey', name: '1 process: system, API key', url: systemOne.url, headers: bearer(systemOne.apiKey), runs: [] },
     {
-      name: 'system: GET /tenant, access token',
-      url: `${system.base}/tenant`,
-      headers: { authorization: `Bearer ${system.accessToken}` },
+      key: 'oneProcessSystemJwt',
+      name: '1 process: system, access token',
+      url: systemOne.url,
+      headers: bearer(systemOne.accessToken),
       runs: [],
     },
   ];
@@ -78,39 +90,43 @@ async function main() {
       s.runs.push(r);
     }
   }
-  const [bareS, grpcS, keyS, jwtS] = scenarios.map(summary);
-  for (const [i, s] of scenarios.entries()) {
-    const m = [bareS, grpcS, keyS, jwtS][i];
+  const by = Object.fromEntries(scenarios.map((s) => [s.key, s]));
+  const summaries = Object.fromEntries(scenarios.map((s) => [s.key, summary(s)]));
+  for (const s of scenarios) {
+    const m = summaries[s.key];
     console.log(
       `${s.name.padEnd(34)} ${String(m.rps).padStart(7)} req/s   p50 ${String(m.p50).padStart(3)} ms   p99 ${String(m.p99).padStart(3)} ms   rounds ${m.rounds.join(' / ')}`,
     );
   }
-  const ratio = (a: { rps: number }, b: { rps: number }) => Number((a.rps / b.rps).toFixed(3));
   // Rounds run back to back, so a round's ratio compares layouts under the same background load: the median of
   // those, with their spread, says more on a shared machine than the ratio of medians.
-  const paired = (a: Scenario, b: Scenario) => {
-    const rs = a.runs.map((r, i) => r.rps / b.runs[i].rps);
+  const paired = (a: string, b: string) => {
+    const rs = by[a].runs.map((r, i) => r.rps / by[b].runs[i].rps);
     return { median: Number(median(rs).toFixed(3)), min: Number(Math.min(...rs).toFixed(3)), max: Number(Math.max(...rs).toFixed(3)) };
   };
-  const [, grpcScenario, keyScenario, jwtScenario] = scenarios;
+  const ratio = (a: string, b: string) => Number((summaries[a].rps / summaries[b].rps).toFixed(3));
   const result = {
     date: new Date().toISOString(),
     node: process.version,
     connections: CONNECTIONS,
     seconds: SECONDS,
     rounds: ROUNDS,
-    scenarios: { bareFastify: bareS, fastifyGrpc: grpcS, systemApiKey: keyS, systemJwt: jwtS },
+    scenarios: summaries,
     ratios: {
-      systemApiKeyVsFastifyGrpc: ratio(keyS, grpcS),
-      systemJwtVsFastifyGrpc: ratio(jwtS, grpcS),
-      fastifyGrpcVsBare: ratio(grpcS, bareS),
+      systemApiKeyVsFastifyGrpc: ratio('systemApiKey', 'fastifyGrpc'),
+      systemJwtVsFastifyGrpc: ratio('systemJwt', 'fastifyGrpc'),
+      fastifyGrpcVsBare: ratio('fastifyGrpc', 'bareFastify'),
+      oneProcessSystemApiKeyVsFastifyGrpc: ratio('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
+      oneProcessSystemJwtVsFastifyGrpc: ratio('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
     },
     pairedRatios: {
-      systemApiKeyVsFastifyGrpc: paired(keyScenario, grpcScenario),
-      systemJwtVsFastifyGrpc: paired(jwtScenario, grpcScenario),
+      systemApiKeyVsFastifyGrpc: paired('systemApiKey', 'fastifyGrpc'),
+      systemJwtVsFastifyGrpc: paired('systemJwt', 'fastifyGrpc'),
+      oneProcessSystemApiKeyVsFastifyGrpc: paired('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
+      oneProcessSystemJwtVsFastifyGrpc: paired('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
     },
   };
-  console.log('\nratios', result.ratios, '(target: system / Fastify+gRPC >= 0.85)');
+  console.log('\nratios', result.ratios, '(target: system / Fastify+gRPC >= 0.85, same layout)');
   console.log('per-round ratios (median, min, max)', result.pairedRatios);
   if (existsSync(RESULTS)) {
     const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;

@@ -104,4 +104,25 @@ describe('sqlite store', () => {
     expect(order).toEqual(['insert', 'count 2']);
     await store.close();
   });
+
+  test('after a transaction ends (its context switched off), the next one still joins nested calls from its own flow', async () => {
+    const store = openSqliteStore({ path: freshPath() });
+    const items = store.collection(notes);
+    await store.transaction(async (t) => {
+      await t.collection(notes).insert({ id: 'first', tenantId: 't', text: 'x', createdAt: '1' });
+    });
+    // A plain operation and a nested transaction inside the callback would wait for the lock this transaction holds
+    // if they did not know they run in its flow: they join it (no deadlock) and roll back with it.
+    const failed = store.transaction(async () => {
+      await items.insert({ id: 'joined-op', tenantId: 't', text: 'x', createdAt: '2' });
+      await store.transaction(async (nested) =>
+        nested.collection(notes).insert({ id: 'joined-tx', tenantId: 't', text: 'x', createdAt: '3' }),
+      );
+      expect(await items.count({})).toBe(3);
+      throw new Error('roll back');
+    });
+    await expect(failed).rejects.toThrow('roll back');
+    expect((await items.find({})).items.map((n) => n.id)).toEqual(['first']);
+    await store.close();
+  });
 });

@@ -254,6 +254,9 @@ class SqliteStore implements Store {
     } finally {
       tx.open = false;
       this.current = null;
+      // With no transaction open nothing needs the context. Disabling it lets Node switch its async hooks off
+      // (they tax every promise of the process, reads included) until the next transaction turns them back on.
+      if (this.waiters.length === 0) this.context.disable();
       this.release();
     }
   }
