@@ -105,12 +105,13 @@ describe('sqlite store', () => {
     await store.close();
   });
 
-  test('after a transaction ends (its context switched off), the next one still joins nested calls from its own flow', async () => {
+  test('after a quiet second (the context switched off), a transaction still joins nested calls from its own flow', async () => {
     const store = openSqliteStore({ path: freshPath() });
     const items = store.collection(notes);
     await store.transaction(async (t) => {
       await t.collection(notes).insert({ id: 'first', tenantId: 't', text: 'x', createdAt: '1' });
     });
+    await new Promise((resolve) => setTimeout(resolve, 1100)); // idle past CONTEXT_IDLE_MS: the context is off
     // A plain operation and a nested transaction inside the callback would wait for the lock this transaction holds
     // if they did not know they run in its flow: they join it (no deadlock) and roll back with it.
     const failed = store.transaction(async () => {
