@@ -1,4 +1,4 @@
-import { AppError, type Role, type Scope } from '@svc/kit';
+import { AppError, errors, type Role, type Scope } from '@svc/kit';
 import type { Principal } from './principal';
 
 /**
@@ -40,10 +40,8 @@ export function authorize(policy: Policy, p: Principal): void {
   if (policy.credentials && !policy.credentials.includes(p.type))
     throw new AppError('FORBIDDEN', 'This needs a signed-in user session, not an API key', { reason: 'user_session_required' });
   if (p.scopes !== undefined) {
-    if (policy.unscoped)
-      throw new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' });
-    if (policy.scope && !p.scopes.includes(policy.scope))
-      throw new AppError('FORBIDDEN', `Missing scope ${policy.scope}`, { reason: 'missing_scope', requiredScope: policy.scope });
+    if (policy.unscoped) throw errors.unscopedRequired();
+    if (policy.scope && !p.scopes.includes(policy.scope)) throw errors.missingScope(policy.scope);
   }
   if (policy.roles && !policy.roles.includes(p.role))
     throw new AppError('FORBIDDEN', 'This needs the owner or admin role', { reason: 'role_required', requiredRoles: policy.roles });

@@ -48,6 +48,11 @@ export const errors = {
     new AppError('VALIDATION_ERROR', message, { reason, ...extra }),
   unauthorized: (message = 'Authentication required') => new AppError('UNAUTHORIZED', message),
   forbidden: (message = 'Not allowed', details: ErrorDetails = {}) => new AppError('FORBIDDEN', message, details),
+  /** A scope-limited credential without the scope a route needs. */
+  missingScope: (scope: string) => new AppError('FORBIDDEN', `Missing scope ${scope}`, { reason: 'missing_scope', requiredScope: scope }),
+  /** A scope-limited credential where only one without a scope list may act (CONTRACT.md 3). */
+  unscopedRequired: () =>
+    new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' }),
   notFound: (resource: string, id: string) => new AppError('RESOURCE_NOT_FOUND', `${resource} not found`, { resource, id }),
   conflict: (message: string, details: ErrorDetails = {}) => new AppError('CONFLICT', message, details),
   unavailable: (message: string, details: ErrorDetails = {}) => new AppError('SERVICE_UNAVAILABLE', message, details),

@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { newId, nowIso, type CollectionDef } from '@svc/kit';
 
 export const AUTONOMY_LEVELS = ['manual', 'supervised', 'autonomous'] as const;
 export type AutonomyLevel = (typeof AUTONOMY_LEVELS)[number];
@@ -93,6 +93,30 @@ export interface RunDoc {
   /** Delegated token (sealed) the run's tools and settings lookups use, and the scopes it carries. */
   delegate: string;
   delegateScopes: string[];
+}
+
+/** A new run, queued: the agent as it is now, its whole time budget, no lease, no steps. */
+export function queuedRun(
+  o: Pick<RunDoc, 'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes'>,
+): RunDoc {
+  return {
+    id: newId('run'),
+    ...o,
+    status: 'queued',
+    output: null,
+    error: null,
+    steps: [],
+    usage: { inputTokens: 0, outputTokens: 0 },
+    createdAt: nowIso(),
+    startedAt: null,
+    completedAt: null,
+    rev: 0,
+    leaseWorker: null,
+    leaseOwner: null,
+    leaseExpiresAt: null,
+    attempts: 0,
+    budgetLeftMs: o.agent.config.timeBudgetSeconds * 1000,
+  };
 }
 
 export const runs: CollectionDef<RunDoc> = {

@@ -5,7 +5,6 @@ import {
   type CallContext,
   encodeCursor,
   errors,
-  newId,
   nowIso,
   type OutboxRelay,
   type SecretBox,
@@ -14,7 +13,7 @@ import {
 } from '@svc/kit';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
-import { runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
+import { queuedRun, runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
 import { emitRunEvent } from './run-events';
 import { scopesFor, type ProjectsClient } from './tools';
@@ -163,30 +162,15 @@ export function runHandlers(deps: RunHandlerDeps) {
       if (settings.status === 'rejected') throw settings.reason;
       await deps.credits.assertSpendable(c.auth.tid, c.token);
       if (granted.status === 'rejected') throw granted.reason;
-      const doc: RunDoc = {
-        id: newId('run'),
+      const doc = queuedRun({
         tenantId: c.auth.tid,
         agentId: agent.id,
         projectId: req.projectId,
         goal,
-        status: 'queued',
-        output: null,
-        error: null,
-        steps: [],
-        usage: { inputTokens: 0, outputTokens: 0 },
-        createdAt: nowIso(),
-        startedAt: null,
-        completedAt: null,
         agent: { name: agent.name, systemPrompt: agent.systemPrompt, config: agent.config },
-        rev: 0,
-        leaseWorker: null,
-        leaseOwner: null,
-        leaseExpiresAt: null,
-        attempts: 0,
-        budgetLeftMs: agent.config.timeBudgetSeconds * 1000,
         delegate: granted.value.sealed,
         delegateScopes: granted.value.scopes,
-      };
+      });
       await col.insert(doc);
       deps.worker.notify();
       return { run: toRun(doc) };

@@ -12,7 +12,6 @@ import {
   createClient,
   createLogger,
   decodeDomainEvent,
-  newId,
   nowIso,
   openBus,
   openSqliteStore,
@@ -24,7 +23,7 @@ import {
 } from '@svc/kit';
 import { identityV1, projectsV1 } from '@svc/proto';
 import { DEFAULT_CONFIG } from './agent-config';
-import { runs, type RunDoc } from './collections';
+import { queuedRun, runs, type RunDoc } from './collections';
 import { noCreditLimit } from './credits';
 import type { LoopDeps } from './run-loop';
 import { RunWorker, type WorkerOptions } from './worker';
@@ -83,28 +82,16 @@ async function delegateToken(): Promise<string> {
 
 async function insertRun(patch: Partial<RunDoc> = {}): Promise<RunDoc> {
   const doc: RunDoc = {
-    id: newId('run'),
-    tenantId: 'ten_1',
-    agentId: 'agt_1',
-    projectId: 'prj_1',
-    goal: 'g',
-    status: 'queued',
-    output: null,
-    error: null,
-    steps: [],
-    usage: { inputTokens: 0, outputTokens: 0 },
-    createdAt: nowIso(),
-    startedAt: null,
-    completedAt: null,
-    agent: { name: 'a', systemPrompt: '', config: DEFAULT_CONFIG },
-    rev: 0,
-    leaseWorker: null,
-    leaseOwner: null,
-    leaseExpiresAt: null,
-    attempts: 0,
+    ...queuedRun({
+      tenantId: 'ten_1',
+      agentId: 'agt_1',
+      projectId: 'prj_1',
+      goal: 'g',
+      agent: { name: 'a', systemPrompt: '', config: DEFAULT_CONFIG },
+      delegate: NOT_A_JWT,
+      delegateScopes: ['projects:read'],
+    }),
     budgetLeftMs: 60_000,
-    delegate: NOT_A_JWT,
-    delegateScopes: ['projects:read'],
     ...patch,
   };
   return store.collection(runs).insert(doc);

@@ -1,4 +1,4 @@
-import { AppError, errors } from '../errors';
+import { errors } from '../errors';
 import type { Scope } from '../scopes';
 import type { AuthedContext, CallContext } from './types';
 
@@ -10,11 +10,9 @@ import type { AuthedContext, CallContext } from './types';
 export function authed(ctx: CallContext, scope?: Scope | 'unscoped'): AuthedContext {
   if (!ctx.auth || !ctx.token) throw errors.unauthorized();
   const granted = ctx.auth.scp;
-  if (scope === 'unscoped') {
-    // Tenant settings, team, security, webhooks: only a credential without a scope list (CONTRACT.md 3).
-    if (granted !== undefined)
-      throw new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' });
-  } else if (scope && granted !== undefined && !granted.includes(scope))
-    throw new AppError('FORBIDDEN', `Missing scope ${scope}`, { reason: 'missing_scope', requiredScope: scope });
+  if (scope === undefined || granted === undefined) return ctx as AuthedContext;
+  // Tenant settings, team, security, webhooks: only a credential without a scope list (CONTRACT.md 3).
+  if (scope === 'unscoped') throw errors.unscopedRequired();
+  if (!granted.includes(scope)) throw errors.missingScope(scope);
   return ctx as AuthedContext;
 }
