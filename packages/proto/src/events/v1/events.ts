@@ -29,6 +29,7 @@ export interface Event {
     | { $case: "test"; value: TestData }
     | { $case: "agentRun"; value: AgentRunData }
     | { $case: "usage"; value: UsageData }
+    | { $case: "plan"; value: PlanData }
     | undefined;
 }
 
@@ -94,6 +95,18 @@ export interface UsageData {
   keySource: string;
 }
 
+/**
+ * tenant.plan_changed (internal): billing (subscriptions, the operator API) sets a tenant's plan; identity, regions
+ * and every service that gates on plan keep their copy from this event.
+ */
+export interface PlanData {
+  tenantId: string;
+  /** free, starter, growth, enterprise */
+  plan: string;
+  previousPlan: string;
+  changedAt: string;
+}
+
 function createBaseEvent(): Event {
   return { id: "", type: "", tenantId: "", createdAt: "", data: undefined };
 }
@@ -133,6 +146,9 @@ export const Event: MessageFns<Event> = {
         break;
       case "usage":
         UsageData.encode(message.data.value, writer.uint32(130).fork()).join();
+        break;
+      case "plan":
+        PlanData.encode(message.data.value, writer.uint32(138).fork()).join();
         break;
     }
     return writer;
@@ -239,6 +255,14 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "usage", value: UsageData.decode(reader, reader.uint32()) };
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.data = { $case: "plan", value: PlanData.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -281,6 +305,8 @@ export const Event: MessageFns<Event> = {
         ? { $case: "agentRun", value: AgentRunData.fromJSON(object.agent_run) }
         : isSet(object.usage)
         ? { $case: "usage", value: UsageData.fromJSON(object.usage) }
+        : isSet(object.plan)
+        ? { $case: "plan", value: PlanData.fromJSON(object.plan) }
         : undefined,
     };
   },
@@ -313,6 +339,8 @@ export const Event: MessageFns<Event> = {
       obj.agentRun = AgentRunData.toJSON(message.data.value);
     } else if (message.data?.$case === "usage") {
       obj.usage = UsageData.toJSON(message.data.value);
+    } else if (message.data?.$case === "plan") {
+      obj.plan = PlanData.toJSON(message.data.value);
     }
     return obj;
   },
@@ -366,6 +394,12 @@ export const Event: MessageFns<Event> = {
       case "usage": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "usage", value: UsageData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "plan": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "plan", value: PlanData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -1374,6 +1408,135 @@ export const UsageData: MessageFns<UsageData> = {
     message.inputTokens = object.inputTokens ?? 0;
     message.outputTokens = object.outputTokens ?? 0;
     message.keySource = object.keySource ?? "";
+    return message;
+  },
+};
+
+function createBasePlanData(): PlanData {
+  return { tenantId: "", plan: "", previousPlan: "", changedAt: "" };
+}
+
+export const PlanData: MessageFns<PlanData> = {
+  encode(message: PlanData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenantId !== "") {
+      writer.uint32(10).string(message.tenantId);
+    }
+    if (message.plan !== "") {
+      writer.uint32(18).string(message.plan);
+    }
+    if (message.previousPlan !== "") {
+      writer.uint32(26).string(message.previousPlan);
+    }
+    if (message.changedAt !== "") {
+      writer.uint32(34).string(message.changedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PlanData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePlanData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenantId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.plan = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.previousPlan = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.changedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PlanData {
+    return {
+      tenantId: isSet(object.tenantId)
+        ? globalThis.String(object.tenantId)
+        : isSet(object.tenant_id)
+        ? globalThis.String(object.tenant_id)
+        : "",
+      plan: isSet(object.plan) ? globalThis.String(object.plan) : "",
+      previousPlan: isSet(object.previousPlan)
+        ? globalThis.String(object.previousPlan)
+        : isSet(object.previous_plan)
+        ? globalThis.String(object.previous_plan)
+        : "",
+      changedAt: isSet(object.changedAt)
+        ? globalThis.String(object.changedAt)
+        : isSet(object.changed_at)
+        ? globalThis.String(object.changed_at)
+        : "",
+    };
+  },
+
+  toJSON(message: PlanData): unknown {
+    const obj: any = {};
+    if (message.tenantId !== "") {
+      obj.tenantId = message.tenantId;
+    }
+    if (message.plan !== "") {
+      obj.plan = message.plan;
+    }
+    if (message.previousPlan !== "") {
+      obj.previousPlan = message.previousPlan;
+    }
+    if (message.changedAt !== "") {
+      obj.changedAt = message.changedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<PlanData>): PlanData {
+    return PlanData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<PlanData>): PlanData {
+    const message = createBasePlanData();
+    message.tenantId = object.tenantId ?? "";
+    message.plan = object.plan ?? "";
+    message.previousPlan = object.previousPlan ?? "";
+    message.changedAt = object.changedAt ?? "";
     return message;
   },
 };

@@ -1,0 +1,45 @@
+/**
+ * Jest global set-up: the Debian packages the suites drive for real (redis-server, chromium) are installed when
+ * missing, so `npm test` alone passes on a fresh Debian machine. Without root or apt-get it stops at once and names
+ * the package and the command; it never lets the suites that need them skip silently.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+
+/** Debian package -> the executable the tests start. */
+const NEEDED: Record<string, string> = { 'redis-server': 'redis-server', chromium: '/usr/bin/chromium' };
+
+function present(executable: string): boolean {
+  if (executable.startsWith('/')) return existsSync(executable);
+  return spawnSync('sh', ['-c', `command -v ${executable}`], { stdio: 'ignore' }).status === 0;
+}
+
+export function missingPackages(): string[] {
+  return Object.entries(NEEDED)
+    .filter(([, executable]) => !present(executable))
+    .map(([pkg]) => pkg);
+}
+
+export default function installSystemPackages(): void {
+  const missing = missingPackages();
+  if (missing.length === 0) return;
+  const command = `apt-get install -y ${missing.join(' ')}`;
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  if (!isRoot || !present('apt-get')) {
+    throw new Error(`The tests need Debian package(s) ${missing.join(', ')}. Install them with: sudo ${command}`);
+  }
+  process.stderr.write(`\ntest set-up: installing ${missing.join(', ')} (${command})\n`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  try {
+    execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env,
+    });
+  } catch (err) {
+    throw new Error(`Installing ${missing.join(', ')} failed (${(err as Error).message}). Install them with: ${command}`);
+  }
+  const still = missingPackages();
+  if (still.length)
+    throw new Error(`After apt-get, still missing: ${still.join(', ')}. Install them with: apt-get install -y ${still.join(' ')}`);
+}
