@@ -27,6 +27,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
     const successContent = r.produces ? { [r.produces]: { schema: Type.String() } } : { 'application/json': { schema: successBody } };
     const policy = POLICIES[r.access];
     (paths[path] ??= {})[r.method.toLowerCase()] = {
+      operationId: r.operationId,
       summary: r.summary,
       tags: [r.tag],
       ...(policy.authenticate ? {} : { security: [] }),

@@ -28,6 +28,8 @@ export interface ListResult {
 export interface RouteSpec {
   method: Method;
   url: string;
+  /** Unique camelCase name of the operation (`getProject`): the OpenAPI operationId and the SDK's method name. */
+  operationId: string;
   access: PolicyName;
   summary: string;
   tag: string;
@@ -72,7 +74,9 @@ const NO_QUERY = Obj({});
 const EXEMPT_FROM_RATE_LIMIT = /^\/api\/v1\/(auth|cli\/auth|oauth)\//;
 
 export function route(app: FastifyInstance, spec: RouteSpec): void {
-  routesOf(app).push(spec);
+  const routes = routesOf(app);
+  if (routes.some((r) => r.operationId === spec.operationId)) throw new Error(`duplicate operationId ${spec.operationId}`);
+  routes.push(spec);
   const status = spec.status ?? 200;
   app.route({
     method: spec.method,

@@ -145,6 +145,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/agents',
+    operationId: 'createAgent',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Create an agent',
@@ -173,6 +174,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/agents',
+    operationId: 'listAgents',
     access: 'agents:read',
     tag: 'agents',
     summary: 'Agents, newest first',
@@ -188,6 +190,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/agents/:id',
+    operationId: 'getAgent',
     access: 'agents:read',
     tag: 'agents',
     summary: 'One agent',
@@ -199,6 +202,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PATCH',
     url: '/api/v1/agents/:id',
+    operationId: 'updateAgent',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Change some fields of an agent; config fields merge, null model or temperature goes back to the tenant default',
@@ -236,6 +240,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'DELETE',
     url: '/api/v1/agents/:id',
+    operationId: 'deleteAgent',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Delete an agent; its unfinished runs are cancelled, then its runs deleted',
@@ -247,6 +252,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/agents/:id/execute',
+    operationId: 'executeAgent',
     access: 'agents:write',
     tag: 'agents',
     summary: "Start a run of the agent on a goal in one of the tenant's projects; the run continues in the background",
@@ -261,6 +267,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/agents/:id/runs',
+    operationId: 'listAgentRuns',
     access: 'agents:read',
     tag: 'agents',
     summary: "The agent's runs, newest first",
@@ -277,6 +284,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/agents/:id/runs/:run_id',
+    operationId: 'getAgentRun',
     access: 'agents:read',
     tag: 'agents',
     summary: 'One run with its steps',
@@ -288,6 +296,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/agents/:id/runs/:run_id/cancel',
+    operationId: 'cancelAgentRun',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Cancel an unfinished run (a model call in progress is aborted); a finished run is 409',
@@ -299,6 +308,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/agents/:id/runs/:run_id/approve',
+    operationId: 'approveAgentRun',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Let the tool call a supervised run waits on go ahead; a run not in requires_approval is 409',
@@ -310,6 +320,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/agents/:id/runs/:run_id/reject',
+    operationId: 'rejectAgentRun',
     access: 'agents:write',
     tag: 'agents',
     summary: 'Refuse the tool call a supervised run waits on; the model is told and carries on',

@@ -41,6 +41,7 @@ export function apiKeyRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/api-keys',
+    operationId: 'createApiKey',
     access: 'sessionManager',
     tag: 'api-keys',
     summary: 'Create an API key; the secret is in this response only',
@@ -72,6 +73,7 @@ export function apiKeyRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/api-keys',
+    operationId: 'listApiKeys',
     access: 'sessionManager',
     tag: 'api-keys',
     summary: 'Active API keys, newest first (never the secret)',
@@ -87,6 +89,7 @@ export function apiKeyRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/api-keys/:id',
+    operationId: 'getApiKey',
     access: 'sessionManager',
     tag: 'api-keys',
     summary: 'One API key (never the secret)',
@@ -98,6 +101,7 @@ export function apiKeyRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'DELETE',
     url: '/api/v1/api-keys/:id',
+    operationId: 'revokeApiKey',
     access: 'sessionManager',
     tag: 'api-keys',
     summary: 'Revoke an API key: refused everywhere within one second',

@@ -35,6 +35,7 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/auth/register',
+    operationId: 'register',
     access: 'public',
     tag: 'auth',
     summary: 'Create a tenant and its owner, and sign in',
@@ -47,6 +48,7 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/auth/login',
+    operationId: 'login',
     access: 'public',
     tag: 'auth',
     summary: 'Sign in with email and password',
@@ -58,6 +60,7 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/auth/refresh',
+    operationId: 'refresh',
     access: 'public',
     tag: 'auth',
     summary: 'Exchange a refresh token for a new pair (the old one stops working)',
@@ -69,6 +72,7 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/auth/logout',
+    operationId: 'logout',
     access: 'authenticated',
     tag: 'auth',
     summary: 'End the current session: its refresh token, access tokens and cookie',
@@ -83,6 +87,7 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/auth/me',
+    operationId: 'me',
     access: 'authenticated',
     tag: 'auth',
     summary: 'The caller: user, tenant, role and credential',

@@ -96,6 +96,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/chat/sessions',
+    operationId: 'createChatSession',
     access: 'agents:write',
     tag: 'chat',
     summary: 'Create a chat session, optionally about a project and with an agent (its system prompt leads the conversation)',
@@ -112,6 +113,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/chat/sessions',
+    operationId: 'listChatSessions',
     access: 'agents:read',
     tag: 'chat',
     summary: 'Chat sessions, newest first',
@@ -127,6 +129,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/chat/sessions/:id',
+    operationId: 'getChatSession',
     access: 'agents:read',
     tag: 'chat',
     summary: 'One chat session',
@@ -138,6 +141,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/chat/sessions/:id/messages',
+    operationId: 'listChatMessages',
     access: 'agents:read',
     tag: 'chat',
     summary: 'The messages of a session, oldest first (a transcript); assistant replies carry status, error and token usage',
@@ -154,6 +158,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/chat/sessions/:id/messages',
+    operationId: 'sendChatMessage',
     access: 'agents:write',
     tag: 'chat',
     summary: 'Send a message; the reply is generated in the background (read it with the stream or the message list)',
@@ -170,6 +175,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/chat/sessions/:id/stream',
+    operationId: 'streamChatReply',
     access: 'agents:read',
     tag: 'chat',
     summary:

@@ -31,6 +31,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/projects',
+    operationId: 'createProject',
     access: 'projects:write',
     tag: 'projects',
     summary: 'Create a project',
@@ -47,6 +48,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/projects',
+    operationId: 'listProjects',
     access: 'projects:read',
     tag: 'projects',
     summary: 'Projects, newest first',
@@ -62,6 +64,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/projects/:id',
+    operationId: 'getProject',
     access: 'projects:read',
     tag: 'projects',
     summary: 'One project',
@@ -73,6 +76,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PATCH',
     url: '/api/v1/projects/:id',
+    operationId: 'updateProject',
     access: 'projects:write',
     tag: 'projects',
     summary: 'Change some fields of a project',
@@ -89,6 +93,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'DELETE',
     url: '/api/v1/projects/:id',
+    operationId: 'deleteProject',
     access: 'projects:write',
     tag: 'projects',
     summary: 'Delete a project',

@@ -41,6 +41,7 @@ export function settingsRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/tenant/settings/llm',
+    operationId: 'getLlmSettings',
     access: 'unscoped',
     tag: 'tenant',
     summary: "The tenant's LLM settings (the platform default when it has none)",
@@ -51,6 +52,7 @@ export function settingsRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PATCH',
     url: '/api/v1/tenant/settings/llm',
+    operationId: 'updateLlmSettings',
     access: 'manager',
     tag: 'tenant',
     summary: 'Change LLM settings; null clears a field. apiKey is stored encrypted and never returned',

@@ -19,6 +19,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/tenant',
+    operationId: 'getTenant',
     access: 'authenticated',
     tag: 'tenant',
     summary: 'The current tenant',
@@ -29,6 +30,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/tenant/team/members',
+    operationId: 'listTeamMembers',
     access: 'unscoped',
     tag: 'team',
     summary: 'Team members, newest first',
@@ -44,6 +46,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/tenant/team/members',
+    operationId: 'addTeamMember',
     access: 'manager',
     tag: 'team',
     summary: 'Add a member with a password (owners and admins)',
@@ -56,6 +59,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PATCH',
     url: '/api/v1/tenant/team/members/:userId',
+    operationId: 'updateTeamMember',
     access: 'manager',
     tag: 'team',
     summary: "Change a member's role",
@@ -69,6 +73,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'DELETE',
     url: '/api/v1/tenant/team/members/:userId',
+    operationId: 'removeTeamMember',
     access: 'manager',
     tag: 'team',
     summary: 'Remove a member; their sessions end',
@@ -83,6 +88,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/tenant/security/network',
+    operationId: 'getNetworkSettings',
     access: 'manager',
     tag: 'security',
     summary: 'The IP allowlist for API keys',
@@ -93,6 +99,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PUT',
     url: '/api/v1/tenant/security/network',
+    operationId: 'putNetworkSettings',
     access: 'manager',
     tag: 'security',
     summary: 'Replace the IP allowlist (IPs and CIDRs, v4 and v6; empty allows any address)',

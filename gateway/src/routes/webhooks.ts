@@ -85,6 +85,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/webhooks',
+    operationId: 'createWebhook',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Register a webhook',
@@ -97,6 +98,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/webhooks',
+    operationId: 'listWebhooks',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Webhooks, newest first',
@@ -112,6 +114,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/webhooks/:id',
+    operationId: 'getWebhook',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'One webhook',
@@ -123,6 +126,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'PATCH',
     url: '/api/v1/webhooks/:id',
+    operationId: 'updateWebhook',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Change a webhook; `active: true` enables a disabled one again',
@@ -155,6 +159,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'DELETE',
     url: '/api/v1/webhooks/:id',
+    operationId: 'deleteWebhook',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Delete a webhook and its deliveries',
@@ -166,6 +171,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'GET',
     url: '/api/v1/webhooks/:id/deliveries',
+    operationId: 'listWebhookDeliveries',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Deliveries of a webhook with every attempt, newest first',
@@ -182,6 +188,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/webhooks/:id/test',
+    operationId: 'testWebhook',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Queue a `webhook.test` event to this webhook (one attempt, sent even when disabled)',
@@ -194,6 +201,7 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   route(app, {
     method: 'POST',
     url: '/api/v1/webhooks/:id/deliveries/:deliveryId/retry',
+    operationId: 'retryWebhookDelivery',
     access: 'unscoped',
     tag: 'webhooks',
     summary: 'Send a finished delivery again: one more attempt, same webhook-id (409 while one is scheduled)',
