@@ -5,6 +5,7 @@ import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
 import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
+import { regionRoutes } from './regions';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
@@ -20,4 +21,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
+  regionRoutes(app, deps);
 }

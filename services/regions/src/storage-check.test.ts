@@ -59,6 +59,8 @@ describe.each([
     }
   });
 
+  // s3rver checks a SigV4 request's key id but not its signature; Azurite checks the whole SharedKey signature, so
+  // for azure the account is right and only the key is wrong.
   it('wrong keys fail the credentials check', async () => {
     const t = target();
     const wrong = t.provider === 'azure' ? Buffer.from('not the account key at all, 32b!').toString('base64') : 'WRONGSECRET';
