@@ -128,7 +128,7 @@ it('refuses incomplete or contradictory configurations with 400 and changes noth
   expect(await fieldsOf(s3Config({ byosBucket: 'Bad_Bucket' }))).toEqual(['byosBucket']);
   expect(await fieldsOf({ storageMode: 'platform', byosBucket: 'b-1' })).toEqual(['byosBucket']);
   expect(await fieldsOf({ storageMode: 'platform', platformRegion: 'mars-1' })).toEqual(['platformRegion']);
-  expect(await fieldsOf({ storageMode: 'byos', platformRegion: 'us-east', ...s3Config() })).toEqual(['platformRegion']);
+  expect(await fieldsOf({ ...s3Config(), platformRegion: 'us-east' })).toEqual(['platformRegion']);
   expectError(await api.put(path(), { ...s3Config(), byosProvider: 'dropbox' }, t), 400, 'VALIDATION_ERROR');
   expect((await api.get(path(), t)).body.data).toEqual(before);
 });

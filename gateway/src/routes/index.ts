@@ -6,6 +6,7 @@ import { authRoutes } from './auth';
 import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
+import { secretRoutes } from './secrets';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
@@ -22,4 +23,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
   regionRoutes(app, deps);
+  secretRoutes(app, deps);
 }

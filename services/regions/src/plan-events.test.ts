@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, domainEvent, openSqliteStore, TOPICS, type BusMessage, type ReceivedMessage, type Store } from '@svc/kit';
-import { ALL_COLLECTIONS } from './collections';
+import { appliedEvents, tenantPlans } from './collections';
 import { planEventHandler, planOf } from './plan-events';
 
 let dir: string;
@@ -11,7 +11,8 @@ let handle: (m: ReceivedMessage) => Promise<void>;
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'regions-plans-'));
   store = await openSqliteStore({ path: join(dir, 'regions.db') });
-  for (const def of ALL_COLLECTIONS) await store.ensure(def);
+  await store.ensure(tenantPlans);
+  await store.ensure(appliedEvents);
   handle = planEventHandler(store, createLogger('test', 'silent'));
 });
 afterEach(async () => {
