@@ -22,7 +22,8 @@ it('lists the region catalogue', async () => {
   expect(res.status).toBe(200);
   const ids = res.body.data.map((r: { id: string }) => r.id);
   expect(ids).toEqual(expect.arrayContaining(['us-east', 'us-west', 'eu-west', 'eu-central', 'ap-southeast']));
-  for (const r of res.body.data) expect(r).toEqual({ id: expect.any(String), name: expect.any(String), jurisdiction: expect.any(String), available: true });
+  for (const r of res.body.data)
+    expect(r).toEqual({ id: expect.any(String), name: expect.any(String), jurisdiction: expect.any(String), available: true });
 });
 
 describe('preferences', () => {
@@ -75,18 +76,18 @@ describe('preferences', () => {
     expect(err.details.reason).toBe('residency_conflict');
     expect(err.details.fields).toEqual([{ field: 'primaryRegion', message: expect.stringContaining('EU') }]);
     // In the same jurisdiction it is fine; then moving the primary region out of it is refused.
-    const ok = await api.patch(prefsPath(), { dataResidencyRequired: true, dataResidencyRegion: 'eu-west', primaryRegion: 'eu-central' }, t);
+    const ok = await api.patch(
+      prefsPath(),
+      { dataResidencyRequired: true, dataResidencyRegion: 'eu-west', primaryRegion: 'eu-central' },
+      t,
+    );
     expect(ok.status).toBe(200);
     expect(expectError(await api.patch(prefsPath(), { primaryRegion: 'ap-southeast' }, t), 400, 'VALIDATION_ERROR').details.reason).toBe(
       'residency_conflict',
     );
     // gdpr keeps data in the EU, hipaa in the US.
     expect((await api.patch(prefsPath(), { complianceLevel: 'gdpr' }, t)).status).toBe(200);
-    err = expectError(
-      await api.patch(prefsPath(), { complianceLevel: 'hipaa', dataResidencyRequired: false }, t),
-      400,
-      'VALIDATION_ERROR',
-    );
+    err = expectError(await api.patch(prefsPath(), { complianceLevel: 'hipaa', dataResidencyRequired: false }, t), 400, 'VALIDATION_ERROR');
     expect(err.details.reason).toBe('compliance_conflict');
     const back = await api.patch(
       prefsPath(),
@@ -159,7 +160,13 @@ describe('feature check', () => {
 describe('access', () => {
   it('needs a credential without a scope list, and the owner or admin role to change anything', async () => {
     const scoped = await createKey(api, owner.accessToken, { scopes: ['projects:read'] });
-    for (const path of ['/api/v1/regions', prefsPath(), feature('agents'), '/api/v1/routing-info', `/api/v1/regions/storage/${owner.tenantId}`])
+    for (const path of [
+      '/api/v1/regions',
+      prefsPath(),
+      feature('agents'),
+      '/api/v1/routing-info',
+      `/api/v1/regions/storage/${owner.tenantId}`,
+    ])
       expect(expectError(await api.get(path, { token: scoped.key }), 403, 'FORBIDDEN').details.reason).toBe('unscoped_credential_required');
     const unscoped = await createKey(api, owner.accessToken);
     expect((await api.get(feature('agents'), { token: unscoped.key })).status).toBe(200);
@@ -169,7 +176,11 @@ describe('access', () => {
     const member = (await api.post('/api/v1/auth/login', { email, password: 'password123' })).body.data.accessToken;
     expect((await api.get(prefsPath(), { token: member })).status).toBe(200);
     expectError(await api.patch(prefsPath(), { primaryRegion: 'us-west' }, { token: member }), 403, 'FORBIDDEN');
-    expectError(await api.put(`/api/v1/regions/storage/${owner.tenantId}`, { storageMode: 'platform' }, { token: member }), 403, 'FORBIDDEN');
+    expectError(
+      await api.put(`/api/v1/regions/storage/${owner.tenantId}`, { storageMode: 'platform' }, { token: member }),
+      403,
+      'FORBIDDEN',
+    );
   });
 });
 

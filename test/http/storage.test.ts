@@ -85,7 +85,14 @@ it('saves a byos configuration, never returns its keys, keeps them encrypted at 
   expect(saved.status).toBe(200);
   expect(saved.body.data.valid).toBe(true);
   expect(saved.body.data.provider).toBe('azure');
-  expect(saved.body.data.checks.map((c: { name: string }) => c.name)).toEqual(['connection', 'credentials', 'bucket', 'write', 'read', 'delete']);
+  expect(saved.body.data.checks.map((c: { name: string }) => c.name)).toEqual([
+    'connection',
+    'credentials',
+    'bucket',
+    'write',
+    'read',
+    'delete',
+  ]);
   expect(saved.text).not.toContain(azure.accountKey);
 });
 
@@ -93,7 +100,8 @@ it('validates a configuration in the body without saving it: good, wrong keys, m
   const validate = (body: object) => api.post(`${path()}/validate`, body, t);
   const good = await validate(s3Config());
   expect(good.body.data).toMatchObject({ valid: true, provider: 's3' });
-  for (const c of good.body.data.checks) expect(c).toEqual({ name: expect.any(String), ok: true, message: expect.any(String), latencyMs: expect.any(Number) });
+  for (const c of good.body.data.checks)
+    expect(c).toEqual({ name: expect.any(String), ok: true, message: expect.any(String), latencyMs: expect.any(Number) });
 
   // s3rver checks the key id of a SigV4 request, not its signature: a wrong secret is shown with Azurite below.
   const wrong = await validate(s3Config({ byosAccessKey: 'AKIAWRONGKEY', byosSecretKey: 'definitely-wrong-secret' }));
@@ -102,7 +110,10 @@ it('validates a configuration in the body without saving it: good, wrong keys, m
   expect(failedCheck(wrong.body.data)).toBe('credentials');
   expect(wrong.text).not.toContain('definitely-wrong-secret');
 
-  const wrongAzure = await validate({ ...azureConfig(), byosSecretKey: Buffer.from('a wrong account key of 32 bytes!').toString('base64') });
+  const wrongAzure = await validate({
+    ...azureConfig(),
+    byosSecretKey: Buffer.from('a wrong account key of 32 bytes!').toString('base64'),
+  });
   expect(failedCheck(wrongAzure.body.data)).toBe('credentials');
 
   const missing = await validate(s3Config({ byosBucket: 'no-such-bucket' }));
@@ -119,7 +130,9 @@ it('validates a configuration in the body without saving it: good, wrong keys, m
 it('refuses incomplete or contradictory configurations with 400 and changes nothing', async () => {
   const before = (await api.get(path(), t)).body.data;
   const fieldsOf = async (body: object) =>
-    expectError(await api.put(path(), body, t), 400, 'VALIDATION_ERROR').details.fields.map((f: { field: string }) => f.field).sort();
+    expectError(await api.put(path(), body, t), 400, 'VALIDATION_ERROR')
+      .details.fields.map((f: { field: string }) => f.field)
+      .sort();
   expect(await fieldsOf({ storageMode: 'byos', byosProvider: 's3', byosBucket: 'b-1' })).toEqual(['byosAccessKey', 'byosSecretKey']);
   expect(await fieldsOf({ storageMode: 'byos' })).toEqual(['byosAccessKey', 'byosBucket', 'byosProvider', 'byosSecretKey']);
   expect(await fieldsOf(s3Config({ byosProvider: 'r2', byosEndpoint: undefined as never }))).toEqual(['byosEndpoint']);
@@ -135,16 +148,19 @@ it('refuses incomplete or contradictory configurations with 400 and changes noth
 
 it('keeps platform storage where residency allows, and validates only byos', async () => {
   const prefs = `/api/v1/regions/preferences/${owner.tenantId}`;
-  expect((await api.patch(prefs, { dataResidencyRequired: true, dataResidencyRegion: 'eu-west', primaryRegion: 'eu-central' }, t)).status).toBe(200);
+  expect(
+    (await api.patch(prefs, { dataResidencyRequired: true, dataResidencyRegion: 'eu-west', primaryRegion: 'eu-central' }, t)).status,
+  ).toBe(200);
   const err = expectError(await api.put(path(), { storageMode: 'platform', platformRegion: 'us-west' }, t), 400, 'VALIDATION_ERROR');
   expect(err.details.reason).toBe('residency_conflict');
   const ok = await api.put(path(), { storageMode: 'platform' }, t);
   expect(ok.body.data).toMatchObject({ storageMode: 'platform', platformRegion: 'eu-central', byosCredentialsSet: false });
   expect((await api.put(path(), { storageMode: 'platform', platformRegion: 'eu-west' }, t)).body.data.platformRegion).toBe('eu-west');
   // An explicit platform region holds the residency rule for later preference changes too.
-  expect(expectError(await api.patch(prefs, { dataResidencyRegion: 'us-east', primaryRegion: 'us-east' }, t), 400, 'VALIDATION_ERROR').details.reason).toBe(
-    'residency_conflict',
-  );
+  expect(
+    expectError(await api.patch(prefs, { dataResidencyRegion: 'us-east', primaryRegion: 'us-east' }, t), 400, 'VALIDATION_ERROR').details
+      .reason,
+  ).toBe('residency_conflict');
   const nothing = expectError(await api.post(`${path()}/validate`, undefined, t), 400, 'VALIDATION_ERROR');
   expect(nothing.details.reason).toBe('nothing_to_validate');
   expectError(await api.post(`${path()}/validate`, { storageMode: 'platform' }, t), 400, 'VALIDATION_ERROR');

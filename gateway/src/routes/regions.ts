@@ -62,10 +62,9 @@ const RoutingInfo = Obj({
     }),
   ),
   servedBy: Obj({ instanceId: Type.String(), region: Type.String() }),
-  services: Type.Array(
-    Obj({ name: Type.String(), status: Type.String(), latencyMs: Type.Number(), checkedAt: Type.String() }),
-    { description: 'each backing service as this gateway sees it: a gRPC health check, timed (kept for 1 s)' },
-  ),
+  services: Type.Array(Obj({ name: Type.String(), status: Type.String(), latencyMs: Type.Number(), checkedAt: Type.String() }), {
+    description: 'each backing service as this gateway sees it: a gRPC health check, timed (kept for 1 s)',
+  }),
 });
 
 const orNull = (s: string) => s || null;

@@ -22,9 +22,16 @@ afterEach(async () => {
 
 const received = (m: BusMessage): ReceivedMessage => ({ ...m, offset: '0', timestamp: Date.now() });
 const changed = (tenantId: string, plan: string) =>
-  received(domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, { $case: 'plan', value: { tenantId, plan, previousPlan: '', changedAt: '' } }));
+  received(
+    domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
+      $case: 'plan',
+      value: { tenantId, plan, previousPlan: '', changedAt: '' },
+    }),
+  );
 const created = (tenantId: string, plan: string) =>
-  received(domainEvent(TOPICS.identity, 'tenant.created', tenantId, { $case: 'tenant', value: { id: tenantId, name: 'T', plan, createdAt: '' } }));
+  received(
+    domainEvent(TOPICS.identity, 'tenant.created', tenantId, { $case: 'tenant', value: { id: tenantId, name: 'T', plan, createdAt: '' } }),
+  );
 
 it('a tenant not heard of is on free; tenant.created sets its plan', async () => {
   expect(await planOf(store, 'ten_a')).toBe('free');

@@ -40,7 +40,13 @@ export type PrefsPatch = Partial<Prefs>;
 
 export function defaultPreferences(catalogue: RegionEntry[]): Prefs {
   const primary = catalogue.some((r) => r.id === 'us-east') ? 'us-east' : (catalogue.find((r) => r.available) ?? catalogue[0]).id;
-  return { primaryRegion: primary, secondaryRegion: null, dataResidencyRequired: false, dataResidencyRegion: null, complianceLevel: 'standard' };
+  return {
+    primaryRegion: primary,
+    secondaryRegion: null,
+    dataResidencyRequired: false,
+    dataResidencyRegion: null,
+    complianceLevel: 'standard',
+  };
 }
 
 /** A 403 for a feature the plan lacks, naming the feature and the lowest plan that has it. */
@@ -101,7 +107,10 @@ export function placementProblems(p: Prefs, platformRegion: string | null, catal
   if (allowed) {
     const fields = places
       .filter(([, id]) => !allowed.includes(jurisdiction(id)))
-      .map(([field, id]) => ({ field, message: `${id} is in ${jurisdiction(id)}; ${p.complianceLevel} keeps data in ${allowed.join(', ')}` }));
+      .map(([field, id]) => ({
+        field,
+        message: `${id} is in ${jurisdiction(id)}; ${p.complianceLevel} keeps data in ${allowed.join(', ')}`,
+      }));
     if (fields.length)
       return new AppError('VALIDATION_ERROR', `Compliance level ${p.complianceLevel} keeps data in ${allowed.join(', ')}`, {
         reason: 'compliance_conflict',
@@ -115,7 +124,13 @@ export function placementProblems(p: Prefs, platformRegion: string | null, catal
  * Applies a partial change to the current preferences with every rule above; returns the new preferences or
  * throws (400s first, then the plan's 403). `platformRegion` is the tenant's explicit platform storage region.
  */
-export function applyPreferences(current: Prefs, patch: PrefsPatch, plan: Plan, platformRegion: string | null, catalogue: Catalogue): Prefs {
+export function applyPreferences(
+  current: Prefs,
+  patch: PrefsPatch,
+  plan: Plan,
+  platformRegion: string | null,
+  catalogue: Catalogue,
+): Prefs {
   const fields: FieldError[] = [];
   if (patch.primaryRegion !== undefined) catalogue.check('primaryRegion', patch.primaryRegion, fields);
   if (patch.secondaryRegion) catalogue.check('secondaryRegion', patch.secondaryRegion, fields);
@@ -125,7 +140,8 @@ export function applyPreferences(current: Prefs, patch: PrefsPatch, plan: Plan, 
   if (fields.length) throw new AppError('VALIDATION_ERROR', 'Invalid request parameters', { fields });
 
   const next: Prefs = { ...current };
-  for (const key of Object.keys(patch) as Array<keyof Prefs>) if (patch[key] !== undefined) (next as unknown as Record<string, unknown>)[key] = patch[key];
+  for (const key of Object.keys(patch) as Array<keyof Prefs>)
+    if (patch[key] !== undefined) (next as unknown as Record<string, unknown>)[key] = patch[key];
   if (next.secondaryRegion && next.secondaryRegion === next.primaryRegion)
     throw new AppError('VALIDATION_ERROR', 'Invalid request parameters', {
       fields: [{ field: 'secondaryRegion', message: 'must differ from primaryRegion' }],

@@ -68,7 +68,9 @@ export function describe(err: unknown, timeoutMs: number): string {
   const status = e.$metadata?.httpStatusCode ?? e.statusCode;
   const code = e.code ?? e.name ?? 'Error';
   const text = (e.message ?? '').replace(/\s+/g, ' ').slice(0, 200);
-  return [status ? `HTTP ${status}` : null, code !== text ? code : null, text && text !== 'UnknownError' ? text : null].filter(Boolean).join(': ');
+  return [status ? `HTTP ${status}` : null, code !== text ? code : null, text && text !== 'UnknownError' ? text : null]
+    .filter(Boolean)
+    .join(': ');
 }
 
 function codeOf(err: unknown): string {
@@ -82,7 +84,13 @@ function statusOf(err: unknown): number | undefined {
 }
 
 /** Errors meaning the signature was checked and the key is unknown or wrong. */
-const BAD_CREDENTIALS = new Set(['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AuthenticationFailed', 'InvalidAuthenticationInfo', 'InvalidToken']);
+const BAD_CREDENTIALS = new Set([
+  'InvalidAccessKeyId',
+  'SignatureDoesNotMatch',
+  'AuthenticationFailed',
+  'InvalidAuthenticationInfo',
+  'InvalidToken',
+]);
 
 interface Steps {
   credentials(): Promise<string>;
@@ -165,7 +173,12 @@ function s3Steps(t: ByosTarget, url: URL, agents: GuardedAgents, options: Valida
     // Plain PUTs: no chunked checksum framing that S3-compatible stores (and GCS) may not speak.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
-    requestHandler: { httpAgent: agents.http, httpsAgent: agents.https, connectionTimeout: options.timeoutMs, requestTimeout: options.timeoutMs },
+    requestHandler: {
+      httpAgent: agents.http,
+      httpsAgent: agents.https,
+      connectionTimeout: options.timeoutMs,
+      requestTimeout: options.timeoutMs,
+    },
   });
   const signal = () => ({ abortSignal: AbortSignal.timeout(options.timeoutMs) });
   const key = probeKey();
@@ -215,7 +228,11 @@ function azureSteps(t: ByosTarget, url: URL, agents: GuardedAgents, options: Val
     agent: agents.for(url),
     retryOptions: { maxTries: 1, tryTimeoutInMs: options.timeoutMs },
   };
-  const service = new BlobServiceClient(url.toString().replace(/\/$/, ''), new StorageSharedKeyCredential(t.accessKey, t.secretKey), pipeline);
+  const service = new BlobServiceClient(
+    url.toString().replace(/\/$/, ''),
+    new StorageSharedKeyCredential(t.accessKey, t.secretKey),
+    pipeline,
+  );
   const container = service.getContainerClient(t.bucket);
   const key = probeKey();
   const blob = container.getBlockBlobClient(key);
@@ -256,4 +273,3 @@ function azureSteps(t: ByosTarget, url: URL, agents: GuardedAgents, options: Val
     },
   };
 }
-

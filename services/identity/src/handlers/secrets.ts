@@ -86,11 +86,15 @@ export function secretHandlers(deps: IdentityDeps) {
       // Compare-and-set on the version: concurrent updates each get a version of their own, none is lost.
       for (let attempt = 0; attempt < UPDATE_ATTEMPTS; attempt++) {
         const doc = await find(auth.tid, req.name);
-        const updated = await col.update(doc.id, { tenantId: auth.tid, version: doc.version }, {
-          version: doc.version + 1,
-          valueSealed,
-          updatedAt: nowIso(),
-        });
+        const updated = await col.update(
+          doc.id,
+          { tenantId: auth.tid, version: doc.version },
+          {
+            version: doc.version + 1,
+            valueSealed,
+            updatedAt: nowIso(),
+          },
+        );
         if (updated) return { secret: toSecret(updated) };
       }
       throw errors.conflict('The secret changed concurrently; try again', { name: req.name });
