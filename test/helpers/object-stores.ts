@@ -4,7 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { connect, createServer, type Server } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BlobServiceClient, StorageSharedKeyCredential } from '@azure/storage-blob';
@@ -88,17 +88,30 @@ async function waitForPort(port: number, ms: number): Promise<void> {
   }
 }
 
-/** A TCP listener that only counts connections: proves that a refused endpoint was never contacted. */
-export async function countingListener(): Promise<{ port: number; connections: () => number; stop(): Promise<void> }> {
+/**
+ * A TCP listener that counts connections (proves that a refused endpoint was never contacted) and closes each at
+ * once, or with `answer: false` keeps it open and silent (a provider that hangs).
+ */
+export async function countingListener(
+  options: { answer?: boolean } = {},
+): Promise<{ port: number; connections: () => number; stop(): Promise<void> }> {
   let n = 0;
+  const open = new Set<Socket>();
   const server: Server = createServer((socket) => {
     n++;
-    socket.destroy();
+    if (options.answer === false) {
+      open.add(socket);
+      socket.on('error', () => undefined);
+    } else socket.destroy();
   });
   await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
   return {
     port: (server.address() as { port: number }).port,
     connections: () => n,
-    stop: () => new Promise((ok) => server.close(() => ok())),
+    stop: () =>
+      new Promise((ok) => {
+        for (const socket of open) socket.destroy();
+        server.close(() => ok());
+      }),
   };
 }

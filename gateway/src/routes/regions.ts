@@ -69,6 +69,12 @@ const RoutingInfo = Obj({
 
 const orNull = (s: string) => s || null;
 
+/**
+ * A validation makes up to six provider calls, each limited by the regions service (STORAGE_VALIDATE_TIMEOUT_MS, at
+ * most 10 s): a slow provider must end as `valid: false`, not as a 504.
+ */
+const VALIDATE_DEADLINE_MS = 65_000;
+
 function preferencesView(p: regionsV1.Preferences) {
   return {
     primaryRegion: p.primaryRegion,
@@ -213,7 +219,8 @@ export function regionRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     response: Validation,
     handler: async ({ params, body, call }) => {
       const given = Object.keys(body).length > 0;
-      return regions.validateStorage({ tenantId: params.tenantId, storage: given ? storageInput(body) : undefined }, call);
+      const storage = given ? storageInput(body) : undefined;
+      return regions.validateStorage({ tenantId: params.tenantId, storage }, { ...call, deadlineMs: VALIDATE_DEADLINE_MS });
     },
   });
 

@@ -4,8 +4,11 @@ import { ConfigError, field } from '@svc/kit';
 export const regionsConfig = {
   /** The region catalogue as JSON `[{id, name, jurisdiction, available}]`; the five built-in regions when unset. */
   catalogue: field('REGIONS_CATALOGUE', 'string'),
-  /** Limit of each provider call of a storage validation (connect, then each request). */
-  validateTimeoutMs: field('STORAGE_VALIDATE_TIMEOUT_MS', 'int', { default: '5000', min: 100, max: 60_000 }),
+  /**
+   * Limit of each provider call of a storage validation (the connect, then one request per check: six at most).
+   * At most 10 s, so that a whole validation ends within the gateway's deadline for it (65 s).
+   */
+  validateTimeoutMs: field('STORAGE_VALIDATE_TIMEOUT_MS', 'int', { default: '5000', min: 100, max: 10_000 }),
 } as const;
 
 export interface RegionEntry {

@@ -86,6 +86,22 @@ describe.each([
   });
 });
 
+it('a provider that accepts connections but never answers fails the credentials check within the limit', async () => {
+  const silent = await countingListener({ answer: false });
+  try {
+    for (const t of [
+      s3Target({ endpoint: `http://127.0.0.1:${silent.port}` }),
+      azureTarget({ endpoint: `http://127.0.0.1:${silent.port}/acct` }),
+    ]) {
+      const r = await validateByos(t, { policy: { allowPrivate: true }, timeoutMs: 300 });
+      expect(failedAt(r)).toBe('credentials');
+      expect(r.checks[1].message).toBe('no answer within 300 ms');
+    }
+  } finally {
+    await silent.stop();
+  }
+});
+
 describe('the egress guard (EGRESS_ALLOW_PRIVATE=false)', () => {
   it.each(['http://169.254.169.254', 'http://169.254.169.254/latest/meta-data', 'http://[fd00:ec2::254]'])(
     'refuses the metadata endpoint %s, whatever the setting',
