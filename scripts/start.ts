@@ -10,7 +10,7 @@ import { resolve } from 'node:path';
 import { createLogger } from '@svc/kit';
 
 /** Services in start order; each entry is `services/<name>/src/main.ts`. */
-export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'webhooks'] as const;
+export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'webhooks'] as const;
 
 const root = resolve(__dirname, '..');
 const logger = createLogger('launcher');

@@ -1,5 +1,5 @@
 import { createClient, type ServiceClient } from '@svc/kit';
-import { agentsV1, chatV1, identityV1, projectsV1, webhooksV1 } from '@svc/proto';
+import { agentsV1, chatV1, identityV1, projectsV1, regionsV1, webhooksV1 } from '@svc/proto';
 
 /**
  * The backing services: gRPC definition and default port. The gateway makes one client per entry, finds each at
@@ -10,6 +10,7 @@ export const SERVICES = {
   projects: { definition: projectsV1.ProjectsServiceService, port: 50052 },
   agents: { definition: agentsV1.AgentsServiceService, port: 50053 },
   chat: { definition: chatV1.ChatServiceService, port: 50054 },
+  regions: { definition: regionsV1.RegionsServiceService, port: 50055 },
   webhooks: { definition: webhooksV1.WebhooksServiceService, port: 50057 },
 } as const;
 

@@ -114,3 +114,42 @@ it('the tenant’s LLM key reaches the provider on a chat reply and an agent run
     await fake.close();
   }
 });
+
+it('secret values and BYOS keys appear in no response, log line or span', async () => {
+  const value = 'secret-value-traced-7c1e9a';
+  const next = 'secret-value-traced-next-52bb0d';
+  const byosSecret = 'byos-secret-key-traced-93af11';
+  const api = client(system.url);
+  const owner = await signUp(api, 'Sealed');
+  const t = { token: owner.accessToken };
+  const texts = [
+    (await api.post('/api/v1/secrets', { name: 'TRACED', value }, t)).text,
+    (await api.put('/api/v1/secrets/TRACED', { value: next }, t)).text,
+    (await api.get('/api/v1/secrets/TRACED', t)).text,
+    (await api.post('/api/v1/secrets', { name: 'TRACED', value }, t)).text, // 409
+    (
+      await api.put(
+        `/api/v1/regions/storage/${owner.tenantId}`,
+        {
+          storageMode: 'byos',
+          byosProvider: 's3',
+          byosEndpoint: 'http://127.0.0.1:9',
+          byosBucket: 'traced',
+          byosAccessKey: 'AKIATRACED',
+          byosSecretKey: byosSecret,
+        },
+        t,
+      )
+    ).text,
+    (await api.post(`/api/v1/regions/storage/${owner.tenantId}/validate`, undefined, t)).text,
+  ];
+  expect(JSON.parse(texts[2]).data.version).toBe(2);
+  expect(JSON.parse(texts[5]).data.valid).toBe(false); // nothing listens on port 9
+  await new Promise((r) => setTimeout(r, 300)); // the last spans are exported every 100 ms
+  expect(system.output()).toContain('grpc.identity.v1.IdentityService/UpdateSecret');
+  expect(system.output()).toContain('grpc.regions.v1.RegionsService/ValidateStorage');
+  for (const s of [value, next, byosSecret]) {
+    for (const text of texts) expect(text).not.toContain(s);
+    expect(system.output()).not.toContain(s);
+  }
+});

@@ -6,6 +6,7 @@ import { startProjects } from '@svc/projects';
 import { startAgents } from '@svc/agents';
 import { startWebhooks } from '@svc/webhooks';
 import { startChat } from '@svc/chat';
+import { startRegions } from '@svc/regions';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -45,6 +46,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     AGENTS_PORT: '0',
     WEBHOOKS_PORT: '0',
     CHAT_PORT: '0',
+    REGIONS_PORT: '0',
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.
@@ -55,6 +57,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   services.agents = await startAgents(env);
   env.AGENTS_ADDR = `127.0.0.1:${services.agents.port}`;
   services.chat = await startChat(env);
+  services.regions = await startRegions(env);
   const gwEnv: NodeJS.ProcessEnv = { ...env, PORT: '0' };
   for (const [name, svc] of Object.entries(services)) gwEnv[`${name.toUpperCase()}_ADDR`] = `127.0.0.1:${svc.port}`;
   const gateways: RunningGateway[] = [];

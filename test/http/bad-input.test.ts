@@ -64,6 +64,9 @@ beforeAll(async () => {
   ).body.data.id;
   ids.deliveryId = 'dlv_none';
   ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, { token: owner.accessToken })).body.data.id;
+  ids.tenantId = owner.tenantId;
+  ids.featureKey = 'agents';
+  ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, { token: owner.accessToken })).body.data.name;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });
 
@@ -100,6 +103,9 @@ async function snapshot() {
     webhooks: await get('/api/v1/webhooks?limit=100'),
     chatSessions: await get('/api/v1/chat/sessions?limit=100'),
     chatMessages: await get(`/api/v1/chat/sessions/${ids['chat:id']}/messages?limit=100`),
+    preferences: await get(`/api/v1/regions/preferences/${owner.tenantId}`),
+    storage: await get(`/api/v1/regions/storage/${owner.tenantId}`),
+    secrets: await get('/api/v1/secrets?limit=100'),
   };
 }
 

@@ -34,6 +34,12 @@ beforeAll(async () => {
   theirIds.deliveryId = (await api.post(`/api/v1/webhooks/${hook}/test`, undefined, t)).body.data.id;
   theirIds['/api/v1/chat/sessions'] = (await api.post('/api/v1/chat/sessions', { title: 'theirs' }, t)).body.data.id;
   theirIds.run_id = 'run_none'; // a run needs a model; their agent id is what must answer 404
+  // Regions name the tenant in the path: theirs must be a 404 like any other id of theirs.
+  for (const collection of ['/api/v1/regions/preferences', '/api/v1/regions/storage', '/api/v1/regions/features'])
+    theirIds[collection] = theirs.tenantId;
+  theirIds.featureKey = 'agents';
+  await api.post('/api/v1/secrets', { name: 'THEIR_TOKEN', value: 'their-secret-value' }, t);
+  theirIds['/api/v1/secrets'] = 'THEIR_TOKEN';
 });
 afterAll(() => stack.stop());
 
@@ -46,6 +52,9 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /api/v1/agents/{id}/runs/{run_id}/reject': {},
   'PATCH /api/v1/webhooks/{id}': { url: 'http://127.0.0.1:9/hijacked' },
   'POST /api/v1/chat/sessions/{id}/messages': { content: 'take over' },
+  'PATCH /api/v1/regions/preferences/{tenantId}': { primaryRegion: 'eu-west' },
+  'PUT /api/v1/regions/storage/{tenantId}': { storageMode: 'platform', platformRegion: 'eu-west' },
+  'PUT /api/v1/secrets/{name}': { value: 'hijacked' },
 };
 
 it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for another tenant’s ids', async () => {
@@ -91,6 +100,15 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
       'GET /api/v1/chat/sessions/{id}/stream',
       'POST /api/v1/chat/sessions/{id}/messages',
+      'GET /api/v1/regions/preferences/{tenantId}',
+      'PATCH /api/v1/regions/preferences/{tenantId}',
+      'GET /api/v1/regions/storage/{tenantId}',
+      'PUT /api/v1/regions/storage/{tenantId}',
+      'POST /api/v1/regions/storage/{tenantId}/validate',
+      'GET /api/v1/regions/features/{tenantId}/check/{featureKey}',
+      'GET /api/v1/secrets/{name}',
+      'PUT /api/v1/secrets/{name}',
+      'DELETE /api/v1/secrets/{name}',
     ]),
   );
   // Nothing of theirs changed.
@@ -106,6 +124,9 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect(deliveries).toHaveLength(1); // only their own test event: no test event or re-send from us
   const chat = `/api/v1/chat/sessions/${theirIds['/api/v1/chat/sessions']}`;
   expect((await api.get(`${chat}/messages`, t)).body.data).toEqual([]);
+  expect((await api.get(`/api/v1/regions/preferences/${theirs.tenantId}`, t)).body.data.primaryRegion).toBe('us-east');
+  expect((await api.get(`/api/v1/regions/storage/${theirs.tenantId}`, t)).body.data.platformRegion).toBe('us-east');
+  expect((await api.get('/api/v1/secrets/THEIR_TOKEN', t)).body.data.version).toBe(1);
 });
 
 it('lists never show another tenant’s items', async () => {
@@ -116,6 +137,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/agents',
     '/api/v1/webhooks',
     '/api/v1/chat/sessions',
+    '/api/v1/secrets',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

@@ -5,6 +5,8 @@ import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
 import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
+import { regionRoutes } from './regions';
+import { secretRoutes } from './secrets';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
@@ -20,4 +22,6 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
+  regionRoutes(app, deps);
+  secretRoutes(app, deps);
 }

@@ -4,4 +4,5 @@ export * as chatV1 from './chat/v1/chat';
 export * as eventsV1 from './events/v1/events';
 export * as identityV1 from './identity/v1/identity';
 export * as projectsV1 from './projects/v1/projects';
+export * as regionsV1 from './regions/v1/regions';
 export * as webhooksV1 from './webhooks/v1/webhooks';

@@ -100,6 +100,19 @@ export interface LlmSettingsDoc {
   updatedAt: string;
 }
 
+/** A tenant's secret: the current value sealed with the master key (its key id inside), never stored in the clear. */
+export interface SecretDoc {
+  id: string;
+  tenantId: string;
+  name: string;
+  description: string;
+  /** 1 on create, +1 on each new value; also the compare-and-set guard of an update. */
+  version: number;
+  valueSealed: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
 export const tenants: CollectionDef<TenantDoc> = { name: 'tenants' };
 export const llmSettings: CollectionDef<LlmSettingsDoc> = { name: 'llm_settings' };
 export const users: CollectionDef<UserDoc> = {
@@ -118,4 +131,9 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
 export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq' };
 export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
 
-export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys, llmSettings];
+export const secrets: CollectionDef<SecretDoc> = {
+  name: 'secrets',
+  indexes: [{ fields: ['tenantId', 'name'], unique: true }, { fields: ['tenantId'] }],
+};
+
+export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys, llmSettings, secrets];

@@ -7,6 +7,7 @@ import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
 import { llmSettingsHandlers } from './handlers/llm-settings';
 import { networkHandlers } from './handlers/network';
+import { secretHandlers } from './handlers/secrets';
 import { teamHandlers } from './handlers/team';
 import { SigningKeys } from './signing-keys';
 
@@ -69,6 +70,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...teamHandlers(deps),
           ...networkHandlers(deps),
           ...llmSettingsHandlers(deps),
+          ...secretHandlers(deps),
         },
         publicMethods: ['register', 'login', 'refresh', 'authenticate', 'getJwks', 'listRevocations'],
       }),

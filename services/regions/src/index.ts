@@ -1,1 +1,1 @@
-export {};
+export { startRegions } from './server';

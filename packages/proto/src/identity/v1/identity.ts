@@ -358,6 +358,70 @@ export interface DelegateTokenResponse {
   expiresAt: number;
 }
 
+/** A secret's metadata: the value never leaves through these messages. */
+export interface Secret {
+  name: string;
+  description: string;
+  version: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface CreateSecretRequest {
+  name: string;
+  value: string;
+  description: string;
+}
+
+export interface CreateSecretResponse {
+  secret?: Secret | undefined;
+}
+
+export interface ListSecretsRequest {
+  limit: number;
+  cursor: string;
+}
+
+export interface ListSecretsResponse {
+  secrets: Secret[];
+  nextCursor: string;
+}
+
+export interface GetSecretRequest {
+  name: string;
+}
+
+export interface GetSecretResponse {
+  secret?: Secret | undefined;
+}
+
+export interface UpdateSecretRequest {
+  name: string;
+  value: string;
+}
+
+export interface UpdateSecretResponse {
+  secret?: Secret | undefined;
+}
+
+export interface DeleteSecretRequest {
+  name: string;
+}
+
+export interface DeleteSecretResponse {
+  name: string;
+}
+
+export interface ResolveSecretRequest {
+  name: string;
+}
+
+export interface ResolveSecretResponse {
+  name: string;
+  version: number;
+  value: string;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -5861,6 +5925,1083 @@ export const DelegateTokenResponse: MessageFns<DelegateTokenResponse> = {
   },
 };
 
+function createBaseSecret(): Secret {
+  return { name: "", description: "", version: 0, createdAt: "", updatedAt: "" };
+}
+
+export const Secret: MessageFns<Secret> = {
+  encode(message: Secret, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.version !== 0) {
+      writer.uint32(24).int32(message.version);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(34).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(42).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Secret {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSecret();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.version = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Secret {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      version: isSet(object.version) ? globalThis.Number(object.version) : 0,
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Secret): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.version !== 0) {
+      obj.version = Math.round(message.version);
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Secret>): Secret {
+    return Secret.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Secret>): Secret {
+    const message = createBaseSecret();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.version = object.version ?? 0;
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateSecretRequest(): CreateSecretRequest {
+  return { name: "", value: "", description: "" };
+}
+
+export const CreateSecretRequest: MessageFns<CreateSecretRequest> = {
+  encode(message: CreateSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    if (message.description !== "") {
+      writer.uint32(26).string(message.description);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSecretRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+    };
+  },
+
+  toJSON(message: CreateSecretRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateSecretRequest>): CreateSecretRequest {
+    return CreateSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateSecretRequest>): CreateSecretRequest {
+    const message = createBaseCreateSecretRequest();
+    message.name = object.name ?? "";
+    message.value = object.value ?? "";
+    message.description = object.description ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateSecretResponse(): CreateSecretResponse {
+  return { secret: undefined };
+}
+
+export const CreateSecretResponse: MessageFns<CreateSecretResponse> = {
+  encode(message: CreateSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.secret !== undefined) {
+      Secret.encode(message.secret, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.secret = Secret.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateSecretResponse {
+    return { secret: isSet(object.secret) ? Secret.fromJSON(object.secret) : undefined };
+  },
+
+  toJSON(message: CreateSecretResponse): unknown {
+    const obj: any = {};
+    if (message.secret !== undefined) {
+      obj.secret = Secret.toJSON(message.secret);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateSecretResponse>): CreateSecretResponse {
+    return CreateSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateSecretResponse>): CreateSecretResponse {
+    const message = createBaseCreateSecretResponse();
+    message.secret = (object.secret !== undefined && object.secret !== null)
+      ? Secret.fromPartial(object.secret)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListSecretsRequest(): ListSecretsRequest {
+  return { limit: 0, cursor: "" };
+}
+
+export const ListSecretsRequest: MessageFns<ListSecretsRequest> = {
+  encode(message: ListSecretsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(18).string(message.cursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSecretsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSecretsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSecretsRequest {
+    return {
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+    };
+  },
+
+  toJSON(message: ListSecretsRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSecretsRequest>): ListSecretsRequest {
+    return ListSecretsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListSecretsRequest>): ListSecretsRequest {
+    const message = createBaseListSecretsRequest();
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    return message;
+  },
+};
+
+function createBaseListSecretsResponse(): ListSecretsResponse {
+  return { secrets: [], nextCursor: "" };
+}
+
+export const ListSecretsResponse: MessageFns<ListSecretsResponse> = {
+  encode(message: ListSecretsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.secrets) {
+      Secret.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSecretsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSecretsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.secrets.push(Secret.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSecretsResponse {
+    return {
+      secrets: globalThis.Array.isArray(object?.secrets) ? object.secrets.map((e: any) => Secret.fromJSON(e)) : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListSecretsResponse): unknown {
+    const obj: any = {};
+    if (message.secrets?.length) {
+      obj.secrets = message.secrets.map((e) => Secret.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSecretsResponse>): ListSecretsResponse {
+    return ListSecretsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListSecretsResponse>): ListSecretsResponse {
+    const message = createBaseListSecretsResponse();
+    message.secrets = object.secrets?.map((e) => Secret.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseGetSecretRequest(): GetSecretRequest {
+  return { name: "" };
+}
+
+export const GetSecretRequest: MessageFns<GetSecretRequest> = {
+  encode(message: GetSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetSecretRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: GetSecretRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetSecretRequest>): GetSecretRequest {
+    return GetSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetSecretRequest>): GetSecretRequest {
+    const message = createBaseGetSecretRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseGetSecretResponse(): GetSecretResponse {
+  return { secret: undefined };
+}
+
+export const GetSecretResponse: MessageFns<GetSecretResponse> = {
+  encode(message: GetSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.secret !== undefined) {
+      Secret.encode(message.secret, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.secret = Secret.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetSecretResponse {
+    return { secret: isSet(object.secret) ? Secret.fromJSON(object.secret) : undefined };
+  },
+
+  toJSON(message: GetSecretResponse): unknown {
+    const obj: any = {};
+    if (message.secret !== undefined) {
+      obj.secret = Secret.toJSON(message.secret);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetSecretResponse>): GetSecretResponse {
+    return GetSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetSecretResponse>): GetSecretResponse {
+    const message = createBaseGetSecretResponse();
+    message.secret = (object.secret !== undefined && object.secret !== null)
+      ? Secret.fromPartial(object.secret)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateSecretRequest(): UpdateSecretRequest {
+  return { name: "", value: "" };
+}
+
+export const UpdateSecretRequest: MessageFns<UpdateSecretRequest> = {
+  encode(message: UpdateSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateSecretRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: UpdateSecretRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateSecretRequest>): UpdateSecretRequest {
+    return UpdateSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateSecretRequest>): UpdateSecretRequest {
+    const message = createBaseUpdateSecretRequest();
+    message.name = object.name ?? "";
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseUpdateSecretResponse(): UpdateSecretResponse {
+  return { secret: undefined };
+}
+
+export const UpdateSecretResponse: MessageFns<UpdateSecretResponse> = {
+  encode(message: UpdateSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.secret !== undefined) {
+      Secret.encode(message.secret, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.secret = Secret.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateSecretResponse {
+    return { secret: isSet(object.secret) ? Secret.fromJSON(object.secret) : undefined };
+  },
+
+  toJSON(message: UpdateSecretResponse): unknown {
+    const obj: any = {};
+    if (message.secret !== undefined) {
+      obj.secret = Secret.toJSON(message.secret);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateSecretResponse>): UpdateSecretResponse {
+    return UpdateSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateSecretResponse>): UpdateSecretResponse {
+    const message = createBaseUpdateSecretResponse();
+    message.secret = (object.secret !== undefined && object.secret !== null)
+      ? Secret.fromPartial(object.secret)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseDeleteSecretRequest(): DeleteSecretRequest {
+  return { name: "" };
+}
+
+export const DeleteSecretRequest: MessageFns<DeleteSecretRequest> = {
+  encode(message: DeleteSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSecretRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: DeleteSecretRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteSecretRequest>): DeleteSecretRequest {
+    return DeleteSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteSecretRequest>): DeleteSecretRequest {
+    const message = createBaseDeleteSecretRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteSecretResponse(): DeleteSecretResponse {
+  return { name: "" };
+}
+
+export const DeleteSecretResponse: MessageFns<DeleteSecretResponse> = {
+  encode(message: DeleteSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSecretResponse {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: DeleteSecretResponse): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteSecretResponse>): DeleteSecretResponse {
+    return DeleteSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteSecretResponse>): DeleteSecretResponse {
+    const message = createBaseDeleteSecretResponse();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseResolveSecretRequest(): ResolveSecretRequest {
+  return { name: "" };
+}
+
+export const ResolveSecretRequest: MessageFns<ResolveSecretRequest> = {
+  encode(message: ResolveSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveSecretRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: ResolveSecretRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveSecretRequest>): ResolveSecretRequest {
+    return ResolveSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolveSecretRequest>): ResolveSecretRequest {
+    const message = createBaseResolveSecretRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseResolveSecretResponse(): ResolveSecretResponse {
+  return { name: "", version: 0, value: "" };
+}
+
+export const ResolveSecretResponse: MessageFns<ResolveSecretResponse> = {
+  encode(message: ResolveSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.version !== 0) {
+      writer.uint32(16).int32(message.version);
+    }
+    if (message.value !== "") {
+      writer.uint32(26).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.version = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveSecretResponse {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      version: isSet(object.version) ? globalThis.Number(object.version) : 0,
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: ResolveSecretResponse): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.version !== 0) {
+      obj.version = Math.round(message.version);
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveSecretResponse>): ResolveSecretResponse {
+    return ResolveSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolveSecretResponse>): ResolveSecretResponse {
+    const message = createBaseResolveSecretResponse();
+    message.name = object.name ?? "";
+    message.version = object.version ?? 0;
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -6108,6 +7249,70 @@ export const IdentityServiceService = {
       Buffer.from(DelegateTokenResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DelegateTokenResponse => DelegateTokenResponse.decode(value),
   },
+  /**
+   * Secrets (CONTRACT.md 5): values sealed with the master key and never returned by these five; scopes
+   * secrets:read / secrets:write. ALREADY_EXISTS on a taken name; another tenant's name is NOT_FOUND.
+   */
+  createSecret: {
+    path: "/identity.v1.IdentityService/CreateSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateSecretRequest): Buffer => Buffer.from(CreateSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateSecretRequest => CreateSecretRequest.decode(value),
+    responseSerialize: (value: CreateSecretResponse): Buffer =>
+      Buffer.from(CreateSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateSecretResponse => CreateSecretResponse.decode(value),
+  },
+  listSecrets: {
+    path: "/identity.v1.IdentityService/ListSecrets" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListSecretsRequest): Buffer => Buffer.from(ListSecretsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListSecretsRequest => ListSecretsRequest.decode(value),
+    responseSerialize: (value: ListSecretsResponse): Buffer => Buffer.from(ListSecretsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListSecretsResponse => ListSecretsResponse.decode(value),
+  },
+  getSecret: {
+    path: "/identity.v1.IdentityService/GetSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetSecretRequest): Buffer => Buffer.from(GetSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetSecretRequest => GetSecretRequest.decode(value),
+    responseSerialize: (value: GetSecretResponse): Buffer => Buffer.from(GetSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetSecretResponse => GetSecretResponse.decode(value),
+  },
+  /** Stores a new value as the next version. */
+  updateSecret: {
+    path: "/identity.v1.IdentityService/UpdateSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateSecretRequest): Buffer => Buffer.from(UpdateSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateSecretRequest => UpdateSecretRequest.decode(value),
+    responseSerialize: (value: UpdateSecretResponse): Buffer =>
+      Buffer.from(UpdateSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateSecretResponse => UpdateSecretResponse.decode(value),
+  },
+  deleteSecret: {
+    path: "/identity.v1.IdentityService/DeleteSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteSecretRequest): Buffer => Buffer.from(DeleteSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteSecretRequest => DeleteSecretRequest.decode(value),
+    responseSerialize: (value: DeleteSecretResponse): Buffer =>
+      Buffer.from(DeleteSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteSecretResponse => DeleteSecretResponse.decode(value),
+  },
+  /** For services only, never exposed by the gateway: the current value of a secret of the caller's tenant. */
+  resolveSecret: {
+    path: "/identity.v1.IdentityService/ResolveSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResolveSecretRequest): Buffer => Buffer.from(ResolveSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResolveSecretRequest => ResolveSecretRequest.decode(value),
+    responseSerialize: (value: ResolveSecretResponse): Buffer =>
+      Buffer.from(ResolveSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResolveSecretResponse => ResolveSecretResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -6150,6 +7355,18 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
    * limited to the requested scopes (and the caller's own, when the caller is scoped), living up to an hour.
    */
   delegateToken: handleUnaryCall<DelegateTokenRequest, DelegateTokenResponse>;
+  /**
+   * Secrets (CONTRACT.md 5): values sealed with the master key and never returned by these five; scopes
+   * secrets:read / secrets:write. ALREADY_EXISTS on a taken name; another tenant's name is NOT_FOUND.
+   */
+  createSecret: handleUnaryCall<CreateSecretRequest, CreateSecretResponse>;
+  listSecrets: handleUnaryCall<ListSecretsRequest, ListSecretsResponse>;
+  getSecret: handleUnaryCall<GetSecretRequest, GetSecretResponse>;
+  /** Stores a new value as the next version. */
+  updateSecret: handleUnaryCall<UpdateSecretRequest, UpdateSecretResponse>;
+  deleteSecret: handleUnaryCall<DeleteSecretRequest, DeleteSecretResponse>;
+  /** For services only, never exposed by the gateway: the current value of a secret of the caller's tenant. */
+  resolveSecret: handleUnaryCall<ResolveSecretRequest, ResolveSecretResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -6513,6 +7730,102 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DelegateTokenResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Secrets (CONTRACT.md 5): values sealed with the master key and never returned by these five; scopes
+   * secrets:read / secrets:write. ALREADY_EXISTS on a taken name; another tenant's name is NOT_FOUND.
+   */
+  createSecret(
+    request: CreateSecretRequest,
+    callback: (error: ServiceError | null, response: CreateSecretResponse) => void,
+  ): ClientUnaryCall;
+  createSecret(
+    request: CreateSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateSecretResponse) => void,
+  ): ClientUnaryCall;
+  createSecret(
+    request: CreateSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateSecretResponse) => void,
+  ): ClientUnaryCall;
+  listSecrets(
+    request: ListSecretsRequest,
+    callback: (error: ServiceError | null, response: ListSecretsResponse) => void,
+  ): ClientUnaryCall;
+  listSecrets(
+    request: ListSecretsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListSecretsResponse) => void,
+  ): ClientUnaryCall;
+  listSecrets(
+    request: ListSecretsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListSecretsResponse) => void,
+  ): ClientUnaryCall;
+  getSecret(
+    request: GetSecretRequest,
+    callback: (error: ServiceError | null, response: GetSecretResponse) => void,
+  ): ClientUnaryCall;
+  getSecret(
+    request: GetSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetSecretResponse) => void,
+  ): ClientUnaryCall;
+  getSecret(
+    request: GetSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetSecretResponse) => void,
+  ): ClientUnaryCall;
+  /** Stores a new value as the next version. */
+  updateSecret(
+    request: UpdateSecretRequest,
+    callback: (error: ServiceError | null, response: UpdateSecretResponse) => void,
+  ): ClientUnaryCall;
+  updateSecret(
+    request: UpdateSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateSecretResponse) => void,
+  ): ClientUnaryCall;
+  updateSecret(
+    request: UpdateSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateSecretResponse) => void,
+  ): ClientUnaryCall;
+  deleteSecret(
+    request: DeleteSecretRequest,
+    callback: (error: ServiceError | null, response: DeleteSecretResponse) => void,
+  ): ClientUnaryCall;
+  deleteSecret(
+    request: DeleteSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteSecretResponse) => void,
+  ): ClientUnaryCall;
+  deleteSecret(
+    request: DeleteSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteSecretResponse) => void,
+  ): ClientUnaryCall;
+  /** For services only, never exposed by the gateway: the current value of a secret of the caller's tenant. */
+  resolveSecret(
+    request: ResolveSecretRequest,
+    callback: (error: ServiceError | null, response: ResolveSecretResponse) => void,
+  ): ClientUnaryCall;
+  resolveSecret(
+    request: ResolveSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResolveSecretResponse) => void,
+  ): ClientUnaryCall;
+  resolveSecret(
+    request: ResolveSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResolveSecretResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,23 @@
+import { domainEvent, openEmbeddedBus, TOPICS } from '@svc/kit';
+import type { BusMessage } from '@svc/kit';
+import type { Stack } from './stack';
+
+/**
+ * A `tenant.plan_changed` event as billing publishes it (events.v1 PlanData on billing's topic, keyed by tenant),
+ * written to the stack's real embedded bus. Returns the message so a test can deliver it again.
+ */
+export function planChanged(tenantId: string, plan: string, previousPlan = 'free'): BusMessage {
+  return domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
+    $case: 'plan',
+    value: { tenantId, plan, previousPlan, changedAt: new Date().toISOString() },
+  });
+}
+
+export async function publish(stack: Stack, ...messages: BusMessage[]): Promise<void> {
+  const bus = openEmbeddedBus({ path: `${stack.dataDir}/bus.db` });
+  try {
+    await bus.publish(messages);
+  } finally {
+    await bus.close();
+  }
+}
