@@ -159,6 +159,16 @@ function accepts(s: Schema, v: unknown): boolean {
   }
 }
 
+/** Ids no service has made: each once ended a process or might (gRPC metadata, logs, URLs). */
+const UNICODE_IDS: Array<[string, string]> = [
+  ['a non-ASCII letter', 'é'],
+  ['an emoji', 'prj_💥'],
+  ['a zero-width space', 'prj_\u200b1'],
+  ['an RTL override', '\u202eprj_1'],
+  ['a NUL inside', 'prj_\u00001'],
+  ['a Latin-1 run', 'ä'.repeat(60)],
+];
+
 const HUGE = 'h'.repeat(100_000);
 const deep = (levels: number, leaf: unknown = 1): unknown => (levels === 0 ? leaf : { a: deep(levels - 1, leaf) });
 const BAD_VALUES: Array<[string, unknown]> = [
@@ -219,6 +229,9 @@ function bodyCases(op: Operation): Case[] {
     for (const [label, value] of BAD_VALUES) if (!accepts(schema, value)) json(`${field} = ${label}`, { ...base, [field]: value });
   }
   if ((op.body.required ?? []).length) json('no fields at all', {});
+  // Every id field of every body with ids no service has made.
+  for (const field of Object.keys(op.body.properties ?? {}).filter((f) => /Id$/.test(f)))
+    for (const [label, value] of UNICODE_IDS) json(`${field} = ${label}`, { ...base, [field]: value });
   return out;
 }
 
@@ -260,6 +273,8 @@ function paramCases(op: Operation): Case[] {
       ['a lone surrogate', '%ED%A0%80'],
       ['an SQL fragment', encodeURIComponent("' OR '1'='1")],
       ['a JSON path', encodeURIComponent('$.tenantId')],
+      // Text that is not ASCII once reached gRPC metadata and ended the service (issue 8).
+      ...UNICODE_IDS.map(([label, id]) => [label, encodeURIComponent(id)]),
     ])
       out.push({
         name: `:${name} = ${label}`,
@@ -327,6 +342,8 @@ it('answers every bad request on every route with a 4xx in the error envelope an
   expect((await api.post('/api/v1/auth/login', { email: owner.email, password: owner.password })).status).toBe(200);
   // No prototype was polluted in this process either (the gateway runs in it).
   expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  // Every service still serves.
+  expect((await api.get('/readyz')).status).toBe(200);
 });
 
 it('MongoDB operators never sign anyone in', async () => {

@@ -145,6 +145,12 @@ export function identityVerifier(config: { identityAddr: string; grpcDeadlineMs:
  * SIGTERM/SIGINT, and exit with a clear message on bad configuration.
  */
 export function runMain(name: string, start: () => Promise<RunningService>): void {
+  // A promise nobody awaited failed: a bug to log, not a reason to drop every other tenant's calls (Node's default
+  // ends the process). Uncaught exceptions keep Node's default (the state is unknown); the launcher or Kubernetes
+  // restarts the process.
+  process.on('unhandledRejection', (reason) =>
+    console.error(JSON.stringify({ level: 50, service: name, msg: 'unhandled rejection', err: String(reason) })),
+  );
   start().then(
     (svc) => {
       process.send?.({ type: 'ready', name, port: svc.port });

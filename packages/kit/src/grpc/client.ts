@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { AppError, type ErrorCode, ERROR_CODES } from '../errors';
-import { APP_ERROR_KEY, TOKEN_METADATA_KEY } from './server';
+import { APP_ERROR_KEY, LEGACY_APP_ERROR_KEY, TOKEN_METADATA_KEY } from './server';
 import type { ReqOf, ResOf } from './types';
 
 export interface CallOptions {
@@ -95,7 +95,8 @@ function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptio
 
 /** gRPC status -> AppError. The app error in trailing metadata wins; otherwise the status decides. */
 export function toAppError(err: grpc.ServiceError): AppError {
-  const raw = err.metadata?.get(APP_ERROR_KEY)[0];
+  const bytes = err.metadata?.get(APP_ERROR_KEY)[0];
+  const raw = Buffer.isBuffer(bytes) ? bytes.toString('utf8') : err.metadata?.get(LEGACY_APP_ERROR_KEY)[0];
   if (typeof raw === 'string') {
     try {
       const parsed = JSON.parse(raw) as { code: ErrorCode; message: string; details: Record<string, unknown> };

@@ -5,7 +5,7 @@ import { AppError } from '../errors';
 import { JwtVerifier } from '../jwt';
 import { createLogger } from '../logger';
 import { DuplicateKeyError } from '../storage/types';
-import { checkHealth, createClient } from './client';
+import { checkHealth, createClient, toAppError } from './client';
 import { GrpcServer, registration } from './server';
 import type { CallContext } from './types';
 
@@ -137,4 +137,48 @@ it('streams messages, and an AppError thrown mid-stream reaches the client with 
   expect(seen).toHaveLength(1);
   expect(err).toBeInstanceOf(AppError);
   expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND', details: { resource: 'chat_session', id: 'missing' } });
+});
+
+describe('no caller input can end the server', () => {
+  const odd = ['é', '💥', 'a\u200bb', '\u202eevil', '\u0000nul', 'ä'.repeat(2000)];
+
+  it.each(odd)('carries an app error whose details hold %j intact, and keeps serving', async (id) => {
+    const err = await client.getApiKey({ id }, { token }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AppError);
+    expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND', details: { resource: 'api_key', id } });
+    await expect(client.getTenant({}, { token })).resolves.toMatchObject({ tenant: { id: 'ten_1' } });
+  });
+
+  it('answers a streamed call whose error details are not ASCII', async () => {
+    const err = await (async () => {
+      for await (const m of streams.streamReply({ sessionId: 'missing', afterEventId: '' }, { token })) void m;
+    })().catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND' });
+  });
+
+  it('replaces a request id or client address that is not safe to log or forward', async () => {
+    const md = new grpc.Metadata();
+    md.set('svc-token', token);
+    md.set('x-request-id', 'a b;c <script>');
+    md.set('x-client-ip', 'not an ip');
+    await new Promise<void>((resolve, reject) =>
+      client.grpcClient.makeUnaryRequest(
+        '/identity.v1.IdentityService/GetTenant',
+        (v: object) => Buffer.from(identityV1.GetTenantRequest.encode(v as never).finish()),
+        (b: Buffer) => b,
+        {},
+        md,
+        (err) => (err ? reject(err) : resolve()),
+      ),
+    );
+    expect(seen!.requestId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(seen!.clientIp).toBeNull();
+  });
+
+  it('still reads the text error key of earlier versions', () => {
+    const md = new grpc.Metadata();
+    md.set('x-app-error', JSON.stringify({ code: 'CONFLICT', message: 'taken', details: { field: 'name' } }));
+    const err = toAppError(Object.assign(new Error('x'), { code: grpc.status.ALREADY_EXISTS, details: 'taken', metadata: md }));
+    expect(err).toMatchObject({ code: 'CONFLICT', message: 'taken', details: { field: 'name' } });
+  });
 });

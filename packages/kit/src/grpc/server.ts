@@ -7,8 +7,16 @@ import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
 import type { CallContext, Implementation } from './types';
 
-/** Trailing metadata key carrying `{code, message, details}` of an AppError to the caller. */
-export const APP_ERROR_KEY = 'x-app-error';
+/**
+ * Trailing metadata key carrying `{code, message, details}` of an AppError to the caller, as UTF-8 JSON bytes. A
+ * `-bin` key: grpc-js throws on a text value that is not printable ASCII, and details echo caller input (ids).
+ */
+export const APP_ERROR_KEY = 'x-app-error-bin';
+/** The text key of earlier versions, still read by clients during a rolling upgrade. */
+export const LEGACY_APP_ERROR_KEY = 'x-app-error';
+/** Request ids travel in metadata and logs: anything else is replaced (the gateway applies the same rule). */
+const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+const SAFE_CLIENT_IP = /^[0-9A-Fa-f:.]{2,45}$/;
 /** Metadata key of the caller's JWT between our processes; `authorization: Bearer` is accepted too (grpcurl). */
 export const TOKEN_METADATA_KEY = 'svc-token';
 
@@ -84,8 +92,10 @@ export class GrpcServer {
     isPublic: boolean,
   ): Promise<CallContext> {
     const md = call.metadata;
-    const requestId = (md.get('x-request-id')[0] as string | undefined) ?? randomUUID();
-    const clientIp = (md.get('x-client-ip')[0] as string | undefined) ?? null;
+    const rawId = md.get('x-request-id')[0];
+    const requestId = typeof rawId === 'string' && SAFE_REQUEST_ID.test(rawId) ? rawId : randomUUID();
+    const rawIp = md.get('x-client-ip')[0];
+    const clientIp = typeof rawIp === 'string' && SAFE_CLIENT_IP.test(rawIp) ? rawIp : null;
     const header = md.get('authorization')[0] as string | undefined;
     const token = (md.get(TOKEN_METADATA_KEY)[0] as string | undefined) ?? (header?.startsWith('Bearer ') ? header.slice(7) : null);
     if (!token) {
@@ -107,12 +117,21 @@ export class GrpcServer {
     impl: (req: unknown, ctx: CallContext) => Promise<unknown>,
   ): grpc.handleUnaryCall<unknown, unknown> {
     return (call, callback) => {
+      let answered = false;
+      const answer = (err: Partial<grpc.StatusObject> | null, res?: unknown) => {
+        if (answered) return;
+        answered = true;
+        callback(err, res);
+      };
+      // Whatever throws (the handler, the error mapping, serialising the answer), the call gets an error answer and
+      // the process goes on: one request must never end a service.
       this.context(call, isPublic)
         .then((ctx) => impl(call.request, ctx))
         .then(
-          (res) => callback(null, res),
-          (err) => callback(this.toServiceError(path, err)),
-        );
+          (res) => answer(null, res),
+          (err) => answer(this.toServiceError(path, err)),
+        )
+        .catch((err: unknown) => this.failSafe(path, err, (status) => answer(status)));
     };
   }
 
@@ -138,8 +157,30 @@ export class GrpcServer {
             // turns an 'error' event into the trailing status.
             if (!abort.signal.aborted) call.emit('error', this.toServiceError(path, err));
           },
+        )
+        .catch((err: unknown) =>
+          this.failSafe(path, err, (status) => {
+            if (!abort.signal.aborted) call.emit('error', status);
+          }),
         );
     };
+  }
+
+  /**
+   * Last line of defence when answering itself failed: log (never rethrow) and answer with a bare INTERNAL status,
+   * which carries no caller input and so cannot fail again.
+   */
+  private failSafe(path: string, err: unknown, send: (status: Partial<grpc.StatusObject>) => void): void {
+    try {
+      this.options.logger.error({ err, path }, 'answering a gRPC call failed');
+    } catch {
+      // a logger that throws must not take the process with it
+    }
+    try {
+      send({ code: grpc.status.INTERNAL, details: 'Internal server error' });
+    } catch {
+      // the call is gone; nothing left to answer
+    }
   }
 
   /** Domain error -> gRPC status with the app error in trailing metadata. The one mapping place in services. */
@@ -154,12 +195,17 @@ export class GrpcServer {
       appError = new AppError('INTERNAL_ERROR', 'Internal server error');
     }
     const metadata = new grpc.Metadata();
-    metadata.set(APP_ERROR_KEY, JSON.stringify({ code: appError.code, message: appError.message, details: appError.details }));
-    return { code: ERROR_CODES[appError.code].grpc, details: appError.message, metadata };
+    metadata.set(APP_ERROR_KEY, Buffer.from(JSON.stringify({ code: appError.code, message: appError.message, details: appError.details })));
+    // The status message is text metadata too (grpc-message is percent-encoded by grpc-js, but keep it ASCII).
+    return { code: ERROR_CODES[appError.code].grpc, details: asciiOnly(appError.message), metadata };
   }
 }
 
 export { healthService };
+
+function asciiOnly(text: string): string {
+  return text.replace(/[^\x20-\x7e]/g, '?');
+}
 
 /** Type-checks a registration against its definition, then erases the type for lists of registrations. */
 export function registration<D extends object>(r: ServiceRegistration<D>): ServiceRegistration<object> {
