@@ -11,8 +11,10 @@ export interface SystemProcess {
   stop(): Promise<number | null>;
   /** SIGKILL to the whole process group: the launcher and every service, with no chance to clean up. */
   kill(): Promise<void>;
-  /** SIGKILL to one service process only (`services/<name>/...`); the launcher then stops the rest. */
-  killService(name: string): Promise<void>;
+  /** SIGKILL to one service process only (`services/<name>/...`); resolves with the killed pid at once. */
+  killService(name: string): Promise<number>;
+  /** Resolves once the launcher has restarted `name` after `killedPid` (a new process reported ready). */
+  restarted(name: string, killedPid: number): Promise<void>;
   /** Resolves with the launcher's exit code. */
   exited: Promise<number | null>;
 }
@@ -88,8 +90,18 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
       const pids = childPids(proc.pid!, `services/${name}/src/main.ts`);
       if (pids.length !== 1) throw new Error(`expected one ${name} process, found ${pids.length}`);
       process.kill(pids[0], 'SIGKILL');
-      await exited;
-      await new Promise((r) => setTimeout(r, 200));
+      return pids[0];
+    },
+    async restarted(name: string, killedPid: number) {
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        // The restart's log line comes after the launcher's line about the exit.
+        const mark = out.lastIndexOf(`${name} exited; restarting`);
+        const pids = childPids(proc.pid!, `services/${name}/src/main.ts`);
+        if (mark >= 0 && pids.length === 1 && pids[0] !== killedPid && out.slice(mark).includes(`${name} restarted`)) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      throw new Error(`${name} was not restarted within 60 s:\n${out.slice(-3000)}`);
     },
     exited,
   };

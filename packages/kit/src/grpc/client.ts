@@ -31,6 +31,9 @@ export interface ClientOptions {
 export function createClient<D extends object>(definition: D, address: string, options: ClientOptions): ServiceClient<D> {
   const client = new grpc.Client(address, grpc.credentials.createInsecure(), {
     'grpc.keepalive_time_ms': 30_000,
+    // A restarted peer (supervisor, pod) is found again within a second or two, not after grpc-js's 2-minute cap.
+    'grpc.initial_reconnect_backoff_ms': 200,
+    'grpc.max_reconnect_backoff_ms': 2_000,
     'grpc.max_receive_message_length': 4 * 1024 * 1024,
   });
   const out: Record<string, unknown> = { grpcClient: client, close: () => client.close() };
