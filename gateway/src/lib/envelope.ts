@@ -20,6 +20,9 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: App
   const status = err.httpStatus;
   const message = status === 500 ? 'Internal server error' : err.message;
   const details = status === 500 ? {} : err.details;
+  // A service that asks the client to come back later says when (429 and 503 from a backing service).
+  if ((status === 429 || status === 503) && typeof details.retryAfterS === 'number' && !reply.hasHeader('retry-after'))
+    reply.header('Retry-After', String(details.retryAfterS));
   return reply
     .code(status)
     .type('application/json')

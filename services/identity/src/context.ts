@@ -1,4 +1,5 @@
 import type { EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
+import type { FailureThrottle } from './login-guard';
 import type { SigningKeys } from './signing-keys';
 
 export interface IdentitySettings {
@@ -29,6 +30,8 @@ export interface IdentityDeps {
   box: SecretBox;
   logger: Logger;
   settings: IdentitySettings;
+  /** Sign-in attempts per address and per (account, address), checked before any password hashing. */
+  loginThrottle: FailureThrottle;
   /** Tells gateways at once (Redis pub/sub) that a revocation was recorded; they also poll. */
   announceRevocation: () => void;
 }

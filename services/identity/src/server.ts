@@ -9,6 +9,8 @@ import { llmSettingsHandlers } from './handlers/llm-settings';
 import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
 import { teamHandlers } from './handlers/team';
+import { FailureThrottle } from './login-guard';
+import { configurePasswordHashing } from './passwords';
 import { SigningKeys } from './signing-keys';
 
 /** Redis channel on which gateways hear about revocations at once (they also poll ListRevocations). */
@@ -24,6 +26,12 @@ const config = {
   llmBaseUrl: field('LLM_BASE_URL', 'url'),
   llmApiKey: field('LLM_API_KEY', 'string', { secret: true }),
   llmModel: field('LLM_MODEL', 'string'),
+  passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
+  passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
+  passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
+  loginAttemptsPerAddress: field('LOGIN_ATTEMPTS_PER_ADDRESS', 'int', { default: '30', min: 1 }),
+  loginAttemptsPerAccountAddress: field('LOGIN_ATTEMPTS_PER_ACCOUNT_ADDRESS', 'int', { default: '10', min: 1 }),
+  loginAttemptWindowS: field('LOGIN_ATTEMPT_WINDOW_S', 'int', { default: '300', min: 1, max: 86_400 }),
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
@@ -32,7 +40,14 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   await keys.load();
   const redis = rt.config.redisUrl ? new Redis(rt.config.redisUrl, { lazyConnect: false, maxRetriesPerRequest: 2 }) : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
+  configurePasswordHashing(rt.config.passwordHashConcurrency, rt.config.passwordHashQueue, rt.config.passwordHashQueuePerAddress);
   const deps: IdentityDeps = {
+    loginThrottle: new FailureThrottle({
+      perAddress: rt.config.loginAttemptsPerAddress,
+      perAccountAddress: rt.config.loginAttemptsPerAccountAddress,
+      windowMs: rt.config.loginAttemptWindowS * 1000,
+      maxEntries: 100_000,
+    }),
     store: rt.store,
     bus: rt.bus,
     relay: rt.relay,

@@ -92,14 +92,18 @@ export function authHandlers(deps: IdentityDeps) {
       }
     },
 
-    async login(req: identityV1.LoginRequest): Promise<identityV1.LoginResponse> {
+    async login(req: identityV1.LoginRequest, ctx: CallContext): Promise<identityV1.LoginResponse> {
       const email = req.email.trim().toLowerCase();
+      // Counted before any hashing: a throttled attempt costs nothing (login-guard.ts).
+      const forgive = deps.loginThrottle.begin(email, ctx.clientIp);
       const user = email ? await store.collection(users).findOne({ email }) : null;
       if (!user) {
-        await burnPasswordCheck(req.password);
+        await burnPasswordCheck(req.password, ctx.clientIp ?? '');
         throw errors.unauthorized('Invalid email or password');
       }
-      if (!(await verifyPassword(req.password, user.passwordHash))) throw errors.unauthorized('Invalid email or password');
+      if (!(await verifyPassword(req.password, user.passwordHash, ctx.clientIp ?? '')))
+        throw errors.unauthorized('Invalid email or password');
+      forgive();
       if (user.disabled) throw errors.forbidden('Account is disabled', { reason: 'account_disabled' });
       const tenant = await store.collection(tenants).get(user.tenantId);
       if (!tenant) throw errors.unauthorized('Invalid email or password');
