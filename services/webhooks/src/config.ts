@@ -8,6 +8,8 @@ export const webhooksConfig = {
   deliveryTimeoutMs: field('WEBHOOK_TIMEOUT_MS', 'int', { default: '10000', min: 100, max: 60_000 }),
   /** Deliveries in flight at once, across registrations (one at a time per registration). */
   concurrency: field('WEBHOOK_CONCURRENCY', 'int', { default: '64', min: 1, max: 1000 }),
+  /** Registrations of one tenant delivered at once: one tenant's slow endpoints cannot hold every slot. */
+  tenantConcurrency: field('WEBHOOK_TENANT_CONCURRENCY', 'int', { default: '8', min: 1, max: 1000 }),
 } as const;
 
 /** `5,300,1800` -> [5000, 300000, 1800000] ms; an empty schedule means one attempt and no retry. */

@@ -28,6 +28,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     scheduleMs,
     timeoutMs: rt.config.deliveryTimeoutMs,
     concurrency: rt.config.concurrency,
+    tenantConcurrency: rt.config.tenantConcurrency,
   });
   const onQueued = (webhookId: string) => worker.wake(webhookId);
   await worker.start();

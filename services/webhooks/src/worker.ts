@@ -36,6 +36,8 @@ export interface WorkerOptions {
   scheduleMs: number[];
   timeoutMs: number;
   concurrency: number;
+  /** Registrations of one tenant drained at once: a tenant's slow or failing endpoints hold no more slots. */
+  tenantConcurrency: number;
 }
 
 /** Bytes of a response body kept with the attempt. */
@@ -47,11 +49,18 @@ const IDLE_POLL_MS = 1000;
 const PAGE = 200;
 const DRAIN_BATCH = 20;
 
-let lastDueUs = 0;
-/** Epoch microseconds, strictly increasing in this process: the queue's order is the order of enqueueing. */
-export function nextDueUs(atMs = Date.now()): number {
-  lastDueUs = Math.max(Math.round(atMs * 1000), lastDueUs + 1);
-  return lastDueUs;
+let lastNowUs = 0;
+/**
+ * Due time in epoch microseconds. Work due now gets a value strictly increasing in this process (deliveries made in
+ * the same millisecond keep their order); a future due time is exact. One counter for both once put every new
+ * delivery of every tenant behind the latest retry: after tenant A's first failure, B's deliveries waited for A's
+ * retry (5 s, then 5 min, then 30 min).
+ */
+export function nextDueUs(atMs?: number): number {
+  const nowMs = Date.now();
+  if (atMs !== undefined && atMs > nowMs) return Math.round(atMs * 1000);
+  lastNowUs = Math.max(Math.round(nowMs * 1000), lastNowUs + 1);
+  return lastNowUs;
 }
 
 interface Outcome {
@@ -66,6 +75,9 @@ export class DeliveryWorker {
   private loopDone: Promise<void> = Promise.resolve();
   /** Registrations being drained, and their tasks. */
   private readonly draining = new Map<string, Promise<void>>();
+  /** Drains per tenant, and the tenant of each registration seen (a registration never changes tenant). */
+  private readonly drainsOf = new Map<string, number>();
+  private readonly tenantOfHook = new Map<string, string>();
   private kicked = false;
   /** Registrations known to have work queued, waiting for a drain. */
   private readonly wanted = new Set<string>();
@@ -150,8 +162,11 @@ export class DeliveryWorker {
       for (const id of this.wanted) {
         if (this.draining.size >= this.o.concurrency) break;
         if (this.draining.has(id)) continue; // its drain picks the new work up, or it is wanted again when it ends
+        const tenant = await this.tenantOf(id).catch(() => id);
+        // A tenant at its share waits; other tenants' registrations go ahead. Its drains ending wake the loop.
+        if ((this.drainsOf.get(tenant) ?? 0) >= this.o.tenantConcurrency) continue;
         this.wanted.delete(id);
-        this.startDrain(id);
+        this.startDrain(id, tenant);
       }
       if (!this.running || this.kicked) continue;
       await this.sleep(Math.min(Math.max(this.nextScanMs - Date.now(), 1), IDLE_POLL_MS));
@@ -176,11 +191,26 @@ export class DeliveryWorker {
     return Date.now() + IDLE_POLL_MS; // a long due backlog, on registrations being drained: their drains go on
   }
 
-  private startDrain(webhookId: string): void {
+  /** The tenant a registration belongs to ('' for one that is gone: its drain only clears its queue). */
+  private async tenantOf(webhookId: string): Promise<string> {
+    let tenant = this.tenantOfHook.get(webhookId);
+    if (tenant === undefined) {
+      tenant = (await this.o.store.collection(webhooks).get(webhookId))?.tenantId ?? '';
+      if (this.tenantOfHook.size >= 100_000) this.tenantOfHook.clear();
+      this.tenantOfHook.set(webhookId, tenant);
+    }
+    return tenant;
+  }
+
+  private startDrain(webhookId: string, tenant: string): void {
+    this.drainsOf.set(tenant, (this.drainsOf.get(tenant) ?? 0) + 1);
     const task = this.drain(webhookId)
       .catch((err: unknown) => this.o.logger.error({ err, webhookId }, 'draining a webhook failed; will retry'))
       .finally(() => {
         this.draining.delete(webhookId);
+        const left = (this.drainsOf.get(tenant) ?? 1) - 1;
+        if (left > 0) this.drainsOf.set(tenant, left);
+        else this.drainsOf.delete(tenant);
         this.wake();
       });
     this.draining.set(webhookId, task);
