@@ -128,5 +128,7 @@ export const runs: CollectionDef<RunDoc> = {
     { fields: ['status'] },
     // Unfinished runs of a deleted agent.
     { fields: ['agentId', 'status'] },
+    // A tenant's running runs, counted against its limit before a claim.
+    { fields: ['tenantId', 'status'] },
   ],
 };

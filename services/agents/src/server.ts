@@ -23,6 +23,7 @@ export const agentsConfig = {
   /** Stable across restarts and unique among live workers: how a restarted worker knows the runs it had claimed. */
   workerId: field('AGENTS_WORKER_ID', 'string'),
   workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
+  tenantConcurrency: field('AGENTS_TENANT_CONCURRENCY', 'int', { default: '2', min: 1, max: 1000 }),
   pollMs: field('AGENTS_POLL_MS', 'int', { default: '500', min: 10, max: 60_000 }),
   leaseMs: field('AGENTS_LEASE_MS', 'int', { default: '30000', min: 300, max: 600_000 }),
   maxAttempts: field('AGENTS_MAX_ATTEMPTS', 'int', { default: '3', min: 1, max: 100 }),
@@ -57,6 +58,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
     {
       workerId: c.workerId ?? hostname(),
       concurrency: c.workerConcurrency,
+      tenantConcurrency: c.tenantConcurrency,
       pollMs: c.pollMs,
       leaseMs: c.leaseMs,
       maxAttempts: c.maxAttempts,

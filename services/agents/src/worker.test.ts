@@ -101,6 +101,7 @@ function worker(options: Partial<WorkerOptions> = {}): RunWorker {
   const w = new RunWorker(store, relay, logger, deps, {
     workerId: 'w1',
     concurrency: 4,
+    tenantConcurrency: 100,
     pollMs: 10,
     leaseMs: 5000,
     maxAttempts: 3,
@@ -212,4 +213,25 @@ it('hands a run back when a service it needs is unavailable, and fails it after 
   expect(done.error).toMatch(/^worker_lost: /);
   const events = await eventsOf(1);
   expect(events.filter((e) => e.runId === run.id).map((e) => e.type)).toEqual(['agent.started', 'agent.failed']);
+});
+
+it("skips a tenant at its limit: B's newer run starts while A's older ones wait for A's own", async () => {
+  const far = Date.now() + 3_600_000;
+  // A already runs two (driven by another worker that holds their leases) and has two more queued, older than B's.
+  for (let i = 0; i < 2; i++)
+    await insertRun({
+      tenantId: 'ten_a',
+      status: 'running',
+      startedAt: nowIso(),
+      leaseWorker: 'other',
+      leaseOwner: 'other/1',
+      leaseExpiresAt: far,
+      attempts: 1,
+    });
+  const aQueued = [(await insertRun({ tenantId: 'ten_a' })).id, (await insertRun({ tenantId: 'ten_a' })).id];
+  const bRun = (await insertRun({ tenantId: 'ten_b' })).id;
+  worker({ tenantConcurrency: 2 });
+  const [b] = await settled([bRun]);
+  expect(b.attempts).toBe(1);
+  for (const id of aQueued) expect(await store.collection(runs).get(id)).toMatchObject({ status: 'queued', attempts: 0 });
 });

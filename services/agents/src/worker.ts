@@ -11,10 +11,19 @@ import { runs, type RunDoc } from './collections';
 import { emitRunEvent } from './run-events';
 import { driveRun, type Lease, type LoopDeps, LostLease } from './run-loop';
 
+/** The queue is read in pages while looking for runs of tenants below their limit (at most this many runs). */
+const QUEUE_PAGE = 50;
+const QUEUE_PAGES = 10;
+
 export interface WorkerOptions {
   /** Stable name of this worker across restarts (AGENTS_WORKER_ID; default the host name). */
   workerId: string;
   concurrency: number;
+  /**
+   * Runs of one tenant running at once, across every worker: counted in the store, so several replicas share the
+   * limit (two replicas claiming at the same instant can pass it by one each; the next claims wait again).
+   */
+  tenantConcurrency: number;
   pollMs: number;
   leaseMs: number;
   maxAttempts: number;
@@ -101,12 +110,24 @@ export class RunWorker {
       if (mineBefore || (doc.leaseExpiresAt ?? 0) < now) await this.take(doc);
     }
     this.recovered = true;
-    while (this.free() > 0 && !this.stopped) {
-      const queued = await col.find({ status: 'queued' }, { order: 'asc', limit: this.free() });
-      if (queued.items.length === 0) return;
-      let claimed = 0;
-      for (const doc of queued.items) if (await this.take(doc)) claimed++;
-      if (claimed === 0) return; // others took them; the next poll looks again
+    // Oldest queued run first, skipping tenants at their limit: a tenant with many slow runs waits for its own,
+    // and the others' runs start at once.
+    const runningOf = new Map<string, number>();
+    let cursor: string | null = null;
+    for (let pages = 0; pages < QUEUE_PAGES && this.free() > 0 && !this.stopped; pages++) {
+      const queued = await col.find({ status: 'queued' }, { order: 'asc', limit: QUEUE_PAGE, cursor });
+      for (const doc of queued.items) {
+        if (this.free() === 0 || this.stopped) return;
+        let count = runningOf.get(doc.tenantId);
+        if (count === undefined) {
+          count = (await col.find({ tenantId: doc.tenantId, status: 'running' }, { limit: this.options.tenantConcurrency })).items.length;
+          runningOf.set(doc.tenantId, count);
+        }
+        if (count >= this.options.tenantConcurrency) continue;
+        if (await this.take(doc)) runningOf.set(doc.tenantId, count + 1);
+      }
+      cursor = queued.nextCursor;
+      if (!cursor) return;
     }
   }
 
