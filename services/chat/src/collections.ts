@@ -42,7 +42,7 @@ export const sessions: CollectionDef<SessionDoc> = { name: 'chat_sessions', inde
 export const messages: CollectionDef<MessageDoc> = {
   name: 'chat_messages',
   sortField: 'seq',
-  indexes: [{ fields: ['sessionId'] }, { fields: ['sessionId', 'role'] }, { fields: ['status'] }],
+  indexes: [{ fields: ['sessionId'] }, { fields: ['sessionId', 'role'] }, { fields: ['status'] }, { fields: ['tenantId', 'status'] }],
 };
 
 let lastSeq = 0;

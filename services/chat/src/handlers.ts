@@ -1,4 +1,4 @@
-import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessions, type MessageDoc, type SessionDoc } from './collections';
@@ -29,6 +29,8 @@ export interface ChatDeps {
   peers: Peers;
   credits: CreditCheck;
   pollMs: number;
+  /** Replies of one tenant generating at once (CHAT_TENANT_CONCURRENCY). */
+  tenantConcurrency: number;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -40,6 +42,23 @@ export function chatHandlers(deps: ChatDeps) {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
     if (!s) throw errors.notFound('chat_session', id);
     return s;
+  }
+
+  /**
+   * A tenant has at most `tenantConcurrency` replies generating at once (counted in the store, so across replicas):
+   * one tenant cannot start model calls without bound while the others wait. Past it: 429 with Retry-After.
+   */
+  async function assertReplySlot(tenantId: string): Promise<void> {
+    const cap = deps.tenantConcurrency;
+    let unfinished = 0;
+    for (const status of ['pending', 'streaming'] as const)
+      unfinished += (await messagesCol.find({ tenantId, status }, { limit: cap })).items.length;
+    if (unfinished >= cap)
+      throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${cap} replies can be generated at once; try again when one finishes`, {
+        reason: 'too_many_replies',
+        limit: cap,
+        retryAfterS: 1,
+      });
   }
 
   /** The session's recent transcript for the model: finished turns only, oldest first. */
@@ -112,6 +131,7 @@ export function chatHandlers(deps: ChatDeps) {
         if (agent.temperature !== undefined) llm.settings.temperature = agent.temperature;
       }
       await credits.assertSpendable(authedCtx, llm);
+      await assertReplySlot(auth.tid);
 
       const now = nowIso();
       const projectId = req.projectId || session.projectId;

@@ -15,6 +15,7 @@ const chatConfig = {
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
   pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
 } as const;
 
 export interface ChatOptions {
@@ -49,7 +50,14 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     registrations: [
       registration({
         definition: chatV1.ChatServiceService,
-        implementation: chatHandlers({ store: rt.store, replies, peers, credits: options.credits ?? noCreditCheck, pollMs: config.pollMs }),
+        implementation: chatHandlers({
+          store: rt.store,
+          replies,
+          peers,
+          credits: options.credits ?? noCreditCheck,
+          pollMs: config.pollMs,
+          tenantConcurrency: config.tenantConcurrency,
+        }),
       }),
     ],
     onStop: async () => {
