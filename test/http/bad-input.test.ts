@@ -357,3 +357,16 @@ it('MongoDB operators never sign anyone in', async () => {
   }
   expectError(await api.post('/api/v1/auth/refresh', { refreshToken: { $ne: null } }), 400, 'VALIDATION_ERROR');
 });
+
+it('answers an id that cannot exist with a plain 404 naming it, for path parameters of every kind', async () => {
+  const t = { token: owner.accessToken };
+  for (const [method, path, resource, id] of [
+    ['GET', '/api/v1/projects/%C3%A9', 'project', 'é'],
+    ['GET', `/api/v1/agents/${ids['agents:id']}/runs/%F0%9F%92%A5`, 'run', '💥'],
+    ['DELETE', '/api/v1/tenant/team/members/%E2%80%AEusr_1', 'member', '\u202eusr_1'],
+    ['GET', '/api/v1/chat/sessions/a%E2%80%8Bb', 'chat_session', 'a\u200bb'],
+  ] as const) {
+    const error = expectError(await api.request(method, path, t), 404, 'RESOURCE_NOT_FOUND');
+    expect(error.details).toEqual({ resource, id });
+  }
+});

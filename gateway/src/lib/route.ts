@@ -1,6 +1,6 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { CallOptions } from '@svc/kit';
+import { errors, type CallOptions } from '@svc/kit';
 import { Obj } from '../schemas';
 import { success, type Pagination } from './envelope';
 import type { PolicyName } from './policy';
@@ -71,6 +71,34 @@ export function routesOf(app: FastifyInstance): RouteSpec[] {
 
 const NO_QUERY = Obj({});
 
+/**
+ * Path parameters that name a resource by id, and the resource each names (for `:id`, by the path segment before
+ * it). Our ids are `<prefix>_<base62>` (kit newId): anything else cannot exist, so it is a plain 404 here, never
+ * sent on to a service (where it would reach metadata and logs).
+ */
+const ID_SHAPE = /^[a-z]{2,8}_[0-9A-Za-z]{1,64}$/;
+const RESOURCE_OF_PARAM: Record<string, string> = { run_id: 'run', deliveryId: 'delivery', userId: 'member', tenantId: 'tenant' };
+const RESOURCE_OF_SEGMENT: Record<string, string> = {
+  projects: 'project',
+  agents: 'agent',
+  'api-keys': 'api_key',
+  sessions: 'chat_session',
+  webhooks: 'webhook',
+};
+
+/** [param, resource] for each id parameter of a route URL. */
+export function idParamsOf(url: string): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  const segments = url.split('/');
+  segments.forEach((segment, i) => {
+    if (!segment.startsWith(':')) return;
+    const name = segment.slice(1);
+    const resource = name === 'id' ? RESOURCE_OF_SEGMENT[segments[i - 1]] : RESOURCE_OF_PARAM[name];
+    if (resource) out.push([name, resource]);
+  });
+  return out;
+}
+
 const EXEMPT_FROM_RATE_LIMIT = /^\/api\/v1\/(auth|cli\/auth|oauth)\//;
 
 export function route(app: FastifyInstance, spec: RouteSpec): void {
@@ -78,6 +106,7 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
   if (routes.some((r) => r.operationId === spec.operationId)) throw new Error(`duplicate operationId ${spec.operationId}`);
   routes.push(spec);
   const status = spec.status ?? 200;
+  const idParams = idParamsOf(spec.url);
   app.route({
     method: spec.method,
     url: spec.url,
@@ -101,6 +130,10 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       rateLimited: spec.rateLimited ?? (spec.access !== 'public' && !EXEMPT_FROM_RATE_LIMIT.test(spec.url)),
     },
     handler: async (request, reply) => {
+      for (const [name, resource] of idParams) {
+        const value = (request.params as Record<string, string>)[name];
+        if (!ID_SHAPE.test(value)) throw errors.notFound(resource, value);
+      }
       const principal = request.principal!;
       const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip };
       const result = await spec.handler({
