@@ -11,7 +11,7 @@ import { createLogger } from '@svc/kit';
 import { SupervisedChild } from './supervisor';
 
 /** Services in start order; each entry is `services/<name>/src/main.ts`. */
-export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'webhooks'] as const;
+export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'billing', 'webhooks'] as const;
 
 const root = resolve(__dirname, '..');
 const logger = createLogger('launcher');

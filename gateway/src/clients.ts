@@ -1,5 +1,5 @@
 import { createClient, type ServiceClient } from '@svc/kit';
-import { agentsV1, chatV1, identityV1, projectsV1, regionsV1, webhooksV1 } from '@svc/proto';
+import { agentsV1, billingV1, chatV1, identityV1, projectsV1, regionsV1, webhooksV1 } from '@svc/proto';
 
 /**
  * The backing services: gRPC definition and default port. The gateway makes one client per entry, finds each at
@@ -11,6 +11,7 @@ export const SERVICES = {
   agents: { definition: agentsV1.AgentsServiceService, port: 50053 },
   chat: { definition: chatV1.ChatServiceService, port: 50054 },
   regions: { definition: regionsV1.RegionsServiceService, port: 50055 },
+  billing: { definition: billingV1.BillingServiceService, port: 50056 },
   webhooks: { definition: webhooksV1.WebhooksServiceService, port: 50057 },
 } as const;
 

@@ -7,6 +7,7 @@ import { startAgents } from '@svc/agents';
 import { startWebhooks } from '@svc/webhooks';
 import { startChat } from '@svc/chat';
 import { startRegions } from '@svc/regions';
+import { startBilling } from '@svc/billing';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
 
@@ -47,12 +48,21 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     WEBHOOKS_PORT: '0',
     CHAT_PORT: '0',
     REGIONS_PORT: '0',
+    BILLING_PORT: '0',
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.
   const identity = await startIdentity(env);
   env.IDENTITY_ADDR = `127.0.0.1:${identity.port}`;
-  const services: Record<string, RunningService> = { identity, projects: await startProjects(env), webhooks: await startWebhooks(env) };
+  // Billing before agents and chat: they ask it for balances.
+  const billing = await startBilling(env);
+  env.BILLING_ADDR = `127.0.0.1:${billing.port}`;
+  const services: Record<string, RunningService> = {
+    identity,
+    billing,
+    projects: await startProjects(env),
+    webhooks: await startWebhooks(env),
+  };
   env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
   services.agents = await startAgents(env);
   env.AGENTS_ADDR = `127.0.0.1:${services.agents.port}`;

@@ -21,6 +21,8 @@ const MANAGERS = ['owner', 'admin'] as const;
 
 export const POLICIES = {
   public: { authenticate: false },
+  /** The operator API: the bearer must be SVC_ADMIN_TOKEN, checked by the route itself (gateway/src/routes/admin.ts). */
+  operator: { authenticate: false },
   authenticated: { authenticate: true },
   'projects:read': { authenticate: true, scope: 'projects:read' },
   'projects:write': { authenticate: true, scope: 'projects:write' },

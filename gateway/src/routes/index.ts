@@ -1,8 +1,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { GatewayDeps } from '../app';
+import { adminRoutes } from './admin';
 import { agentRoutes } from './agents';
 import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
+import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
@@ -22,6 +24,8 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
+  billingRoutes(app, deps);
+  adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);
 }

@@ -13,3 +13,4 @@ export * from './domain-events';
 export * from './service';
 export * from './untraced';
 export * from './egress';
+export * from './credits';

@@ -67,6 +67,9 @@ export interface StepDoc {
 export interface RunDoc {
   id: string;
   tenantId: string;
+  /** The credential that started the run (the JWT's `sid` and `typ`), so billing shows usage per API key. */
+  credentialId?: string;
+  credentialType?: string;
   agentId: string;
   projectId: string;
   goal: string;
@@ -97,7 +100,10 @@ export interface RunDoc {
 
 /** A new run, queued: the agent as it is now, its whole time budget, no lease, no steps. */
 export function queuedRun(
-  o: Pick<RunDoc, 'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes'>,
+  o: Pick<
+    RunDoc,
+    'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes' | 'credentialId' | 'credentialType'
+  >,
 ): RunDoc {
   return {
     id: newId('run'),

@@ -38,6 +38,9 @@ export async function emitUsage(
     inputTokens: call.usage.inputTokens,
     outputTokens: call.usage.outputTokens,
     keySource: call.keySource,
+    credentialId: run.credentialId ?? '',
+    credentialType: run.credentialType ?? '',
+    estimated: false,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
 }

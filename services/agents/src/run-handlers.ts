@@ -170,6 +170,8 @@ export function runHandlers(deps: RunHandlerDeps) {
         agent: { name: agent.name, systemPrompt: agent.systemPrompt, config: agent.config },
         delegate: granted.value.sealed,
         delegateScopes: granted.value.scopes,
+        credentialId: c.auth.sid,
+        credentialType: c.auth.typ,
       });
       await col.insert(doc);
       deps.worker.notify();

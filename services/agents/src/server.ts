@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import {
   createClient,
+  CreditGate,
   egressFetch,
   egressPolicyFrom,
   field,
@@ -14,12 +15,14 @@ import { throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
 import { agents, runs } from './collections';
-import { noCreditLimit, type CreditCheck } from './credits';
+import type { CreditCheck } from './credits';
 import { runHandlers } from './run-handlers';
 import { RunWorker } from './worker';
 
 export const agentsConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
+  billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
+  creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   /** Stable across restarts and unique among live workers: how a restarted worker knows the runs it had claimed. */
   workerId: field('AGENTS_WORKER_ID', 'string'),
   workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
@@ -38,7 +41,9 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
-  const credits = options.credits ?? noCreditLimit;
+  // Billing's balance, kept per tenant for CREDITS_CACHE_MS (kit CreditGate); tests may pass their own check.
+  const gate = options.credits ? null : new CreditGate(c.billingAddr, rt.logger, c.creditsCacheMs, c.grpcDeadlineMs);
+  const credits: CreditCheck = options.credits ?? gate!;
   const worker = new RunWorker(
     rt.store,
     rt.relay,
@@ -79,6 +84,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       await worker.stop();
       projects.close();
       identity.close();
+      gate?.close();
     },
   });
   worker.start();

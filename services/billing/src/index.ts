@@ -1,1 +1,1 @@
-export {};
+export { startBilling } from './server';

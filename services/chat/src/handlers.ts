@@ -171,7 +171,14 @@ export function chatHandlers(deps: ChatDeps) {
         await col.insert(reply);
       });
       const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
-      replies.start({ tenantId: auth.tid, message: reply, history: [...system, ...turns, { role: 'user', content: user.content }], llm });
+      replies.start({
+        tenantId: auth.tid,
+        credentialId: auth.sid,
+        credentialType: auth.typ,
+        message: reply,
+        history: [...system, ...turns, { role: 'user', content: user.content }],
+        llm,
+      });
       return { message: toMessage(user), responseMessageId: reply.id };
     },
 

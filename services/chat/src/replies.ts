@@ -21,6 +21,9 @@ export interface ReplyLlm {
 
 export interface ReplyJob {
   tenantId: string;
+  /** The credential that sent the message (the JWT's `sid` and `typ`): billing shows usage per API key. */
+  credentialId?: string;
+  credentialType?: string;
   message: MessageDoc;
   history: LlmMessage[];
   llm: ReplyLlm;
@@ -231,9 +234,12 @@ export class Replies {
       leaseUntil: null,
       completedAt: nowIso(),
     };
+    // A reply cut off midway (a provider error, a stop) is billed too: for what the provider reported, else for the
+    // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
+    const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
     const doc = await this.store.transaction(async (tx) => {
       const updated = await tx.collection(messages).update(message.id, { tenantId, status: stored }, final);
-      if (updated && usage) {
+      if (updated && billed) {
         const { settings } = job.llm;
         await addToOutbox(
           tx,
@@ -244,9 +250,12 @@ export class Replies {
               sourceId: message.id,
               provider: settings.provider,
               model: settings.model ?? '',
-              inputTokens: usage.inputTokens,
-              outputTokens: usage.outputTokens,
+              inputTokens: billed.inputTokens,
+              outputTokens: billed.outputTokens,
               keySource: job.llm.keySource,
+              credentialId: job.credentialId ?? '',
+              credentialType: job.credentialType ?? '',
+              estimated: !usage,
             },
           }),
         );
@@ -261,6 +270,12 @@ export class Replies {
 }
 
 class RefusedError extends Error {}
+
+/** Tokens of a call the provider gave no usage for: about 4 characters a token (documented as an estimate). */
+export function estimateUsage(history: LlmMessage[], output: string): { inputTokens: number; outputTokens: number } {
+  const chars = history.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
+  return { inputTokens: Math.ceil(chars / 4), outputTokens: Math.ceil(output.length / 4) };
+}
 
 /** What the store holds of a reply streaming in this process. */
 interface Progress {

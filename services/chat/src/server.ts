@@ -1,8 +1,18 @@
-import { egressFetch, egressPolicyFrom, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import {
+  CreditGate,
+  egressFetch,
+  egressPolicyFrom,
+  field,
+  identityVerifier,
+  openRuntime,
+  registration,
+  serve,
+  type RunningService,
+} from '@svc/kit';
 import { throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, sessions } from './collections';
-import { noCreditCheck, type CreditCheck } from './credits';
+import type { CreditCheck } from './credits';
 import { chatHandlers } from './handlers';
 import { grpcPeers, type Peers } from './peers';
 import { Replies } from './replies';
@@ -10,6 +20,8 @@ import { Replies } from './replies';
 const chatConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   agentsAddr: field('AGENTS_ADDR', 'string', { default: '127.0.0.1:50053' }),
+  billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
+  creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   flushMs: field('CHAT_FLUSH_MS', 'int', { default: '200', min: 10, max: 10_000 }),
   leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
@@ -44,6 +56,9 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     drainMs: config.drainMs,
   });
   await replies.startSweeping();
+  // Billing's balance, kept per tenant for CREDITS_CACHE_MS (kit CreditGate); tests may pass their own check.
+  const gate = options.credits ? null : new CreditGate(config.billingAddr, rt.logger, config.creditsCacheMs, config.grpcDeadlineMs);
+  const credits: CreditCheck = options.credits ?? { assertSpendable: (ctx) => gate!.assertSpendable(ctx.auth.tid, ctx.token) };
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -54,7 +69,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           store: rt.store,
           replies,
           peers,
-          credits: options.credits ?? noCreditCheck,
+          credits,
           pollMs: config.pollMs,
           tenantConcurrency: config.tenantConcurrency,
         }),
@@ -63,6 +78,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     onStop: async () => {
       peers.close();
       identity.close();
+      gate?.close();
     },
   });
   return {

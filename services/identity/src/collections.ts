@@ -8,6 +8,8 @@ export interface TenantDoc {
   id: string;
   name: string;
   plan: Plan;
+  /** Billing's time of the last plan change applied (tenant.plan_changed); absent before the first. */
+  planChangedAt?: string;
   ipAllowlist: string[];
   createdAt: string;
   updatedAt: string;

@@ -1,5 +1,5 @@
 import Redis from 'ioredis';
-import { field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS } from './collections';
 import type { IdentityDeps } from './context';
@@ -10,6 +10,7 @@ import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
 import { teamHandlers } from './handlers/team';
 import { FailureThrottle } from './login-guard';
+import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
 import { SigningKeys } from './signing-keys';
 
@@ -73,6 +74,16 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     announceRevocation: () => void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined),
   };
   const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
+  const applyPlanChange = planChangeHandler(rt.store, rt.logger);
+  const planChanges = await rt.bus.subscribe({
+    group: 'identity',
+    topics: [TOPICS.billing],
+    handler: (message) =>
+      applyPlanChange(message).catch((err: unknown) => {
+        rt.logger.warn({ err, eventId: message.id }, 'plan change failed; the bus will retry');
+        throw err;
+      }),
+  });
   return serve(rt, {
     verifier,
     healthNames: ['identity.v1.IdentityService'],
@@ -91,6 +102,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       }),
     ],
     onStop: async () => {
+      await planChanges.stop();
       await redis?.quit().catch(() => undefined);
     },
   });

@@ -93,6 +93,11 @@ export interface UsageData {
   outputTokens: number;
   /** tenant or platform: whose API key paid the provider */
   keySource: string;
+  /** The credential that started the call: API key id or session id (the JWT's sid), and its kind (api_key, user, cli). */
+  credentialId: string;
+  credentialType: string;
+  /** True when the call was cut off (cancel, client gone, crash) and the tokens are counted from the streamed text. */
+  estimated: boolean;
 }
 
 /**
@@ -1232,7 +1237,18 @@ export const AgentRunData: MessageFns<AgentRunData> = {
 };
 
 function createBaseUsageData(): UsageData {
-  return { source: "", sourceId: "", provider: "", model: "", inputTokens: 0, outputTokens: 0, keySource: "" };
+  return {
+    source: "",
+    sourceId: "",
+    provider: "",
+    model: "",
+    inputTokens: 0,
+    outputTokens: 0,
+    keySource: "",
+    credentialId: "",
+    credentialType: "",
+    estimated: false,
+  };
 }
 
 export const UsageData: MessageFns<UsageData> = {
@@ -1257,6 +1273,15 @@ export const UsageData: MessageFns<UsageData> = {
     }
     if (message.keySource !== "") {
       writer.uint32(58).string(message.keySource);
+    }
+    if (message.credentialId !== "") {
+      writer.uint32(66).string(message.credentialId);
+    }
+    if (message.credentialType !== "") {
+      writer.uint32(74).string(message.credentialType);
+    }
+    if (message.estimated !== false) {
+      writer.uint32(80).bool(message.estimated);
     }
     return writer;
   },
@@ -1330,6 +1355,30 @@ export const UsageData: MessageFns<UsageData> = {
             message.keySource = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.credentialId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.credentialType = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.estimated = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1367,6 +1416,17 @@ export const UsageData: MessageFns<UsageData> = {
         : isSet(object.key_source)
         ? globalThis.String(object.key_source)
         : "",
+      credentialId: isSet(object.credentialId)
+        ? globalThis.String(object.credentialId)
+        : isSet(object.credential_id)
+        ? globalThis.String(object.credential_id)
+        : "",
+      credentialType: isSet(object.credentialType)
+        ? globalThis.String(object.credentialType)
+        : isSet(object.credential_type)
+        ? globalThis.String(object.credential_type)
+        : "",
+      estimated: isSet(object.estimated) ? globalThis.Boolean(object.estimated) : false,
     };
   },
 
@@ -1393,6 +1453,15 @@ export const UsageData: MessageFns<UsageData> = {
     if (message.keySource !== "") {
       obj.keySource = message.keySource;
     }
+    if (message.credentialId !== "") {
+      obj.credentialId = message.credentialId;
+    }
+    if (message.credentialType !== "") {
+      obj.credentialType = message.credentialType;
+    }
+    if (message.estimated !== false) {
+      obj.estimated = message.estimated;
+    }
     return obj;
   },
 
@@ -1408,6 +1477,9 @@ export const UsageData: MessageFns<UsageData> = {
     message.inputTokens = object.inputTokens ?? 0;
     message.outputTokens = object.outputTokens ?? 0;
     message.keySource = object.keySource ?? "";
+    message.credentialId = object.credentialId ?? "";
+    message.credentialType = object.credentialType ?? "";
+    message.estimated = object.estimated ?? false;
     return message;
   },
 };

@@ -1,0 +1,166 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { billingV1 } from '@svc/proto';
+import type { GatewayDeps } from '../app';
+import { pageOf, route } from '../lib/route';
+import { Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
+
+const Invoice = Obj({
+  id: Type.String(),
+  kind: Type.String({ description: 'credits or subscription' }),
+  description: Type.String(),
+  amountCents: Type.Integer(),
+  currency: Type.String(),
+  status: Type.String({ description: 'open or paid' }),
+  provider: Type.String({ description: 'sandbox (settles at once) or stripe' }),
+  credits: Type.Integer(),
+  plan: Nullable(Type.String()),
+  createdAt: Timestamp,
+  paidAt: Nullable(Timestamp),
+});
+const Subscription = Obj({
+  id: Type.String(),
+  plan: Type.String(),
+  status: Type.String(),
+  provider: Type.String(),
+  currentPeriodStart: Timestamp,
+  currentPeriodEnd: Timestamp,
+  createdAt: Timestamp,
+});
+const UsageLine = Obj({
+  key: Type.String(),
+  kind: Type.String(),
+  calls: Type.Integer(),
+  inputTokens: Type.Integer(),
+  outputTokens: Type.Integer(),
+  credits: Type.Integer(),
+});
+const Summary = Obj({
+  plan: Type.String(),
+  subscription: Nullable(Subscription),
+  credits: Obj({ balance: Type.Integer() }),
+  usage: Obj({
+    calls: Type.Integer(),
+    inputTokens: Type.Integer(),
+    outputTokens: Type.Integer(),
+    credits: Type.Integer(),
+    byCredential: Type.Array(UsageLine),
+    byModel: Type.Array(UsageLine),
+  }),
+});
+const Payment = Obj({
+  provider: Type.String(),
+  status: Type.String({ description: 'succeeded, or pending until the provider settles (see checkoutUrl)' }),
+  invoice: Invoice,
+  checkoutUrl: Nullable(Type.String()),
+  creditsAdded: Type.Integer(),
+  balance: Type.Integer(),
+  subscription: Nullable(Subscription),
+});
+
+export function invoiceView(i: billingV1.Invoice) {
+  return { ...i, plan: i.plan || null, paidAt: i.paidAt || null };
+}
+function subscriptionView(s: billingV1.Subscription | undefined) {
+  return s ? { ...s } : null;
+}
+function paymentView(p: billingV1.Payment) {
+  return {
+    provider: p.provider,
+    status: p.status,
+    invoice: invoiceView(p.invoice!),
+    checkoutUrl: p.checkoutUrl || null,
+    creditsAdded: p.creditsAdded,
+    balance: p.balance,
+    subscription: subscriptionView(p.subscription),
+  };
+}
+
+/** The `Idempotency-Key` header of a billing POST ('' when absent). CONTRACT.md 5: same key, same answer, 24 h. */
+function idempotencyKey(request: FastifyRequest): string {
+  const key = request.headers['idempotency-key'];
+  return typeof key === 'string' ? key : '';
+}
+
+export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  const { billing } = deps.clients;
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/billing/summary',
+    operationId: 'getBillingSummary',
+    access: 'authenticated',
+    tag: 'billing',
+    summary: 'Plan, subscription, credit balance and usage (per API key and per model)',
+    response: Summary,
+    handler: async ({ call }) => {
+      const s = await billing.getSummary({}, call);
+      return { plan: s.plan, subscription: subscriptionView(s.subscription), credits: { balance: s.balance }, usage: s.usage };
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/billing/invoices',
+    operationId: 'listInvoices',
+    access: 'authenticated',
+    tag: 'billing',
+    summary: 'Invoices, newest first',
+    query: PageQuery,
+    list: true,
+    response: Invoice,
+    handler: async ({ query, call }) => {
+      const res = await billing.listInvoices({ limit: query.limit, cursor: query.cursor ?? '' }, call);
+      return pageOf(res.invoices.map(invoiceView), query.limit, res.nextCursor);
+    },
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/billing/credits/purchase',
+    operationId: 'purchaseCredits',
+    access: 'billing:write',
+    tag: 'billing',
+    summary: 'Buy credits (honours Idempotency-Key)',
+    body: Obj({ credits: Type.Integer({ minimum: 1, maximum: 10_000_000 }) }),
+    response: Payment,
+    handler: async ({ body, call, request }) =>
+      paymentView((await billing.purchaseCredits({ credits: body.credits, idempotencyKey: idempotencyKey(request) }, call)).payment!),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/billing/subscription/create',
+    operationId: 'createSubscription',
+    access: 'billing:write',
+    tag: 'billing',
+    summary: 'Subscribe to a plan (honours Idempotency-Key)',
+    body: Obj({ plan: Type.Union(['starter', 'growth', 'enterprise'].map((p) => Type.Literal(p))) }),
+    response: Payment,
+    handler: async ({ body, call, request }) =>
+      paymentView((await billing.createSubscription({ plan: body.plan, idempotencyKey: idempotencyKey(request) }, call)).payment!),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/billing/portal',
+    operationId: 'createBillingPortal',
+    access: 'billing:write',
+    tag: 'billing',
+    summary: "The billing portal's address",
+    response: Obj({ url: Type.String(), provider: Type.String() }),
+    handler: async ({ call, request }) => billing.createPortal({ idempotencyKey: idempotencyKey(request) }, call),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/billing/gift-cards/redeem',
+    operationId: 'redeemGiftCard',
+    access: 'billing:write',
+    tag: 'billing',
+    summary: 'Redeem a gift card (each code once, for everyone)',
+    body: Obj({ code: Str(1, 64) }),
+    response: Obj({ creditsAdded: Type.Integer(), balance: Type.Integer() }),
+    handler: async ({ body, call, request }) => billing.redeemGiftCard({ code: body.code, idempotencyKey: idempotencyKey(request) }, call),
+  });
+}

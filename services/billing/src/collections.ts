@@ -1,0 +1,115 @@
+import type { CollectionDef } from '@svc/kit';
+
+/** One per tenant (id = tenant id): the balance the ledger's entries add up to, and the plan. */
+export interface AccountDoc {
+  id: string;
+  tenantId: string;
+  /** Sum of the tenant's ledger entries, kept with `$inc` in the transaction that adds each entry. */
+  balance: number;
+  plan: string;
+  /** When the plan last changed (ISO), '' for never: a plan change event carries it, so redeliveries apply once. */
+  planChangedAt: string;
+  subscriptionId: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type EntryKind = 'grant' | 'purchase' | 'gift_card' | 'usage' | 'adjustment';
+
+/** An immutable ledger entry. `sourceKey` is unique: the same source (event, invoice, card) applies once. */
+export interface EntryDoc {
+  id: string;
+  tenantId: string;
+  sourceKey: string;
+  kind: EntryKind;
+  /** Signed: positive adds credits, negative spends them. */
+  credits: number;
+  description: string;
+  createdAt: string;
+}
+
+export interface InvoiceDoc {
+  id: string;
+  tenantId: string;
+  kind: 'credits' | 'subscription';
+  description: string;
+  amountCents: number;
+  currency: string;
+  status: 'open' | 'paid';
+  provider: string;
+  /** The provider's reference (a Stripe checkout session id). */
+  providerRef: string | null;
+  credits: number;
+  plan: string;
+  createdAt: string;
+  paidAt: string | null;
+}
+
+export interface SubscriptionDoc {
+  id: string;
+  tenantId: string;
+  plan: string;
+  /** `ended` when replaced by another subscription. */
+  status: 'active' | 'pending' | 'ended';
+  provider: string;
+  invoiceId: string;
+  currentPeriodStart: string;
+  currentPeriodEnd: string;
+  createdAt: string;
+}
+
+/** Gift cards are global (not per tenant): id = SHA-256 of the code, which is never stored. */
+export interface GiftCardDoc {
+  id: string;
+  credits: number;
+  expiresAt: string | null;
+  status: 'active' | 'redeemed';
+  redeemedBy: string | null;
+  redeemedAt: string | null;
+  createdAt: string;
+}
+
+/** Usage totals per tenant and credential or model, kept with the usage entries (the summary reads them). */
+export interface UsageStatDoc {
+  id: string;
+  tenantId: string;
+  group: 'credential' | 'model';
+  key: string;
+  kind: string;
+  calls: number;
+  inputTokens: number;
+  outputTokens: number;
+  credits: number;
+  createdAt: string;
+}
+
+/** An Idempotency-Key's claim and, once done, the answer given (id = hash of tenant, operation and key). */
+export interface IdempotencyDoc {
+  id: string;
+  tenantId: string;
+  operation: string;
+  bodyHash: string;
+  status: 'pending' | 'done';
+  /** Until when a pending claim is held; after it another request may take the key over (its holder died). */
+  leaseUntil: number;
+  response: string | null;
+  createdAt: string;
+  expiresAt: number;
+}
+
+/** One per tenant, id = tenant id. */
+export const accounts: CollectionDef<AccountDoc> = { name: 'accounts' };
+export const ledger: CollectionDef<EntryDoc> = {
+  name: 'ledger',
+  indexes: [{ fields: ['sourceKey'], unique: true }, { fields: ['tenantId'] }],
+};
+export const invoices: CollectionDef<InvoiceDoc> = {
+  name: 'invoices',
+  indexes: [{ fields: ['tenantId'] }, { fields: ['providerRef'] }],
+};
+export const subscriptions: CollectionDef<SubscriptionDoc> = { name: 'subscriptions', indexes: [{ fields: ['tenantId'] }] };
+export const giftCards: CollectionDef<GiftCardDoc> = { name: 'gift_cards' };
+export const usageStats: CollectionDef<UsageStatDoc> = { name: 'usage_stats', indexes: [{ fields: ['tenantId', 'group'] }] };
+export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency' };
+
+export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency];

@@ -1,0 +1,64 @@
+/**
+ * What billing takes from the bus: `tenant.created` (identity) grants the starting credits; `llm.usage` (agents and
+ * chat, one event per model call) spends them. Both apply once per source (the ledger's unique key), so the bus's
+ * at-least-once redeliveries change nothing.
+ */
+import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { usageStats } from './collections';
+import { addEntry, applyOnce, usageCredits } from './ledger';
+
+const TYPES = new Set(['tenant.created', 'llm.usage']);
+
+export interface UsageSettings {
+  creditsPer1kTokens: number;
+  startingGrant: number;
+}
+
+export function billingEventHandler(store: Store, settings: UsageSettings, logger: Logger) {
+  return async (message: ReceivedMessage): Promise<void> => {
+    const headerType = message.headers['event-type'];
+    if (headerType !== undefined && !TYPES.has(headerType)) return; // skipped without decoding
+    const event = decodeDomainEvent(message.value);
+    if (!event.tenantId) return;
+    if (event.type === 'tenant.created') {
+      await applyOnce(store, (tx) =>
+        addEntry(tx, {
+          tenantId: event.tenantId,
+          sourceKey: `grant:${event.tenantId}`,
+          kind: 'grant',
+          credits: settings.startingGrant,
+          description: 'Starting grant',
+        }),
+      );
+      return;
+    }
+    if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return;
+    const u = event.data.value;
+    const credits = usageCredits(u.inputTokens, u.outputTokens, settings.creditsPer1kTokens);
+    await applyOnce(store, async (tx) => {
+      const applied = await addEntry(tx, {
+        tenantId: event.tenantId,
+        sourceKey: `usage:${event.id}`,
+        kind: 'usage',
+        credits: -credits,
+        description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,
+      });
+      if (!applied) return;
+      const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
+      await addUsage(tx, event.tenantId, 'model', `${u.provider}/${u.model}`, '', line);
+      await addUsage(tx, event.tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
+    });
+    logger.debug({ eventId: event.id, tenantId: event.tenantId, credits }, 'usage applied');
+  };
+}
+
+type Line = { calls: number; inputTokens: number; outputTokens: number; credits: number };
+
+/** Running totals per tenant and model / credential, moved with the usage entry (the summary reads them). */
+async function addUsage(tx: StoreSession, tenantId: string, group: 'model' | 'credential', key: string, kind: string, line: Line) {
+  const col = tx.collection(usageStats);
+  const id = `${tenantId}|${group}|${key}`;
+  if (!(await col.get(id)))
+    await col.insert({ id, tenantId, group, key, kind, calls: 0, inputTokens: 0, outputTokens: 0, credits: 0, createdAt: nowIso() });
+  await col.increment(id, {}, line);
+}

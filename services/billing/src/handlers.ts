@@ -1,0 +1,307 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import {
+  addToOutbox,
+  AppError,
+  authed,
+  type CallContext,
+  domainEvent,
+  errors,
+  newId,
+  nowIso,
+  randomBase62,
+  sha256Hex,
+  type OutboxRelay,
+  type Store,
+  type StoreSession,
+  TOPICS,
+} from '@svc/kit';
+import { isPlan, type Plan } from '@svc/plans';
+import type { billingV1 } from '@svc/proto';
+import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc } from './collections';
+import { idempotent } from './idempotency';
+import { accountOf, addEntry, applyOnce } from './ledger';
+import { MONTHLY_PRICE_CENTS } from './plans';
+import { toInvoice, toSubscription, usageOf } from './views';
+
+export interface BillingDeps {
+  store: Store;
+  relay: OutboxRelay;
+  /** The operator token (SVC_ADMIN_TOKEN); the admin calls are refused when unset. */
+  adminToken: string | undefined;
+  publicUrl: string;
+  creditPriceCents: number;
+}
+
+/** Largest purchase or grant in one call: keeps sums far from Number.MAX_SAFE_INTEGER. */
+const MAX_CREDITS = 100_000_000;
+const SANDBOX = 'sandbox';
+
+export function billingHandlers(deps: BillingDeps) {
+  const { store, relay } = deps;
+
+  function adminOnly(token: string): void {
+    const expected = deps.adminToken;
+    const a = Buffer.from(sha256Hex(token || '-'));
+    const b = Buffer.from(sha256Hex(expected ?? ''));
+    if (!expected || !timingSafeEqual(a, b)) throw errors.unauthorized('Invalid operator token');
+  }
+
+  /** A tenant billing knows (its account is made by the starting grant of tenant.created). */
+  async function knownTenant(tenantId: string): Promise<void> {
+    if (!tenantId || !(await store.collection(accounts).get(tenantId))) throw errors.notFound('tenant', tenantId);
+  }
+
+  function positiveCredits(value: number, field: string, max = MAX_CREDITS): number {
+    if (!Number.isInteger(value) || value < 1 || value > max)
+      throw errors.validation([{ field, message: `must be an integer from 1 to ${max}` }]);
+    return value;
+  }
+
+  /** Sets the plan and tells every service that keeps a copy (identity, regions), in one transaction. */
+  async function changePlan(tx: StoreSession, tenantId: string, plan: Plan): Promise<void> {
+    const account = await accountOf(tx, tenantId);
+    const changedAt = nowIso();
+    await tx.collection(accounts).update(tenantId, {}, { plan, planChangedAt: changedAt, updatedAt: changedAt });
+    await addToOutbox(
+      tx,
+      domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
+        $case: 'plan',
+        value: { tenantId, plan, previousPlan: account.plan, changedAt },
+      }),
+    );
+  }
+
+  /** A paid invoice of the sandbox provider: it settles at once, and says so. */
+  async function paidInvoice(
+    tx: StoreSession,
+    fields: Pick<InvoiceDoc, 'tenantId' | 'kind' | 'description' | 'amountCents' | 'credits' | 'plan'>,
+  ) {
+    const now = nowIso();
+    return tx.collection(invoices).insert({
+      id: newId('inv'),
+      ...fields,
+      currency: 'usd',
+      status: 'paid',
+      provider: SANDBOX,
+      providerRef: null,
+      createdAt: now,
+      paidAt: now,
+    });
+  }
+
+  return {
+    async getSummary(_req: billingV1.GetSummaryRequest, ctx: CallContext): Promise<billingV1.GetSummaryResponse> {
+      const { auth } = authed(ctx);
+      const [account, sub, lines] = await Promise.all([
+        store.collection(accounts).get(auth.tid),
+        store.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' }),
+        store.collection(usageStats).find({ tenantId: auth.tid }, { limit: 100 }),
+      ]);
+      return {
+        plan: account?.plan ?? 'free',
+        subscription: sub ? toSubscription(sub) : undefined,
+        balance: account?.balance ?? 0,
+        usage: usageOf(lines.items),
+      };
+    },
+
+    async listInvoices(req: billingV1.ListInvoicesRequest, ctx: CallContext): Promise<billingV1.ListInvoicesResponse> {
+      const { auth } = authed(ctx);
+      const page = await store.collection(invoices).find({ tenantId: auth.tid }, { limit: req.limit || 20, cursor: req.cursor || null });
+      return { invoices: page.items.map(toInvoice), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getBalance(_req: billingV1.GetBalanceRequest, ctx: CallContext): Promise<billingV1.GetBalanceResponse> {
+      const { auth } = authed(ctx);
+      return { balance: (await store.collection(accounts).get(auth.tid))?.balance ?? 0 };
+    },
+
+    async purchaseCredits(req: billingV1.PurchaseCreditsRequest, ctx: CallContext): Promise<billingV1.PurchaseCreditsResponse> {
+      const { auth } = authed(ctx, 'billing:write');
+      const credits = positiveCredits(req.credits, 'credits', 10_000_000);
+      return idempotent(store, { tenantId: auth.tid, operation: 'purchase', key: req.idempotencyKey, body: { credits } }, async () => {
+        const done = await applyOnce(store, async (tx) => {
+          const invoice = await paidInvoice(tx, {
+            tenantId: auth.tid,
+            kind: 'credits',
+            description: `${credits} credits`,
+            amountCents: credits * deps.creditPriceCents,
+            credits,
+            plan: '',
+          });
+          const applied = await addEntry(tx, {
+            tenantId: auth.tid,
+            sourceKey: `purchase:${invoice.id}`,
+            kind: 'purchase',
+            credits,
+            description: `Purchase (${invoice.id})`,
+          });
+          return { invoice, balance: applied!.balance };
+        });
+        return {
+          payment: {
+            provider: SANDBOX,
+            status: 'succeeded',
+            invoice: toInvoice(done.invoice),
+            checkoutUrl: '',
+            creditsAdded: credits,
+            balance: done.balance,
+          },
+        };
+      });
+    },
+
+    async createSubscription(req: billingV1.CreateSubscriptionRequest, ctx: CallContext): Promise<billingV1.CreateSubscriptionResponse> {
+      const { auth } = authed(ctx, 'billing:write');
+      if (!isPlan(req.plan) || req.plan === 'free')
+        throw errors.validation([{ field: 'plan', message: 'must be one of starter, growth, enterprise' }]);
+      const plan = req.plan;
+      return idempotent(store, { tenantId: auth.tid, operation: 'subscribe', key: req.idempotencyKey, body: { plan } }, async () => {
+        const done = await applyOnce(store, async (tx) => {
+          const subs = tx.collection(subscriptions);
+          const current = await subs.findOne({ tenantId: auth.tid, status: 'active' });
+          if (current?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
+          if (current) await subs.update(current.id, { status: 'active' }, { status: 'ended' });
+          const invoice = await paidInvoice(tx, {
+            tenantId: auth.tid,
+            kind: 'subscription',
+            description: `${plan} plan, first month`,
+            amountCents: MONTHLY_PRICE_CENTS[plan],
+            credits: 0,
+            plan,
+          });
+          const start = new Date();
+          const end = new Date(start);
+          end.setUTCMonth(end.getUTCMonth() + 1);
+          const sub = await subs.insert({
+            id: newId('sub'),
+            tenantId: auth.tid,
+            plan,
+            status: 'active',
+            provider: SANDBOX,
+            invoiceId: invoice.id,
+            currentPeriodStart: start.toISOString(),
+            currentPeriodEnd: end.toISOString(),
+            createdAt: start.toISOString(),
+          });
+          await changePlan(tx, auth.tid, plan);
+          const account = await tx.collection(accounts).get(auth.tid);
+          return { invoice, sub, balance: account?.balance ?? 0 };
+        });
+        relay.notify();
+        return {
+          payment: {
+            provider: SANDBOX,
+            status: 'succeeded',
+            invoice: toInvoice(done.invoice),
+            checkoutUrl: '',
+            creditsAdded: 0,
+            balance: done.balance,
+            subscription: toSubscription(done.sub),
+          },
+        };
+      });
+    },
+
+    async createPortal(_req: billingV1.CreatePortalRequest, ctx: CallContext): Promise<billingV1.CreatePortalResponse> {
+      authed(ctx, 'billing:write');
+      // The sandbox's portal is our own page; Stripe's would be a billing-portal session URL.
+      return { url: `${deps.publicUrl.replace(/\/$/, '')}/settings/billing`, provider: SANDBOX };
+    },
+
+    async redeemGiftCard(req: billingV1.RedeemGiftCardRequest, ctx: CallContext): Promise<billingV1.RedeemGiftCardResponse> {
+      const { auth } = authed(ctx, 'billing:write');
+      const code = req.code.trim().toUpperCase();
+      if (!code || code.length > 64) throw errors.validation([{ field: 'code', message: 'must be 1 to 64 characters' }]);
+      const id = sha256Hex(code);
+      return idempotent(store, { tenantId: auth.tid, operation: 'redeem', key: req.idempotencyKey, body: { code: id } }, () =>
+        applyOnce(store, async (tx) => {
+          const cards = tx.collection(giftCards);
+          const card = await cards.get(id);
+          if (!card) throw new AppError('RESOURCE_NOT_FOUND', 'gift_card not found', { resource: 'gift_card', id: req.code.slice(0, 64) });
+          if (card.status !== 'active') throw errors.conflict('This gift card was already redeemed', { reason: 'gift_card_redeemed' });
+          if (card.expiresAt && card.expiresAt <= nowIso())
+            throw errors.conflict('This gift card has expired', { reason: 'gift_card_expired' });
+          // Compare-and-set: of concurrent redemptions exactly one moves the card from active to redeemed.
+          const won = await cards.update(id, { status: 'active' }, { status: 'redeemed', redeemedBy: auth.tid, redeemedAt: nowIso() });
+          if (!won) throw errors.conflict('This gift card was already redeemed', { reason: 'gift_card_redeemed' });
+          const applied = await addEntry(tx, {
+            tenantId: auth.tid,
+            sourceKey: `gift:${id}`,
+            kind: 'gift_card',
+            credits: card.credits,
+            description: 'Gift card',
+          });
+          return { creditsAdded: card.credits, balance: applied!.balance };
+        }),
+      );
+    },
+
+    async handleProviderWebhook(req: billingV1.HandleProviderWebhookRequest): Promise<billingV1.HandleProviderWebhookResponse> {
+      // Only the sandbox provider exists in this version: it settles at once and sends no webhooks.
+      throw errors.notFound('payment_provider', req.provider);
+    },
+
+    async adminMintGiftCards(req: billingV1.AdminMintGiftCardsRequest): Promise<billingV1.AdminMintGiftCardsResponse> {
+      adminOnly(req.adminToken);
+      const credits = positiveCredits(req.credits, 'credits');
+      if (!Number.isInteger(req.count) || req.count < 1 || req.count > 1000)
+        throw errors.validation([{ field: 'count', message: 'must be an integer from 1 to 1000' }]);
+      if (req.expiresAt && (Number.isNaN(Date.parse(req.expiresAt)) || req.expiresAt <= nowIso()))
+        throw errors.validation([{ field: 'expiresAt', message: 'must be a future ISO 8601 time' }]);
+      const codes = Array.from(
+        { length: req.count },
+        () =>
+          `GIFT-${randomBase62(20)
+            .toUpperCase()
+            .replace(/(.{5})(?=.)/g, '$1-')}`,
+      );
+      const now = nowIso();
+      await store.transaction(async (tx) => {
+        for (const code of codes)
+          await tx.collection(giftCards).insert({
+            id: sha256Hex(code),
+            credits,
+            expiresAt: req.expiresAt ? new Date(req.expiresAt).toISOString() : null,
+            status: 'active',
+            redeemedBy: null,
+            redeemedAt: null,
+            createdAt: now,
+          });
+      });
+      return { codes };
+    },
+
+    async adminSetPlan(req: billingV1.AdminSetPlanRequest): Promise<billingV1.AdminSetPlanResponse> {
+      adminOnly(req.adminToken);
+      if (!isPlan(req.plan)) throw errors.validation([{ field: 'plan', message: 'must be one of free, starter, growth, enterprise' }]);
+      const plan = req.plan;
+      await knownTenant(req.tenantId);
+      await store.transaction((tx) => changePlan(tx, req.tenantId, plan));
+      relay.notify();
+      return { tenantId: req.tenantId, plan };
+    },
+
+    async adminAdjustCredits(req: billingV1.AdminAdjustCreditsRequest): Promise<billingV1.AdminAdjustCreditsResponse> {
+      adminOnly(req.adminToken);
+      if (!Number.isInteger(req.delta) || req.delta === 0 || Math.abs(req.delta) > MAX_CREDITS)
+        throw errors.validation([{ field: 'delta', message: `must be a non-zero integer from -${MAX_CREDITS} to ${MAX_CREDITS}` }]);
+      const reason = req.reason.trim();
+      if (!reason || reason.length > 500) throw errors.validation([{ field: 'reason', message: 'must be 1 to 500 characters' }]);
+      await knownTenant(req.tenantId);
+      // A retried call (same request id) applies once.
+      const sourceKey = `adjust:${req.requestId || randomBytes(12).toString('hex')}`;
+      const balance = await applyOnce(store, async (tx) => {
+        const applied = await addEntry(tx, {
+          tenantId: req.tenantId,
+          sourceKey,
+          kind: 'adjustment',
+          credits: req.delta,
+          description: reason,
+        });
+        return applied ? applied.balance : ((await tx.collection(accounts).get(req.tenantId))?.balance ?? 0);
+      });
+      return { balance };
+    },
+  };
+}

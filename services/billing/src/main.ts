@@ -1,0 +1,5 @@
+import '@svc/kit/src/telemetry';
+import { runMain } from '@svc/kit';
+import { startBilling } from './server';
+
+runMain('billing', () => startBilling());

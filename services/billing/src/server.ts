@@ -1,0 +1,51 @@
+import { identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { billingV1 } from '@svc/proto';
+import { ALL_COLLECTIONS } from './collections';
+import { billingConfig } from './config';
+import { billingEventHandler } from './events';
+import { billingHandlers } from './handlers';
+
+/** This service's consumer group on the bus: its position survives restarts. */
+export const CONSUMER_GROUP = 'billing';
+
+export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+  const rt = await openRuntime({ name: 'billing', defaultPort: 50056, config: billingConfig, collections: ALL_COLLECTIONS, env });
+  const { verifier, identity } = identityVerifier(rt.config);
+  const handle = billingEventHandler(
+    rt.store,
+    { creditsPer1kTokens: rt.config.creditsPer1kTokens, startingGrant: rt.config.startingGrant },
+    rt.logger,
+  );
+  const subscription = await rt.bus.subscribe({
+    group: CONSUMER_GROUP,
+    topics: [TOPICS.identity, TOPICS.agents, TOPICS.chat],
+    // A failure leaves the message unacknowledged: the bus retries it (the ledger applies each source once).
+    handler: (message) =>
+      handle(message).catch((err: unknown) => {
+        rt.logger.warn({ err, eventId: message.id }, 'billing event failed; the bus will retry');
+        throw err;
+      }),
+  });
+  return serve(rt, {
+    verifier,
+    healthNames: ['billing.v1.BillingService'],
+    registrations: [
+      registration({
+        definition: billingV1.BillingServiceService,
+        implementation: billingHandlers({
+          store: rt.store,
+          relay: rt.relay,
+          adminToken: rt.config.adminToken,
+          publicUrl: rt.config.publicUrl ?? `http://${rt.config.gatewayHost}:${rt.config.gatewayPort}`,
+          creditPriceCents: rt.config.creditPriceCents,
+        }),
+        // The provider's signature, or the operator token in the request, is the credential of these.
+        publicMethods: ['handleProviderWebhook', 'adminMintGiftCards', 'adminSetPlan', 'adminAdjustCredits'],
+      }),
+    ],
+    onStop: async () => {
+      await subscription.stop();
+      identity.close();
+    },
+  });
+}

@@ -1,0 +1,35 @@
+/**
+ * The tenant's plan is set by billing (subscriptions, the operator API), which publishes `tenant.plan_changed` on its
+ * topic; identity keeps the copy that `GET /tenant` and tokens show. A change applies only when it is newer than the
+ * one applied last (`planChangedAt`, billing's time of the change), so a redelivered older event changes nothing.
+ */
+import { decodeDomainEvent, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { tenants, type Plan } from './collections';
+
+const PLANS: readonly string[] = ['free', 'starter', 'growth', 'enterprise'] satisfies Plan[];
+
+export function planChangeHandler(store: Store, logger: Logger) {
+  return async (message: ReceivedMessage): Promise<void> => {
+    const headerType = message.headers['event-type'];
+    if (headerType !== undefined && headerType !== 'tenant.plan_changed') return;
+    const event = decodeDomainEvent(message.value);
+    if (event.type !== 'tenant.plan_changed' || event.data?.$case !== 'plan') return;
+    const { plan, changedAt } = event.data.value;
+    if (!PLANS.includes(plan)) {
+      logger.warn({ eventId: event.id, plan }, 'plan change ignored: unknown plan');
+      return;
+    }
+    const col = store.collection(tenants);
+    for (let i = 0; i < 5; i++) {
+      const tenant = await col.get(event.tenantId);
+      if (!tenant || (tenant.planChangedAt ?? '') >= changedAt) return;
+      // Compare-and-set on the last applied change: of two replicas applying events at once, the newer one stays.
+      const done = await col.update(
+        tenant.id,
+        { planChangedAt: tenant.planChangedAt ?? null },
+        { plan: plan as Plan, planChangedAt: changedAt, updatedAt: changedAt },
+      );
+      if (done) return;
+    }
+  };
+}
