@@ -1,0 +1,180 @@
+/**
+ * `npm run bench:footprint` (part of `npm run bench`): the whole `npm start` tree as a user runs it (npm, the
+ * launcher, every service, the gateway, and whatever they spawn), measured from outside through /proc:
+ * - start-up: from spawning `npm start` to the first `GET /readyz` 200;
+ * - idle CPU: CPU-seconds of every process of the tree over IDLE_SECONDS of nothing happening, as % of one core;
+ * - idle memory: RSS summed over the tree (as `ps` shows it; shared pages count once per process) and PSS
+ *   (shared pages divided among their users: what the tree really costs the machine).
+ * Results go to bench/results/footprint.json, printed beside the previous run's.
+ */
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { ROOT, runBench } from './lib';
+import { freePort } from '../test/helpers/redis';
+
+const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 20);
+const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_FOOTPRINT_ROUNDS ?? 2);
+const RESULTS = resolve(ROOT, 'bench/results/footprint.json');
+const TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+interface Proc {
+  pid: number;
+  ppid: number;
+  cpuTicks: number;
+  command: string;
+}
+
+function readProcs(): Proc[] {
+  const out: Proc[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // fields after the command: state ppid ... utime(14th overall = index 11 here) stime cutime cstime
+      const cpuTicks = Number(f[11]) + Number(f[12]);
+      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      out.push({ pid: Number(entry), ppid: Number(f[1]), cpuTicks, command });
+    } catch {
+      // ended while we looked
+    }
+  }
+  return out;
+}
+
+/** `root` and all its descendants. */
+function tree(root: number): Proc[] {
+  const all = readProcs();
+  const found = new Map<number, Proc>();
+  let frontier = all.filter((p) => p.pid === root);
+  while (frontier.length) {
+    for (const p of frontier) found.set(p.pid, p);
+    frontier = all.filter((p) => !found.has(p.pid) && found.has(p.ppid));
+  }
+  return [...found.values()];
+}
+
+function memoryKb(pid: number): { rss: number; pss: number } {
+  try {
+    const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? 0);
+    return { rss: field('Rss'), pss: field('Pss') };
+  } catch {
+    return { rss: 0, pss: 0 };
+  }
+}
+
+const sleep = (ms: number) => new Promise((ok) => setTimeout(ok, ms));
+
+async function waitReady(url: string, deadline: number): Promise<void> {
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url);
+      if (res.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await sleep(25);
+  }
+  throw new Error(`${url} not 200 in time`);
+}
+
+/** Short name of a process for the breakdown: the entry it runs. */
+function label(command: string): string {
+  const m = /(services\/[a-z]+|gateway|scripts\/[a-z-]+|npm start|esbuild)/.exec(command);
+  return m ? m[1] : command.slice(0, 40);
+}
+
+async function round() {
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-footprint-'));
+  const port = await freePort();
+  const started = Date.now();
+  const npm = spawn('npm', ['start'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+    detached: true,
+  });
+  try {
+    await waitReady(`http://127.0.0.1:${port}/readyz`, started + 60_000);
+    const startupMs = Date.now() - started;
+    await sleep(SETTLE_SECONDS * 1000);
+    const before = tree(npm.pid!);
+    const t0 = process.hrtime.bigint();
+    await sleep(IDLE_SECONDS * 1000);
+    const after = tree(npm.pid!);
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    const ticksBefore = new Map(before.map((p) => [p.pid, p.cpuTicks]));
+    const processes = after.map((p) => {
+      const mem = memoryKb(p.pid);
+      const cpuSeconds = (p.cpuTicks - (ticksBefore.get(p.pid) ?? 0)) / TICKS;
+      return { name: label(p.command), cpuSeconds, rssMb: mem.rss / 1024, pssMb: mem.pss / 1024 };
+    });
+    const sum = (f: (p: (typeof processes)[number]) => number) => processes.reduce((a, p) => a + f(p), 0);
+    const cpuSeconds = sum((p) => p.cpuSeconds);
+    return {
+      startupMs,
+      idleCpuSeconds: +cpuSeconds.toFixed(2),
+      idleCpuPercent: +((cpuSeconds / seconds) * 100).toFixed(2),
+      rssMb: Math.round(sum((p) => p.rssMb)),
+      pssMb: Math.round(sum((p) => p.pssMb)),
+      processes: processes.map((p) => ({
+        name: p.name,
+        cpuSeconds: +p.cpuSeconds.toFixed(2),
+        rssMb: Math.round(p.rssMb),
+        pssMb: Math.round(p.pssMb),
+      })),
+    };
+  } finally {
+    try {
+      process.kill(-npm.pid!, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+    await new Promise((ok) => (npm.exitCode !== null ? ok(null) : npm.once('exit', ok)));
+    await sleep(1000);
+    try {
+      process.kill(-npm.pid!, 'SIGKILL');
+    } catch {
+      // all stopped
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+async function main() {
+  console.log(`footprint of \`npm start\`: ${ROUNDS} rounds, idle window ${IDLE_SECONDS} s after ${SETTLE_SECONDS} s settling\n`);
+  const rounds = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    const r = await round();
+    console.log(
+      `round ${i + 1}: start-up ${r.startupMs} ms, idle CPU ${r.idleCpuPercent} % of a core ` +
+        `(${r.idleCpuSeconds} CPU-s), RSS ${r.rssMb} MB, PSS ${r.pssMb} MB`,
+    );
+    for (const p of r.processes) console.log(`    ${p.name.padEnd(20)} ${p.cpuSeconds.toFixed(2)} CPU-s  RSS ${p.rssMb} MB  PSS ${p.pssMb} MB`);
+    rounds.push(r);
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const result = {
+    date: new Date().toISOString(),
+    node: process.version,
+    idleSeconds: IDLE_SECONDS,
+    startupMs: median(rounds.map((r) => r.startupMs)),
+    idleCpuPercent: median(rounds.map((r) => r.idleCpuPercent)),
+    rssMb: median(rounds.map((r) => r.rssMb)),
+    pssMb: median(rounds.map((r) => r.pssMb)),
+    rounds,
+  };
+  const { rounds: _, ...figures } = result;
+  console.log('\nthis run:', figures);
+  if (existsSync(RESULTS)) {
+    const { rounds: __, ...previous } = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
+    console.log('previous run:', previous);
+  }
+  writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
+}
+
+runBench(main);
