@@ -66,13 +66,52 @@ describe('address rules', () => {
     'fe80::1',
     '::ffff:127.0.0.1',
     '::ffff:10.0.0.1',
+    // Found from outside (issue 13): documentation, special-purpose and translated forms of inside addresses.
+    '192.0.2.1',
+    '198.51.100.7',
+    '203.0.113.9',
+    '192.88.99.1',
+    '198.18.0.1',
+    '240.0.0.1',
+    '255.255.255.255',
+    '224.0.0.1',
+    '100::1',
+    '2001::1',
+    '2001:2::1',
+    '2001:db8::1',
+    '::127.0.0.1',
+    '::ffff:0:7f00:1',
+    '64:ff9b::7f00:1',
+    '64:ff9b::a00:1',
+    '64:ff9b:1::1',
+    '2002:7f00:1::1',
+    '2002:c000:201::1',
+    'ff02::1',
   ])('refuses %s unless private egress is allowed', (addr) => {
     expect(refusedAddress(addr, closed)).toMatch(/address/);
     expect(refusedAddress(addr, { allowPrivate: true })).toBeNull();
   });
 
-  it.each(['93.184.216.34', '8.8.8.8', '2606:4700::1111'])('lets the public address %s through', (addr) => {
-    expect(refusedAddress(addr, closed)).toBeNull();
+  it.each(['93.184.216.34', '8.8.8.8', '2606:4700::1111', '::ffff:8.8.8.8', '64:ff9b::808:808', '2002:808:808::1'])(
+    'lets the public address %s through (translated forms judged by the IPv4 inside)',
+    (addr) => {
+      expect(refusedAddress(addr, closed)).toBeNull();
+    },
+  );
+
+  it.each([
+    ['a documentation address', '192.0.2.10'],
+    ['an IPv4-compatible loopback', '::127.0.0.1'],
+    ['a NAT64 form of loopback', '64:ff9b::7f00:1'],
+    ['a 6to4 form of a private address', '2002:a00:1::1'],
+  ])('refuses a name that resolves to %s, at registration and at connect time', async (_label, inside) => {
+    const lookup = fakeDns({ 'inside.example.test': inside });
+    await expect(resolveAndCheck('http://inside.example.test/', { allowPrivate: false }, lookup)).rejects.toMatchObject({
+      reason: 'address',
+    });
+    const before = hits.length;
+    expect(await refusal(egressFetch({ allowPrivate: false, lookup })(`http://inside.example.test:${port}/ok`))).toBe('address');
+    expect(hits.length).toBe(before);
   });
 
   it('refuses cloud metadata addresses even when private egress is allowed', () => {

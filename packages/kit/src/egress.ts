@@ -4,7 +4,8 @@
  * resolves to a private address (or changes to one later: DNS rebinding) is refused at every call, not only when
  * it was registered; no redirects are followed; timeouts and a response size cap bound what a receiver can cost.
  */
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { Agent, fetch as undiciFetch, request as undiciRequest, type RequestInit as UndiciRequestInit } from 'undici';
 
@@ -25,32 +26,36 @@ export interface EgressPolicy {
   allowPrivate: boolean;
 }
 
-/** Ranges a tenant-chosen URL may not reach unless private egress is allowed. */
-const PRIVATE = new BlockList();
-for (const [net, prefix] of [
-  ['0.0.0.0', 8],
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10], // carrier-grade NAT
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16], // link-local, cloud metadata
-  ['172.16.0.0', 12],
-  ['192.0.0.0', 24],
-  ['192.168.0.0', 16],
-  ['198.18.0.0', 15],
-  ['224.0.0.0', 4], // multicast
-  ['240.0.0.0', 4], // reserved, broadcast
-] as const)
-  PRIVATE.addSubnet(net, prefix, 'ipv4');
-for (const [net, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['fc00::', 7], // unique local
-  ['fe80::', 10], // link-local
-  ['ff00::', 8], // multicast
-  ['64:ff9b::', 96], // NAT64 of any IPv4 address
-  ['2001:db8::', 32],
-] as const)
-  PRIVATE.addSubnet(net, prefix, 'ipv6');
+/**
+ * The IPv4 address inside an IPv6 form that carries one: IPv4-compatible (::/96) and IPv4-mapped (::ffff:0:0/96),
+ * SIIT (::ffff:0:0:0/96), NAT64 (64:ff9b::/96) and 6to4 (2002::/16). Such an address reaches that IPv4 host, so it
+ * is judged as that host.
+ */
+function embeddedIPv4(v6: ipaddr.IPv6): ipaddr.IPv4 | null {
+  const p = v6.parts;
+  const zero = (from: number, to: number) => p.slice(from, to).every((x) => x === 0);
+  const last32 = () => new ipaddr.IPv4([p[6] >> 8, p[6] & 255, p[7] >> 8, p[7] & 255]);
+  if (zero(0, 6) || (zero(0, 5) && p[5] === 0xffff) || (zero(0, 4) && p[4] === 0xffff && p[5] === 0)) return last32();
+  if (p[0] === 0x64 && p[1] === 0xff9b && zero(2, 6)) return last32();
+  if (p[0] === 0x2002) return new ipaddr.IPv4([p[1] >> 8, p[1] & 255, p[2] >> 8, p[2] & 255]);
+  return null;
+}
+
+/**
+ * Whether an address is global unicast, by ipaddr.js's table of special ranges (private, loopback, link-local,
+ * carrier-grade NAT, documentation, benchmarking, discard, Teredo, local-use NAT64, multicast, reserved...), with
+ * embedded IPv4 addresses judged as the IPv4 host they reach. Anything not plainly global is refused.
+ */
+export function isGlobalUnicast(address: string): boolean {
+  let parsed: ipaddr.IPv4 | ipaddr.IPv6;
+  try {
+    parsed = ipaddr.parse(address);
+  } catch {
+    return false;
+  }
+  if (parsed.kind() === 'ipv6') parsed = embeddedIPv4(parsed as ipaddr.IPv6) ?? parsed;
+  return parsed.range() === 'unicast';
+}
 
 /** Cloud metadata endpoints: never a legitimate target, refused even when private egress is allowed. */
 const METADATA = new Set(['169.254.169.254', 'fd00:ec2::254', '100.100.100.200']);
@@ -67,7 +72,7 @@ export function refusedAddress(address: string, policy: EgressPolicy): string | 
   if (!family) return 'is not an IP address';
   if (METADATA.has(addr.toLowerCase())) return 'is a cloud metadata address';
   if (policy.allowPrivate) return null;
-  return PRIVATE.check(addr, family === 6 ? 'ipv6' : 'ipv4') ? 'is a loopback, private, link-local or reserved address' : null;
+  return isGlobalUnicast(addr) ? null : 'is not a global unicast address (loopback, private, link-local, reserved or special-purpose)';
 }
 
 /**
