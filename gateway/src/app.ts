@@ -21,6 +21,15 @@ export interface GatewayDeps {
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** helmet's defaults that fit a JSON API: nothing to sniff, frame, refer or load (pages set their own CSP). */
+const SECURITY_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cross-origin-resource-policy': 'same-origin',
+  'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+};
 export const BODY_LIMIT = 1024 * 1024;
 
 /** The whole gateway as a Fastify instance: testable with real listeners, started by server.ts. */
@@ -51,17 +60,23 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
 
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
     try {
+      // JSON is UTF-8 (RFC 8259): a body declared in another charset would be read as something it is not.
+      const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1];
+      if (charset && charset.toLowerCase() !== 'utf-8' && charset.toLowerCase() !== 'utf8')
+        throw new AppError('UNSUPPORTED_MEDIA_TYPE', 'JSON bodies must be UTF-8', { charset: charset.slice(0, 40) });
       done(null, parseJsonBody(decodeUtf8(body as Buffer)));
     } catch (err) {
       done(err as Error, undefined);
     }
   });
 
-  // Set first thing (not in onSend): every answer carries it, including 404s and errors, at no extra hook cost.
+  // Set first thing (not in onSend): every answer carries them, including 404s and errors, at no extra hook cost.
+  // API answers are never cached (they carry tokens, keys and tenant data), except the public documents.
   app.addHook('onRequest', (request, reply, done) => {
-    reply.header('X-Request-Id', request.id);
+    reply.header('X-Request-Id', request.id).headers(SECURITY_HEADERS);
+    if (request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) reply.header('Cache-Control', 'no-store');
     done();
   });
 

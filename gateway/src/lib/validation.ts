@@ -8,9 +8,38 @@ const strict = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: 
 const query = new Ajv({ allErrors: true, coerceTypes: true, removeAdditional: false, useDefaults: true, strict: false });
 
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  const ajv = httpPart === 'querystring' || httpPart === 'params' ? query : strict;
-  return ajv.compile(schema as object) as never;
+  if (httpPart === 'querystring' || httpPart === 'params') return decimalOnly(schema as Schema, query.compile(schema as object)) as never;
+  return strict.compile(schema as object) as never;
 };
+
+type Schema = { properties?: Record<string, { type?: string }> };
+type Validate = ((data: unknown) => boolean) & { errors?: ErrorObject[] | null };
+
+const DECIMAL = { integer: /^-?\d{1,16}$/, number: /^-?\d{1,16}(\.\d{1,16})?$/ } as const;
+
+/**
+ * Numbers in a query string are plain decimals: Ajv's coercion (Number()) would also take `0x10`, `1e2`, ` 16` or
+ * `0b1` and read them as numbers the client may not have meant.
+ */
+function decimalOnly(schema: Schema, validate: Validate): Validate {
+  const numeric = Object.entries(schema.properties ?? {}).filter(([, s]) => s.type === 'integer' || s.type === 'number');
+  if (numeric.length === 0) return validate;
+  const wrapped: Validate = (data) => {
+    for (const [name, s] of numeric) {
+      const value = (data as Record<string, unknown> | null)?.[name];
+      if (typeof value === 'string' && !DECIMAL[s.type as 'integer' | 'number'].test(value)) {
+        wrapped.errors = [
+          { instancePath: `/${name}`, schemaPath: '', keyword: 'type', params: {}, message: `must be a decimal ${s.type}` } as ErrorObject,
+        ];
+        return false;
+      }
+    }
+    const ok = validate(data);
+    wrapped.errors = validate.errors;
+    return ok;
+  };
+  return wrapped;
+}
 
 /** Ajv errors -> `details.fields`, with JSON paths as dotted field names. */
 export function fieldErrors(errors: ErrorObject[], part: string): FieldError[] {

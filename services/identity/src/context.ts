@@ -3,6 +3,8 @@ import type { FailureThrottle } from './login-guard';
 import type { SigningKeys } from './signing-keys';
 
 export interface IdentitySettings {
+  /** Live (unrevoked) API keys a tenant may hold (API_KEYS_PER_TENANT). */
+  maxApiKeysPerTenant: number;
   issuer: string;
   audience: string;
   accessTokenTtlS: number;

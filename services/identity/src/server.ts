@@ -27,6 +27,7 @@ const config = {
   llmBaseUrl: field('LLM_BASE_URL', 'url'),
   llmApiKey: field('LLM_API_KEY', 'string', { secret: true }),
   llmModel: field('LLM_MODEL', 'string'),
+  maxApiKeysPerTenant: field('API_KEYS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
@@ -56,6 +57,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     box: rt.box,
     logger: rt.logger,
     settings: {
+      maxApiKeysPerTenant: rt.config.maxApiKeysPerTenant,
       issuer: rt.config.jwtIssuer,
       audience: rt.config.jwtAudience,
       accessTokenTtlS: rt.config.accessTokenTtlS,

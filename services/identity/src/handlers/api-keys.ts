@@ -51,6 +51,11 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         else expiresAt = new Date(t).toISOString();
       }
       c.done();
+      // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
+      // its budget. A count, then the insert: replicas creating keys at the same instant may pass it by one each.
+      const max = deps.settings.maxApiKeysPerTenant;
+      if ((await col.count({ tenantId: auth.tid, revokedAt: null })) >= max)
+        throw errors.conflict(`A tenant can hold at most ${max} API keys; revoke one first`, { reason: 'api_key_limit', limit: max });
       const key = API_KEY_TYPES[type] + randomBase62(43);
       const doc: ApiKeyDoc = {
         id: newId('key'),
