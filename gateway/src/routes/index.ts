@@ -6,6 +6,7 @@ import { apiKeyRoutes } from './api-keys';
 import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
+import { cliAuthRoutes } from './cli-auth';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -17,6 +18,7 @@ import { webhookRoutes } from './webhooks';
 export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   systemRoutes(app, deps);
   authRoutes(app, deps);
+  cliAuthRoutes(app, deps);
   tenantRoutes(app, deps);
   settingsRoutes(app, deps);
   apiKeyRoutes(app, deps);

@@ -138,4 +138,36 @@ export const secrets: CollectionDef<SecretDoc> = {
   indexes: [{ fields: ['tenantId', 'name'], unique: true }, { fields: ['tenantId'] }],
 };
 
-export const ALL_COLLECTIONS = [tenants, users, sessions, refreshTokens, apiKeys, revocations, signingKeys, llmSettings, secrets];
+/** A CLI login (spec 3): started by a terminal, approved or denied in a browser, exchanged once for a token. */
+export interface CliLoginDoc {
+  id: string;
+  /** SHA-256 of the state the terminal chose; compared on approve and deny. */
+  stateHash: string;
+  /** base64url SHA-256 of the terminal's code verifier (PKCE S256). */
+  codeChallenge: string;
+  verificationCode: string;
+  cliVersion: string;
+  platform: string;
+  status: 'pending' | 'approved' | 'denied' | 'consumed';
+  /** Epoch ms; past it a login is `expired` whatever its stored status (but `consumed`). */
+  expiresAtMs: number;
+  /** Who approved it: the token is theirs. */
+  userId: string | null;
+  tenantId: string | null;
+  createdAt: string;
+}
+
+export const cliLogins: CollectionDef<CliLoginDoc> = { name: 'cli_logins' };
+
+export const ALL_COLLECTIONS = [
+  tenants,
+  users,
+  sessions,
+  refreshTokens,
+  apiKeys,
+  revocations,
+  signingKeys,
+  llmSettings,
+  secrets,
+  cliLogins,
+];

@@ -5,6 +5,7 @@ import { ALL_COLLECTIONS } from './collections';
 import type { IdentityDeps } from './context';
 import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
+import { cliLoginHandlers } from './handlers/cli-login';
 import { llmSettingsHandlers } from './handlers/llm-settings';
 import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
@@ -99,8 +100,19 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...networkHandlers(deps),
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
+          ...cliLoginHandlers(deps),
         },
-        publicMethods: ['register', 'login', 'refresh', 'authenticate', 'getJwks', 'listRevocations'],
+        publicMethods: [
+          'register',
+          'login',
+          'refresh',
+          'authenticate',
+          'getJwks',
+          'listRevocations',
+          'startCliLogin',
+          'getCliLogin',
+          'exchangeCliLogin',
+        ],
       }),
     ],
     onStop: async () => {

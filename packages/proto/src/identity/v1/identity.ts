@@ -422,6 +422,58 @@ export interface ResolveSecretResponse {
   value: string;
 }
 
+export interface StartCliLoginRequest {
+  state: string;
+  codeChallenge: string;
+  codeChallengeMethod: string;
+  cliVersion: string;
+  platform: string;
+}
+
+export interface StartCliLoginResponse {
+  loginId: string;
+  /** XXXX-XXXX */
+  verificationCode: string;
+  expiresAt: string;
+  /** Suggested seconds between status polls. */
+  interval: number;
+}
+
+export interface GetCliLoginRequest {
+  loginId: string;
+}
+
+export interface GetCliLoginResponse {
+  /** pending, approved, expired, consumed */
+  status: string;
+  verificationCode: string;
+  cliVersion: string;
+  platform: string;
+  expiresAt: string;
+}
+
+export interface DecideCliLoginRequest {
+  loginId: string;
+  state: string;
+  approve: boolean;
+}
+
+export interface DecideCliLoginResponse {
+  status: string;
+}
+
+export interface ExchangeCliLoginRequest {
+  loginId: string;
+  codeVerifier: string;
+}
+
+export interface ExchangeCliLoginResponse {
+  user?: User | undefined;
+  tenant?: Tenant | undefined;
+  role: string;
+  tokens?: SessionTokens | undefined;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -7002,6 +7054,884 @@ export const ResolveSecretResponse: MessageFns<ResolveSecretResponse> = {
   },
 };
 
+function createBaseStartCliLoginRequest(): StartCliLoginRequest {
+  return { state: "", codeChallenge: "", codeChallengeMethod: "", cliVersion: "", platform: "" };
+}
+
+export const StartCliLoginRequest: MessageFns<StartCliLoginRequest> = {
+  encode(message: StartCliLoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== "") {
+      writer.uint32(10).string(message.state);
+    }
+    if (message.codeChallenge !== "") {
+      writer.uint32(18).string(message.codeChallenge);
+    }
+    if (message.codeChallengeMethod !== "") {
+      writer.uint32(26).string(message.codeChallengeMethod);
+    }
+    if (message.cliVersion !== "") {
+      writer.uint32(34).string(message.cliVersion);
+    }
+    if (message.platform !== "") {
+      writer.uint32(42).string(message.platform);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartCliLoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartCliLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.codeChallenge = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.codeChallengeMethod = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.cliVersion = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.platform = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartCliLoginRequest {
+    return {
+      state: isSet(object.state) ? globalThis.String(object.state) : "",
+      codeChallenge: isSet(object.codeChallenge)
+        ? globalThis.String(object.codeChallenge)
+        : isSet(object.code_challenge)
+        ? globalThis.String(object.code_challenge)
+        : "",
+      codeChallengeMethod: isSet(object.codeChallengeMethod)
+        ? globalThis.String(object.codeChallengeMethod)
+        : isSet(object.code_challenge_method)
+        ? globalThis.String(object.code_challenge_method)
+        : "",
+      cliVersion: isSet(object.cliVersion)
+        ? globalThis.String(object.cliVersion)
+        : isSet(object.cli_version)
+        ? globalThis.String(object.cli_version)
+        : "",
+      platform: isSet(object.platform) ? globalThis.String(object.platform) : "",
+    };
+  },
+
+  toJSON(message: StartCliLoginRequest): unknown {
+    const obj: any = {};
+    if (message.state !== "") {
+      obj.state = message.state;
+    }
+    if (message.codeChallenge !== "") {
+      obj.codeChallenge = message.codeChallenge;
+    }
+    if (message.codeChallengeMethod !== "") {
+      obj.codeChallengeMethod = message.codeChallengeMethod;
+    }
+    if (message.cliVersion !== "") {
+      obj.cliVersion = message.cliVersion;
+    }
+    if (message.platform !== "") {
+      obj.platform = message.platform;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartCliLoginRequest>): StartCliLoginRequest {
+    return StartCliLoginRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartCliLoginRequest>): StartCliLoginRequest {
+    const message = createBaseStartCliLoginRequest();
+    message.state = object.state ?? "";
+    message.codeChallenge = object.codeChallenge ?? "";
+    message.codeChallengeMethod = object.codeChallengeMethod ?? "";
+    message.cliVersion = object.cliVersion ?? "";
+    message.platform = object.platform ?? "";
+    return message;
+  },
+};
+
+function createBaseStartCliLoginResponse(): StartCliLoginResponse {
+  return { loginId: "", verificationCode: "", expiresAt: "", interval: 0 };
+}
+
+export const StartCliLoginResponse: MessageFns<StartCliLoginResponse> = {
+  encode(message: StartCliLoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.loginId !== "") {
+      writer.uint32(10).string(message.loginId);
+    }
+    if (message.verificationCode !== "") {
+      writer.uint32(18).string(message.verificationCode);
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(26).string(message.expiresAt);
+    }
+    if (message.interval !== 0) {
+      writer.uint32(32).int32(message.interval);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartCliLoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartCliLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.loginId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.verificationCode = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.interval = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartCliLoginResponse {
+    return {
+      loginId: isSet(object.loginId)
+        ? globalThis.String(object.loginId)
+        : isSet(object.login_id)
+        ? globalThis.String(object.login_id)
+        : "",
+      verificationCode: isSet(object.verificationCode)
+        ? globalThis.String(object.verificationCode)
+        : isSet(object.verification_code)
+        ? globalThis.String(object.verification_code)
+        : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+      interval: isSet(object.interval) ? globalThis.Number(object.interval) : 0,
+    };
+  },
+
+  toJSON(message: StartCliLoginResponse): unknown {
+    const obj: any = {};
+    if (message.loginId !== "") {
+      obj.loginId = message.loginId;
+    }
+    if (message.verificationCode !== "") {
+      obj.verificationCode = message.verificationCode;
+    }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    if (message.interval !== 0) {
+      obj.interval = Math.round(message.interval);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartCliLoginResponse>): StartCliLoginResponse {
+    return StartCliLoginResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartCliLoginResponse>): StartCliLoginResponse {
+    const message = createBaseStartCliLoginResponse();
+    message.loginId = object.loginId ?? "";
+    message.verificationCode = object.verificationCode ?? "";
+    message.expiresAt = object.expiresAt ?? "";
+    message.interval = object.interval ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetCliLoginRequest(): GetCliLoginRequest {
+  return { loginId: "" };
+}
+
+export const GetCliLoginRequest: MessageFns<GetCliLoginRequest> = {
+  encode(message: GetCliLoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.loginId !== "") {
+      writer.uint32(10).string(message.loginId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCliLoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCliLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.loginId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetCliLoginRequest {
+    return {
+      loginId: isSet(object.loginId)
+        ? globalThis.String(object.loginId)
+        : isSet(object.login_id)
+        ? globalThis.String(object.login_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetCliLoginRequest): unknown {
+    const obj: any = {};
+    if (message.loginId !== "") {
+      obj.loginId = message.loginId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetCliLoginRequest>): GetCliLoginRequest {
+    return GetCliLoginRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetCliLoginRequest>): GetCliLoginRequest {
+    const message = createBaseGetCliLoginRequest();
+    message.loginId = object.loginId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetCliLoginResponse(): GetCliLoginResponse {
+  return { status: "", verificationCode: "", cliVersion: "", platform: "", expiresAt: "" };
+}
+
+export const GetCliLoginResponse: MessageFns<GetCliLoginResponse> = {
+  encode(message: GetCliLoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.status !== "") {
+      writer.uint32(10).string(message.status);
+    }
+    if (message.verificationCode !== "") {
+      writer.uint32(18).string(message.verificationCode);
+    }
+    if (message.cliVersion !== "") {
+      writer.uint32(26).string(message.cliVersion);
+    }
+    if (message.platform !== "") {
+      writer.uint32(34).string(message.platform);
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(42).string(message.expiresAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCliLoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCliLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.verificationCode = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.cliVersion = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.platform = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetCliLoginResponse {
+    return {
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      verificationCode: isSet(object.verificationCode)
+        ? globalThis.String(object.verificationCode)
+        : isSet(object.verification_code)
+        ? globalThis.String(object.verification_code)
+        : "",
+      cliVersion: isSet(object.cliVersion)
+        ? globalThis.String(object.cliVersion)
+        : isSet(object.cli_version)
+        ? globalThis.String(object.cli_version)
+        : "",
+      platform: isSet(object.platform) ? globalThis.String(object.platform) : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+    };
+  },
+
+  toJSON(message: GetCliLoginResponse): unknown {
+    const obj: any = {};
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.verificationCode !== "") {
+      obj.verificationCode = message.verificationCode;
+    }
+    if (message.cliVersion !== "") {
+      obj.cliVersion = message.cliVersion;
+    }
+    if (message.platform !== "") {
+      obj.platform = message.platform;
+    }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetCliLoginResponse>): GetCliLoginResponse {
+    return GetCliLoginResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetCliLoginResponse>): GetCliLoginResponse {
+    const message = createBaseGetCliLoginResponse();
+    message.status = object.status ?? "";
+    message.verificationCode = object.verificationCode ?? "";
+    message.cliVersion = object.cliVersion ?? "";
+    message.platform = object.platform ?? "";
+    message.expiresAt = object.expiresAt ?? "";
+    return message;
+  },
+};
+
+function createBaseDecideCliLoginRequest(): DecideCliLoginRequest {
+  return { loginId: "", state: "", approve: false };
+}
+
+export const DecideCliLoginRequest: MessageFns<DecideCliLoginRequest> = {
+  encode(message: DecideCliLoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.loginId !== "") {
+      writer.uint32(10).string(message.loginId);
+    }
+    if (message.state !== "") {
+      writer.uint32(18).string(message.state);
+    }
+    if (message.approve !== false) {
+      writer.uint32(24).bool(message.approve);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecideCliLoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecideCliLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.loginId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.approve = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecideCliLoginRequest {
+    return {
+      loginId: isSet(object.loginId)
+        ? globalThis.String(object.loginId)
+        : isSet(object.login_id)
+        ? globalThis.String(object.login_id)
+        : "",
+      state: isSet(object.state) ? globalThis.String(object.state) : "",
+      approve: isSet(object.approve) ? globalThis.Boolean(object.approve) : false,
+    };
+  },
+
+  toJSON(message: DecideCliLoginRequest): unknown {
+    const obj: any = {};
+    if (message.loginId !== "") {
+      obj.loginId = message.loginId;
+    }
+    if (message.state !== "") {
+      obj.state = message.state;
+    }
+    if (message.approve !== false) {
+      obj.approve = message.approve;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DecideCliLoginRequest>): DecideCliLoginRequest {
+    return DecideCliLoginRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DecideCliLoginRequest>): DecideCliLoginRequest {
+    const message = createBaseDecideCliLoginRequest();
+    message.loginId = object.loginId ?? "";
+    message.state = object.state ?? "";
+    message.approve = object.approve ?? false;
+    return message;
+  },
+};
+
+function createBaseDecideCliLoginResponse(): DecideCliLoginResponse {
+  return { status: "" };
+}
+
+export const DecideCliLoginResponse: MessageFns<DecideCliLoginResponse> = {
+  encode(message: DecideCliLoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.status !== "") {
+      writer.uint32(10).string(message.status);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DecideCliLoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDecideCliLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DecideCliLoginResponse {
+    return { status: isSet(object.status) ? globalThis.String(object.status) : "" };
+  },
+
+  toJSON(message: DecideCliLoginResponse): unknown {
+    const obj: any = {};
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DecideCliLoginResponse>): DecideCliLoginResponse {
+    return DecideCliLoginResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DecideCliLoginResponse>): DecideCliLoginResponse {
+    const message = createBaseDecideCliLoginResponse();
+    message.status = object.status ?? "";
+    return message;
+  },
+};
+
+function createBaseExchangeCliLoginRequest(): ExchangeCliLoginRequest {
+  return { loginId: "", codeVerifier: "" };
+}
+
+export const ExchangeCliLoginRequest: MessageFns<ExchangeCliLoginRequest> = {
+  encode(message: ExchangeCliLoginRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.loginId !== "") {
+      writer.uint32(10).string(message.loginId);
+    }
+    if (message.codeVerifier !== "") {
+      writer.uint32(18).string(message.codeVerifier);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExchangeCliLoginRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExchangeCliLoginRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.loginId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.codeVerifier = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExchangeCliLoginRequest {
+    return {
+      loginId: isSet(object.loginId)
+        ? globalThis.String(object.loginId)
+        : isSet(object.login_id)
+        ? globalThis.String(object.login_id)
+        : "",
+      codeVerifier: isSet(object.codeVerifier)
+        ? globalThis.String(object.codeVerifier)
+        : isSet(object.code_verifier)
+        ? globalThis.String(object.code_verifier)
+        : "",
+    };
+  },
+
+  toJSON(message: ExchangeCliLoginRequest): unknown {
+    const obj: any = {};
+    if (message.loginId !== "") {
+      obj.loginId = message.loginId;
+    }
+    if (message.codeVerifier !== "") {
+      obj.codeVerifier = message.codeVerifier;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExchangeCliLoginRequest>): ExchangeCliLoginRequest {
+    return ExchangeCliLoginRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExchangeCliLoginRequest>): ExchangeCliLoginRequest {
+    const message = createBaseExchangeCliLoginRequest();
+    message.loginId = object.loginId ?? "";
+    message.codeVerifier = object.codeVerifier ?? "";
+    return message;
+  },
+};
+
+function createBaseExchangeCliLoginResponse(): ExchangeCliLoginResponse {
+  return { user: undefined, tenant: undefined, role: "", tokens: undefined };
+}
+
+export const ExchangeCliLoginResponse: MessageFns<ExchangeCliLoginResponse> = {
+  encode(message: ExchangeCliLoginResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.user !== undefined) {
+      User.encode(message.user, writer.uint32(10).fork()).join();
+    }
+    if (message.tenant !== undefined) {
+      Tenant.encode(message.tenant, writer.uint32(18).fork()).join();
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.tokens !== undefined) {
+      SessionTokens.encode(message.tokens, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExchangeCliLoginResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExchangeCliLoginResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.user = User.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = Tenant.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tokens = SessionTokens.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExchangeCliLoginResponse {
+    return {
+      user: isSet(object.user) ? User.fromJSON(object.user) : undefined,
+      tenant: isSet(object.tenant) ? Tenant.fromJSON(object.tenant) : undefined,
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      tokens: isSet(object.tokens) ? SessionTokens.fromJSON(object.tokens) : undefined,
+    };
+  },
+
+  toJSON(message: ExchangeCliLoginResponse): unknown {
+    const obj: any = {};
+    if (message.user !== undefined) {
+      obj.user = User.toJSON(message.user);
+    }
+    if (message.tenant !== undefined) {
+      obj.tenant = Tenant.toJSON(message.tenant);
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.tokens !== undefined) {
+      obj.tokens = SessionTokens.toJSON(message.tokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExchangeCliLoginResponse>): ExchangeCliLoginResponse {
+    return ExchangeCliLoginResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExchangeCliLoginResponse>): ExchangeCliLoginResponse {
+    const message = createBaseExchangeCliLoginResponse();
+    message.user = (object.user !== undefined && object.user !== null) ? User.fromPartial(object.user) : undefined;
+    message.tenant = (object.tenant !== undefined && object.tenant !== null)
+      ? Tenant.fromPartial(object.tenant)
+      : undefined;
+    message.role = object.role ?? "";
+    message.tokens = (object.tokens !== undefined && object.tokens !== null)
+      ? SessionTokens.fromPartial(object.tokens)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -7313,6 +8243,51 @@ export const IdentityServiceService = {
       Buffer.from(ResolveSecretResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResolveSecretResponse => ResolveSecretResponse.decode(value),
   },
+  /** CLI login (spec 3, CONTRACT.md 4): a browser approves what a terminal started; PKCE S256 ties the token to it. */
+  startCliLogin: {
+    path: "/identity.v1.IdentityService/StartCliLogin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: StartCliLoginRequest): Buffer => Buffer.from(StartCliLoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StartCliLoginRequest => StartCliLoginRequest.decode(value),
+    responseSerialize: (value: StartCliLoginResponse): Buffer =>
+      Buffer.from(StartCliLoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): StartCliLoginResponse => StartCliLoginResponse.decode(value),
+  },
+  /** Status and display info of a login (public: the login id is the secret of the terminal and the browser). */
+  getCliLogin: {
+    path: "/identity.v1.IdentityService/GetCliLogin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetCliLoginRequest): Buffer => Buffer.from(GetCliLoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetCliLoginRequest => GetCliLoginRequest.decode(value),
+    responseSerialize: (value: GetCliLoginResponse): Buffer => Buffer.from(GetCliLoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetCliLoginResponse => GetCliLoginResponse.decode(value),
+  },
+  /** A signed-in user approves (approve = true) or denies a pending login. */
+  decideCliLogin: {
+    path: "/identity.v1.IdentityService/DecideCliLogin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DecideCliLoginRequest): Buffer =>
+      Buffer.from(DecideCliLoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DecideCliLoginRequest => DecideCliLoginRequest.decode(value),
+    responseSerialize: (value: DecideCliLoginResponse): Buffer =>
+      Buffer.from(DecideCliLoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DecideCliLoginResponse => DecideCliLoginResponse.decode(value),
+  },
+  /** The terminal exchanges an approved login and its code verifier for a token, once. */
+  exchangeCliLogin: {
+    path: "/identity.v1.IdentityService/ExchangeCliLogin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ExchangeCliLoginRequest): Buffer =>
+      Buffer.from(ExchangeCliLoginRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExchangeCliLoginRequest => ExchangeCliLoginRequest.decode(value),
+    responseSerialize: (value: ExchangeCliLoginResponse): Buffer =>
+      Buffer.from(ExchangeCliLoginResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExchangeCliLoginResponse => ExchangeCliLoginResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -7367,6 +8342,14 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   deleteSecret: handleUnaryCall<DeleteSecretRequest, DeleteSecretResponse>;
   /** For services only, never exposed by the gateway: the current value of a secret of the caller's tenant. */
   resolveSecret: handleUnaryCall<ResolveSecretRequest, ResolveSecretResponse>;
+  /** CLI login (spec 3, CONTRACT.md 4): a browser approves what a terminal started; PKCE S256 ties the token to it. */
+  startCliLogin: handleUnaryCall<StartCliLoginRequest, StartCliLoginResponse>;
+  /** Status and display info of a login (public: the login id is the secret of the terminal and the browser). */
+  getCliLogin: handleUnaryCall<GetCliLoginRequest, GetCliLoginResponse>;
+  /** A signed-in user approves (approve = true) or denies a pending login. */
+  decideCliLogin: handleUnaryCall<DecideCliLoginRequest, DecideCliLoginResponse>;
+  /** The terminal exchanges an approved login and its code verifier for a token, once. */
+  exchangeCliLogin: handleUnaryCall<ExchangeCliLoginRequest, ExchangeCliLoginResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -7826,6 +8809,70 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResolveSecretResponse) => void,
+  ): ClientUnaryCall;
+  /** CLI login (spec 3, CONTRACT.md 4): a browser approves what a terminal started; PKCE S256 ties the token to it. */
+  startCliLogin(
+    request: StartCliLoginRequest,
+    callback: (error: ServiceError | null, response: StartCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  startCliLogin(
+    request: StartCliLoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: StartCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  startCliLogin(
+    request: StartCliLoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: StartCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  /** Status and display info of a login (public: the login id is the secret of the terminal and the browser). */
+  getCliLogin(
+    request: GetCliLoginRequest,
+    callback: (error: ServiceError | null, response: GetCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  getCliLogin(
+    request: GetCliLoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  getCliLogin(
+    request: GetCliLoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  /** A signed-in user approves (approve = true) or denies a pending login. */
+  decideCliLogin(
+    request: DecideCliLoginRequest,
+    callback: (error: ServiceError | null, response: DecideCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  decideCliLogin(
+    request: DecideCliLoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DecideCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  decideCliLogin(
+    request: DecideCliLoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DecideCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  /** The terminal exchanges an approved login and its code verifier for a token, once. */
+  exchangeCliLogin(
+    request: ExchangeCliLoginRequest,
+    callback: (error: ServiceError | null, response: ExchangeCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  exchangeCliLogin(
+    request: ExchangeCliLoginRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ExchangeCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  exchangeCliLogin(
+    request: ExchangeCliLoginRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ExchangeCliLoginResponse) => void,
   ): ClientUnaryCall;
 }
 
