@@ -74,6 +74,17 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
 
   // Set first thing (not in onSend): every answer carries them, including 404s and errors, at no extra hook cost.
   // API answers are never cached (they carry tokens, keys and tenant data), except the public documents.
+  app.decorateRequest('upstream', null);
+  // What the gateway adds, for users and operators to see: its own time and the time spent in services.
+  app.addHook('onSend', (request, reply, _payload, done) => {
+    const total = reply.elapsedTime;
+    const upstream = Math.min(request.upstream?.upstreamMs ?? 0, total);
+    reply.header(
+      'Server-Timing',
+      `gw;dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`,
+    );
+    done();
+  });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id).headers(SECURITY_HEADERS);
     if (request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) reply.header('Cache-Control', 'no-store');

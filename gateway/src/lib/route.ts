@@ -57,6 +57,8 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     principal: Principal | null;
+    /** Time spent in service calls for this request (Server-Timing `upstream`). */
+    upstream: { upstreamMs: number } | null;
   }
 }
 
@@ -135,7 +137,9 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
         if (!ID_SHAPE.test(value)) throw errors.notFound(resource, value);
       }
       const principal = request.principal!;
-      const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip };
+      const timing = { upstreamMs: 0 };
+      request.upstream = timing;
+      const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip, timing };
       const result = await spec.handler({
         body: request.body,
         query: request.query,

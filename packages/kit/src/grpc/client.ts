@@ -10,6 +10,8 @@ export interface CallOptions {
   clientIp?: string | null;
   /** Overrides the client's default deadline. Every call has one. */
   deadlineMs?: number;
+  /** Milliseconds spent waiting for services are added here (the gateway's Server-Timing `upstream`). */
+  timing?: { upstreamMs: number };
 }
 
 type UnaryMethods<D> = {
@@ -64,6 +66,7 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
+      const started = options?.timing ? performance.now() : 0;
       client.makeUnaryRequest(
         def.path,
         def.requestSerialize,
@@ -71,7 +74,11 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
         req,
         metadataFor(options),
         { deadline },
-        (err, res) => (err ? reject(toAppError(err)) : resolve(res)),
+        (err, res) => {
+          if (options?.timing) options.timing.upstreamMs += performance.now() - started;
+          if (err) reject(toAppError(err));
+          else resolve(res);
+        },
       );
     });
 }
