@@ -148,6 +148,21 @@ describe('changing roles', () => {
     expectError(await api.patch(`${M}/${m.userId}`, { role: 'boss' }, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
     expectError(await api.patch(`${M}/${m.userId}`, {}, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
   });
+
+  it('two owners demoting (or removing) each other at once leave one owner, whichever wins', async () => {
+    for (const change of ['demote', 'remove'] as const) {
+      const first = await signUp(api, `Two owners ${change}`);
+      const second = await add(first.accessToken, 'owner');
+      const act = (token: string, target: string) =>
+        change === 'demote' ? api.patch(`${M}/${target}`, { role: 'member' }, { token }) : api.del(`${M}/${target}`, { token });
+      const answers = await Promise.all([act(first.accessToken, second.userId), act(second.token, first.userId)]);
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 409]);
+      const relogin = await api.post('/api/v1/auth/login', { email: first.email, password: first.password });
+      const token = relogin.status === 200 ? relogin.body.data.accessToken : second.token;
+      const members = (await api.get(M, { token })).body.data as Array<{ role: string }>;
+      expect(members.filter((x) => x.role === 'owner')).toHaveLength(1);
+    }
+  });
 });
 
 describe('removing members', () => {

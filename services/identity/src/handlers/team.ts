@@ -1,6 +1,6 @@
-import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
-import { users, type UserDoc } from '../collections';
+import { tenants, users, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';
 import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
@@ -21,13 +21,26 @@ export function teamHandlers(deps: IdentityDeps) {
   const col = store.collection(users);
 
   /** Only an owner may grant or take away ownership, and a tenant always keeps one owner. */
-  async function checkOwnerRules(actorRole: string, tenantId: string, target: UserDoc | null, newRole: Role | null) {
+  function checkOwnerRules(actorRole: string, target: UserDoc | null, newRole: Role | null) {
     const touchesOwner = target?.role === 'owner' || newRole === 'owner';
     if (touchesOwner && actorRole !== 'owner') throw errors.forbidden('Only an owner can change owners', { reason: 'owner_required' });
-    if (target?.role === 'owner' && newRole !== 'owner') {
-      const owners = await col.count({ tenantId, role: 'owner' });
-      if (owners <= 1) throw errors.conflict('A tenant must keep at least one owner', { reason: 'last_owner' });
-    }
+  }
+
+  /**
+   * Inside the transaction of a change that takes an owner away: at least one other owner must remain. Two such
+   * changes at once (two owners demoting each other) would both count two owners; so each first bumps the tenant's
+   * `teamRev` with a compare-and-set, which makes them conflict (one waits on SQLite; MongoDB aborts one), and the
+   * count is then taken inside the transaction.
+   */
+  async function keepAnOwner(tx: StoreSession, tenantId: string, target: UserDoc, newRole: Role | null) {
+    if (target.role !== 'owner' || newRole === 'owner') return;
+    const tenantsCol = tx.collection(tenants);
+    const tenant = await tenantsCol.get(tenantId);
+    const rev = tenant?.teamRev ?? null;
+    if (!(await tenantsCol.update(tenantId, { teamRev: rev }, { teamRev: (rev ?? 0) + 1 })))
+      throw errors.conflict('The team changed meanwhile; retry');
+    if ((await tx.collection(users).count({ tenantId, role: 'owner' })) <= 1)
+      throw errors.conflict('A tenant must keep at least one owner', { reason: 'last_owner' });
   }
 
   return {
@@ -45,7 +58,7 @@ export function teamHandlers(deps: IdentityDeps) {
       const role = c.oneOf('role', req.role, ROLES);
       const password = c.password('password', req.password);
       c.done();
-      await checkOwnerRules(auth.role, auth.tid, null, role);
+      checkOwnerRules(auth.role, null, role);
       const now = nowIso();
       const user: UserDoc = {
         id: newId('usr'),
@@ -78,8 +91,9 @@ export function teamHandlers(deps: IdentityDeps) {
       c.done();
       const target = await col.get(req.userId, { tenantId: auth.tid });
       if (!target) throw errors.notFound('member', req.userId);
-      await checkOwnerRules(auth.role, auth.tid, target, role);
+      checkOwnerRules(auth.role, target, role);
       const updated = await store.transaction(async (tx) => {
+        await keepAnOwner(tx, auth.tid, target, role);
         const doc = await tx.collection(users).update(target.id, { tenantId: auth.tid, role: target.role }, { role, updatedAt: nowIso() });
         if (!doc) throw errors.conflict('Member changed meanwhile; retry');
         // Tokens carry the role: end the member's current sessions so the new role applies at once.
@@ -95,8 +109,9 @@ export function teamHandlers(deps: IdentityDeps) {
       const target = await col.get(req.userId, { tenantId: auth.tid });
       if (!target) throw errors.notFound('member', req.userId);
       if (target.id === auth.sub) throw errors.conflict('You cannot remove yourself', { reason: 'self_removal' });
-      await checkOwnerRules(auth.role, auth.tid, target, null);
+      checkOwnerRules(auth.role, target, null);
       await store.transaction(async (tx) => {
+        await keepAnOwner(tx, auth.tid, target, null);
         await tx.collection(users).delete(target.id, { tenantId: auth.tid });
         await recordRevocation(tx, 'user', target.id);
       });
