@@ -154,7 +154,8 @@ async function main() {
       `round ${i + 1}: start-up ${r.startupMs} ms, idle CPU ${r.idleCpuPercent} % of a core ` +
         `(${r.idleCpuSeconds} CPU-s), RSS ${r.rssMb} MB, PSS ${r.pssMb} MB`,
     );
-    for (const p of r.processes) console.log(`    ${p.name.padEnd(20)} ${p.cpuSeconds.toFixed(2)} CPU-s  RSS ${p.rssMb} MB  PSS ${p.pssMb} MB`);
+    for (const p of r.processes)
+      console.log(`    ${p.name.padEnd(20)} ${p.cpuSeconds.toFixed(2)} CPU-s  RSS ${p.rssMb} MB  PSS ${p.pssMb} MB`);
     rounds.push(r);
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
@@ -168,12 +169,15 @@ async function main() {
     pssMb: median(rounds.map((r) => r.pssMb)),
     rounds,
   };
-  const { rounds: _, ...figures } = result;
-  console.log('\nthis run:', figures);
-  if (existsSync(RESULTS)) {
-    const { rounds: __, ...previous } = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
-    console.log('previous run:', previous);
-  }
+  const summary = (r: typeof result) => ({
+    date: r.date,
+    startupMs: r.startupMs,
+    idleCpuPercent: r.idleCpuPercent,
+    rssMb: r.rssMb,
+    pssMb: r.pssMb,
+  });
+  console.log('\nthis run:', summary(result));
+  if (existsSync(RESULTS)) console.log('previous run:', summary(JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result));
   writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
 }
 

@@ -143,8 +143,16 @@ it('keeps values encrypted at rest and survives a master key rotation without do
   stack.services.identity = identity;
   const rpc = createClient(identityV1.IdentityServiceService, `127.0.0.1:${port}`, { deadlineMs: 5000 });
   try {
-    // Old data reads: the secret, and the signing keys that sign every token (sign-in still works).
-    expect((await rpc.resolveSecret({ name: 'ROTATED' }, { token: owner.accessToken })).value).toBe(before);
+    // Old data reads: the secret, and the signing keys that sign every token (sign-in still works). The first call
+    // may find the fresh channel still connecting on a loaded machine: it is retried while UNAVAILABLE.
+    let old: Awaited<ReturnType<typeof rpc.resolveSecret>> | null = null;
+    for (let i = 0; !old; i++) {
+      old = await rpc.resolveSecret({ name: 'ROTATED' }, { token: owner.accessToken }).catch((err: { code?: string }) => {
+        if (err.code !== 'SERVICE_UNAVAILABLE' || i >= 30) throw err;
+        return new Promise<null>((r) => setTimeout(() => r(null), 100));
+      });
+    }
+    expect(old.value).toBe(before);
     const relogin = await track(api.post('/api/v1/auth/login', { email: owner.email, password: owner.password }));
     expect(relogin.status).toBe(200);
     // New writes use the new key (k2; k1 is the old one).

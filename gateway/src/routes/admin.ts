@@ -49,7 +49,7 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     body: Obj({
       credits: Type.Integer({ minimum: 1, maximum: 100_000_000 }),
       count: Type.Integer({ minimum: 1, maximum: 1000 }),
-      expiresAt: Type.Optional(Type.String({ format: 'date-time' })),
+      expiresAt: Type.Optional(Type.String({ minLength: 1, maxLength: 40, description: 'ISO 8601; checked by billing' })),
     }),
     response: Obj({ codes: Type.Array(Type.String()) }),
     handler: async ({ body, request, call }) =>

@@ -8,16 +8,11 @@ export const billingConfig = {
   startingGrant: field('BILLING_STARTING_GRANT', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
   /** The operator token; the admin API is off (404 at the gateway, refused here) when unset. */
   adminToken: field('SVC_ADMIN_TOKEN', 'string', { secret: true }),
-  /** Where the sandbox portal and Stripe's return pages point (the web page /settings/billing). */
+  /** Where the sandbox portal points (the web page /settings/billing); default http://HOST:PORT as the gateway's. */
   publicUrl: field('PUBLIC_URL', 'url'),
   /** The gateway's listener, for the default public address (as the gateway computes it). */
   gatewayHost: field('HOST', 'string', { default: '127.0.0.1' }),
   gatewayPort: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
-  /** Stripe when set; the sandbox provider otherwise. */
-  stripeSecretKey: field('STRIPE_SECRET_KEY', 'string', { secret: true }),
-  stripeWebhookSecret: field('STRIPE_WEBHOOK_SECRET', 'string', { secret: true }),
-  /** Stripe's API address (tests point it at a local fake), e.g. http://127.0.0.1:12111. */
-  stripeApiBase: field('STRIPE_API_BASE', 'string'),
   /** Price of one credit in cents when bought. */
   creditPriceCents: field('BILLING_CREDIT_PRICE_CENTS', 'int', { default: '1', min: 0, max: 100_000 }),
 } as const;

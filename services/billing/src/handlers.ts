@@ -17,7 +17,7 @@ import {
 } from '@svc/kit';
 import { isPlan, type Plan } from '@svc/plans';
 import type { billingV1 } from '@svc/proto';
-import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc } from './collections';
+import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc, type SubscriptionDoc } from './collections';
 import { idempotent } from './idempotency';
 import { accountOf, addEntry, applyOnce } from './ledger';
 import { MONTHLY_PRICE_CENTS } from './plans';
@@ -35,6 +35,19 @@ export interface BillingDeps {
 /** Largest purchase or grant in one call: keeps sums far from Number.MAX_SAFE_INTEGER. */
 const MAX_CREDITS = 100_000_000;
 const SANDBOX = 'sandbox';
+
+/** The answer of a payment the sandbox settled at once (it says so: provider `sandbox`, status `succeeded`). */
+function settled(invoice: InvoiceDoc, creditsAdded: number, balance: number, sub?: SubscriptionDoc): billingV1.Payment {
+  return {
+    provider: SANDBOX,
+    status: 'succeeded',
+    invoice: toInvoice(invoice),
+    checkoutUrl: '',
+    creditsAdded,
+    balance,
+    subscription: sub ? toSubscription(sub) : undefined,
+  };
+}
 
 export function billingHandlers(deps: BillingDeps) {
   const { store, relay } = deps;
@@ -138,16 +151,7 @@ export function billingHandlers(deps: BillingDeps) {
           });
           return { invoice, balance: applied!.balance };
         });
-        return {
-          payment: {
-            provider: SANDBOX,
-            status: 'succeeded',
-            invoice: toInvoice(done.invoice),
-            checkoutUrl: '',
-            creditsAdded: credits,
-            balance: done.balance,
-          },
-        };
+        return { payment: settled(done.invoice, credits, done.balance) };
       });
     },
 
@@ -189,17 +193,7 @@ export function billingHandlers(deps: BillingDeps) {
           return { invoice, sub, balance: account?.balance ?? 0 };
         });
         relay.notify();
-        return {
-          payment: {
-            provider: SANDBOX,
-            status: 'succeeded',
-            invoice: toInvoice(done.invoice),
-            checkoutUrl: '',
-            creditsAdded: 0,
-            balance: done.balance,
-            subscription: toSubscription(done.sub),
-          },
-        };
+        return { payment: settled(done.invoice, 0, done.balance, done.sub) };
       });
     },
 
