@@ -23,7 +23,7 @@ it('lets a real user sign in, refresh and log out during a flood of wrong passwo
   const attackers = ['203.0.113.1', '203.0.113.2', '203.0.113.3'];
   const statuses: Record<number, number> = {};
   const flood = Promise.all(
-    Array.from({ length: 300 }, async (_, i) => {
+    Array.from({ length: 200 }, async (_, i) => {
       const target = i % 2 ? user.email : `nobody${i}@example.com`;
       const res = await api.post('/api/v1/auth/login', { email: target, password: `wrong password ${i}` }, from(attackers[i % 3]));
       statuses[res.status] = (statuses[res.status] ?? 0) + 1;
@@ -55,7 +55,7 @@ it('lets a real user sign in, refresh and log out during a flood of wrong passwo
   expect(Object.keys(statuses).map(Number).sort()).toEqual(expect.arrayContaining([401]));
   for (const status of Object.keys(statuses).map(Number)) expect([401, 429, 503]).toContain(status);
   // Most of the flood was refused before any hashing.
-  expect((statuses[429] ?? 0) + (statuses[503] ?? 0)).toBeGreaterThan(150);
+  expect((statuses[429] ?? 0) + (statuses[503] ?? 0)).toBeGreaterThan(100);
   console.info(`login during the flood took ${loginMs} ms; flood answers ${JSON.stringify(statuses)}`);
   // The attacker's addresses are throttled; the user, from their own address, still signs in afterwards.
   expect((await api.post('/api/v1/auth/login', { email: user.email, password: user.password }, from(attackers[0]))).status).toBe(429);
