@@ -10,13 +10,18 @@
  * Retention: nothing is deleted automatically. `prune()` exists for an operator or a future job; note that a
  * pruned message id can no longer be deduplicated on re-publish.
  */
+import { watch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
 import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
 
 export interface EmbeddedBusOptions {
   path: string;
-  /** Idle wait between polls. Default 25 ms. */
+  /**
+   * Idle safety poll. Default 1000 ms: consumers wake as soon as any process writes the log (a watch on its
+   * directory sees the WAL change), so the poll only covers a missed notification.
+   */
   pollIntervalMs?: number;
   /** A group's lease lasts this long without renewal before another consumer may take it. Default 10 s. */
   leaseMs?: number;
@@ -69,6 +74,9 @@ export class EmbeddedBus implements EventBus {
   private readonly db: Database.Database;
   private readonly subscriptions = new Set<EmbeddedSubscription>();
   private closed = false;
+  private readonly dbPath: string;
+  /** Watches the log's directory while there are subscriptions: a write by any process wakes them. */
+  private watcher: FSWatcher | null = null;
 
   private readonly insert: Database.Statement;
   private readonly initOffset: Database.Statement;
@@ -82,7 +90,8 @@ export class EmbeddedBus implements EventBus {
   private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
 
   constructor(options: EmbeddedBusOptions) {
-    this.pollIntervalMs = options.pollIntervalMs ?? 25;
+    this.pollIntervalMs = options.pollIntervalMs ?? 1000;
+    this.dbPath = options.path;
     this.leaseMs = options.leaseMs ?? 10_000;
     this.onError = options.onError ?? (() => {});
     this.db = new Database(options.path);
@@ -150,13 +159,38 @@ export class EmbeddedBus implements EventBus {
       .immediate();
     const sub = new EmbeddedSubscription(this, options.group, topics, options.handler);
     this.subscriptions.add(sub);
+    this.watchWrites();
     sub.start();
     return {
       stop: async () => {
         await sub.stop();
         this.subscriptions.delete(sub);
+        if (this.subscriptions.size === 0) this.unwatch();
       },
     };
+  }
+
+  /**
+   * Other processes publish into the same file: instead of polling every few milliseconds, consumers sleep until
+   * the log's WAL (or the file itself) changes. inotify on Linux: nothing runs while nothing is written.
+   */
+  private watchWrites(): void {
+    if (this.watcher) return;
+    const dir = dirname(this.dbPath);
+    const name = basename(this.dbPath);
+    try {
+      this.watcher = watch(dir, { persistent: false }, (_event, file) => {
+        if (file === null || file === name || file === `${name}-wal`) for (const sub of this.subscriptions) sub.wake();
+      });
+      this.watcher.on('error', () => this.unwatch()); // the safety poll still finds the work
+    } catch {
+      this.watcher = null;
+    }
+  }
+
+  private unwatch(): void {
+    this.watcher?.close();
+    this.watcher = null;
   }
 
   async ping(): Promise<void> {
@@ -168,6 +202,7 @@ export class EmbeddedBus implements EventBus {
     if (this.closed) return;
     await Promise.all([...this.subscriptions].map((s) => s.stop()));
     this.subscriptions.clear();
+    this.unwatch();
     this.closed = true;
     this.db.close();
   }

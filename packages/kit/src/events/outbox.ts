@@ -50,7 +50,10 @@ export async function addToOutbox(tx: StoreSession, message: BusMessage): Promis
 }
 
 export interface OutboxRelayOptions {
-  /** Polling interval for records committed without a `notify()` (or by another process). Default 50 ms. */
+  /**
+   * Safety poll for records committed without a `notify()` (or by another replica). Default 1000 ms: every write
+   * path of this process notifies at once, so an idle service does not poll its store 20 times a second.
+   */
   intervalMs?: number;
   /** Records per publish. Default 100. */
   batchSize?: number;
@@ -74,7 +77,7 @@ export class OutboxRelay {
     private readonly bus: EventBus,
     options: OutboxRelayOptions = {},
   ) {
-    this.intervalMs = options.intervalMs ?? 50;
+    this.intervalMs = options.intervalMs ?? 1000;
     this.batchSize = options.batchSize ?? 100;
     this.onError = options.onError ?? (() => {});
   }
