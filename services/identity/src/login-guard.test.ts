@@ -61,6 +61,16 @@ describe('HashGate', () => {
     await Promise.all([first, ...queued]);
     await expect(other).resolves.toBe('b got in');
   });
+  it('lets a waiter give up after maxWaitMs with a 503, so no queue outlasts the deadline', async () => {
+    const gate = new HashGate(1, 100, 100, 50);
+    let open: () => void = () => undefined;
+    const first = gate.run('a', () => new Promise<void>((resolve) => (open = resolve)));
+    await expect(gate.run('b', async () => 'never')).rejects.toMatchObject({ code: 'SERVICE_UNAVAILABLE' });
+    open();
+    await first;
+    // The line is empty again: the next caller runs at once.
+    await expect(gate.run('c', async () => 'ran')).resolves.toBe('ran');
+  });
 });
 
 describe('FailureThrottle', () => {

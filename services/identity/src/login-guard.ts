@@ -26,19 +26,31 @@ export class HashGate {
     private readonly concurrency: number,
     private readonly queue: number,
     private readonly perAddressQueue = 4,
+    /** A waiter gives up after this long (503): well inside the gateway's deadline, so a flood never meets a 504. */
+    private readonly maxWaitMs = 3000,
   ) {}
 
   async run<T>(address: string, work: () => Promise<T>): Promise<T> {
     if (this.running >= this.concurrency) {
       const mine = this.queues.get(address);
-      if (this.waitingTotal >= this.queue || (mine?.length ?? 0) >= this.perAddressQueue)
-        throw new AppError('SERVICE_UNAVAILABLE', 'Too many sign-in attempts are being checked; try again shortly', {
-          reason: 'password_check_busy',
-          retryAfterS: 1,
-        });
-      await new Promise<void>((resolve) => {
-        if (mine) mine.push(resolve);
-        else this.queues.set(address, [resolve]);
+      if (this.waitingTotal >= this.queue || (mine?.length ?? 0) >= this.perAddressQueue) throw busy();
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          // Still waiting (not handed a slot): leave the line and answer now.
+          const line = this.queues.get(address);
+          const at = line?.indexOf(admit) ?? -1;
+          if (at < 0) return;
+          line!.splice(at, 1);
+          if (line!.length === 0) this.queues.delete(address);
+          this.waitingTotal--;
+          reject(busy());
+        }, this.maxWaitMs);
+        const admit = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        if (mine) mine.push(admit);
+        else this.queues.set(address, [admit]);
         this.waitingTotal++;
       });
     } else {
@@ -65,6 +77,13 @@ export class HashGate {
     this.waitingTotal--;
     next();
   }
+}
+
+function busy(): AppError {
+  return new AppError('SERVICE_UNAVAILABLE', 'Too many sign-in attempts are being checked; try again shortly', {
+    reason: 'password_check_busy',
+    retryAfterS: 1,
+  });
 }
 
 interface Window {

@@ -6,8 +6,8 @@ import { HashGate } from './login-guard';
  * `configurePasswordHashing`): half of libuv's four threads at most, so JWT signing and verification never wait.
  */
 let gate = new HashGate(2, 64);
-export function configurePasswordHashing(concurrency: number, queue: number, perAddressQueue: number): void {
-  gate = new HashGate(concurrency, queue, perAddressQueue);
+export function configurePasswordHashing(concurrency: number, queue: number, perAddressQueue: number, maxWaitMs: number): void {
+  gate = new HashGate(concurrency, queue, perAddressQueue, maxWaitMs);
 }
 
 // scrypt with N=2^15, r=8, p=1 (OWASP's floor): tens of milliseconds per guess, run on libuv's thread pool.

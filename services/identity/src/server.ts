@@ -32,6 +32,7 @@ const config = {
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
+  passwordHashMaxWaitMs: field('PASSWORD_HASH_MAX_WAIT_MS', 'int', { default: '3000', min: 10, max: 60_000 }),
   loginAttemptsPerAddress: field('LOGIN_ATTEMPTS_PER_ADDRESS', 'int', { default: '30', min: 1 }),
   loginAttemptsPerAccountAddress: field('LOGIN_ATTEMPTS_PER_ACCOUNT_ADDRESS', 'int', { default: '10', min: 1 }),
   loginAttemptWindowS: field('LOGIN_ATTEMPT_WINDOW_S', 'int', { default: '300', min: 1, max: 86_400 }),
@@ -43,7 +44,12 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   await keys.load();
   const redis = rt.config.redisUrl ? new Redis(rt.config.redisUrl, { lazyConnect: false, maxRetriesPerRequest: 2 }) : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
-  configurePasswordHashing(rt.config.passwordHashConcurrency, rt.config.passwordHashQueue, rt.config.passwordHashQueuePerAddress);
+  configurePasswordHashing(
+    rt.config.passwordHashConcurrency,
+    rt.config.passwordHashQueue,
+    rt.config.passwordHashQueuePerAddress,
+    rt.config.passwordHashMaxWaitMs,
+  );
   const deps: IdentityDeps = {
     loginThrottle: new FailureThrottle({
       perAddress: rt.config.loginAttemptsPerAddress,
