@@ -140,24 +140,33 @@ export type EgressFetch = (input: string | URL, init?: RequestInit) => Promise<R
  */
 /** The connection pool of the guard: the resolved address is checked when each socket is opened. */
 function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy): Agent {
-  const lookup: Lookup = options.lookup ?? (dnsLookup as Lookup);
   return new Agent({
     connect: {
       timeout: options.connectTimeoutMs ?? 5000,
       // Called by net.connect for host names (IP literals are checked by checkUrlShape before the call).
-      lookup: ((hostname: string, opts: object, cb: (err: Error | null, address?: string | LookupAddress[], family?: number) => void) => {
-        lookup(hostname, { all: true }, (err, addresses) => {
-          if (err) return cb(new EgressError('dns', `${hostname} does not resolve`));
-          for (const a of addresses) {
-            const why = refusedAddress(a.address, policy);
-            if (why) return cb(new EgressError('address', `${hostname} resolves to ${a.address}, which ${why}`));
-          }
-          if ((opts as { all?: boolean }).all) cb(null, addresses);
-          else cb(null, addresses[0].address, addresses[0].family);
-        });
-      }) as never,
+      lookup: guardedLookup(policy, options.lookup) as never,
     },
   });
+}
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, address?: string | LookupAddress[], family?: number) => void;
+
+/**
+ * A `lookup` for net.connect (undici's connect, Node's http agents) that refuses a host name resolving to an address
+ * the policy does not allow: the address checked is the address used, at every connection.
+ */
+export function guardedLookup(policy: EgressPolicy, lookup: Lookup = dnsLookup as Lookup) {
+  return (hostname: string, opts: { all?: boolean }, cb: LookupCallback): void => {
+    lookup(hostname, { all: true }, (err, addresses) => {
+      if (err) return cb(new EgressError('dns', `${hostname} does not resolve`));
+      for (const a of addresses) {
+        const why = refusedAddress(a.address, policy);
+        if (why) return cb(new EgressError('address', `${hostname} resolves to ${a.address}, which ${why}`));
+      }
+      if (opts.all) cb(null, addresses);
+      else cb(null, addresses[0].address, addresses[0].family);
+    });
+  };
 }
 
 export function egressFetch(options: EgressFetchOptions): EgressFetch {

@@ -16,8 +16,8 @@ import {
   S3Client,
 } from '@aws-sdk/client-s3';
 import { BlobServiceClient, StorageSharedKeyCredential, type StoragePipelineOptions } from '@azure/storage-blob';
-import { checkUrlShape, EgressError, type EgressPolicy } from '@svc/kit';
-import { guardedAgents, guardedLookup, type GuardedAgents } from './guarded-agents';
+import { checkUrlShape, EgressError, guardedLookup, type EgressPolicy } from '@svc/kit';
+import { guardedAgents, type GuardedAgents } from './guarded-agents';
 
 export const BYOS_PROVIDERS = ['s3', 'r2', 'gcs', 'azure'] as const;
 export type ByosProvider = (typeof BYOS_PROVIDERS)[number];
