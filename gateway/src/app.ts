@@ -66,6 +66,8 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
       const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(req.headers['content-type'] ?? '')?.[1];
       if (charset && charset.toLowerCase() !== 'utf-8' && charset.toLowerCase() !== 'utf8')
         throw new AppError('UNSUPPORTED_MEDIA_TYPE', 'JSON bodies must be UTF-8', { charset: charset.slice(0, 40) });
+      // A signed body (a payment provider's webhook) goes on byte for byte: parsing would change what was signed.
+      if (req.routeOptions.config.rawBody) return done(null, body);
       done(null, parseJsonBody(decodeUtf8(body as Buffer)));
     } catch (err) {
       done(err as Error, undefined);

@@ -114,6 +114,12 @@ it('subscribes through the sandbox: an invoice, the plan, and the portal page', 
   await eventually(async () => (await api.get('/api/v1/tenant', t)).body.data.plan === 'starter');
   expectError(await api.post('/api/v1/billing/subscription/create', { plan: 'starter' }, t), 409, 'CONFLICT');
   expect((await api.post('/api/v1/billing/portal', undefined, t)).body.data.url).toMatch(/\/settings\/billing$/);
+  // The sandbox takes no webhooks: without Stripe configured its endpoint names no provider.
+  const hook = await api.request('POST', '/api/v1/billing/webhooks/stripe', {
+    raw: '{"type":"checkout.session.completed"}',
+    headers: { 'content-type': 'application/json', 'stripe-signature': 't=1,v1=00' },
+  });
+  expect(expectError(hook, 404, 'RESOURCE_NOT_FOUND').details).toMatchObject({ resource: 'payment_provider' });
 });
 
 it('holds billing POSTs to billing:write and the owner/admin role; reads need only a credential', async () => {

@@ -47,6 +47,8 @@ export interface RouteSpec {
   produces?: 'text/event-stream';
   /** Default: rate limited when authenticated, except the auth, CLI-login and OAuth routes. */
   rateLimited?: boolean;
+  /** The JSON body is handed over unparsed, as the Buffer received (a signature covers its exact bytes). */
+  rawBody?: boolean;
   handler: (args: HandlerArgs) => Promise<unknown>;
 }
 
@@ -54,6 +56,7 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     access?: PolicyName;
     rateLimited?: boolean;
+    rawBody?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;
@@ -130,6 +133,7 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
     config: {
       access: spec.access,
       rateLimited: spec.rateLimited ?? (spec.access !== 'public' && !EXEMPT_FROM_RATE_LIMIT.test(spec.url)),
+      rawBody: spec.rawBody ?? false,
     },
     handler: async (request, reply) => {
       for (const [name, resource] of idParams) {

@@ -163,4 +163,23 @@ export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     response: Obj({ creditsAdded: Type.Integer(), balance: Type.Integer() }),
     handler: async ({ body, call, request }) => billing.redeemGiftCard({ code: body.code, idempotencyKey: idempotencyKey(request) }, call),
   });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/billing/webhooks/stripe',
+    operationId: 'receiveStripeWebhook',
+    access: 'public',
+    tag: 'billing',
+    summary: "A payment provider's signed webhook event (Stripe: the Stripe-Signature header over the raw body)",
+    rawBody: true,
+    response: Obj({ received: Type.Boolean() }),
+    handler: async ({ request, call }) => {
+      const signature = request.headers['stripe-signature'];
+      const payload = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      return billing.handleProviderWebhook(
+        { provider: 'stripe', payload, signature: typeof signature === 'string' ? signature : '' },
+        call,
+      );
+    },
+  });
 }

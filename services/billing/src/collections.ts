@@ -10,6 +10,8 @@ export interface AccountDoc {
   /** When the plan last changed (ISO), '' for never: a plan change event carries it, so redeliveries apply once. */
   planChangedAt: string;
   subscriptionId: string | null;
+  /** The payment provider's customer of this tenant (Stripe), made at its first checkout or portal visit. */
+  providerCustomerId?: string | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -35,7 +37,8 @@ export interface InvoiceDoc {
   description: string;
   amountCents: number;
   currency: string;
-  status: 'open' | 'paid';
+  /** open: waits for the provider's checkout; void: the checkout expired or failed. */
+  status: 'open' | 'paid' | 'void';
   provider: string;
   /** The provider's reference (a Stripe checkout session id). */
   providerRef: string | null;
@@ -107,7 +110,10 @@ export const invoices: CollectionDef<InvoiceDoc> = {
   name: 'invoices',
   indexes: [{ fields: ['tenantId'] }, { fields: ['providerRef'] }],
 };
-export const subscriptions: CollectionDef<SubscriptionDoc> = { name: 'subscriptions', indexes: [{ fields: ['tenantId'] }] };
+export const subscriptions: CollectionDef<SubscriptionDoc> = {
+  name: 'subscriptions',
+  indexes: [{ fields: ['tenantId'] }, { fields: ['invoiceId'] }],
+};
 export const giftCards: CollectionDef<GiftCardDoc> = { name: 'gift_cards' };
 export const usageStats: CollectionDef<UsageStatDoc> = { name: 'usage_stats', indexes: [{ fields: ['tenantId', 'group'] }] };
 export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency' };

@@ -15,4 +15,10 @@ export const billingConfig = {
   gatewayPort: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
   /** Price of one credit in cents when bought. */
   creditPriceCents: field('BILLING_CREDIT_PRICE_CENTS', 'int', { default: '1', min: 0, max: 100_000 }),
+  /** Stripe's secret API key: set, payments go through Stripe Checkout instead of the sandbox. */
+  stripeSecretKey: field('STRIPE_SECRET_KEY', 'string', { secret: true }),
+  /** The signing secret of the Stripe webhook endpoint (POST /api/v1/billing/webhooks/stripe). */
+  stripeWebhookSecret: field('STRIPE_WEBHOOK_SECRET', 'string', { secret: true }),
+  /** Stripe's API address (default https://api.stripe.com): a proxy, or a local server in tests. */
+  stripeApiUrl: field('STRIPE_API_URL', 'url'),
 } as const;

@@ -19,6 +19,7 @@ import { isPlan, type Plan } from '@svc/plans';
 import type { billingV1 } from '@svc/proto';
 import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc, type SubscriptionDoc } from './collections';
 import { idempotent } from './idempotency';
+import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
@@ -28,7 +29,7 @@ export interface BillingDeps {
   relay: OutboxRelay;
   /** The operator token (SVC_ADMIN_TOKEN); the admin calls are refused when unset. */
   adminToken: string | undefined;
-  publicUrl: string;
+  provider: PaymentProvider;
   creditPriceCents: number;
 }
 
@@ -102,6 +103,116 @@ export function billingHandlers(deps: BillingDeps) {
     });
   }
 
+  /** Keeps the provider's customer of a tenant (the first one made wins; a lost race leaves an unused customer). */
+  async function rememberCustomer(tx: StoreSession, tenantId: string, customerId: string | null): Promise<void> {
+    const account = await accountOf(tx, tenantId);
+    if (customerId && !account.providerCustomerId)
+      await tx.collection(accounts).update(tenantId, {}, { providerCustomerId: customerId, updatedAt: nowIso() });
+  }
+
+  /**
+   * A payment through a provider that settles later (Stripe): its checkout first (outside any transaction, keyed
+   * by our invoice id), then an open invoice (and a pending subscription) that its webhook settles.
+   */
+  async function checkoutPayment(
+    tenantId: string,
+    fields: Pick<InvoiceDoc, 'kind' | 'description' | 'amountCents' | 'credits' | 'plan'>,
+  ): Promise<billingV1.Payment> {
+    const { provider } = deps;
+    const invoiceId = newId('inv');
+    const account = await store.collection(accounts).get(tenantId);
+    const checkout = await provider.checkout({
+      tenantId,
+      invoiceId,
+      kind: fields.kind,
+      description: fields.description,
+      amountCents: fields.amountCents,
+      currency: 'usd',
+      customerId: account?.providerCustomerId ?? null,
+    });
+    const done = await store.transaction(async (tx) => {
+      const now = nowIso();
+      const invoice = await tx.collection(invoices).insert({
+        id: invoiceId,
+        tenantId,
+        ...fields,
+        currency: 'usd',
+        status: 'open',
+        provider: provider.name,
+        providerRef: checkout.ref,
+        createdAt: now,
+        paidAt: null,
+      });
+      const sub =
+        fields.kind === 'subscription'
+          ? await tx.collection(subscriptions).insert({
+              id: newId('sub'),
+              tenantId,
+              plan: fields.plan,
+              status: 'pending',
+              provider: provider.name,
+              invoiceId,
+              currentPeriodStart: '',
+              currentPeriodEnd: '',
+              createdAt: now,
+            })
+          : undefined;
+      await rememberCustomer(tx, tenantId, checkout.customerId);
+      return { invoice, sub };
+    });
+    return {
+      provider: provider.name,
+      status: 'pending',
+      invoice: toInvoice(done.invoice),
+      checkoutUrl: checkout.url,
+      creditsAdded: 0,
+      balance: account?.balance ?? 0,
+      subscription: done.sub ? toSubscription(done.sub) : undefined,
+    };
+  }
+
+  /** Ends the tenant's active subscription and starts `sub` for a month from now, with its plan. */
+  async function activate(tx: StoreSession, sub: SubscriptionDoc): Promise<SubscriptionDoc> {
+    const subs = tx.collection(subscriptions);
+    const current = await subs.findOne({ tenantId: sub.tenantId, status: 'active' });
+    if (current && current.id !== sub.id) await subs.update(current.id, { status: 'active' }, { status: 'ended' });
+    const start = new Date();
+    const end = new Date(start);
+    end.setUTCMonth(end.getUTCMonth() + 1);
+    const period = { status: 'active' as const, currentPeriodStart: start.toISOString(), currentPeriodEnd: end.toISOString() };
+    const active = sub.status === 'active' ? sub : await subs.update(sub.id, { status: sub.status }, period);
+    await tx.collection(accounts).update(sub.tenantId, {}, { subscriptionId: sub.id });
+    if (isPlan(sub.plan)) await changePlan(tx, sub.tenantId, sub.plan);
+    return active ?? { ...sub, ...period };
+  }
+
+  /** Settles (or voids) the invoice a provider's event names, once: a redelivered event changes nothing. */
+  async function settle(event: Exclude<ProviderEvent, { type: 'ignored' }>): Promise<void> {
+    await applyOnce(store, async (tx) => {
+      const inv = await tx.collection(invoices).get(event.invoiceId);
+      // Not one of ours (another system on the same Stripe account): received, nothing to do.
+      if (!inv || inv.providerRef !== event.ref) return;
+      const sub = inv.kind === 'subscription' ? await tx.collection(subscriptions).findOne({ invoiceId: inv.id }) : null;
+      if (event.type === 'checkout_expired') {
+        if (!(await tx.collection(invoices).update(inv.id, { status: 'open' }, { status: 'void' }))) return;
+        if (sub) await tx.collection(subscriptions).update(sub.id, { status: 'pending' }, { status: 'ended' });
+        return;
+      }
+      // Compare-and-set open -> paid: of two deliveries of one event (or of two replicas) exactly one settles.
+      if (!(await tx.collection(invoices).update(inv.id, { status: 'open' }, { status: 'paid', paidAt: nowIso() }))) return;
+      await rememberCustomer(tx, inv.tenantId, event.customerId);
+      if (inv.kind === 'credits')
+        await addEntry(tx, {
+          tenantId: inv.tenantId,
+          sourceKey: `purchase:${inv.id}`,
+          kind: 'purchase',
+          credits: inv.credits,
+          description: `Purchase (${inv.id})`,
+        });
+      else if (sub) await activate(tx, sub);
+    });
+  }
+
   return {
     async getSummary(_req: billingV1.GetSummaryRequest, ctx: CallContext): Promise<billingV1.GetSummaryResponse> {
       const { auth } = authed(ctx);
@@ -133,15 +244,16 @@ export function billingHandlers(deps: BillingDeps) {
       const { auth } = authed(ctx, 'billing:write');
       const credits = positiveCredits(req.credits, 'credits', 10_000_000);
       return idempotent(store, { tenantId: auth.tid, operation: 'purchase', key: req.idempotencyKey, body: { credits } }, async () => {
+        const fields = {
+          kind: 'credits' as const,
+          description: `${credits} credits`,
+          amountCents: credits * deps.creditPriceCents,
+          credits,
+          plan: '',
+        };
+        if (!deps.provider.settlesAtOnce) return { payment: await checkoutPayment(auth.tid, fields) };
         const done = await applyOnce(store, async (tx) => {
-          const invoice = await paidInvoice(tx, {
-            tenantId: auth.tid,
-            kind: 'credits',
-            description: `${credits} credits`,
-            amountCents: credits * deps.creditPriceCents,
-            credits,
-            plan: '',
-          });
+          const invoice = await paidInvoice(tx, { tenantId: auth.tid, ...fields });
           const applied = await addEntry(tx, {
             tenantId: auth.tid,
             sourceKey: `purchase:${invoice.id}`,
@@ -161,34 +273,34 @@ export function billingHandlers(deps: BillingDeps) {
         throw errors.validation([{ field: 'plan', message: 'must be one of starter, growth, enterprise' }]);
       const plan = req.plan;
       return idempotent(store, { tenantId: auth.tid, operation: 'subscribe', key: req.idempotencyKey, body: { plan } }, async () => {
+        const current = await store.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' });
+        if (current?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
+        const fields = {
+          kind: 'subscription' as const,
+          description: `${plan} plan, first month`,
+          amountCents: MONTHLY_PRICE_CENTS[plan],
+          credits: 0,
+          plan,
+        };
+        if (!deps.provider.settlesAtOnce) return { payment: await checkoutPayment(auth.tid, fields) };
         const done = await applyOnce(store, async (tx) => {
-          const subs = tx.collection(subscriptions);
-          const current = await subs.findOne({ tenantId: auth.tid, status: 'active' });
-          if (current?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
-          if (current) await subs.update(current.id, { status: 'active' }, { status: 'ended' });
-          const invoice = await paidInvoice(tx, {
-            tenantId: auth.tid,
-            kind: 'subscription',
-            description: `${plan} plan, first month`,
-            amountCents: MONTHLY_PRICE_CENTS[plan],
-            credits: 0,
-            plan,
-          });
-          const start = new Date();
-          const end = new Date(start);
-          end.setUTCMonth(end.getUTCMonth() + 1);
-          const sub = await subs.insert({
+          // Again inside the transaction: of two concurrent subscriptions to one plan, the second is refused.
+          const active = await tx.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' });
+          if (active?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
+          const invoice = await paidInvoice(tx, { tenantId: auth.tid, ...fields });
+          const now = nowIso();
+          const pending = await tx.collection(subscriptions).insert({
             id: newId('sub'),
             tenantId: auth.tid,
             plan,
-            status: 'active',
+            status: 'pending',
             provider: SANDBOX,
             invoiceId: invoice.id,
-            currentPeriodStart: start.toISOString(),
-            currentPeriodEnd: end.toISOString(),
-            createdAt: start.toISOString(),
+            currentPeriodStart: '',
+            currentPeriodEnd: '',
+            createdAt: now,
           });
-          await changePlan(tx, auth.tid, plan);
+          const sub = await activate(tx, pending);
           const account = await tx.collection(accounts).get(auth.tid);
           return { invoice, sub, balance: account?.balance ?? 0 };
         });
@@ -198,9 +310,13 @@ export function billingHandlers(deps: BillingDeps) {
     },
 
     async createPortal(_req: billingV1.CreatePortalRequest, ctx: CallContext): Promise<billingV1.CreatePortalResponse> {
-      authed(ctx, 'billing:write');
-      // The sandbox's portal is our own page; Stripe's would be a billing-portal session URL.
-      return { url: `${deps.publicUrl.replace(/\/$/, '')}/settings/billing`, provider: SANDBOX };
+      const { auth } = authed(ctx, 'billing:write');
+      // The sandbox's portal is our own page (/settings/billing); Stripe's is a billing-portal session.
+      const account = await store.collection(accounts).get(auth.tid);
+      const portal = await deps.provider.portal(auth.tid, account?.providerCustomerId ?? null);
+      if (portal.customerId && !account?.providerCustomerId)
+        await store.transaction((tx) => rememberCustomer(tx, auth.tid, portal.customerId));
+      return { url: portal.url, provider: deps.provider.name };
     },
 
     async redeemGiftCard(req: billingV1.RedeemGiftCardRequest, ctx: CallContext): Promise<billingV1.RedeemGiftCardResponse> {
@@ -232,8 +348,13 @@ export function billingHandlers(deps: BillingDeps) {
     },
 
     async handleProviderWebhook(req: billingV1.HandleProviderWebhookRequest): Promise<billingV1.HandleProviderWebhookResponse> {
-      // Only the sandbox provider exists in this version: it settles at once and sends no webhooks.
-      throw errors.notFound('payment_provider', req.provider);
+      // The sandbox sends no webhooks; a provider other than the configured one is unknown here.
+      const event = providerNamed(deps.provider, req.provider).parseWebhook(Buffer.from(req.payload), req.signature);
+      if (event.type !== 'ignored') {
+        await settle(event);
+        relay.notify();
+      }
+      return { received: true };
     },
 
     async adminMintGiftCards(req: billingV1.AdminMintGiftCardsRequest): Promise<billingV1.AdminMintGiftCardsResponse> {

@@ -4,6 +4,7 @@ import { ALL_COLLECTIONS } from './collections';
 import { billingConfig } from './config';
 import { billingEventHandler } from './events';
 import { billingHandlers } from './handlers';
+import { paymentProvider } from './providers';
 
 /** This service's consumer group on the bus: its position survives restarts. */
 export const CONSUMER_GROUP = 'billing';
@@ -16,6 +17,13 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     { creditsPer1kTokens: rt.config.creditsPer1kTokens, startingGrant: rt.config.startingGrant },
     rt.logger,
   );
+  const publicUrl = rt.config.publicUrl ?? `http://${rt.config.gatewayHost}:${rt.config.gatewayPort}`;
+  const provider = paymentProvider({
+    stripeSecretKey: rt.config.stripeSecretKey,
+    stripeWebhookSecret: rt.config.stripeWebhookSecret,
+    stripeApiUrl: rt.config.stripeApiUrl,
+    publicUrl,
+  });
   const subscription = await rt.bus.subscribe({
     group: CONSUMER_GROUP,
     topics: [TOPICS.identity, TOPICS.agents, TOPICS.chat],
@@ -36,7 +44,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
           store: rt.store,
           relay: rt.relay,
           adminToken: rt.config.adminToken,
-          publicUrl: rt.config.publicUrl ?? `http://${rt.config.gatewayHost}:${rt.config.gatewayPort}`,
+          provider,
           creditPriceCents: rt.config.creditPriceCents,
         }),
         // The provider's signature, or the operator token in the request, is the credential of these.
