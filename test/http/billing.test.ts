@@ -1,5 +1,6 @@
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { readSse } from '../helpers/sse';
 import { startStack, type Stack } from '../helpers/stack';
 
 // Billing through the gateway: the starting grant, purchases with Idempotency-Key, gift cards redeemed once, the
@@ -157,6 +158,46 @@ it('spends credits on model calls, shows usage per model and per key, and answer
   const usage = (await api.get('/api/v1/billing/summary', t)).body.data.usage;
   expect(usage).toMatchObject({ calls: 1, credits: 1, byModel: [{ key: 'openai/gpt-fake', calls: 1, credits: 1 }] });
   expect(usage.byCredential).toEqual([expect.objectContaining({ key: keyId, kind: 'api_key', calls: 1, credits: 1 })]);
+});
+
+it('bills a chat reply whose reader hung up mid-stream, and the model call of an agent run cancelled mid-call', async () => {
+  const a = await tenant('Cut off');
+  const t = { token: a.accessToken };
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-cut', baseUrl: llm.url, apiKey: 'sk-billing' }, t);
+  const usageOfModel = async () =>
+    ((await api.get('/api/v1/billing/summary', t)).body.data.usage.byModel as Array<{ key: string; calls: number; credits: number }>).find(
+      (l) => l.key === 'openai/gpt-cut',
+    );
+
+  // Chat: 1,500 tokens reported at the end (2 credits); the reader leaves after the first delta.
+  llm.script({ type: 'text', text: 'a slow reply '.repeat(10), chunks: 20, delayMs: 20, usage: { inputTokens: 1000, outputTokens: 500 } });
+  const session = (await api.post('/api/v1/chat/sessions', { title: 'hung up' }, t)).body.data.id;
+  expect((await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'go' }, t)).status).toBe(202);
+  const read = await readSse(`${stack.url}/api/v1/chat/sessions/${session}/stream`, {
+    token: a.accessToken,
+    stopAfter: (events) => events.some((e) => e.event === 'message.delta'),
+  });
+  expect(read.hungUp).toBe(true);
+  await eventually(async () => (await usageOfModel())?.calls === 1);
+  expect(await usageOfModel()).toMatchObject({ calls: 1, credits: 2 });
+  expect(await balanceOf(a)).toBe(998);
+
+  // Agent run: a long reply whose usage would come at its end; the run is cancelled while it streams. The call
+  // is billed for what streamed, estimated (4 characters a token), at least 1 credit.
+  const requestsBefore = llm.requests.length;
+  llm.script({ type: 'text', text: 'word '.repeat(400), chunks: 400, delayMs: 10, usage: { inputTokens: 9000, outputTokens: 9000 } });
+  const agent = (await api.post('/api/v1/agents', { name: 'cut', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body.data.id;
+  const project = (await api.post('/api/v1/projects', { name: 'p' }, t)).body.data.id;
+  const run = (await api.post(`/api/v1/agents/${agent}/execute`, { goal: 'g', projectId: project }, t)).body.data;
+  await eventually(async () => llm.requests.length > requestsBefore);
+  await new Promise((r) => setTimeout(r, 500)); // let part of the reply stream
+  expect((await api.post(`/api/v1/agents/${agent}/runs/${run.id}/cancel`, undefined, t)).body.data.status).toBe('cancelled');
+  await eventually(async () => (await usageOfModel())?.calls === 2, 15_000);
+  const line = (await usageOfModel())!;
+  // Not the 18 credits the full reply would have reported; more than nothing.
+  expect(line.credits - 2).toBeGreaterThanOrEqual(1);
+  expect(line.credits - 2).toBeLessThan(18);
+  expect(await balanceOf(a)).toBe(1000 - line.credits);
 });
 
 it('answers 404 on the operator routes when SVC_ADMIN_TOKEN is unset', async () => {

@@ -28,7 +28,7 @@ export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: Ru
 export async function emitUsage(
   tx: StoreSession,
   run: RunDoc,
-  call: { provider: string; model: string; keySource: string; usage: Usage },
+  call: { provider: string; model: string; keySource: string; usage: Usage; estimated?: boolean },
 ): Promise<void> {
   const value: eventsV1.UsageData = {
     source: 'agent_run',
@@ -40,7 +40,7 @@ export async function emitUsage(
     keySource: call.keySource,
     credentialId: run.credentialId ?? '',
     credentialType: run.credentialType ?? '',
-    estimated: false,
+    estimated: call.estimated ?? false,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
 }

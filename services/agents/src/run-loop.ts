@@ -9,6 +9,7 @@ import { isAppError, type Logger, nowIso, type SecretBox, type ServiceClient, ty
 import {
   collect,
   createProvider,
+  estimateUsage,
   isLlmError,
   type LlmError,
   type LlmMessage,
@@ -28,6 +29,8 @@ export interface Lease {
   /** Aborted when the run is cancelled, the lease is lost or the process stops. */
   signal: AbortSignal;
   save(patch: Partial<RunDoc>, events?: (tx: StoreSession, run: RunDoc) => Promise<void>): Promise<RunDoc>;
+  /** Writes events whatever became of the lease (a cancelled run's cut-off model call is still billed). */
+  publish(events: (tx: StoreSession) => Promise<void>): Promise<void>;
   /** Gives the run back, still `running`, for any worker to take again in `delayMs` (counts as an attempt). */
   handBack(delayMs: number): Promise<void>;
 }
@@ -112,11 +115,36 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-async function callModel(provider: LlmProvider, request: LlmRequest, signal: AbortSignal, deps: LoopDeps) {
+/** What a model call that ended early had streamed: billed for the usage reported, else an estimate. */
+interface CutOffCall {
+  usage: Usage;
+  estimated: boolean;
+}
+
+async function callModel(
+  provider: LlmProvider,
+  request: LlmRequest,
+  signal: AbortSignal,
+  deps: LoopDeps,
+  billCutOff: (call: CutOffCall) => Promise<void>,
+) {
   for (let attempt = 0; ; attempt++) {
+    let streamed = '';
+    let reported: Usage | undefined;
     try {
-      return await collect(provider.stream(request, { signal }));
+      return await collect(provider.stream(request, { signal }), (e) => {
+        if (e.type === 'text') streamed += e.delta;
+        else if (e.type === 'tool_call') streamed += JSON.stringify(e.arguments);
+        else if (e.type === 'usage') reported = { inputTokens: e.inputTokens, outputTokens: e.outputTokens };
+      });
     } catch (err) {
+      // Cancelled, out of time, shut down or cut by the provider mid-stream: the provider charged for what it sent.
+      if (reported || streamed) {
+        const usage = reported ?? estimateUsage(request.messages, streamed);
+        await billCutOff({ usage, estimated: !reported }).catch((billErr: unknown) =>
+          deps.logger.error({ err: billErr }, 'could not record the usage of a cut-off model call'),
+        );
+      }
       if (!isLlmError(err) || !err.retryable || attempt >= deps.stepRetries || signal.aborted) throw err;
       await sleep(deps.retryBaseMs * 2 ** attempt, signal);
     }
@@ -241,6 +269,10 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       },
       signal,
       deps,
+      ({ usage, estimated }) =>
+        lease.publish((tx) =>
+          emitUsage(tx, run, { provider: settings.provider, model: model || '', keySource: settings.source, usage, estimated }),
+        ),
     );
     const usage = reply.usage ?? NO_USAGE;
     // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
@@ -277,13 +309,26 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     const totals = { inputTokens: run.usage.inputTokens + usage.inputTokens, outputTokens: run.usage.outputTokens + usage.outputTokens };
     const usageEvent = (tx: StoreSession, doc: RunDoc) =>
       emitUsage(tx, doc, { provider: settings.provider, model: model || '', keySource: settings.source, usage });
+    // The step and its usage are saved together; when the run was cancelled (or taken) in between, the call was
+    // still made and paid for: its usage is recorded on its own.
+    const saveStep = (patch: Partial<RunDoc>, more?: (tx: StoreSession, doc: RunDoc) => Promise<void>) =>
+      lease
+        .save(patch, async (tx, doc) => {
+          await usageEvent(tx, doc);
+          await more?.(tx, doc);
+        })
+        .catch(async (err: unknown) => {
+          const before = run;
+          if (err instanceof LostLease) await lease.publish((tx) => usageEvent(tx, before));
+          throw err;
+        });
 
     if (calls.length === 0) {
       if (reply.finishReason === 'error') {
-        run = await lease.save({ steps: [...run.steps, modelStep], usage: totals, budgetLeftMs: budgetLeftMs() }, usageEvent);
+        run = await saveStep({ steps: [...run.steps, modelStep], usage: totals, budgetLeftMs: budgetLeftMs() });
         throw new RunFailure('llm_refused: the provider ended the reply (content policy)');
       }
-      await lease.save(
+      await saveStep(
         {
           ...RELEASED,
           steps: [...run.steps, modelStep],
@@ -293,14 +338,11 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
           completedAt: nowIso(),
           budgetLeftMs: budgetLeftMs(),
         },
-        async (tx, doc) => {
-          await usageEvent(tx, doc);
-          await emitRunEvent(tx, 'agent.completed', doc);
-        },
+        (tx, doc) => emitRunEvent(tx, 'agent.completed', doc),
       );
       return;
     }
-    run = await lease.save({ steps: [...run.steps, modelStep, ...toolSteps], usage: totals, budgetLeftMs: budgetLeftMs() }, usageEvent);
+    run = await saveStep({ steps: [...run.steps, modelStep, ...toolSteps], usage: totals, budgetLeftMs: budgetLeftMs() });
   }
 }
 

@@ -187,6 +187,10 @@ export class RunWorker {
       run: doc,
       signal: controller.signal,
       save: (patch, events) => this.save(lease, patch, events),
+      publish: async (events) => {
+        await this.store.transaction(events);
+        this.relay.notify();
+      },
       handBack: async (delayMs) => {
         await this.store
           .collection(runs)

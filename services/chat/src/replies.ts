@@ -1,5 +1,5 @@
 import { addToOutbox, domainEvent, nowIso, TOPICS, type Logger, type OutboxRelay, type Store } from '@svc/kit';
-import { createProvider, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
+import { createProvider, estimateUsage, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus } from './collections';
 import { LiveReply } from './live';
 
@@ -270,12 +270,6 @@ export class Replies {
 }
 
 class RefusedError extends Error {}
-
-/** Tokens of a call the provider gave no usage for: about 4 characters a token (documented as an estimate). */
-export function estimateUsage(history: LlmMessage[], output: string): { inputTokens: number; outputTokens: number } {
-  const chars = history.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
-  return { inputTokens: Math.ceil(chars / 4), outputTokens: Math.ceil(output.length / 4) };
-}
 
 /** What the store holds of a reply streaming in this process. */
 interface Progress {
