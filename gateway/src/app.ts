@@ -10,6 +10,7 @@ import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
 import { fieldErrors, validatorCompiler } from './lib/validation';
 import { registerAuthentication } from './plugins/authenticate';
+import { registerPages } from './pages';
 import { registerRoutes } from './routes';
 
 export interface GatewayDeps {
@@ -106,6 +107,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     publicOrigin: () => new URL(deps.config.publicUrl).origin,
   });
   registerRoutes(app, deps);
+  registerPages(app);
 
   app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
     sendError(request, reply, toAppError(err, request.log, request.id)),

@@ -1,0 +1,323 @@
+// The web pages' one script (no build step, no dependencies). Everything shown from the API goes in with
+// textContent, never as HTML. Requests are same-origin with the session cookie; the browser adds the Origin header
+// the gateway's CSRF rule checks.
+const API = '/api/v1';
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+
+class ApiError extends Error {
+  constructor(status, body, requestId) {
+    const fields = body?.error?.details?.fields;
+    const detail = Array.isArray(fields) ? ` ${fields.map((f) => `${f.field}: ${f.message}`).join('; ')}` : '';
+    super(`${body?.error?.message ?? `The request failed (HTTP ${status}).`}${detail}`);
+    this.status = status;
+    this.code = body?.error?.code;
+    this.details = body?.error?.details ?? {};
+    this.requestId = body?.meta?.request_id ?? requestId;
+  }
+}
+
+async function api(method, path, body, headers = {}) {
+  const res = await fetch(API + path, {
+    method,
+    credentials: 'same-origin',
+    headers: { accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) throw new ApiError(res.status, json, res.headers.get('x-request-id'));
+  return json?.data;
+}
+
+function say(text) {
+  $('error').hidden = true;
+  $('status').textContent = text;
+}
+
+function showError(err) {
+  $('status').textContent = '';
+  const el = $('error');
+  el.textContent = err instanceof ApiError && err.requestId ? `${err.message} (request id ${err.requestId})` : String(err.message ?? err);
+  el.hidden = false;
+}
+
+/** Only a path on this site: never an address elsewhere (an open redirect). */
+function safeNext(next) {
+  return typeof next === 'string' && /^\/(?![/\\])/.test(next) ? next : '/settings/security/api-keys';
+}
+
+function toLogin() {
+  location.assign(`/login?next=${encodeURIComponent(location.pathname + location.search)}`);
+}
+
+/** The signed-in user, or a trip to the sign-in page that comes back here. */
+async function signedIn() {
+  try {
+    const me = await api('GET', '/auth/me');
+    const who = $('who');
+    if (who) who.textContent = `${me.user.email} · ${me.tenant.name}`;
+    return me;
+  } catch (err) {
+    if (err.status === 401) toLogin();
+    else showError(err);
+    return null;
+  }
+}
+
+/** Runs a form's action with its button disabled, showing any error. */
+function onSubmit(form, action) {
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    try {
+      await action(new FormData(form));
+    } catch (err) {
+      // On a signed-in page a 401 means the session ended; on the sign-in form it means wrong credentials.
+      if (err.status === 401 && $('sign-out')) toLogin();
+      else showError(err);
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+function cell(row, text) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  row.append(td);
+  return td;
+}
+
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : 'never');
+
+const pages = {
+  login() {
+    const next = safeNext(params.get('next'));
+    const other = $('to-signup') ?? $('to-signin');
+    other.href = `${other.getAttribute('href').split('?')[0]}?${new URLSearchParams({ ...(other.id === 'to-signup' ? { signup: '1' } : {}), next })}`;
+    const signin = $('signin-form');
+    if (signin)
+      onSubmit(signin, async (f) => {
+        await api('POST', '/auth/login', { email: f.get('email'), password: f.get('password') });
+        location.assign(next);
+      });
+    const signup = $('signup-form');
+    if (signup)
+      onSubmit(signup, async (f) => {
+        await api('POST', '/auth/register', {
+          name: f.get('name'),
+          email: f.get('email'),
+          password: f.get('password'),
+          tenantName: f.get('tenantName'),
+        });
+        location.assign(next);
+      });
+    $('email').focus();
+  },
+
+  async 'cli-login'() {
+    const loginId = params.get('loginId');
+    const state = params.get('state');
+    const outcome = (title, text) => {
+      $('request').hidden = true;
+      $('outcome-title').textContent = title;
+      $('outcome-text').textContent = text;
+      $('outcome').hidden = false;
+      $('outcome-title').tabIndex = -1;
+      $('outcome-title').focus();
+    };
+    if (!loginId || !state) return outcome('This link is incomplete', 'Run svc login again and open the address it prints.');
+    const me = await signedIn();
+    if (!me) return;
+    let info;
+    try {
+      info = await api('GET', `/cli/auth/info?${new URLSearchParams({ loginId })}`);
+    } catch (err) {
+      if (err.status === 404) return outcome('Login request not found', 'It may have expired. Run svc login again.');
+      return showError(err);
+    }
+    if (info.status !== 'pending')
+      return outcome('This login request is no longer waiting', `Its status is ${info.status}. Run svc login again if you need to.`);
+    $('code').textContent = info.verificationCode;
+    $('cli-version').textContent = info.cliVersion || 'unknown';
+    $('platform').textContent = info.platform || 'unknown';
+    $('account').textContent = `${me.user.email} (${me.tenant.name})`;
+    $('expires').textContent = when(info.expiresAt);
+    $('request').hidden = false;
+    const decide = (approve) => async () => {
+      $('approve').disabled = $('deny').disabled = true;
+      try {
+        await api('POST', approve ? '/cli/auth/complete' : '/cli/auth/deny', { loginId, state });
+        if (approve)
+          outcome(
+            'CLI login approved',
+            `The CLI is now signed in as ${me.user.email}. You can close this page and return to your terminal.`,
+          );
+        else outcome('CLI login denied', 'The CLI was not signed in. You can close this page and return to your terminal.');
+      } catch (err) {
+        $('approve').disabled = $('deny').disabled = false;
+        if (err.status === 409) outcome('This login request is no longer waiting', 'It expired or was already used. Run svc login again.');
+        else showError(err);
+      }
+    };
+    $('approve').addEventListener('click', decide(true));
+    $('deny').addEventListener('click', decide(false));
+  },
+
+  async 'api-keys'() {
+    if (!(await signedIn())) return;
+    const body = $('keys').querySelector('tbody');
+    async function load() {
+      const keys = await api('GET', '/api-keys?limit=100');
+      body.replaceChildren();
+      $('no-keys').hidden = keys.length > 0;
+      for (const k of keys) {
+        const row = document.createElement('tr');
+        cell(row, k.name);
+        cell(row, `${k.start}…`).className = 'mono';
+        cell(row, k.type);
+        cell(row, k.environment);
+        cell(row, k.scopes?.length ? k.scopes.join(', ') : 'all (unscoped)');
+        cell(row, when(k.createdAt));
+        cell(row, when(k.lastUsedAt));
+        const revoke = document.createElement('button');
+        revoke.type = 'button';
+        revoke.className = 'secondary';
+        revoke.textContent = 'Revoke';
+        revoke.setAttribute('aria-label', `Revoke ${k.name}`);
+        revoke.addEventListener('click', async () => {
+          revoke.disabled = true;
+          try {
+            await api('DELETE', `/api-keys/${encodeURIComponent(k.id)}`);
+            say(`Key ${k.name} revoked: it no longer works.`);
+            await load();
+          } catch (err) {
+            revoke.disabled = false;
+            showError(err);
+          }
+        });
+        cell(row, '').append(revoke);
+        body.append(row);
+      }
+    }
+    onSubmit($('create-key-form'), async (f) => {
+      const scopes = f.getAll('scopes');
+      const created = await api('POST', '/api-keys', {
+        name: f.get('name'),
+        type: f.get('type'),
+        environment: f.get('environment'),
+        ...(scopes.length ? { scopes } : {}),
+      });
+      $('new-key-value').value = created.key;
+      $('new-key').hidden = false;
+      $('copied').textContent = '';
+      $('create-key-form').reset();
+      say(`Key ${created.name} created.`);
+      $('new-key-value').focus();
+      $('new-key-value').select();
+      await load();
+    });
+    $('copy-key').addEventListener('click', async () => {
+      const input = $('new-key-value');
+      try {
+        await navigator.clipboard.writeText(input.value);
+      } catch {
+        input.select();
+        document.execCommand('copy');
+      }
+      $('copied').textContent = 'Copied';
+    });
+    await load().catch(showError);
+  },
+
+  async network() {
+    if (!(await signedIn())) return;
+    const area = $('allowlist');
+    try {
+      area.value = (await api('GET', '/tenant/security/network')).ipAllowlist.join('\n');
+    } catch (err) {
+      showError(err);
+    }
+    onSubmit($('network-form'), async (f) => {
+      const ipAllowlist = String(f.get('allowlist'))
+        .split(/[\s,]+/)
+        .map((s) => s.trim())
+        .filter(Boolean);
+      const saved = await api('PUT', '/tenant/security/network', { ipAllowlist });
+      area.value = saved.ipAllowlist.join('\n');
+      say(
+        saved.ipAllowlist.length
+          ? `Saved: API keys now work only from ${saved.ipAllowlist.length} address(es).`
+          : 'Saved: API keys work from any address.',
+      );
+    });
+  },
+
+  async billing() {
+    if (!(await signedIn())) return;
+    const key = () => crypto.randomUUID();
+    async function load() {
+      const [summary, invoices] = await Promise.all([api('GET', '/billing/summary'), api('GET', '/billing/invoices?limit=50')]);
+      $('plan').textContent = summary.plan;
+      $('balance').textContent = summary.credits.balance.toLocaleString();
+      $('usage').textContent = `${summary.usage.calls} model calls, ${summary.usage.credits} credits`;
+      const body = $('invoices').querySelector('tbody');
+      body.replaceChildren();
+      $('no-invoices').hidden = invoices.length > 0;
+      for (const i of invoices) {
+        const row = document.createElement('tr');
+        cell(row, when(i.createdAt));
+        cell(row, i.description);
+        cell(row, `${(i.amountCents / 100).toFixed(2)} ${i.currency.toUpperCase()}`);
+        cell(row, i.status);
+        cell(row, i.provider);
+        body.append(row);
+      }
+    }
+    /** A payment: the sandbox settles at once; a provider with a checkout (Stripe) takes the user there. */
+    function settled(payment, what) {
+      if (payment.status === 'pending' && payment.checkoutUrl) return location.assign(payment.checkoutUrl);
+      say(`${what} (${payment.provider}${payment.provider === 'sandbox' ? ': settled at once, no money moved' : ''}).`);
+    }
+    onSubmit($('buy-form'), async (f) => {
+      const payment = await api('POST', '/billing/credits/purchase', { credits: Number(f.get('credits')) }, { 'idempotency-key': key() });
+      settled(payment, `Bought ${payment.invoice.credits} credits`);
+      await load();
+    });
+    onSubmit($('gift-form'), async (f) => {
+      const res = await api('POST', '/billing/gift-cards/redeem', { code: f.get('code') }, { 'idempotency-key': key() });
+      $('gift-form').reset();
+      say(`Redeemed: ${res.creditsAdded} credits added.`);
+      await load();
+    });
+    onSubmit($('plan-form'), async (f) => {
+      const payment = await api('POST', '/billing/subscription/create', { plan: f.get('plan') }, { 'idempotency-key': key() });
+      settled(payment, `Subscribed to ${f.get('plan')}`);
+      await load();
+    });
+    await load().catch(showError);
+  },
+};
+
+async function main() {
+  const out = $('sign-out');
+  if (out)
+    out.addEventListener('click', async () => {
+      await api('POST', '/auth/logout').catch(() => undefined);
+      location.assign('/login');
+    });
+  try {
+    await pages[document.body.dataset.page]?.();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+void main();

@@ -1,0 +1,60 @@
+/**
+ * Debian's chromium driven by playwright-core (never a downloaded browser). `step` runs one test's browser work and
+ * keeps a screenshot of the page when it fails, under test-results/screenshots/.
+ */
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+
+export const CHROMIUM = '/usr/bin/chromium';
+const SHOTS = resolve(__dirname, '../../test-results/screenshots');
+
+export interface Browser {
+  /** A fresh context (no cookies) and a page in it; CSP violations and page errors are collected. */
+  newPage(): Promise<{ page: Page; context: BrowserContext; problems: string[] }>;
+  close(): Promise<void>;
+}
+
+export async function launchBrowser(): Promise<Browser> {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  return {
+    async newPage() {
+      // One browser, a fresh context (its own cookies and storage) per page: like a new private window.
+      const context = await browser.newContext();
+      await context.grantPermissions(['clipboard-read', 'clipboard-write']).catch(() => undefined);
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+      page.on('console', (m) => {
+        if (m.type() === 'error' && /Content Security Policy|Refused to/i.test(m.text())) problems.push(`csp: ${m.text()}`);
+      });
+      return { page, context, problems };
+    },
+    close: () => browser.close(),
+  };
+}
+
+/** Runs `fn`; on failure saves a full-page screenshot named after the test, then fails as `fn` did. */
+export async function step(page: Page, name: string, fn: () => Promise<void>): Promise<void> {
+  try {
+    await fn();
+  } catch (err) {
+    mkdirSync(SHOTS, { recursive: true });
+    const file = join(SHOTS, `${name.replace(/[^\w-]+/g, '-')}-${Date.now()}.png`);
+    await page.screenshot({ path: file, fullPage: true }).catch(() => undefined);
+    (err as Error).message += `\n(screenshot: ${file})`;
+    throw err;
+  }
+}
