@@ -66,6 +66,7 @@ beforeAll(async () => {
   ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, { token: owner.accessToken })).body.data.id;
   ids.tenantId = owner.tenantId;
   ids.featureKey = 'agents';
+  ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
   ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, { token: owner.accessToken })).body.data.name;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/kit';
-import { apiKeysPage, billingPage, cliLoginPage, loginPage, networkPage, PAGE_CSP } from './layout';
+import { apiKeysPage, billingPage, cliLoginPage, loginPage, networkPage, oauthCallbackPage, PAGE_CSP } from './layout';
 
 /** The stylesheet and the script, read once; served with an ETag so a change is picked up at once. */
 function asset(file: string, type: string) {
@@ -31,6 +31,8 @@ export function registerPages(app: FastifyInstance): void {
     '/settings/security/api-keys': () => keysPage,
     '/settings/security/network': () => networkPage(),
     '/settings/billing': () => billingPage(['starter', 'growth', 'enterprise']),
+    // Where an OpenID Connect provider sends the browser back; the script completes the sign-in.
+    '/oauth/:provider/callback': () => oauthCallbackPage(),
   };
   for (const [url, render] of Object.entries(pages)) app.get(url, html(render));
 

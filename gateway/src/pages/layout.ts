@@ -167,3 +167,13 @@ export function billingPage(plans: readonly string[]): string {
 <p id="no-invoices" hidden>No invoices yet.</p></section>`,
   });
 }
+
+export function oauthCallbackPage(): string {
+  return layout({
+    title: 'Signing in',
+    page: 'oauth-callback',
+    signedIn: false,
+    body: `<h1>Signing you in…</h1>
+<p><a href="/login">Back to sign in</a></p>`,
+  });
+}

@@ -8,7 +8,14 @@ import { Obj, Str, Tenant, User } from '../schemas';
 
 const SignedIn = Obj({ user: User, tenant: Tenant, accessToken: Type.String(), refreshToken: Type.String(), expiresIn: Type.Integer() });
 
-type SignInAnswer = identityV1.RegisterResponse | identityV1.LoginResponse | identityV1.RefreshResponse;
+type SignInAnswer =
+  | identityV1.RegisterResponse
+  | identityV1.LoginResponse
+  | identityV1.RefreshResponse
+  | identityV1.ExchangeExternalTokenResponse
+  | identityV1.CompleteOAuthResponse;
+
+const ProviderParams = Obj({ provider: Type.String({ pattern: '^[a-z0-9-]{1,40}$' }) });
 
 export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { identity } = deps.clients;
@@ -117,5 +124,50 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         },
       };
     },
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/exchange',
+    operationId: 'exchangeToken',
+    access: 'public',
+    tag: 'auth',
+    summary: 'Sign in with a token of the configured OpenID provider (OIDC_ISSUER): an access token for this session',
+    body: Obj({ token: Str(1, 16_384) }),
+    response: Obj({ accessToken: Type.String(), expiresIn: Type.Integer(), tokenType: Type.Literal('Bearer') }),
+    handler: async ({ body, call, reply }) => {
+      const done = signedIn(await identity.exchangeExternalToken({ token: body.token }, call), reply);
+      return { accessToken: done.accessToken, expiresIn: done.expiresIn, tokenType: 'Bearer' as const };
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/oauth/:provider/start',
+    operationId: 'startOAuth',
+    access: 'public',
+    tag: 'auth',
+    summary: "The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there",
+    params: ProviderParams,
+    response: Obj({ url: Type.String() }),
+    handler: async ({ params, call }) =>
+      identity.startOAuth(
+        { provider: params.provider, redirectUri: new URL(`/oauth/${params.provider}/callback`, deps.config.publicUrl).toString() },
+        call,
+      ),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/oauth/:provider/authorize',
+    operationId: 'authorizeOAuth',
+    access: 'public',
+    tag: 'auth',
+    summary: "Complete the sign-in with the provider's code and the state from start (like login: tokens and the cookie)",
+    params: ProviderParams,
+    body: Obj({ code: Str(1, 2048), state: Str(1, 4096) }),
+    response: SignedIn,
+    handler: async ({ params, body, call, reply }) =>
+      signedIn(await identity.completeOAuth({ provider: params.provider, code: body.code, state: body.state }, call), reply),
   });
 }

@@ -161,7 +161,17 @@ export interface CliLoginDoc {
 
 export const cliLogins: CollectionDef<CliLoginDoc> = { name: 'cli_logins' };
 
+/** A completed OAuth sign-in's state (id = its SHA-256): a state is used once. */
+export interface OAuthStateDoc {
+  id: string;
+  expiresAtMs: number;
+  createdAt: string;
+}
+
+export const oauthStates: CollectionDef<OAuthStateDoc> = { name: 'oauth_states' };
+
 export const ALL_COLLECTIONS = [
+  oauthStates,
   tenants,
   users,
   sessions,

@@ -6,6 +6,7 @@ import type { IdentityDeps } from './context';
 import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
 import { cliLoginHandlers } from './handlers/cli-login';
+import { externalAuthHandlers } from './handlers/external-auth';
 import { llmSettingsHandlers } from './handlers/llm-settings';
 import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
@@ -13,6 +14,7 @@ import { teamHandlers } from './handlers/team';
 import { FailureThrottle } from './login-guard';
 import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
+import { parseOAuthProviders } from './oidc';
 import { SigningKeys } from './signing-keys';
 
 /** Redis channel on which gateways hear about revocations at once (they also poll ListRevocations). */
@@ -36,6 +38,9 @@ const config = {
   loginAttemptsPerAddress: field('LOGIN_ATTEMPTS_PER_ADDRESS', 'int', { default: '30', min: 1 }),
   loginAttemptsPerAccountAddress: field('LOGIN_ATTEMPTS_PER_ACCOUNT_ADDRESS', 'int', { default: '10', min: 1 }),
   loginAttemptWindowS: field('LOGIN_ATTEMPT_WINDOW_S', 'int', { default: '300', min: 1, max: 86_400 }),
+  oidcIssuer: field('OIDC_ISSUER', 'url'),
+  oidcAudience: field('OIDC_AUDIENCE', 'string'),
+  oauthProviders: field('OAUTH_PROVIDERS', 'string', { secret: true }),
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
@@ -107,6 +112,10 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
           ...cliLoginHandlers(deps),
+          ...externalAuthHandlers(deps, {
+            exchange: rt.config.oidcIssuer ? { issuer: rt.config.oidcIssuer, audience: rt.config.oidcAudience ?? '' } : null,
+            oauth: parseOAuthProviders(rt.config.oauthProviders),
+          }),
         },
         publicMethods: [
           'register',
@@ -118,6 +127,9 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           'startCliLogin',
           'getCliLogin',
           'exchangeCliLogin',
+          'exchangeExternalToken',
+          'startOAuth',
+          'completeOAuth',
         ],
       }),
     ],

@@ -122,6 +122,21 @@ const pages = {
     $('email').focus();
   },
 
+  async 'oauth-callback'() {
+    const provider = location.pathname.split('/')[2];
+    if (params.get('error'))
+      return showError(new Error(`The identity provider said: ${params.get('error_description') ?? params.get('error')}`));
+    try {
+      await api('POST', `/oauth/${encodeURIComponent(provider)}/authorize`, {
+        code: params.get('code') ?? '',
+        state: params.get('state') ?? '',
+      });
+      location.replace('/settings/security/api-keys');
+    } catch (err) {
+      showError(err);
+    }
+  },
+
   async 'cli-login'() {
     const loginId = params.get('loginId');
     const state = params.get('state');

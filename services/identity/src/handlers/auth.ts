@@ -45,6 +45,41 @@ export async function userCreated(tx: StoreSession, user: UserDoc): Promise<void
   );
 }
 
+/** The documents of a new tenant and its owner (not stored yet). */
+export function ownerOfNewTenant(f: { email: string; name: string; tenantName: string; passwordHash: string }): {
+  tenant: TenantDoc;
+  user: UserDoc;
+} {
+  const now = nowIso();
+  const tenant: TenantDoc = { id: newId('ten'), name: f.tenantName, plan: 'free', ipAllowlist: [], createdAt: now, updatedAt: now };
+  const user: UserDoc = {
+    id: newId('usr'),
+    tenantId: tenant.id,
+    email: f.email,
+    name: f.name,
+    role: 'owner',
+    passwordHash: f.passwordHash,
+    disabled: false,
+    createdAt: now,
+    updatedAt: now,
+  };
+  return { tenant, user };
+}
+
+/** Stores a new tenant and its owner and announces both (`tenant.created`, `user.created`), in the caller's transaction. */
+export async function createTenantWithOwner(tx: StoreSession, tenant: TenantDoc, user: UserDoc): Promise<void> {
+  await tx.collection(tenants).insert(tenant);
+  await tx.collection(users).insert(user);
+  await addToOutbox(
+    tx,
+    domainEvent(TOPICS.identity, 'tenant.created', tenant.id, {
+      $case: 'tenant',
+      value: { id: tenant.id, name: tenant.name, plan: tenant.plan, createdAt: tenant.createdAt },
+    }),
+  );
+  await userCreated(tx, user);
+}
+
 export function authHandlers(deps: IdentityDeps) {
   const { store } = deps;
 
@@ -57,31 +92,10 @@ export function authHandlers(deps: IdentityDeps) {
       const tenantName = c.text('tenantName', req.tenantName, 1, 200);
       c.done();
       const passwordHash = await hashPassword(password);
-      const now = nowIso();
-      const tenant: TenantDoc = { id: newId('ten'), name: tenantName, plan: 'free', ipAllowlist: [], createdAt: now, updatedAt: now };
-      const user: UserDoc = {
-        id: newId('usr'),
-        tenantId: tenant.id,
-        email,
-        name,
-        role: 'owner',
-        passwordHash,
-        disabled: false,
-        createdAt: now,
-        updatedAt: now,
-      };
+      const { tenant, user } = ownerOfNewTenant({ email, name, tenantName, passwordHash });
       try {
         const out = await store.transaction(async (tx) => {
-          await tx.collection(tenants).insert(tenant);
-          await tx.collection(users).insert(user);
-          await addToOutbox(
-            tx,
-            domainEvent(TOPICS.identity, 'tenant.created', tenant.id, {
-              $case: 'tenant',
-              value: { id: tenant.id, name: tenant.name, plan: tenant.plan, createdAt: tenant.createdAt },
-            }),
-          );
-          await userCreated(tx, user);
+          await createTenantWithOwner(tx, tenant, user);
           return startSession(deps, tx, user);
         });
         deps.relay.notify();

@@ -474,6 +474,40 @@ export interface ExchangeCliLoginResponse {
   tokens?: SessionTokens | undefined;
 }
 
+export interface ExchangeExternalTokenRequest {
+  token: string;
+}
+
+export interface StartOAuthRequest {
+  provider: string;
+  /** Where the provider sends the browser back (PUBLIC_URL/oauth/{provider}/callback). */
+  redirectUri: string;
+}
+
+export interface StartOAuthResponse {
+  url: string;
+}
+
+export interface CompleteOAuthRequest {
+  provider: string;
+  code: string;
+  state: string;
+}
+
+export interface ExchangeExternalTokenResponse {
+  user?: User | undefined;
+  tenant?: Tenant | undefined;
+  role: string;
+  tokens?: SessionTokens | undefined;
+}
+
+export interface CompleteOAuthResponse {
+  user?: User | undefined;
+  tenant?: Tenant | undefined;
+  role: string;
+  tokens?: SessionTokens | undefined;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -7932,6 +7966,572 @@ export const ExchangeCliLoginResponse: MessageFns<ExchangeCliLoginResponse> = {
   },
 };
 
+function createBaseExchangeExternalTokenRequest(): ExchangeExternalTokenRequest {
+  return { token: "" };
+}
+
+export const ExchangeExternalTokenRequest: MessageFns<ExchangeExternalTokenRequest> = {
+  encode(message: ExchangeExternalTokenRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExchangeExternalTokenRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExchangeExternalTokenRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExchangeExternalTokenRequest {
+    return { token: isSet(object.token) ? globalThis.String(object.token) : "" };
+  },
+
+  toJSON(message: ExchangeExternalTokenRequest): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExchangeExternalTokenRequest>): ExchangeExternalTokenRequest {
+    return ExchangeExternalTokenRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExchangeExternalTokenRequest>): ExchangeExternalTokenRequest {
+    const message = createBaseExchangeExternalTokenRequest();
+    message.token = object.token ?? "";
+    return message;
+  },
+};
+
+function createBaseStartOAuthRequest(): StartOAuthRequest {
+  return { provider: "", redirectUri: "" };
+}
+
+export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
+  encode(message: StartOAuthRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.redirectUri !== "") {
+      writer.uint32(18).string(message.redirectUri);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartOAuthRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartOAuthRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.redirectUri = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartOAuthRequest {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      redirectUri: isSet(object.redirectUri)
+        ? globalThis.String(object.redirectUri)
+        : isSet(object.redirect_uri)
+        ? globalThis.String(object.redirect_uri)
+        : "",
+    };
+  },
+
+  toJSON(message: StartOAuthRequest): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.redirectUri !== "") {
+      obj.redirectUri = message.redirectUri;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartOAuthRequest>): StartOAuthRequest {
+    return StartOAuthRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartOAuthRequest>): StartOAuthRequest {
+    const message = createBaseStartOAuthRequest();
+    message.provider = object.provider ?? "";
+    message.redirectUri = object.redirectUri ?? "";
+    return message;
+  },
+};
+
+function createBaseStartOAuthResponse(): StartOAuthResponse {
+  return { url: "" };
+}
+
+export const StartOAuthResponse: MessageFns<StartOAuthResponse> = {
+  encode(message: StartOAuthResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.url !== "") {
+      writer.uint32(10).string(message.url);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartOAuthResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartOAuthResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartOAuthResponse {
+    return { url: isSet(object.url) ? globalThis.String(object.url) : "" };
+  },
+
+  toJSON(message: StartOAuthResponse): unknown {
+    const obj: any = {};
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartOAuthResponse>): StartOAuthResponse {
+    return StartOAuthResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartOAuthResponse>): StartOAuthResponse {
+    const message = createBaseStartOAuthResponse();
+    message.url = object.url ?? "";
+    return message;
+  },
+};
+
+function createBaseCompleteOAuthRequest(): CompleteOAuthRequest {
+  return { provider: "", code: "", state: "" };
+}
+
+export const CompleteOAuthRequest: MessageFns<CompleteOAuthRequest> = {
+  encode(message: CompleteOAuthRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.code !== "") {
+      writer.uint32(18).string(message.code);
+    }
+    if (message.state !== "") {
+      writer.uint32(26).string(message.state);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CompleteOAuthRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCompleteOAuthRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CompleteOAuthRequest {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      state: isSet(object.state) ? globalThis.String(object.state) : "",
+    };
+  },
+
+  toJSON(message: CompleteOAuthRequest): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.state !== "") {
+      obj.state = message.state;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CompleteOAuthRequest>): CompleteOAuthRequest {
+    return CompleteOAuthRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CompleteOAuthRequest>): CompleteOAuthRequest {
+    const message = createBaseCompleteOAuthRequest();
+    message.provider = object.provider ?? "";
+    message.code = object.code ?? "";
+    message.state = object.state ?? "";
+    return message;
+  },
+};
+
+function createBaseExchangeExternalTokenResponse(): ExchangeExternalTokenResponse {
+  return { user: undefined, tenant: undefined, role: "", tokens: undefined };
+}
+
+export const ExchangeExternalTokenResponse: MessageFns<ExchangeExternalTokenResponse> = {
+  encode(message: ExchangeExternalTokenResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.user !== undefined) {
+      User.encode(message.user, writer.uint32(10).fork()).join();
+    }
+    if (message.tenant !== undefined) {
+      Tenant.encode(message.tenant, writer.uint32(18).fork()).join();
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.tokens !== undefined) {
+      SessionTokens.encode(message.tokens, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExchangeExternalTokenResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExchangeExternalTokenResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.user = User.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = Tenant.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tokens = SessionTokens.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExchangeExternalTokenResponse {
+    return {
+      user: isSet(object.user) ? User.fromJSON(object.user) : undefined,
+      tenant: isSet(object.tenant) ? Tenant.fromJSON(object.tenant) : undefined,
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      tokens: isSet(object.tokens) ? SessionTokens.fromJSON(object.tokens) : undefined,
+    };
+  },
+
+  toJSON(message: ExchangeExternalTokenResponse): unknown {
+    const obj: any = {};
+    if (message.user !== undefined) {
+      obj.user = User.toJSON(message.user);
+    }
+    if (message.tenant !== undefined) {
+      obj.tenant = Tenant.toJSON(message.tenant);
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.tokens !== undefined) {
+      obj.tokens = SessionTokens.toJSON(message.tokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExchangeExternalTokenResponse>): ExchangeExternalTokenResponse {
+    return ExchangeExternalTokenResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExchangeExternalTokenResponse>): ExchangeExternalTokenResponse {
+    const message = createBaseExchangeExternalTokenResponse();
+    message.user = (object.user !== undefined && object.user !== null) ? User.fromPartial(object.user) : undefined;
+    message.tenant = (object.tenant !== undefined && object.tenant !== null)
+      ? Tenant.fromPartial(object.tenant)
+      : undefined;
+    message.role = object.role ?? "";
+    message.tokens = (object.tokens !== undefined && object.tokens !== null)
+      ? SessionTokens.fromPartial(object.tokens)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCompleteOAuthResponse(): CompleteOAuthResponse {
+  return { user: undefined, tenant: undefined, role: "", tokens: undefined };
+}
+
+export const CompleteOAuthResponse: MessageFns<CompleteOAuthResponse> = {
+  encode(message: CompleteOAuthResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.user !== undefined) {
+      User.encode(message.user, writer.uint32(10).fork()).join();
+    }
+    if (message.tenant !== undefined) {
+      Tenant.encode(message.tenant, writer.uint32(18).fork()).join();
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.tokens !== undefined) {
+      SessionTokens.encode(message.tokens, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CompleteOAuthResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCompleteOAuthResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.user = User.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = Tenant.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tokens = SessionTokens.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CompleteOAuthResponse {
+    return {
+      user: isSet(object.user) ? User.fromJSON(object.user) : undefined,
+      tenant: isSet(object.tenant) ? Tenant.fromJSON(object.tenant) : undefined,
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      tokens: isSet(object.tokens) ? SessionTokens.fromJSON(object.tokens) : undefined,
+    };
+  },
+
+  toJSON(message: CompleteOAuthResponse): unknown {
+    const obj: any = {};
+    if (message.user !== undefined) {
+      obj.user = User.toJSON(message.user);
+    }
+    if (message.tenant !== undefined) {
+      obj.tenant = Tenant.toJSON(message.tenant);
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.tokens !== undefined) {
+      obj.tokens = SessionTokens.toJSON(message.tokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CompleteOAuthResponse>): CompleteOAuthResponse {
+    return CompleteOAuthResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CompleteOAuthResponse>): CompleteOAuthResponse {
+    const message = createBaseCompleteOAuthResponse();
+    message.user = (object.user !== undefined && object.user !== null) ? User.fromPartial(object.user) : undefined;
+    message.tenant = (object.tenant !== undefined && object.tenant !== null)
+      ? Tenant.fromPartial(object.tenant)
+      : undefined;
+    message.role = object.role ?? "";
+    message.tokens = (object.tokens !== undefined && object.tokens !== null)
+      ? SessionTokens.fromPartial(object.tokens)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -8288,6 +8888,42 @@ export const IdentityServiceService = {
       Buffer.from(ExchangeCliLoginResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ExchangeCliLoginResponse => ExchangeCliLoginResponse.decode(value),
   },
+  /**
+   * External sign-in (spec 5.12, CONTRACT.md 3). A token of the OpenID provider of OIDC_ISSUER signs in its user
+   * (a new tenant and user for an email not seen before).
+   */
+  exchangeExternalToken: {
+    path: "/identity.v1.IdentityService/ExchangeExternalToken" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ExchangeExternalTokenRequest): Buffer =>
+      Buffer.from(ExchangeExternalTokenRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExchangeExternalTokenRequest => ExchangeExternalTokenRequest.decode(value),
+    responseSerialize: (value: ExchangeExternalTokenResponse): Buffer =>
+      Buffer.from(ExchangeExternalTokenResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExchangeExternalTokenResponse => ExchangeExternalTokenResponse.decode(value),
+  },
+  /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
+  startOAuth: {
+    path: "/identity.v1.IdentityService/StartOAuth" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: StartOAuthRequest): Buffer => Buffer.from(StartOAuthRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StartOAuthRequest => StartOAuthRequest.decode(value),
+    responseSerialize: (value: StartOAuthResponse): Buffer => Buffer.from(StartOAuthResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): StartOAuthResponse => StartOAuthResponse.decode(value),
+  },
+  /** The provider's code and our state: the code is redeemed once, its ID token verified, the user signed in. */
+  completeOAuth: {
+    path: "/identity.v1.IdentityService/CompleteOAuth" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CompleteOAuthRequest): Buffer => Buffer.from(CompleteOAuthRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CompleteOAuthRequest => CompleteOAuthRequest.decode(value),
+    responseSerialize: (value: CompleteOAuthResponse): Buffer =>
+      Buffer.from(CompleteOAuthResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CompleteOAuthResponse => CompleteOAuthResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -8350,6 +8986,15 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   decideCliLogin: handleUnaryCall<DecideCliLoginRequest, DecideCliLoginResponse>;
   /** The terminal exchanges an approved login and its code verifier for a token, once. */
   exchangeCliLogin: handleUnaryCall<ExchangeCliLoginRequest, ExchangeCliLoginResponse>;
+  /**
+   * External sign-in (spec 5.12, CONTRACT.md 3). A token of the OpenID provider of OIDC_ISSUER signs in its user
+   * (a new tenant and user for an email not seen before).
+   */
+  exchangeExternalToken: handleUnaryCall<ExchangeExternalTokenRequest, ExchangeExternalTokenResponse>;
+  /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
+  startOAuth: handleUnaryCall<StartOAuthRequest, StartOAuthResponse>;
+  /** The provider's code and our state: the code is redeemed once, its ID token verified, the user signed in. */
+  completeOAuth: handleUnaryCall<CompleteOAuthRequest, CompleteOAuthResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -8873,6 +9518,57 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ExchangeCliLoginResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * External sign-in (spec 5.12, CONTRACT.md 3). A token of the OpenID provider of OIDC_ISSUER signs in its user
+   * (a new tenant and user for an email not seen before).
+   */
+  exchangeExternalToken(
+    request: ExchangeExternalTokenRequest,
+    callback: (error: ServiceError | null, response: ExchangeExternalTokenResponse) => void,
+  ): ClientUnaryCall;
+  exchangeExternalToken(
+    request: ExchangeExternalTokenRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ExchangeExternalTokenResponse) => void,
+  ): ClientUnaryCall;
+  exchangeExternalToken(
+    request: ExchangeExternalTokenRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ExchangeExternalTokenResponse) => void,
+  ): ClientUnaryCall;
+  /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
+  startOAuth(
+    request: StartOAuthRequest,
+    callback: (error: ServiceError | null, response: StartOAuthResponse) => void,
+  ): ClientUnaryCall;
+  startOAuth(
+    request: StartOAuthRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: StartOAuthResponse) => void,
+  ): ClientUnaryCall;
+  startOAuth(
+    request: StartOAuthRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: StartOAuthResponse) => void,
+  ): ClientUnaryCall;
+  /** The provider's code and our state: the code is redeemed once, its ID token verified, the user signed in. */
+  completeOAuth(
+    request: CompleteOAuthRequest,
+    callback: (error: ServiceError | null, response: CompleteOAuthResponse) => void,
+  ): ClientUnaryCall;
+  completeOAuth(
+    request: CompleteOAuthRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CompleteOAuthResponse) => void,
+  ): ClientUnaryCall;
+  completeOAuth(
+    request: CompleteOAuthRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CompleteOAuthResponse) => void,
   ): ClientUnaryCall;
 }
 
