@@ -1,0 +1,336 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { ApiError, OPERATIONS, SvcClient, type CallOptions, type Input, type OperationId, type Output } from '@svc/sdk';
+import { eventually } from '../helpers/http';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+import { startStack, type Stack } from '../helpers/stack';
+
+// The SDK against the running system: every operation of the OpenAPI document is a method, and the walk below
+// calls every one of them (those driven by a third party, Stripe and the OpenID providers, have their own suites).
+jest.setTimeout(90_000);
+
+const ADMIN = 'operator-token-for-sdk-tests-0123456789';
+let stack: Stack;
+let llm: FakeProviderServer;
+let receiver: Receiver;
+
+/** Remembers which operations were called. */
+const called = new Set<string>();
+class TrackedClient extends SvcClient {
+  protected override call<K extends OperationId>(id: K, input: Input<K>, options?: CallOptions): Promise<Output<K>> {
+    called.add(id);
+    return super.call(id, input, options);
+  }
+}
+
+beforeAll(async () => {
+  llm = await startFakeOpenAI({ apiKey: 'sk-sdk' });
+  receiver = await startReceiver();
+  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, EGRESS_ALLOW_PRIVATE: 'true', CREDITS_CACHE_MS: '0' } });
+});
+afterAll(async () => {
+  await stack.stop();
+  await llm.close();
+  await receiver.close();
+});
+
+it('has a method for every operation of the live OpenAPI document (a new route without one fails here)', async () => {
+  const doc = (await (await fetch(`${stack.url}/api/v1/openapi.json`)).json()) as {
+    paths: Record<string, Record<string, { operationId: string }>>;
+  };
+  const live = Object.values(doc.paths).flatMap((m) => Object.values(m).map((o) => o.operationId));
+  const client = new SvcClient({ baseUrl: stack.url }) as unknown as Record<string, unknown>;
+  const missing = live.filter((id) => typeof client[id] !== 'function' && !(id === 'streamChatReply' && client.streamChatReply));
+  expect(missing).toEqual([]);
+  expect(Object.keys(OPERATIONS).sort()).toEqual([...live].sort());
+});
+
+it('drives every endpoint through the SDK', async () => {
+  const email = `sdk-${Date.now()}@example.com`;
+  const anon = new TrackedClient({ baseUrl: stack.url });
+  const reg = await anon.register({ body: { email, password: 'correct horse battery', name: 'Sdk', tenantName: 'Sdk Co' } });
+  expect(reg.user.email).toBe(email);
+  const login = await anon.login({ body: { email, password: 'correct horse battery' } });
+  const sdk = new TrackedClient({ baseUrl: `${stack.url}/api/v1`, token: { accessToken: login.accessToken, expiresIn: login.expiresIn } });
+  const tenantId = reg.tenant.id;
+
+  // Identity.
+  expect((await sdk.me()).user.email).toBe(email);
+  expect((await sdk.getTenant()).id).toBe(tenantId);
+  const refreshed = await anon.refresh({ body: { refreshToken: login.refreshToken } });
+  sdk.setToken({ accessToken: refreshed.accessToken, expiresIn: refreshed.expiresIn });
+  const member = await sdk.addTeamMember({ body: { email: `m-${email}`, name: 'M', role: 'member', password: 'password123' } });
+  expect((await sdk.listTeamMembers()).map((m) => m.email)).toContain(`m-${email}`);
+  expect((await sdk.updateTeamMember({ params: { userId: member.userId }, body: { role: 'admin' } })).role).toBe('admin');
+  await sdk.removeTeamMember({ params: { userId: member.userId } });
+  await sdk.putNetworkSettings({ body: { ipAllowlist: [] } });
+  expect((await sdk.getNetworkSettings()).ipAllowlist).toEqual([]);
+  await sdk.updateLlmSettings({ body: { provider: 'openai', model: 'gpt-fake', baseUrl: llm.url, apiKey: 'sk-sdk' } });
+  expect((await sdk.getLlmSettings()).provider).toBe('openai');
+
+  // API keys: created, listed, read, used, revoked.
+  const key = await sdk.createApiKey({ body: { name: 'sdk', type: 'sdk', environment: 'development' } });
+  expect((await sdk.listApiKeys()).map((k) => k.id)).toContain(key.id);
+  expect((await sdk.getApiKey({ params: { id: key.id } })).name).toBe('sdk');
+  const withKey = new TrackedClient({ baseUrl: stack.url, apiKey: key.key });
+  expect((await withKey.me()).credential.type).toBe('api_key');
+
+  // Projects.
+  const project = await sdk.createProject({ body: { name: 'Sdk project', description: 'd', language: 'ts' } });
+  expect((await sdk.getProject({ params: { id: project.id } })).name).toBe('Sdk project');
+  expect((await sdk.updateProject({ params: { id: project.id }, body: { name: 'Renamed' } })).name).toBe('Renamed');
+  const all: string[] = [];
+  for await (const p of sdk.paginate('listProjects', { query: { limit: 1 } })) all.push((p as { id: string }).id);
+  expect(all).toContain(project.id);
+  expect((await sdk.listProjects()).length).toBeGreaterThan(0);
+
+  // Agents and runs.
+  const agent = await sdk.createAgent({ body: { name: 'helper', systemPrompt: 'Be brief.', config: { autonomyLevel: 'supervised' } } });
+  expect((await sdk.getAgent({ params: { id: agent.id } })).name).toBe('helper');
+  expect((await sdk.updateAgent({ params: { id: agent.id }, body: { name: 'helper 2' } })).name).toBe('helper 2');
+  expect((await sdk.listAgents()).map((a) => a.id)).toContain(agent.id);
+  llm.script({
+    type: 'tool_calls',
+    toolCalls: [{ name: 'update_project', arguments: { description: 'by the agent' } }],
+    usage: { inputTokens: 10, outputTokens: 5 },
+  });
+  const run = await sdk.executeAgent({ params: { id: agent.id }, body: { goal: 'describe it', projectId: project.id } });
+  const seen: string[] = [];
+  for await (const r of sdk.followRun(agent.id, run.id, { intervalMs: 100, untilApproval: true })) seen.push(r.status);
+  expect(seen[seen.length - 1]).toBe('requires_approval');
+  await sdk.rejectAgentRun({ params: { id: agent.id, run_id: run.id }, body: { reason: 'not now' } });
+  for await (const r of sdk.followRun(agent.id, run.id, { intervalMs: 100, untilApproval: true })) seen.push(r.status);
+  if (seen[seen.length - 1] === 'requires_approval') await sdk.approveAgentRun({ params: { id: agent.id, run_id: run.id } });
+  else await expect(sdk.approveAgentRun({ params: { id: agent.id, run_id: run.id } })).rejects.toMatchObject({ status: 409 });
+  const second = await sdk.executeAgent({ params: { id: agent.id }, body: { goal: 'again', projectId: project.id } });
+  await sdk.cancelAgentRun({ params: { id: agent.id, run_id: second.id } }).catch((e: ApiError) => expect(e.status).toBe(409));
+  expect((await sdk.getAgentRun({ params: { id: agent.id, run_id: run.id } })).id).toBe(run.id);
+  expect((await sdk.listAgentRuns({ params: { id: agent.id } })).length).toBe(2);
+
+  // Chat: a reply streamed as an async iterator.
+  const session = await sdk.createChatSession({ body: { title: 'sdk chat' } });
+  expect((await sdk.getChatSession({ params: { id: session.id } })).title).toBe('sdk chat');
+  expect((await sdk.listChatSessions()).map((s) => s.id)).toContain(session.id);
+  llm.script({ type: 'text', text: 'hello from the model', usage: { inputTokens: 3, outputTokens: 4 } });
+  await sdk.sendChatMessage({ params: { id: session.id }, body: { content: 'hi' } });
+  let text = '';
+  for await (const e of sdk.streamChatReply(session.id)) {
+    if (e.type === 'delta') text += e.delta;
+    if (e.type === 'completed') expect(e.message).toMatchObject({ status: 'completed' });
+  }
+  called.add('streamChatReply');
+  expect(text).toBe('hello from the model');
+  expect((await sdk.listChatMessages({ params: { id: session.id } })).length).toBe(2);
+
+  // Webhooks.
+  const hook = await sdk.createWebhook({ body: { url: receiver.url, events: ['project.deleted'], secret: 'whsec-sdk-secret-0123' } });
+  expect((await sdk.getWebhook({ params: { id: hook.id } })).url).toBe(receiver.url);
+  expect(
+    (await sdk.updateWebhook({ params: { id: hook.id }, body: { events: ['project.deleted', 'project.created'] } })).events,
+  ).toHaveLength(2);
+  expect((await sdk.listWebhooks()).map((w) => w.id)).toContain(hook.id);
+  await sdk.testWebhook({ params: { id: hook.id } });
+  let deliveries: Output<'listWebhookDeliveries'> = [];
+  await eventually(async () =>
+    (deliveries = await sdk.listWebhookDeliveries({ params: { id: hook.id } })).some((d) => d.status === 'succeeded'),
+  );
+  await sdk.retryWebhookDelivery({ params: { id: hook.id, deliveryId: deliveries[0].id } });
+  await sdk.deleteProject({ params: { id: project.id } });
+  await sdk.deleteWebhook({ params: { id: hook.id } });
+  await sdk.deleteAgent({ params: { id: agent.id } });
+
+  // Regions.
+  expect((await sdk.listRegions()).length).toBeGreaterThan(0);
+  expect((await sdk.getRegionalPreferences({ params: { tenantId } })).primaryRegion).toEqual(expect.any(String));
+  expect((await sdk.updateRegionalPreferences({ params: { tenantId }, body: { primaryRegion: 'eu-west' } })).primaryRegion).toBe('eu-west');
+  await sdk.putStorageConfig({ params: { tenantId }, body: { storageMode: 'platform', platformRegion: 'eu-west' } });
+  expect((await sdk.getStorageConfig({ params: { tenantId } })).storageMode).toBe('platform');
+  const check = await sdk.validateStorageConfig({
+    params: { tenantId },
+    body: {
+      storageMode: 'byos',
+      byosProvider: 's3',
+      byosBucket: 'bucket',
+      byosEndpoint: 'http://127.0.0.1:9',
+      byosAccessKey: 'k',
+      byosSecretKey: 's',
+    },
+  });
+  expect(check.valid).toBe(false);
+  expect((await sdk.checkFeature({ params: { tenantId, featureKey: 'agents' } })).enabled).toBe(true);
+  expect((await sdk.getRoutingInfo()).regions).toBeDefined();
+
+  // Secrets.
+  await sdk.createSecret({ body: { name: 'SDK_TOKEN', value: 'v1' } });
+  expect((await sdk.updateSecret({ params: { name: 'SDK_TOKEN' }, body: { value: 'v2' } })).version).toBe(2);
+  expect((await sdk.getSecret({ params: { name: 'SDK_TOKEN' } })).name).toBe('SDK_TOKEN');
+  expect((await sdk.listSecrets()).map((s) => s.name)).toContain('SDK_TOKEN');
+  await sdk.deleteSecret({ params: { name: 'SDK_TOKEN' } });
+
+  // Billing, with the operator's calls.
+  const operator = new TrackedClient({ baseUrl: stack.url, apiKey: ADMIN });
+  const { codes } = await operator.adminMintGiftCards({ body: { credits: 50, count: 1 } });
+  await operator.adminAdjustCredits({ params: { id: tenantId }, body: { delta: 5, reason: 'sdk test' } });
+  await operator.adminSetTenantPlan({ params: { id: tenantId }, body: { plan: 'starter' } });
+  expect((await sdk.redeemGiftCard({ body: { code: codes[0] } })).creditsAdded).toBe(50);
+  const bought = await sdk.purchaseCredits({ body: { credits: 10 } });
+  expect(bought).toMatchObject({ provider: 'sandbox', status: 'succeeded', creditsAdded: 10 });
+  expect((await sdk.createSubscription({ body: { plan: 'growth' } })).subscription?.plan).toBe('growth');
+  expect((await sdk.createBillingPortal()).url).toMatch(/\/settings\/billing$/);
+  expect((await sdk.listInvoices()).length).toBe(2);
+  expect((await sdk.getBillingSummary()).usage.calls).toBeGreaterThanOrEqual(1);
+
+  // CLI login, approved by this user, exchanged by the "terminal".
+  const verifier = randomBytes(32).toString('base64url');
+  const state = randomBytes(32).toString('hex');
+  const started = await anon.startCliLogin({
+    body: {
+      state,
+      codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+      codeChallengeMethod: 'S256',
+      cliVersion: '1',
+      platform: 'sdk',
+    },
+  });
+  expect((await anon.getCliLoginStatus({ query: { loginId: started.loginId } })).status).toBe('pending');
+  expect((await anon.getCliLoginInfo({ query: { loginId: started.loginId } })).platform).toBe('sdk');
+  await sdk.completeCliLogin({ body: { loginId: started.loginId, state } });
+  const cli = await anon.exchangeCliLogin({ body: { loginId: started.loginId, codeVerifier: verifier } });
+  expect(cli.user.email).toBe(email);
+  const denied = await anon.startCliLogin({
+    body: {
+      state,
+      codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+      codeChallengeMethod: 'S256',
+      cliVersion: '1',
+      platform: 'sdk',
+    },
+  });
+  await sdk.denyCliLogin({ body: { loginId: denied.loginId, state } });
+
+  await sdk.revokeApiKey({ params: { id: key.id } });
+  await sdk.logout();
+  // Revoked on every gateway within a second (CONTRACT.md 3).
+  await eventually(
+    async () =>
+      (await sdk.me().then(
+        () => null,
+        (e: unknown) => e,
+      )) instanceof ApiError,
+    3000,
+  );
+
+  // Every operation was called, except those a third party drives (their own suites: stripe, external-auth).
+  const driven = ['receiveStripeWebhook', 'exchangeToken', 'startOAuth', 'authorizeOAuth'];
+  expect(Object.keys(OPERATIONS).filter((id) => !called.has(id) && !driven.includes(id))).toEqual([]);
+});
+
+describe('client behaviour', () => {
+  let server: Server;
+  let url: string;
+  const answers: Array<(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => void> = [];
+  const seen: Array<{ method: string; url: string; headers: import('node:http').IncomingHttpHeaders }> = [];
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      seen.push({ method: req.method!, url: req.url!, headers: req.headers });
+      const next = answers.shift();
+      if (next) next(req, res);
+      else
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ data: { ok: true }, meta: { request_id: 'r' } }));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+  beforeEach(() => {
+    seen.length = 0;
+    answers.length = 0;
+  });
+  const error =
+    (status: number, code: string, headers: Record<string, string> = {}) =>
+    (_req: unknown, res: import('node:http').ServerResponse) =>
+      res
+        .writeHead(status, { 'content-type': 'application/json', 'x-request-id': `req-${status}`, ...headers })
+        .end(
+          JSON.stringify({ error: { code, message: `failed ${status}`, details: { why: code } }, meta: { request_id: `req-${status}` } }),
+        );
+
+  it('retries 429 and 503 after Retry-After, then answers; gives up after maxRetries with a typed error', async () => {
+    answers.push(error(429, 'RATE_LIMIT_EXCEEDED', { 'retry-after': '0' }), error(503, 'SERVICE_UNAVAILABLE', { 'retry-after': '0' }));
+    const c = new SvcClient({ baseUrl: url, apiKey: 'svc_sdk_x' });
+    expect(await c.getTenant()).toEqual({ ok: true });
+    expect(seen).toHaveLength(3);
+    answers.push(...Array.from({ length: 3 }, () => error(503, 'SERVICE_UNAVAILABLE', { 'retry-after': '0' })));
+    const err = await new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 2 }).getTenant().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({
+      status: 503,
+      code: 'SERVICE_UNAVAILABLE',
+      requestId: 'req-503',
+      details: { why: 'SERVICE_UNAVAILABLE' },
+      retryAfterMs: 0,
+    });
+  });
+
+  it('keeps the token in memory, treats it as expired 60 s early, and calls exchange when missing or expired', async () => {
+    let now = 1_000_000;
+    let exchanges = 0;
+    const c = new SvcClient({
+      baseUrl: url,
+      now: () => now,
+      exchange: async () => ({ accessToken: `tok-${++exchanges}`, expiresIn: 120 }),
+    });
+    await c.getTenant(); // no token: exchange
+    await c.getTenant(); // fresh: no exchange
+    now += 59_000; // 61 s left: still fresh
+    await c.getTenant();
+    now += 2_000; // 59 s left: treated as expired
+    await c.getTenant();
+    expect(exchanges).toBe(2);
+    expect(seen.map((s) => s.headers.authorization)).toEqual(['Bearer tok-1', 'Bearer tok-1', 'Bearer tok-1', 'Bearer tok-2']);
+  });
+
+  it('calls onUnauthorized on a 401 and drops the token', async () => {
+    const seen401: ApiError[] = [];
+    const c = new SvcClient({ baseUrl: url, token: { accessToken: 'old' }, onUnauthorized: (e) => seen401.push(e) });
+    answers.push(error(401, 'UNAUTHORIZED'));
+    await expect(c.getTenant()).rejects.toMatchObject({ status: 401, code: 'UNAUTHORIZED', requestId: 'req-401' });
+    expect(seen401).toHaveLength(1);
+    await c.getTenant();
+    expect(seen[1].headers.authorization).toBeUndefined();
+  });
+
+  it('sends an Idempotency-Key on billing POSTs, the same one on each retry', async () => {
+    answers.push(error(503, 'SERVICE_UNAVAILABLE', { 'retry-after': '0' }));
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
+    await c.purchaseCredits({ body: { credits: 5 } });
+    const keys = seen.map((s) => s.headers['idempotency-key']);
+    expect(keys[0]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(keys[1]).toBe(keys[0]);
+    await c.createProject({ body: { name: 'p' } });
+    expect(seen[2].headers['idempotency-key']).toBeUndefined();
+  });
+
+  it('resumes a dropped chat stream with Last-Event-ID: no event lost or repeated', async () => {
+    answers.push((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('id: m:1\nevent: message.delta\ndata: {"messageId":"m","delta":"Hel"}\n\n');
+      res.write('id: m:2\nevent: message.delta\ndata: {"messageId":"m","delta":"lo"}\n\n');
+      setTimeout(() => res.socket!.destroy(), 50); // the connection drops mid-reply
+    });
+    answers.push((req, res) => {
+      expect(req.headers['last-event-id']).toBe('m:2');
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(': keep-alive\n\n');
+      res.write('id: m:3\nevent: message.delta\ndata: {"messageId":"m","delta":" there"}\n\n');
+      res.end('id: m:4\nevent: message.completed\ndata: {"message":{"id":"m","status":"completed"}}\n\n');
+    });
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
+    const events = [];
+    for await (const e of c.streamChatReply('ses_x')) events.push(e);
+    expect(events.map((e) => (e.type === 'delta' ? e.delta : e.type))).toEqual(['Hel', 'lo', ' there', 'completed']);
+    expect(seen.map((s) => s.url)).toEqual(['/api/v1/chat/sessions/ses_x/stream', '/api/v1/chat/sessions/ses_x/stream']);
+  });
+});
