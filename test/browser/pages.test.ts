@@ -1,5 +1,5 @@
-import { createHash, randomBytes } from 'node:crypto';
 import { launchBrowser, step, type Browser } from '../helpers/browser';
+import { cliHome, startCli, svc } from '../helpers/cli';
 import { client, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -23,27 +23,6 @@ afterAll(async () => {
   await browser.close();
   await stack.stop();
 });
-
-/** A CLI login started as `svc login` starts it. */
-async function startCliLogin() {
-  const state = randomBytes(32).toString('hex');
-  const verifier = randomBytes(32).toString('base64url');
-  const codeChallenge = createHash('sha256').update(verifier).digest('base64url');
-  const res = await api.post('/api/v1/cli/auth/start', {
-    state,
-    codeChallenge,
-    codeChallengeMethod: 'S256',
-    cliVersion: '9.8.7',
-    platform: 'linux-x64',
-  });
-  return { state, verifier, ...res.body.data } as {
-    state: string;
-    verifier: string;
-    loginId: string;
-    authUrl: string;
-    verificationCode: string;
-  };
-}
 
 it('serves the pages with a strict CSP, no inline code and no other origin', async () => {
   for (const path of ['/login', '/cli/login', '/settings/security/api-keys', '/settings/security/network', '/settings/billing']) {
@@ -98,42 +77,48 @@ it('signs up, then signs in with the labelled form, and signs out', async () => 
   expect(problems).toEqual([]);
 });
 
-it('asks a visitor who is not signed in to sign in, comes back to the same approval, and approves', async () => {
-  const login = await startCliLogin();
+it('runs the real svc login: the visitor signs in, comes back to the same approval, sees the code, approves', async () => {
+  const home = cliHome();
+  const cli = startCli(['login'], { XDG_CONFIG_HOME: home, SVC_BASE_URL: stack.url });
+  const [, authUrl] = await cli.waitFor(/^\s+(http\S+\/cli\/login\?\S+)$/m);
+  const [, code] = await cli.waitFor(/Verification code: ([A-Z]{4}-[A-Z]{4})/);
+  const loginId = new URL(authUrl).searchParams.get('loginId');
   const { page, problems } = await browser.newPage();
   await step(page, 'cli-approve', async () => {
-    await page.goto(login.authUrl);
+    await page.goto(authUrl);
     await page.waitForURL(/\/login\?next=/);
     await page.getByLabel('Email').fill(owner.email);
     await page.getByLabel('Password').fill(owner.password);
     await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL((url) => url.pathname === '/cli/login' && url.searchParams.get('loginId') === login.loginId);
+    await page.waitForURL((url) => url.pathname === '/cli/login' && url.searchParams.get('loginId') === loginId);
     // The same code as the terminal, the CLI's version and platform.
-    await page.getByLabel('Verification code').filter({ hasText: login.verificationCode }).waitFor();
-    await page.getByText('9.8.7').waitFor();
-    await page.getByText('linux-x64').waitFor();
+    await page.getByLabel('Verification code').filter({ hasText: code }).waitFor();
+    await page.getByText(`${process.platform}-${process.arch}`).waitFor();
     await page.getByRole('button', { name: 'Approve' }).click();
     await page.getByRole('heading', { name: 'CLI login approved' }).waitFor();
     await page.getByText(/return to your terminal/).waitFor();
   });
-  const token = await api.post('/api/v1/cli/auth/token', { loginId: login.loginId, codeVerifier: login.verifier });
-  expect(token.status).toBe(200);
-  expect(token.body.data.user.email).toBe(owner.email);
-  expect((await api.get('/api/v1/auth/me', { token: token.body.data.token })).body.data.credential.type).toBe('cli');
+  const done = await cli.done;
+  expect(done.code).toBe(0);
+  expect(done.stdout).toContain(`Signed in as ${owner.email} (tenant `);
+  const who = await svc(['whoami', '--json'], { XDG_CONFIG_HOME: home, SVC_BASE_URL: stack.url });
+  expect(JSON.parse(who.stdout)).toMatchObject({ user: { email: owner.email }, credential: { type: 'cli' } });
   expect(problems).toEqual([]);
 });
 
-it('denies a CLI login from the page: the terminal side sees it end', async () => {
-  const login = await startCliLogin();
+it('denies a second svc login from the page: the CLI stops with a clear message', async () => {
+  const cli = startCli(['login'], { XDG_CONFIG_HOME: cliHome(), SVC_BASE_URL: stack.url });
+  const [, authUrl] = await cli.waitFor(/^\s+(http\S+\/cli\/login\?\S+)$/m);
   const { page, context } = await browser.newPage();
   await context.addCookies([{ name: 'svc_session', value: owner.cookie.split('=').slice(1).join('='), url: stack.url }]);
   await step(page, 'cli-deny', async () => {
-    await page.goto(login.authUrl);
+    await page.goto(authUrl);
     await page.getByRole('button', { name: 'Deny' }).click();
     await page.getByRole('heading', { name: 'CLI login denied' }).waitFor();
   });
-  expect((await api.get(`/api/v1/cli/auth/status?loginId=${login.loginId}`)).body.data.status).toBe('expired');
-  expect((await api.post('/api/v1/cli/auth/token', { loginId: login.loginId, codeVerifier: login.verifier })).status).toBe(409);
+  const done = await cli.done;
+  expect(done.code).toBe(1);
+  expect(done.stderr).toContain('The login was denied in the browser or expired');
 });
 
 it('creates an API key shown once, which works until it is revoked from the page', async () => {

@@ -1,1 +1,1 @@
-export {};
+export { buildProgram, run } from './main';

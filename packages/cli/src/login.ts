@@ -1,0 +1,93 @@
+/**
+ * `svc login`: the browser flow of spec 3 / CONTRACT.md 4 and 7. The terminal makes a state and a PKCE verifier,
+ * starts the login, prints the address and the code, opens the browser where it can, polls at the interval the
+ * service gave (a spinner on a terminal), then exchanges the approved login for a token once.
+ */
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createSpinner } from 'nanospinner';
+import { SvcClient } from '@svc/sdk';
+import { removeCredentials, writeCredentials } from './credentials';
+import { UsageError, VERSION, type Context } from './context';
+
+/** Opens the address in a browser when there is one to open: never without a terminal, a display, or with BROWSER=none. */
+function openBrowser(url: string, env: NodeJS.ProcessEnv): boolean {
+  if (!process.stdout.isTTY || env.BROWSER === 'none') return false;
+  const command = env.BROWSER || (process.platform === 'darwin' ? 'open' : process.platform === 'win32' ? 'explorer' : 'xdg-open');
+  if (process.platform === 'linux' && !env.BROWSER && !env.DISPLAY && !env.WAYLAND_DISPLAY) return false;
+  try {
+    const child = spawn(command, [url], { stdio: 'ignore', detached: true });
+    child.on('error', () => undefined);
+    child.unref();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function loginWithBrowser(ctx: Context): Promise<void> {
+  const api = new SvcClient({ baseUrl: ctx.baseUrl, userAgent: `svc-cli/${VERSION}` });
+  const state = randomBytes(32).toString('hex');
+  const verifier = randomBytes(32).toString('base64url');
+  const started = await api.startCliLogin({
+    body: {
+      state,
+      codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+      codeChallengeMethod: 'S256',
+      cliVersion: VERSION,
+      platform: `${process.platform}-${process.arch}`,
+    },
+  });
+  // Plain text, also when the output is not a terminal: a script or another program can read both.
+  ctx.out(`Open this address in your browser to sign in:\n\n  ${started.authUrl}\n\nVerification code: ${started.verificationCode}\n`);
+  if (openBrowser(started.authUrl, ctx.env)) ctx.out('(Opened your browser.)');
+  const spinner = process.stdout.isTTY && !ctx.json ? createSpinner('Waiting for approval in the browser…').start() : null;
+  const intervalMs = Math.max(1, started.interval) * 1000;
+  try {
+    for (;;) {
+      await sleep(intervalMs);
+      const { status } = await api.getCliLoginStatus({ query: { loginId: started.loginId } });
+      if (status === 'approved') break;
+      if (status !== 'pending') {
+        spinner?.error({ text: 'Not approved' });
+        throw new UsageError('The login was denied in the browser or expired. Run svc login to try again.');
+      }
+    }
+    const done = await api.exchangeCliLogin({ body: { loginId: started.loginId, codeVerifier: verifier } });
+    const file = writeCredentials(ctx.env, {
+      baseUrl: ctx.baseUrl,
+      accessToken: done.token,
+      refreshToken: done.refreshToken,
+      expiresAt: done.expiresIn ? Date.now() + done.expiresIn * 1000 : undefined,
+      email: done.user.email,
+      tenant: done.tenant.name,
+    });
+    spinner?.success({ text: 'Approved' });
+    ctx.print(
+      { user: done.user, tenant: done.tenant, credentialsFile: file },
+      () => `Signed in as ${done.user.email} (tenant ${done.tenant.name}).`,
+    );
+  } finally {
+    if (spinner?.isSpinning()) spinner.stop();
+  }
+}
+
+export async function loginWithApiKey(ctx: Context, apiKey: string): Promise<void> {
+  const me = await new SvcClient({ baseUrl: ctx.baseUrl, apiKey }).me();
+  writeCredentials(ctx.env, { baseUrl: ctx.baseUrl, apiKey, email: me.user.email, tenant: me.tenant.name });
+  ctx.print(me, () => `Signed in with an API key as ${me.user.email} (tenant ${me.tenant.name}).`);
+}
+
+export async function logout(ctx: Context): Promise<void> {
+  const creds = ctx.credentials();
+  // A CLI token is a session: end it on the service too (an API key stays valid: revoke it with svc keys revoke).
+  if (creds?.accessToken)
+    await ctx
+      .client()
+      .logout()
+      .catch(() => undefined);
+  const removed = removeCredentials(ctx.env);
+  ctx.print({ signedOut: removed }, () => (removed ? 'Signed out.' : 'Not signed in.'));
+}
