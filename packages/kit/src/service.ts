@@ -1,7 +1,7 @@
 import type { JSONWebKeySet } from 'jose';
 import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadConfig, mongoUriFor } from './config';
 import { loadSecretBox, type SecretBox } from './crypto';
-import { openBus, OutboxRelay } from './events';
+import { openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import type { EventBus } from './events/types';
 import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
@@ -48,7 +48,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     dbName: `svc_${options.name}`,
     sqlitePath: `${config.dataDir}/${options.name}.db`,
   });
-  for (const def of options.collections) await store.ensure(def);
+  for (const def of [...options.collections, ...OUTBOX_COLLECTIONS]) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
     clientId: `svc-${options.name}`,

@@ -1,7 +1,16 @@
 export * from './types';
 export { EmbeddedBus, openEmbeddedBus, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
-export { OutboxRelay, addToOutbox, outboxCollection, type OutboxRecord, type OutboxRelayOptions } from './outbox';
+export {
+  OutboxRelay,
+  addToOutbox,
+  outboxCollection,
+  outboxKeys,
+  outboxLease,
+  OUTBOX_COLLECTIONS,
+  type OutboxRecord,
+  type OutboxRelayOptions,
+} from './outbox';
 
 import { openEmbeddedBus } from './embedded';
 import type { KafkaBusOptions } from './kafka';

@@ -5,7 +5,7 @@ import { openSqliteStore } from '../storage/sqlite';
 import type { CollectionDef, Store } from '../storage/types';
 import { message, unique, waitFor } from './bus.contract';
 import { openEmbeddedBus, type EmbeddedBus } from './embedded';
-import { OutboxRelay, addToOutbox, outboxCollection } from './outbox';
+import { OutboxRelay, addToOutbox, outboxCollection, outboxKeys } from './outbox';
 import type { BusMessage, EventBus, ReceivedMessage } from './types';
 
 interface Project {
@@ -157,4 +157,66 @@ test('only one relay run at a time; notify during a run is not lost', async () =
   await relay.stop();
   expect(maxConcurrent).toBe(1);
   expect(got.map((m) => m.id)).toEqual(Array.from({ length: 10 }, (_, i) => `${topic}-${i}`));
+});
+
+test("a key's seq follows commit order even when this machine's clock is behind the key's last event", async () => {
+  const topic = unique('project.created');
+  // Another replica with a clock an hour ahead committed the key's last event.
+  const ahead = (Date.now() + 3600_000) * 1000;
+  await store.transaction((tx) => tx.collection(outboxKeys).insert({ id: 'tenant-skew', lastSeq: ahead }));
+  await createProject('p1', message(topic, 'tenant-skew', 1));
+  await createProject('p2', message(topic, 'tenant-skew', 2));
+  const { items } = await store.collection(outboxCollection).find({}, { order: 'asc', limit: 10 });
+  expect(items.map((r) => [r.id, r.seq])).toEqual([
+    [`${topic}-1`, ahead + 1],
+    [`${topic}-2`, ahead + 2],
+  ]);
+});
+
+describe('several relays on one store (replicas)', () => {
+  test('one publishes; a stopped holder hands over at once; a silent one is taken over after leaseMs on the observer clock', async () => {
+    const topic = unique('project.created');
+    const got = await consume(topic);
+    let clockA = 0;
+    let clockB = 0;
+    const a = new OutboxRelay(store, bus, { intervalMs: 60_000, leaseMs: 3000, now: () => clockA });
+    const b = new OutboxRelay(store, bus, { intervalMs: 60_000, leaseMs: 3000, now: () => clockB });
+    a.start();
+    b.start();
+    await createProject('p1', message(topic, 'tenant-1', 1));
+    await a.flush();
+    await b.flush();
+    await waitFor('the first event', () => got.length >= 1);
+    expect([a.leading, b.leading].filter(Boolean)).toHaveLength(1);
+    const [holder, other] = a.leading ? [a, b] : [b, a];
+    const advance = (ms: number) => (other === a ? (clockA += ms) : (clockB += ms));
+
+    // The holder goes silent (no beat); the other sees the same beat for leaseMs on its own clock, then takes over.
+    await createProject('p2', message(topic, 'tenant-1', 2));
+    await other.flush();
+    expect(other.leading).toBe(false);
+    advance(3000);
+    await other.flush();
+    expect(other.leading).toBe(true);
+    await waitFor('the second event', () => got.length >= 2);
+
+    // The old holder still believes it leads until its next beat finds the lease gone: it relays nothing more.
+    await createProject('p3', message(topic, 'tenant-1', 3));
+    if (other === a) clockB += 10_000;
+    else clockA += 10_000; // make the old holder beat (and find the lease gone)
+    await holder.flush();
+    expect(holder.leading).toBe(false);
+    await other.flush();
+    await waitFor('the third event', () => got.some((m) => m.id === `${topic}-3`));
+    expect(await pending()).toBe(0);
+
+    // A holder that stops hands the lease back: the other relays at once.
+    await other.stop();
+    await createProject('p4', message(topic, 'tenant-1', 4));
+    await holder.flush();
+    expect(holder.leading).toBe(true);
+    await waitFor('the fourth event', () => got.some((m) => m.id === `${topic}-4`));
+    await holder.stop();
+    expect([...new Set(got.map((m) => m.id))]).toEqual([1, 2, 3, 4].map((n) => `${topic}-${n}`));
+  });
 });

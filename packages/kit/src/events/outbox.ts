@@ -3,14 +3,25 @@
  * that caused them (`addToOutbox`), and `OutboxRelay` publishes them to the bus afterwards and deletes them.
  * Nothing is published for a change that rolled back, and nothing committed is lost: a relay that fails or
  * crashes between publish and delete publishes the same ids again (at least once; consumers dedupe by id).
+ *
+ * With several replicas of a service on one store (docs/delivery-guarantees.md):
+ * - Order per key (the tenant) follows commit order: each event takes its `seq` from a per-key counter document
+ *   written in the same transaction, so two transactions with events of one key serialise on it (SQLite's
+ *   single writer; a MongoDB write conflict retries the later one) and the later commit gets the larger seq.
+ * - One relay per store publishes: the replicas elect it with a lease document whose expiry each replica judges by
+ *   its own clock (the holder's heartbeat stopped changing for `leaseMs`), never by comparing clocks across
+ *   machines. Deleting a published batch is fenced by the lease generation, so a relay that lost the lease never
+ *   deletes; its batch is published again by the new holder (a duplicate, which consumers drop by id).
  */
-import type { CollectionDef, Store, StoreSession } from '../storage/types';
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
 
 export interface OutboxRecord {
   /** The event id (BusMessage.id). */
   id: string;
-  /** Relay order: increasing within a process (see nextSeq). */
+  /** Relay order: increasing per key in commit order (see addToOutbox), near wall-clock microseconds otherwise. */
   seq: number;
   topic: string;
   key: string;
@@ -26,6 +37,25 @@ export const outboxCollection: CollectionDef<OutboxRecord> = {
   sortField: 'seq',
 };
 
+/** The last seq given to each key (id = the message key): what makes a key's order follow commit order. */
+export interface OutboxKeyRecord {
+  id: string;
+  lastSeq: number;
+}
+export const outboxKeys: CollectionDef<OutboxKeyRecord> = { name: 'outbox_keys', sortField: 'id' };
+
+/** The relay lease (one document): who relays, its generation (the fence) and its heartbeat. */
+export interface OutboxLeaseRecord {
+  id: string;
+  owner: string;
+  generation: number;
+  beat: number;
+}
+export const outboxLease: CollectionDef<OutboxLeaseRecord> = { name: 'outbox_lease', sortField: 'id' };
+
+/** The outbox's collections, created by the service runtime. */
+export const OUTBOX_COLLECTIONS: Array<CollectionDef<any>> = [outboxCollection, outboxKeys, outboxLease];
+
 let lastSeq = 0;
 /**
  * Microseconds since epoch, bumped past the previous value: strictly increasing within a process even when many
@@ -36,11 +66,21 @@ function nextSeq(): number {
   return lastSeq;
 }
 
-/** Records `message` for publishing; call it with the transaction session of the change it announces. */
+/**
+ * Records `message` for publishing; call it with the transaction session of the change it announces. The key's
+ * counter is read and moved in the same transaction: its seq is above every earlier commit of the key, whatever
+ * this machine's clock says.
+ */
 export async function addToOutbox(tx: StoreSession, message: BusMessage): Promise<void> {
+  const keys = tx.collection(outboxKeys);
+  const counter = await keys.get(message.key);
+  const seq = Math.max(nextSeq(), (counter?.lastSeq ?? 0) + 1);
+  if (!counter) await keys.insert({ id: message.key, lastSeq: seq });
+  else if (!(await keys.update(message.key, { lastSeq: counter.lastSeq }, { lastSeq: seq })))
+    throw new Error('outbox key counter moved inside the transaction'); // cannot happen under the store's isolation
   await tx.collection(outboxCollection).insert({
     id: message.id,
-    seq: nextSeq(),
+    seq,
     topic: message.topic,
     key: message.key,
     value: Buffer.from(message.value.buffer, message.value.byteOffset, message.value.byteLength).toString('base64'),
@@ -59,6 +99,36 @@ export interface OutboxRelayOptions {
   batchSize?: number;
   /** Relay failures; the records stay and are tried again on the next tick. */
   onError?: BusErrorHandler;
+  /**
+   * How long the relay lease's heartbeat may stand still before another replica takes over, measured on the
+   * observer's own clock. Default 10 s. The holder beats every `leaseMs / 3`.
+   */
+  leaseMs?: number;
+  /** Monotonic clock (ms), for tests. */
+  now?: () => number;
+}
+
+const LEASE_ID = 'relay';
+const HOST = hostname();
+/** Relays alive in this process (their owner ids). */
+const LIVE = new Set<string>();
+
+/**
+ * A lease owner known to be gone without waiting: it ran on this machine and its process is gone (or it was a relay
+ * of this very process that is no longer running), as after a crash and restart. Owners elsewhere are judged by
+ * their heartbeat only.
+ */
+function ownerIsGone(owner: string): boolean {
+  const [host, pidText] = owner.split('/');
+  if (host !== HOST) return false;
+  const pid = Number(pidText);
+  if (pid === process.pid) return !LIVE.has(owner);
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
 }
 
 export class OutboxRelay {
@@ -71,6 +141,15 @@ export class OutboxRelay {
   private lock: Promise<unknown> = Promise.resolve();
   /** A run already waiting for the lock; further notifications join it instead of queueing more. */
   private queued: Promise<void> | null = null;
+  private readonly leaseMs: number;
+  private readonly now: () => number;
+  /** This relay's identity in the lease: host/pid/random (unique per relay instance, not per process). */
+  readonly owner = `${HOST}/${process.pid}/${randomBytes(9).toString('base64url')}`;
+  /** The generation this relay holds, or null. */
+  private generation: number | null = null;
+  private lastBeatAt = 0;
+  /** The other holder's lease as this relay last saw it, and when (this relay's clock). */
+  private seen: { generation: number; beat: number; at: number } | null = null;
 
   constructor(
     private readonly store: Store,
@@ -80,11 +159,20 @@ export class OutboxRelay {
     this.intervalMs = options.intervalMs ?? 1000;
     this.batchSize = options.batchSize ?? 100;
     this.onError = options.onError ?? (() => {});
+    this.leaseMs = options.leaseMs ?? 10_000;
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** True while this relay holds the lease (as of its last look). */
+  get leading(): boolean {
+    return this.generation !== null;
   }
 
   start(): void {
     if (this.timer || this.stopped) return;
-    this.timer = setInterval(() => void this.tick(), this.intervalMs);
+    LIVE.add(this.owner);
+    // The holder must beat well within the lease, whatever the poll interval.
+    this.timer = setInterval(() => void this.tick(), Math.min(this.intervalMs, Math.floor(this.leaseMs / 3)));
     this.timer.unref(); // the service's servers keep the process alive, not the relay
     void this.tick();
   }
@@ -94,13 +182,15 @@ export class OutboxRelay {
     if (!this.stopped) void this.tick();
   }
 
-  /** Stops polling and relays once more; a failure is reported and the records wait for the next start. */
+  /** Stops polling, relays once more (when leading) and hands the lease back at once for another replica. */
   async stop(): Promise<void> {
     this.stopped = true;
+    LIVE.delete(this.owner);
     clearInterval(this.timer);
     this.timer = undefined;
     try {
       await this.flush();
+      await this.exclusive(() => this.release());
     } catch (err) {
       this.onError(err);
     }
@@ -126,9 +216,82 @@ export class OutboxRelay {
   }
 
   private async drain(): Promise<void> {
+    if (!(await this.lead())) return;
     while ((await this.relayBatch()) === this.batchSize) {
       // a full batch: more may be waiting
     }
+  }
+
+  /**
+   * Holds or takes the lease; true when this relay may publish. The holder beats (a compare-and-set on its
+   * generation) at most every leaseMs / 3. Another replica takes over only after seeing the same generation and
+   * beat for `leaseMs` on its own clock, so clocks that disagree between machines do not matter.
+   */
+  private async lead(): Promise<boolean> {
+    const leases = this.store.collection(outboxLease);
+    const now = this.now();
+    if (this.generation !== null) {
+      if (now - this.lastBeatAt < this.leaseMs / 3) return true;
+      return this.beat();
+    }
+    const current = await leases.get(LEASE_ID);
+    if (!current) {
+      try {
+        await leases.insert({ id: LEASE_ID, owner: this.owner, generation: 1, beat: 0 });
+        return this.holding(1, now);
+      } catch (err) {
+        if (err instanceof DuplicateKeyError) return false; // another replica was first
+        throw err;
+      }
+    }
+    if (current.owner === this.owner) return this.holding(current.generation, now); // released or restarted view
+    // An empty owner is a lease handed back on shutdown: take it at once.
+    const stale =
+      current.owner === '' ||
+      ownerIsGone(current.owner) ||
+      (this.seen?.generation === current.generation && this.seen.beat === current.beat && now - this.seen.at >= this.leaseMs);
+    if (!stale) {
+      if (this.seen?.generation !== current.generation || this.seen.beat !== current.beat)
+        this.seen = { generation: current.generation, beat: current.beat, at: now };
+      return false;
+    }
+    const next = current.generation + 1;
+    const taken = await leases.update(
+      LEASE_ID,
+      { generation: current.generation, beat: current.beat },
+      { owner: this.owner, generation: next, beat: 0 },
+    );
+    return taken ? this.holding(next, now) : false;
+  }
+
+  private holding(generation: number, now: number): boolean {
+    this.generation = generation;
+    this.lastBeatAt = now;
+    this.seen = null;
+    return true;
+  }
+
+  /** The holder's heartbeat: fails (and gives up leading) when another replica took the lease. */
+  private async beat(tx?: StoreSession): Promise<boolean> {
+    const generation = this.generation;
+    if (generation === null) return false;
+    const leases = (tx ?? this.store).collection(outboxLease);
+    const current = await leases.get(LEASE_ID);
+    const ok =
+      current?.owner === this.owner &&
+      current.generation === generation &&
+      (await leases.update(LEASE_ID, { owner: this.owner, generation, beat: current.beat }, { beat: current.beat + 1 })) !== null;
+    if (ok) this.lastBeatAt = this.now();
+    else this.generation = null;
+    return ok;
+  }
+
+  /** Hands the lease back (owner ''), so another replica relays at once instead of after `leaseMs`. */
+  private async release(): Promise<void> {
+    const generation = this.generation;
+    if (generation === null) return;
+    this.generation = null;
+    await this.store.collection(outboxLease).update(LEASE_ID, { owner: this.owner, generation }, { owner: '' });
   }
 
   /** Oldest first: publish as one batch, then delete. A crash in between republishes the same ids. */
@@ -145,10 +308,14 @@ export class OutboxRelay {
         headers: r.headers,
       })),
     );
-    await this.store.transaction(async (tx) => {
+    // Fenced: the delete commits only with the lease still ours. A relay that lost it deletes nothing, and the
+    // holder publishes the batch again (a duplicate by id, never a loss).
+    const fenced = await this.store.transaction(async (tx) => {
+      if (!(await this.beat(tx))) return false;
       const c = tx.collection(outboxCollection);
       for (const r of items) await c.delete(r.id);
+      return true;
     });
-    return items.length;
+    return fenced ? items.length : 0;
   }
 }
