@@ -13,6 +13,8 @@ export interface SystemProcess {
   kill(): Promise<void>;
   /** SIGKILL to one service process only (`services/<name>/...`); resolves with the killed pid at once. */
   killService(name: string): Promise<number>;
+  /** Pids of the processes running `services/<name>/...` (several with REPLICAS). */
+  pids(name: string): number[];
   /** Resolves once the launcher has restarted `name` after `killedPid` (a new process reported ready). */
   restarted(name: string, killedPid: number): Promise<void>;
   /** Resolves with the launcher's exit code. */
@@ -92,6 +94,7 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
       process.kill(pids[0], 'SIGKILL');
       return pids[0];
     },
+    pids: (name: string) => childPids(proc.pid!, `services/${name}/src/main.ts`),
     async restarted(name: string, killedPid: number) {
       const deadline = Date.now() + 60_000;
       while (Date.now() < deadline) {

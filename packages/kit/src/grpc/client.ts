@@ -37,6 +37,9 @@ export function createClient<D extends object>(definition: D, address: string, o
     'grpc.initial_reconnect_backoff_ms': 200,
     'grpc.max_reconnect_backoff_ms': 2_000,
     'grpc.max_receive_message_length': 4 * 1024 * 1024,
+    // Several replicas behind one name (a headless Service's DNS, or `ipv4:a:1,b:2` in start:cluster): spread calls
+    // over every ready one, and skip one that went away.
+    'grpc.service_config': JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
   });
   const out: Record<string, unknown> = { grpcClient: client, close: () => client.close() };
   for (const [name, def] of Object.entries(definition) as Array<[string, MethodDef]>) {
