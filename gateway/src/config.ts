@@ -10,7 +10,7 @@ export const gatewaySpec = {
   rateLimitWindowS: field('RATE_LIMIT_WINDOW_S', 'int', { default: '60', min: 1 }),
   adminToken: field('SVC_ADMIN_TOKEN', 'string', { secret: true }),
   /** How often the credential cache asks identity for revocations (Redis pub/sub makes it immediate). */
-  revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '250', min: 50, max: 1000 }),
+  revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
   instanceId: field('INSTANCE_ID', 'string'),
   region: field('REGION', 'string', { default: 'us-east' }),
   /** Comment line sent on idle server-sent event streams (chat replies) so proxies keep them open. */

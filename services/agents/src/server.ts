@@ -27,7 +27,7 @@ export const agentsConfig = {
   workerId: field('AGENTS_WORKER_ID', 'string'),
   workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
   tenantConcurrency: field('AGENTS_TENANT_CONCURRENCY', 'int', { default: '2', min: 1, max: 1000 }),
-  pollMs: field('AGENTS_POLL_MS', 'int', { default: '500', min: 10, max: 60_000 }),
+  pollMs: field('AGENTS_POLL_MS', 'int', { default: '2000', min: 10, max: 60_000 }),
   leaseMs: field('AGENTS_LEASE_MS', 'int', { default: '30000', min: 300, max: 600_000 }),
   maxAttempts: field('AGENTS_MAX_ATTEMPTS', 'int', { default: '3', min: 1, max: 100 }),
   llmTimeoutMs: field('AGENTS_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100 }),

@@ -73,8 +73,6 @@ export class Replies {
 
   /** Starts writing progress, and fails replies left unfinished by a dead process, now and then every half lease. */
   async startSweeping(): Promise<void> {
-    this.flusher = setInterval(() => void this.flush(), this.timings.flushMs);
-    this.flusher.unref();
     await this.sweep();
     this.sweeper = setInterval(
       () => {
@@ -142,6 +140,20 @@ export class Replies {
     clearInterval(this.flusher);
   }
 
+  /** The flusher ticks only while replies stream: an idle chat service wakes for nothing. */
+  private ensureFlusher(): void {
+    if (this.flusher) return;
+    this.flusher = setInterval(() => {
+      if (this.progress.size === 0) {
+        clearInterval(this.flusher);
+        this.flusher = undefined;
+        return;
+      }
+      void this.flush();
+    }, this.timings.flushMs);
+    this.flusher.unref();
+  }
+
   /**
    * Writes the text of every streaming reply that grew (and renews leases running short) in one transaction: one
    * commit per tick for all replies instead of one per reply. Runs one at a time.
@@ -200,6 +212,7 @@ export class Replies {
       lost: false,
     };
     this.progress.set(message.id, progress);
+    this.ensureFlusher();
 
     let usage: { inputTokens: number; outputTokens: number } | undefined;
     let outcome: { status: 'completed' } | { status: 'failed'; code: string; message: string };

@@ -47,7 +47,13 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_topic_seq ON messages (topic, seq);
 CREATE TABLE IF NOT EXISTS offsets (grp TEXT NOT NULL, topic TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, topic));
-CREATE TABLE IF NOT EXISTS leases (
+`;
+/**
+ * Consumer-group leases live in a file of their own (`<name>-leases.db`, attached): renewing them every few seconds
+ * must not touch the log's WAL, which every consumer of every process watches to wake up (see watchWrites).
+ */
+const LEASES_SCHEMA = `
+CREATE TABLE IF NOT EXISTS state.leases (
   grp TEXT NOT NULL, topic TEXT NOT NULL, owner TEXT NOT NULL, expires INTEGER NOT NULL, PRIMARY KEY (grp, topic)
 );
 `;
@@ -60,6 +66,11 @@ interface Row {
   value: Buffer;
   headers: string;
   ts: number;
+}
+
+/** `<dir>/bus.db` -> `<dir>/bus-leases.db`. */
+function leasesPath(path: string): string {
+  return path.replace(/(\.db)?$/, '-leases.db');
 }
 
 export function openEmbeddedBus(options: EmbeddedBusOptions): EmbeddedBus {
@@ -100,6 +111,9 @@ export class EmbeddedBus implements EventBus {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(SCHEMA);
+    this.db.prepare('ATTACH DATABASE ? AS state').run(options.path === ':memory:' ? ':memory:' : leasesPath(options.path));
+    this.db.exec('PRAGMA state.journal_mode = WAL; PRAGMA state.synchronous = NORMAL;');
+    this.db.exec(LEASES_SCHEMA);
 
     this.insert = this.db.prepare(`INSERT OR IGNORE INTO messages (id, topic, key, value, headers, ts) VALUES (?, ?, ?, ?, ?, ?)`);
     // A new group starts at the beginning or at the current end; an existing group keeps its position.
@@ -112,15 +126,15 @@ export class EmbeddedBus implements EventBus {
        WHERE topic = ? AND seq > COALESCE((SELECT seq FROM offsets WHERE grp = ? AND topic = ?), 0)
        ORDER BY seq LIMIT ?`,
     );
-    this.readLease = this.db.prepare(`SELECT owner, expires FROM leases WHERE grp = ? AND topic = ?`);
+    this.readLease = this.db.prepare(`SELECT owner, expires FROM state.leases WHERE grp = ? AND topic = ?`);
     // Take the lease when it is free, ours, or expired; one statement, so two processes cannot both win.
     this.upsertLease = this.db.prepare(
-      `INSERT INTO leases (grp, topic, owner, expires) VALUES (@grp, @topic, @owner, @expires)
+      `INSERT INTO state.leases (grp, topic, owner, expires) VALUES (@grp, @topic, @owner, @expires)
        ON CONFLICT (grp, topic) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
        WHERE leases.owner = excluded.owner OR leases.expires <= @now`,
     );
-    this.renewOwnLease = this.db.prepare(`UPDATE leases SET expires = ? WHERE grp = ? AND topic = ? AND owner = ?`);
-    this.releaseLease = this.db.prepare(`DELETE FROM leases WHERE grp = ? AND topic = ? AND owner = ?`);
+    this.renewOwnLease = this.db.prepare(`UPDATE state.leases SET expires = ? WHERE grp = ? AND topic = ? AND owner = ?`);
+    this.releaseLease = this.db.prepare(`DELETE FROM state.leases WHERE grp = ? AND topic = ? AND owner = ?`);
     // Never move a group backwards (a stale owner finishing late must not rewind the new owner).
     this.advanceOffset = this.db.prepare(`UPDATE offsets SET seq = ? WHERE grp = ? AND topic = ? AND seq < ?`);
 
