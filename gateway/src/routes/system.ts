@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { AppError, checkHealth } from '@svc/kit';
+import { AppError, BUS_HEALTH, checkHealth } from '@svc/kit';
 import type { GatewayDeps } from '../app';
 import { sendError, success } from '../lib/envelope';
 import { buildOpenApi } from '../lib/openapi';
@@ -12,11 +12,19 @@ export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   let lastCheck: { at: number; down: string[]; services: Record<string, string> } | null = null;
   app.get('/readyz', async (request, reply) => {
     if (!lastCheck || Date.now() - lastCheck.at > 1000) {
+      // Per service: up, down (unreachable, or its store is), or bus_down (it serves; its events wait in its outbox).
       const entries = await Promise.all(
-        Object.entries(deps.clients).map(async ([name, client]) => [name, (await checkHealth(client.grpcClient)) ? 'up' : 'down'] as const),
+        Object.entries(deps.clients).map(async ([name, client]) => {
+          if (!(await checkHealth(client.grpcClient))) return [name, 'down'] as const;
+          return [name, (await checkHealth(client.grpcClient, BUS_HEALTH)) ? 'up' : 'bus_down'] as const;
+        }),
       );
       const services = Object.fromEntries(entries);
-      lastCheck = { at: Date.now(), services, down: entries.filter(([, s]) => s === 'down').map(([n]) => n) };
+      lastCheck = {
+        at: Date.now(),
+        services,
+        down: entries.filter(([, s]) => s !== 'up').map(([n, s]) => (s === 'down' ? n : `${n} bus`)),
+      };
     }
     if (lastCheck.down.length)
       return sendError(

@@ -59,6 +59,9 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   return { name: options.name, config, logger, store, bus, relay, box };
 }
 
+/** The health name that reports whether a service reaches its bus (the service itself stays SERVING). */
+export const BUS_HEALTH = 'svc.bus';
+
 export interface RunningService {
   port: number;
   stop(): Promise<void>;
@@ -88,21 +91,38 @@ export async function serve<S extends ConfigSpec>(
   for (const r of options.registrations) server.add(r);
   rt.relay.start();
   const port = await server.start();
-  let healthy = true;
+  // The store decides whether this replica takes traffic. The bus does not: the outbox buffers writes while it is
+  // away, so a bus outage leaves every replica SERVING and is reported on its own health name (BUS_HEALTH), which
+  // the gateway's /readyz names.
+  let storeUp = true;
+  let busUp = true;
+  server.health.setStatus(BUS_HEALTH, 'SERVING');
   const probe = setInterval(() => {
-    untraced(() => Promise.all([rt.store.ping(), rt.bus.ping()])).then(
-      () => setHealth(true),
+    untraced(() => rt.store.ping()).then(
+      () => setStore(true),
       (err) => {
-        if (healthy) rt.logger.error({ err }, 'store or bus unreachable');
-        setHealth(false);
+        if (storeUp) rt.logger.error({ err }, 'store unreachable');
+        setStore(false);
+      },
+    );
+    untraced(() => rt.bus.ping()).then(
+      () => setBus(true),
+      (err) => {
+        if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
+        setBus(false);
       },
     );
   }, 2000);
   probe.unref();
-  function setHealth(ok: boolean) {
-    if (ok === healthy) return;
-    healthy = ok;
+  function setStore(ok: boolean) {
+    if (ok === storeUp) return;
+    storeUp = ok;
     for (const name of ['', ...options.healthNames]) server.health.setStatus(name, ok ? 'SERVING' : 'NOT_SERVING');
+  }
+  function setBus(ok: boolean) {
+    if (ok === busUp) return;
+    busUp = ok;
+    server.health.setStatus(BUS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
   rt.logger.info({ port }, `${rt.name} service listening`);
   let stopped: Promise<void> | null = null;

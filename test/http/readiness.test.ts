@@ -1,0 +1,75 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BUS_HEALTH, checkHealth, createClient, createLogger, JwtVerifier, openRuntime, serve, type RunningService } from '@svc/kit';
+import { projectsV1 } from '@svc/proto';
+import { buildApp } from '../../gateway/src/app';
+import { loadGatewayConfig } from '../../gateway/src/config';
+
+// A bus outage does not take a service out of traffic (its outbox keeps the writes): the service stays SERVING and
+// reports the bus on its own health name; the gateway's /readyz names it (CONTRACT.md 1: 503 naming what is down).
+jest.setTimeout(30_000);
+
+let dir: string;
+let service: RunningService;
+let busDown = false;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'svc-readiness-'));
+  const rt = await openRuntime({ name: 'projects', defaultPort: 0, collections: [], env: { DATA_DIR: dir, LOG_LEVEL: 'silent' } });
+  const realPing = rt.bus.ping.bind(rt.bus);
+  rt.bus.ping = () => (busDown ? Promise.reject(new Error('broker unreachable')) : realPing());
+  service = await serve(rt, {
+    verifier: new JwtVerifier({ issuer: 'x', audience: 'y', fetchJwks: async () => ({ keys: [] }) }),
+    registrations: [],
+    healthNames: ['projects.v1.ProjectsService'],
+  });
+});
+afterAll(async () => {
+  await service.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function until(check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met within 10 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+it('keeps serving with its bus down, reports the bus apart, and /readyz names it', async () => {
+  const client = createClient(projectsV1.ProjectsServiceService, `127.0.0.1:${service.port}`, { deadlineMs: 1000 });
+  const config = loadGatewayConfig({ LOG_LEVEL: 'silent' });
+  const app = buildApp({
+    config,
+    clients: { projects: client } as never,
+    resolver: null as never,
+    limiter: null as never,
+    logger: createLogger('gateway', 'silent'),
+  });
+  try {
+    expect(await checkHealth(client.grpcClient, BUS_HEALTH)).toBe(true);
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).json().data).toEqual({ status: 'ready', services: { projects: 'up' } });
+
+    busDown = true;
+    await until(async () => !(await checkHealth(client.grpcClient, BUS_HEALTH)));
+    expect(await checkHealth(client.grpcClient)).toBe(true); // still in traffic
+    expect(await checkHealth(client.grpcClient, 'projects.v1.ProjectsService')).toBe(true);
+    await new Promise((r) => setTimeout(r, 1100)); // the gateway keeps a readiness answer for a second
+    const res = await app.inject({ method: 'GET', url: '/readyz' });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error).toMatchObject({
+      code: 'SERVICE_UNAVAILABLE',
+      details: { down: ['projects bus'], services: { projects: 'bus_down' } },
+    });
+
+    busDown = false;
+    await until(async () => checkHealth(client.grpcClient, BUS_HEALTH));
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+  } finally {
+    await app.close();
+    client.close();
+  }
+});
