@@ -69,6 +69,39 @@ it('one trace follows a request from the gateway through gRPC into the service, 
   expect(spans(system.output()).filter((s) => s.name.includes('ListRevocations'))).toEqual([]);
 });
 
+it('one trace follows a write through the service, its outbox relay and the bus into a consumer', async () => {
+  const api = client(system.url);
+  const owner = await signUp(api, 'Traced bus');
+  const { key } = await createKey(api, owner.accessToken);
+  expect((await api.post('/api/v1/projects', { name: 'traced across the bus' }, { token: key })).status).toBe(201);
+
+  let trace: Span[] = [];
+  await eventually(async () => {
+    const all = spans(system.output());
+    const created = all.filter((s) => s.service === 'svc-projects' && s.name === 'grpc.projects.v1.ProjectsService/CreateProject');
+    for (const server of created) {
+      trace = all.filter((s) => s.traceId === server.traceId);
+      // The consumer's span, and the gateway's HTTP span, which ends last (after the response).
+      if (
+        trace.some((s) => s.service === 'svc-webhooks' && s.name === 'process svc.projects.events') &&
+        trace.some((s) => s.service === 'svc-gateway' && s.kind === 1)
+      )
+        return true;
+    }
+    return false;
+  }, 20_000);
+  // The gateway's request, the service's handler, the relay's PRODUCER span (kind 3) and the consumer's (kind 4).
+  expect(trace).toEqual(
+    expect.arrayContaining([
+      expect.objectContaining({ service: 'svc-gateway', name: 'POST', kind: 1 }),
+      expect.objectContaining({ service: 'svc-projects', name: 'grpc.projects.v1.ProjectsService/CreateProject', kind: 1 }),
+      expect.objectContaining({ service: 'svc-projects', name: 'publish svc.projects.events', kind: 3 }),
+      expect.objectContaining({ service: 'svc-webhooks', name: 'process svc.projects.events', kind: 4 }),
+    ]),
+  );
+  expect(system.output()).not.toContain(key);
+});
+
 it('the tenant’s LLM key reaches the provider on a chat reply and an agent run, and appears in no log line or span', async () => {
   const secret = 'sk-traced-tenant-key-4f9d2c';
   const fake = await startFakeOpenAI({ apiKey: secret });

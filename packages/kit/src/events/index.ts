@@ -1,6 +1,7 @@
 export * from './types';
 export { EmbeddedBus, openEmbeddedBus, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
+export { publishTraced, tracedHandler, withTracing } from './tracing';
 export {
   OutboxRelay,
   addToOutbox,
@@ -13,6 +14,7 @@ export {
 } from './outbox';
 
 import { openEmbeddedBus } from './embedded';
+import { withTracing } from './tracing';
 import type { KafkaBusOptions } from './kafka';
 import type { BusErrorHandler, EventBus } from './types';
 
@@ -23,10 +25,13 @@ export function openKafkaBus(options: KafkaBusOptions): EventBus {
   return kafka.openKafkaBus(options);
 }
 
-/** Kafka when brokers are configured (distributed mode), otherwise the embedded log shared by this machine. */
+/**
+ * Kafka when brokers are configured (distributed mode), otherwise the embedded log shared by this machine; either
+ * way its consumers' handlers run in the trace of the write that caused each event (events/tracing.ts).
+ */
 export function openBus(options: { kafkaBrokers?: string[]; clientId: string; embeddedPath: string; onError?: BusErrorHandler }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
-    return openKafkaBus({ brokers: options.kafkaBrokers, clientId: options.clientId, onError: options.onError });
+    return withTracing(openKafkaBus({ brokers: options.kafkaBrokers, clientId: options.clientId, onError: options.onError }));
   }
-  return openEmbeddedBus({ path: options.embeddedPath, onError: options.onError });
+  return withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError }));
 }

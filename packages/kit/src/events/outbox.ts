@@ -16,6 +16,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
+import { publishTraced } from './tracing';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
 
 export interface OutboxRecord {
@@ -299,7 +300,8 @@ export class OutboxRelay {
     const outbox = this.store.collection(outboxCollection);
     const { items } = await outbox.find({}, { order: 'asc', limit: this.batchSize });
     if (items.length === 0) return 0;
-    await this.bus.publish(
+    await publishTraced(
+      this.bus,
       items.map((r) => ({
         id: r.id,
         topic: r.topic,
