@@ -21,15 +21,22 @@ export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'b
 const root = resolve(__dirname, '..');
 const logger = createLogger('launcher');
 
-function freePort(host: string): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once('error', fail);
-    srv.listen(0, host, () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => ok(port));
+/**
+ * A port for a service, chosen now and bound by the service a few seconds later. Taken below the kernel's ephemeral
+ * range (32768+ on Linux), where `listen(0)` never lands: a port handed to some other program in between (a test
+ * suite, a client socket) cannot take it from us. Checked free by binding it.
+ */
+async function freePort(host: string): Promise<number> {
+  for (let attempt = 0; ; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((ok) => {
+      const srv = createServer();
+      srv.once('error', () => ok(false));
+      srv.listen(port, host, () => srv.close(() => ok(true)));
     });
-  });
+    if (free) return port;
+    if (attempt > 50) throw new Error('no free port found between 20000 and 32000');
+  }
 }
 
 const children: SupervisedChild[] = [];
