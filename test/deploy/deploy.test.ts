@@ -207,7 +207,8 @@ describe('kubernetes: kustomize overlays/dev', () => {
         expect(ports.some((p) => p.containerPort === port || (p.name !== undefined && p.name === port))).toBe(true);
       }
       if (isGateway) {
-        expect(c.readinessProbe?.httpGet?.path).toBe('/readyz');
+        // Not /readyz: a shared outage (a service, a store, the bus) must not take every gateway out of traffic.
+        expect(c.readinessProbe?.httpGet?.path).toBe('/healthz');
         expect(c.livenessProbe?.httpGet?.path).toBe('/healthz');
       } else {
         expect(c.readinessProbe?.grpc?.port).toBe(SERVICES[name]);

@@ -53,6 +53,12 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
     clientId: `svc-${options.name}`,
     embeddedPath: `${config.dataDir}/bus.db`,
+    maxAttempts: config.busMaxAttempts,
+    kafkaPartitions: config.kafkaPartitions,
+    kafkaReplicationFactor: config.kafkaReplicationFactor,
+    // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
+    onError: (err: unknown, message?: { id: string; topic: string }) =>
+      logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
   const relay = new OutboxRelay(store, bus, { onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry') });
   const box = loadSecretBox(config.masterKey, config.dataDir, config.nodeEnv === 'production');

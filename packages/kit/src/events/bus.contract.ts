@@ -24,11 +24,11 @@ export function message(topic: string, key: string, n: number, id = `${topic}-${
 
 const ids = (list: Array<{ id: string }>) => list.map((m) => m.id);
 
-export function busContract(name: string, open: () => Promise<EventBus>): void {
+export function busContract(name: string, open: (options?: { maxAttempts?: number }) => Promise<EventBus>): void {
   describe(`event bus contract: ${name}`, () => {
     const opened: EventBus[] = [];
-    const openBus = async () => {
-      const bus = await open();
+    const openBus = async (options?: { maxAttempts?: number }) => {
+      const bus = await open(options);
       opened.push(bus);
       return bus;
     };
@@ -116,6 +116,29 @@ export function busContract(name: string, open: () => Promise<EventBus>): void {
       await waitFor('the second message', () => attempts.includes(b.id));
       await sub.stop();
       expect(attempts).toEqual([a.id, a.id, a.id, b.id]);
+    });
+
+    test('a poison message is set aside after its attempts and the messages behind it flow', async () => {
+      const errors: unknown[] = [];
+      const bus = await openBus({ maxAttempts: 3 });
+      const topic = unique('poison');
+      const [poison, next] = [message(topic, 'k', 0), message(topic, 'k', 1)];
+      const calls: string[] = [];
+      const sub = await bus.subscribe({
+        group: unique('g'),
+        topics: [topic],
+        handler: async (m) => {
+          calls.push(m.id);
+          if (m.id === poison.id) {
+            errors.push(m.id);
+            throw new Error('cannot ever handle this');
+          }
+        },
+      });
+      await bus.publish([poison, next]);
+      await waitFor('the message behind the poison', () => calls.includes(next.id));
+      await sub.stop();
+      expect(calls).toEqual([poison.id, poison.id, poison.id, next.id]);
     });
 
     test('a message id published twice is delivered once (embedded)', async () => {

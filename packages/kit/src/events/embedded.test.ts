@@ -9,7 +9,36 @@ import type { ReceivedMessage } from './types';
 const dir = mkdtempSync(join(tmpdir(), 'embedded-bus-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-busContract('embedded', async () => openEmbeddedBus({ path: join(dir, 'contract.db') }));
+busContract('embedded', async (options) => openEmbeddedBus({ path: join(dir, 'contract.db'), ...options }));
+
+test('an operator lists a dead letter and replays it to its group, which then handles it', async () => {
+  const bus = openEmbeddedBus({ path: join(dir, 'dead-letters.db'), maxAttempts: 2 });
+  const topic = unique('dead');
+  const group = unique('g');
+  let healed = false;
+  const handled: string[] = [];
+  const sub = await bus.subscribe({
+    group,
+    topics: [topic],
+    handler: async (m) => {
+      if (m.id.endsWith('-0') && !healed) throw new Error('downstream refuses it');
+      handled.push(m.id);
+    },
+  });
+  await bus.publish([message(topic, 'k', 0), message(topic, 'k', 1)]);
+  await waitFor('the message behind', () => handled.includes(`${topic}-1`));
+  const [dead] = bus.deadLetters(group);
+  expect(dead).toMatchObject({ group, topic, id: `${topic}-0`, attempts: 2, error: 'downstream refuses it' });
+
+  healed = true; // the cause is fixed; the operator replays it
+  expect(bus.replayDeadLetter(group, topic, dead.seq)).toBe(true);
+  expect(bus.replayDeadLetter(group, topic, dead.seq)).toBe(false); // once
+  await waitFor('the replayed message', () => handled.includes(`${topic}-0`));
+  expect(bus.deadLetters(group)).toEqual([]);
+  expect(handled).toEqual([`${topic}-1`, `${topic}-0`]);
+  await sub.stop();
+  await bus.close();
+});
 
 const repoRoot = resolve(__dirname, '../../../..');
 

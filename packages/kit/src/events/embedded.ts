@@ -27,6 +27,22 @@ export interface EmbeddedBusOptions {
   leaseMs?: number;
   /** Failed handler calls (retried) and polling failures; the bus has no logger of its own. */
   onError?: BusErrorHandler;
+  /**
+   * Handler calls a message gets before it is set aside as a dead letter (`deadLetters()`, replayed with
+   * `replayDeadLetter`), so one poison message cannot hold its group forever. Default 10.
+   */
+  maxAttempts?: number;
+}
+
+/** A message a group set aside after `attempts` failed handler calls. */
+export interface DeadLetter {
+  group: string;
+  topic: string;
+  seq: number;
+  id: string;
+  attempts: number;
+  error: string;
+  failedAt: string;
 }
 
 const BATCH_SIZE = 200;
@@ -47,6 +63,11 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_topic_seq ON messages (topic, seq);
 CREATE TABLE IF NOT EXISTS offsets (grp TEXT NOT NULL, topic TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, topic));
+CREATE TABLE IF NOT EXISTS dead_letters (
+  grp TEXT NOT NULL, topic TEXT NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL, attempts INTEGER NOT NULL,
+  error TEXT NOT NULL, failed_at TEXT NOT NULL, PRIMARY KEY (grp, topic, seq)
+);
+CREATE TABLE IF NOT EXISTS replays (grp TEXT NOT NULL, topic TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, topic, seq));
 `;
 /**
  * Consumer-group leases live in a file of their own (`<name>-leases.db`, attached): renewing them every few seconds
@@ -68,6 +89,20 @@ interface Row {
   ts: number;
 }
 
+/** A row of the log as a consumer receives it. */
+function received(r: Row): ReceivedMessage & { seq: number } {
+  return {
+    seq: r.seq,
+    id: r.id,
+    topic: r.topic,
+    key: r.key,
+    value: r.value,
+    headers: JSON.parse(r.headers) as Record<string, string>,
+    offset: String(r.seq),
+    timestamp: r.ts,
+  };
+}
+
 /** `<dir>/bus.db` -> `<dir>/bus-leases.db`. */
 function leasesPath(path: string): string {
   return path.replace(/(\.db)?$/, '-leases.db');
@@ -81,6 +116,7 @@ export class EmbeddedBus implements EventBus {
   readonly kind = 'embedded' as const;
   readonly pollIntervalMs: number;
   readonly leaseMs: number;
+  readonly maxAttempts: number;
   readonly onError: BusErrorHandler;
   private readonly db: Database.Database;
   private readonly subscriptions = new Set<EmbeddedSubscription>();
@@ -104,6 +140,7 @@ export class EmbeddedBus implements EventBus {
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.dbPath = options.path;
     this.leaseMs = options.leaseMs ?? 10_000;
+    this.maxAttempts = options.maxAttempts ?? 10;
     this.onError = options.onError ?? (() => {});
     this.db = new Database(options.path);
     // busy_timeout first: the other processes may hold the write lock while we switch to WAL or create tables.
@@ -151,6 +188,60 @@ export class EmbeddedBus implements EventBus {
       return true;
     });
     this.commitTx = (...args) => commit.immediate(...args);
+  }
+
+  /** Sets a message aside for its group (it stays in the log; the group's offset moves past it). */
+  setAside(group: string, message: ReceivedMessage, seq: number, attempts: number, error: unknown): void {
+    this.db
+      .prepare(`INSERT OR REPLACE INTO dead_letters (grp, topic, seq, id, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+      .run(
+        group,
+        message.topic,
+        seq,
+        message.id,
+        attempts,
+        String((error as Error)?.message ?? error).slice(0, 500),
+        new Date().toISOString(),
+      );
+  }
+
+  /** Dead letters, oldest first (of one group, or all). */
+  deadLetters(group?: string): DeadLetter[] {
+    const rows = this.db
+      .prepare(
+        `SELECT grp AS "group", topic, seq, id, attempts, error, failed_at AS failedAt FROM dead_letters
+         WHERE ? IS NULL OR grp = ? ORDER BY failed_at, seq`,
+      )
+      .all(group ?? null, group ?? null) as DeadLetter[];
+    return rows;
+  }
+
+  /** Queues a dead letter for its group again (delivered before the group's next messages); false if unknown. */
+  replayDeadLetter(group: string, topic: string, seq: number): boolean {
+    return this.db
+      .transaction(() => {
+        const removed = this.db.prepare(`DELETE FROM dead_letters WHERE grp = ? AND topic = ? AND seq = ?`).run(group, topic, seq);
+        if (removed.changes !== 1) return false;
+        this.db.prepare(`INSERT OR IGNORE INTO replays (grp, topic, seq) VALUES (?, ?, ?)`).run(group, topic, seq);
+        return true;
+      })
+      .immediate();
+  }
+
+  /** Replays queued for a group's topics, with their messages. */
+  readReplays(group: string, topics: string[]): Array<ReceivedMessage & { seq: number }> {
+    const rows = this.db
+      .prepare(
+        `SELECT m.seq, m.id, m.topic, m.key, m.value, m.headers, m.ts FROM replays r JOIN messages m ON m.seq = r.seq
+         WHERE r.grp = ? AND r.topic IN (${topics.map(() => '?').join(',')}) ORDER BY r.seq LIMIT 50`,
+      )
+      .all(group, ...topics) as Row[];
+    return rows.map(received);
+  }
+
+  replayDone(group: string, topic: string, seq: number): void {
+    this.db.prepare(`DELETE FROM replays WHERE grp = ? AND topic = ? AND seq = ?`).run(group, topic, seq);
+    for (const s of this.subscriptions) s.wake();
   }
 
   async publish(messages: BusMessage[]): Promise<void> {
@@ -256,16 +347,7 @@ export class EmbeddedBus implements EventBus {
       rows.length = BATCH_SIZE;
       full = true;
     }
-    const messages = rows.map((r) => ({
-      seq: r.seq,
-      id: r.id,
-      topic: r.topic,
-      key: r.key,
-      value: r.value,
-      headers: JSON.parse(r.headers) as Record<string, string>,
-      offset: String(r.seq),
-      timestamp: r.ts,
-    }));
+    const messages = rows.map(received);
     return { messages, full };
   }
 
@@ -351,9 +433,14 @@ class EmbeddedSubscription {
 
   /** Returns true when the batch was full, i.e. more may be waiting. */
   private async consumeBatch(topics: string[]): Promise<boolean> {
+    // Dead letters an operator replayed come first (out of their original order, by nature).
+    for (const { seq, ...message } of this.bus.readReplays(this.group, topics)) {
+      if (!(await this.deliver(message, seq))) return false;
+      this.bus.replayDone(this.group, message.topic, seq);
+    }
     const { messages, full } = this.bus.read(this.group, topics);
     for (const { seq, ...message } of messages) {
-      if (!(await this.deliver(message))) return false; // stopped during retries
+      if (!(await this.deliver(message, seq))) return false; // stopped during retries
       if (!this.bus.commit(this.group, message.topic, seq, this.owner)) {
         this.held.delete(message.topic); // another consumer owns the group now; it resumes from the offset
         return false;
@@ -363,16 +450,23 @@ class EmbeddedSubscription {
     return full;
   }
 
-  /** Calls the handler until it succeeds (true) or the subscription stops (false). */
-  private async deliver(message: ReceivedMessage): Promise<boolean> {
+  /**
+   * Calls the handler until it succeeds or the message has had `maxAttempts` calls (then it is set aside as a
+   * dead letter and the group moves on): true; false when the subscription stops first.
+   */
+  private async deliver(message: ReceivedMessage, seq: number): Promise<boolean> {
     let delay = RETRY_MIN_MS;
-    for (;;) {
+    for (let attempt = 1; ; attempt++) {
       if (this.stopped) return false;
       try {
         await this.handler(message);
         return true;
       } catch (err) {
         this.bus.onError(err, message);
+        if (attempt >= this.bus.maxAttempts) {
+          this.bus.setAside(this.group, message, seq, attempt, err);
+          return true;
+        }
       }
       await this.sleep(delay, false);
       delay = Math.min(delay * 2, RETRY_MAX_MS);

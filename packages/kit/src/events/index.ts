@@ -1,5 +1,5 @@
 export * from './types';
-export { EmbeddedBus, openEmbeddedBus, type EmbeddedBusOptions } from './embedded';
+export { EmbeddedBus, openEmbeddedBus, type DeadLetter, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
 export { publishTraced, tracedHandler, withTracing } from './tracing';
 export {
@@ -29,9 +29,26 @@ export function openKafkaBus(options: KafkaBusOptions): EventBus {
  * Kafka when brokers are configured (distributed mode), otherwise the embedded log shared by this machine; either
  * way its consumers' handlers run in the trace of the write that caused each event (events/tracing.ts).
  */
-export function openBus(options: { kafkaBrokers?: string[]; clientId: string; embeddedPath: string; onError?: BusErrorHandler }): EventBus {
+export function openBus(options: {
+  kafkaBrokers?: string[];
+  clientId: string;
+  embeddedPath: string;
+  onError?: BusErrorHandler;
+  maxAttempts?: number;
+  kafkaPartitions?: number;
+  kafkaReplicationFactor?: number;
+}): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
-    return withTracing(openKafkaBus({ brokers: options.kafkaBrokers, clientId: options.clientId, onError: options.onError }));
+    return withTracing(
+      openKafkaBus({
+        brokers: options.kafkaBrokers,
+        clientId: options.clientId,
+        onError: options.onError,
+        maxAttempts: options.maxAttempts,
+        numPartitions: options.kafkaPartitions,
+        replicationFactor: options.kafkaReplicationFactor,
+      }),
+    );
   }
-  return withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError }));
+  return withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError, maxAttempts: options.maxAttempts }));
 }

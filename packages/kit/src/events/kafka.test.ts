@@ -14,5 +14,5 @@ const d = brokers.length > 0 ? describe : describe.skip;
 d('kafka', () => {
   // A first consumer-group join takes a few seconds on a fresh broker.
   jest.setTimeout(60_000);
-  busContract('kafka', async () => openKafkaBus({ brokers, clientId: 'kit-events-test' }));
+  busContract('kafka', async (options) => openKafkaBus({ brokers, clientId: 'kit-events-test', ...options }));
 });

@@ -23,7 +23,19 @@ export interface KafkaBusOptions {
   onError?: BusErrorHandler;
   /** Partitions for topics this bus creates. Default 6. */
   numPartitions?: number;
+  /** Replication factor of the topics this bus creates. Default 1 (compose's single broker); 3 in production. */
+  replicationFactor?: number;
+  /**
+   * Handler calls a message gets before it is sent to `<topic>.dead-letters` (headers name the group, the error
+   * and the attempts) and its offset committed, so a poison message cannot hold its partition. Default 10.
+   */
+  maxAttempts?: number;
 }
+
+/** Where a group's poison messages go: read them with any Kafka tool, replay by publishing them again. */
+export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
+/** A publish that has not finished by then fails (the outbox keeps the records and tries again). */
+const PUBLISH_TIMEOUT_MS = 15_000;
 
 const ID_HEADER = 'id';
 const RETRY_MIN_MS = 100;
@@ -40,6 +52,8 @@ class KafkaBus implements EventBus {
   private readonly admin: Admin;
   private readonly onError: BusErrorHandler;
   private readonly numPartitions: number;
+  private readonly maxAttempts: number;
+  private readonly replicationFactor: number;
   private readonly knownTopics = new Set<string>();
   private readonly subscriptions = new Set<Subscription>();
   private connecting: Promise<void> | null = null;
@@ -49,7 +63,15 @@ class KafkaBus implements EventBus {
     this.onError = options.onError ?? (() => {});
     this.numPartitions = options.numPartitions ?? 6;
     // kafkajs logs to the console itself; keep that to errors (ours go through onError).
-    this.kafka = new Kafka({ clientId: options.clientId, brokers: options.brokers, logLevel: logLevel.ERROR });
+    // Bounded retries: kafkajs's idempotent producer would otherwise retry for ever, hanging the relay and shutdown.
+    this.kafka = new Kafka({
+      clientId: options.clientId,
+      brokers: options.brokers,
+      logLevel: logLevel.ERROR,
+      retry: { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 },
+    });
+    this.maxAttempts = options.maxAttempts ?? 10;
+    this.replicationFactor = options.replicationFactor ?? 1;
     // Idempotent: broker-side dedupe of producer retries; one request in flight keeps per-partition order.
     // The Java-compatible partitioner is explicit so every client maps a key to the same partition.
     this.producer = this.kafka.producer({
@@ -74,10 +96,20 @@ class KafkaBus implements EventBus {
       });
     }
     await this.ensureTopics([...byTopic.keys()]);
-    await this.producer.sendBatch({
-      acks: -1,
-      topicMessages: [...byTopic].map(([topic, list]) => ({ topic, messages: list })),
-    });
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        this.producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, list]) => ({ topic, messages: list })) }),
+        new Promise((_, fail) => {
+          timer = setTimeout(
+            () => fail(new Error(`Kafka did not acknowledge the batch within ${PUBLISH_TIMEOUT_MS} ms`)),
+            PUBLISH_TIMEOUT_MS,
+          );
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
@@ -98,8 +130,12 @@ class KafkaBus implements EventBus {
             await options.handler(received);
           } catch (err) {
             this.onError(err, received);
-            retry.failed(topic, partition, message.offset, pause);
-            return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+            if (retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts) {
+              retry.failed(topic, partition, message.offset, pause);
+              return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+            }
+            // Poison: set it aside with why, then move the partition on (below).
+            await this.setAside(options.group, topic, message, err, this.maxAttempts);
           }
           retry.succeeded(topic, partition);
           try {
@@ -127,6 +163,28 @@ class KafkaBus implements EventBus {
     };
     this.subscriptions.add(subscription);
     return subscription;
+  }
+
+  private async setAside(group: string, topic: string, message: KafkaMessage, err: unknown, attempts: number): Promise<void> {
+    const dlq = deadLetterTopic(topic);
+    await this.ensureTopics([dlq]);
+    await this.producer.send({
+      topic: dlq,
+      acks: -1,
+      messages: [
+        {
+          key: message.key,
+          value: message.value,
+          headers: {
+            ...message.headers,
+            'dead-letter-group': group,
+            'dead-letter-error': String((err as Error)?.message ?? err).slice(0, 500),
+            'dead-letter-attempts': String(attempts),
+            'dead-letter-offset': message.offset,
+          },
+        },
+      ],
+    });
   }
 
   async ping(): Promise<void> {
@@ -163,7 +221,7 @@ class KafkaBus implements EventBus {
     try {
       // Resolves false (no throw) when every topic already exists.
       await this.admin.createTopics({
-        topics: missing.map((topic) => ({ topic, numPartitions: this.numPartitions })),
+        topics: missing.map((topic) => ({ topic, numPartitions: this.numPartitions, replicationFactor: this.replicationFactor })),
         waitForLeaders: true,
       });
     } catch (err) {
@@ -210,6 +268,12 @@ class RetryState {
       Math.min(RETRY_MIN_MS * 2 ** (count - 1), RETRY_MAX_MS),
     );
     this.timers.add(timer);
+  }
+
+  /** Failed calls so far of the message at `offset` (0 when it has not failed). */
+  attemptsOf(topic: string, partition: number, offset: string): number {
+    const prev = this.attempts.get(`${topic}:${partition}`);
+    return prev?.offset === offset ? prev.count : 0;
   }
 
   succeeded(topic: string, partition: number): void {
