@@ -100,7 +100,7 @@ export const commonConfig = {
   kafkaPartitions: field('KAFKA_PARTITIONS', 'int', { default: '6', min: 1, max: 1000 }),
   kafkaReplicationFactor: field('KAFKA_REPLICATION_FACTOR', 'int', { default: '1', min: 1, max: 10 }),
   /** Handler calls a message gets before it is set aside as a dead letter (both buses). */
-  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '10', min: 1, max: 1000 }),
+  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '20', min: 1, max: 1000 }),
   redisUrl: field('REDIS_URL', 'string', { secret: true }),
   host: field('SERVICE_HOST', 'string', { default: '127.0.0.1' }),
   /** Base64 of 32 bytes for AES-256-GCM of secrets at rest; generated and kept under DATA_DIR when unset. */
