@@ -29,7 +29,7 @@ export interface EmbeddedBusOptions {
   onError?: BusErrorHandler;
   /**
    * Handler calls a message gets before it is set aside as a dead letter (`deadLetters()`, replayed with
-   * `replayDeadLetter`), so one poison message cannot hold its group forever. Default 10.
+   * `replayDeadLetter`), so one poison message cannot hold its group forever. Default 20 (about 75 s).
    */
   maxAttempts?: number;
 }
@@ -140,7 +140,7 @@ export class EmbeddedBus implements EventBus {
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.dbPath = options.path;
     this.leaseMs = options.leaseMs ?? 10_000;
-    this.maxAttempts = options.maxAttempts ?? 10;
+    this.maxAttempts = options.maxAttempts ?? 20;
     this.onError = options.onError ?? (() => {});
     this.db = new Database(options.path);
     // busy_timeout first: the other processes may hold the write lock while we switch to WAL or create tables.

@@ -27,7 +27,7 @@ export interface KafkaBusOptions {
   replicationFactor?: number;
   /**
    * Handler calls a message gets before it is sent to `<topic>.dead-letters` (headers name the group, the error
-   * and the attempts) and its offset committed, so a poison message cannot hold its partition. Default 10.
+   * and the attempts) and its offset committed, so a poison message cannot hold its partition. Default 20.
    */
   maxAttempts?: number;
 }
@@ -70,7 +70,7 @@ class KafkaBus implements EventBus {
       logLevel: logLevel.ERROR,
       retry: { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 },
     });
-    this.maxAttempts = options.maxAttempts ?? 10;
+    this.maxAttempts = options.maxAttempts ?? 20;
     this.replicationFactor = options.replicationFactor ?? 1;
     // Idempotent: broker-side dedupe of producer retries; one request in flight keeps per-partition order.
     // The Java-compatible partitioner is explicit so every client maps a key to the same partition.
