@@ -38,6 +38,14 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     throw new AppError('UNAUTHORIZED', 'Invalid operator token');
   }
 
+  // Checked before validation, as every credential is (CONTRACT.md 5: authentication, scope, then validation): a
+  // caller without the operator token learns nothing about these routes' bodies.
+  const tokens = new WeakMap<FastifyRequest, string>();
+  app.addHook('onRequest', async (request) => {
+    if (request.routeOptions.config.access === 'operator') tokens.set(request, await operator(request));
+  });
+  const tokenOf = (request: FastifyRequest): string => tokens.get(request) ?? '';
+
   route(app, {
     method: 'POST',
     url: '/api/v1/admin/gift-cards',
@@ -54,7 +62,7 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     response: Obj({ codes: Type.Array(Type.String()) }),
     handler: async ({ body, request, call }) =>
       billing.adminMintGiftCards(
-        { adminToken: await operator(request), credits: body.credits, count: body.count, expiresAt: body.expiresAt ?? '' },
+        { adminToken: tokenOf(request), credits: body.credits, count: body.count, expiresAt: body.expiresAt ?? '' },
         call,
       ),
   });
@@ -70,7 +78,7 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     body: Obj({ plan: Type.Union(['free', 'starter', 'growth', 'enterprise'].map((p) => Type.Literal(p))) }),
     response: Obj({ tenantId: Type.String(), plan: Type.String() }),
     handler: async ({ body, params, request, call }) =>
-      billing.adminSetPlan({ adminToken: await operator(request), tenantId: params.id, plan: body.plan }, call),
+      billing.adminSetPlan({ adminToken: tokenOf(request), tenantId: params.id, plan: body.plan }, call),
   });
 
   route(app, {
@@ -85,7 +93,7 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     response: Obj({ balance: Type.Integer() }),
     handler: async ({ body, params, request, call }) =>
       billing.adminAdjustCredits(
-        { adminToken: await operator(request), tenantId: params.id, delta: body.delta, reason: body.reason, requestId: request.id },
+        { adminToken: tokenOf(request), tenantId: params.id, delta: body.delta, reason: body.reason, requestId: request.id },
         call,
       ),
   });
