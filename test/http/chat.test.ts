@@ -158,6 +158,34 @@ describe('chat sessions', () => {
   });
 });
 
+describe('deleting a session', () => {
+  it('deletes the session and its messages, only for its tenant, and not while a reply is being generated', async () => {
+    const id = await newSession(owner.accessToken, { title: 'to delete' });
+    openai.script({ type: 'text', text: 'one two three four five six', chunks: 6, delayMs: 150 });
+    const posted = await post(owner.accessToken, id, 'hello');
+    expect(expectError(await api.del(`${S}/${id}`, { token: owner.accessToken }), 409, 'CONFLICT').details).toEqual({
+      reason: 'reply_in_progress',
+    });
+    await storedReply(id, owner.accessToken, posted.responseMessageId);
+
+    const other = await signUp(api, 'Deleter');
+    expect(expectError(await api.del(`${S}/${id}`, { token: other.accessToken }), 404, 'RESOURCE_NOT_FOUND').details).toEqual({
+      resource: 'chat_session',
+      id,
+    });
+    const reader = await createKey(api, owner.accessToken, { scopes: ['agents:read'] });
+    expectError(await api.del(`${S}/${id}`, { token: reader.key }), 403, 'FORBIDDEN');
+
+    const res = await api.del(`${S}/${id}`, { token: owner.accessToken });
+    expect(res.status).toBe(200);
+    expect(res.body.data).toEqual({ id, deleted: true });
+    expectError(await api.get(`${S}/${id}`, { token: owner.accessToken }), 404, 'RESOURCE_NOT_FOUND');
+    expectError(await api.get(`${S}/${id}/messages`, { token: owner.accessToken }), 404, 'RESOURCE_NOT_FOUND');
+    expectError(await api.del(`${S}/${id}`, { token: owner.accessToken }), 404, 'RESOURCE_NOT_FOUND');
+    expect((await api.get(`${S}?limit=100`, { token: owner.accessToken })).body.data.map((s: { id: string }) => s.id)).not.toContain(id);
+  });
+});
+
 describe('chat with an agent', () => {
   it("leads the conversation with the agent's system prompt (and its model), and keeps agents to their tenant", async () => {
     const agentRes = await api.post(

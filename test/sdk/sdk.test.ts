@@ -123,6 +123,8 @@ it('drives every endpoint through the SDK', async () => {
   called.add('streamChatReply');
   expect(text).toBe('hello from the model');
   expect((await sdk.listChatMessages({ params: { id: session.id } })).length).toBe(2);
+  expect(await sdk.deleteChatSession({ params: { id: session.id } })).toEqual({ id: session.id, deleted: true });
+  await expect(sdk.getChatSession({ params: { id: session.id } })).rejects.toMatchObject({ status: 404 });
 
   // Webhooks.
   const hook = await sdk.createWebhook({ body: { url: receiver.url, events: ['project.deleted'], secret: 'whsec-sdk-secret-0123' } });

@@ -8,7 +8,16 @@ let api: Client;
 let owner: Account;
 
 beforeAll(async () => {
-  stack = await startStack({ env: { API_KEYS_PER_TENANT: '3' } });
+  stack = await startStack({
+    env: {
+      API_KEYS_PER_TENANT: '3',
+      PROJECTS_PER_TENANT: '2',
+      AGENTS_PER_TENANT: '2',
+      SECRETS_PER_TENANT: '2',
+      MEMBERS_PER_TENANT: '2',
+      CHAT_SESSIONS_PER_TENANT: '2',
+    },
+  });
   api = client(stack.url);
   owner = await signUp(api, 'Hardened');
 });
@@ -76,8 +85,9 @@ it.each(['utf-16', 'UTF-16LE', 'iso-8859-1', '"utf-32"'])(
 
 it('accepts charset=utf-8 in any spelling', async () => {
   for (const charset of ['utf-8', 'UTF-8', 'utf8', '"utf-8"']) {
+    const fresh = await signUp(api, `Charset ${charset}`); // a tenant per project: this stack caps projects at 2
     const res = await api.request('POST', '/api/v1/projects', {
-      token: owner.accessToken,
+      token: fresh.accessToken,
       raw: JSON.stringify({ name: `ok ${charset}` }),
       headers: { 'content-type': `application/json; charset=${charset}` },
     });
@@ -100,4 +110,35 @@ it('caps live API keys per tenant (API_KEYS_PER_TENANT); a revoked key frees its
     (await api.post('/api/v1/api-keys', { name: 'in its place', type: 'sdk', environment: 'development' }, { token: a.accessToken }))
       .status,
   ).toBe(201);
+});
+
+it('caps every collection a tenant grows (projects, agents, secrets, members, chat sessions); deleting one frees its place', async () => {
+  const a = await signUp(api, 'Grower');
+  const t = { token: a.accessToken };
+  const kinds = [
+    { path: '/api/v1/projects', reason: 'project_limit', body: (i: number) => ({ name: `p${i}` }) },
+    { path: '/api/v1/agents', reason: 'agent_limit', body: (i: number) => ({ name: `a${i}`, systemPrompt: 'help' }) },
+    { path: '/api/v1/secrets', reason: 'secret_limit', body: (i: number) => ({ name: `S${i}`, value: 'v' }) },
+    { path: '/api/v1/chat/sessions', reason: 'chat_session_limit', body: (i: number) => ({ title: `s${i}` }) },
+  ];
+  for (const k of kinds) {
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const res = await api.post(k.path, k.body(i), t);
+      expect(res.status).toBe(201);
+      ids.push(res.body.data.id ?? res.body.data.name); // secrets are named, not numbered
+    }
+    const over = await api.post(k.path, k.body(2), t);
+    expect(expectError(over, 409, 'CONFLICT').details).toEqual({ reason: k.reason, limit: 2 });
+    // Another tenant is not affected by this one's count.
+    const b = await signUp(api, `Other ${k.reason}`);
+    expect((await api.post(k.path, k.body(0), { token: b.accessToken })).status).toBe(201);
+    expect((await api.del(`${k.path}/${ids[0]}`, t)).status).toBe(200);
+    expect((await api.post(k.path, k.body(3), t)).status).toBe(201);
+  }
+  // Members: the owner counts as one.
+  const member = { email: `m-${Date.now()}@example.com`, name: 'M', password: 'a-long-password-1', role: 'member' };
+  expect((await api.post('/api/v1/tenant/team/members', member, t)).status).toBe(201);
+  const over = await api.post('/api/v1/tenant/team/members', { ...member, email: `n-${member.email}` }, t);
+  expect(expectError(over, 409, 'CONFLICT').details).toEqual({ reason: 'member_limit', limit: 2 });
 });

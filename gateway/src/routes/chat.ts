@@ -139,6 +139,18 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   });
 
   route(app, {
+    method: 'DELETE',
+    url: '/api/v1/chat/sessions/:id',
+    operationId: 'deleteChatSession',
+    access: 'agents:write',
+    tag: 'chat',
+    summary: 'Delete a chat session and its messages (409 while a reply is being generated)',
+    params: IdParams,
+    response: Obj({ id: Type.String(), deleted: Type.Boolean() }),
+    handler: async ({ params, call }) => ({ id: (await chat.deleteSession({ id: params.id }, call)).id, deleted: true }),
+  });
+
+  route(app, {
     method: 'GET',
     url: '/api/v1/chat/sessions/:id/messages',
     operationId: 'listChatMessages',

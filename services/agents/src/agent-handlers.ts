@@ -1,4 +1,4 @@
-import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { assertBelowLimit, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { agentsV1 } from '@svc/proto';
 import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
 import { agents, type AgentDoc } from './collections';
@@ -22,7 +22,7 @@ export async function loadAgent(store: Store, tenantId: string, id: string): Pro
 }
 
 /** Agent CRUD. Deleting an agent also cancels its unfinished runs and deletes its runs (see `onDelete`). */
-export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>) {
+export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>, maxAgentsPerTenant = 1000) {
   const col = store.collection(agents);
 
   return {
@@ -31,6 +31,7 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
       const name = checkText('name', req.name);
       const systemPrompt = checkText('systemPrompt', req.systemPrompt);
       const config = mergeConfig(DEFAULT_CONFIG, req.config);
+      await assertBelowLimit(() => col.count({ tenantId: auth.tid }), maxAgentsPerTenant, 'agent', 'agents');
       const now = nowIso();
       const doc: AgentDoc = { id: newId('agt'), tenantId: auth.tid, name, systemPrompt, config, createdAt: now, updatedAt: now };
       await col.insert(doc);

@@ -23,6 +23,7 @@ export const agentsConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
   creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  maxAgentsPerTenant: field('AGENTS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   /** Stable across restarts and unique among live workers: how a restarted worker knows the runs it had claimed. */
   workerId: field('AGENTS_WORKER_ID', 'string'),
   workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
@@ -77,7 +78,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
     registrations: [
       registration({
         definition: agentsV1.AgentsServiceService,
-        implementation: { ...agentHandlers(rt.store, endRunsOf), ...runRpcs },
+        implementation: { ...agentHandlers(rt.store, endRunsOf, rt.config.maxAgentsPerTenant), ...runRpcs },
       }),
     ],
     onStop: async () => {

@@ -1,4 +1,4 @@
-import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { AppError, assertBelowLimit, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessions, type MessageDoc, type SessionDoc } from './collections';
@@ -31,6 +31,8 @@ export interface ChatDeps {
   pollMs: number;
   /** Replies of one tenant generating at once (CHAT_TENANT_CONCURRENCY). */
   tenantConcurrency: number;
+  /** Sessions a tenant may keep (CHAT_SESSIONS_PER_TENANT); deleting one frees its place. */
+  maxSessionsPerTenant: number;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -79,6 +81,7 @@ export function chatHandlers(deps: ChatDeps) {
       checkLength('agentId', req.agentId, LIMITS.id);
       if (req.projectId) await peers.checkProject(req.projectId, token);
       if (req.agentId) await peers.agent(req.agentId, token);
+      await assertBelowLimit(() => sessionsCol.count({ tenantId: auth.tid }), deps.maxSessionsPerTenant, 'chat_session', 'chat sessions');
       const doc: SessionDoc = {
         id: newId('chs'),
         tenantId: auth.tid,
@@ -100,6 +103,23 @@ export function chatHandlers(deps: ChatDeps) {
     async getSession(req: chatV1.GetSessionRequest, ctx: CallContext): Promise<chatV1.GetSessionResponse> {
       const { auth } = authed(ctx, 'agents:read');
       return { session: toSession(await sessionOf(req.id, auth.tid)) };
+    },
+
+    /**
+     * The session first, so no new message can be posted to it, then its messages. A reply still generating would be
+     * billed for a transcript its owner no longer has: refused with 409 until it ends (a cancel is seconds away).
+     */
+    async deleteSession(req: chatV1.DeleteSessionRequest, ctx: CallContext): Promise<chatV1.DeleteSessionResponse> {
+      const { auth } = authed(ctx, 'agents:write');
+      const session = await sessionOf(req.id, auth.tid);
+      for (const status of ['pending', 'streaming'] as const)
+        if (await messagesCol.findOne({ sessionId: session.id, status }))
+          throw errors.conflict('A reply in this session is still being generated; delete the session when it ends', {
+            reason: 'reply_in_progress',
+          });
+      await sessionsCol.delete(session.id, { tenantId: auth.tid });
+      await messagesCol.deleteMany({ sessionId: session.id });
+      return { id: session.id };
     },
 
     /** Oldest first: a transcript reads top to bottom, and the next page continues the conversation. */

@@ -28,6 +28,7 @@ const chatConfig = {
   pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
+  maxSessionsPerTenant: field('CHAT_SESSIONS_PER_TENANT', 'int', { default: '10000', min: 1, max: 10_000_000 }),
 } as const;
 
 export interface ChatOptions {
@@ -72,6 +73,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           credits,
           pollMs: config.pollMs,
           tenantConcurrency: config.tenantConcurrency,
+          maxSessionsPerTenant: config.maxSessionsPerTenant,
         }),
       }),
     ],

@@ -5,6 +5,9 @@ import type { SigningKeys } from './signing-keys';
 export interface IdentitySettings {
   /** Live (unrevoked) API keys a tenant may hold (API_KEYS_PER_TENANT). */
   maxApiKeysPerTenant: number;
+  /** Secrets and members a tenant may have (SECRETS_PER_TENANT, MEMBERS_PER_TENANT). */
+  maxSecretsPerTenant: number;
+  maxMembersPerTenant: number;
   issuer: string;
   audience: string;
   accessTokenTtlS: number;

@@ -31,6 +31,8 @@ const config = {
   llmApiKey: field('LLM_API_KEY', 'string', { secret: true }),
   llmModel: field('LLM_MODEL', 'string'),
   maxApiKeysPerTenant: field('API_KEYS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
+  maxSecretsPerTenant: field('SECRETS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
+  maxMembersPerTenant: field('MEMBERS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
@@ -70,6 +72,8 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     logger: rt.logger,
     settings: {
       maxApiKeysPerTenant: rt.config.maxApiKeysPerTenant,
+      maxSecretsPerTenant: rt.config.maxSecretsPerTenant,
+      maxMembersPerTenant: rt.config.maxMembersPerTenant,
       issuer: rt.config.jwtIssuer,
       audience: rt.config.jwtAudience,
       accessTokenTtlS: rt.config.accessTokenTtlS,

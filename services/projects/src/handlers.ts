@@ -1,5 +1,6 @@
 import {
   addToOutbox,
+  assertBelowLimit,
   authed,
   type CallContext,
   domainEvent,
@@ -49,13 +50,14 @@ async function emit(tx: StoreSession, type: string, tenantId: string, data: even
  * Writes need `projects:write` here too, whoever holds the token (a run's delegated token included). Reads are
  * gated by the gateway's policy only: agents and chat read the project a caller names under `agents:*` scopes.
  */
-export function projectHandlers(store: Store, relay: OutboxRelay) {
+export function projectHandlers(store: Store, relay: OutboxRelay, maxProjectsPerTenant = 1000) {
   const col = store.collection(projects);
 
   return {
     async createProject(req: projectsV1.CreateProjectRequest, ctx: CallContext): Promise<projectsV1.CreateProjectResponse> {
       const { auth } = authed(ctx, 'projects:write');
       const f = checkFields({ name: req.name, description: req.description, language: req.language });
+      await assertBelowLimit(() => store.collection(projects).count({ tenantId: auth.tid }), maxProjectsPerTenant, 'project', 'projects');
       const now = nowIso();
       const doc: ProjectDoc = {
         id: newId('prj'),

@@ -99,6 +99,7 @@ export const OPERATIONS = {
   createChatSession: { method: 'POST', path: '/api/v1/chat/sessions', pathParams: [], access: 'agents:write', stream: false },
   listChatSessions: { method: 'GET', path: '/api/v1/chat/sessions', pathParams: [], access: 'agents:read', stream: false },
   getChatSession: { method: 'GET', path: '/api/v1/chat/sessions/{id}', pathParams: ['id'], access: 'agents:read', stream: false },
+  deleteChatSession: { method: 'DELETE', path: '/api/v1/chat/sessions/{id}', pathParams: ['id'], access: 'agents:write', stream: false },
   listChatMessages: {
     method: 'GET',
     path: '/api/v1/chat/sessions/{id}/messages',
@@ -468,6 +469,11 @@ export abstract class GeneratedMethods {
   /** One chat session (`GET /api/v1/chat/sessions/{id}`) */
   getChatSession(input: Input<'getChatSession'>, options?: CallOptions): Promise<Output<'getChatSession'>> {
     return this.call('getChatSession', input, options);
+  }
+
+  /** Delete a chat session and its messages (409 while a reply is being generated) (`DELETE /api/v1/chat/sessions/{id}`) */
+  deleteChatSession(input: Input<'deleteChatSession'>, options?: CallOptions): Promise<Output<'deleteChatSession'>> {
+    return this.call('deleteChatSession', input, options);
   }
 
   /** The messages of a session, oldest first (a transcript); assistant replies carry status, error and token usage (`GET /api/v1/chat/sessions/{id}/messages`) */

@@ -656,7 +656,8 @@ export interface paths {
     get: operations['getChatSession'];
     put?: never;
     post?: never;
-    delete?: never;
+    /** Delete a chat session and its messages (409 while a reply is being generated) */
+    delete: operations['deleteChatSession'];
     options?: never;
     head?: never;
     patch?: never;
@@ -3950,6 +3951,46 @@ export interface operations {
               title: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteChatSession: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              deleted: boolean;
             };
             meta: {
               request_id: string;

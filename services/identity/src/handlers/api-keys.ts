@@ -2,6 +2,7 @@ import {
   API_KEY_ENVIRONMENTS,
   API_KEY_TYPES,
   type ApiKeyType,
+  assertBelowLimit,
   type CallContext,
   errors,
   newId,
@@ -52,10 +53,9 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       }
       c.done();
       // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
-      // its budget. A count, then the insert: replicas creating keys at the same instant may pass it by one each.
-      const max = deps.settings.maxApiKeysPerTenant;
-      if ((await col.count({ tenantId: auth.tid, revokedAt: null })) >= max)
-        throw errors.conflict(`A tenant can hold at most ${max} API keys; revoke one first`, { reason: 'api_key_limit', limit: max });
+      // its budget.
+      const live = () => col.count({ tenantId: auth.tid, revokedAt: null });
+      await assertBelowLimit(live, deps.settings.maxApiKeysPerTenant, 'api_key', 'API keys', 'revoke');
       const key = API_KEY_TYPES[type] + randomBase62(43);
       const doc: ApiKeyDoc = {
         id: newId('key'),

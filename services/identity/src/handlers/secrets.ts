@@ -4,7 +4,7 @@
  * writes use the newest key). The value never leaves through the public RPCs, nor through logs (the kit's logger
  * redacts `value`) or errors; only ResolveSecret, for services, returns it.
  */
-import { authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { assertBelowLimit, authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { secrets, type SecretDoc } from '../collections';
 import type { IdentityDeps } from '../context';
@@ -46,6 +46,7 @@ export function secretHandlers(deps: IdentityDeps) {
       checkValue(c, req.value);
       if (req.description.length > MAX_DESCRIPTION) c.fail('description', `must be at most ${MAX_DESCRIPTION} characters`);
       c.done();
+      await assertBelowLimit(() => col.count({ tenantId: auth.tid }), deps.settings.maxSecretsPerTenant, 'secret', 'secrets');
       const now = nowIso();
       const doc: SecretDoc = {
         id: newId('sec'),

@@ -1,4 +1,14 @@
-import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
+import {
+  assertBelowLimit,
+  type CallContext,
+  DuplicateKeyError,
+  errors,
+  newId,
+  nowIso,
+  ROLES,
+  type Role,
+  type StoreSession,
+} from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { tenants, users, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';
@@ -59,6 +69,12 @@ export function teamHandlers(deps: IdentityDeps) {
       const password = c.password('password', req.password);
       c.done();
       checkOwnerRules(auth.role, null, role);
+      await assertBelowLimit(
+        () => store.collection(users).count({ tenantId: auth.tid }),
+        deps.settings.maxMembersPerTenant,
+        'member',
+        'members',
+      );
       const now = nowIso();
       const user: UserDoc = {
         id: newId('usr'),
