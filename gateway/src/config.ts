@@ -15,6 +15,8 @@ export const gatewaySpec = {
   region: field('REGION', 'string', { default: 'us-east' }),
   /** Comment line sent on idle server-sent event streams (chat replies) so proxies keep them open. */
   sseKeepAliveMs: field('SSE_KEEPALIVE_MS', 'int', { default: '15000', min: 10, max: 300_000 }),
+  /** Reply streams one tenant may hold open on one gateway (each holds a socket and a gRPC stream). */
+  sseStreamsPerTenant: field('SSE_STREAMS_PER_TENANT', 'int', { default: '64', min: 1, max: 100_000 }),
 } as const;
 
 export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };

@@ -1,5 +1,7 @@
-import { client, createKey, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
+import { client, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
+import { accepts, isErrorEnvelope, loadOperations, sample, type Operation } from '../helpers/openapi';
 import { startStack, type Stack } from '../helpers/stack';
+import { realParam, seedTargets, tenantSnapshot } from '../helpers/targets';
 
 // Bad input on every route: the route list comes from /api/v1/openapi.json, so a new route is covered the day it
 // is added. Every bad request must be a 4xx in the error envelope (never a 5xx, never a success), and nothing may
@@ -9,156 +11,23 @@ let api: Client;
 let owner: Account;
 /** A session of the owner used only by the bad requests: it must still work at the end (no bad logout). */
 let fuzzToken: string;
-const ids: Record<string, string> = {};
-
-type Schema = {
-  type?: string;
-  anyOf?: Schema[];
-  const?: unknown;
-  properties?: Record<string, Schema>;
-  required?: string[];
-  additionalProperties?: boolean;
-  items?: Schema;
-  minLength?: number;
-  maxLength?: number;
-  minimum?: number;
-  maximum?: number;
-  maxItems?: number;
-};
-interface Operation {
-  method: string;
-  path: string;
-  access: string;
-  body?: Schema;
-  query: Array<{ name: string; schema: Schema }>;
-  params: string[];
-}
-
+let ids: Record<string, string> = {};
 let ops: Operation[] = [];
 
 beforeAll(async () => {
-  // Private addresses allowed: the registration below points at a closed port on loopback.
+  // Private addresses allowed: the registration among the targets points at a closed port on loopback.
   stack = await startStack({ env: { RATE_LIMIT_MAX: '1000000', EGRESS_ALLOW_PRIVATE: 'true' } });
   api = client(stack.url);
   owner = await signUp(api, 'Fuzzed');
   fuzzToken = (await api.post('/api/v1/auth/login', { email: owner.email, password: owner.password })).body.data.accessToken;
-  ids.id = (await api.post('/api/v1/projects', { name: 'target' }, { token: owner.accessToken })).body.data.id;
-  ids.keyId = (await createKey(api, owner.accessToken)).id;
-  const member = await api.post(
-    '/api/v1/tenant/team/members',
-    { email: `fz${Date.now()}@example.com`, name: 'F', role: 'member', password: 'password123' },
-    { token: owner.accessToken },
-  );
-  ids.userId = member.body.data.userId;
-  ids['agents:id'] = (
-    await api.post('/api/v1/agents', { name: 'target', systemPrompt: 'p', config: {} }, { token: owner.accessToken })
-  ).body.data.id;
-  // No run exists (that needs a model): bad values in the other parameters still meet a real agent.
-  ids.run_id = 'run_none';
-  ids['webhooks:id'] = (
-    await api.post(
-      '/api/v1/webhooks',
-      { url: 'http://127.0.0.1:9/hook', events: ['project.deleted'], secret: 'whsec-fuzz-target' },
-      { token: owner.accessToken },
-    )
-  ).body.data.id;
-  ids.deliveryId = 'dlv_none';
-  ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, { token: owner.accessToken })).body.data.id;
-  ids.tenantId = owner.tenantId;
-  ids.featureKey = 'agents';
-  ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
-  ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, { token: owner.accessToken })).body.data.name;
-  await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, { token: owner.accessToken });
-  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, { token: owner.accessToken });
-
-  const doc = (await api.get('/api/v1/openapi.json')).body;
-  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
-    for (const [method, op] of Object.entries(methods)) {
-      const parameters: Array<{ name: string; in: string; schema: Schema }> = op.parameters ?? [];
-      ops.push({
-        method: method.toUpperCase(),
-        path,
-        access: op['x-access'],
-        body: op.requestBody?.content?.['application/json']?.schema,
-        query: parameters.filter((p) => p.in === 'query'),
-        params: parameters.filter((p) => p.in === 'path').map((p) => p.name),
-      });
-    }
-  }
-  ops = ops.filter((o) => o.path !== '/api/v1/openapi.json');
+  ids = await seedTargets(api, owner);
+  ops = await loadOperations(api);
 });
 afterAll(() => stack.stop());
 
-/** Everything a bad request could have changed, read through the API. */
-async function snapshot() {
-  const t = owner.accessToken;
-  const get = async (p: string) => (await api.get(p, { token: t })).body.data;
-  return {
-    tenant: await get('/api/v1/tenant'),
-    projects: await get('/api/v1/projects?limit=100'),
-    keys: await get('/api/v1/api-keys?limit=100'),
-    members: await get('/api/v1/tenant/team/members?limit=100'),
-    network: await get('/api/v1/tenant/security/network'),
-    llm: await get('/api/v1/tenant/settings/llm'),
-    agents: await get('/api/v1/agents?limit=100'),
-    webhooks: await get('/api/v1/webhooks?limit=100'),
-    chatSessions: await get('/api/v1/chat/sessions?limit=100'),
-    chatMessages: await get(`/api/v1/chat/sessions/${ids['chat:id']}/messages?limit=100`),
-    preferences: await get(`/api/v1/regions/preferences/${owner.tenantId}`),
-    storage: await get(`/api/v1/regions/storage/${owner.tenantId}`),
-    secrets: await get('/api/v1/secrets?limit=100'),
-  };
-}
-
-/** The value of a path parameter that names a real resource of the caller. */
-const realParam = (op: Operation, name: string) => ids[`${op.path.split('/')[3]}:${name}`] ?? ids[name] ?? 'x';
+const snapshot = () => tenantSnapshot(api, owner, ids);
 const pathWith = (op: Operation, override: Record<string, string> = {}) =>
-  op.path.replace(/\{(\w+)\}/g, (_, name: string) => (name in override ? override[name] : encodeURIComponent(realParam(op, name))));
-
-/** A valid value for a schema: the smallest thing it accepts. */
-function sample(s: Schema): unknown {
-  if (s.anyOf) return sample(s.anyOf.find((x) => x.type !== 'null') ?? s.anyOf[0]);
-  if ('const' in s) return s.const;
-  switch (s.type) {
-    case 'string':
-      return 'x'.repeat(Math.max(s.minLength ?? 1, 1));
-    case 'integer':
-    case 'number':
-      return s.minimum ?? 1;
-    case 'boolean':
-      return false;
-    case 'array':
-      return [];
-    case 'object':
-      return Object.fromEntries((s.required ?? []).map((k) => [k, sample(s.properties![k])]));
-    default:
-      return 'x';
-  }
-}
-
-/** Does the published schema accept this value? Used to send only values the contract says are bad. */
-function accepts(s: Schema, v: unknown): boolean {
-  if (s.anyOf) return s.anyOf.some((x) => accepts(x, v));
-  if ('const' in s) return v === s.const;
-  switch (s.type) {
-    case 'null':
-      return v === null;
-    case 'string':
-      return typeof v === 'string' && v.length >= (s.minLength ?? 0) && v.length <= (s.maxLength ?? Infinity);
-    case 'integer':
-      return Number.isInteger(v) && (v as number) >= (s.minimum ?? -Infinity) && (v as number) <= (s.maximum ?? Infinity);
-    case 'number':
-      return typeof v === 'number' && v >= (s.minimum ?? -Infinity) && v <= (s.maximum ?? Infinity);
-    case 'boolean':
-      return typeof v === 'boolean';
-    case 'array':
-      return Array.isArray(v) && v.length <= (s.maxItems ?? Infinity) && (!s.items || v.every((x) => accepts(s.items!, x)));
-    case 'object':
-      return typeof v === 'object' && v !== null && !Array.isArray(v);
-    default:
-      return true;
-  }
-}
+  op.path.replace(/\{(\w+)\}/g, (_, name: string) => (name in override ? override[name] : encodeURIComponent(realParam(ids, op, name))));
 
 /** Ids no service has made: each once ended a process or might (gRPC metadata, logs, URLs). */
 const UNICODE_IDS: Array<[string, string]> = [
@@ -319,14 +188,7 @@ it('answers every bad request on every route with a 4xx in the error envelope an
         cases.slice(i, i + 8).map(async (c) => {
           const res = await send(c, op);
           sent++;
-          const id = res.headers.get('x-request-id');
-          const ok =
-            res.status >= 400 &&
-            res.status < 500 &&
-            typeof res.body?.error?.code === 'string' &&
-            typeof res.body.error.message === 'string' &&
-            typeof res.body.error.details === 'object' &&
-            res.body.meta?.request_id === id;
+          const ok = res.status >= 400 && res.status < 500 && isErrorEnvelope(res);
           codes[`${res.status} ${res.body?.error?.code}`] = (codes[`${res.status} ${res.body?.error?.code}`] ?? 0) + 1;
           if (!ok) failures.push(`${op.method} ${op.path} [${c.name}] -> ${res.status} ${res.text.slice(0, 200)}`);
         }),

@@ -18,7 +18,9 @@ const LLM = '/api/v1/tenant/settings/llm';
 beforeAll(async () => {
   openai = await startFakeOpenAI();
   anthropic = await startFakeAnthropic();
-  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true', SSE_KEEPALIVE_MS: '100', CHAT_DRAIN_MS: '0' } });
+  stack = await startStack({
+    env: { EGRESS_ALLOW_PRIVATE: 'true', SSE_KEEPALIVE_MS: '100', CHAT_DRAIN_MS: '0', SSE_STREAMS_PER_TENANT: '3' },
+  });
   api = client(stack.url);
   owner = await signUp(api, 'Chat');
   expect(
@@ -355,6 +357,27 @@ describe('streamed replies', () => {
     expect(partial.hungUp).toBe(true);
     expect(partial.events.some((e) => e.event === 'message.completed')).toBe(false);
     expect(await storedReply(id, owner.accessToken, posted.responseMessageId)).toMatchObject({ status: 'completed', content: text });
+  });
+
+  it('holds a tenant to SSE_STREAMS_PER_TENANT open streams; others are not affected, and a closed one frees its place', async () => {
+    const id = await newSession(owner.accessToken);
+    openai.script({ type: 'text', text: 'one two three four five six', chunks: 6, delayMs: 200 });
+    await post(owner.accessToken, id, 'talk slowly');
+    const opened: Array<Promise<void>> = [];
+    const readers = [0, 1, 2].map(() => {
+      let signal!: () => void;
+      opened.push(new Promise<void>((resolve) => (signal = resolve)));
+      return stream(id, owner.accessToken, { stopAfter: (events) => (events.length === 1 && signal(), false) });
+    });
+    await Promise.all(opened);
+    const fourth = await stream(id, owner.accessToken);
+    expect(fourth.status).toBe(429);
+    expect(fourth.body.error).toMatchObject({ code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } });
+    const other = await signUp(api, 'Other streamer');
+    const otherSession = await newSession(other.accessToken);
+    expect((await stream(otherSession, other.accessToken)).status).not.toBe(429);
+    for (const r of await Promise.all(readers)) expect(joinedDeltas(r.events)).toBe('one two three four five six');
+    expect((await stream(id, owner.accessToken)).status).toBe(200);
   });
 
   it('keeps an idle stream alive with comment lines', async () => {

@@ -1,10 +1,10 @@
 import { Type } from '@sinclair/typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { AppError, errors, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
-import { pageOf, route } from '../lib/route';
+import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
 const Session = Obj({
@@ -85,6 +85,9 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const keepAliveMs = deps.config.sseKeepAliveMs;
   /** Open streams, ended when the gateway closes (an open SSE response would hold the server open). */
   const open = new Set<{ res: ServerResponse; cancel: () => void }>();
+  /** Open streams per tenant: one tenant cannot hold every socket (counted per gateway; each has its own cap). */
+  const streamsOf = new Map<string, number>();
+  const maxStreams = deps.config.sseStreamsPerTenant;
   app.addHook('preClose', (done) => {
     for (const s of open) {
       s.cancel();
@@ -199,53 +202,72 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       const header = request.headers['last-event-id'];
       const lastEventId = typeof header === 'string' && header !== '' ? header : (query.lastEventId ?? '');
       if (lastEventId.length > 200) throw errors.validation([{ field: 'Last-Event-ID', message: 'must be at most 200 characters' }]);
-      const stream = chat.streamReply({ sessionId: params.id, afterEventId: lastEventId }, { ...call, deadlineMs: STREAM_DEADLINE_MS });
-      const events = stream[Symbol.asyncIterator]();
-      // The service answers `open` once the request is accepted: until then, refusals are ordinary JSON errors.
-      let first: IteratorResult<chatV1.StreamReplyResponse>;
+      const tenantId = request.principal!.tenantId;
+      const held = streamsOf.get(tenantId) ?? 0;
+      if (held >= maxStreams)
+        throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${maxStreams} reply streams can be open at once; close one first`, {
+          reason: 'too_many_streams',
+          limit: maxStreams,
+          retryAfterS: 1,
+        });
+      streamsOf.set(tenantId, held + 1);
       try {
-        first = await events.next();
-      } catch (err) {
-        stream.cancel();
-        throw err;
-      }
-      if (first.done || first.value.type !== 'open') throw errors.unavailable('The chat service ended the stream early');
-      let lastId = `${first.value.messageId}:0`;
-
-      reply.hijack();
-      const res = reply.raw;
-      res.writeHead(200, {
-        ...(reply.getHeaders() as Record<string, string>),
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache, no-transform',
-        'x-accel-buffering': 'no',
-        connection: 'keep-alive',
-      });
-      res.flushHeaders();
-      const entry = { res, cancel: () => stream.cancel() };
-      open.add(entry);
-      // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
-      res.on('close', () => stream.cancel());
-      const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
-      try {
-        for (;;) {
-          const next = await events.next();
-          if (next.done || res.destroyed) break;
-          lastId = next.value.id;
-          // Backpressure: stop pulling from gRPC until the client has taken what was written.
-          if (!res.write(sseOf(next.value))) await writable(res);
-        }
-      } catch (err) {
-        if (!res.destroyed) {
-          const e = isAppError(err) ? err : new AppError('INTERNAL_ERROR', 'Internal server error');
-          if (!isAppError(err)) request.log.error({ err, reqId: request.id }, 'chat stream failed');
-          res.write(sseEvent(lastId, 'error', { code: e.code, message: e.httpStatus === 500 ? 'Internal server error' : e.message }));
-        }
+        await relay(params.id, lastEventId, call, request, reply);
       } finally {
-        clearInterval(keepAlive);
-        open.delete(entry);
-        res.end();
+        const left = (streamsOf.get(tenantId) ?? 1) - 1;
+        if (left > 0) streamsOf.set(tenantId, left);
+        else streamsOf.delete(tenantId);
       }
     },
   });
+
+  async function relay(sessionId: string, lastEventId: string, call: HandlerArgs['call'], request: FastifyRequest, reply: FastifyReply) {
+    const stream = chat.streamReply({ sessionId, afterEventId: lastEventId }, { ...call, deadlineMs: STREAM_DEADLINE_MS });
+    const events = stream[Symbol.asyncIterator]();
+    // The service answers `open` once the request is accepted: until then, refusals are ordinary JSON errors.
+    let first: IteratorResult<chatV1.StreamReplyResponse>;
+    try {
+      first = await events.next();
+    } catch (err) {
+      stream.cancel();
+      throw err;
+    }
+    if (first.done || first.value.type !== 'open') throw errors.unavailable('The chat service ended the stream early');
+    let lastId = `${first.value.messageId}:0`;
+
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, {
+      ...(reply.getHeaders() as Record<string, string>),
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+      connection: 'keep-alive',
+    });
+    res.flushHeaders();
+    const entry = { res, cancel: () => stream.cancel() };
+    open.add(entry);
+    // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
+    res.on('close', () => stream.cancel());
+    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+    try {
+      for (;;) {
+        const next = await events.next();
+        if (next.done || res.destroyed) break;
+        lastId = next.value.id;
+        // Backpressure: stop pulling from gRPC until the client has taken what was written.
+        if (!res.write(sseOf(next.value))) await writable(res);
+      }
+    } catch (err) {
+      if (!res.destroyed) {
+        const e = isAppError(err) ? err : new AppError('INTERNAL_ERROR', 'Internal server error');
+        if (!isAppError(err)) request.log.error({ err, reqId: request.id }, 'chat stream failed');
+        res.write(sseEvent(lastId, 'error', { code: e.code, message: e.httpStatus === 500 ? 'Internal server error' : e.message }));
+      }
+    } finally {
+      clearInterval(keepAlive);
+      open.delete(entry);
+      res.end();
+    }
+  }
 }

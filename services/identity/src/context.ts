@@ -1,4 +1,4 @@
-import type { EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
+import type { EgressPolicy, EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
 import type { FailureThrottle } from './login-guard';
 import type { SigningKeys } from './signing-keys';
 
@@ -35,6 +35,8 @@ export interface IdentityDeps {
   box: SecretBox;
   logger: Logger;
   settings: IdentitySettings;
+  /** Where tenant-chosen URLs may point (LLM base URLs are checked when saved). */
+  egress: EgressPolicy;
   /** Sign-in attempts per address and per (account, address), checked before any password hashing. */
   loginThrottle: FailureThrottle;
   /** Tells gateways at once (Redis pub/sub) that a revocation was recorded; they also poll. */

@@ -1,5 +1,5 @@
 import Redis from 'ioredis';
-import { field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { egressPolicyFrom, field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS } from './collections';
 import type { IdentityDeps } from './context';
@@ -58,6 +58,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashMaxWaitMs,
   );
   const deps: IdentityDeps = {
+    egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({
       perAddress: rt.config.loginAttemptsPerAddress,
       perAccountAddress: rt.config.loginAttemptsPerAccountAddress,

@@ -1,4 +1,4 @@
-import { type CallContext, errors, type FieldError, nowIso } from '@svc/kit';
+import { type CallContext, checkUrlShape, EgressError, type EgressPolicy, errors, type FieldError, nowIso } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { llmSettings, type LlmSettingsDoc } from '../collections';
 import type { IdentityDeps } from '../context';
@@ -7,17 +7,18 @@ import { requireManager } from './team';
 
 export const LLM_PROVIDERS = ['openai', 'anthropic', 'openai-compatible'] as const;
 
-/** Checks a base URL's shape. Where it may point (private ranges) is the egress guard's job at call time. */
-function checkBaseUrl(value: string, fields: FieldError[]): string {
-  let url: URL;
+/**
+ * A base URL the egress guard accepts in shape: http(s), no credentials, and an IP literal only in ranges it may
+ * reach (so a reserved or internal address is refused when saved, as webhook URLs are). A host name's addresses are
+ * checked by the guard at every connection.
+ */
+function checkBaseUrl(value: string, fields: FieldError[], policy: EgressPolicy): string {
   try {
-    url = new URL(value);
-  } catch {
-    fields.push({ field: 'baseUrl', message: 'must be an absolute http(s) URL' });
-    return value;
+    checkUrlShape(value, policy);
+  } catch (err) {
+    if (!(err instanceof EgressError)) throw err;
+    fields.push({ field: 'baseUrl', message: err.message });
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') fields.push({ field: 'baseUrl', message: 'must use http or https' });
-  if (url.username || url.password) fields.push({ field: 'baseUrl', message: 'must not contain credentials' });
   return value.replace(/\/+$/, '');
 }
 
@@ -61,7 +62,11 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
       const fields: FieldError[] = [];
       const provider = req.provider ?? current?.provider;
       const model = req.model?.trim() ?? current?.model;
-      let baseUrl = req.clearBaseUrl ? null : req.baseUrl !== undefined ? checkBaseUrl(req.baseUrl, fields) : (current?.baseUrl ?? null);
+      let baseUrl = req.clearBaseUrl
+        ? null
+        : req.baseUrl !== undefined
+          ? checkBaseUrl(req.baseUrl, fields, deps.egress)
+          : (current?.baseUrl ?? null);
       if (baseUrl === '') baseUrl = null;
       if (!provider) fields.push({ field: 'provider', message: 'is required' });
       else if (!(LLM_PROVIDERS as readonly string[]).includes(provider))
