@@ -10,9 +10,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { resolve } from 'node:path';
-import { createLogger } from '@svc/kit';
+import { createLogger, reservablePort } from '@svc/kit';
 import { SupervisedChild } from './supervisor';
 
 /** Services in start order; each entry is `services/<name>/src/main.ts`. */
@@ -20,24 +19,6 @@ export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'b
 
 const root = resolve(__dirname, '..');
 const logger = createLogger('launcher');
-
-/**
- * A port for a service, chosen now and bound by the service a few seconds later. Taken below the kernel's ephemeral
- * range (32768+ on Linux), where `listen(0)` never lands: a port handed to some other program in between (a test
- * suite, a client socket) cannot take it from us. Checked free by binding it.
- */
-async function freePort(host: string): Promise<number> {
-  for (let attempt = 0; ; attempt++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const free = await new Promise<boolean>((ok) => {
-      const srv = createServer();
-      srv.once('error', () => ok(false));
-      srv.listen(port, host, () => srv.close(() => ok(true)));
-    });
-    if (free) return port;
-    if (attempt > 50) throw new Error('no free port found between 20000 and 32000');
-  }
-}
 
 const children: SupervisedChild[] = [];
 let stopping = false;
@@ -72,7 +53,7 @@ async function shutdown(code: number): Promise<void> {
 
 /** A Redis for the gateways to share (start:cluster without REDIS_URL): Debian's redis-server, in memory only. */
 async function startRedis(host: string): Promise<string> {
-  const port = await freePort(host);
+  const port = await reservablePort(host);
   redis = spawn('redis-server', ['--port', String(port), '--bind', host, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
   await new Promise<void>((ok, fail) => {
     redis!.once('error', () => fail(new Error('several gateways need a shared Redis: set REDIS_URL, or apt-get install redis-server')));
@@ -100,7 +81,7 @@ async function main(): Promise<void> {
     const key = `${name.toUpperCase()}_PORT`;
     const n = replicated.includes(name) ? replicas : 1;
     ports[name] = [];
-    for (let i = 0; i < n; i++) ports[name].push(i === 0 && env[key] ? Number(env[key]) : await freePort(host));
+    for (let i = 0; i < n; i++) ports[name].push(i === 0 && env[key] ? Number(env[key]) : await reservablePort(host));
     env[key] = String(ports[name][0]);
     // One replica: host:port. Several: grpc-js's address list, balanced round-robin by every client.
     env[`${name.toUpperCase()}_ADDR`] ??=

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
-import { AppError, type Logger } from '@svc/kit';
+import { AppError, type Logger, metrics } from '@svc/kit';
 import type { GatewayConfig } from './config';
 import type { Clients } from './clients';
 import type { CredentialResolver } from './lib/credentials';
@@ -86,6 +86,10 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
       'Server-Timing',
       `gw;dur=${(total - upstream).toFixed(2)}, upstream;dur=${upstream.toFixed(2)}, total;dur=${total.toFixed(2)}`,
     );
+    // By route template (never the raw URL: ids would make a series per resource).
+    const labels = { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) };
+    metrics.httpRequests.inc(labels);
+    metrics.httpDuration.observe(labels, total / 1000);
     done();
   });
   app.addHook('onRequest', (request, reply, done) => {

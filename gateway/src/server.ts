@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { createLogger, JwtVerifier, jwksFrom } from '@svc/kit';
+import { createLogger, JwtVerifier, jwksFrom, serveMetrics } from '@svc/kit';
 import { buildApp } from './app';
 import { closeClients, createClients, serviceAddresses } from './clients';
 import { loadGatewayConfig, type GatewayConfig } from './config';
@@ -13,6 +13,8 @@ export interface RunningGateway {
   port: number;
   url: string;
   config: GatewayConfig;
+  /** The METRICS_PORT listener's port, when there is one. */
+  metricsPort?: number;
   stop(): Promise<void>;
 }
 
@@ -48,14 +50,17 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   const port = typeof address === 'object' && address ? address.port : config.port;
   // With PORT=0 the public address is known only now.
   if (!env.PUBLIC_URL) config.publicUrl = `http://${config.httpHost}:${port}`;
-  logger.info({ port }, 'gateway listening');
+  const exporter = config.metricsPort === undefined ? null : await serveMetrics(config.metricsPort, config.metricsHost);
+  logger.info({ port, metricsPort: exporter?.port }, 'gateway listening');
   return {
     app,
     port,
+    metricsPort: exporter?.port,
     url: `http://${config.httpHost}:${port}`,
     config,
     async stop() {
       watcher.stop();
+      exporter?.server.close();
       await app.close();
       closeClients(clients);
       redis?.disconnect();

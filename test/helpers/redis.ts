@@ -1,16 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
+import { reservablePort } from '@svc/kit';
 
-export async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.once('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => ok(port));
-    });
-  });
-}
+/** A port a child process will bind in a moment (below the ephemeral range: nothing else takes it meanwhile). */
+export const freePort = () => reservablePort('127.0.0.1');
 
 /** A real redis-server on a free loopback port, no persistence; stopped by its PID. */
 export async function startRedis(port?: number): Promise<{ url: string; port: number; stop(): Promise<void> }> {

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AppError } from '@svc/kit';
+import { AppError, metrics } from '@svc/kit';
 
 export interface Pagination {
   limit: number;
@@ -20,6 +20,7 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: App
   const status = err.httpStatus;
   const message = status === 500 ? 'Internal server error' : err.message;
   const details = status === 500 ? {} : err.details;
+  if (status === 429) metrics.rateLimited.inc({ reason: typeof details.reason === 'string' ? details.reason : 'rate_limit' });
   // A service that asks the client to come back later says when (429 and 503 from a backing service).
   if ((status === 429 || status === 503) && typeof details.retryAfterS === 'number' && !reply.hasHeader('retry-after'))
     reply.header('Retry-After', String(details.retryAfterS));

@@ -1,7 +1,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { AppError, sha256Hex } from '@svc/kit';
+import { AppError, metricsText, sha256Hex } from '@svc/kit';
 import type { GatewayDeps } from '../app';
 import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
 import { route } from '../lib/route';
@@ -45,6 +45,13 @@ export function adminRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     if (request.routeOptions.config.access === 'operator') tokens.set(request, await operator(request));
   });
   const tokenOf = (request: FastifyRequest): string => tokens.get(request) ?? '';
+
+  // Prometheus text of this gateway process, for the operator (in a cluster, METRICS_PORT serves it unauthenticated
+  // on a port only the scraper can reach).
+  app.get('/metrics', { config: { access: 'operator' } }, async (_request, reply) => {
+    const { contentType, body } = await metricsText();
+    return reply.type(contentType).send(body);
+  });
 
   route(app, {
     method: 'POST',

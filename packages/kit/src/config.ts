@@ -88,6 +88,9 @@ export function loadConfig<S extends ConfigSpec>(spec: S, env: NodeJS.ProcessEnv
 
 /** Settings every service process shares. */
 export const commonConfig = {
+  /** Prometheus `GET /metrics` on its own listener; unset: none (the gateway also serves it to the operator). */
+  metricsPort: field('METRICS_PORT', 'int', { min: 0, max: 65535 }),
+  metricsHost: field('METRICS_HOST', 'string', { default: '127.0.0.1' }),
   nodeEnv: field('NODE_ENV', 'string', { default: 'development' }),
   logLevel: field('LOG_LEVEL', 'string', {
     default: 'info',

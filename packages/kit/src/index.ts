@@ -13,4 +13,6 @@ export * from './domain-events';
 export * from './service';
 export * from './untraced';
 export * from './egress';
+export * from './metrics';
+export * from './ports';
 export * from './credits';

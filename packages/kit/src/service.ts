@@ -7,6 +7,7 @@ import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
 import { identityV1 } from '@svc/proto';
 import { JwtVerifier } from './jwt';
+import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { openStore } from './storage';
@@ -70,6 +71,8 @@ export const BUS_HEALTH = 'svc.bus';
 
 export interface RunningService {
   port: number;
+  /** The METRICS_PORT listener's port, when there is one. */
+  metricsPort?: number;
   stop(): Promise<void>;
 }
 
@@ -130,14 +133,17 @@ export async function serve<S extends ConfigSpec>(
     busUp = ok;
     server.health.setStatus(BUS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
-  rt.logger.info({ port }, `${rt.name} service listening`);
+  const exporter = rt.config.metricsPort === undefined ? null : await serveMetrics(rt.config.metricsPort, rt.config.metricsHost);
+  rt.logger.info({ port, metricsPort: exporter?.port }, `${rt.name} service listening`);
   let stopped: Promise<void> | null = null;
   return {
     port,
+    metricsPort: exporter?.port,
     // Idempotent: a second call waits for the first.
     stop: () =>
       (stopped ??= (async () => {
         clearInterval(probe);
+        exporter?.server.close();
         await server.stop();
         await options.onStop?.();
         await rt.relay.stop();

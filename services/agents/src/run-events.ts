@@ -1,4 +1,4 @@
-import { addToOutbox, domainEvent, type StoreSession, TOPICS } from '@svc/kit';
+import { addToOutbox, domainEvent, metrics, type StoreSession, TOPICS } from '@svc/kit';
 import type { eventsV1 } from '@svc/proto';
 import type { RunDoc, Usage } from './collections';
 
@@ -22,6 +22,8 @@ export function runData(r: RunDoc): eventsV1.AgentRunData {
 
 export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: RunDoc): Promise<void> {
   await addToOutbox(tx, domainEvent(TOPICS.agents, type, run.tenantId, { $case: 'agentRun', value: runData(run) }));
+  // Counted as written (a transaction that retries counts again: rare, and a metric, not a ledger).
+  if (type !== 'agent.started') metrics.runs.inc({ status: run.status });
 }
 
 /** `llm.usage` for billing: one per model call, written with the step that recorded it. */
@@ -43,4 +45,6 @@ export async function emitUsage(
     estimated: call.estimated ?? false,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
+  metrics.llmTokens.inc({ source: 'agents', direction: 'input' }, value.inputTokens);
+  metrics.llmTokens.inc({ source: 'agents', direction: 'output' }, value.outputTokens);
 }

@@ -1,4 +1,4 @@
-import { addToOutbox, domainEvent, nowIso, TOPICS, type Logger, type OutboxRelay, type Store } from '@svc/kit';
+import { addToOutbox, domainEvent, metrics, nowIso, TOPICS, type Logger, type OutboxRelay, type Store } from '@svc/kit';
 import { createProvider, estimateUsage, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus } from './collections';
 import { LiveReply } from './live';
@@ -276,6 +276,11 @@ export class Replies {
       return updated;
     });
     if (doc && usage) this.relay.notify();
+    if (doc) metrics.replies.inc({ status: doc.status });
+    if (doc && billed) {
+      metrics.llmTokens.inc({ source: 'chat', direction: 'input' }, billed.inputTokens);
+      metrics.llmTokens.inc({ source: 'chat', direction: 'output' }, billed.outputTokens);
+    }
     // Lost the reply to a sweeper: readers get what the store says.
     live.finish(doc ?? (await col.get(message.id)) ?? ({ ...message, ...final, status: 'failed' } as MessageDoc));
     if (this.stopping && outcome.status === 'failed') this.logger.info({ messageId: message.id }, 'reply cut by shutdown');

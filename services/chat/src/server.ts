@@ -84,7 +84,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     },
   });
   return {
-    port: svc.port,
+    ...svc,
     // Replies first (they finish, or are stored as failed), then the server (readers get their final event).
     stop: async () => {
       await replies.stop();

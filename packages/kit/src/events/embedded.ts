@@ -14,6 +14,7 @@ import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
+import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
 
 export interface EmbeddedBusOptions {
@@ -460,10 +461,13 @@ class EmbeddedSubscription {
       if (this.stopped) return false;
       try {
         await this.handler(message);
+        metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: 'ok' });
         return true;
       } catch (err) {
         this.bus.onError(err, message);
-        if (attempt >= this.bus.maxAttempts) {
+        const last = attempt >= this.bus.maxAttempts;
+        metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: last ? 'dead_letter' : 'retry' });
+        if (last) {
           this.bus.setAside(this.group, message, seq, attempt, err);
           return true;
         }

@@ -14,6 +14,7 @@ import {
   type Message,
   type Producer,
 } from 'kafkajs';
+import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
 
 export interface KafkaBusOptions {
@@ -128,9 +129,12 @@ class KafkaBus implements EventBus {
           const received = toReceived(topic, partition, message);
           try {
             await options.handler(received);
+            metrics.busHandled.inc({ topic, group: options.group, outcome: 'ok' });
           } catch (err) {
             this.onError(err, received);
-            if (retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts) {
+            const again = retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts;
+            metrics.busHandled.inc({ topic, group: options.group, outcome: again ? 'retry' : 'dead_letter' });
+            if (again) {
               retry.failed(topic, partition, message.offset, pause);
               return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
             }

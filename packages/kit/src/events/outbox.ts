@@ -17,6 +17,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
 import { publishTraced } from './tracing';
+import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
 
 export interface OutboxRecord {
@@ -318,6 +319,9 @@ export class OutboxRelay {
       for (const r of items) await c.delete(r.id);
       return true;
     });
-    return fenced ? items.length : 0;
+    if (!fenced) return 0;
+    metrics.outboxPublished.inc(items.length);
+    metrics.outboxLag.set(Math.max(0, (Date.now() - Date.parse(items[0].createdAt)) / 1000));
+    return items.length;
   }
 }

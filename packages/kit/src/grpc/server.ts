@@ -5,6 +5,7 @@ import { AppError, ERROR_CODES, isAppError } from '../errors';
 import type { JwtVerifier } from '../jwt';
 import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
+import { metrics } from '../metrics';
 import type { CallContext, Implementation } from './types';
 
 /**
@@ -17,6 +18,12 @@ export const LEGACY_APP_ERROR_KEY = 'x-app-error';
 /** Request ids travel in metadata and logs: anything else is replaced (the gateway applies the same rule). */
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const SAFE_CLIENT_IP = /^[0-9A-Fa-f:.]{2,45}$/;
+/** Counts a finished call and its duration (grpc_server_handled_total, grpc_server_handling_seconds). */
+function observe(path: string, started: number, code: grpc.status | undefined): void {
+  metrics.grpcHandled.inc({ method: path, code: grpc.status[code ?? grpc.status.OK] });
+  metrics.grpcDuration.observe({ method: path }, (performance.now() - started) / 1000);
+}
+
 /** Metadata key of the caller's JWT between our processes; `authorization: Bearer` is accepted too (grpcurl). */
 export const TOKEN_METADATA_KEY = 'svc-token';
 
@@ -118,9 +125,11 @@ export class GrpcServer {
   ): grpc.handleUnaryCall<unknown, unknown> {
     return (call, callback) => {
       let answered = false;
+      const started = performance.now();
       const answer = (err: Partial<grpc.StatusObject> | null, res?: unknown) => {
         if (answered) return;
         answered = true;
+        observe(path, started, err?.code);
         callback(err, res);
       };
       // Whatever throws (the handler, the error mapping, serialising the answer), the call gets an error answer and
@@ -142,6 +151,7 @@ export class GrpcServer {
   ): grpc.handleServerStreamingCall<unknown, unknown> {
     return (call) => {
       const abort = new AbortController();
+      const started = performance.now();
       call.on('cancelled', () => abort.abort());
       const send = (message: unknown) =>
         new Promise<void>((resolve) => {
@@ -151,11 +161,16 @@ export class GrpcServer {
       this.context(call, isPublic)
         .then((ctx) => impl(call.request, ctx, send, abort.signal))
         .then(
-          () => call.end(),
+          () => {
+            observe(path, started, grpc.status.OK);
+            call.end();
+          },
           (err) => {
+            const status = this.toServiceError(path, err);
+            observe(path, started, abort.signal.aborted ? grpc.status.CANCELLED : status.code);
             // Not destroy(): a destroyed stream never sends its status, and the client would wait forever. grpc-js
             // turns an 'error' event into the trailing status.
-            if (!abort.signal.aborted) call.emit('error', this.toServiceError(path, err));
+            if (!abort.signal.aborted) call.emit('error', status);
           },
         )
         .catch((err: unknown) =>

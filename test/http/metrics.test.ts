@@ -1,0 +1,74 @@
+import { client, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { startStack, type Stack } from '../helpers/stack';
+
+// Prometheus metrics: the gateway serves them to the operator at /metrics; every process serves them on
+// METRICS_PORT when set. In this stack every part runs in one process, so one registry holds them all.
+const ADMIN = 'operator-token-for-the-metrics-test-0123';
+let stack: Stack;
+let api: Client;
+let owner: Account;
+
+beforeAll(async () => {
+  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, METRICS_PORT: '0', RATE_LIMIT_MAX: '5' } });
+  api = client(stack.url);
+  owner = await signUp(api, 'Metered');
+});
+afterAll(() => stack.stop());
+
+const scrape = async () => {
+  const res = await api.get('/metrics', { token: ADMIN });
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+  return res.text;
+};
+
+/** The value of one series in Prometheus text (0 when absent). */
+function valueOf(text: string, name: string, labels: Record<string, string>): number {
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}
+
+it('is only for the operator', async () => {
+  expectError(await api.get('/metrics'), 401, 'UNAUTHORIZED');
+  expectError(await api.get('/metrics', { token: owner.accessToken }), 403, 'FORBIDDEN');
+});
+
+it('counts requests by route template and status, gRPC calls by method and code, and rate-limit rejections', async () => {
+  const before = await scrape();
+  const created = await api.post('/api/v1/projects', { name: 'counted' }, { token: owner.accessToken });
+  expect(created.status).toBe(201);
+  expect((await api.get(`/api/v1/projects/${created.body.data.id}`, { token: owner.accessToken })).status).toBe(200);
+  expect((await api.get('/api/v1/projects/prj_missing', { token: owner.accessToken })).status).toBe(404);
+  let limited = 0;
+  for (let i = 0; i < 8; i++) if ((await api.get('/api/v1/tenant', { token: owner.accessToken })).status === 429) limited++;
+  expect(limited).toBeGreaterThan(0);
+  const after = await scrape();
+  const moved = (name: string, labels: Record<string, string>) => valueOf(after, name, labels) - valueOf(before, name, labels);
+
+  expect(moved('http_requests_total', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
+  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '200' })).toBe(1);
+  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '404' })).toBe(1);
+  expect(moved('http_request_duration_seconds_count', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
+  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/CreateProject', code: 'OK' })).toBe(1);
+  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'NOT_FOUND' })).toBe(1);
+  expect(moved('rate_limit_rejections_total', { reason: 'rate_limit' })).toBe(limited);
+  // No raw ids in labels: one series per route, whatever the id.
+  expect(after).not.toContain(created.body.data.id);
+  // The process metrics and the event-loop delay are there too, and the outbox and bus series exist.
+  for (const name of ['process_cpu_seconds_total', 'nodejs_eventloop_lag_p99_seconds', 'process_resident_memory_bytes'])
+    expect(after).toMatch(new RegExp(`^${name} `, 'm'));
+  for (const name of ['outbox_events_published_total', 'outbox_lag_seconds', 'bus_messages_handled_total', 'llm_tokens_total'])
+    expect(after).toContain(`# TYPE ${name}`);
+});
+
+it('serves the same text on METRICS_PORT, for every process, without a credential', async () => {
+  for (const port of [stack.gateway.metricsPort, stack.services.projects.metricsPort, stack.services.chat.metricsPort]) {
+    expect(port).toEqual(expect.any(Number));
+    const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain('# TYPE grpc_server_handled_total counter');
+    expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404);
+  }
+});
