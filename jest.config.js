@@ -5,8 +5,9 @@ module.exports = {
   testMatch: ['<rootDir>/{packages,services,gateway,test}/**/*.test.ts'],
   testPathIgnorePatterns: ['/node_modules/'],
   testTimeout: 30000,
-  // Installs redis-server and chromium when missing (or stops naming them): `npm test` alone runs on a fresh machine.
-  globalSetup: '<rootDir>/test/setup/system-packages.ts',
+  // Installs redis-server and chromium when missing (or stops naming them), so `npm test` alone runs on a fresh
+  // machine, and compiles dist/ as `npm start` does (the process-level suites run it).
+  globalSetup: '<rootDir>/test/setup/global.ts',
   // Integration suites start real servers: two workers suit the 2-core CI machine.
   maxWorkers: 2,
 };

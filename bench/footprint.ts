@@ -1,6 +1,8 @@
 /**
  * `npm run bench:footprint` (part of `npm run bench`): the whole `npm start` tree as a user runs it (npm, the
- * launcher, every service, the gateway, and whatever they spawn), measured from outside through /proc:
+ * launcher, every service, the gateway, and whatever they spawn), measured from outside through /proc, in both
+ * layouts in the same run: `combined` (the default: the services share a process) beside `per-service` (one process
+ * each, as deploy/ runs them), which is the baseline:
  * - start-up: from spawning `npm start` to the first `GET /readyz` 200;
  * - idle CPU: CPU-seconds of every process of the tree over IDLE_SECONDS of nothing happening, as % of one core;
  * - idle memory: RSS summed over the tree (as `ps` shows it; shared pages count once per process) and PSS
@@ -84,17 +86,20 @@ async function waitReady(url: string, deadline: number): Promise<void> {
 
 /** Short name of a process for the breakdown: the entry it runs. */
 function label(command: string): string {
-  const m = /(services\/[a-z]+|gateway|scripts\/[a-z-]+|npm start|esbuild)/.exec(command);
+  const m = /(services\/[a-z]+|dist\/services\.js|gateway|dist\/start|scripts\/[a-z-.]+|npm start|esbuild)/.exec(command);
   return m ? m[1] : command.slice(0, 40);
 }
 
-async function round() {
+const LAYOUTS = ['combined', 'per-service'] as const;
+type Layout = (typeof LAYOUTS)[number];
+
+async function round(layout: Layout) {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-footprint-'));
   const port = await freePort();
   const started = Date.now();
   const npm = spawn('npm', ['start'], {
     cwd: ROOT,
-    env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'warn' },
+    env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: 'warn', SVC_LAYOUT: layout },
     stdio: ['ignore', 'ignore', 'inherit'],
     detached: true,
   });
@@ -146,38 +151,52 @@ async function round() {
 }
 
 async function main() {
-  console.log(`footprint of \`npm start\`: ${ROUNDS} rounds, idle window ${IDLE_SECONDS} s after ${SETTLE_SECONDS} s settling\n`);
-  const rounds = [];
-  for (let i = 0; i < ROUNDS; i++) {
-    const r = await round();
-    console.log(
-      `round ${i + 1}: start-up ${r.startupMs} ms, idle CPU ${r.idleCpuPercent} % of a core ` +
-        `(${r.idleCpuSeconds} CPU-s), RSS ${r.rssMb} MB, PSS ${r.pssMb} MB`,
-    );
-    for (const p of r.processes)
-      console.log(`    ${p.name.padEnd(20)} ${p.cpuSeconds.toFixed(2)} CPU-s  RSS ${p.rssMb} MB  PSS ${p.pssMb} MB`);
-    rounds.push(r);
-  }
+  console.log(
+    `footprint of \`npm start\`: ${ROUNDS} rounds per layout, idle window ${IDLE_SECONDS} s after ${SETTLE_SECONDS} s settling\n`,
+  );
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
-  const result = {
-    date: new Date().toISOString(),
-    node: process.version,
-    idleSeconds: IDLE_SECONDS,
-    startupMs: median(rounds.map((r) => r.startupMs)),
-    idleCpuPercent: median(rounds.map((r) => r.idleCpuPercent)),
-    rssMb: median(rounds.map((r) => r.rssMb)),
-    pssMb: median(rounds.map((r) => r.pssMb)),
-    rounds,
-  };
-  const summary = (r: typeof result) => ({
-    date: r.date,
-    startupMs: r.startupMs,
-    idleCpuPercent: r.idleCpuPercent,
-    rssMb: r.rssMb,
-    pssMb: r.pssMb,
-  });
-  console.log('\nthis run:', summary(result));
-  if (existsSync(RESULTS)) console.log('previous run:', summary(JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result));
+  const layouts: Record<string, unknown> = {};
+  const summaries: Record<string, { startupMs: number; idleCpuPercent: number; rssMb: number; pssMb: number }> = {};
+  // Layouts alternate round by round, so a busier moment of the machine does not favour one of them.
+  const rounds: Record<Layout, Array<Awaited<ReturnType<typeof round>>>> = { combined: [], 'per-service': [] };
+  for (let i = 0; i < ROUNDS; i++)
+    for (const layout of LAYOUTS) {
+      const r = await round(layout);
+      console.log(
+        `${layout} round ${i + 1}: start-up ${r.startupMs} ms, idle CPU ${r.idleCpuPercent} % of a core ` +
+          `(${r.idleCpuSeconds} CPU-s), RSS ${r.rssMb} MB, PSS ${r.pssMb} MB`,
+      );
+      for (const p of r.processes)
+        console.log(`    ${p.name.padEnd(20)} ${p.cpuSeconds.toFixed(2)} CPU-s  RSS ${p.rssMb} MB  PSS ${p.pssMb} MB`);
+      rounds[layout].push(r);
+    }
+  for (const layout of LAYOUTS) {
+    const rs = rounds[layout];
+    summaries[layout] = {
+      startupMs: median(rs.map((r) => r.startupMs)),
+      idleCpuPercent: median(rs.map((r) => r.idleCpuPercent)),
+      rssMb: median(rs.map((r) => r.rssMb)),
+      pssMb: median(rs.map((r) => r.pssMb)),
+    };
+    layouts[layout] = { ...summaries[layout], rounds: rs };
+  }
+  const result = { date: new Date().toISOString(), node: process.version, idleSeconds: IDLE_SECONDS, ...summaries.combined, layouts };
+  console.log('\nthis run (medians):');
+  console.table(summaries);
+  if (existsSync(RESULTS)) {
+    const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as {
+      date: string;
+      startupMs: number;
+      idleCpuPercent: number;
+      rssMb: number;
+    };
+    console.log('previous run (default layout):', {
+      date: previous.date,
+      startupMs: previous.startupMs,
+      idleCpuPercent: previous.idleCpuPercent,
+      rssMb: previous.rssMb,
+    });
+  }
   writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
 }
 

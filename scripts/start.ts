@@ -1,38 +1,64 @@
 /**
- * `npm start`: the whole system on one machine. Every service runs as its own process and real gRPC server on
- * loopback (as it would in a pod), with the embedded SQLite store and bus under DATA_DIR unless MONGODB_URI /
- * KAFKA_BROKERS say otherwise; then the gateway. A part that exits is restarted (scripts/supervisor.ts); children stop
- * when this process stops or dies.
+ * `npm start`: the whole system on one machine, with the embedded SQLite store and bus under DATA_DIR unless
+ * MONGODB_URI / KAFKA_BROKERS say otherwise. Every service is its own real gRPC server on its own loopback port (as
+ * it would be in a pod); how they are grouped into processes is the layout (SVC_LAYOUT):
+ * - `combined` (the default without tracing): the services share one process and the gateway has its own
+ *   (decision 41: a laptop pays for two Node runtimes instead of eight);
+ * - `per-service`: one process per service, as deploy/ runs them (the default of `npm run start:cluster`, and when
+ *   OTEL_* exports traces).
+ * The services start at once (addresses are chosen before anything starts), then the gateways; every part is
+ * supervised: a part that exits is restarted (scripts/supervisor.ts). Children stop when this process stops or dies.
  *
  * `npm run start:cluster` (REPLICAS=2, GATEWAYS=2): what a Kubernetes deployment runs, here: several replicas of each
  * service (REPLICATED_SERVICES, default all) on the same store and bus files, reached round-robin by the gateways,
  * and several gateways sharing one Redis (REDIS_URL, or a redis-server started here).
+ *
+ * Run compiled (`dist/start.js`, what `npm start` does after scripts/build.mjs) it starts the compiled entries; run
+ * from source through tsx it starts the sources the same way.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { createLogger, reservablePort } from '@svc/kit';
+import { createLogger } from '@svc/kit/src/logger';
+import { reservablePort } from '@svc/kit/src/ports';
 import { SupervisedChild } from './supervisor';
 
-/** Services in start order; each entry is `services/<name>/src/main.ts`. */
+/** The services, each `services/<name>/src/main.ts`. */
 export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'billing', 'webhooks'] as const;
 
+const compiled = __filename.endsWith('.js');
 const root = resolve(__dirname, '..');
 const logger = createLogger('launcher');
+
+/** Entry file and Node flags of a part, compiled or from source. */
+function entryOf(part: { kind: 'gateway' } | { kind: 'service'; name: string } | { kind: 'host' }): { entry: string; execArgv: string[] } {
+  const source = { gateway: 'gateway/src/main.ts', host: 'scripts/services-host.ts' } as Record<string, string>;
+  if (compiled) {
+    const file = part.kind === 'service' ? `services/${part.name}.js` : part.kind === 'host' ? 'services.js' : 'gateway.js';
+    return { entry: resolve(__dirname, file), execArgv: ['--enable-source-maps'] };
+  }
+  const file = part.kind === 'service' ? `services/${part.name}/src/main.ts` : source[part.kind];
+  return { entry: resolve(root, file), execArgv: ['--import', 'tsx', '--enable-source-maps'] };
+}
 
 const children: SupervisedChild[] = [];
 let stopping = false;
 
 /** Starts one part under supervision; a failure before its first ready stops the system (a setting is wrong). */
-async function launch(name: string, entry: string, env: NodeJS.ProcessEnv): Promise<number> {
+async function launch(
+  name: string,
+  entry: { entry: string; execArgv: string[] },
+  env: NodeJS.ProcessEnv,
+  args: string[] = [],
+): Promise<number> {
   const child = new SupervisedChild(
     {
       name,
-      entry: resolve(root, entry),
+      ...entry,
+      args,
       cwd: root,
       // Each process names itself in traces unless the operator already did.
       env: { ...env, OTEL_SERVICE_NAME: process.env.OTEL_SERVICE_NAME ?? `svc-${name}` },
-      execArgv: ['--import', 'tsx', '--enable-source-maps'],
     },
     logger,
   );
@@ -45,8 +71,10 @@ let redis: ChildProcess | null = null;
 async function shutdown(code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
-  // Gateways first (stop taking requests), then services in reverse start order.
-  for (const child of [...children].reverse()) await child.stop();
+  // Gateways first (stop taking requests), then the services.
+  const gateways = children.filter((c) => c.spec.name.startsWith('gateway'));
+  await Promise.all(gateways.map((c) => c.stop()));
+  await Promise.all(children.filter((c) => !gateways.includes(c)).map((c) => c.stop()));
   redis?.kill('SIGTERM');
   process.exit(code);
 }
@@ -68,14 +96,30 @@ function count(name: string, fallback: number): number {
   return n;
 }
 
+/**
+ * SVC_LAYOUT, by default `combined`; `per-service` when traces are exported (OTEL_* set), so that every service
+ * names itself (service.name) in the trace backend, which one shared process could not.
+ */
+function layout(): 'combined' | 'per-service' {
+  const tracing = Boolean(
+    process.env.OTEL_EXPORTER_OTLP_ENDPOINT || process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || process.env.OTEL_TRACES_EXPORTER,
+  );
+  const value = process.env.SVC_LAYOUT ?? (tracing ? 'per-service' : 'combined');
+  if (value !== 'combined' && value !== 'per-service') throw new Error('SVC_LAYOUT must be combined or per-service');
+  return value;
+}
+
 async function main(): Promise<void> {
+  const started = Date.now();
   const host = process.env.SERVICE_HOST || '127.0.0.1';
   const dataDir = resolve(process.env.DATA_DIR || './.data');
   mkdirSync(dataDir, { recursive: true });
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
+  const mode = layout();
   const replicas = count('REPLICAS', 1);
   const gateways = count('GATEWAYS', 1);
   const replicated = (process.env.REPLICATED_SERVICES ?? SERVICES.join(',')).split(',').map((s) => s.trim());
+  // Every address is chosen before anything starts, so every part can start at once.
   const ports: Record<string, number[]> = {};
   for (const name of SERVICES) {
     const key = `${name.toUpperCase()}_PORT`;
@@ -88,22 +132,44 @@ async function main(): Promise<void> {
       n === 1 ? `${host}:${ports[name][0]}` : `ipv4:${ports[name].map((p) => `${host}:${p}`).join(',')}`;
   }
   if (gateways > 1 && !env.REDIS_URL) env.REDIS_URL = await startRedis(host);
-  const started = Date.now();
-  for (const name of SERVICES)
-    for (const [i, port] of ports[name].entries())
-      await launch(ports[name].length > 1 ? `${name}-${i + 1}` : name, `services/${name}/src/main.ts`, {
-        ...env,
-        [`${name.toUpperCase()}_PORT`]: String(port),
-        INSTANCE_ID: `${name}-${i + 1}`,
-      });
-  const urls: string[] = [];
-  for (let i = 0; i < gateways; i++) {
-    const gwEnv = { ...env, INSTANCE_ID: `gateway-${i + 1}`, ...(i > 0 ? { PORT: '0' } : {}) };
-    const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', 'gateway/src/main.ts', gwEnv);
-    urls.push(`http://${process.env.HOST || '127.0.0.1'}:${port}`);
+  const parts: Array<Promise<number>> = [];
+  const replicaEnv = (i: number, names: readonly string[]) =>
+    Object.fromEntries(names.map((name) => [`${name.toUpperCase()}_PORT`, String(ports[name][i])]));
+  for (let i = 0; i < replicas; i++) {
+    // Replica i of every service that has one.
+    const names = SERVICES.filter((name) => ports[name].length > i);
+    const suffix = (base: string, n: number) => (n > 1 ? `${base}-${i + 1}` : base);
+    if (mode === 'combined')
+      parts.push(
+        launch(
+          suffix('services', replicas),
+          entryOf({ kind: 'host' }),
+          { ...env, ...replicaEnv(i, names), INSTANCE_ID: `services-${i + 1}` },
+          [...names],
+        ),
+      );
+    else
+      for (const name of names)
+        parts.push(
+          launch(suffix(name, ports[name].length), entryOf({ kind: 'service', name }), {
+            ...env,
+            ...replicaEnv(i, [name]),
+            INSTANCE_ID: `${name}-${i + 1}`,
+          }),
+        );
   }
+  // Gateways once the services listen: a gateway's first calls then find them (a channel that met a closed port
+  // would sit in reconnect backoff and answer 503 for a moment after "ready").
+  await Promise.all(parts);
+  const urls = await Promise.all(
+    Array.from({ length: gateways }, async (_, i) => {
+      const gwEnv = { ...env, INSTANCE_ID: `gateway-${i + 1}`, ...(i > 0 ? { PORT: '0' } : {}) };
+      const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', entryOf({ kind: 'gateway' }), gwEnv);
+      return `http://${process.env.HOST || '127.0.0.1'}:${port}`;
+    }),
+  );
   logger.info(
-    { url: urls[0], gateways: urls, dataDir, services: SERVICES, replicas, startupMs: Date.now() - started },
+    { url: urls[0], gateways: urls, dataDir, layout: mode, services: SERVICES, replicas, startupMs: Date.now() - started },
     `system ready at ${urls[0]}`,
   );
 }

@@ -10,6 +10,8 @@ export interface ChildSpec {
   name: string;
   /** Absolute path of the entry file. */
   entry: string;
+  /** Arguments after the entry. */
+  args?: string[];
   env: NodeJS.ProcessEnv;
   execArgv: string[];
   cwd: string;
@@ -82,8 +84,8 @@ export class SupervisedChild {
   }
 
   private spawn(): ChildProcess {
-    const { entry, env, execArgv, cwd } = this.spec;
-    const proc = fork(entry, [], { cwd, env, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const { entry, args = [], env, execArgv, cwd } = this.spec;
+    const proc = fork(entry, args, { cwd, env, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.proc = proc;
     this.startedAt = Date.now();
     return proc;

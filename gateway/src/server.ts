@@ -37,6 +37,8 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
     pollMs: config.revocationPollMs,
     logger,
     subscriber,
+    // No deadline: the stream stays open for as long as both sides run.
+    watch: () => clients.identity.watchRevocations({}, { deadlineMs: Infinity }),
   });
   watcher.start();
   const resolver = new CredentialResolver((credential) => clients.identity.authenticate({ credential }), verifier, watcher);

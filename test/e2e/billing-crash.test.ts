@@ -27,7 +27,7 @@ afterAll(async () => {
 });
 
 it('bills every model call exactly once across a SIGKILL of billing mid-load', async () => {
-  system = await startSystem({ DATA_DIR: dataDir, EGRESS_ALLOW_PRIVATE: 'true', CREDITS_CACHE_MS: '0' });
+  system = await startSystem({ DATA_DIR: dataDir, EGRESS_ALLOW_PRIVATE: 'true', CREDITS_CACHE_MS: '0', SVC_LAYOUT: 'per-service' });
   const api = client(system.url);
   const owner = await signUp(api, 'BillingCrash');
   const t = { token: owner.accessToken };

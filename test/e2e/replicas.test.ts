@@ -35,7 +35,13 @@ async function retrying(send: () => Promise<Res>): Promise<Res> {
 }
 
 it('publishes every change of every tenant once or more, in commit order per tenant, across a SIGKILL of a replica', async () => {
-  system = await startSystem({ DATA_DIR: dataDir, REPLICAS: '3', REPLICATED_SERVICES: 'projects', RATE_LIMIT_MAX: '100000' });
+  system = await startSystem({
+    DATA_DIR: dataDir,
+    REPLICAS: '3',
+    REPLICATED_SERVICES: 'projects',
+    RATE_LIMIT_MAX: '100000',
+    SVC_LAYOUT: 'per-service',
+  });
   expect(system.pids('projects')).toHaveLength(3);
   const api: Client = client(system.url);
 

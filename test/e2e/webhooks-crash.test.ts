@@ -29,7 +29,7 @@ afterAll(async () => {
 });
 
 async function up(): Promise<Client> {
-  system = await startSystem({ ...ENV, DATA_DIR: dataDir });
+  system = await startSystem({ ...ENV, DATA_DIR: dataDir, SVC_LAYOUT: 'per-service' });
   return client(system.url);
 }
 

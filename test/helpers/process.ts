@@ -11,9 +11,12 @@ export interface SystemProcess {
   stop(): Promise<number | null>;
   /** SIGKILL to the whole process group: the launcher and every service, with no chance to clean up. */
   kill(): Promise<void>;
-  /** SIGKILL to one service process only (`services/<name>/...`); resolves with the killed pid at once. */
+  /**
+   * SIGKILL to one process only: a service's own (`SVC_LAYOUT=per-service`), or `services` for the process that
+   * hosts them all (the default layout); resolves with the killed pid at once.
+   */
   killService(name: string): Promise<number>;
-  /** Pids of the processes running `services/<name>/...` (several with REPLICAS). */
+  /** Pids of the processes running that part (several with REPLICAS). */
   pids(name: string): number[];
   /** Resolves once the launcher has restarted `name` after `killedPid` (a new process reported ready). */
   restarted(name: string, killedPid: number): Promise<void>;
@@ -39,10 +42,18 @@ function childPids(ppid: number, match: string): number[] {
 
 const ROOT = resolve(__dirname, '../..');
 
-/** Runs `npm start`'s launcher as a user would, in its own process group, and waits for "system ready". */
+/** The command line that marks a part's process: the services host, or one service's own bundle (dist/). */
+function entryOf(name: string): string {
+  return name === 'services' ? 'dist/services.js' : `dist/services/${name}.js`;
+}
+
+/**
+ * Runs `npm start`'s launcher as a user would (the compiled `dist/start.js`, built by the jest global set-up as
+ * `npm start` builds it), in its own process group, and waits for "system ready".
+ */
 export async function startSystem(env: Record<string, string>): Promise<SystemProcess> {
   const port = env.PORT ?? String(await freePort());
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+  const proc = spawn(process.execPath, ['--enable-source-maps', 'dist/start.js'], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -89,18 +100,18 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
       await new Promise((r) => setTimeout(r, 200));
     },
     async killService(name: string) {
-      const pids = childPids(proc.pid!, `services/${name}/src/main.ts`);
+      const pids = childPids(proc.pid!, entryOf(name));
       if (pids.length !== 1) throw new Error(`expected one ${name} process, found ${pids.length}`);
       process.kill(pids[0], 'SIGKILL');
       return pids[0];
     },
-    pids: (name: string) => childPids(proc.pid!, `services/${name}/src/main.ts`),
+    pids: (name: string) => childPids(proc.pid!, entryOf(name)),
     async restarted(name: string, killedPid: number) {
       const deadline = Date.now() + 60_000;
       while (Date.now() < deadline) {
         // The restart's log line comes after the launcher's line about the exit.
         const mark = out.lastIndexOf(`${name} exited; restarting`);
-        const pids = childPids(proc.pid!, `services/${name}/src/main.ts`);
+        const pids = childPids(proc.pid!, entryOf(name));
         if (mark >= 0 && pids.length === 1 && pids[0] !== killedPid && out.slice(mark).includes(`${name} restarted`)) return;
         await new Promise((r) => setTimeout(r, 100));
       }

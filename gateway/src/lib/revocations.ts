@@ -8,6 +8,8 @@ export interface RevocationEvent {
 }
 
 type Fetch = (afterSeq: number) => Promise<{ revocations: Array<RevocationEvent & { seq: number }>; lastSeq: number }>;
+/** Opens identity's notice stream (WatchRevocations). */
+type Watch = () => AsyncIterable<unknown> & { cancel(): void };
 
 /** Channel identity publishes on after recording a revocation. */
 export const REVOCATION_CHANNEL = 'svc:revocations';
@@ -18,9 +20,11 @@ const LOOKBACK_MS = 2 * 3600_000;
 const OVERLAP_SEQ = 5_000 * 1000;
 
 /**
- * Follows identity's revocation feed: polls it every `pollMs` (and at once when Redis announces one), and
- * remembers revoked sessions and users so tokens issued before a revocation are refused until they expire.
- * Together with the credential cache this keeps revocation under one second on every gateway instance.
+ * Follows identity's revocation feed and remembers revoked sessions and users so tokens issued before a revocation
+ * are refused until they expire. It reads the feed (ListRevocations) when identity's notice stream
+ * (WatchRevocations) says something may have been recorded, and when Redis announces one; only while the stream is
+ * down does it poll every `pollMs`. So an idle gateway makes no calls, and revocation stays under one second on
+ * every gateway instance.
  */
 export class RevocationWatcher {
   private lastSeq = (Date.now() - LOOKBACK_MS) * 1000;
@@ -30,18 +34,23 @@ export class RevocationWatcher {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private listeners: Array<(e: RevocationEvent) => void> = [];
+  private stream: { cancel(): void } | null = null;
+  private stopped = false;
+  /** Whether the last read of the feed failed: failures are logged when they start, not on every retry. */
+  private failing = false;
+  private everRead = false;
   ready: Promise<void>;
 
   constructor(
     private readonly fetch: Fetch,
-    private readonly options: { pollMs: number; logger: Logger; subscriber?: Redis | null },
+    private readonly options: { pollMs: number; logger: Logger; subscriber?: Redis | null; watch?: Watch },
   ) {
     this.ready = this.poll();
   }
 
   start(): void {
-    this.timer = setInterval(() => void this.poll(), this.options.pollMs);
-    this.timer.unref();
+    if (this.options.watch) void this.follow(this.options.watch);
+    else this.polling(true);
     const sub = this.options.subscriber;
     if (sub) {
       sub
@@ -52,8 +61,40 @@ export class RevocationWatcher {
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.stopped = true;
+    this.polling(false);
+    this.stream?.cancel();
     this.options.subscriber?.disconnect();
+  }
+
+  /** Reads the feed on every notice; while the stream is down (identity restarting, an older identity), polls. */
+  private async follow(watch: Watch): Promise<void> {
+    while (!this.stopped) {
+      const stream = watch();
+      this.stream = stream;
+      try {
+        const notices = stream[Symbol.asyncIterator]();
+        while (!(await notices.next()).done) {
+          this.polling(false);
+          void this.poll();
+        }
+      } catch {
+        // identity unreachable or stopping: poll meanwhile and open the stream again
+      }
+      if (this.stopped) return;
+      this.polling(true);
+      await new Promise((resolve) => setTimeout(resolve, this.options.pollMs).unref());
+    }
+  }
+
+  private polling(on: boolean): void {
+    if (on && !this.timer) {
+      this.timer = setInterval(() => void this.poll(), this.options.pollMs);
+      this.timer.unref();
+    } else if (!on && this.timer) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
   }
 
   onRevoke(listener: (e: RevocationEvent) => void): void {
@@ -70,7 +111,18 @@ export class RevocationWatcher {
   /** One poll at a time; callers arriving meanwhile share it. */
   poll(): Promise<void> {
     this.running ??= untraced(() => this.pollOnce())
-      .catch((err: Error) => this.options.logger.warn({ err: err.message }, 'revocation poll failed'))
+      .then(
+        () => {
+          if (this.failing) this.options.logger.info('revocation feed readable again');
+          this.failing = false;
+          this.everRead = true;
+        },
+        (err: Error) => {
+          // Before the first read identity may simply not be up yet (everything starts at once).
+          if (!this.failing && this.everRead) this.options.logger.warn({ err: err.message }, 'revocation feed unreadable; retrying');
+          this.failing = true;
+        },
+      )
       .finally(() => (this.running = null));
     return this.running;
   }

@@ -11,6 +11,7 @@ import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { openStore } from './storage';
+import { watchWrites } from './storage/watch-writes';
 import type { CollectionDef, Store } from './storage/types';
 
 export interface RuntimeOptions<S extends ConfigSpec> {
@@ -44,11 +45,8 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   };
   const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
   const logger = createLogger(options.name, config.logLevel);
-  const store = await openStore({
-    mongodbUri: mongoUriFor(options.name, env),
-    dbName: `svc_${options.name}`,
-    sqlitePath: `${config.dataDir}/${options.name}.db`,
-  });
+  const sqlitePath = `${config.dataDir}/${options.name}.db`;
+  const store = await openStore({ mongodbUri: mongoUriFor(options.name, env), dbName: `svc_${options.name}`, sqlitePath });
   for (const def of [...options.collections, ...OUTBOX_COLLECTIONS]) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
@@ -61,9 +59,24 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
-  const relay = new OutboxRelay(store, bus, { onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry') });
+  const relay = new OutboxRelay(store, bus, {
+    onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry'),
+    // Other replicas' commits wake the relay (debounced), so its safety poll can be slow.
+    wake: store.kind === 'sqlite' ? (hint) => watchWrites(sqlitePath, hint, 200) : undefined,
+  });
   const box = loadSecretBox(config.masterKey, config.dataDir, config.nodeEnv === 'production');
   return { name: options.name, config, logger, store, bus, relay, box };
+}
+
+/** How long a store or bus ping may take before the health check counts it as down. */
+const HEALTH_PROBE_MS = 800;
+
+function withTimeout(work: Promise<void>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const limit = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${HEALTH_PROBE_MS} ms`)), HEALTH_PROBE_MS);
+  });
+  return Promise.race([work, limit]).finally(() => clearTimeout(timer));
 }
 
 /** The health name that reports whether a service reaches its bus (the service itself stays SERVING). */
@@ -77,7 +90,7 @@ export interface RunningService {
 }
 
 /**
- * Serves the registrations over gRPC with health reporting (store and bus reachability checked every 2 s),
+ * Serves the registrations over gRPC with health reporting (store and bus reachability measured when asked),
  * starts the outbox relay, and returns a handle whose stop() drains gracefully: health NOT_SERVING, in-flight
  * calls finished, outbox flushed, connections closed.
  */
@@ -87,6 +100,8 @@ export async function serve<S extends ConfigSpec>(
     verifier: JwtVerifier;
     registrations: Array<ServiceRegistration<object>>;
     healthNames: string[];
+    /** Before the server drains: end calls that never end by themselves (watch streams). */
+    beforeStop?: () => void;
     onStop?: () => Promise<void>;
   },
 ): Promise<RunningService> {
@@ -106,23 +121,32 @@ export async function serve<S extends ConfigSpec>(
   let storeUp = true;
   let busUp = true;
   server.health.setStatus(BUS_HEALTH, 'SERVING');
-  const probe = setInterval(() => {
-    untraced(() => rt.store.ping()).then(
-      () => setStore(true),
-      (err) => {
-        if (storeUp) rt.logger.error({ err }, 'store unreachable');
-        setStore(false);
-      },
-    );
-    untraced(() => rt.bus.ping()).then(
-      () => setBus(true),
-      (err) => {
-        if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
-        setBus(false);
-      },
-    );
-  }, 2000);
-  probe.unref();
+  // Measured when a health Check asks (the gateway's /readyz, Kubernetes' probes), at most once a second, never by a
+  // timer: an idle service does nothing. A probe that hangs counts as down after HEALTH_PROBE_MS.
+  let lastProbe = 0;
+  let probing: Promise<void> | null = null;
+  server.refreshHealth = () => {
+    if (performance.now() - lastProbe < 1000) return Promise.resolve();
+    return (probing ??= Promise.all([
+      withTimeout(untraced(() => rt.store.ping())).then(
+        () => setStore(true),
+        (err) => {
+          if (storeUp) rt.logger.error({ err }, 'store unreachable');
+          setStore(false);
+        },
+      ),
+      withTimeout(untraced(() => rt.bus.ping())).then(
+        () => setBus(true),
+        (err) => {
+          if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
+          setBus(false);
+        },
+      ),
+    ]).then(() => {
+      lastProbe = performance.now();
+      probing = null;
+    }));
+  };
   function setStore(ok: boolean) {
     if (ok === storeUp) return;
     storeUp = ok;
@@ -142,8 +166,8 @@ export async function serve<S extends ConfigSpec>(
     // Idempotent: a second call waits for the first.
     stop: () =>
       (stopped ??= (async () => {
-        clearInterval(probe);
         exporter?.server.close();
+        options.beforeStop?.();
         await server.stop();
         await options.onStop?.();
         await rt.relay.stop();

@@ -19,7 +19,7 @@ if (enabled) {
         '@opentelemetry/instrumentation-fs': { enabled: false },
         '@opentelemetry/instrumentation-dns': { enabled: false },
         // Housekeeping calls (revocation feed, key fetches, health probes) would drown real requests.
-        '@opentelemetry/instrumentation-grpc': { ignoreGrpcMethods: ['ListRevocations', 'GetJwks', 'Check'] },
+        '@opentelemetry/instrumentation-grpc': { ignoreGrpcMethods: ['ListRevocations', 'WatchRevocations', 'GetJwks', 'Check'] },
         // The bus is traced by the kit itself (events/tracing.ts), the same on Kafka and the embedded log; kafkajs's
         // own instrumentation would overwrite the traceparent each event carries from the write that caused it.
         '@opentelemetry/instrumentation-kafkajs': { enabled: false },

@@ -15,9 +15,10 @@ import { FailureThrottle } from './login-guard';
 import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
 import { parseOAuthProviders } from './oidc';
+import { RevocationFeed } from './revocation-feed';
 import { SigningKeys } from './signing-keys';
 
-/** Redis channel on which gateways hear about revocations at once (they also poll ListRevocations). */
+/** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
 export const REVOCATION_CHANNEL = 'svc:revocations';
 
 const config = {
@@ -43,6 +44,8 @@ const config = {
   oidcIssuer: field('OIDC_ISSUER', 'url'),
   oidcAudience: field('OIDC_AUDIENCE', 'string'),
   oauthProviders: field('OAUTH_PROVIDERS', 'string', { secret: true }),
+  // How often a replica watched by gateways looks for revocations that other replicas recorded.
+  revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
@@ -57,6 +60,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashQueuePerAddress,
     rt.config.passwordHashMaxWaitMs,
   );
+  const feed = new RevocationFeed(rt.store, { pollMs: rt.config.revocationPollMs, logger: rt.logger });
   const deps: IdentityDeps = {
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({
@@ -90,7 +94,10 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           }
         : null,
     },
-    announceRevocation: () => void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined),
+    announceRevocation: () => {
+      feed.announce();
+      void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined);
+    },
   };
   const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
   const applyPlanChange = planChangeHandler(rt.store, rt.logger);
@@ -117,6 +124,12 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
           ...cliLoginHandlers(deps),
+          watchRevocations: (
+            _req: identityV1.WatchRevocationsRequest,
+            _ctx: unknown,
+            send: (m: identityV1.WatchRevocationsResponse) => Promise<void>,
+            signal: AbortSignal,
+          ) => feed.watch(send, signal),
           ...externalAuthHandlers(deps, {
             exchange: rt.config.oidcIssuer ? { issuer: rt.config.oidcIssuer, audience: rt.config.oidcAudience ?? '' } : null,
             oauth: parseOAuthProviders(rt.config.oauthProviders),
@@ -129,6 +142,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           'authenticate',
           'getJwks',
           'listRevocations',
+          'watchRevocations',
           'startCliLogin',
           'getCliLogin',
           'exchangeCliLogin',
@@ -138,6 +152,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
         ],
       }),
     ],
+    beforeStop: () => feed.stop(),
     onStop: async () => {
       await planChanges.stop();
       await redis?.quit().catch(() => undefined);

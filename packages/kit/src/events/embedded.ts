@@ -4,27 +4,29 @@
  * reader never sees a later seq before an earlier one: consumers can simply read "after my committed seq".
  *
  * Supported setup: one consumer per group per machine. Other subscriptions of the same group (in this process
- * or another) are standbys: a lease row per (group, topic) lets only one of them consume at a time, and a
- * crashed owner's lease expires (default 10 s) so a standby takes over from the committed offset.
+ * or another) are standbys: a lease row per (group, topic) lets only one of them consume at a time. A crashed
+ * owner's lease is taken at once (its process is gone: events/owners.ts), a hung one's when it expires (30 s).
  *
  * Retention: nothing is deleted automatically. `prune()` exists for an operator or a future job; note that a
  * pruned message id can no longer be deduplicated on re-publish.
  */
-import { watch, type FSWatcher } from 'node:fs';
-import { basename, dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { randomUUID } from 'node:crypto';
 import { metrics } from '../metrics';
+import { watchWrites } from '../storage/watch-writes';
+import { markLive, newOwner, ownerIsGone, retireOwner } from './owners';
 import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
 
 export interface EmbeddedBusOptions {
   path: string;
   /**
-   * Idle safety poll. Default 1000 ms: consumers wake as soon as any process writes the log (a watch on its
+   * Idle safety poll. Default 5000 ms: consumers wake as soon as any process writes the log (a watch on its
    * directory sees the WAL change), so the poll only covers a missed notification.
    */
   pollIntervalMs?: number;
-  /** A group's lease lasts this long without renewal before another consumer may take it. Default 10 s. */
+  /**
+   * A group's lease lasts this long without renewal before another consumer may take it. Default 30 s; renewed every
+   * third of it. An owner whose process is gone loses it at once.
+   */
   leaseMs?: number;
   /** Failed handler calls (retried) and polling failures; the bus has no logger of its own. */
   onError?: BusErrorHandler;
@@ -123,8 +125,8 @@ export class EmbeddedBus implements EventBus {
   private readonly subscriptions = new Set<EmbeddedSubscription>();
   private closed = false;
   private readonly dbPath: string;
-  /** Watches the log's directory while there are subscriptions: a write by any process wakes them. */
-  private watcher: FSWatcher | null = null;
+  /** Watches the log while there are subscriptions: a write by any process wakes them. */
+  private unwatchWrites: (() => void) | null = null;
 
   private readonly insert: Database.Statement;
   private readonly initOffset: Database.Statement;
@@ -138,9 +140,9 @@ export class EmbeddedBus implements EventBus {
   private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
 
   constructor(options: EmbeddedBusOptions) {
-    this.pollIntervalMs = options.pollIntervalMs ?? 1000;
+    this.pollIntervalMs = options.pollIntervalMs ?? 5000;
     this.dbPath = options.path;
-    this.leaseMs = options.leaseMs ?? 10_000;
+    this.leaseMs = options.leaseMs ?? 30_000;
     this.maxAttempts = options.maxAttempts ?? 20;
     this.onError = options.onError ?? (() => {});
     this.db = new Database(options.path);
@@ -169,7 +171,7 @@ export class EmbeddedBus implements EventBus {
     this.upsertLease = this.db.prepare(
       `INSERT INTO state.leases (grp, topic, owner, expires) VALUES (@grp, @topic, @owner, @expires)
        ON CONFLICT (grp, topic) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
-       WHERE leases.owner = excluded.owner OR leases.expires <= @now`,
+       WHERE leases.owner = excluded.owner OR leases.expires <= @now OR leases.owner = @gone`,
     );
     this.renewOwnLease = this.db.prepare(`UPDATE state.leases SET expires = ? WHERE grp = ? AND topic = ? AND owner = ?`);
     this.releaseLease = this.db.prepare(`DELETE FROM state.leases WHERE grp = ? AND topic = ? AND owner = ?`);
@@ -281,22 +283,14 @@ export class EmbeddedBus implements EventBus {
    * the log's WAL (or the file itself) changes. inotify on Linux: nothing runs while nothing is written.
    */
   private watchWrites(): void {
-    if (this.watcher) return;
-    const dir = dirname(this.dbPath);
-    const name = basename(this.dbPath);
-    try {
-      this.watcher = watch(dir, { persistent: false }, (_event, file) => {
-        if (file === null || file === name || file === `${name}-wal`) for (const sub of this.subscriptions) sub.wake();
-      });
-      this.watcher.on('error', () => this.unwatch()); // the safety poll still finds the work
-    } catch {
-      this.watcher = null;
-    }
+    this.unwatchWrites ??= watchWrites(this.dbPath, () => {
+      for (const sub of this.subscriptions) sub.wake();
+    });
   }
 
   private unwatch(): void {
-    this.watcher?.close();
-    this.watcher = null;
+    this.unwatchWrites?.();
+    this.unwatchWrites = null;
   }
 
   async ping(): Promise<void> {
@@ -321,13 +315,28 @@ export class EmbeddedBus implements EventBus {
 
   // --- used by EmbeddedSubscription ---
 
-  /** Takes or renews the lease; false when another live owner holds it. */
-  tryLease(grp: string, topic: string, owner: string): boolean {
+  /**
+   * Takes or renews the leases of these topics in one transaction; returns the topics now held. A topic held by
+   * another owner is skipped before any write (standbys polling do not contend for the writer) unless its lease
+   * expired or its owner's process is gone.
+   */
+  tryLeases(grp: string, topics: string[], owner: string): Set<string> {
     const now = Date.now();
-    // Read first (no write lock) so standbys polling every few ms do not contend for the writer.
-    const lease = this.readLease.get(grp, topic) as { owner: string; expires: number } | undefined;
-    if (lease && lease.owner !== owner && lease.expires > now) return false;
-    return this.upsertLease.run({ grp, topic, owner, expires: now + this.leaseMs, now }).changes === 1;
+    const wanted: Array<{ topic: string; gone: string }> = [];
+    for (const topic of topics) {
+      const lease = this.readLease.get(grp, topic) as { owner: string; expires: number } | undefined;
+      const gone = lease && lease.owner !== owner && lease.expires > now ? (ownerIsGone(lease.owner) ? lease.owner : null) : '';
+      if (gone !== null) wanted.push({ topic, gone });
+    }
+    const held = new Set<string>();
+    if (wanted.length === 0) return held;
+    this.db
+      .transaction(() => {
+        for (const { topic, gone } of wanted)
+          if (this.upsertLease.run({ grp, topic, owner, expires: now + this.leaseMs, now, gone }).changes === 1) held.add(topic);
+      })
+      .immediate();
+    return held;
   }
 
   release(grp: string, topic: string, owner: string): void {
@@ -363,7 +372,7 @@ export class EmbeddedBus implements EventBus {
 
 class EmbeddedSubscription {
   /** Each subscription is its own lease owner, so a second one of the same group is a standby even in-process. */
-  private readonly owner = randomUUID();
+  private readonly owner = newOwner();
   /** Topics whose lease we hold -> when we last wrote it. */
   private readonly held = new Map<string, number>();
   private stopped = false;
@@ -383,6 +392,7 @@ class EmbeddedSubscription {
   ) {}
 
   start(): void {
+    markLive(this.owner);
     // Keeps leases alive while a handler runs long or a message is in backoff (the loop is not polling then).
     this.heartbeat = setInterval(() => this.refreshLeases(true), Math.max(10, Math.floor(this.bus.leaseMs / 3)));
     this.heartbeat.unref();
@@ -398,6 +408,7 @@ class EmbeddedSubscription {
     if (!this.stopping) {
       this.stopped = true;
       clearInterval(this.heartbeat);
+      retireOwner(this.owner);
       this.wakeAny?.();
       this.stopping = (async () => {
         await this.loop; // lets the in-flight handler finish
@@ -484,17 +495,21 @@ class EmbeddedSubscription {
   private refreshLeases(heldOnly: boolean): void {
     if (this.stopped) return;
     const now = Date.now();
-    for (const topic of this.topics) {
+    const due = this.topics.filter((topic) => {
       const renewedAt = this.held.get(topic);
-      if (renewedAt === undefined && heldOnly) continue;
-      if (renewedAt !== undefined && now - renewedAt < this.bus.leaseMs / 4) continue;
-      try {
-        if (this.bus.tryLease(this.group, topic, this.owner)) this.held.set(topic, now);
+      if (renewedAt === undefined) return !heldOnly;
+      return now - renewedAt >= this.bus.leaseMs / 4;
+    });
+    if (due.length === 0) return;
+    try {
+      const held = this.bus.tryLeases(this.group, due, this.owner);
+      for (const topic of due) {
+        if (held.has(topic)) this.held.set(topic, now);
         else this.held.delete(topic);
-      } catch (err) {
-        if (!heldOnly) throw err; // the loop reports and waits; the heartbeat just tries again later
-        this.bus.onError(err);
       }
+    } catch (err) {
+      if (!heldOnly) throw err; // the loop reports and waits; the heartbeat just tries again later
+      this.bus.onError(err);
     }
   }
 

@@ -13,9 +13,8 @@
  *   machines. Deleting a published batch is fenced by the lease generation, so a relay that lost the lease never
  *   deletes; its batch is published again by the new holder (a duplicate, which consumers drop by id).
  */
-import { randomBytes } from 'node:crypto';
-import { hostname } from 'node:os';
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
+import { markLive, newOwner, ownerIsGone, retireOwner } from './owners';
 import { publishTraced } from './tracing';
 import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
@@ -93,8 +92,8 @@ export async function addToOutbox(tx: StoreSession, message: BusMessage): Promis
 
 export interface OutboxRelayOptions {
   /**
-   * Safety poll for records committed without a `notify()` (or by another replica). Default 1000 ms: every write
-   * path of this process notifies at once, so an idle service does not poll its store 20 times a second.
+   * Safety poll for records committed without a `notify()` (by another replica). Default 5000 ms when `wake` is
+   * given (it tells of other processes' commits), else 1000 ms. Every write path of this process notifies at once.
    */
   intervalMs?: number;
   /** Records per publish. Default 100. */
@@ -103,36 +102,20 @@ export interface OutboxRelayOptions {
   onError?: BusErrorHandler;
   /**
    * How long the relay lease's heartbeat may stand still before another replica takes over, measured on the
-   * observer's own clock. Default 10 s. The holder beats every `leaseMs / 3`.
+   * observer's own clock. Default 15 s. The holder beats every `leaseMs / 3`.
    */
   leaseMs?: number;
+  /**
+   * Subscribes to hints that some process committed to the store (storage/watch-writes.ts on SQLite); returns the
+   * unsubscribe function. Lets replicas that do not hold the lease have their events relayed without waiting for
+   * the safety poll.
+   */
+  wake?: (hint: () => void) => () => void;
   /** Monotonic clock (ms), for tests. */
   now?: () => number;
 }
 
 const LEASE_ID = 'relay';
-const HOST = hostname();
-/** Relays alive in this process (their owner ids). */
-const LIVE = new Set<string>();
-
-/**
- * A lease owner known to be gone without waiting: it ran on this machine and its process is gone (or it was a relay
- * of this very process that is no longer running), as after a crash and restart. Owners elsewhere are judged by
- * their heartbeat only.
- */
-function ownerIsGone(owner: string): boolean {
-  const [host, pidText] = owner.split('/');
-  if (host !== HOST) return false;
-  const pid = Number(pidText);
-  if (pid === process.pid) return !LIVE.has(owner);
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
-  }
-}
-
 export class OutboxRelay {
   private readonly intervalMs: number;
   private readonly batchSize: number;
@@ -145,8 +128,10 @@ export class OutboxRelay {
   private queued: Promise<void> | null = null;
   private readonly leaseMs: number;
   private readonly now: () => number;
+  private readonly wake: OutboxRelayOptions['wake'];
+  private unwake: (() => void) | null = null;
   /** This relay's identity in the lease: host/pid/random (unique per relay instance, not per process). */
-  readonly owner = `${HOST}/${process.pid}/${randomBytes(9).toString('base64url')}`;
+  readonly owner = newOwner();
   /** The generation this relay holds, or null. */
   private generation: number | null = null;
   private lastBeatAt = 0;
@@ -158,10 +143,11 @@ export class OutboxRelay {
     private readonly bus: EventBus,
     options: OutboxRelayOptions = {},
   ) {
-    this.intervalMs = options.intervalMs ?? 1000;
+    this.intervalMs = options.intervalMs ?? (options.wake ? 5000 : 1000);
     this.batchSize = options.batchSize ?? 100;
     this.onError = options.onError ?? (() => {});
-    this.leaseMs = options.leaseMs ?? 10_000;
+    this.leaseMs = options.leaseMs ?? 15_000;
+    this.wake = options.wake;
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -172,10 +158,11 @@ export class OutboxRelay {
 
   start(): void {
     if (this.timer || this.stopped) return;
-    LIVE.add(this.owner);
+    markLive(this.owner);
     // The holder must beat well within the lease, whatever the poll interval.
     this.timer = setInterval(() => void this.tick(), Math.min(this.intervalMs, Math.floor(this.leaseMs / 3)));
     this.timer.unref(); // the service's servers keep the process alive, not the relay
+    this.unwake = this.wake?.(() => this.notify()) ?? null;
     void this.tick();
   }
 
@@ -187,9 +174,11 @@ export class OutboxRelay {
   /** Stops polling, relays once more (when leading) and hands the lease back at once for another replica. */
   async stop(): Promise<void> {
     this.stopped = true;
-    LIVE.delete(this.owner);
+    retireOwner(this.owner);
     clearInterval(this.timer);
     this.timer = undefined;
+    this.unwake?.();
+    this.unwake = null;
     try {
       await this.flush();
       await this.exclusive(() => this.release());

@@ -52,8 +52,24 @@ export class GrpcServer {
     const statuses: Record<string, 'SERVING'> = { '': 'SERVING' };
     for (const name of options.healthNames) statuses[name] = 'SERVING';
     this.health = new HealthImplementation(statuses);
-    this.health.addToServer(this.server);
+    // The library's handlers, with Check answering after `refreshHealth` (statuses measured when asked, not by a
+    // timer, so an idle service probes nothing).
+    const handlers: grpc.UntypedServiceImplementation = {};
+    this.health.addToServer({
+      addService: (_def: unknown, impl: grpc.UntypedServiceImplementation) => Object.assign(handlers, impl),
+    } as never);
+    const check = handlers.check as grpc.handleUnaryCall<unknown, unknown>;
+    this.server.addService(healthService, {
+      ...handlers,
+      check: (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+        const refreshed = this.refreshHealth ? this.refreshHealth().catch(() => undefined) : Promise.resolve();
+        void refreshed.then(() => check(call, callback));
+      },
+    });
   }
+
+  /** Measures the statuses before a health Check is answered (set by the service runtime). */
+  refreshHealth: (() => Promise<void>) | null = null;
 
   add<D extends object>(registration: ServiceRegistration<D>): this {
     const handlers: grpc.UntypedServiceImplementation = {};

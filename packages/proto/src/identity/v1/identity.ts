@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -170,6 +172,14 @@ export interface Revocation {
 export interface ListRevocationsResponse {
   revocations: Revocation[];
   lastSeq: number;
+}
+
+export interface WatchRevocationsRequest {
+}
+
+export interface WatchRevocationsResponse {
+  /** Unix milliseconds when identity sent the notice */
+  at: number;
 }
 
 export interface ApiKey {
@@ -2886,6 +2896,125 @@ export const ListRevocationsResponse: MessageFns<ListRevocationsResponse> = {
     const message = createBaseListRevocationsResponse();
     message.revocations = object.revocations?.map((e) => Revocation.fromPartial(e)) || [];
     message.lastSeq = object.lastSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseWatchRevocationsRequest(): WatchRevocationsRequest {
+  return {};
+}
+
+export const WatchRevocationsRequest: MessageFns<WatchRevocationsRequest> = {
+  encode(_: WatchRevocationsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchRevocationsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchRevocationsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): WatchRevocationsRequest {
+    return {};
+  },
+
+  toJSON(_: WatchRevocationsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchRevocationsRequest>): WatchRevocationsRequest {
+    return WatchRevocationsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<WatchRevocationsRequest>): WatchRevocationsRequest {
+    const message = createBaseWatchRevocationsRequest();
+    return message;
+  },
+};
+
+function createBaseWatchRevocationsResponse(): WatchRevocationsResponse {
+  return { at: 0 };
+}
+
+export const WatchRevocationsResponse: MessageFns<WatchRevocationsResponse> = {
+  encode(message: WatchRevocationsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.at !== 0) {
+      writer.uint32(8).int64(message.at);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchRevocationsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchRevocationsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.at = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchRevocationsResponse {
+    return { at: isSet(object.at) ? globalThis.Number(object.at) : 0 };
+  },
+
+  toJSON(message: WatchRevocationsResponse): unknown {
+    const obj: any = {};
+    if (message.at !== 0) {
+      obj.at = Math.round(message.at);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchRevocationsResponse>): WatchRevocationsResponse {
+    return WatchRevocationsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WatchRevocationsResponse>): WatchRevocationsResponse {
+    const message = createBaseWatchRevocationsResponse();
+    message.at = object.at ?? 0;
     return message;
   },
 };
@@ -8629,6 +8758,21 @@ export const IdentityServiceService = {
       Buffer.from(ListRevocationsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListRevocationsResponse => ListRevocationsResponse.decode(value),
   },
+  /**
+   * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
+   * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   */
+  watchRevocations: {
+    path: "/identity.v1.IdentityService/WatchRevocations" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchRevocationsRequest): Buffer =>
+      Buffer.from(WatchRevocationsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchRevocationsRequest => WatchRevocationsRequest.decode(value),
+    responseSerialize: (value: WatchRevocationsResponse): Buffer =>
+      Buffer.from(WatchRevocationsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WatchRevocationsResponse => WatchRevocationsResponse.decode(value),
+  },
   createApiKey: {
     path: "/identity.v1.IdentityService/CreateApiKey" as const,
     requestStream: false as const,
@@ -8943,6 +9087,11 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   getJwks: handleUnaryCall<GetJwksRequest, GetJwksResponse>;
   /** no JWT. Revocations since a sequence number, for credential caches. */
   listRevocations: handleUnaryCall<ListRevocationsRequest, ListRevocationsResponse>;
+  /**
+   * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
+   * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   */
+  watchRevocations: handleServerStreamingCall<WatchRevocationsRequest, WatchRevocationsResponse>;
   createApiKey: handleUnaryCall<CreateApiKeyRequest, CreateApiKeyResponse>;
   listApiKeys: handleUnaryCall<ListApiKeysRequest, ListApiKeysResponse>;
   getApiKey: handleUnaryCall<GetApiKeyRequest, GetApiKeyResponse>;
@@ -9140,6 +9289,19 @@ export interface IdentityServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListRevocationsResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
+   * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   */
+  watchRevocations(
+    request: WatchRevocationsRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchRevocationsResponse>;
+  watchRevocations(
+    request: WatchRevocationsRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchRevocationsResponse>;
   createApiKey(
     request: CreateApiKeyRequest,
     callback: (error: ServiceError | null, response: CreateApiKeyResponse) => void,
