@@ -1,11 +1,16 @@
-import { client, createKey, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { decodeJwt, generateKeyPair, SignJWT, type JWTPayload } from 'jose';
+import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
+import { realSigningKey } from '../helpers/tokens';
 
 // Every operation of the OpenAPI document against the policy it declares (x-access), with every kind of caller that
 // policy must refuse: no credential, a forged one, a key scoped elsewhere, a key with any scope list where none is
 // allowed, a member where owners and admins are needed, an API key where a person is needed, and for the operator
-// API a wrong token and a tenant's credential. Refusals come before validation, so no body is sent.
-jest.setTimeout(120_000);
+// API a wrong token and a tenant's credential. Then the credentials that were once good or look good (CONTRACT.md 3):
+// an expired access token, `alg: none`, an unknown kid and a foreign key (each with a real user's claims), a revoked
+// API key, and a live key used from outside its tenant's IP allowlist. Refusals come before validation, so no body
+// is sent. An operation without a known x-access policy fails the suite.
+jest.setTimeout(180_000);
 
 const ADMIN = 'operator-token-for-the-route-matrix-0123';
 let stack: Stack;
@@ -14,13 +19,19 @@ let owner: Account;
 let member: Account;
 let ownerKey: string;
 const keyScopedTo: Record<string, string> = {};
+/** Credentials that look right but must be refused everywhere (see beforeAll). */
+const bad = { expired: '', algNone: '', unknownKid: '', foreignKey: '', revokedKey: '', outsideAllowlistKey: '' };
 
 interface Op {
   method: string;
   path: string;
-  access: string;
+  access: string | undefined;
 }
 let ops: Op[] = [];
+const totals = { operations: 0, covered: 0, publicOps: 0, cases: 0, admitted: 0 };
+
+const now = () => Math.floor(Date.now() / 1000);
+const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
 
 beforeAll(async () => {
   stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, RATE_LIMIT_MAX: '1000000' } });
@@ -37,33 +48,105 @@ beforeAll(async () => {
   ownerKey = (await createKey(api, owner.accessToken)).key;
   for (const scope of ['projects:read', 'agents:read', 'secrets:read', 'billing:read'])
     keyScopedTo[scope] = (await createKey(api, owner.accessToken, { scopes: [scope] })).key;
+
+  // Tokens carrying the owner's real claims (so only the one named flaw can be why they are refused).
+  const real = await realSigningKey(stack.dataDir);
+  const claims = decodeJwt(owner.accessToken);
+  const fresh = (): JWTPayload => ({ ...claims, iat: now() - 5, exp: now() + 600, jti: `m${Math.random()}` });
+  expect((await api.get('/api/v1/auth/me', { token: await real.sign(fresh()) })).status).toBe(200); // the control
+  bad.expired = await real.sign({ ...fresh(), iat: now() - 1000, exp: now() - 60 });
+  bad.algNone = `${b64({ alg: 'none', typ: 'JWT', kid: real.kid })}.${b64(fresh())}.`;
+  bad.unknownKid = await real.sign(fresh(), { kid: `${real.kid}-unknown` });
+  const { privateKey } = await generateKeyPair('ES256');
+  bad.foreignKey = await new SignJWT(fresh()).setProtectedHeader({ alg: 'ES256', typ: 'JWT', kid: real.kid }).sign(privateKey);
+
+  // A key that worked, then revoked: refused by the gateway within a second (CONTRACT.md 3).
+  const revoked = await createKey(api, owner.accessToken);
+  expect((await api.get('/api/v1/auth/me', { token: revoked.key })).status).toBe(200);
+  expect((await api.del(`/api/v1/api-keys/${revoked.id}`, { token: owner.accessToken })).status).toBe(200);
+  await eventually(async () => (await api.get('/api/v1/auth/me', { token: revoked.key })).status === 401, 3000);
+  bad.revokedKey = revoked.key;
+
+  // Another tenant whose allowlist leaves out loopback, where every request of this suite comes from.
+  const fenced = await signUp(api, 'Fenced');
+  const fencedKey = (await createKey(api, fenced.accessToken)).key;
+  expect((await api.get('/api/v1/auth/me', { token: fencedKey })).status).toBe(200);
+  const fence = await api.put(
+    '/api/v1/tenant/security/network',
+    { ipAllowlist: ['10.0.0.0/8', '2001:db8::/32'] },
+    { token: fenced.accessToken },
+  );
+  expect(fence.status).toBe(200);
+  await eventually(async () => (await api.get('/api/v1/auth/me', { token: fencedKey })).status === 403, 3000);
+  bad.outsideAllowlistKey = fencedKey;
+
   const doc = (await api.get('/api/v1/openapi.json')).body;
-  ops = Object.entries(doc.paths as Record<string, Record<string, { 'x-access': string }>>).flatMap(([path, methods]) =>
+  ops = Object.entries(doc.paths as Record<string, Record<string, { 'x-access'?: string }>>).flatMap(([path, methods]) =>
     Object.entries(methods).map(([method, o]) => ({
       method: method.toUpperCase(),
       path: path.replace(/\{(\w+)\}/g, 'xx_none'),
       access: o['x-access'],
     })),
   );
+  totals.operations = ops.length;
 });
-afterAll(() => stack.stop());
+afterAll(async () => {
+  // For the closing note: how much of the API the matrix walked.
+  console.log(
+    `route matrix: ${totals.covered}/${totals.operations} operations refused callers by policy (${totals.publicOps} public), ` +
+      `${totals.cases} refusal cases, ${totals.admitted} admitted reads`,
+  );
+  await stack.stop();
+});
 
-type Refusal = [caller: string, token: string | undefined, status: 401 | 403];
+type Refusal = [caller: string, token: string | undefined, status: 401 | 403, reason?: string];
 
-/** The callers each policy must refuse, and how. */
+const POLICIES = [
+  'public',
+  'operator',
+  'authenticated',
+  'projects:read',
+  'projects:write',
+  'agents:read',
+  'agents:write',
+  'secrets:read',
+  'secrets:write',
+  'billing:write',
+  'unscoped',
+  'manager',
+  'sessionManager',
+];
+
+/** The callers each policy must refuse, and how. An operation with no policy, or one unknown here, is an error. */
 function refusals(op: Op): Refusal[] {
+  if (!op.access || !POLICIES.includes(op.access))
+    throw new Error(`${op.method} ${op.path} declares no known x-access policy (${String(op.access)})`);
   if (op.access === 'public') return [];
+  // Never a valid credential: the same 401 wherever one is needed, the operator API included.
+  const invalid: Refusal[] = [
+    ['an expired access token', bad.expired, 401],
+    ['an alg:none token', bad.algNone, 401],
+    ['a token with an unknown kid', bad.unknownKid, 401],
+    ['a token signed by another key', bad.foreignKey, 401],
+    ['a revoked API key', bad.revokedKey, 401],
+  ];
   if (op.access === 'operator')
     return [
       ['no credential', undefined, 401],
       ['a wrong operator token', 'not-the-operator-token-at-all-0000', 401],
+      ...invalid,
       ["a tenant owner's session", owner.accessToken, 403],
       ["a tenant owner's API key", ownerKey, 403],
+      // A tenant's key stays a tenant's key wherever it comes from: not the operator's.
+      ['a key from outside its allowlist', bad.outsideAllowlistKey, 403],
     ];
   const out: Refusal[] = [
     ['no credential', undefined, 401],
     ['a forged token', 'eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.', 401],
     ['an unknown API key', `svc_sdk_${'x'.repeat(43)}`, 401],
+    ...invalid,
+    // The allowlist is checked before the route's policy: the same answer on every route a key may call.
+    ['a key from outside its allowlist', bad.outsideAllowlistKey, 403, 'ip_not_allowed'],
   ];
   const scope = op.access.includes(':') ? op.access : null;
   if (scope) {
@@ -80,22 +163,39 @@ function refusals(op: Op): Refusal[] {
   return out;
 }
 
+it('fails on an operation that declares no policy, or one it does not know', () => {
+  expect(() => refusals({ method: 'GET', path: '/api/v1/new-thing', access: undefined })).toThrow(/no known x-access/);
+  expect(() => refusals({ method: 'GET', path: '/api/v1/new-thing', access: 'everyone' })).toThrow(/no known x-access/);
+});
+
+it('finds a known x-access policy on every operation of the document', () => {
+  expect(ops.filter((op) => !op.access || !POLICIES.includes(op.access)).map((op) => `${op.method} ${op.path}`)).toEqual([]);
+});
+
 it('refuses, on every operation, every caller its policy excludes', async () => {
   expect(ops.length).toBeGreaterThan(70);
   const failures: string[] = [];
   let checked = 0;
   for (const op of ops) {
-    for (const [caller, token, status] of refusals(op)) {
+    const cases = refusals(op);
+    if (cases.length) totals.covered++;
+    else totals.publicOps++;
+    for (const [caller, token, status, reason] of cases) {
       const res = await api.request(op.method, op.path, { token });
       checked++;
-      if (res.status !== status || res.body?.error?.code !== (status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN'))
+      if (
+        res.status !== status ||
+        res.body?.error?.code !== (status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN') ||
+        (reason && res.body.error.details?.reason !== reason)
+      )
         failures.push(
-          `${op.method} ${op.path} (${op.access}) with ${caller}: ${res.status} ${res.body?.error?.code ?? res.text.slice(0, 80)}`,
+          `${op.method} ${op.path} (${op.access}) with ${caller}: ${res.status} ${JSON.stringify(res.body?.error ?? res.text.slice(0, 80))}`,
         );
     }
   }
+  totals.cases = checked;
   expect(failures).toEqual([]);
-  expect(checked).toBeGreaterThan(250);
+  expect(checked).toBeGreaterThan(700);
 });
 
 it('lets each policy through for the callers it admits (a refusal, if any, is not about access)', async () => {
@@ -112,9 +212,10 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
   };
   const failures: string[] = [];
   for (const op of ops) {
-    const token = admitted[op.access];
+    const token = admitted[op.access ?? ''];
     if (!token || op.method !== 'GET') continue; // reads only: no side effects from the matrix
     const res = await api.request(op.method, op.path, { token });
+    totals.admitted++;
     if (res.status === 401 || (res.status === 403 && res.body?.error?.details?.reason !== 'ip_not_allowed'))
       failures.push(`${op.method} ${op.path} (${op.access}): ${res.status} ${JSON.stringify(res.body?.error)}`);
   }
