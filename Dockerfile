@@ -1,6 +1,6 @@
 # One image for every process: the command picks the gateway or a service, e.g.
-#   docker run IMAGE node --import tsx services/identity/src/main.ts
-# Source runs through tsx (a runtime dependency), so there is no compile step.
+#   docker run IMAGE node dist/services/identity.js
+# The build stage compiles every entry into dist/ (scripts/build.mjs, esbuild): no TypeScript at run time.
 
 # --- manifests: only the package.json files, so the npm ci layer is cached until dependencies change.
 FROM node:20-bookworm-slim AS manifests
@@ -18,6 +18,7 @@ COPY --from=manifests /src/ ./
 COPY package-lock.json .npmrc ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY . .
+RUN node scripts/build.mjs --force
 
 # --- runtime: no compilers, non-root, read-only friendly (writes only to DATA_DIR and /tmp).
 FROM node:20-bookworm-slim AS runtime
@@ -31,4 +32,4 @@ COPY --from=build /app ./
 RUN mkdir -p /app/.data && chown 1000:1000 /app/.data
 USER 1000:1000
 EXPOSE 8080 50051 50052 50053 50054 50055 50056 50057
-CMD ["node", "--import", "tsx", "gateway/src/main.ts"]
+CMD ["node", "--enable-source-maps", "dist/gateway.js"]

@@ -1,13 +1,17 @@
 /**
- * `npm run bench` (first part): an authenticated read through the system (`GET /api/v1/tenant`: the gateway, then one
- * gRPC call to identity) against two baselines, bare Fastify and bare Fastify making one grpc-js call to a trivial
- * server, measured side by side in one run with autocannon from a separate process. Two layouts, each the same for
- * system and baseline: HTTP front and gRPC back end in separate processes (as `npm start` runs them), and both in
- * one process. Results go to bench/results/gateway-read.json, compared with the previous run's.
+ * `npm run bench` (first part): authenticated reads through the system (`GET /api/v1/tenant`: the gateway, then one
+ * gRPC call to identity; `GET /api/v1/projects/:id`: one call to projects) against two baselines, bare Fastify and
+ * bare Fastify making one grpc-js call to a trivial server, measured side by side in one run with autocannon from a
+ * separate process. The system is the whole of `npm start` (the compiled launcher, every service and its background
+ * workers, the default layout), since their pollers compete with the request path on a small machine. A second,
+ * smaller layout puts identity and the gateway in one process beside a one-process baseline. Results go to
+ * bench/results/gateway-read.json, compared with the previous run's.
  */
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { reservablePort } from '@svc/kit/src/ports';
 import { call, load, ROOT, runBench, startProcess, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
@@ -34,8 +38,8 @@ function summary(s: Scenario) {
   };
 }
 
-/** A tenant with an access token and an API key on the system at `port`. */
-async function credentials(port: number) {
+/** A tenant with an access token, an API key and (where projects runs) a project on the system at `port`. */
+async function credentials(port: number, withProject = true) {
   const base = `http://127.0.0.1:${port}/api/v1`;
   const reg = await call(base, 'POST', '/auth/register', null, {
     email: `bench${Date.now()}${Math.random()}@example.com`,
@@ -44,16 +48,54 @@ async function credentials(port: number) {
     tenantName: 'Bench',
   });
   const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-  return { url: `${base}/tenant`, accessToken: reg.accessToken as string, apiKey: key.key as string };
+  const project = withProject ? await call(base, 'POST', '/projects', reg.accessToken, { name: 'bench project' }) : null;
+  return {
+    url: `${base}/tenant`,
+    projectUrl: project ? `${base}/projects/${project.id}` : '',
+    accessToken: reg.accessToken as string,
+    apiKey: key.key as string,
+  };
 }
 
-/** The system under test, embedded store, in-memory limits: identity and the gateway in two processes or in one. */
-async function startSystem(layout: 'separate' | 'one') {
+/** The whole system as `npm start` runs it (compiled launcher, every service), embedded store, in-memory limits. */
+async function startWholeSystem() {
+  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
+  const port = await reservablePort();
+  const proc = spawn(process.execPath, ['dist/start.js'], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      PORT: String(port),
+      DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')),
+      RATE_LIMIT_MAX: '100000000',
+      LOG_LEVEL: 'warn',
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+    detached: true,
+  });
+  process.on('exit', () => {
+    try {
+      process.kill(-proc.pid!, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  });
+  for (const deadline = Date.now() + 60_000; ;) {
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ready) break;
+    if (Date.now() > deadline) throw new Error('the system was not ready within 60 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return credentials(port);
+}
+
+/** Identity and the gateway in one process (bench/fixtures/system-one-process.ts). */
+async function startOneProcessSystem() {
   const env = { DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), RATE_LIMIT_MAX: '100000000' };
-  if (layout === 'one') return credentials((await startProcess('bench/fixtures/system-one-process.ts', env)).port);
-  const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
-  const gateway = await startProcess('gateway/src/main.ts', { ...env, PORT: '0', IDENTITY_ADDR: `127.0.0.1:${identity.port}` });
-  return credentials(gateway.port);
+  return credentials((await startProcess('bench/fixtures/system-one-process.ts', env)).port, false);
 }
 
 async function main() {
@@ -63,8 +105,8 @@ async function main() {
   const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
   const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
   const frontOne = await startProcess('bench/fixtures/fastify-grpc-one-process.ts');
-  const system = await startSystem('separate');
-  const systemOne = await startSystem('one');
+  const system = await startWholeSystem();
+  const systemOne = await startOneProcessSystem();
   const local = (port: number) => `http://127.0.0.1:${port}/api/v1/tenant`;
   const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
   const scenarios: Scenario[] = [
@@ -72,6 +114,7 @@ async function main() {
     { key: 'fastifyGrpc', name: 'bare Fastify + 1 grpc-js call', url: local(front.port), runs: [] },
     { key: 'systemApiKey', name: 'system: GET /tenant, API key', url: system.url, headers: bearer(system.apiKey), runs: [] },
     { key: 'systemJwt', name: 'system: GET /tenant, access token', url: system.url, headers: bearer(system.accessToken), runs: [] },
+    { key: 'systemProject', name: 'system: GET /projects/:id, API key', url: system.projectUrl, headers: bearer(system.apiKey), runs: [] },
     { key: 'oneProcessFastifyGrpc', name: '1 process: Fastify + grpc-js', url: local(frontOne.port), runs: [] },
     { key: 'oneProcessSystemApiKey', name: '1 process: system, API key', url: systemOne.url, headers: bearer(systemOne.apiKey), runs: [] },
     {
@@ -115,6 +158,7 @@ async function main() {
     ratios: {
       systemApiKeyVsFastifyGrpc: ratio('systemApiKey', 'fastifyGrpc'),
       systemJwtVsFastifyGrpc: ratio('systemJwt', 'fastifyGrpc'),
+      systemProjectVsFastifyGrpc: ratio('systemProject', 'fastifyGrpc'),
       fastifyGrpcVsBare: ratio('fastifyGrpc', 'bareFastify'),
       oneProcessSystemApiKeyVsFastifyGrpc: ratio('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
       oneProcessSystemJwtVsFastifyGrpc: ratio('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
@@ -122,11 +166,12 @@ async function main() {
     pairedRatios: {
       systemApiKeyVsFastifyGrpc: paired('systemApiKey', 'fastifyGrpc'),
       systemJwtVsFastifyGrpc: paired('systemJwt', 'fastifyGrpc'),
+      systemProjectVsFastifyGrpc: paired('systemProject', 'fastifyGrpc'),
       oneProcessSystemApiKeyVsFastifyGrpc: paired('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
       oneProcessSystemJwtVsFastifyGrpc: paired('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
     },
   };
-  console.log('\nratios', result.ratios, '(target: system / Fastify+gRPC >= 0.85, same layout)');
+  console.log('\nratios', result.ratios, '(targets: /tenant >= 0.85, /projects/:id >= 0.9 of Fastify+gRPC)');
   console.log('per-round ratios (median, min, max)', result.pairedRatios);
   if (existsSync(RESULTS)) {
     const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;

@@ -1,6 +1,31 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 
+/** One directory watch per directory and process, shared by every listener of the files in it. */
+const watches = new Map<string, { watcher: FSWatcher; listeners: Map<string, Set<() => void>> }>();
+
+function watchDirectory(dir: string): (typeof watches extends Map<string, infer W> ? W : never) | null {
+  const existing = watches.get(dir);
+  if (existing) return existing;
+  try {
+    const listeners = new Map<string, Set<() => void>>();
+    const watcher = watch(dir, { persistent: false }, (_event, file) => {
+      if (file === null) for (const set of listeners.values()) for (const l of set) l();
+      else for (const l of listeners.get(file) ?? []) l();
+    });
+    const entry = { watcher, listeners };
+    // The safety polls still find the work.
+    watcher.on('error', () => {
+      watcher.close();
+      if (watches.get(dir) === entry) watches.delete(dir);
+    });
+    watches.set(dir, entry);
+    return entry;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Calls `listener` soon after any process commits to the SQLite database at `dbPath` (its WAL changes): inotify on
  * Linux, so nothing runs while nothing is written. Notifications are hints (a process's own writes count too, and one
@@ -9,7 +34,9 @@ import { basename, dirname } from 'node:path';
  */
 export function watchWrites(dbPath: string, listener: () => void, debounceMs = 0): () => void {
   if (dbPath === ':memory:' || dbPath === '') return () => {};
-  const name = basename(dbPath);
+  const dir = dirname(dbPath);
+  const entry = watchDirectory(dir);
+  if (!entry) return () => {};
   let timer: NodeJS.Timeout | null = null;
   const fire = () => {
     if (debounceMs <= 0) return listener();
@@ -18,20 +45,22 @@ export function watchWrites(dbPath: string, listener: () => void, debounceMs = 0
       listener();
     }, debounceMs);
   };
-  let watcher: FSWatcher | null = null;
-  try {
-    watcher = watch(dirname(dbPath), { persistent: false }, (_event, file) => {
-      if (file === null || file === name || file === `${name}-wal`) fire();
-    });
-    watcher.on('error', () => stop()); // the safety poll still finds the work
-  } catch {
-    watcher = null;
+  const names = [basename(dbPath), `${basename(dbPath)}-wal`];
+  for (const name of names) {
+    if (!entry.listeners.has(name)) entry.listeners.set(name, new Set());
+    entry.listeners.get(name)!.add(fire);
   }
-  function stop() {
-    watcher?.close();
-    watcher = null;
+  return () => {
     if (timer) clearTimeout(timer);
     timer = null;
-  }
-  return stop;
+    for (const name of names) {
+      const set = entry.listeners.get(name);
+      set?.delete(fire);
+      if (set?.size === 0) entry.listeners.delete(name);
+    }
+    if (entry.listeners.size === 0 && watches.get(dir) === entry) {
+      entry.watcher.close();
+      watches.delete(dir);
+    }
+  };
 }
