@@ -1,7 +1,12 @@
 /**
  * The Kafka event bus (kafkajs). Messages are keyed by `key` (the tenant id), so one tenant's events land in one
- * partition and stay in order; the event id travels in the `id` header. Consumers commit manually after each
- * successful handler call; a failing message is retried in place (pause + seek back) so nothing is skipped.
+ * partition and stay in order; the event id travels in the `id` header.
+ *
+ * Consumers handle a fetched batch message by message and mark each offset once its handler has succeeded (or it
+ * went to the dead letters); marked offsets are committed together, at the end of each batch and, within a long
+ * batch, every COMMIT_EVERY_MS or COMMIT_EVERY_MESSAGES, not one round trip per message. Nothing is marked before
+ * it is handled, so a crash redelivers at most the handled-but-uncommitted tail: at least once. A failing message
+ * is retried in place (seek back + pause) so nothing is skipped.
  */
 import {
   Kafka,
@@ -10,6 +15,7 @@ import {
   type Admin,
   type Consumer,
   type IHeaders,
+  type EachBatchPayload,
   type KafkaMessage,
   type Message,
   type Producer,
@@ -37,8 +43,12 @@ export interface KafkaBusOptions {
 export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
 /** A publish that has not finished by then fails (the outbox keeps the records and tries again). */
 const PUBLISH_TIMEOUT_MS = 15_000;
+const PING_TIMEOUT_MS = 3000;
 
 const ID_HEADER = 'id';
+/** Within a batch, marked offsets are committed once this much time or this many messages have gone by. */
+const COMMIT_EVERY_MS = 1000;
+const COMMIT_EVERY_MESSAGES = 100;
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5000;
 
@@ -124,31 +134,13 @@ class KafkaBus implements EventBus {
     try {
       await consumer.subscribe({ topics: options.topics, fromBeginning: options.fromBeginning ?? true });
       await consumer.run({
-        autoCommit: false,
-        eachMessage: async ({ topic, partition, message, pause }) => {
-          const received = toReceived(topic, partition, message);
-          try {
-            await options.handler(received);
-            metrics.busHandled.inc({ topic, group: options.group, outcome: 'ok' });
-          } catch (err) {
-            this.onError(err, received);
-            const again = retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts;
-            metrics.busHandled.inc({ topic, group: options.group, outcome: again ? 'retry' : 'dead_letter' });
-            if (again) {
-              retry.failed(topic, partition, message.offset, pause);
-              return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
-            }
-            // Poison: set it aside with why, then move the partition on (below).
-            await this.setAside(options.group, topic, message, err, this.maxAttempts);
-          }
-          retry.succeeded(topic, partition);
-          try {
-            await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
-          } catch (err) {
-            // Processed but not committed (e.g. a rebalance): it may be delivered again, which is allowed.
-            this.onError(err, received);
-          }
-        },
+        // kafkajs commits what eachBatch resolved: at the end of each batch, and when commitOffsetsIfNecessary
+        // finds the interval or threshold reached. Nothing is resolved before its handler has succeeded.
+        autoCommit: true,
+        autoCommitInterval: COMMIT_EVERY_MS,
+        autoCommitThreshold: COMMIT_EVERY_MESSAGES,
+        eachBatchAutoResolve: false,
+        eachBatch: (payload) => this.handleBatch(options, retry, payload),
       });
     } catch (err) {
       await consumer.disconnect().catch(() => {});
@@ -159,7 +151,7 @@ class KafkaBus implements EventBus {
       stop: () => {
         stopping ??= (async () => {
           retry.stop();
-          await consumer.disconnect(); // waits for the in-flight eachMessage, then leaves the group
+          await consumer.disconnect(); // waits for the in-flight batch (its marked offsets are committed), then leaves
           this.subscriptions.delete(subscription);
         })();
         return stopping;
@@ -169,7 +161,56 @@ class KafkaBus implements EventBus {
     return subscription;
   }
 
-  private async setAside(group: string, topic: string, message: KafkaMessage, err: unknown, attempts: number): Promise<void> {
+  /**
+   * Handles one fetched batch of one partition in order. Stops early when the consumer stops, when a seek made the
+   * rest of the batch stale, or when a message failed (it was sought back to and its partition paused).
+   */
+  private async handleBatch(options: SubscribeOptions, retry: RetryState, payload: EachBatchPayload): Promise<void> {
+    const { batch, resolveOffset, heartbeat, commitOffsetsIfNecessary, pause, isRunning, isStale } = payload;
+    const { topic, partition } = batch;
+    for (const message of batch.messages) {
+      if (!isRunning() || isStale()) return;
+      const received = toReceived(topic, partition, message);
+      try {
+        await options.handler(received);
+        metrics.busHandled.inc({ topic, group: options.group, outcome: 'ok' });
+      } catch (err) {
+        this.onError(err, received);
+        const again = retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts;
+        if (again || !(await this.setAside(options.group, topic, message, err, received))) {
+          metrics.busHandled.inc({ topic, group: options.group, outcome: 'retry' });
+          retry.failed(topic, partition, message.offset, pause);
+          return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+        }
+        metrics.busHandled.inc({ topic, group: options.group, outcome: 'dead_letter' });
+      }
+      retry.succeeded(topic, partition);
+      resolveOffset(message.offset);
+      try {
+        await commitOffsetsIfNecessary();
+        await heartbeat();
+      } catch (err) {
+        // Handled but not committed (e.g. a rebalance): it may be delivered again, which is allowed. kafkajs
+        // handles its own errors (rejoins the group), so they go back to it.
+        this.onError(err, received);
+        throw err;
+      }
+    }
+  }
+
+  /** Publishes a poison message to `<topic>.dead-letters`; false (reported) when that fails, so it is retried. */
+  private async setAside(group: string, topic: string, message: KafkaMessage, err: unknown, received: ReceivedMessage): Promise<boolean> {
+    try {
+      await this.publishDeadLetter(group, topic, message, err);
+      return true;
+    } catch (publishErr) {
+      this.onError(publishErr, received);
+      return false;
+    }
+  }
+
+  private async publishDeadLetter(group: string, topic: string, message: KafkaMessage, err: unknown): Promise<void> {
+    const attempts = this.maxAttempts;
     const dlq = deadLetterTopic(topic);
     await this.ensureTopics([dlq]);
     await this.producer.send({
@@ -191,9 +232,19 @@ class KafkaBus implements EventBus {
     });
   }
 
+  /** Answers within PING_TIMEOUT_MS: kafkajs's own retries could hold a health probe for many seconds. */
   async ping(): Promise<void> {
-    await this.connect();
-    await this.admin.describeCluster();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        this.connect().then(() => this.admin.describeCluster()),
+        new Promise((_, fail) => {
+          timer = setTimeout(() => fail(new Error(`Kafka did not answer within ${PING_TIMEOUT_MS} ms`)), PING_TIMEOUT_MS);
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {

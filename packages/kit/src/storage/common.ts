@@ -92,3 +92,16 @@ export function sortValueOf(doc: Record<string, unknown>, sortField: string): Sc
   if (!isScalar(value)) throw new Error(`sort field ${sortField} must hold a string, number, boolean or null`);
   return value;
 }
+
+/**
+ * Refuses an explicit null in a field of a unique index (see IndexDef): SQLite lets NULLs repeat in a unique
+ * index while MongoDB would count null as a value, so neither is allowed and both adapters behave the same.
+ */
+export function assertNoNullInUnique(schema: Schema, fields: Iterable<[string, unknown]>): void {
+  for (const [field, value] of fields) {
+    if (value !== null) continue;
+    if (schema.indexes.some((index) => index.unique && index.fields.includes(field))) {
+      throw new Error(`${schema.name}.${field} is in a unique index: leave it out rather than set it to null`);
+    }
+  }
+}

@@ -13,7 +13,17 @@ import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { assertId, incrementEntries, patchEntries, schemaOf, sortValueOf, whereEntries, type AnyDef, type Schema } from './common';
+import {
+  assertId,
+  assertNoNullInUnique,
+  incrementEntries,
+  patchEntries,
+  schemaOf,
+  sortValueOf,
+  whereEntries,
+  type AnyDef,
+  type Schema,
+} from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
 import {
   DuplicateKeyError,
@@ -124,6 +134,8 @@ interface Tx {
   session: StoreSession;
   /** Tables first created inside this transaction: a rollback undoes their DDL too. */
   created: Table[];
+  /** Set by a duplicate key inside the transaction: it is doomed, as MongoDB aborts it (see Store.transaction). */
+  failure: DuplicateKeyError | null;
 }
 
 class SqliteStore implements Store {
@@ -179,19 +191,28 @@ class SqliteStore implements Store {
     if (this.current) this.current.created.push(table);
   }
 
-  /** Maps a unique violation to DuplicateKeyError; anything else is rethrown. */
+  /**
+   * Maps a unique violation to DuplicateKeyError; anything else is rethrown. Inside a transaction the violation
+   * dooms it (see Store.transaction): an operation body only runs while a transaction is open if it belongs to it.
+   */
   duplicate(err: unknown, collection: string): never {
     // Matched by code, not instanceof: the native addon keeps the SqliteError class of the first module
     // instance that loaded it, so a second instance (jest's per-file registries) would not match.
     const code = (err as { code?: unknown } | null)?.code;
-    if (typeof code === 'string') {
-      if (code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateKeyError(collection, ['id']);
-      if (code === 'SQLITE_CONSTRAINT_UNIQUE') {
-        const index = /index '([^']+)'/.exec(String((err as { message?: unknown }).message))?.[1];
-        throw new DuplicateKeyError(collection, (index && this.uniqueIndexes.get(index)) || ['id']);
-      }
+    let mapped: DuplicateKeyError | null = null;
+    if (code === 'SQLITE_CONSTRAINT_PRIMARYKEY') mapped = new DuplicateKeyError(collection, ['id']);
+    else if (code === 'SQLITE_CONSTRAINT_UNIQUE') {
+      const index = /index '([^']+)'/.exec(String((err as { message?: unknown }).message))?.[1];
+      mapped = new DuplicateKeyError(collection, (index && this.uniqueIndexes.get(index)) || ['id']);
     }
-    throw err;
+    if (!mapped) throw err;
+    if (this.current?.open) this.current.failure ??= mapped;
+    throw mapped;
+  }
+
+  /** The duplicate key that doomed the open transaction, if any: its later operations fail with it too. */
+  doomedBy(): DuplicateKeyError | null {
+    return this.current?.open ? this.current.failure : null;
   }
 
   private acquire(): Promise<void> | void {
@@ -242,6 +263,7 @@ class SqliteStore implements Store {
     const tx: Tx = {
       open: true,
       created: [],
+      failure: null,
       session: { collection: <T extends Doc>(def: CollectionDef<T>) => this.bound(def, tx) },
     };
     let begun = false;
@@ -250,6 +272,7 @@ class SqliteStore implements Store {
       begun = true;
       this.current = tx;
       const result = await this.context.run(tx, () => fn(tx.session));
+      if (tx.failure) throw tx.failure; // the callback caught it: the transaction still rolls back, as on MongoDB
       this.db.exec('COMMIT');
       return result;
     } catch (err) {
@@ -333,6 +356,8 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
   /** Every operation body is synchronous; this decides whether it runs now or after the open transaction. */
   private run<R>(op: () => R): R | Promise<R> {
     const body = () => {
+      const doomed = this.store.doomedBy();
+      if (doomed) throw doomed;
       this.store.ready(this.table);
       return op();
     };
@@ -350,6 +375,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
 
   async insert(doc: T): Promise<T> {
     assertId(doc.id);
+    assertNoNullInUnique(this.table.schema, Object.entries(doc));
     const json = JSON.stringify(doc);
     return this.run(() => {
       try {
@@ -394,6 +420,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     assertId(id, { allowEmpty: true });
     const conds = conditions(where);
     const fields = patchEntries(id, patch);
+    assertNoNullInUnique(this.table.schema, fields);
     if (fields.length === 0) return this.get(id, where);
     // One statement: the compare (WHERE) and the set (json_set) are atomic. json(?) keeps values typed as JSON.
     const sets = fields.map(([field]) => `'$.${field}', json(?)`).join(', ');
@@ -422,11 +449,15 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
           const doc = this.one(select, [id, ...conds.params]) as Record<string, unknown> | null;
           if (!doc) return null;
           for (const [field, amount] of fields) {
-            const current = doc[field] ?? 0;
+            const current = doc[field] ?? 0; // missing or null counts from zero, as $ifNull does on MongoDB
             if (typeof current !== 'number') throw new Error(`cannot increment non-numeric field ${field}`);
             doc[field] = current + amount;
           }
-          this.store.statement(write).run(JSON.stringify(doc), id);
+          try {
+            this.store.statement(write).run(JSON.stringify(doc), id);
+          } catch (err) {
+            this.store.duplicate(err, this.name); // a counter in a unique index
+          }
           return doc;
         }) as T | null,
     );

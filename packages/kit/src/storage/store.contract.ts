@@ -118,6 +118,50 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
       expect((await items.get(other.id))?.email).toBe('b@example.com');
     });
 
+    test('a field set to undefined is not stored: it reads back absent and matches null', async () => {
+      const items = store.collection(itemsDef());
+      const doc = await items.insert(item({ tag: undefined, note: undefined, meta: { a: 1, b: undefined } }));
+      const stored = (await items.get(doc.id)) as unknown as Record<string, unknown>;
+      expect(Object.keys(stored)).not.toContain('tag');
+      expect(Object.keys(stored)).not.toContain('note');
+      expect(stored.meta).toStrictEqual({ a: 1 });
+      expect((await items.find({ tenantId: 't1', tag: null })).items.map((d) => d.id)).toEqual([doc.id]);
+      // A nested undefined in a patch is left out the same way; a top-level one leaves the field as it was.
+      const updated = (await items.update(doc.id, {}, { meta: { a: 2, b: undefined }, note: undefined })) as unknown as Record<
+        string,
+        unknown
+      >;
+      expect(updated.meta).toStrictEqual({ a: 2 });
+      expect(Object.keys(updated)).not.toContain('note');
+      expect(Object.keys((await items.get(doc.id)) as object)).toEqual(Object.keys(updated));
+    });
+
+    test('undefined unique fields never collide; an explicit null in a unique field is refused', async () => {
+      const items = store.collection(itemsDef());
+      await items.insert(item({ email: undefined }));
+      await items.insert(item({ email: undefined })); // both lack the field: no collision
+      await expect(items.insert(item({ email: null }))).rejects.toThrow(/unique/);
+      const other = await items.insert(item({ email: 'x@example.com' }));
+      await expect(items.update(other.id, {}, { email: null })).rejects.toThrow(/unique/);
+      expect((await items.get(other.id))?.email).toBe('x@example.com');
+      expect(await items.count({ tenantId: 't1' })).toBe(3);
+      // A null in a field outside every unique index is stored as usual.
+      const tagged = await items.insert(item({ tag: null }));
+      expect(await items.get(tagged.id)).toEqual(tagged);
+    });
+
+    test('increment counts a missing, undefined or null field from zero and refuses a non-number', async () => {
+      const items = store.collection(itemsDef());
+      const undef = await items.insert(item({ n: undefined }));
+      expect((await items.increment(undef.id, {}, { n: 2 }))?.n).toBe(2);
+      const nulled = await items.insert(item({ n: null as unknown as number }));
+      expect((await items.increment(nulled.id, {}, { n: 5 }))?.n).toBe(5);
+      expect((await items.get(nulled.id))?.n).toBe(5);
+      const named = await items.insert(item({ name: 'text' }));
+      await expect(items.increment(named.id, {}, { name: 1 } as never)).rejects.toThrow();
+      expect((await items.get(named.id))?.name).toBe('text');
+    });
+
     test('findOne matches on several fields', async () => {
       const items = store.collection(itemsDef());
       const a = await items.insert(item({ tenantId: 't1', email: 'a@example.com', name: 'a' }));
@@ -395,6 +439,34 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
       });
       await expect(failure).rejects.toBeInstanceOf(DuplicateKeyError);
       expect(await store.collection(def).get(a.id)).toBeNull();
+    });
+
+    test('a DuplicateKeyError caught inside a transaction still dooms it: later operations fail, nothing commits', async () => {
+      const def = itemsDef();
+      const existing = await store.collection(def).insert(item({ email: 'taken@example.com', n: 1 }));
+      const [a, b] = [item(), item()];
+      let caught: unknown = null;
+      const failure = store.transaction(async (tx) => {
+        const items = tx.collection(def);
+        await items.insert(a);
+        await items.increment(existing.id, {}, { n: 1 });
+        caught = await items.insert(item({ email: 'taken@example.com' })).catch((err: unknown) => err);
+        // MongoDB has aborted the transaction on the server; SQLite behaves the same.
+        await expect(items.insert(b)).rejects.toBeInstanceOf(DuplicateKeyError);
+        await expect(items.get(a.id)).rejects.toBeInstanceOf(DuplicateKeyError);
+        await expect(store.collection(def).count({})).rejects.toBeInstanceOf(DuplicateKeyError); // joined, same
+        return 'swallowed';
+      });
+      await expect(failure).rejects.toBeInstanceOf(DuplicateKeyError);
+      expect(caught).toBeInstanceOf(DuplicateKeyError);
+      expect((caught as DuplicateKeyError).fields).toEqual(['tenantId', 'email']);
+      const items = store.collection(def);
+      expect(await items.get(a.id)).toBeNull();
+      expect(await items.get(b.id)).toBeNull();
+      expect(await items.get(existing.id)).toEqual(existing);
+      // The store is usable afterwards, and a fresh transaction commits.
+      await store.transaction(async (tx) => void (await tx.collection(def).insert(b)));
+      expect(await items.get(b.id)).toEqual(b);
     });
 
     test('a read started during an open transaction does not observe its uncommitted writes', async () => {

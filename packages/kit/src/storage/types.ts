@@ -15,8 +15,10 @@ export type Where<T> = { [K in keyof T]?: T[K] extends Scalar | undefined ? T[K]
 
 /**
  * A non-unique index is stored as (fields..., sortField, id) so that `find` on those fields pages from the index;
- * `{ fields: [] }` gives the sort-only index for unfiltered lists. A unique index does not constrain documents
- * that lack one of its fields (store no explicit null in a unique field: MongoDB would count it).
+ * `{ fields: [] }` gives the sort-only index for unfiltered lists. Declare one whose fields are exactly the `where`
+ * fields of each list query: extra fields between them and the sort field would leave the sort to memory.
+ * A unique index does not constrain documents that lack one of its fields. An explicit null in a unique field is
+ * refused on every write (SQLite would let nulls repeat, MongoDB would count them): leave the field out instead.
  */
 export interface IndexDef<T> {
   fields: Array<keyof T & string>;
@@ -47,7 +49,11 @@ export interface Page<T> {
   nextCursor: string | null;
 }
 
-/** Documents are plain JSON values (no Date, Buffer or class instances) so that both engines return the same. */
+/**
+ * Documents are plain JSON values (no Date, Buffer or class instances) so that both engines return the same. A
+ * field set to `undefined` is not stored (as JSON.stringify leaves it out): it reads back absent, matches `null`
+ * in a `where`, never collides on a unique index and counts from zero in `increment`.
+ */
 export interface Collection<T extends { id: string }> {
   /** Inserts a new document. Throws DuplicateKeyError on a unique index or id clash. */
   insert(doc: T): Promise<T>;
@@ -62,7 +68,10 @@ export interface Collection<T extends { id: string }> {
    * primitive: put the expected state in `where`.
    */
   update(id: string, where: Where<T>, patch: Partial<T>): Promise<T | null>;
-  /** Adds `by` to numeric fields of the matching document atomically; returns the updated document or null. */
+  /**
+   * Adds `by` to numeric fields of the matching document atomically; a missing or null field counts from zero.
+   * Returns the updated document or null.
+   */
   increment(id: string, where: Where<T>, by: Partial<Record<keyof T & string, number>>): Promise<T | null>;
   /** Deletes the document with this id when it matches `where`; true when one was deleted. */
   delete(id: string, where?: Where<T>): Promise<boolean>;
@@ -78,7 +87,14 @@ export interface StoreSession {
 
 export interface Store extends StoreSession {
   readonly kind: 'sqlite' | 'mongodb';
-  /** Runs `fn` atomically: every write inside commits together or not at all. Keep it short. */
+  /**
+   * Runs `fn` atomically: every write inside commits together or not at all. Keep it short.
+   *
+   * A DuplicateKeyError inside a transaction dooms it, on every adapter (MongoDB aborts the transaction on the
+   * server at once): every write of the transaction is rolled back, any later operation in it throws that error
+   * again, and `transaction()` rejects with it even when the callback caught it. Catch DuplicateKeyError outside
+   * `transaction()`, and retry the whole transaction when another writer may have won the key.
+   */
   transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R>;
   /**
    * Creates the collection's indexes; call once per definition at start-up (otherwise first use does it).
