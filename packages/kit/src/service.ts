@@ -46,7 +46,13 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
   const logger = createLogger(options.name, config.logLevel);
   const sqlitePath = `${config.dataDir}/${options.name}.db`;
-  const store = await openStore({ mongodbUri: mongoUriFor(options.name, env), dbName: `svc_${options.name}`, sqlitePath });
+  const store = await openStore({
+    mongodbUri: mongoUriFor(options.name, env),
+    dbName: `svc_${options.name}`,
+    sqlitePath,
+    // MongoDB: an index replaced because its definition changed, or one no definition declares any more.
+    onIndexReport: (message, details) => logger.warn(details, message),
+  });
   for (const def of [...options.collections, ...OUTBOX_COLLECTIONS]) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,

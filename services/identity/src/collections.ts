@@ -132,7 +132,8 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
   name: 'api_keys',
   indexes: [{ fields: ['hash'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
 };
-export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq' };
+// The feed is read in seq order from a position (gateways) and newest first (the feed's look for other replicas).
+export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq', indexes: [{ fields: [] }] };
 export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
 
 export const secrets: CollectionDef<SecretDoc> = {
