@@ -1,28 +1,38 @@
 /**
  * Offline checks of the deployment files. No cluster and no Docker engine run here, so these assert the
- * structural invariants that matter: the kustomize dev overlay as kubectl renders it, and docker-compose.yml
- * as parsed YAML (validated against the compose-spec JSON schema when a copy is available locally).
+ * invariants that matter: every kustomize overlay as kubectl renders it (closed structural schemas per kind, see
+ * k8s-shapes.ts), the network policies against the calls the code makes (code-facts.ts), and docker-compose.yml
+ * against the compose-spec JSON schema (a copy in compose-spec.json, from github.com/compose-spec/compose-spec,
+ * schema/compose-spec.json at 170098ba07d9, Apache-2.0).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
+import { loadGatewayConfig } from '../../gateway/src/config';
+import { processFacts, root, servicePorts, stopBudgetMs, type ProcessFacts } from './code-facts';
+import { K8S_SHAPES } from './k8s-shapes';
+import { allows, type Endpoint, type NetworkPolicy } from './network-policy';
 
-const root = path.resolve(__dirname, '../..');
-
-/** Every process: the gateway (HTTP) and the seven gRPC services with their ports. */
-const SERVICES: Record<string, number> = {
-  identity: 50051,
-  projects: 50052,
-  agents: 50053,
-  chat: 50054,
-  regions: 50055,
-  billing: 50056,
-  webhooks: 50057,
-};
-const PROCESSES = ['gateway', ...Object.keys(SERVICES)];
+/** Every process, from the code: the gateway (HTTP) and the gRPC services with their ports. */
+const SERVICES: Record<string, number> = servicePorts();
+const FACTS: ProcessFacts[] = processFacts();
+const facts = (name: string): ProcessFacts => FACTS.find((f) => f.name === name)!;
+const PROCESSES = FACTS.map((f) => f.name);
+const GATEWAY_PORT = 8080;
+const portOf = (name: string): number => (name === 'gateway' ? GATEWAY_PORT : SERVICES[name]);
+/** Secrets a process needs, from what its code opens. */
+const neededSecrets = (f: ProcessFacts): string[] => [
+  ...(f.storeAndBus ? ['MONGODB_URI', 'SVC_MASTER_KEY'] : []),
+  ...(f.redis ? ['REDIS_URL'] : []),
+];
 const SECRET_KEYS = ['MONGODB_URI', 'SVC_MASTER_KEY', 'REDIS_URL', 'SVC_ADMIN_TOKEN'];
+const OVERLAYS = readdirSync(path.join(root, 'deploy/k8s/overlays'));
+
+/** A command's script: the first argument naming a source file (node [flags] FILE ...). */
+const scriptOf = (command: string[] | string | undefined): string | undefined =>
+  ([] as string[]).concat(command ?? []).find((a) => /\.(ts|mts|js|mjs|cjs)$/.test(a));
 
 // ---- Minimal shapes of the Kubernetes fields these checks read. ----
 type Labels = Record<string, string>;
@@ -63,6 +73,7 @@ interface Container {
   securityContext?: SecurityContext;
   readinessProbe?: Probe;
   livenessProbe?: Probe;
+  lifecycle?: { preStop?: { exec?: { command: string[] }; sleep?: { seconds: number } } };
   volumeMounts?: Array<{ name: string; mountPath: string }>;
 }
 interface Deployment extends K8sObject {
@@ -73,6 +84,7 @@ interface Deployment extends K8sObject {
       metadata: { labels: Labels };
       spec: {
         serviceAccountName?: string;
+        terminationGracePeriodSeconds?: number;
         securityContext?: SecurityContext;
         containers: Container[];
         volumes?: Array<{ name: string; emptyDir?: object }>;
@@ -84,7 +96,26 @@ interface Service extends K8sObject {
   spec: { selector: Labels; ports: Array<{ name?: string; port: number; targetPort?: number | string }> };
 }
 interface Hpa extends K8sObject {
-  spec: { scaleTargetRef: { apiVersion: string; kind: string; name: string }; minReplicas?: number; maxReplicas: number };
+  spec: {
+    scaleTargetRef: { apiVersion: string; kind: string; name: string };
+    minReplicas?: number;
+    maxReplicas: number;
+    metrics: Array<{ type: string; resource?: { name: string } }>;
+  };
+}
+interface Pdb extends K8sObject {
+  spec: { selector: { matchLabels: Labels }; minAvailable?: number | string; maxUnavailable?: number | string };
+}
+interface ConfigMap extends K8sObject {
+  data?: Record<string, string>;
+}
+
+/** ajv 8, the gateway's own dependency (the root's ajv is eslint's 6). */
+function newAjv(): { validate(schema: object, data: unknown): boolean; errorsText(errors?: unknown): string; errors?: unknown } {
+  const load = createRequire(path.join(root, 'gateway/package.json'));
+  const mod = load('ajv') as { default: new (opts: object) => ReturnType<typeof newAjv> };
+  // The compose schema names its draft-07 meta-schema by a URL ajv does not carry: skip meta-validation.
+  return new mod.default({ strict: false, allErrors: true, validateSchema: false });
 }
 
 /** Renders a kustomization with kubectl; a missing kubectl is a failure, never a skip. */
@@ -108,6 +139,67 @@ function kustomize(dir: string): K8sObject[] {
 }
 
 const matches = (selector: Labels, labels: Labels | undefined): boolean => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+
+/** Seconds a preStop hook holds the pod before SIGTERM. */
+const preStopSeconds = (c: Container): number | undefined => {
+  const exec = c.lifecycle?.preStop?.exec?.command;
+  if (exec && exec[0] === 'sleep' && exec.length === 2) return Number(exec[1]);
+  return c.lifecycle?.preStop?.sleep?.seconds;
+};
+
+describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
+  let objects: K8sObject[];
+  beforeAll(() => {
+    objects = kustomize(`deploy/k8s/overlays/${overlay}`);
+  });
+
+  it('renders only kinds with a known shape, each matching it', () => {
+    const ajv = newAjv();
+    const problems: string[] = [];
+    for (const o of objects) {
+      const schema = K8S_SHAPES[o.kind];
+      if (!schema) problems.push(`${o.kind}/${o.metadata?.name}: no shape in test/deploy/k8s-shapes.ts`);
+      else if (!ajv.validate(schema, o)) problems.push(`${o.kind}/${o.metadata.name}: ${ajv.errorsText(ajv.errors)}`);
+    }
+    expect(problems).toEqual([]);
+  });
+
+  it('has a Deployment with probes, resources, a security context, a PDB and an HPA for every process', () => {
+    const deployments = objects.filter((o) => o.kind === 'Deployment') as Deployment[];
+    expect(deployments.map((d) => d.metadata.name).sort()).toEqual([...PROCESSES].sort());
+    for (const d of deployments) {
+      const name = d.metadata.name;
+      const [c] = d.spec.template.spec.containers;
+      expect({ name, probes: [c.readinessProbe, c.livenessProbe].every(Boolean) }).toEqual({ name, probes: true });
+      expect({ name, resources: c.resources?.requests && c.resources?.limits ? 'set' : 'missing' }).toEqual({ name, resources: 'set' });
+      expect({ name, readOnlyRoot: c.securityContext?.readOnlyRootFilesystem }).toEqual({ name, readOnlyRoot: true });
+      const pdbs = (objects.filter((o) => o.kind === 'PodDisruptionBudget') as Pdb[]).filter((p) =>
+        matches(p.spec.selector.matchLabels, d.spec.template.metadata.labels),
+      );
+      expect({ name, pdbs: pdbs.length }).toEqual({ name, pdbs: 1 });
+      const hpas = (objects.filter((o) => o.kind === 'HorizontalPodAutoscaler') as Hpa[]).filter(
+        (h) => h.spec.scaleTargetRef.name === name,
+      );
+      expect({ name, hpas: hpas.length }).toEqual({ name, hpas: 1 });
+      expect(hpas[0].spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name });
+      expect(hpas[0].spec.maxReplicas).toBeGreaterThanOrEqual(hpas[0].spec.minReplicas ?? 1);
+      expect({ name, replicas: d.spec.replicas }).toEqual({ name, replicas: undefined }); // the HPA owns the count
+    }
+  });
+
+  it('starts every container with a file that exists in the process directory', () => {
+    for (const d of objects.filter((o) => o.kind === 'Deployment') as Deployment[]) {
+      for (const c of d.spec.template.spec.containers) {
+        const script = scriptOf(c.command);
+        expect({ deployment: d.metadata.name, script, exists: script !== undefined && existsSync(path.join(root, script)) }).toEqual({
+          deployment: d.metadata.name,
+          script: expect.stringMatching(new RegExp(`^${facts(d.metadata.name).dir}/`)),
+          exists: true,
+        });
+      }
+    }
+  });
+});
 
 describe('kubernetes: kustomize overlays/dev', () => {
   let objects: K8sObject[];
@@ -165,11 +257,33 @@ describe('kubernetes: kustomize overlays/dev', () => {
       expect(d.spec.template.spec.serviceAccountName).toBe(name);
     });
 
-    it('starts the right entry point', () => {
+    it('starts its own entry point', () => {
       const [c] = deployment(name).spec.template.spec.containers;
-      const entry = isGateway ? 'gateway/src/main.ts' : `services/${name}/src/main.ts`;
-      expect(c.command).toEqual(['node', '--import', 'tsx', entry]);
+      expect(scriptOf(c.command)).toMatch(new RegExp(`^${facts(name).dir}/src/`));
       expect(c.env?.find((e) => e.name === 'OTEL_SERVICE_NAME')?.value).toBe(name);
+    });
+
+    it("finds every peer it calls at that peer's Service and port", () => {
+      const [c] = deployment(name).spec.template.spec.containers;
+      const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
+      const cm = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === cmName) as ConfigMap | undefined)?.data ?? {};
+      for (const peer of facts(name).calls) {
+        const key = `${peer.toUpperCase()}_ADDR`;
+        const value = c.env?.find((e) => e.name === key)?.value ?? cm[key];
+        const svc = services.find((s) => s.metadata.name === peer);
+        expect({ key, value }).toEqual({ key, value: `${peer}:${svc?.spec.ports[0].port}` });
+        expect(svc?.spec.ports[0].port).toBe(SERVICES[peer]);
+      }
+    });
+
+    it('waits for its endpoints to be removed, then has time for its graceful stop', () => {
+      const pod = deployment(name).spec.template.spec;
+      const [c] = pod.containers;
+      const preStop = preStopSeconds(c);
+      expect(preStop).toBeGreaterThanOrEqual(3);
+      if (c.lifecycle?.preStop?.exec) expect(c.lifecycle.preStop.exec.command[0]).toBe('sleep'); // in node:20-bookworm-slim
+      // Kubernetes counts the preStop hook inside terminationGracePeriodSeconds, then SIGKILLs.
+      expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(preStop! + Math.ceil(stopBudgetMs(name) / 1000));
     });
 
     it('sets requests and limits for cpu and memory', () => {
@@ -232,15 +346,19 @@ describe('kubernetes: kustomize overlays/dev', () => {
       if (!isGateway) expect(containerPort?.containerPort).toBe(SERVICES[name]);
     });
 
-    it('takes secrets from svc-secrets by reference and settings from the generated ConfigMap', () => {
+    it('takes the secrets its code uses (and no others) from svc-secrets, settings from the generated ConfigMap', () => {
       const [c] = deployment(name).spec.template.spec.containers;
       for (const key of SECRET_KEYS) {
         const v = c.env?.find((e) => e.name === key);
-        if (!v) continue; // SVC_ADMIN_TOKEN is the gateway's only
+        if (!v) continue; // SVC_ADMIN_TOKEN: the gateway and billing only
         expect(v.value).toBeUndefined();
         expect(v.valueFrom?.secretKeyRef).toEqual(expect.objectContaining({ name: 'svc-secrets', key }));
       }
-      for (const key of ['MONGODB_URI', 'SVC_MASTER_KEY', 'REDIS_URL']) expect(c.env?.map((e) => e.name)).toContain(key);
+      const required = neededSecrets(facts(name));
+      const given = (c.env ?? []).filter(
+        (e) => e.valueFrom?.secretKeyRef && !(e.valueFrom.secretKeyRef as { optional?: boolean }).optional,
+      );
+      expect(given.map((e) => e.name).sort()).toEqual([...required].sort());
       const cm = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
       expect(cm).toMatch(/^svc-config-/);
       expect(objects.some((o) => o.kind === 'ConfigMap' && o.metadata.name === cm)).toBe(true);
@@ -251,18 +369,98 @@ describe('kubernetes: kustomize overlays/dev', () => {
     expect(objects.filter((o) => o.kind === 'Secret')).toEqual([]);
   });
 
-  it('autoscales the gateway with an HPA', () => {
-    const hpa = byKind<Hpa>('HorizontalPodAutoscaler').find((h) => h.spec.scaleTargetRef.name === 'gateway');
-    expect(hpa?.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: 'gateway' });
-    expect(hpa!.spec.maxReplicas).toBeGreaterThanOrEqual(hpa!.spec.minReplicas ?? 1);
-    expect(deployment('gateway').spec.replicas).toBeUndefined(); // the HPA owns the count
+  it('trusts X-Forwarded-For from the ingress controller only: the gateway sees the client address', () => {
+    const [c] = deployment('gateway').spec.template.spec.containers;
+    const trustProxy = c.env?.find((e) => e.name === 'TRUST_PROXY')?.value;
+    // The gateway's own config parser, then Fastify's rule for it (proxy-addr): a hop inside the cluster is believed.
+    const config = loadGatewayConfig({ TRUST_PROXY: trustProxy });
+    expect(config.trustProxy?.length).toBeGreaterThan(0);
+    const load = createRequire(path.join(root, 'gateway/package.json'));
+    const proxyaddr = load('@fastify/proxy-addr') as ((req: object, trust: unknown) => string) & { compile(list: string[]): unknown };
+    const trust = proxyaddr.compile(config.trustProxy!);
+    const via = (remote: string, xff: string) =>
+      proxyaddr({ socket: { remoteAddress: remote }, headers: { 'x-forwarded-for': xff } }, trust);
+    expect(via('10.244.3.7', '203.0.113.9')).toBe('203.0.113.9'); // ingress pod -> the client
+    expect(via('203.0.113.50', '198.51.100.1')).toBe('203.0.113.50'); // a direct caller cannot claim another address
   });
 
-  it('includes the network-policies component (default deny first)', () => {
-    const names = byKind('NetworkPolicy').map((p) => p.metadata.name);
-    expect(names).toEqual(
-      expect.arrayContaining(['default-deny', 'allow-dns', 'gateway-egress-to-services', 'services-egress-to-identity']),
-    );
+  describe('network policies match the calls the code makes', () => {
+    let policies: NetworkPolicy[];
+    const podIp = (i: number) => `10.244.1.${10 + i}`;
+    const podOf = (name: string): Endpoint => {
+      const d = deployment(name);
+      const ports = Object.fromEntries((d.spec.template.spec.containers[0].ports ?? []).map((p) => [p.name ?? '', p.containerPort]));
+      return { ip: podIp(PROCESSES.indexOf(name)), pod: { namespace: 'svc-dev', labels: d.spec.template.metadata.labels, ports } };
+    };
+    const outside = (ip: string): Endpoint => ({ ip });
+    const ingressController: Endpoint = {
+      ip: '10.244.9.9',
+      pod: { namespace: 'ingress-nginx', labels: { 'app.kubernetes.io/name': 'ingress-nginx' } },
+    };
+    const strangerPod: Endpoint = { ip: '10.244.9.10', pod: { namespace: 'other', labels: { app: 'gateway' } } };
+
+    beforeAll(() => {
+      policies = byKind('NetworkPolicy') as unknown as NetworkPolicy[];
+    });
+
+    it('denies everything by default', () => {
+      const deny = policies.find((p) => Object.keys(p.spec.podSelector).length === 0 && !p.spec.ingress && !p.spec.egress);
+      expect(deny?.spec.policyTypes?.sort()).toEqual(['Egress', 'Ingress']);
+    });
+
+    it('allows exactly the gRPC calls derived from the <PEER>_ADDR settings, and no other between processes', () => {
+      const allowed: string[] = [];
+      const expected: string[] = [];
+      for (const from of PROCESSES)
+        for (const to of PROCESSES) {
+          if (from === to) continue;
+          if (allows(policies, podOf(from), podOf(to), portOf(to))) allowed.push(`${from} -> ${to}`);
+          if (facts(from).calls.includes(to)) expected.push(`${from} -> ${to}`);
+        }
+      expect(allowed.sort()).toEqual(expected.sort());
+    });
+
+    it('lets clients reach the gateway through the ingress controller only', () => {
+      expect(allows(policies, ingressController, podOf('gateway'), GATEWAY_PORT)).toBe(true);
+      expect(allows(policies, strangerPod, podOf('gateway'), GATEWAY_PORT)).toBe(false);
+      expect(allows(policies, outside('203.0.113.9'), podOf('gateway'), GATEWAY_PORT)).toBe(false);
+      for (const name of Object.keys(SERVICES)) expect(allows(policies, ingressController, podOf(name), SERVICES[name])).toBe(false);
+    });
+
+    it('lets every process resolve names, and reach the datastores and the collector its code uses', () => {
+      const dns: Endpoint = { ip: '10.96.0.10', pod: { namespace: 'kube-system', labels: { 'k8s-app': 'kube-dns' } } };
+      const datastore = outside('10.10.0.5'); // outside the namespace; policies open these by port
+      for (const f of FACTS) {
+        const pod = podOf(f.name);
+        const got = {
+          dns: allows(policies, pod, dns, 53, 'UDP') && allows(policies, pod, dns, 53, 'TCP'),
+          mongodb: allows(policies, pod, datastore, 27017),
+          kafka: allows(policies, pod, datastore, 9092),
+          redis: allows(policies, pod, datastore, 6379),
+          otlp: allows(policies, pod, datastore, 4318),
+        };
+        expect({ name: f.name, ...got }).toEqual({
+          name: f.name,
+          dns: true,
+          mongodb: f.storeAndBus,
+          kafka: f.storeAndBus,
+          redis: f.redis,
+          otlp: true,
+        });
+      }
+    });
+
+    it('opens the internet to the processes whose code calls out, never private or metadata addresses', () => {
+      for (const f of FACTS) {
+        const pod = podOf(f.name);
+        expect({ name: f.name, internet: allows(policies, pod, outside('93.184.216.34'), 443) }).toEqual({
+          name: f.name,
+          internet: f.internet,
+        });
+        for (const ip of ['10.1.2.3', '172.20.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '127.0.0.1'])
+          expect({ name: f.name, ip, allowed: allows(policies, pod, outside(ip), 443) }).toEqual({ name: f.name, ip, allowed: false });
+      }
+    });
   });
 
   it('keeps the base usable without the component', () => {
@@ -280,6 +478,7 @@ interface ComposeService {
   command?: string[] | string;
   environment?: Record<string, string | number | boolean | null> | string[];
   healthcheck?: { test?: string[] | string; disable?: boolean };
+  stop_grace_period?: string;
   depends_on?: Record<string, { condition?: string }> | string[];
   deploy?: { resources?: { limits?: { memory?: string } } };
   mem_limit?: string | number;
@@ -300,7 +499,7 @@ const dependsOf = (s: ComposeService): Record<string, string> => {
   return Object.fromEntries(Object.entries(d).map(([n, v]) => [n, v?.condition ?? 'service_started']));
 };
 
-/** A local copy of the compose-spec JSON schema, if some package ships one (e.g. dclint); none is installed on purpose. */
+/** A copy of the compose-spec JSON schema shipped by a package (e.g. dclint), if one is installed. */
 function findComposeSchema(): string | undefined {
   try {
     const out = execFileSync('find', ['node_modules', '-name', 'compose-spec.json', '-not', '-path', '*/.cache/*'], {
@@ -318,7 +517,8 @@ describe('docker-compose.yml', () => {
   // Compose resolves `<<:` merge keys; so must the parser.
   const compose = parse(source, { merge: true }) as ComposeFile;
   const all = compose.services;
-  const apps = Object.fromEntries(Object.entries(all).filter(([, s]) => s.build !== undefined));
+  // The processes: built from the root Dockerfile (the collector has its own build under deploy/).
+  const apps = Object.fromEntries(Object.entries(all).filter(([, s]) => s.build === '.'));
 
   it('is a compose-spec file (no version key) with the gateway and every service built from the Dockerfile', () => {
     expect(compose.version).toBeUndefined();
@@ -327,16 +527,25 @@ describe('docker-compose.yml', () => {
     expect(existsSync(path.join(root, 'Dockerfile'))).toBe(true);
   });
 
-  it.each(PROCESSES)('%s: entry point, healthcheck, memory limit and distributed settings', (name) => {
+  it.each(PROCESSES)('%s: entry point, healthcheck, memory limit, stop grace and the settings its code needs', (name) => {
     const s = apps[name];
-    const entry = name === 'gateway' ? 'gateway/src/main.ts' : `services/${name}/src/main.ts`;
-    expect(s.command).toEqual(['node', '--import', 'tsx', entry]);
-    expect(s.healthcheck?.test?.length).toBeGreaterThan(0);
+    const f = facts(name);
+    const script = scriptOf(s.command);
+    expect(script).toMatch(new RegExp(`^${f.dir}/src/`));
+    expect(existsSync(path.join(root, script!))).toBe(true);
     expect(s.healthcheck?.disable).not.toBe(true);
     expect(s.deploy?.resources?.limits?.memory ?? s.mem_limit).toBeDefined();
+    // Compose waits stop_grace_period (default 10 s) after SIGTERM before SIGKILL.
+    expect(Number(/^(\d+)s$/.exec(s.stop_grace_period ?? '10s')?.[1])).toBeGreaterThanOrEqual(Math.ceil(stopBudgetMs(name) / 1000));
     const env = envOf(s);
-    for (const key of ['MONGODB_URI', 'KAFKA_BROKERS', 'REDIS_URL', 'OTEL_EXPORTER_OTLP_ENDPOINT', 'SVC_MASTER_KEY'])
-      expect(env[key]).toBeTruthy();
+    const needed = [
+      'OTEL_EXPORTER_OTLP_ENDPOINT',
+      ...(f.storeAndBus ? ['MONGODB_URI', 'KAFKA_BROKERS', 'SVC_MASTER_KEY'] : []),
+      ...(f.redis ? ['REDIS_URL'] : []),
+    ];
+    for (const key of needed) expect({ key, set: Boolean(env[key]) }).toEqual({ key, set: true });
+    if (!f.storeAndBus)
+      for (const key of ['MONGODB_URI', 'SVC_MASTER_KEY']) expect({ key, value: env[key] }).toEqual({ key, value: undefined });
     expect(env.NODE_ENV).toBe('production');
     expect(env.OTEL_SERVICE_NAME).toBe(name);
     if (name === 'gateway') {
@@ -346,10 +555,31 @@ describe('docker-compose.yml', () => {
       const port = SERVICES[name];
       expect(env.SERVICE_HOST).toBe('0.0.0.0');
       expect(env[`${name.toUpperCase()}_PORT`]).toBe(String(port));
-      expect(String(s.healthcheck?.test)).toContain(String(port)); // the check probes this service's own port
+      // grpc.health.v1 through the script in the image, on this service's own port (not a TCP connect).
+      expect(s.healthcheck?.test).toEqual(['CMD', 'node', 'deploy/grpc-health.mjs', String(port)]);
+      expect(existsSync(path.join(root, 'deploy/grpc-health.mjs'))).toBe(true);
     }
-    // Peers by <NAME>_ADDR, pointing at the compose service names.
-    for (const [peer, port] of Object.entries(SERVICES)) expect(env[`${peer.toUpperCase()}_ADDR`]).toBe(`${peer}:${port}`);
+    // Peers it calls by <NAME>_ADDR, pointing at the compose service names.
+    for (const peer of f.calls) expect(env[`${peer.toUpperCase()}_ADDR`]).toBe(`${peer}:${SERVICES[peer]}`);
+  });
+
+  it('has exactly the processes the code has, plus the infrastructure they use', () => {
+    expect(Object.keys(all).sort()).toEqual([...PROCESSES, 'kafka', 'mongodb', 'redis', 'otel-collector', 'jaeger'].sort());
+  });
+
+  it('checks the health of the collector and the trace UI, and starts the collector after Jaeger is healthy', () => {
+    const collector = all['otel-collector'] as ComposeService & { build?: { context: string; dockerfile: string } };
+    expect(collector.healthcheck?.test).toEqual(expect.arrayContaining(['wget', 'http://127.0.0.1:13133/']));
+    expect(existsSync(path.join(root, collector.build!.context, collector.build!.dockerfile))).toBe(true);
+    // The collector's health_check extension listens where the check asks.
+    const otel = parse(readFileSync(path.join(root, 'deploy/otel-collector.yaml'), 'utf8')) as {
+      extensions: { health_check?: { endpoint: string } };
+      service: { extensions: string[] };
+    };
+    expect(otel.extensions.health_check?.endpoint).toMatch(/:13133$/);
+    expect(otel.service.extensions).toContain('health_check');
+    expect(all.jaeger.healthcheck?.test).toEqual(expect.arrayContaining(['wget', 'http://127.0.0.1:14269/']));
+    expect(dependsOf(collector).jaeger).toBe('service_healthy');
   });
 
   it('sets a memory limit on every container', () => {
@@ -368,10 +598,13 @@ describe('docker-compose.yml', () => {
           expect({ dep, healthcheck: all[dep].healthcheck?.test !== undefined }).toEqual({ dep, healthcheck: true });
       }
     }
-    for (const name of Object.keys(SERVICES)) {
-      expect(dependsOf(apps[name])).toEqual(
-        expect.objectContaining({ mongodb: 'service_healthy', kafka: 'service_healthy', redis: 'service_healthy' }),
-      );
+    // Each process waits for what its code uses, and for the peers it calls (identity first: the others need its keys).
+    for (const f of FACTS) {
+      const deps = dependsOf(apps[f.name]);
+      const needed = [...(f.storeAndBus ? ['mongodb', 'kafka'] : []), ...(f.redis ? ['redis'] : [])];
+      for (const dep of needed)
+        expect({ name: f.name, dep, condition: deps[dep] }).toEqual({ name: f.name, dep, condition: 'service_healthy' });
+      if (f.name !== 'identity' && f.name !== 'gateway') expect(deps.identity).toBe('service_healthy');
     }
     for (const name of Object.keys(SERVICES)) expect(dependsOf(apps.gateway)[name]).toBe('service_healthy');
   });
@@ -400,7 +633,9 @@ describe('docker-compose.yml', () => {
     expect(all.kafka.image).toMatch(/^apache\/kafka:/);
     expect(envOf(all.kafka).KAFKA_PROCESS_ROLES).toBe('broker,controller');
     expect(all.redis.image).toMatch(/^redis:7/);
-    expect(all['otel-collector'].image).toMatch(/^otel\/opentelemetry-collector-contrib:/);
+    expect(readFileSync(path.join(root, 'deploy/otel-collector.Dockerfile'), 'utf8')).toMatch(
+      /^FROM otel\/opentelemetry-collector-contrib:/m,
+    );
     expect(all.jaeger.image).toMatch(/^jaegertracing\/all-in-one:/);
 
     interface Collector {
@@ -413,21 +648,14 @@ describe('docker-compose.yml', () => {
     expect(traces.exporters.map((e) => otel.exporters[e]?.endpoint)).toContain('jaeger:4317');
   });
 
-  const schemaPath = findComposeSchema();
-  // No compose-spec schema ships in node_modules today and nothing is installed for it: the check runs
-  // as soon as a package (e.g. dclint) brings a copy, and is skipped until then.
-  (schemaPath ? it : it.skip)('validates against the compose-spec JSON schema', () => {
-    const load = createRequire(__filename);
-    const mod = load('ajv') as { default?: unknown };
-    const AjvClass = (mod.default ?? mod) as new (opts: object) => {
-      validate(schema: object, data: unknown): boolean;
-      errorsText(errors?: unknown): string;
-      errors?: unknown;
-    };
-    // ajv 8 (default export) and ajv 6 name the "ignore unknown formats" option differently.
-    const ajv = new AjvClass(mod.default ? { strict: false, allErrors: true } : { unknownFormats: 'ignore', allErrors: true });
-    const schema = JSON.parse(readFileSync(path.join(root, schemaPath!), 'utf8')) as object;
+  it('validates against the compose-spec JSON schema', () => {
+    // dclint's copy when installed (newer), else the one kept next to this test.
+    const schemaPath = findComposeSchema() ?? 'test/deploy/compose-spec.json';
+    const ajv = newAjv();
+    const schema = JSON.parse(readFileSync(path.join(root, schemaPath), 'utf8')) as object;
     const ok = ajv.validate(schema, compose);
     expect(ok ? '' : ajv.errorsText(ajv.errors)).toBe('');
+    // The schema is closed: a misspelt key fails (so the check above can fail).
+    expect(ajv.validate(schema, { services: { gateway: { image: 'x', helthcheck: {} } } })).toBe(false);
   });
 });
