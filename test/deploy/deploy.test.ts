@@ -30,6 +30,12 @@ const neededSecrets = (f: ProcessFacts): string[] => [
 const SECRET_KEYS = ['MONGODB_URI', 'SVC_MASTER_KEY', 'REDIS_URL', 'SVC_ADMIN_TOKEN'];
 const OVERLAYS = readdirSync(path.join(root, 'deploy/k8s/overlays'));
 
+/**
+ * The compiled entry a process's command must start (scripts/build.mjs writes it from `<dir>/src/main.ts`; the jest
+ * set-up builds dist/ as the Docker image does).
+ */
+const distEntry = (name: string) => (name === 'gateway' ? 'dist/gateway.js' : `dist/services/${name}.js`);
+
 /** A command's script: the first argument naming a source file (node [flags] FILE ...). */
 const scriptOf = (command: string[] | string | undefined): string | undefined =>
   ([] as string[]).concat(command ?? []).find((a) => /\.(ts|mts|js|mjs|cjs)$/.test(a));
@@ -187,15 +193,17 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
     }
   });
 
-  it('starts every container with a file that exists in the process directory', () => {
+  it('starts every container with its compiled entry, built from a source that exists', () => {
     for (const d of objects.filter((o) => o.kind === 'Deployment') as Deployment[]) {
       for (const c of d.spec.template.spec.containers) {
         const script = scriptOf(c.command);
-        expect({ deployment: d.metadata.name, script, exists: script !== undefined && existsSync(path.join(root, script)) }).toEqual({
+        const source = path.join(root, facts(d.metadata.name).dir, 'src/main.ts');
+        expect({
           deployment: d.metadata.name,
-          script: expect.stringMatching(new RegExp(`^${facts(d.metadata.name).dir}/`)),
-          exists: true,
-        });
+          script,
+          exists: script !== undefined && existsSync(path.join(root, script)),
+          source: existsSync(source),
+        }).toEqual({ deployment: d.metadata.name, script: distEntry(d.metadata.name), exists: true, source: true });
       }
     }
   });
@@ -259,7 +267,7 @@ describe('kubernetes: kustomize overlays/dev', () => {
 
     it('starts its own entry point', () => {
       const [c] = deployment(name).spec.template.spec.containers;
-      expect(scriptOf(c.command)).toMatch(new RegExp(`^${facts(name).dir}/src/`));
+      expect(scriptOf(c.command)).toBe(distEntry(name));
       expect(c.env?.find((e) => e.name === 'OTEL_SERVICE_NAME')?.value).toBe(name);
     });
 
@@ -531,8 +539,9 @@ describe('docker-compose.yml', () => {
     const s = apps[name];
     const f = facts(name);
     const script = scriptOf(s.command);
-    expect(script).toMatch(new RegExp(`^${f.dir}/src/`));
+    expect(script).toBe(distEntry(name));
     expect(existsSync(path.join(root, script!))).toBe(true);
+    expect(existsSync(path.join(root, f.dir, 'src/main.ts'))).toBe(true);
     expect(s.healthcheck?.disable).not.toBe(true);
     expect(s.deploy?.resources?.limits?.memory ?? s.mem_limit).toBeDefined();
     // Compose waits stop_grace_period (default 10 s) after SIGTERM before SIGKILL.
