@@ -16,12 +16,14 @@ it('a lease is stale only after its beat stood still for its length on the obser
   expect(watch.stale('r2', 'released', 0)).toBe(true);
 });
 
-it('forgets leases it stopped looking at, which only restarts their wait', () => {
+it('remembers a bounded number of leases, dropping the one looked at least recently', () => {
   let clock = 0;
-  const watch = new LeaseWatch(() => clock);
-  watch.stale('old', 1, 1000);
-  clock += 10_000;
-  expect(watch.stale('other', 1, 1000)).toBe(false);
-  expect(watch.size).toBe(1);
-  expect(watch.stale('old', 1, 1000)).toBe(false); // seen again: a fresh wait, not an instant take-over
+  const watch = new LeaseWatch(() => clock, 2);
+  watch.stale('a', 1, 1000);
+  watch.stale('b', 1, 1000);
+  clock += 1000;
+  expect(watch.stale('a', 1, 1000)).toBe(true); // looked at rarely, still over once its time passed
+  watch.stale('c', 1, 1000); // 'b' is dropped
+  expect(watch.size).toBe(2);
+  expect(watch.stale('b', 1, 1000)).toBe(false); // seen again: a fresh wait, never an instant take-over
 });

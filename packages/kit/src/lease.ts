@@ -6,43 +6,46 @@
  * one machine is read by another. The take-over is then a conditional write on that beat which also bumps the
  * lease's generation, the fence every later commit of the old holder is checked against (and refused by).
  */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 
 interface Sighting {
   beat: string;
   /** When this observer first saw `beat` (its own clock). */
   since: number;
-  /** When it last looked, and the wait asked then: entries not looked at for a while are dropped. */
-  lookedAt: number;
-  waitMs: number;
 }
+
+/** Leases remembered at most; the least recently looked at is dropped first. */
+const MAX_REMEMBERED = 10_000;
 
 /** The monotonic clock of this process (ms); immune to wall-clock steps. */
 export const monotonicNow = (): number => performance.now();
 
 /** One observer's memory of other holders' leases: (lease id, beat, first seen). */
 export class LeaseWatch {
+  /** In order of last look (a look moves an entry to the end). */
   private readonly seen = new Map<string, Sighting>();
-  private prunedAt: number;
 
-  constructor(private readonly now: () => number = monotonicNow) {
-    this.prunedAt = now();
-  }
+  constructor(
+    private readonly now: () => number = monotonicNow,
+    private readonly capacity = MAX_REMEMBERED,
+  ) {}
 
   /**
    * True when lease `id` has shown the same `beat` for `waitMs` as this observer saw it; a new beat restarts the
-   * wait. A wait of 0 or less (a lease handed back) is over at once.
+   * wait. A wait of 0 or less (a lease handed back) is over at once. However rarely the observer looks, the wait
+   * ends once that much of its own time has passed since it first saw the beat.
    */
   stale(id: string, beat: string | number, waitMs: number): boolean {
     const now = this.now();
-    this.prune(now);
     const key = String(beat);
     const s = this.seen.get(id);
+    this.seen.delete(id);
     if (!s || s.beat !== key) {
-      this.seen.set(id, { beat: key, since: now, lookedAt: now, waitMs });
+      this.remember(id, { beat: key, since: now });
       return waitMs <= 0;
     }
-    s.lookedAt = now;
-    s.waitMs = waitMs;
+    this.seen.set(id, s);
     return now - s.since >= waitMs;
   }
 
@@ -56,12 +59,47 @@ export class LeaseWatch {
   }
 
   /**
-   * Drops leases not looked at for three of their lengths (finished work): memory stays bounded. Dropping one only
-   * restarts its wait, which delays a take-over and never hastens it.
+   * Memory stays bounded: past `capacity`, the lease looked at least recently (finished work, most likely) is
+   * dropped. Dropping one only restarts its wait, which delays a take-over and never hastens it.
    */
-  private prune(now: number): void {
-    if (now - this.prunedAt < 1000) return;
-    this.prunedAt = now;
-    for (const [id, s] of this.seen) if (now - s.lookedAt > Math.max(3 * s.waitMs, 1000)) this.seen.delete(id);
+  private remember(id: string, s: Sighting): void {
+    if (this.seen.size >= this.capacity) this.seen.delete(this.seen.keys().next().value!);
+    this.seen.set(id, s);
+  }
+}
+
+const HOST = hostname();
+/** Holders alive in this process. */
+const LIVE = new Set<string>();
+
+/**
+ * A holder id that tells where it runs (host/pid/random), for the one fast path that needs no waiting: a holder on
+ * this very host whose process is gone (a crash and restart), or an instance of this process that stopped.
+ * Register it with `holderStarted` and `holderStopped`.
+ */
+export function newHolderId(): string {
+  return `${HOST}/${process.pid}/${randomBytes(6).toString('base64url')}`;
+}
+
+export function holderStarted(id: string): void {
+  LIVE.add(id);
+}
+
+export function holderStopped(id: string): void {
+  LIVE.delete(id);
+}
+
+/** True only when `id` is known to be gone without waiting; a holder on another host is judged by its beat only. */
+export function holderIsGone(id: string): boolean {
+  const [host, pidText] = id.split('/');
+  if (host !== HOST) return false;
+  const pid = Number(pidText);
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  if (pid === process.pid) return !LIVE.has(id);
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
   }
 }
