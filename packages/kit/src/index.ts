@@ -16,3 +16,4 @@ export * from './egress';
 export * from './metrics';
 export * from './ports';
 export * from './credits';
+export * from './lease';

@@ -85,10 +85,22 @@ export interface RunDoc {
   agent: { name: string; systemPrompt: string; config: AgentConfigDoc };
   /** Bumped by every change of state or steps (not by lease renewals): the compare-and-set guard of API actions. */
   rev: number;
-  /** Worker lease: the stable worker id (AGENTS_WORKER_ID), the claiming process (worker id + instance) and expiry. */
+  /** Worker lease: the stable worker id (AGENTS_WORKER_ID) and the claiming process (worker id + instance). */
   leaseWorker: string | null;
   leaseOwner: string | null;
-  leaseExpiresAt: number | null;
+  /**
+   * The fence: bumped by every claim and take-over, never reset. Every commit of the worker's run is a
+   * compare-and-set on (owner, generation), so a worker whose run was taken over can no longer write it.
+   * Absent on runs stored before it existed.
+   */
+  leaseGen?: number;
+  /** The holder's heartbeat: bumped while it drives the run; observers judge it on their own clocks (kit LeaseWatch). */
+  leaseBeat?: number;
+  /**
+   * How long another worker must see the beat stand still before taking the run over: the holder's AGENTS_LEASE_MS,
+   * 0 when handed back on shutdown (taken at once), a back-off when handed back after a failure; null when not leased.
+   */
+  leaseWaitMs?: number | null;
   /** Times a worker claimed the run; a run that keeps killing its worker fails after AGENTS_MAX_ATTEMPTS. */
   attempts: number;
   /** Running time left (ms); saved with each step so a resumed run keeps its budget. */
@@ -119,7 +131,9 @@ export function queuedRun(
     rev: 0,
     leaseWorker: null,
     leaseOwner: null,
-    leaseExpiresAt: null,
+    leaseGen: 0,
+    leaseBeat: 0,
+    leaseWaitMs: null,
     attempts: 0,
     budgetLeftMs: o.agent.config.timeBudgetSeconds * 1000,
   };

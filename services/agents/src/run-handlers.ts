@@ -23,7 +23,7 @@ export const GOAL_MAX = 10_000;
 const PAGE_BYTES = 2 * 1024 * 1024;
 /** The longest a delegated token lives (identity's cap); a run paused longer is re-authorised by its approver. */
 const DELEGATE_TTL_S = 3600;
-const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
+const RELEASED = { leaseOwner: null, leaseWorker: null, leaseWaitMs: null } as const;
 
 export interface RunHandlerDeps {
   store: Store;

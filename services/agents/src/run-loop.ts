@@ -63,7 +63,7 @@ const TRANSIENT: readonly string[] = ['SERVICE_UNAVAILABLE', 'GATEWAY_TIMEOUT'];
 const MAX_TEXT_CHARS = 32_000;
 const MAX_ARGUMENTS_CHARS = 16_000;
 const NO_USAGE: Usage = { inputTokens: 0, outputTokens: 0 };
-const RELEASED = { leaseOwner: null, leaseWorker: null, leaseExpiresAt: null } as const;
+const RELEASED = { leaseOwner: null, leaseWorker: null, leaseWaitMs: null } as const;
 
 function withStep(steps: StepDoc[], index: number, patch: Partial<StepDoc>): StepDoc[] {
   return steps.map((s) => (s.index === index ? { ...s, ...patch } : s));

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import {
@@ -97,8 +98,8 @@ async function insertRun(patch: Partial<RunDoc> = {}): Promise<RunDoc> {
   return store.collection(runs).insert(doc);
 }
 
-function worker(options: Partial<WorkerOptions> = {}): RunWorker {
-  const w = new RunWorker(store, relay, logger, deps, {
+function worker(options: Partial<WorkerOptions> = {}, loopDeps: LoopDeps = deps): RunWorker {
+  const w = new RunWorker(store, relay, logger, loopDeps, {
     workerId: 'w1',
     concurrency: 4,
     tenantConcurrency: 100,
@@ -156,50 +157,47 @@ it('two workers on one store claim each queued run exactly once', async () => {
   }
 });
 
+/** A lease another worker holds, as it stored it. */
+const held = (worker: string, patch: Partial<RunDoc> = {}): Partial<RunDoc> => ({
+  status: 'running',
+  startedAt: nowIso(),
+  leaseWorker: worker,
+  leaseOwner: `${worker}/1`,
+  leaseGen: 1,
+  leaseBeat: 0,
+  leaseWaitMs: 5000,
+  attempts: 1,
+  ...patch,
+});
+
+/** Beats a run's lease every 50 ms as its live holder on another machine would, until the returned stop is called. */
+function beating(id: string): () => void {
+  const timer = setInterval(() => void store.collection(runs).increment(id, {}, { leaseBeat: 1 }), 50);
+  return () => clearInterval(timer);
+}
+
 it('at start-up takes back at once the runs it had claimed before dying, and fails a run interrupted too often', async () => {
-  const far = Date.now() + 3_600_000;
-  const mine = await insertRun({
-    status: 'running',
-    startedAt: nowIso(),
-    leaseWorker: 'w1',
-    leaseOwner: 'w1/dead',
-    leaseExpiresAt: far,
-    attempts: 1,
-  });
-  const tooOften = await insertRun({
-    status: 'running',
-    startedAt: nowIso(),
-    leaseWorker: 'w1',
-    leaseOwner: 'w1/dead',
-    leaseExpiresAt: far,
-    attempts: 3,
-  });
-  const othersLive = await insertRun({
-    status: 'running',
-    startedAt: nowIso(),
-    leaseWorker: 'w2',
-    leaseOwner: 'w2/alive',
-    leaseExpiresAt: far,
-    attempts: 1,
-  });
-  const othersExpired = await insertRun({
-    status: 'running',
-    startedAt: nowIso(),
-    leaseWorker: 'w3',
-    leaseOwner: 'w3/gone',
-    leaseExpiresAt: Date.now() - 1,
-    attempts: 1,
-  });
-  worker({ workerId: 'w1' });
-  const [a, b, d] = await settled([mine.id, tooOften.id, othersExpired.id]);
+  const mine = await insertRun(held('w1', { leaseOwner: 'w1/dead' }));
+  const tooOften = await insertRun(held('w1', { leaseOwner: 'w1/dead', attempts: 3 }));
+  const othersLive = await insertRun(held('w2'));
+  const othersSilent = await insertRun(held('w3'));
+  const stopBeating = beating(othersLive.id);
+  // This worker's clock: the silent holder's beat is seen standing still for its whole lease after 5 s of it.
+  let clock = 0;
+  worker({ workerId: 'w1', now: () => clock });
+  await new Promise((r) => setTimeout(r, 100));
+  clock += 5000;
+  const [a, b, d] = await settled([mine.id, tooOften.id, othersSilent.id]);
+  stopBeating();
   expect(a.attempts).toBe(2); // taken back and driven (it then failed: no LLM reachable here)
   expect(a.error).not.toMatch(/^worker_lost/);
   expect(b.error).toMatch(/^worker_lost: the run was interrupted 3 times/);
   expect(b.attempts).toBe(3);
   expect(d.attempts).toBe(2);
-  // A live lease of another worker is left alone.
+  expect(d.leaseGen).toBe(2);
+  // A live lease of another worker is left alone, however much time passed on this worker's clock.
   const c = await store.collection(runs).get(othersLive.id);
-  expect(c).toMatchObject({ status: 'running', leaseOwner: 'w2/alive', attempts: 1 });
+  expect(c).toMatchObject({ status: 'running', leaseOwner: 'w2/1', leaseGen: 1, attempts: 1 });
   const events = await eventsOf(3);
   expect(events.filter((e) => e.runId === tooOften.id).map((e) => e.type)).toEqual(['agent.failed']);
 });
@@ -216,22 +214,101 @@ it('hands a run back when a service it needs is unavailable, and fails it after 
 });
 
 it("skips a tenant at its limit: B's newer run starts while A's older ones wait for A's own", async () => {
-  const far = Date.now() + 3_600_000;
   // A already runs two (driven by another worker that holds their leases) and has two more queued, older than B's.
-  for (let i = 0; i < 2; i++)
-    await insertRun({
-      tenantId: 'ten_a',
-      status: 'running',
-      startedAt: nowIso(),
-      leaseWorker: 'other',
-      leaseOwner: 'other/1',
-      leaseExpiresAt: far,
-      attempts: 1,
-    });
+  for (let i = 0; i < 2; i++) await insertRun({ tenantId: 'ten_a', ...held('other') });
   const aQueued = [(await insertRun({ tenantId: 'ten_a' })).id, (await insertRun({ tenantId: 'ten_a' })).id];
   const bRun = (await insertRun({ tenantId: 'ten_b' })).id;
   worker({ tenantConcurrency: 2 });
   const [b] = await settled([bRun]);
   expect(b.attempts).toBe(1);
   for (const id of aQueued) expect(await store.collection(runs).get(id)).toMatchObject({ status: 'queued', attempts: 0 });
+});
+
+/**
+ * A peer that accepts connections and never answers: a run whose identity lookup goes there stays in flight (its
+ * lease beating) until the call's deadline, or until `close` drops the connections (the call then fails at once).
+ */
+async function silentPeer(): Promise<{ addr: string; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as { port: number };
+  return {
+    addr: `127.0.0.1:${port}`,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+}
+
+/** Every clock of this process 30 s ahead from now on (what an observer on a machine 30 s ahead sees). */
+function skewWallClock(ms: number): void {
+  const real = Date.now.bind(Date);
+  jest.spyOn(Date, 'now').mockImplementation(() => real() + ms);
+}
+
+describe('under clock skew', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  it('an observer whose clock is 30 s ahead does not take over a live run whose holder keeps beating', async () => {
+    const peer = await silentPeer();
+    const silentIdentity = createClient(identityV1.IdentityServiceService, peer.addr, { deadlineMs: 20_000 });
+    try {
+      const run = await insertRun({ delegate: await delegateToken() });
+      const a = worker({ workerId: 'a', leaseMs: 600 }, { ...deps, identity: silentIdentity });
+      for (let i = 0; i < 200 && (await store.collection(runs).get(run.id))?.leaseOwner !== a.owner; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      skewWallClock(30_000);
+      const beatBefore = (await store.collection(runs).get(run.id))!.leaseBeat!;
+      worker({ workerId: 'b', leaseMs: 600, now: () => performance.now() + 30_000 }, { ...deps, identity: silentIdentity });
+      // Four lease lengths: the holder beats every 200 ms, so the observer never sees its beat stand still for 600.
+      await new Promise((r) => setTimeout(r, 2400));
+      const doc = await store.collection(runs).get(run.id);
+      expect(doc).toMatchObject({ status: 'running', leaseOwner: a.owner, leaseGen: 1, attempts: 1 });
+      expect(doc!.leaseBeat).toBeGreaterThan(beatBefore);
+    } finally {
+      await peer.close();
+      for (const w of workers.splice(0)) await w.stop();
+      silentIdentity.close();
+    }
+  });
+
+  it("a run taken over under a 30 s clock skew: the old holder's result is refused; the run ends once", async () => {
+    const peer = await silentPeer();
+    // The holder's identity lookup hangs past the run's 1 s budget: it then records `time_budget_exceeded`.
+    const silentIdentity = createClient(identityV1.IdentityServiceService, peer.addr, { deadlineMs: 1500 });
+    try {
+      const run = await insertRun({ delegate: await delegateToken(), budgetLeftMs: 1000 });
+      const a = worker({ workerId: 'a', leaseMs: 5000, maxAttempts: 2 }, { ...deps, identity: silentIdentity });
+      for (let i = 0; i < 200 && (await store.collection(runs).get(run.id))?.leaseOwner !== a.owner; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      skewWallClock(30_000);
+      // The observer's clock runs 100 times fast: to it the holder looks stopped (a paused or cut-off machine).
+      const start = performance.now();
+      const b = worker({ workerId: 'b', leaseMs: 5000, maxAttempts: 2, now: () => 30_000 + (performance.now() - start) * 100 });
+      for (let i = 0; i < 300 && (await store.collection(runs).get(run.id))?.attempts !== 2; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      // Taken over with a new generation. The new holder cannot reach identity (its address is closed): it hands the
+      // run back and, at its third claim, it fails as interrupted too often: its end, written once.
+      const [done] = await settled([run.id]);
+      expect(done.error).toMatch(/^worker_lost: /);
+      expect(done.leaseGen).toBeGreaterThanOrEqual(2);
+      // The first holder's result (the budget ran out during its lookup) comes later and is refused by the fence.
+      await new Promise((r) => setTimeout(r, 1800));
+      const after = await store.collection(runs).get(run.id);
+      expect(after).toMatchObject({ status: 'failed', error: done.error, rev: done.rev });
+      expect(after!.error).not.toMatch(/time_budget_exceeded/);
+      const events = await eventsOf(1);
+      expect(events.filter((e) => e.runId === run.id).map((e) => e.type)).toEqual(['agent.started', 'agent.failed']);
+      expect(b.owner).not.toBe(a.owner);
+    } finally {
+      await peer.close();
+      for (const w of workers.splice(0)) await w.stop();
+      silentIdentity.close();
+    }
+  });
 });

@@ -1,12 +1,17 @@
 /**
  * The run worker of an agents process. It claims queued runs with a compare-and-set (queued -> running, with a
- * lease), so two workers never run one run; renews the lease while the run goes on; and takes over runs whose
- * lease expired. At start-up it takes back at once the runs it had claimed in an earlier life (same
+ * lease), so two workers never run one run; beats the lease while the run goes on; and takes over runs whose
+ * holder stopped beating. At start-up it takes back at once the runs it had claimed in an earlier life (same
  * AGENTS_WORKER_ID, another process), so a run never stays `running` after its worker died: it resumes from its
  * recorded steps, or fails with a reason after AGENTS_MAX_ATTEMPTS claims.
+ *
+ * Leases never compare clocks across machines: a run is abandoned when this worker has itself seen its beat stand
+ * still for the holder's lease length on its own monotonic clock (kit LeaseWatch). Every claim bumps the run's
+ * lease generation and every commit of the holder (steps, result, events, renewals, hand-backs) is a
+ * compare-and-set on (owner, generation): a worker whose run was taken over writes nothing more and stops.
  */
 import { randomBytes } from 'node:crypto';
-import { nowIso, type Logger, type OutboxRelay, type Store, type StoreSession } from '@svc/kit';
+import { LeaseWatch, monotonicNow, nowIso, type Logger, type OutboxRelay, type Store, type StoreSession, type Where } from '@svc/kit';
 import { runs, type RunDoc } from './collections';
 import { emitRunEvent } from './run-events';
 import { driveRun, type Lease, type LoopDeps, LostLease } from './run-loop';
@@ -27,11 +32,15 @@ export interface WorkerOptions {
   pollMs: number;
   leaseMs: number;
   maxAttempts: number;
+  /** Monotonic clock (ms) on which this worker judges other workers' leases; for tests. */
+  now?: () => number;
 }
 
 interface Active {
   controller: AbortController;
   done: Promise<void>;
+  /** The lease generation of this worker's claim: the fence of its commits. */
+  generation: number;
 }
 
 export class RunWorker {
@@ -43,6 +52,8 @@ export class RunWorker {
   private again = false;
   private stopped = false;
   private recovered = false;
+  /** Other workers' leases as this worker saw them. */
+  private readonly watch: LeaseWatch;
 
   constructor(
     private readonly store: Store,
@@ -52,6 +63,7 @@ export class RunWorker {
     private readonly options: WorkerOptions,
   ) {
     this.owner = `${options.workerId}/${randomBytes(6).toString('hex')}`;
+    this.watch = new LeaseWatch(options.now ?? monotonicNow);
   }
 
   start(): void {
@@ -84,30 +96,45 @@ export class RunWorker {
   }
 
   /**
-   * Stops claiming, aborts the runs in progress and hands their leases back (expired at once), so the next worker
-   * to look, this one after a restart included, continues them from their recorded steps.
+   * Stops claiming, aborts the runs in progress and hands their leases back (a wait of 0: taken at once), so the
+   * next worker to look, this one after a restart included, continues them from their recorded steps.
    */
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
     await this.polling;
-    const handedBack = [...this.active.keys()];
+    const handedBack = [...this.active.entries()].map(([id, a]) => ({ id, generation: a.generation }));
     for (const a of this.active.values()) a.controller.abort(new Error('shutting down'));
     await Promise.all([...this.active.values()].map((a) => a.done));
-    for (const id of handedBack)
-      await this.store.collection(runs).update(id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: 0 });
+    for (const { id, generation } of handedBack) await this.handBack(id, generation, 0);
+  }
+
+  /** The fence of this worker's claim: the run is still running under this owner and generation. */
+  private fence(generation: number): Where<RunDoc> {
+    return { status: 'running', leaseOwner: this.owner, leaseGen: generation };
+  }
+
+  /** Gives a claimed run back, still `running`, for any worker to take once it has seen it so for `waitMs`. */
+  private async handBack(id: string, generation: number, waitMs: number): Promise<void> {
+    await this.store.transaction(async (tx) => {
+      const col = tx.collection(runs);
+      const doc = await col.get(id, this.fence(generation));
+      if (doc) await col.update(id, this.fence(generation), { leaseWaitMs: waitMs, leaseBeat: (doc.leaseBeat ?? 0) + 1 });
+    });
   }
 
   private async poll(): Promise<void> {
     const col = this.store.collection(runs);
-    const now = Date.now();
     // Abandoned runs first: they have waited longest. Running runs are few (workers x concurrency).
     const running = await col.find({ status: 'running' }, { order: 'asc', limit: 100 });
     for (const doc of running.items) {
       if (this.free() === 0) return;
       if (this.active.has(doc.id)) continue;
       const mineBefore = !this.recovered && doc.leaseWorker === this.options.workerId && doc.leaseOwner !== this.owner;
-      if (mineBefore || (doc.leaseExpiresAt ?? 0) < now) await this.take(doc);
+      // Any change of holder, generation, beat or wait restarts this worker's wait (on its own clock).
+      const beat = `${doc.leaseOwner}|${doc.leaseGen ?? 0}|${doc.leaseBeat ?? 0}|${doc.leaseWaitMs ?? ''}`;
+      const waitMs = doc.leaseWaitMs ?? this.options.leaseMs;
+      if (this.watch.stale(doc.id, beat, waitMs) || mineBefore) await this.take(doc);
     }
     this.recovered = true;
     // Oldest queued run first, skipping tenants at their limit: a tenant with many slow runs waits for its own,
@@ -141,9 +168,12 @@ export class RunWorker {
     const attempts = doc.attempts + 1;
     const abandoned = doc.status === 'running';
     const now = nowIso();
-    const where = abandoned
-      ? ({ status: 'running', leaseOwner: doc.leaseOwner, leaseExpiresAt: doc.leaseExpiresAt } as const)
-      : ({ status: 'queued', rev: doc.rev } as const);
+    // The take-over is conditional on the lease exactly as seen (holder, generation, beat): a holder that beat in
+    // between keeps its run.
+    const where: Where<RunDoc> = abandoned
+      ? { status: 'running', leaseOwner: doc.leaseOwner, leaseGen: doc.leaseGen ?? null, leaseBeat: doc.leaseBeat ?? null }
+      : { status: 'queued', rev: doc.rev };
+    const generation = (doc.leaseGen ?? 0) + 1;
     const giveUp = abandoned && attempts > this.options.maxAttempts;
     const patch: Partial<RunDoc> = giveUp
       ? {
@@ -152,14 +182,17 @@ export class RunWorker {
           completedAt: now,
           leaseOwner: null,
           leaseWorker: null,
-          leaseExpiresAt: null,
+          leaseWaitMs: null,
+          leaseGen: generation,
           rev: doc.rev + 1,
         }
       : {
           status: 'running',
           leaseOwner: this.owner,
           leaseWorker: this.options.workerId,
-          leaseExpiresAt: Date.now() + this.options.leaseMs,
+          leaseGen: generation,
+          leaseBeat: 0,
+          leaseWaitMs: this.options.leaseMs,
           attempts,
           startedAt: doc.startedAt ?? now,
           rev: doc.rev + 1,
@@ -170,6 +203,7 @@ export class RunWorker {
       else if (updated && first) await emitRunEvent(tx, 'agent.started', updated);
       return updated;
     });
+    this.watch.forget(doc.id);
     if (!claimed) return false;
     if (giveUp || first) this.relay.notify();
     if (giveUp) {
@@ -183,26 +217,24 @@ export class RunWorker {
 
   private drive(doc: RunDoc): void {
     const controller = new AbortController();
+    const generation = doc.leaseGen ?? 0;
     const lease: Lease = {
       run: doc,
       signal: controller.signal,
-      save: (patch, events) => this.save(lease, patch, events),
+      save: (patch, events) => this.save(lease, generation, patch, events),
       publish: async (events) => {
         await this.store.transaction(events);
         this.relay.notify();
       },
-      handBack: async (delayMs) => {
-        await this.store
-          .collection(runs)
-          .update(doc.id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: Date.now() + delayMs });
-      },
+      handBack: (delayMs) => this.handBack(doc.id, generation, delayMs),
     };
-    // Renewal doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here.
+    // The beat doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here, and
+    // one taken over has another generation.
     const heartbeat = setInterval(
       () => {
         this.store
           .collection(runs)
-          .update(doc.id, { status: 'running', leaseOwner: this.owner }, { leaseExpiresAt: Date.now() + this.options.leaseMs })
+          .increment(doc.id, this.fence(generation), { leaseBeat: 1 })
           .then(
             (renewed) => {
               if (!renewed) controller.abort(new LostLease());
@@ -220,14 +252,19 @@ export class RunWorker {
         this.active.delete(doc.id);
         this.notify(); // a slot is free
       });
-    this.active.set(doc.id, { controller, done });
+    this.active.set(doc.id, { controller, done, generation });
   }
 
-  private async save(lease: Lease, patch: Partial<RunDoc>, events?: (tx: StoreSession, run: RunDoc) => Promise<void>): Promise<RunDoc> {
+  /** A step, a result or a state change, with its events: committed only while the claim is still this one. */
+  private async save(
+    lease: Lease,
+    generation: number,
+    patch: Partial<RunDoc>,
+    events?: (tx: StoreSession, run: RunDoc) => Promise<void>,
+  ): Promise<RunDoc> {
     const next = { ...patch, rev: lease.run.rev + 1 };
-    if (next.status === 'running' || next.status === undefined) next.leaseExpiresAt = Date.now() + this.options.leaseMs;
     const updated = await this.store.transaction(async (tx) => {
-      const doc = await tx.collection(runs).update(lease.run.id, { status: 'running', leaseOwner: this.owner }, next);
+      const doc = await tx.collection(runs).update(lease.run.id, this.fence(generation), next);
       if (doc && events) await events(tx, doc);
       return doc;
     });

@@ -26,8 +26,15 @@ export interface MessageDoc {
   errorMessage: string | null;
   inputTokens: number | null;
   outputTokens: number | null;
-  /** A reply being generated holds a lease; one whose lease ran out lost its generator (crash) and is failed. */
-  leaseUntil: number | null;
+  /**
+   * A reply being generated holds a lease: its generator bumps `leaseBeat` with every write and at least every third
+   * of `leaseMs`. Another chat process fails the reply (its generator died) only after seeing the beat stand still
+   * for `leaseMs` on its own clock (kit LeaseWatch), never by reading a time written by another machine. The
+   * generator's writes (text so far, the final one) are compare-and-sets on the beat it last wrote, so a reply
+   * failed meanwhile is not written again. Both null when no lease is held (absent on replies stored before).
+   */
+  leaseBeat?: number | null;
+  leaseMs?: number | null;
   createdAt: string;
   completedAt: string | null;
 }

@@ -172,7 +172,8 @@ export function chatHandlers(deps: ChatDeps) {
         content: req.content,
         status: 'completed',
         seq: nextSeq(),
-        leaseUntil: null,
+        leaseBeat: null,
+        leaseMs: null,
         completedAt: now,
       };
       const reply: MessageDoc = {
@@ -182,7 +183,7 @@ export function chatHandlers(deps: ChatDeps) {
         content: '',
         status: 'pending',
         seq: nextSeq(),
-        leaseUntil: replies.leaseUntil(),
+        ...replies.newLease(),
         completedAt: null,
       };
       await store.transaction(async (tx) => {

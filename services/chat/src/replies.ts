@@ -1,4 +1,16 @@
-import { addToOutbox, domainEvent, metrics, nowIso, TOPICS, type Logger, type OutboxRelay, type Store } from '@svc/kit';
+import {
+  addToOutbox,
+  domainEvent,
+  LeaseWatch,
+  metrics,
+  monotonicNow,
+  nowIso,
+  TOPICS,
+  type Logger,
+  type OutboxRelay,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
 import { createProvider, estimateUsage, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus } from './collections';
 import { LiveReply } from './live';
@@ -6,10 +18,15 @@ import { LiveReply } from './live';
 export interface ReplyTimings {
   /** How often a streaming reply's text is written to the store. */
   flushMs: number;
-  /** How long a reply's lease lasts; it is renewed while the reply streams. */
+  /**
+   * How long a reply's lease lasts: its beat changes at least every third of it while the reply streams, and
+   * another process fails the reply after seeing the beat unchanged this long on its own clock.
+   */
   leaseMs: number;
   /** On stop, how long replies in progress may take to finish before they are cut and failed. */
   drainMs: number;
+  /** Monotonic clock (ms) on which the sweeper judges other processes' leases, and this one's beat; for tests. */
+  now?: () => number;
 }
 
 /** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
@@ -41,8 +58,10 @@ export function errorCodeFor(err: unknown): { code: string; message: string } {
 
 /**
  * Generates assistant replies in the background and stores them as they stream. A reply does not depend on any
- * reader: a client that disconnects loses nothing. Each reply holds a lease in the store while it runs; a reply
- * whose lease ran out (its process died) is failed by the sweeper of any chat process, so none stays `streaming`.
+ * reader: a client that disconnects loses nothing. Each reply holds a lease in the store while it runs (a beat);
+ * a reply whose beat stood still for the lease's length, as the sweeper of any chat process sees it on its own
+ * clock (its process died), is failed, so none stays `streaming`. Failing it is the take-over: the generator's
+ * later writes are compare-and-sets on its beat and are refused; its usage is still billed.
  */
 export class Replies {
   private readonly live = new Map<string, LiveReply>();
@@ -53,6 +72,9 @@ export class Replies {
   private flusher: NodeJS.Timeout | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private stopping = false;
+  private readonly now: () => number;
+  /** Other processes' reply leases as this process's sweeper saw them. */
+  private readonly watch: LeaseWatch;
 
   constructor(
     private readonly store: Store,
@@ -60,15 +82,19 @@ export class Replies {
     private readonly logger: Logger,
     private readonly fetch: typeof globalThis.fetch,
     private readonly timings: ReplyTimings,
-  ) {}
+  ) {
+    this.now = timings.now ?? monotonicNow;
+    this.watch = new LeaseWatch(this.now);
+  }
 
   /** The reply if this process is generating it (or just finished it). */
   get(messageId: string): LiveReply | undefined {
     return this.live.get(messageId);
   }
 
-  leaseUntil(): number {
-    return Date.now() + this.timings.leaseMs;
+  /** The lease fields of a new reply (stored `pending` before generation starts). */
+  newLease(): Pick<MessageDoc, 'leaseBeat' | 'leaseMs'> {
+    return { leaseBeat: 0, leaseMs: this.timings.leaseMs };
   }
 
   /** Starts writing progress, and fails replies left unfinished by a dead process, now and then every half lease. */
@@ -91,18 +117,20 @@ export class Replies {
       do {
         const page = await col.find({ status }, { limit: 200, cursor, order: 'asc' });
         for (const m of page.items) {
-          if (this.running.has(m.id) || (m.leaseUntil ?? 0) > Date.now()) continue;
+          if (this.running.has(m.id)) continue;
+          if (!this.watch.stale(m.id, m.leaseBeat ?? 'none', m.leaseMs ?? this.timings.leaseMs)) continue;
           const done = await col.update(
             m.id,
-            { status, leaseUntil: m.leaseUntil },
+            { status, leaseBeat: m.leaseBeat ?? null },
             {
               status: 'failed',
               errorCode: 'REPLY_INTERRUPTED',
               errorMessage: 'The reply was interrupted (the chat service stopped) before it finished',
               completedAt: nowIso(),
-              leaseUntil: null,
+              leaseBeat: null,
             },
           );
+          this.watch.forget(m.id);
           if (done) failed++;
         }
         cursor = page.nextCursor;
@@ -155,40 +183,36 @@ export class Replies {
   }
 
   /**
-   * Writes the text of every streaming reply that grew (and renews leases running short) in one transaction: one
-   * commit per tick for all replies instead of one per reply. Runs one at a time.
+   * Writes the text of every streaming reply that grew (and beats leases not beaten for a third of their length) in
+   * one transaction: one commit per tick for all replies instead of one per reply. Runs one at a time.
    */
   flush(): Promise<void> {
     this.flushing = this.flushing
       .then(async () => {
-        const now = Date.now();
+        const now = this.now();
         const due = [...this.progress.values()].filter(
-          (p) => !p.lost && (p.live.length > p.storedLength || p.leaseUntil - now < this.timings.leaseMs / 2),
+          (p) => !p.lost && (p.live.length > p.storedLength || now - p.beatAt >= this.timings.leaseMs / 3),
         );
         if (due.length === 0) return;
-        const leaseUntil = this.leaseUntil();
         const written = await this.store.transaction(async (tx) => {
           const col = tx.collection(messages);
           const out: Array<{ p: Progress; length: number; ok: boolean }> = [];
           for (const p of due) {
             const content = p.live.text();
-            const doc = await col.update(
-              p.message.id,
-              { tenantId: p.tenantId, status: p.stored },
-              { content, status: 'streaming', leaseUntil },
-            );
+            const doc = await col.update(p.message.id, this.fence(p), { content, status: 'streaming', leaseBeat: p.beat + 1 });
             out.push({ p, length: content.length, ok: doc !== null });
           }
           return out;
         });
         for (const { p, length, ok } of written) {
           if (!ok) {
-            p.lost = true; // another process failed it (our lease ran out): stop writing
+            p.lost = true; // another process failed it (it saw our beat stand still): stop writing
             continue;
           }
           p.stored = 'streaming';
           p.storedLength = length;
-          p.leaseUntil = leaseUntil;
+          p.beat += 1;
+          p.beatAt = now;
         }
       })
       .catch((err: unknown) => this.logger.warn({ err }, 'could not store reply progress; will retry'));
@@ -197,6 +221,11 @@ export class Replies {
 
   get size(): number {
     return this.running.size;
+  }
+
+  /** The fence of a reply's writes: still unfinished as this process last wrote it, with its last beat. */
+  private fence(p: Progress) {
+    return { tenantId: p.tenantId, status: p.stored, leaseBeat: p.beat };
   }
 
   private async generate(job: ReplyJob, live: LiveReply, signal: AbortSignal): Promise<void> {
@@ -208,7 +237,8 @@ export class Replies {
       live,
       stored: 'pending',
       storedLength: 0,
-      leaseUntil: message.leaseUntil ?? 0,
+      beat: message.leaseBeat ?? 0,
+      beatAt: this.now(),
       lost: false,
     };
     this.progress.set(message.id, progress);
@@ -235,7 +265,6 @@ export class Replies {
     }
     // A flush in flight may still write this reply: the final write comes after it.
     await this.flushing;
-    const stored = progress.stored;
 
     const final: Partial<MessageDoc> = {
       content: live.text(),
@@ -244,40 +273,45 @@ export class Replies {
       errorMessage: outcome.status === 'failed' ? outcome.message : null,
       inputTokens: usage?.inputTokens ?? null,
       outputTokens: usage?.outputTokens ?? null,
-      leaseUntil: null,
+      leaseBeat: null,
       completedAt: nowIso(),
     };
     // A reply cut off midway (a provider error, a stop) is billed too: for what the provider reported, else for the
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
+    const bill = async (tx: StoreSession) => {
+      if (!billed) return;
+      const { settings } = job.llm;
+      await addToOutbox(
+        tx,
+        domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+          $case: 'usage',
+          value: {
+            source: 'chat_reply',
+            sourceId: message.id,
+            provider: settings.provider,
+            model: settings.model ?? '',
+            inputTokens: billed.inputTokens,
+            outputTokens: billed.outputTokens,
+            keySource: job.llm.keySource,
+            credentialId: job.credentialId ?? '',
+            credentialType: job.credentialType ?? '',
+            estimated: !usage,
+          },
+        }),
+      );
+    };
+    // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
+    // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.
     const doc = await this.store.transaction(async (tx) => {
-      const updated = await tx.collection(messages).update(message.id, { tenantId, status: stored }, final);
-      if (updated && billed) {
-        const { settings } = job.llm;
-        await addToOutbox(
-          tx,
-          domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
-            $case: 'usage',
-            value: {
-              source: 'chat_reply',
-              sourceId: message.id,
-              provider: settings.provider,
-              model: settings.model ?? '',
-              inputTokens: billed.inputTokens,
-              outputTokens: billed.outputTokens,
-              keySource: job.llm.keySource,
-              credentialId: job.credentialId ?? '',
-              credentialType: job.credentialType ?? '',
-              estimated: !usage,
-            },
-          }),
-        );
-      }
+      const updated = progress.lost ? null : await tx.collection(messages).update(message.id, this.fence(progress), final);
+      await bill(tx);
       return updated;
     });
-    if (doc && usage) this.relay.notify();
+    if (!doc) this.logger.warn({ messageId: message.id }, 'reply was failed by another chat process; its outcome is discarded');
+    if (billed) this.relay.notify();
     if (doc) metrics.replies.inc({ status: doc.status });
-    if (doc && billed) {
+    if (billed) {
       metrics.llmTokens.inc({ source: 'chat', direction: 'input' }, billed.inputTokens);
       metrics.llmTokens.inc({ source: 'chat', direction: 'output' }, billed.outputTokens);
     }
@@ -296,6 +330,8 @@ interface Progress {
   live: LiveReply;
   stored: MessageStatus;
   storedLength: number;
-  leaseUntil: number;
+  /** The lease beat last written (the fence of the next write), and when (this process's clock). */
+  beat: number;
+  beatAt: number;
   lost: boolean;
 }

@@ -56,8 +56,21 @@ export interface QueueDoc {
    * the same millisecond keep their order). Pushed forward while an attempt is claimed.
    */
   dueUs: number;
-  /** An attempt is under way (its claim lasts until dueUs). */
+  /** An attempt is under way. */
   claimed: boolean;
+  /**
+   * The fence: bumped by every claim, take-over and release. The claimer's commits (its outcome, a reschedule, a
+   * release) are compare-and-sets on it, so a process whose claim was taken over records nothing. Absent on entries
+   * not yet claimed since it existed.
+   */
+  claimGen?: number;
+  /**
+   * The claimer's heartbeat, bumped before each attempt of a long batch. Another process takes a claim over only
+   * after seeing the same (claimGen, claimBeat) for the claim's length on its own clock (kit LeaseWatch).
+   */
+  claimBeat?: number;
+  /** The claiming process (kit newHolderId): a claim of a process gone from this host is released at start-up. */
+  claimOwner?: string;
   createdAt: string;
 }
 

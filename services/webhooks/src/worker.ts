@@ -1,14 +1,23 @@
 /**
  * The delivery loop: works the durable queue in the store. Each registration with due work is drained by one task
  * (its deliveries in order, one at a time, so a receiver sees a tenant's events in the order they happened unless
- * a retry intervenes); up to `concurrency` registrations are drained at once. An attempt is claimed first by
- * pushing its due time past the attempt's timeout (compare-and-set), so a second replica never sends it at the
- * same time and a crashed process's claim simply expires. Every attempt is recorded with its outcome in one
- * transaction that also reschedules or finishes the delivery.
+ * a retry intervenes); up to `concurrency` registrations are drained at once. An attempt is claimed first
+ * (compare-and-set, bumping the entry's claim generation, its due time pushed past the attempt's timeout), so a
+ * second replica does not send it at the same time. A claim is taken over only when this process has itself seen
+ * it unchanged for the claim's length (timeout + 5 s) on its own monotonic clock, never by comparing due times
+ * written by another machine's clock. Every attempt is recorded with its outcome in one transaction that also
+ * reschedules or finishes the delivery, and only while the claim is still this process's (same generation): an
+ * attempt whose claim was taken over may have been sent, but its outcome is discarded.
  */
 import {
   EgressError,
   egressRequest,
+  holderIsGone,
+  holderStarted,
+  holderStopped,
+  LeaseWatch,
+  monotonicNow,
+  newHolderId,
   nowIso,
   type Collection,
   type EgressRequest,
@@ -17,6 +26,7 @@ import {
   type SecretBox,
   type Store,
   type StoreSession,
+  type Where,
 } from '@svc/kit';
 import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
 import { deliveryHeaders } from './payload';
@@ -38,7 +48,12 @@ export interface WorkerOptions {
   concurrency: number;
   /** Registrations of one tenant drained at once: a tenant's slow or failing endpoints hold no more slots. */
   tenantConcurrency: number;
+  /** Monotonic clock (ms) on which other processes' claims are judged, and this one's are renewed; for tests. */
+  now?: () => number;
 }
+
+/** A commit refused because the claim was taken over. */
+const LOST = Symbol('lost claim');
 
 /** Bytes of a response body kept with the attempt. */
 export const EXCERPT_BYTES = 1024;
@@ -68,9 +83,26 @@ interface Outcome {
   attempt: AttemptDoc;
 }
 
+/** The fence of a claim: the entry is still claimed under this generation. */
+function claimOf(item: QueueDoc): Where<QueueDoc> {
+  return { claimed: true, claimGen: item.claimGen ?? null };
+}
+
+/** What another process watches for change: any claim or beat restarts its wait. */
+function beatOf(item: QueueDoc): string {
+  return `${item.claimGen ?? 0}.${item.claimBeat ?? 0}`;
+}
+
 export class DeliveryWorker {
   private readonly request: EgressRequest;
   private readonly claimUs: number;
+  /** How long a claim lasts: another process takes it over after seeing it unchanged this long. */
+  private readonly claimMs: number;
+  private readonly now: () => number;
+  /** Other processes' claims as this one saw them. */
+  private readonly watch: LeaseWatch;
+  /** This loop's identity in its claims. */
+  private readonly owner = newHolderId();
   private running = false;
   private loopDone: Promise<void> = Promise.resolve();
   /** Registrations being drained, and their tasks. */
@@ -92,16 +124,20 @@ export class DeliveryWorker {
   constructor(private readonly o: WorkerOptions) {
     // The body cap only bounds what a receiver can make us read; we keep EXCERPT_BYTES of it.
     this.request = egressRequest({ ...o.policy, timeoutMs: o.timeoutMs, maxResponseBytes: 64 * 1024 });
-    this.claimUs = (o.timeoutMs + 5000) * 1000;
+    this.claimMs = o.timeoutMs + 5000;
+    this.claimUs = this.claimMs * 1000;
+    this.now = o.now ?? monotonicNow;
+    this.watch = new LeaseWatch(this.now);
   }
 
   /**
-   * Starts the loop. With SQLite the store is this process's own file (one webhooks process per machine), so claims
-   * left by a crash are released at once instead of waiting for them to expire.
+   * Starts the loop. Claims left by a process on this host that is gone (a crash, then this restart) are released at
+   * once instead of waiting out their claims; others are judged by their beat.
    */
   async start(): Promise<void> {
     if (this.running) return;
-    if (this.o.store.kind === 'sqlite') await this.releaseClaims();
+    holderStarted(this.owner);
+    await this.releaseClaims();
     this.running = true;
     this.loopDone = this.loop();
   }
@@ -115,6 +151,7 @@ export class DeliveryWorker {
     await this.loopDone;
     await Promise.allSettled([...this.draining.values()]);
     clearTimeout(timer);
+    holderStopped(this.owner);
   }
 
   /** New work was queued in this process for this registration: start on it now instead of at the next scan. */
@@ -134,13 +171,20 @@ export class DeliveryWorker {
 
   private async releaseClaims(): Promise<void> {
     const col = this.o.store.collection(queue);
-    for (;;) {
-      const { items } = await col.find({ claimed: true }, { limit: 500 });
-      if (items.length === 0) return;
+    let cursor: string | null = null;
+    do {
+      const page = await col.find({ claimed: true }, { limit: 500, cursor });
+      // Claims without an owner were made before owners were recorded: only a crashed SQLite process left those.
+      const gone = page.items.filter((i) => (i.claimOwner ? holderIsGone(i.claimOwner) : this.o.store.kind === 'sqlite'));
+      cursor = page.nextCursor;
+      if (gone.length === 0) continue;
       await this.o.store.transaction(async (tx) => {
-        for (const item of items) await tx.collection(queue).update(item.id, { claimed: true }, { claimed: false, dueUs: nextDueUs() });
+        for (const item of gone)
+          await tx
+            .collection(queue)
+            .update(item.id, claimOf(item), { claimed: false, dueUs: nextDueUs(), claimGen: (item.claimGen ?? 0) + 1 });
       });
-    }
+    } while (cursor);
   }
 
   /**
@@ -224,11 +268,19 @@ export class DeliveryWorker {
       const due = items.filter((i) => i.dueUs <= nowUs);
       if (due.length === 0) return;
       const claimed = await this.claim(due);
+      let beatAt = this.now();
       // Read per batch so that a PATCH (URL, secret, active) applies from the next batch on.
       let hook = await store.collection(webhooks).get(webhookId);
       let secret = hook ? this.o.box.decrypt(hook.secretSealed) : '';
-      for (const item of claimed) {
+      for (const claimedItem of claimed) {
+        let item: QueueDoc | null = claimedItem;
         if (!this.running) return this.unclaim(item);
+        // Later entries of a batch wait for the earlier attempts: their claims beat, so no other process takes them.
+        if (this.now() - beatAt >= this.claimMs / 3) {
+          item = await this.renew(item);
+          beatAt = this.now();
+          if (!item) continue; // taken over meanwhile: the other process sends it
+        }
         hook = await this.deliver(item, hook, secret);
         if (hook === null) secret = '';
       }
@@ -236,22 +288,49 @@ export class DeliveryWorker {
     }
   }
 
-  /** Takes the items for this process; an item another replica claimed first is skipped. */
+  /**
+   * Takes the items for this process; an item another replica claimed first is skipped. A claimed item is taken
+   * over only when this process has seen its claim unchanged for `claimMs` (a crashed or stuck claimer).
+   */
   private claim(items: QueueDoc[]): Promise<QueueDoc[]> {
     return this.commit(async (tx) => {
       const col = tx.collection(queue);
       const out: QueueDoc[] = [];
       for (const item of items) {
+        if (item.claimed && !this.watch.stale(item.id, beatOf(item), this.claimMs)) continue;
+        const where: Where<QueueDoc> = item.claimed
+          ? { ...claimOf(item), claimBeat: item.claimBeat ?? null }
+          : { claimed: false, claimGen: item.claimGen ?? null, dueUs: item.dueUs };
         const until = Date.now() * 1000 + this.claimUs;
-        const got = await col.update(item.id, { dueUs: item.dueUs }, { dueUs: until, claimed: true });
+        const got = await col.update(item.id, where, {
+          dueUs: until,
+          claimed: true,
+          claimGen: (item.claimGen ?? 0) + 1,
+          claimBeat: 0,
+          claimOwner: this.owner,
+        });
+        this.watch.forget(item.id);
         if (got) out.push(got);
       }
       return out;
     });
   }
 
+  /** The claim's heartbeat (and a fresh due time); null when another process took the claim over. */
+  private renew(item: QueueDoc): Promise<QueueDoc | null> {
+    return this.o.store
+      .collection(queue)
+      .update(
+        item.id,
+        { ...claimOf(item), claimBeat: item.claimBeat ?? null },
+        { claimBeat: (item.claimBeat ?? 0) + 1, dueUs: Date.now() * 1000 + this.claimUs },
+      );
+  }
+
   private async unclaim(item: QueueDoc): Promise<void> {
-    await this.o.store.collection(queue).update(item.id, { dueUs: item.dueUs }, { dueUs: nextDueUs(), claimed: false });
+    await this.o.store
+      .collection(queue)
+      .update(item.id, claimOf(item), { dueUs: nextDueUs(), claimed: false, claimGen: (item.claimGen ?? 0) + 1 });
   }
 
   /** One attempt of one delivery; returns the registration as it is afterwards (null when it is gone). */
@@ -259,14 +338,14 @@ export class DeliveryWorker {
     const { store } = this.o;
     const d = await store.collection(deliveries).get(item.id);
     if (!d || d.status !== 'pending' || !hook) {
-      await store.collection(queue).delete(item.id, { dueUs: item.dueUs });
+      await store.collection(queue).delete(item.id, claimOf(item));
       return hook;
     }
     if (!hook.active && !d.manual) {
       // Events queued before the registration was disabled are not sent; a manual re-send still can be.
       await this.commit(async (tx) => {
+        if (!(await tx.collection(queue).delete(item.id, claimOf(item)))) return; // no longer ours
         await tx.collection(deliveries).update(d.id, { status: 'pending' }, { status: 'failed', nextAttemptAt: null, updatedAt: nowIso() });
-        await tx.collection(queue).delete(item.id, { dueUs: item.dueUs });
       });
       return hook;
     }
@@ -310,7 +389,13 @@ export class DeliveryWorker {
     const status = ok ? 'succeeded' : delayMs === undefined ? 'failed' : 'pending';
     const dueUs = delayMs === undefined ? 0 : nextDueUs(Date.now() + delayMs);
     const firstAttemptAt = d.firstAttemptAt ?? attempt.at;
-    return this.commit(async (tx) => {
+    const recorded = await this.commit(async (tx) => {
+      // Fenced: the outcome counts only while the claim is still ours. The queue entry goes first, so a lost claim
+      // writes nothing at all (the same transaction may carry other drains' writes: nothing here may throw).
+      const q = tx.collection(queue);
+      const next = { dueUs, claimed: false, claimGen: (item.claimGen ?? 0) + 1 };
+      const kept = status === 'pending' ? await q.update(item.id, claimOf(item), next) : await q.delete(item.id, claimOf(item));
+      if (!kept) return LOST;
       await tx.collection(deliveries).update(
         d.id,
         { status: 'pending' },
@@ -323,13 +408,15 @@ export class DeliveryWorker {
           updatedAt: nowIso(),
         },
       );
-      const q = tx.collection(queue);
-      if (status === 'pending') {
-        await q.update(item.id, {}, { dueUs, claimed: false });
-        this.scanAt(dueUs / 1000);
-      } else await q.delete(item.id);
+      if (status === 'pending') this.scanAt(dueUs / 1000);
       return this.health(tx.collection(webhooks), hook, d, ok, status === 'failed' && !d.manual, attempt.at, firstAttemptAt);
     });
+    if (recorded !== LOST) return recorded;
+    this.o.logger.warn(
+      { deliveryId: d.id, webhookId: hook.id },
+      'delivery claim taken over by another process; this attempt is not recorded',
+    );
+    return hook;
   }
 
   /**
