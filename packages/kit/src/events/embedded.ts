@@ -5,7 +5,7 @@
  *
  * Supported setup: one consumer per group per machine. Other subscriptions of the same group (in this process
  * or another) are standbys: a lease row per (group, topic) lets only one of them consume at a time. A crashed
- * owner's lease is taken at once (its process is gone: events/owners.ts), a hung one's when it expires (30 s).
+ * owner's lease is taken at once (its process is gone: lease.ts), a hung one's when it expires (30 s).
  *
  * Retention: nothing is deleted automatically. `prune()` exists for an operator or a future job; note that a
  * pruned message id can no longer be deduplicated on re-publish.
@@ -13,7 +13,7 @@
 import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
 import { watchWrites } from '../storage/watch-writes';
-import { markLive, newOwner, ownerIsGone, retireOwner } from './owners';
+import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
 
 export interface EmbeddedBusOptions {
@@ -325,7 +325,7 @@ export class EmbeddedBus implements EventBus {
     const wanted: Array<{ topic: string; gone: string }> = [];
     for (const topic of topics) {
       const lease = this.readLease.get(grp, topic) as { owner: string; expires: number } | undefined;
-      const gone = lease && lease.owner !== owner && lease.expires > now ? (ownerIsGone(lease.owner) ? lease.owner : null) : '';
+      const gone = lease && lease.owner !== owner && lease.expires > now ? (holderIsGone(lease.owner) ? lease.owner : null) : '';
       if (gone !== null) wanted.push({ topic, gone });
     }
     const held = new Set<string>();
@@ -372,7 +372,7 @@ export class EmbeddedBus implements EventBus {
 
 class EmbeddedSubscription {
   /** Each subscription is its own lease owner, so a second one of the same group is a standby even in-process. */
-  private readonly owner = newOwner();
+  private readonly owner = newHolderId();
   /** Topics whose lease we hold -> when we last wrote it. */
   private readonly held = new Map<string, number>();
   private stopped = false;
@@ -392,7 +392,7 @@ class EmbeddedSubscription {
   ) {}
 
   start(): void {
-    markLive(this.owner);
+    holderStarted(this.owner);
     // Keeps leases alive while a handler runs long or a message is in backoff (the loop is not polling then).
     this.heartbeat = setInterval(() => this.refreshLeases(true), Math.max(10, Math.floor(this.bus.leaseMs / 3)));
     this.heartbeat.unref();
@@ -408,7 +408,7 @@ class EmbeddedSubscription {
     if (!this.stopping) {
       this.stopped = true;
       clearInterval(this.heartbeat);
-      retireOwner(this.owner);
+      holderStopped(this.owner);
       this.wakeAny?.();
       this.stopping = (async () => {
         await this.loop; // lets the in-flight handler finish

@@ -14,7 +14,7 @@
  *   deletes; its batch is published again by the new holder (a duplicate, which consumers drop by id).
  */
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
-import { markLive, newOwner, ownerIsGone, retireOwner } from './owners';
+import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import { publishTraced } from './tracing';
 import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
@@ -131,7 +131,7 @@ export class OutboxRelay {
   private readonly wake: OutboxRelayOptions['wake'];
   private unwake: (() => void) | null = null;
   /** This relay's identity in the lease: host/pid/random (unique per relay instance, not per process). */
-  readonly owner = newOwner();
+  readonly owner = newHolderId();
   /** The generation this relay holds, or null. */
   private generation: number | null = null;
   private lastBeatAt = 0;
@@ -158,7 +158,7 @@ export class OutboxRelay {
 
   start(): void {
     if (this.timer || this.stopped) return;
-    markLive(this.owner);
+    holderStarted(this.owner);
     // The holder must beat well within the lease, whatever the poll interval.
     this.timer = setInterval(() => void this.tick(), Math.min(this.intervalMs, Math.floor(this.leaseMs / 3)));
     this.timer.unref(); // the service's servers keep the process alive, not the relay
@@ -174,7 +174,7 @@ export class OutboxRelay {
   /** Stops polling, relays once more (when leading) and hands the lease back at once for another replica. */
   async stop(): Promise<void> {
     this.stopped = true;
-    retireOwner(this.owner);
+    holderStopped(this.owner);
     clearInterval(this.timer);
     this.timer = undefined;
     this.unwake?.();
@@ -239,7 +239,7 @@ export class OutboxRelay {
     // An empty owner is a lease handed back on shutdown: take it at once.
     const stale =
       current.owner === '' ||
-      ownerIsGone(current.owner) ||
+      holderIsGone(current.owner) ||
       (this.seen?.generation === current.generation && this.seen.beat === current.beat && now - this.seen.at >= this.leaseMs);
     if (!stale) {
       if (this.seen?.generation !== current.generation || this.seen.beat !== current.beat)
