@@ -4,10 +4,12 @@ import { join } from 'node:path';
 import { decodeDomainEvent, openEmbeddedBus, TOPICS, type EmbeddedBus } from '@svc/kit';
 import { client, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { startReceiver, type Receiver } from '../helpers/receiver';
 
-// Three replicas of projects on one store and bus (npm start with REPLICAS), the gateway balancing calls over them,
-// many tenants writing at once, and one replica SIGKILLed midway: every change is published, each tenant's events
-// reach a consumer in the order the changes committed, and duplicates are only those at-least-once allows.
+// Three replicas of projects and of webhooks on one store and bus each (npm start with REPLICAS), the gateway
+// balancing calls over them, many tenants writing at once, and one projects replica SIGKILLed midway: every change is
+// published, each tenant's events reach a consumer in the order the changes committed, every change reaches each
+// tenant's webhook (deliveries shared by the webhooks replicas), and duplicates are only those at-least-once allows.
 jest.setTimeout(180_000);
 
 const TENANTS = 12;
@@ -15,12 +17,14 @@ const UPDATES = 6;
 let dataDir: string;
 let system: SystemProcess | null = null;
 let bus: EmbeddedBus | null = null;
+let receiver: Receiver | null = null;
 
 beforeAll(() => {
   dataDir = mkdtempSync(join(tmpdir(), 'svc-replicas-'));
 });
 afterAll(async () => {
   await bus?.close();
+  await receiver?.close();
   if (system) await system.kill().catch(() => undefined);
   rmSync(dataDir, { recursive: true, force: true });
 });
@@ -38,11 +42,14 @@ it('publishes every change of every tenant once or more, in commit order per ten
   system = await startSystem({
     DATA_DIR: dataDir,
     REPLICAS: '3',
-    REPLICATED_SERVICES: 'projects',
+    REPLICATED_SERVICES: 'projects,webhooks',
     RATE_LIMIT_MAX: '100000',
     SVC_LAYOUT: 'per-service',
+    EGRESS_ALLOW_PRIVATE: 'true',
   });
   expect(system.pids('projects')).toHaveLength(3);
+  expect(system.pids('webhooks')).toHaveLength(3);
+  receiver = await startReceiver();
   const api: Client = client(system.url);
 
   // What a consumer on the bus sees, per tenant: the name each project.updated carries.
@@ -64,6 +71,10 @@ it('publishes every change of every tenant once or more, in commit order per ten
 
   const tenants: Account[] = [];
   for (let i = 0; i < TENANTS; i++) tenants.push(await signUp(api, `Replica tenant ${i}`));
+  for (const [i, t] of tenants.entries()) {
+    const hook = { url: `${receiver.url}/t${i}`, events: ['project.updated'], secret: `replica-secret-${i}-0123456789` };
+    expect((await api.post('/api/v1/webhooks', hook, { token: t.accessToken })).status).toBe(201);
+  }
   const projects = await Promise.all(
     tenants.map(async (t) => (await api.post('/api/v1/projects', { name: 'v0' }, { token: t.accessToken })).body.data.id as string),
   );
@@ -93,6 +104,14 @@ it('publishes every change of every tenant once or more, in commit order per ten
     const got = names.get(t.tenantId) ?? [];
     // Every change arrived; in commit order (a retried update that had committed may repeat its value in place).
     expect(got.filter((n, i) => n !== got[i - 1])).toEqual(expected);
+  }
+  // Every change reached its tenant's webhook, and only its tenant's, whichever webhooks replica delivered it.
+  const delivered = (i: number) => new Set(receiver!.at(`/t${i}`).map((r) => r.json?.data?.name as string));
+  const allDelivered = () => tenants.every((_, i) => expected.every((n) => delivered(i).has(n)));
+  while (!allDelivered() && Date.now() < deadline + 30_000) await new Promise((r) => setTimeout(r, 100));
+  for (const [i, t] of tenants.entries()) {
+    expect([...delivered(i)].filter((n) => n !== 'v0').sort()).toEqual(expected);
+    expect(receiver.at(`/t${i}`).every((r) => r.json.tenantId === t.tenantId)).toBe(true);
   }
   // Redeliveries exist only as at-least-once allows; the consumer dropped them by id.
   expect(duplicates).toBeLessThan(TENANTS * UPDATES);
