@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, hash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 export function sha256Hex(value: string | Buffer): string {
@@ -59,11 +59,17 @@ export function loadSecretBox(masterKey: string | undefined, dataDir: string, pr
   const file = `${dataDir}/master.key`;
   if (!existsSync(file)) {
     mkdirSync(dirname(file), { recursive: true });
+    // Written whole under a private name, then linked into place: processes starting at once never read a file
+    // another one is still writing, and a link never replaces the key another process already put there.
+    const draft = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    writeFileSync(draft, randomBytes(32).toString('base64'), { mode: 0o600, flag: 'wx' });
     try {
-      writeFileSync(file, randomBytes(32).toString('base64'), { mode: 0o600, flag: 'wx' });
+      linkSync(draft, file);
     } catch (err) {
       // Another process of this machine created it first: use theirs.
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    } finally {
+      unlinkSync(draft);
     }
   }
   return new SecretBox([{ id: 'k1', key: Buffer.from(readFileSync(file, 'utf8').trim(), 'base64') }]);
