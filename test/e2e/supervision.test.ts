@@ -26,6 +26,16 @@ async function readyWithin(api: ReturnType<typeof client>, ms: number): Promise<
   return status;
 }
 
+/** The project once projects answers again (a restarted process needs a moment to be found on its port). */
+async function projectOnceBack(api: ReturnType<typeof client>, id: string, token: string) {
+  let back = await api.get(`/api/v1/projects/${id}`, { token });
+  for (let i = 0; back.status !== 200 && i < 50; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    back = await api.get(`/api/v1/projects/${id}`, { token });
+  }
+  return back;
+}
+
 afterAll(async () => {
   if (system) await system.kill().catch(() => undefined);
   rmSync(dataDir, { recursive: true, force: true });
@@ -53,11 +63,7 @@ it('restarts a SIGKILLed service by itself; its routes 503 meanwhile while the o
 
   await system.restarted('projects', killed);
   // Back: the same data, and the gateway found the new process on the same port.
-  let back = await api.get(`/api/v1/projects/${project.id}`, t);
-  for (let i = 0; back.status !== 200 && i < 50; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    back = await api.get(`/api/v1/projects/${project.id}`, t);
-  }
+  const back = await projectOnceBack(api, project.id, t.token);
   expect(back.status).toBe(200);
   expect(back.body.data.name).toBe('kept');
   expect(system.output()).toMatch(/projects exited; restarting/);
@@ -86,11 +92,7 @@ it('restarts the services process of the default layout; the gateway answers 503
   expect((await api.get('/readyz')).status).toBe(503);
 
   await system.restarted('services', killed);
-  let back = await api.get(`/api/v1/projects/${project.id}`, t);
-  for (let i = 0; back.status !== 200 && i < 50; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    back = await api.get(`/api/v1/projects/${project.id}`, t);
-  }
+  const back = await projectOnceBack(api, project.id, t.token);
   expect(back.status).toBe(200);
   expect(back.body.data.name).toBe('kept too');
   expect(await readyWithin(api, 5000)).toBe(200);
