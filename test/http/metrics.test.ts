@@ -61,6 +61,10 @@ it('counts requests by route template and status, gRPC calls by method and code,
     expect(after).toMatch(new RegExp(`^${name} `, 'm'));
   for (const name of ['outbox_events_published_total', 'outbox_lag_seconds', 'bus_messages_handled_total', 'llm_tokens_total'])
     expect(after).toContain(`# TYPE ${name}`);
+  // The sign-ups' tenant.created reached billing's consumer: its lag has a series (seconds, never negative).
+  const lag = /^bus_consumer_lag_seconds\{topic="([^"]+)",group="billing"\} ([0-9.e-]+)$/m.exec(after);
+  expect(lag).not.toBeNull();
+  expect(Number(lag![2])).toBeGreaterThanOrEqual(0);
 });
 
 it('serves the same text on METRICS_PORT, for every process, without a credential', async () => {

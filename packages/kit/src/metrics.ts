@@ -59,6 +59,12 @@ export const metrics = {
     labelNames: ['topic', 'group', 'outcome'] as const,
     registers: [registry],
   }),
+  busLag: new client.Gauge({
+    name: 'bus_consumer_lag_seconds',
+    help: "Age of the last message a consumer group's handler got in this process, by topic and group (publish time to handling)",
+    labelNames: ['topic', 'group'] as const,
+    registers: [registry],
+  }),
   deliveries: new client.Counter({
     name: 'webhook_delivery_attempts_total',
     help: 'Webhook delivery attempts, by outcome (delivered, retry, failed)',

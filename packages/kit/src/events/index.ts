@@ -14,6 +14,7 @@ export {
 } from './outbox';
 
 import { openEmbeddedBus } from './embedded';
+import { metrics } from '../metrics';
 import { withTracing } from './tracing';
 import type { KafkaBusOptions } from './kafka';
 import type { BusErrorHandler, EventBus } from './types';
@@ -26,8 +27,30 @@ export function openKafkaBus(options: KafkaBusOptions): EventBus {
 }
 
 /**
+ * Each handler call records how old its message is (bus_consumer_lag_seconds): a consumer falling behind shows there
+ * before its backlog does. On Kafka the age is measured against the producer's clock.
+ */
+function withConsumerLag(bus: EventBus): EventBus {
+  return {
+    kind: bus.kind,
+    publish: (messages) => bus.publish(messages),
+    subscribe: (options) =>
+      bus.subscribe({
+        ...options,
+        handler: (m) => {
+          metrics.busLag.set({ topic: m.topic, group: options.group }, Math.max(0, Date.now() - m.timestamp) / 1000);
+          return options.handler(m);
+        },
+      }),
+    ping: () => bus.ping(),
+    close: () => bus.close(),
+  };
+}
+
+/**
  * Kafka when brokers are configured (distributed mode), otherwise the embedded log shared by this machine; either
- * way its consumers' handlers run in the trace of the write that caused each event (events/tracing.ts).
+ * way its consumers' handlers run in the trace of the write that caused each event (events/tracing.ts), and their
+ * lag is measured.
  */
 export function openBus(options: {
   kafkaBrokers?: string[];
@@ -39,16 +62,17 @@ export function openBus(options: {
   kafkaReplicationFactor?: number;
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
-    return withTracing(
-      openKafkaBus({
-        brokers: options.kafkaBrokers,
-        clientId: options.clientId,
-        onError: options.onError,
-        maxAttempts: options.maxAttempts,
-        numPartitions: options.kafkaPartitions,
-        replicationFactor: options.kafkaReplicationFactor,
-      }),
-    );
+    const kafka = openKafkaBus({
+      brokers: options.kafkaBrokers,
+      clientId: options.clientId,
+      onError: options.onError,
+      maxAttempts: options.maxAttempts,
+      numPartitions: options.kafkaPartitions,
+      replicationFactor: options.kafkaReplicationFactor,
+    });
+    return withConsumerLag(withTracing(kafka));
   }
-  return withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError, maxAttempts: options.maxAttempts }));
+  return withConsumerLag(
+    withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError, maxAttempts: options.maxAttempts })),
+  );
 }
