@@ -14,7 +14,7 @@
  *   deletes; its batch is published again by the new holder (a duplicate, which consumers drop by id).
  */
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
-import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
+import { holderIsGone, holderStarted, holderStopped, LeaseWatch, monotonicNow, newHolderId } from '../lease';
 import { publishTraced } from './tracing';
 import { metrics } from '../metrics';
 import type { BusErrorHandler, BusMessage, EventBus } from './types';
@@ -135,8 +135,8 @@ export class OutboxRelay {
   /** The generation this relay holds, or null. */
   private generation: number | null = null;
   private lastBeatAt = 0;
-  /** The other holder's lease as this relay last saw it, and when (this relay's clock). */
-  private seen: { generation: number; beat: number; at: number } | null = null;
+  /** Other holders' leases as this relay saw them, on its own clock (the rule of kit lease.ts). */
+  private readonly watch: LeaseWatch;
 
   constructor(
     private readonly store: Store,
@@ -148,7 +148,8 @@ export class OutboxRelay {
     this.onError = options.onError ?? (() => {});
     this.leaseMs = options.leaseMs ?? 15_000;
     this.wake = options.wake;
-    this.now = options.now ?? (() => performance.now());
+    this.now = options.now ?? monotonicNow;
+    this.watch = new LeaseWatch(this.now);
   }
 
   /** True while this relay holds the lease (as of its last look). */
@@ -240,12 +241,8 @@ export class OutboxRelay {
     const stale =
       current.owner === '' ||
       holderIsGone(current.owner) ||
-      (this.seen?.generation === current.generation && this.seen.beat === current.beat && now - this.seen.at >= this.leaseMs);
-    if (!stale) {
-      if (this.seen?.generation !== current.generation || this.seen.beat !== current.beat)
-        this.seen = { generation: current.generation, beat: current.beat, at: now };
-      return false;
-    }
+      this.watch.stale(LEASE_ID, `${current.generation}:${current.beat}`, this.leaseMs);
+    if (!stale) return false;
     const next = current.generation + 1;
     const taken = await leases.update(
       LEASE_ID,
@@ -258,7 +255,7 @@ export class OutboxRelay {
   private holding(generation: number, now: number): boolean {
     this.generation = generation;
     this.lastBeatAt = now;
-    this.seen = null;
+    this.watch.forget(LEASE_ID);
     return true;
   }
 
