@@ -20,7 +20,8 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = join(ROOT, 'dist');
 const STAMP = join(OUT, '.fingerprint');
 
-export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'billing', 'webhooks'];
+/** Every `services/<name>/src/main.ts` (the launcher finds them the same way). */
+const SERVICES = readdirSync(join(ROOT, 'services')).filter((name) => existsSync(join(ROOT, 'services', name, 'src/main.ts')));
 
 /** dist file (without .js) -> source entry. Per-service bundles sit under dist/services/ so `ps` names them. */
 const ENTRIES = {

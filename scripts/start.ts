@@ -17,17 +17,18 @@
  * from source through tsx it starts the sources the same way.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createLogger } from '@svc/kit/src/logger';
 import { reservablePort } from '@svc/kit/src/ports';
+import { tracesExported } from '@svc/kit/src/telemetry-config';
 import { SupervisedChild } from './supervisor';
-
-/** The services, each `services/<name>/src/main.ts`. */
-export const SERVICES = ['identity', 'projects', 'agents', 'chat', 'regions', 'billing', 'webhooks'] as const;
 
 const compiled = __filename.endsWith('.js');
 const root = resolve(__dirname, '..');
+
+/** The services: every `services/<name>/src/main.ts` (scripts/build.mjs finds them the same way). */
+const SERVICES = readdirSync(resolve(root, 'services')).filter((name) => existsSync(resolve(root, 'services', name, 'src/main.ts')));
 const logger = createLogger('launcher');
 
 /**
@@ -114,10 +115,7 @@ function count(name: string, fallback: number): number {
  * names itself (service.name) in the trace backend, which one shared process could not.
  */
 function layout(): 'combined' | 'per-service' {
-  const tracing = Boolean(
-    process.env.OTEL_EXPORTER_OTLP_ENDPOINT || process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || process.env.OTEL_TRACES_EXPORTER,
-  );
-  const value = process.env.SVC_LAYOUT ?? (tracing ? 'per-service' : 'combined');
+  const value = process.env.SVC_LAYOUT ?? (tracesExported(process.env) ? 'per-service' : 'combined');
   if (value !== 'combined' && value !== 'per-service') throw new Error('SVC_LAYOUT must be combined or per-service');
   return value;
 }

@@ -3,9 +3,9 @@
  * fastify, mongodb, ioredis and kafkajs before they load. Configured only by the standard OTEL_* variables;
  * without an exporter endpoint or OTEL_TRACES_EXPORTER it stays off, and its modules are not even loaded.
  */
-const enabled =
-  process.env.OTEL_SDK_DISABLED !== 'true' &&
-  Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT || process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || process.env.OTEL_TRACES_EXPORTER);
+import { tracesExported } from './telemetry-config';
+
+const enabled = tracesExported(process.env);
 
 if (enabled) {
   /* eslint-disable @typescript-eslint/no-require-imports */
