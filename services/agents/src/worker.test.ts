@@ -170,9 +170,9 @@ const held = (worker: string, patch: Partial<RunDoc> = {}): Partial<RunDoc> => (
   ...patch,
 });
 
-/** Beats a run's lease every 50 ms as its live holder on another machine would, until the returned stop is called. */
+/** Beats a run's lease every 20 ms as its live holder on another machine would, until the returned stop is called. */
 function beating(id: string): () => void {
-  const timer = setInterval(() => void store.collection(runs).increment(id, {}, { leaseBeat: 1 }), 50);
+  const timer = setInterval(() => void store.collection(runs).increment(id, {}, { leaseBeat: 1 }), 20);
   return () => clearInterval(timer);
 }
 
@@ -182,11 +182,11 @@ it('at start-up takes back at once the runs it had claimed before dying, and fai
   const othersLive = await insertRun(held('w2'));
   const othersSilent = await insertRun(held('w3'));
   const stopBeating = beating(othersLive.id);
-  // This worker's clock: the silent holder's beat is seen standing still for its whole lease after 5 s of it.
-  let clock = 0;
-  worker({ workerId: 'w1', now: () => clock });
-  await new Promise((r) => setTimeout(r, 100));
-  clock += 5000;
+  // This worker's clock runs ten times fast: the silent holder's beat stands still for its whole 5 s lease after
+  // half a second, while the live holder beats every 20 ms (a clock that jumped 5 s at once could see one beat twice
+  // on a loaded machine, before the next one came).
+  const t0 = performance.now();
+  worker({ workerId: 'w1', now: () => (performance.now() - t0) * 10 });
   const [a, b, d] = await settled([mine.id, tooOften.id, othersSilent.id]);
   stopBeating();
   expect(a.attempts).toBe(2); // taken back and driven (it then failed: no LLM reachable here)
