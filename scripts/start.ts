@@ -20,7 +20,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createLogger } from '@svc/kit/src/logger';
-import { reservablePort } from '@svc/kit/src/ports';
+import { EXIT_PORT_IN_USE, reservablePort } from '@svc/kit/src/ports';
 import { tracesExported } from '@svc/kit/src/telemetry-config';
 import { SupervisedChild } from './supervisor';
 
@@ -120,59 +120,101 @@ function layout(): 'combined' | 'per-service' {
   return value;
 }
 
+/** Replicas of each service and the address every one of them listens on. */
+type Ports = Record<string, number[]>;
+
+/**
+ * A port for every replica of every service, and the addresses clients dial (SERVICE_ADDR unless the operator set
+ * it). A `<NAME>_PORT` setting is kept for the first replica; every other port is picked, avoiding the ports the
+ * settings already promise (PORT, METRICS_PORT, the other *_PORT) and each other.
+ */
+async function choosePorts(env: NodeJS.ProcessEnv, host: string, replicas: number, replicated: string[]): Promise<{ ports: Ports; addrs: NodeJS.ProcessEnv }> {
+  const taken = new Set(
+    Object.entries(process.env)
+      .filter(([key, value]) => key.endsWith('PORT') && /^\d+$/.test(value ?? ''))
+      .map(([, value]) => Number(value)),
+  );
+  const ports: Ports = {};
+  const addrs: NodeJS.ProcessEnv = {};
+  for (const name of SERVICES) {
+    const key = `${name.toUpperCase()}_PORT`;
+    const n = replicated.includes(name) ? replicas : 1;
+    ports[name] = [];
+    for (let i = 0; i < n; i++) ports[name].push(i === 0 && env[key] ? Number(env[key]) : await reservablePort(host, taken));
+    addrs[key] = String(ports[name][0]);
+    // One replica: host:port. Several: grpc-js's address list, balanced round-robin by every client.
+    addrs[`${name.toUpperCase()}_ADDR`] =
+      env[`${name.toUpperCase()}_ADDR`] ??
+      (n === 1 ? `${host}:${ports[name][0]}` : `ipv4:${ports[name].map((p) => `${host}:${p}`).join(',')}`);
+  }
+  return { ports, addrs };
+}
+
+/**
+ * Starts every replica of every service at once, in the layout's processes; resolves when all are ready, with the
+ * settings (addresses) the gateways need.
+ */
+async function startServices(env: NodeJS.ProcessEnv, mode: 'combined' | 'per-service', host: string, replicas: number, replicated: string[]): Promise<NodeJS.ProcessEnv> {
+  // A port picked here can be taken by another program before the service binds it (another launcher on the same
+  // machine picking at the same moment): the service then exits with EXIT_PORT_IN_USE and this tries new ports.
+  for (let attempt = 1; ; attempt++) {
+    const { ports, addrs } = await choosePorts(env, host, replicas, replicated);
+    const withAddrs = { ...env, ...addrs };
+    const parts: Array<Promise<number>> = [];
+    const replicaEnv = (i: number, names: readonly string[]) =>
+      Object.fromEntries(names.map((name) => [`${name.toUpperCase()}_PORT`, String(ports[name][i])]));
+    for (let i = 0; i < replicas; i++) {
+      // Replica i of every service that has one.
+      const names = SERVICES.filter((name) => ports[name].length > i);
+      const suffix = (base: string, n: number) => (n > 1 ? `${base}-${i + 1}` : base);
+      if (mode === 'combined')
+        parts.push(
+          launch(
+            suffix('services', replicas),
+            entryOf({ kind: 'host' }),
+            { ...withAddrs, ...replicaEnv(i, names), INSTANCE_ID: `services-${i + 1}` },
+            [...names],
+          ),
+        );
+      else
+        for (const name of names)
+          parts.push(
+            launch(suffix(name, ports[name].length), entryOf({ kind: 'service', name }), {
+              ...withAddrs,
+              ...replicaEnv(i, [name]),
+              INSTANCE_ID: `${name}-${i + 1}`,
+            }),
+          );
+    }
+    const outcomes = await Promise.allSettled(parts);
+    const failures = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected').map((o) => o.reason as Error & { exitCode?: number });
+    if (failures.length === 0) return withAddrs;
+    if (stopping) throw failures[0];
+    // Stop what did start before trying again (or giving up).
+    const started = children.splice(0);
+    await Promise.all(started.map((c) => c.stop()));
+    // Only ports picked here are worth picking again; a port the operator set stays taken.
+    const picked = !SERVICES.some((name) => env[`${name.toUpperCase()}_PORT`]);
+    if (attempt >= 3 || !picked || !failures.every((f) => f.exitCode === EXIT_PORT_IN_USE)) throw failures[0];
+    logger.warn({ attempt }, 'a service port was taken before the service could bind it; starting again on new ports');
+  }
+}
+
 async function main(): Promise<void> {
   const started = Date.now();
   const host = process.env.SERVICE_HOST || '127.0.0.1';
   const dataDir = resolve(process.env.DATA_DIR || './.data');
   mkdirSync(dataDir, { recursive: true });
-  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   const mode = layout();
   const replicas = count('REPLICAS', 1);
   const gateways = count('GATEWAYS', 1);
   const replicated = (process.env.REPLICATED_SERVICES ?? SERVICES.join(',')).split(',').map((s) => s.trim());
-  // Every address is chosen before anything starts, so every part can start at once.
-  const ports: Record<string, number[]> = {};
-  for (const name of SERVICES) {
-    const key = `${name.toUpperCase()}_PORT`;
-    const n = replicated.includes(name) ? replicas : 1;
-    ports[name] = [];
-    for (let i = 0; i < n; i++) ports[name].push(i === 0 && env[key] ? Number(env[key]) : await reservablePort(host));
-    env[key] = String(ports[name][0]);
-    // One replica: host:port. Several: grpc-js's address list, balanced round-robin by every client.
-    env[`${name.toUpperCase()}_ADDR`] ??=
-      n === 1 ? `${host}:${ports[name][0]}` : `ipv4:${ports[name].map((p) => `${host}:${p}`).join(',')}`;
-  }
+  let env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   if (gateways > 1 && !env.REDIS_URL) env.REDIS_URL = await startRedis(host);
   nodeFlags = [...nodeFlags, ...(await idleGcFlags)];
-  const parts: Array<Promise<number>> = [];
-  const replicaEnv = (i: number, names: readonly string[]) =>
-    Object.fromEntries(names.map((name) => [`${name.toUpperCase()}_PORT`, String(ports[name][i])]));
-  for (let i = 0; i < replicas; i++) {
-    // Replica i of every service that has one.
-    const names = SERVICES.filter((name) => ports[name].length > i);
-    const suffix = (base: string, n: number) => (n > 1 ? `${base}-${i + 1}` : base);
-    if (mode === 'combined')
-      parts.push(
-        launch(
-          suffix('services', replicas),
-          entryOf({ kind: 'host' }),
-          { ...env, ...replicaEnv(i, names), INSTANCE_ID: `services-${i + 1}` },
-          [...names],
-        ),
-      );
-    else
-      for (const name of names)
-        parts.push(
-          launch(suffix(name, ports[name].length), entryOf({ kind: 'service', name }), {
-            ...env,
-            ...replicaEnv(i, [name]),
-            INSTANCE_ID: `${name}-${i + 1}`,
-          }),
-        );
-  }
+  env = await startServices(env, mode, host, replicas, replicated);
   // Gateways once the services listen: a gateway's first calls then find them (a channel that met a closed port
   // would sit in reconnect backoff and answer 503 for a moment after "ready").
-  await Promise.all(parts);
   const urls = await Promise.all(
     Array.from({ length: gateways }, async (_, i) => {
       const gwEnv = { ...env, INSTANCE_ID: `gateway-${i + 1}`, ...(i > 0 ? { PORT: '0' } : {}) };

@@ -60,7 +60,7 @@ export class SupervisedChild {
       const onEarlyExit = (code: number | null, signal: NodeJS.Signals | null) => {
         clearTimeout(timer);
         proc.off('message', onMessage);
-        fail(new Error(`${this.spec.name} exited with ${code ?? signal} before it was ready`));
+        fail(Object.assign(new Error(`${this.spec.name} exited with ${code ?? signal} before it was ready`), { exitCode: code }));
       };
       proc.on('message', onMessage);
       proc.once('exit', onEarlyExit);

@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { client, signUp } from '../helpers/http';
@@ -99,3 +100,37 @@ it('restarts the services process of the default layout; the gateway answers 503
   expect(await system.stop()).toBe(0);
   system = null;
 });
+
+it('stops with the address named, and leaves no process behind, when a service port is already taken', async () => {
+  const holder = createServer();
+  await new Promise<void>((ok) => holder.listen(0, '127.0.0.1', ok));
+  const port = (holder.address() as AddressInfo).port;
+  const own = mkdtempSync(join(tmpdir(), 'svc-port-taken-'));
+  try {
+    const failed = await startSystem({ DATA_DIR: own, IDENTITY_PORT: String(port), SVC_LAYOUT: 'per-service' }).then(
+      () => new Error('started on a taken port'),
+      (err: Error) => err,
+    );
+    expect(failed.message).toContain('system exited (1) before ready');
+    expect(failed.message).toContain(`EADDRINUSE: address already in use 127.0.0.1:${port}`);
+    // Every service the launcher had started is stopped with it.
+    expect(processesWith(`DATA_DIR=${own}`)).toEqual([]);
+  } finally {
+    holder.close();
+    rmSync(own, { recursive: true, force: true });
+  }
+});
+
+/** Pids of this user's processes whose environment holds `entry`. */
+function processesWith(entry: string): number[] {
+  return readdirSync('/proc')
+    .filter((pid) => /^\d+$/.test(pid))
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(entry);
+      } catch {
+        return false; // gone, or not ours
+      }
+    })
+    .map(Number);
+}

@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { freePort } from './redis';
 
 export interface SystemProcess {
   url: string;
@@ -52,7 +51,9 @@ function entryOf(name: string): string {
  * `npm start` builds it), in its own process group, and waits for "system ready".
  */
 export async function startSystem(env: Record<string, string>): Promise<SystemProcess> {
-  const port = env.PORT ?? String(await freePort());
+  // Port 0 unless the test needs a given one: the gateway takes a port from the kernel's ephemeral range, which no
+  // launcher's pick (below it) and no other test can be handed at the same moment; the URL is read from the ready line.
+  const port = env.PORT ?? '0';
   const proc = spawn(process.execPath, ['--enable-source-maps', 'dist/start.js'], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env, PORT: port },
@@ -60,6 +61,7 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
     detached: true,
   });
   let out = '';
+  let url = '';
   proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
   proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
   const exited = new Promise<number | null>((ok) => proc.once('exit', (code) => ok(code)));
@@ -74,7 +76,9 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
       fail(new Error(`system not ready in 60 s:\n${out.slice(-3000)}`));
     }, 60_000);
     const check = () => {
-      if (out.includes('system ready at')) {
+      const ready = /system ready at (http:\/\/[^"\s]+)/.exec(out);
+      if (ready) {
+        url = ready[1];
         clearTimeout(timer);
         ok();
       }
@@ -86,7 +90,7 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
     });
   });
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     proc,
     output: () => out,
     async stop() {

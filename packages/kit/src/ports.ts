@@ -3,17 +3,41 @@ import { createServer } from 'node:net';
 /**
  * A port to be bound a few seconds from now (by a child process, a service, redis-server). Taken below the kernel's
  * ephemeral range (32768+ on Linux), where `listen(0)` and client sockets never land: a port handed to some other
- * program in between cannot take it from us. Checked free by binding it.
+ * program in between cannot take it from us. Checked free by binding it. `taken` holds ports already promised to
+ * someone (the gateway's PORT, earlier picks): a probe alone cannot see them, since nothing listens there yet. The
+ * pick is added to it.
  */
-export async function reservablePort(host = '127.0.0.1'): Promise<number> {
-  for (let attempt = 0; ; attempt++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const free = await new Promise<boolean>((ok) => {
-      const srv = createServer();
-      srv.once('error', () => ok(false));
-      srv.listen(port, host, () => srv.close(() => ok(true)));
-    });
-    if (free) return port;
-    if (attempt > 50) throw new Error('no free port found between 20000 and 32000');
+export async function reservablePort(host = '127.0.0.1', taken: Set<number> = new Set()): Promise<number> {
+  // From a random place in the range onwards: launchers starting together rarely probe the same port first, and a
+  // free port is found whenever one exists.
+  const start = Math.floor(Math.random() * RANGE.size);
+  for (let i = 0; i < RANGE.size; i++) {
+    const port = RANGE.first + ((start + i) % RANGE.size);
+    if (taken.has(port) || !(await bindable(port, host))) continue;
+    taken.add(port);
+    return port;
   }
+  throw new Error(`no free port found between ${RANGE.first} and ${RANGE.first + RANGE.size - 1}`);
+}
+
+const RANGE = { first: 20_000, size: 12_000 };
+
+function bindable(port: number, host: string): Promise<boolean> {
+  return new Promise((ok) => {
+    const srv = createServer();
+    srv.once('error', () => ok(false));
+    srv.listen(port, host, () => srv.close(() => ok(true)));
+  });
+}
+
+/**
+ * Exit code of a process that could not listen because its port was taken (Linux's errno for EADDRINUSE): a launcher
+ * that picked the port can pick another and try again, which it cannot do for any other failure.
+ */
+export const EXIT_PORT_IN_USE = 98;
+
+/** Whether a listen failed because the address is in use (Node's net error, or grpc-js's bind error around it). */
+export function isPortInUse(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  return e?.code === 'EADDRINUSE' || (typeof e?.message === 'string' && e.message.includes('EADDRINUSE'));
 }

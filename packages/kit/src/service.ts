@@ -10,6 +10,7 @@ import { JwtVerifier } from './jwt';
 import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
+import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
 import { openStore } from './storage';
 import { watchWrites } from './storage/watch-writes';
 import type { CollectionDef, Store } from './storage/types';
@@ -233,7 +234,7 @@ export function runMain(name: string, start: () => Promise<RunningService>): voi
     (err: unknown) => {
       if (err instanceof ConfigError) console.error(`${name}: ${err.message}`);
       else console.error(`${name}: failed to start:`, err);
-      process.exit(1);
+      process.exit(isPortInUse(err) ? EXIT_PORT_IN_USE : 1);
     },
   );
 }
