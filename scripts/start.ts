@@ -128,7 +128,12 @@ type Ports = Record<string, number[]>;
  * it). A `<NAME>_PORT` setting is kept for the first replica; every other port is picked, avoiding the ports the
  * settings already promise (PORT, METRICS_PORT, the other *_PORT) and each other.
  */
-async function choosePorts(env: NodeJS.ProcessEnv, host: string, replicas: number, replicated: string[]): Promise<{ ports: Ports; addrs: NodeJS.ProcessEnv }> {
+async function choosePorts(
+  env: NodeJS.ProcessEnv,
+  host: string,
+  replicas: number,
+  replicated: string[],
+): Promise<{ ports: Ports; addrs: NodeJS.ProcessEnv }> {
   const taken = new Set(
     Object.entries(process.env)
       .filter(([key, value]) => key.endsWith('PORT') && /^\d+$/.test(value ?? ''))
@@ -154,7 +159,13 @@ async function choosePorts(env: NodeJS.ProcessEnv, host: string, replicas: numbe
  * Starts every replica of every service at once, in the layout's processes; resolves when all are ready, with the
  * settings (addresses) the gateways need.
  */
-async function startServices(env: NodeJS.ProcessEnv, mode: 'combined' | 'per-service', host: string, replicas: number, replicated: string[]): Promise<NodeJS.ProcessEnv> {
+async function startServices(
+  env: NodeJS.ProcessEnv,
+  mode: 'combined' | 'per-service',
+  host: string,
+  replicas: number,
+  replicated: string[],
+): Promise<NodeJS.ProcessEnv> {
   // A port picked here can be taken by another program before the service binds it (another launcher on the same
   // machine picking at the same moment): the service then exits with EXIT_PORT_IN_USE and this tries new ports.
   for (let attempt = 1; ; attempt++) {
@@ -187,7 +198,9 @@ async function startServices(env: NodeJS.ProcessEnv, mode: 'combined' | 'per-ser
           );
     }
     const outcomes = await Promise.allSettled(parts);
-    const failures = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected').map((o) => o.reason as Error & { exitCode?: number });
+    const failures = outcomes
+      .filter((o): o is PromiseRejectedResult => o.status === 'rejected')
+      .map((o) => o.reason as Error & { exitCode?: number });
     if (failures.length === 0) return withAddrs;
     if (stopping) throw failures[0];
     // Stop what did start before trying again (or giving up).
