@@ -1,11 +1,13 @@
 import Redis from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { createLogger, JwtVerifier, jwksFrom, serveMetrics } from '@svc/kit';
+import type { identityV1 } from '@svc/proto';
 import { buildApp } from './app';
 import { closeClients, createClients, serviceAddresses } from './clients';
 import { loadGatewayConfig, type GatewayConfig } from './config';
 import { CredentialResolver } from './lib/credentials';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './lib/rate-limiter';
+import { ReadCache } from './lib/read-cache';
 import { RevocationWatcher } from './lib/revocations';
 
 export interface RunningGateway {
@@ -18,7 +20,7 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-/** Wires the gateway: config, gRPC clients, credential cache and revocation feed, rate limiter; then listens. */
+/** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
 export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
   const config = loadGatewayConfig(env);
   const logger = createLogger('gateway', config.logLevel);
@@ -42,11 +44,17 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   });
   watcher.start();
   const resolver = new CredentialResolver((credential) => clients.identity.authenticate({ credential }), verifier, watcher);
+  // GET /tenant from the gateway: identity records every change to a tenant (a plan applied, a tenant closed) in the
+  // feed this gateway follows.
+  const tenants = new ReadCache<identityV1.Tenant>({ ttlMs: 60_000, maxEntries: 10_000, current: () => watcher.current });
+  watcher.onEntry((e) => {
+    if (e.kind === 'tenant' || e.kind === 'tenant_changed') tenants.drop(e.subjectId);
+  });
   const limiter: RateLimiter = redis
     ? new RedisRateLimiter(redis, config.rateLimitMax, config.rateLimitWindowS, logger)
     : new MemoryRateLimiter(config.rateLimitMax, config.rateLimitWindowS);
 
-  const app = buildApp({ config, clients, resolver, limiter, logger });
+  const app = buildApp({ config, clients, resolver, limiter, logger, tenants });
   await app.listen({ port: config.port, host: config.httpHost });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;

@@ -29,7 +29,7 @@ export class CredentialResolver {
     private readonly verifier: JwtVerifier,
     private readonly revocations: RevocationWatcher,
   ) {
-    revocations.onRevoke((e) => this.evict(e));
+    revocations.onEntry((e) => this.evict(e));
   }
 
   /**
@@ -108,6 +108,8 @@ export class CredentialResolver {
   }
 
   private evict(e: RevocationEvent): void {
+    // A change to the tenant's record (its plan) leaves every credential as it was.
+    if (e.kind === 'tenant_changed') return;
     this.generation++;
     // Requests arriving from now on resolve afresh instead of joining an answer the revocation may have overtaken.
     this.inflight.clear();

@@ -97,8 +97,14 @@ export class RevocationWatcher {
     }
   }
 
-  onRevoke(listener: (e: RevocationEvent) => void): void {
+  /** Every entry read from the feed, once: revocations, and `tenant_changed` (a change that revokes nothing). */
+  onEntry(listener: (e: RevocationEvent) => void): void {
     this.listeners.push(listener);
+  }
+
+  /** Whether the feed is being read: read at least once, and the last read succeeded. */
+  get current(): boolean {
+    return this.everRead && !this.failing;
   }
 
   /** True when a token of this session or user, issued at `issuedMs` (milliseconds), has been revoked since. */

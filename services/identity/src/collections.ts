@@ -73,10 +73,14 @@ export interface ApiKeyDoc {
 }
 
 /** Append-only feed that gateways poll (and receive through Redis) to drop cached credentials. */
+/**
+ * An entry of the feed the gateways follow: a revoked credential, user or tenant, or (`tenant_changed`, revoking
+ * nothing) a change to the tenant's record that their cached copies must drop.
+ */
 export interface RevocationDoc {
   id: string;
   seq: number;
-  kind: 'api_key' | 'session' | 'user' | 'tenant';
+  kind: 'api_key' | 'session' | 'user' | 'tenant' | 'tenant_changed';
   subjectId: string;
   at: number;
   createdAt: string;

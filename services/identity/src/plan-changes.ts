@@ -2,13 +2,16 @@
  * The tenant's plan is set by billing (subscriptions, the operator API), which publishes `tenant.plan_changed` on its
  * topic; identity keeps the copy that `GET /tenant` and tokens show. A change applies only when it is newer than the
  * one applied last (`planChangedAt`, billing's time of the change), so a redelivered older event changes nothing.
+ * Each change applied is also recorded in the revocation feed as `tenant_changed` (it revokes nothing), in the same
+ * transaction, and announced: gateways drop their cached copy of the tenant when they read it.
  */
 import { decodeDomainEvent, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
 import { tenants, type Plan } from './collections';
+import { recordRevocation } from './revocations';
 
 const PLANS: readonly string[] = ['free', 'starter', 'growth', 'enterprise'] satisfies Plan[];
 
-export function planChangeHandler(store: Store, logger: Logger) {
+export function planChangeHandler(store: Store, logger: Logger, announce: () => void) {
   return async (message: ReceivedMessage): Promise<void> => {
     const headerType = message.headers['event-type'];
     if (headerType !== undefined && headerType !== 'tenant.plan_changed') return;
@@ -19,17 +22,23 @@ export function planChangeHandler(store: Store, logger: Logger) {
       logger.warn({ eventId: event.id, plan }, 'plan change ignored: unknown plan');
       return;
     }
-    const col = store.collection(tenants);
     for (let i = 0; i < 5; i++) {
-      const tenant = await col.get(event.tenantId);
-      if (!tenant || (tenant.planChangedAt ?? '') >= changedAt) return;
-      // Compare-and-set on the last applied change: of two replicas applying events at once, the newer one stays.
-      const done = await col.update(
-        tenant.id,
-        { planChangedAt: tenant.planChangedAt ?? null },
-        { plan: plan as Plan, planChangedAt: changedAt, updatedAt: changedAt },
-      );
-      if (done) return;
+      const outcome = await store.transaction(async (tx) => {
+        const col = tx.collection(tenants);
+        const tenant = await col.get(event.tenantId);
+        if (!tenant || (tenant.planChangedAt ?? '') >= changedAt) return 'stale';
+        // Compare-and-set on the last applied change: of two replicas applying events at once, the newer one stays.
+        const done = await col.update(
+          tenant.id,
+          { planChangedAt: tenant.planChangedAt ?? null },
+          { plan: plan as Plan, planChangedAt: changedAt, updatedAt: changedAt },
+        );
+        if (!done) return 'raced';
+        await recordRevocation(tx, 'tenant_changed', tenant.id);
+        return 'applied';
+      });
+      if (outcome === 'applied') announce();
+      if (outcome !== 'raced') return;
     }
   };
 }

@@ -100,7 +100,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     },
   };
   const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
-  const applyPlanChange = planChangeHandler(rt.store, rt.logger);
+  const applyPlanChange = planChangeHandler(rt.store, rt.logger, deps.announceRevocation);
   const planChanges = await rt.bus.subscribe({
     group: 'identity',
     topics: [TOPICS.billing],

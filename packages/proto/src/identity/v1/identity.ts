@@ -162,7 +162,7 @@ export interface ListRevocationsRequest {
 
 export interface Revocation {
   seq: number;
-  /** api_key, session, user, tenant */
+  /** api_key, session, user, tenant (revoked); tenant_changed (the tenant's record changed; nothing revoked) */
   kind: string;
   subjectId: string;
   /** Unix milliseconds; tokens of a user issued before this are revoked */

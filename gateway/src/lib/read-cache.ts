@@ -1,0 +1,55 @@
+/**
+ * Hot reads answered by the gateway itself, each dropped as soon as the gateway reads in its owner's feed that the
+ * record changed (identity's feed for the tenant). So a cached answer is never older than the newest change this
+ * gateway has read, and the feed is read within moments of every change (identity's notice stream; REVOCATION_POLL_MS
+ * while that is down). While the feed cannot be read, nothing is answered from the cache.
+ *
+ * Two rules keep a slow answer from replacing a newer one:
+ * - every drop bumps a generation, and a load keeps its result only when the generation it started under is still
+ *   current (a change overtook it: the answer serves its own caller, as any read in flight may, and is not kept);
+ * - a load replaces a kept answer only when it started after the load that kept it (reads that start later see
+ *   the owner's state at least as new), so reads through one gateway never go back to an older value.
+ */
+export class ReadCache<V> {
+  private readonly entries = new Map<string, { value: V; until: number; loadSeq: number }>();
+  private generation = 0;
+  /** Numbers loads in the order they start. */
+  private loads = 0;
+
+  constructor(
+    private readonly options: {
+      /** A safety net only: changes drop entries at once. */
+      ttlMs: number;
+      maxEntries: number;
+      /** Whether the feed that drops entries is being read (the last read succeeded). */
+      current: () => boolean;
+    },
+  ) {}
+
+  async get(key: string, load: () => Promise<V>): Promise<V> {
+    const current = this.options.current();
+    if (current) {
+      const hit = this.entries.get(key);
+      if (hit && hit.until > Date.now()) return hit.value;
+    } else this.entries.clear();
+    const generation = this.generation;
+    const loadSeq = ++this.loads;
+    const value = await load();
+    const kept = this.entries.get(key);
+    if (current && generation === this.generation && this.options.current() && !(kept && kept.loadSeq > loadSeq)) {
+      if (!kept && this.entries.size >= this.options.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+      this.entries.set(key, { value, until: Date.now() + this.options.ttlMs, loadSeq });
+    }
+    return value;
+  }
+
+  /** The record changed: the next read loads it again, and no load in flight now is kept. */
+  drop(key: string): void {
+    this.generation++;
+    this.entries.delete(key);
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+}
