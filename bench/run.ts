@@ -18,6 +18,8 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const RESULTS = resolve(ROOT, 'bench/results/gateway-read.json');
+/** BENCH_ONLY=fastifyGrpc,systemProject: measure these scenarios only (a quick look; nothing is written). */
+const ONLY = process.env.BENCH_ONLY?.split(',');
 
 interface Scenario {
   key: string;
@@ -128,10 +130,15 @@ async function main() {
   for (const s of scenarios) await load(s.url, { connections: CONNECTIONS, seconds: 2, headers: s.headers }); // warm-up
   for (let round = 1; round <= ROUNDS; round++) {
     for (const s of scenarios) {
+      if (ONLY && !ONLY.includes(s.key)) continue;
       const r = await load(s.url, { connections: CONNECTIONS, seconds: SECONDS, headers: s.headers });
       if (r.errors || r.non2xx) throw new Error(`${s.name}: ${r.errors} errors, ${r.non2xx} non-2xx answers`);
       s.runs.push(r);
     }
+  }
+  if (ONLY) {
+    for (const s of scenarios.filter((x) => x.runs.length)) console.log(s.name.padEnd(34), s.runs.map((r) => Math.round(r.rps)).join(' / '));
+    return;
   }
   const by = Object.fromEntries(scenarios.map((s) => [s.key, s]));
   const summaries = Object.fromEntries(scenarios.map((s) => [s.key, summary(s)]));
