@@ -17,3 +17,4 @@ export * from './metrics';
 export * from './ports';
 export * from './credits';
 export * from './lease';
+export * from './feed';

@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
 
 export type Plan = 'free' | 'starter' | 'growth' | 'enterprise';
 export type Role = 'owner' | 'admin' | 'member';
@@ -77,13 +77,8 @@ export interface ApiKeyDoc {
  * An entry of the feed the gateways follow: a revoked credential, user or tenant, or (`tenant_changed`, revoking
  * nothing) a change to the tenant's record that their cached copies must drop.
  */
-export interface RevocationDoc {
-  id: string;
-  seq: number;
+export interface RevocationDoc extends FeedEntryDoc {
   kind: 'api_key' | 'session' | 'user' | 'tenant' | 'tenant_changed';
-  subjectId: string;
-  at: number;
-  createdAt: string;
 }
 
 export interface SigningKeyDoc {
@@ -137,7 +132,7 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
   indexes: [{ fields: ['hash'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
 };
 // The feed is read in seq order from a position (gateways) and newest first (the feed's look for other replicas).
-export const revocations: CollectionDef<RevocationDoc> = { name: 'revocations', sortField: 'seq', indexes: [{ fields: [] }] };
+export const revocations = feedCollection<RevocationDoc>('revocations');
 export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
 
 export const secrets: CollectionDef<SecretDoc> = {

@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
-import { egressPolicyFrom, field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { identityV1 } from '@svc/proto';
-import { ALL_COLLECTIONS } from './collections';
+import { ALL_COLLECTIONS, revocations } from './collections';
 import type { IdentityDeps } from './context';
 import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
@@ -15,7 +15,6 @@ import { FailureThrottle } from './login-guard';
 import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
 import { parseOAuthProviders } from './oidc';
-import { RevocationFeed } from './revocation-feed';
 import { SigningKeys } from './signing-keys';
 
 /** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
@@ -60,7 +59,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashQueuePerAddress,
     rt.config.passwordHashMaxWaitMs,
   );
-  const feed = new RevocationFeed(rt.store, { pollMs: rt.config.revocationPollMs, logger: rt.logger });
+  const feed = new FeedNotifier(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger });
   const deps: IdentityDeps = {
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({

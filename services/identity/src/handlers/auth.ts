@@ -4,7 +4,7 @@ import {
   type CallContext,
   domainEvent,
   DuplicateKeyError,
-  encodeCursor,
+  readFeed,
   errors,
   newId,
   nowIso,
@@ -268,11 +268,8 @@ export function authHandlers(deps: IdentityDeps) {
     },
 
     async listRevocations(req: identityV1.ListRevocationsRequest): Promise<identityV1.ListRevocationsResponse> {
-      // Keyset read after the given sequence number, oldest first; at most 1000 per call.
-      const cursor = req.afterSeq > 0 ? encodeCursor(req.afterSeq, '\uffff') : null;
-      const page = await store.collection(revocations).find({}, { order: 'asc', limit: 1000, cursor });
-      const items = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
-      return { revocations: items, lastSeq: items.length ? items[items.length - 1].seq : req.afterSeq };
+      const { entries, lastSeq } = await readFeed(store, revocations, req.afterSeq);
+      return { revocations: entries, lastSeq };
     },
   };
 }

@@ -1,0 +1,129 @@
+/**
+ * A change feed a service keeps for the gateways: small entries (kind, subject id, time) appended in the same
+ * transaction as the change they describe, read in order by `seq` (ListX), and announced over a server stream
+ * (WatchX) so that a gateway reads when there is something to read instead of polling. Identity's revocation feed
+ * (revocations, and `tenant_changed`) and projects' change feed (for the gateway's project cache) are two of them.
+ *
+ * `seq` is time-ordered (the writer's clock in microseconds, plus a counter): readers ask for everything after the
+ * last entry they saw, re-read a few seconds back to cover clock skew between writers, and dedupe.
+ */
+import { untraced } from '../untraced';
+import type { Logger } from '../logger';
+import { encodeCursor } from '../storage/cursor';
+import type { CollectionDef, Store, StoreSession } from '../storage/types';
+import { newId, nowIso } from '../ids';
+
+export interface FeedEntryDoc {
+  id: string;
+  seq: number;
+  kind: string;
+  subjectId: string;
+  /** Unix ms of the change. */
+  at: number;
+  createdAt: string;
+}
+
+export interface FeedEntry {
+  seq: number;
+  kind: string;
+  subjectId: string;
+  at: number;
+}
+
+/** The collection of a feed, ordered by `seq`. */
+export function feedCollection<T extends FeedEntryDoc = FeedEntryDoc>(name: string): CollectionDef<T> {
+  return { name, sortField: 'seq', indexes: [{ fields: [] }] };
+}
+
+let counter = 0;
+
+/** Appends an entry, inside the transaction of the change it describes. */
+export async function recordFeedEntry<T extends FeedEntryDoc>(
+  tx: StoreSession,
+  def: CollectionDef<T>,
+  kind: T['kind'],
+  subjectId: string,
+): Promise<T> {
+  const at = Date.now();
+  counter = (counter + 1) % 1000;
+  const doc = { id: newId('fe'), seq: at * 1000 + counter, kind, subjectId, at, createdAt: nowIso() } as T;
+  await tx.collection(def).insert(doc);
+  return doc;
+}
+
+/** Entries after `afterSeq`, oldest first, at most 1000, and the last sequence number read. */
+export async function readFeed<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>, afterSeq: number): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
+  const cursor = afterSeq > 0 ? encodeCursor(afterSeq, '\uffff') : null;
+  const page = await store.collection(def).find({}, { order: 'asc', limit: 1000, cursor });
+  const entries = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
+  return { entries, lastSeq: entries.length ? entries[entries.length - 1].seq : afterSeq };
+}
+
+type Notify = () => void;
+
+/**
+ * Tells the gateways that watch a feed when entries may have been appended. An entry written by this process
+ * notifies at once (`announce`); one written by another replica is found by a cheap read of the newest sequence
+ * number every `pollMs`, which runs only while some gateway is watching this replica.
+ */
+export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
+  private readonly watchers = new Set<Notify>();
+  /** Ends every open watch (the server is stopping: its streams must not hold the drain). */
+  private readonly ending = new AbortController();
+  private timer: NodeJS.Timeout | null = null;
+  private newestSeq: number | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly def: CollectionDef<T>,
+    private readonly options: { pollMs: number; logger: Logger },
+  ) {}
+
+  /** After appending an entry: every watcher hears of it now. */
+  announce(): void {
+    for (const notify of this.watchers) notify();
+  }
+
+  /** Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one per change. */
+  async watch(send: (notice: { at: number }) => Promise<void>, signal: AbortSignal): Promise<void> {
+    const notify = () => void send({ at: Date.now() });
+    this.watchers.add(notify);
+    this.pollWhileWatched();
+    try {
+      notify();
+      const done = AbortSignal.any([signal, this.ending.signal]);
+      await new Promise<void>((resolve) => (done.aborted ? resolve() : done.addEventListener('abort', () => resolve(), { once: true })));
+    } finally {
+      this.watchers.delete(notify);
+      if (this.watchers.size === 0 && this.timer) {
+        clearInterval(this.timer);
+        this.timer = null;
+      }
+    }
+  }
+
+  /** Ends every watch (each stream closes with OK; gateways reconnect to another replica) and stops reading. */
+  stop(): void {
+    this.ending.abort();
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private pollWhileWatched(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.lookForOthers(), this.options.pollMs);
+    this.timer.unref();
+  }
+
+  /** Entries appended by other replicas: the newest sequence number moved. */
+  private async lookForOthers(): Promise<void> {
+    try {
+      const page = await untraced(() => this.store.collection(this.def).find({}, { order: 'desc', limit: 1 }));
+      const seq = page.items[0]?.seq ?? 0;
+      if (this.newestSeq !== null && seq !== this.newestSeq) this.announce();
+      this.newestSeq = seq;
+    } catch (err) {
+      this.options.logger.warn({ err, feed: this.def.name }, 'feed read failed');
+    }
+  }
+}
