@@ -35,7 +35,11 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
     audience: config.jwtAudience,
     fetchJwks: jwksFrom(async () => (await clients.identity.getJwks({})).jwksJson),
   });
-  const watcher = new RevocationWatcher((afterSeq) => clients.identity.listRevocations({ afterSeq }, { deadlineMs: 2000 }), {
+  const revocationsAfter = async (afterSeq: number) => {
+    const res = await clients.identity.listRevocations({ afterSeq }, { deadlineMs: 2000 });
+    return { entries: res.revocations, lastSeq: res.lastSeq };
+  };
+  const watcher = new RevocationWatcher(revocationsAfter, {
     pollMs: config.revocationPollMs,
     logger,
     subscriber,
