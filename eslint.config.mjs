@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**'] },
+  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**', 'dist/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

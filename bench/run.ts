@@ -137,7 +137,8 @@ async function main() {
     }
   }
   if (ONLY) {
-    for (const s of scenarios.filter((x) => x.runs.length)) console.log(s.name.padEnd(34), s.runs.map((r) => Math.round(r.rps)).join(' / '));
+    for (const s of scenarios.filter((x) => x.runs.length))
+      console.log(s.name.padEnd(34), s.runs.map((r) => Math.round(r.rps)).join(' / '));
     return;
   }
   const by = Object.fromEntries(scenarios.map((s) => [s.key, s]));

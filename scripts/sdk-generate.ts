@@ -35,7 +35,7 @@ async function openApiDocument() {
     clients,
     resolver: null as never,
     limiter: null as never,
-    tenants: null as never,
+    caches: null as never,
     logger: createLogger('sdk-generate', 'silent'),
   });
   await app.ready();

@@ -5,8 +5,7 @@ import { AppError, type Logger, metrics } from '@svc/kit';
 import type { GatewayConfig } from './config';
 import type { Clients } from './clients';
 import type { CredentialResolver } from './lib/credentials';
-import type { ReadCache } from './lib/read-cache';
-import type { identityV1 } from '@svc/proto';
+import type { ReadCaches } from './lib/read-cache';
 import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
@@ -19,8 +18,8 @@ export interface GatewayDeps {
   config: GatewayConfig;
   clients: Clients;
   resolver: CredentialResolver;
-  /** The tenants of GET /tenant, kept by identity's feed (lib/read-cache.ts). */
-  tenants: ReadCache<identityV1.Tenant>;
+  /** Hot reads answered by the gateway, kept by the owners' feeds (lib/read-cache.ts). */
+  caches: ReadCaches;
   limiter: RateLimiter;
   logger: Logger;
 }

@@ -11,6 +11,8 @@ export const gatewaySpec = {
   adminToken: field('SVC_ADMIN_TOKEN', 'string', { secret: true }),
   /** How often the credential cache asks identity for revocations (Redis pub/sub makes it immediate). */
   revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
+  /** How often the project cache reads projects' change feed while its notice stream is down. */
+  feedPollMs: field('FEED_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
   instanceId: field('INSTANCE_ID', 'string'),
   region: field('REGION', 'string', { default: 'us-east' }),
   /** Comment line sent on idle server-sent event streams (chat replies) so proxies keep them open. */

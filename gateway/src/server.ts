@@ -1,14 +1,49 @@
 import Redis from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { createLogger, JwtVerifier, jwksFrom, serveMetrics } from '@svc/kit';
+import { createLogger, JwtVerifier, jwksFrom, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { buildApp } from './app';
-import { closeClients, createClients, serviceAddresses } from './clients';
+import { closeClients, createClients, serviceAddresses, type Clients } from './clients';
 import { loadGatewayConfig, type GatewayConfig } from './config';
 import { CredentialResolver } from './lib/credentials';
 import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './lib/rate-limiter';
-import { ReadCache } from './lib/read-cache';
+import { FeedFollower } from './lib/feed-follower';
+import { ReadCache, type ReadCaches } from './lib/read-cache';
 import { RevocationWatcher } from './lib/revocations';
+
+/**
+ * GET /tenant and GET /projects/:id from the gateway: identity records every change to a tenant (a plan applied, a
+ * tenant closed) in the feed the gateway already follows; projects records every change and deletion in its own.
+ */
+function readCaches(
+  clients: Clients,
+  watcher: RevocationWatcher,
+  config: GatewayConfig,
+  logger: Logger,
+): ReadCaches & { projectFeed: FeedFollower } {
+  const tenants = new ReadCache<identityV1.Tenant>({ ttlMs: 60_000, maxEntries: 10_000, current: () => watcher.current });
+  watcher.onEntry((e) => {
+    if (e.kind === 'tenant' || e.kind === 'tenant_changed') tenants.drop(e.subjectId);
+  });
+  const projectFeed = new FeedFollower(
+    async (afterSeq) => {
+      const res = await clients.projects.listProjectChanges({ afterSeq }, { deadlineMs: 2000 });
+      return { entries: res.changes, lastSeq: res.lastSeq };
+    },
+    {
+      name: 'project changes',
+      pollMs: config.feedPollMs,
+      // Only changes to what may be cached now matter: entries live a minute.
+      lookbackMs: 120_000,
+      logger,
+      watch: () => clients.projects.watchProjectChanges({}, { deadlineMs: Infinity }),
+    },
+  );
+  const projects = new ReadCache<unknown>({ ttlMs: 60_000, maxEntries: 50_000, current: () => projectFeed.current });
+  projectFeed.onEntry((e) => projects.drop(e.subjectId));
+  projectFeed.start();
+  return { tenants, projects, projectFeed };
+}
 
 export interface RunningGateway {
   app: FastifyInstance;
@@ -48,17 +83,12 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   });
   watcher.start();
   const resolver = new CredentialResolver((credential) => clients.identity.authenticate({ credential }), verifier, watcher);
-  // GET /tenant from the gateway: identity records every change to a tenant (a plan applied, a tenant closed) in the
-  // feed this gateway follows.
-  const tenants = new ReadCache<identityV1.Tenant>({ ttlMs: 60_000, maxEntries: 10_000, current: () => watcher.current });
-  watcher.onEntry((e) => {
-    if (e.kind === 'tenant' || e.kind === 'tenant_changed') tenants.drop(e.subjectId);
-  });
+  const caches = readCaches(clients, watcher, config, logger);
   const limiter: RateLimiter = redis
     ? new RedisRateLimiter(redis, config.rateLimitMax, config.rateLimitWindowS, logger)
     : new MemoryRateLimiter(config.rateLimitMax, config.rateLimitWindowS);
 
-  const app = buildApp({ config, clients, resolver, limiter, logger, tenants });
+  const app = buildApp({ config, clients, resolver, limiter, logger, caches });
   await app.listen({ port: config.port, host: config.httpHost });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
@@ -74,6 +104,7 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
     config,
     async stop() {
       watcher.stop();
+      caches.projectFeed.stop();
       exporter?.server.close();
       await app.close();
       closeClients(clients);

@@ -46,7 +46,7 @@ it('keeps serving with its bus down, reports the bus apart, and /readyz names it
     clients: { projects: client } as never,
     resolver: null as never,
     limiter: null as never,
-    tenants: null as never,
+    caches: null as never,
     logger: createLogger('gateway', 'silent'),
   });
   try {

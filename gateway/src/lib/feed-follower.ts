@@ -94,7 +94,8 @@ export class FeedFollower {
         },
         (err: Error) => {
           // Before the first read the service may simply not be up yet (everything starts at once).
-          if (!this.failing && this.everRead) this.options.logger.warn({ err: err.message, feed: this.options.name }, 'feed unreadable; retrying');
+          if (!this.failing && this.everRead)
+            this.options.logger.warn({ err: err.message, feed: this.options.name }, 'feed unreadable; retrying');
           this.failing = true;
         },
       )

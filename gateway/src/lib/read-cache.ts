@@ -1,8 +1,11 @@
+import type { identityV1 } from '@svc/proto';
+
 /**
  * Hot reads answered by the gateway itself, each dropped as soon as the gateway reads in its owner's feed that the
- * record changed (identity's feed for the tenant). So a cached answer is never older than the newest change this
- * gateway has read, and the feed is read within moments of every change (identity's notice stream; REVOCATION_POLL_MS
- * while that is down). While the feed cannot be read, nothing is answered from the cache.
+ * record changed (identity's feed for tenants, projects' feed for projects), and at once by the gateway's own
+ * writes. So a cached answer is never older than the newest change this gateway has read, and the feed is read
+ * within moments of every change (the owner's notice stream; polling while that is down). While the feed cannot be
+ * read, nothing is answered from the cache.
  *
  * Two rules keep a slow answer from replacing a newer one:
  * - every drop bumps a generation, and a load keeps its result only when the generation it started under is still
@@ -52,4 +55,10 @@ export class ReadCache<V> {
   get size(): number {
     return this.entries.size;
   }
+}
+
+/** The caches of the gateway: GET /tenant by tenant id, GET /projects/:id by `<tenant id>/<project id>`. */
+export interface ReadCaches {
+  tenants: ReadCache<identityV1.Tenant>;
+  projects: ReadCache<unknown>;
 }

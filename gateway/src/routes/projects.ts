@@ -70,7 +70,10 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     summary: 'One project',
     params: IdParams,
     response: Project,
-    handler: async ({ params, call }) => projectView((await projects.getProject({ id: params.id }, call)).project!),
+    handler: ({ params, principal, call }) =>
+      deps.caches.projects.get(`${principal.tenantId}/${params.id}`, async () =>
+        projectView((await projects.getProject({ id: params.id }, call)).project!),
+      ),
   });
 
   route(app, {
@@ -87,7 +90,12 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       language: Type.Optional(Fields.language),
     }),
     response: Project,
-    handler: async ({ params, body, call }) => projectView((await projects.updateProject({ id: params.id, ...body }, call)).project!),
+    handler: async ({ params, body, principal, call }) => {
+      const res = await projects.updateProject({ id: params.id, ...body }, call);
+      // Read-your-writes here at once; other gateways drop it when they read projects' feed.
+      deps.caches.projects.drop(`${principal.tenantId}/${params.id}`);
+      return projectView(res.project!);
+    },
   });
 
   route(app, {
@@ -99,6 +107,10 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     summary: 'Delete a project',
     params: IdParams,
     response: Obj({ id: Type.String(), deleted: Type.Boolean() }),
-    handler: async ({ params, call }) => ({ id: (await projects.deleteProject({ id: params.id }, call)).id, deleted: true }),
+    handler: async ({ params, principal, call }) => {
+      const res = await projects.deleteProject({ id: params.id }, call);
+      deps.caches.projects.drop(`${principal.tenantId}/${params.id}`);
+      return { id: res.id, deleted: true };
+    },
   });
 }

@@ -24,7 +24,7 @@ export function tenantRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     tag: 'tenant',
     summary: 'The current tenant',
     response: Tenant,
-    handler: ({ principal, call }) => deps.tenants.get(principal.tenantId, async () => (await identity.getTenant({}, call)).tenant!),
+    handler: ({ principal, call }) => deps.caches.tenants.get(principal.tenantId, async () => (await identity.getTenant({}, call)).tenant!),
   });
 
   route(app, {

@@ -1,5 +1,15 @@
 import Redis from 'ioredis';
-import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import {
+  egressPolicyFrom,
+  FeedNotifier,
+  field,
+  JwtVerifier,
+  openRuntime,
+  registration,
+  serve,
+  TOPICS,
+  type RunningService,
+} from '@svc/kit';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
 import type { IdentityDeps } from './context';

@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
 
 export interface ProjectDoc {
   id: string;
@@ -12,3 +12,9 @@ export interface ProjectDoc {
 
 /** Listed per tenant, newest first: the index serves every page at the same cost. */
 export const projects: CollectionDef<ProjectDoc> = { name: 'projects', indexes: [{ fields: ['tenantId'] }] };
+
+/** Changes to projects, for the gateways' project cache (kit feed); subject `<tenant id>/<project id>`. */
+export interface ProjectChangeDoc extends FeedEntryDoc {
+  kind: 'project_changed' | 'project_deleted';
+}
+export const projectChanges = feedCollection<ProjectChangeDoc>('project_changes');

@@ -8,13 +8,16 @@ import {
   type FieldError,
   newId,
   nowIso,
+  readFeed,
+  recordFeedEntry,
+  type FeedNotifier,
   type Store,
   type StoreSession,
   TOPICS,
   type OutboxRelay,
 } from '@svc/kit';
 import type { eventsV1, projectsV1 } from '@svc/proto';
-import { projects, type ProjectDoc } from './collections';
+import { projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
 
 const LIMITS = { name: [1, 200], description: [0, 5000], language: [0, 50] } as const;
 
@@ -50,8 +53,13 @@ async function emit(tx: StoreSession, type: string, tenantId: string, data: even
  * Writes need `projects:write` here too, whoever holds the token (a run's delegated token included). Reads are
  * gated by the gateway's policy only: agents and chat read the project a caller names under `agents:*` scopes.
  */
-export function projectHandlers(store: Store, relay: OutboxRelay, maxProjectsPerTenant = 1000) {
+export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNotifier<ProjectChangeDoc>, maxProjectsPerTenant = 1000) {
   const col = store.collection(projects);
+  /** After a commit that changed or deleted a project: outbox relay and gateway watchers hear of it now. */
+  const changed = () => {
+    relay.notify();
+    feed.announce();
+  };
 
   return {
     async createProject(req: projectsV1.CreateProjectRequest, ctx: CallContext): Promise<projectsV1.CreateProjectResponse> {
@@ -94,11 +102,13 @@ export function projectHandlers(store: Store, relay: OutboxRelay, maxProjectsPer
       const f = checkFields({ name: req.name, description: req.description, language: req.language });
       const updated = await store.transaction(async (tx) => {
         const doc = await tx.collection(projects).update(req.id, { tenantId: auth.tid }, { ...f, updatedAt: nowIso() });
-        if (doc) await emit(tx, 'project.updated', auth.tid, projectData(doc));
+        if (!doc) return null;
+        await emit(tx, 'project.updated', auth.tid, projectData(doc));
+        await recordFeedEntry(tx, projectChanges, 'project_changed', `${auth.tid}/${doc.id}`);
         return doc;
       });
       if (!updated) throw errors.notFound('project', req.id);
-      relay.notify();
+      changed();
       return { project: toProject(updated) };
     },
 
@@ -106,12 +116,26 @@ export function projectHandlers(store: Store, relay: OutboxRelay, maxProjectsPer
       const { auth } = authed(ctx, 'projects:write');
       const deleted = await store.transaction(async (tx) => {
         const ok = await tx.collection(projects).delete(req.id, { tenantId: auth.tid });
-        if (ok) await emit(tx, 'project.deleted', auth.tid, { $case: 'deleted', value: { id: req.id } });
-        return ok;
+        if (!ok) return false;
+        await emit(tx, 'project.deleted', auth.tid, { $case: 'deleted', value: { id: req.id } });
+        await recordFeedEntry(tx, projectChanges, 'project_deleted', `${auth.tid}/${req.id}`);
+        return true;
       });
       if (!deleted) throw errors.notFound('project', req.id);
-      relay.notify();
+      changed();
       return { id: req.id };
     },
+
+    async listProjectChanges(req: projectsV1.ListProjectChangesRequest): Promise<projectsV1.ListProjectChangesResponse> {
+      const { entries, lastSeq } = await readFeed(store, projectChanges, req.afterSeq);
+      return { changes: entries, lastSeq };
+    },
+
+    watchProjectChanges: (
+      _req: projectsV1.WatchProjectChangesRequest,
+      _ctx: unknown,
+      send: (m: projectsV1.WatchProjectChangesResponse) => Promise<void>,
+      signal: AbortSignal,
+    ) => feed.watch(send, signal),
   };
 }

@@ -1,24 +1,28 @@
-import { field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { projectsV1 } from '@svc/proto';
-import { projects } from './collections';
+import { projectChanges, projects } from './collections';
 import { projectHandlers } from './handlers';
 
 const config = {
   maxProjectsPerTenant: field('PROJECTS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
+  feedPollMs: field('FEED_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
 };
 
 export async function startProjects(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects], env });
+  const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects, projectChanges], env });
   const { verifier, identity } = identityVerifier(rt.config);
+  const feed = new FeedNotifier(rt.store, projectChanges, { pollMs: rt.config.feedPollMs, logger: rt.logger });
   return serve(rt, {
     verifier,
     healthNames: ['projects.v1.ProjectsService'],
     registrations: [
       registration({
         definition: projectsV1.ProjectsServiceService,
-        implementation: projectHandlers(rt.store, rt.relay, rt.config.maxProjectsPerTenant),
+        implementation: projectHandlers(rt.store, rt.relay, feed, rt.config.maxProjectsPerTenant),
+        publicMethods: ['listProjectChanges', 'watchProjectChanges'],
       }),
     ],
+    beforeStop: () => feed.stop(),
     onStop: async () => identity.close(),
   });
 }

@@ -52,7 +52,11 @@ export async function recordFeedEntry<T extends FeedEntryDoc>(
 }
 
 /** Entries after `afterSeq`, oldest first, at most 1000, and the last sequence number read. */
-export async function readFeed<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>, afterSeq: number): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
+export async function readFeed<T extends FeedEntryDoc>(
+  store: Store,
+  def: CollectionDef<T>,
+  afterSeq: number,
+): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
   const cursor = afterSeq > 0 ? encodeCursor(afterSeq, '\uffff') : null;
   const page = await store.collection(def).find({}, { order: 'asc', limit: 1000, cursor });
   const entries = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
@@ -60,6 +64,10 @@ export async function readFeed<T extends FeedEntryDoc>(store: Store, def: Collec
 }
 
 type Notify = () => void;
+
+/** Longer than any reader looks back (gateways: 2 h, beyond the longest access token). */
+const RETAIN_MS = 3 * 3600_000;
+const PRUNE_EVERY_MS = 10 * 60_000;
 
 /**
  * Tells the gateways that watch a feed when entries may have been appended. An entry written by this process
@@ -72,16 +80,35 @@ export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
   private readonly ending = new AbortController();
   private timer: NodeJS.Timeout | null = null;
   private newestSeq: number | null = null;
+  private prunedAt = Date.now();
 
   constructor(
     private readonly store: Store,
     private readonly def: CollectionDef<T>,
-    private readonly options: { pollMs: number; logger: Logger },
+    private readonly options: { pollMs: number; logger: Logger; retainMs?: number },
   ) {}
 
-  /** After appending an entry: every watcher hears of it now. */
+  /** After appending an entry: every watcher hears of it now. Now and then, entries no reader needs go. */
   announce(): void {
     for (const notify of this.watchers) notify();
+    if (Date.now() - this.prunedAt > PRUNE_EVERY_MS) {
+      this.prunedAt = Date.now();
+      void untraced(() => this.prune()).catch((err: unknown) =>
+        this.options.logger.warn({ err, feed: this.def.name }, 'feed prune failed'),
+      );
+    }
+  }
+
+  /** Deletes entries older than `retainMs` (several replicas may do it at once: deleting by id is idempotent). */
+  async prune(): Promise<number> {
+    const cutoff = Date.now() - (this.options.retainMs ?? RETAIN_MS);
+    let deleted = 0;
+    for (;;) {
+      const page = await this.store.collection(this.def).find({}, { order: 'asc', limit: 500 });
+      const old = page.items.filter((e) => e.at < cutoff);
+      for (const e of old) if (await this.store.collection(this.def).delete(e.id)) deleted++;
+      if (old.length < page.items.length || old.length === 0) return deleted;
+    }
   }
 
   /** Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one per change. */

@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -78,6 +80,33 @@ export interface DeleteProjectRequest {
 
 export interface DeleteProjectResponse {
   id: string;
+}
+
+export interface ProjectChange {
+  seq: number;
+  /** project_changed, project_deleted */
+  kind: string;
+  /** "<tenant id>/<project id>" */
+  subjectId: string;
+  /** Unix milliseconds */
+  at: number;
+}
+
+export interface ListProjectChangesRequest {
+  afterSeq: number;
+}
+
+export interface ListProjectChangesResponse {
+  changes: ProjectChange[];
+  lastSeq: number;
+}
+
+export interface WatchProjectChangesRequest {
+}
+
+export interface WatchProjectChangesResponse {
+  /** Unix milliseconds when projects sent the notice */
+  at: number;
 }
 
 function createBaseProject(): Project {
@@ -1037,6 +1066,410 @@ export const DeleteProjectResponse: MessageFns<DeleteProjectResponse> = {
   },
 };
 
+function createBaseProjectChange(): ProjectChange {
+  return { seq: 0, kind: "", subjectId: "", at: 0 };
+}
+
+export const ProjectChange: MessageFns<ProjectChange> = {
+  encode(message: ProjectChange, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.seq !== 0) {
+      writer.uint32(8).int64(message.seq);
+    }
+    if (message.kind !== "") {
+      writer.uint32(18).string(message.kind);
+    }
+    if (message.subjectId !== "") {
+      writer.uint32(26).string(message.subjectId);
+    }
+    if (message.at !== 0) {
+      writer.uint32(32).int64(message.at);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProjectChange {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProjectChange();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subjectId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.at = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProjectChange {
+    return {
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      subjectId: isSet(object.subjectId)
+        ? globalThis.String(object.subjectId)
+        : isSet(object.subject_id)
+        ? globalThis.String(object.subject_id)
+        : "",
+      at: isSet(object.at) ? globalThis.Number(object.at) : 0,
+    };
+  },
+
+  toJSON(message: ProjectChange): unknown {
+    const obj: any = {};
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.subjectId !== "") {
+      obj.subjectId = message.subjectId;
+    }
+    if (message.at !== 0) {
+      obj.at = Math.round(message.at);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ProjectChange>): ProjectChange {
+    return ProjectChange.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ProjectChange>): ProjectChange {
+    const message = createBaseProjectChange();
+    message.seq = object.seq ?? 0;
+    message.kind = object.kind ?? "";
+    message.subjectId = object.subjectId ?? "";
+    message.at = object.at ?? 0;
+    return message;
+  },
+};
+
+function createBaseListProjectChangesRequest(): ListProjectChangesRequest {
+  return { afterSeq: 0 };
+}
+
+export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = {
+  encode(message: ListProjectChangesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.afterSeq !== 0) {
+      writer.uint32(8).int64(message.afterSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProjectChangesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProjectChangesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.afterSeq = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProjectChangesRequest {
+    return {
+      afterSeq: isSet(object.afterSeq)
+        ? globalThis.Number(object.afterSeq)
+        : isSet(object.after_seq)
+        ? globalThis.Number(object.after_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: ListProjectChangesRequest): unknown {
+    const obj: any = {};
+    if (message.afterSeq !== 0) {
+      obj.afterSeq = Math.round(message.afterSeq);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListProjectChangesRequest>): ListProjectChangesRequest {
+    return ListProjectChangesRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListProjectChangesRequest>): ListProjectChangesRequest {
+    const message = createBaseListProjectChangesRequest();
+    message.afterSeq = object.afterSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseListProjectChangesResponse(): ListProjectChangesResponse {
+  return { changes: [], lastSeq: 0 };
+}
+
+export const ListProjectChangesResponse: MessageFns<ListProjectChangesResponse> = {
+  encode(message: ListProjectChangesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.changes) {
+      ProjectChange.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.lastSeq !== 0) {
+      writer.uint32(16).int64(message.lastSeq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProjectChangesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProjectChangesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.changes.push(ProjectChange.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.lastSeq = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListProjectChangesResponse {
+    return {
+      changes: globalThis.Array.isArray(object?.changes)
+        ? object.changes.map((e: any) => ProjectChange.fromJSON(e))
+        : [],
+      lastSeq: isSet(object.lastSeq)
+        ? globalThis.Number(object.lastSeq)
+        : isSet(object.last_seq)
+        ? globalThis.Number(object.last_seq)
+        : 0,
+    };
+  },
+
+  toJSON(message: ListProjectChangesResponse): unknown {
+    const obj: any = {};
+    if (message.changes?.length) {
+      obj.changes = message.changes.map((e) => ProjectChange.toJSON(e));
+    }
+    if (message.lastSeq !== 0) {
+      obj.lastSeq = Math.round(message.lastSeq);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListProjectChangesResponse>): ListProjectChangesResponse {
+    return ListProjectChangesResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListProjectChangesResponse>): ListProjectChangesResponse {
+    const message = createBaseListProjectChangesResponse();
+    message.changes = object.changes?.map((e) => ProjectChange.fromPartial(e)) || [];
+    message.lastSeq = object.lastSeq ?? 0;
+    return message;
+  },
+};
+
+function createBaseWatchProjectChangesRequest(): WatchProjectChangesRequest {
+  return {};
+}
+
+export const WatchProjectChangesRequest: MessageFns<WatchProjectChangesRequest> = {
+  encode(_: WatchProjectChangesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchProjectChangesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchProjectChangesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): WatchProjectChangesRequest {
+    return {};
+  },
+
+  toJSON(_: WatchProjectChangesRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchProjectChangesRequest>): WatchProjectChangesRequest {
+    return WatchProjectChangesRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<WatchProjectChangesRequest>): WatchProjectChangesRequest {
+    const message = createBaseWatchProjectChangesRequest();
+    return message;
+  },
+};
+
+function createBaseWatchProjectChangesResponse(): WatchProjectChangesResponse {
+  return { at: 0 };
+}
+
+export const WatchProjectChangesResponse: MessageFns<WatchProjectChangesResponse> = {
+  encode(message: WatchProjectChangesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.at !== 0) {
+      writer.uint32(8).int64(message.at);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchProjectChangesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchProjectChangesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.at = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchProjectChangesResponse {
+    return { at: isSet(object.at) ? globalThis.Number(object.at) : 0 };
+  },
+
+  toJSON(message: WatchProjectChangesResponse): unknown {
+    const obj: any = {};
+    if (message.at !== 0) {
+      obj.at = Math.round(message.at);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchProjectChangesResponse>): WatchProjectChangesResponse {
+    return WatchProjectChangesResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WatchProjectChangesResponse>): WatchProjectChangesResponse {
+    const message = createBaseWatchProjectChangesResponse();
+    message.at = object.at ?? 0;
+    return message;
+  },
+};
+
 /** Projects of a tenant (spec 4.1). Every call carries the caller's JWT; the tenant comes from it. */
 export type ProjectsServiceService = typeof ProjectsServiceService;
 export const ProjectsServiceService = {
@@ -1090,6 +1523,33 @@ export const ProjectsServiceService = {
       Buffer.from(DeleteProjectResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteProjectResponse => DeleteProjectResponse.decode(value),
   },
+  /**
+   * The change feed the gateways follow to keep their project cache: entries after a sequence number, oldest first,
+   * at most 1000. Called by the gateways without a token (the network policy admits only them).
+   */
+  listProjectChanges: {
+    path: "/projects.v1.ProjectsService/ListProjectChanges" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListProjectChangesRequest): Buffer =>
+      Buffer.from(ListProjectChangesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListProjectChangesRequest => ListProjectChangesRequest.decode(value),
+    responseSerialize: (value: ListProjectChangesResponse): Buffer =>
+      Buffer.from(ListProjectChangesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListProjectChangesResponse => ListProjectChangesResponse.decode(value),
+  },
+  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  watchProjectChanges: {
+    path: "/projects.v1.ProjectsService/WatchProjectChanges" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: WatchProjectChangesRequest): Buffer =>
+      Buffer.from(WatchProjectChangesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WatchProjectChangesRequest => WatchProjectChangesRequest.decode(value),
+    responseSerialize: (value: WatchProjectChangesResponse): Buffer =>
+      Buffer.from(WatchProjectChangesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WatchProjectChangesResponse => WatchProjectChangesResponse.decode(value),
+  },
 } as const;
 
 export interface ProjectsServiceServer extends UntypedServiceImplementation {
@@ -1099,6 +1559,13 @@ export interface ProjectsServiceServer extends UntypedServiceImplementation {
   getProject: handleUnaryCall<GetProjectRequest, GetProjectResponse>;
   updateProject: handleUnaryCall<UpdateProjectRequest, UpdateProjectResponse>;
   deleteProject: handleUnaryCall<DeleteProjectRequest, DeleteProjectResponse>;
+  /**
+   * The change feed the gateways follow to keep their project cache: entries after a sequence number, oldest first,
+   * at most 1000. Called by the gateways without a token (the network policy admits only them).
+   */
+  listProjectChanges: handleUnaryCall<ListProjectChangesRequest, ListProjectChangesResponse>;
+  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  watchProjectChanges: handleServerStreamingCall<WatchProjectChangesRequest, WatchProjectChangesResponse>;
 }
 
 export interface ProjectsServiceClient extends Client {
@@ -1178,6 +1645,35 @@ export interface ProjectsServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteProjectResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * The change feed the gateways follow to keep their project cache: entries after a sequence number, oldest first,
+   * at most 1000. Called by the gateways without a token (the network policy admits only them).
+   */
+  listProjectChanges(
+    request: ListProjectChangesRequest,
+    callback: (error: ServiceError | null, response: ListProjectChangesResponse) => void,
+  ): ClientUnaryCall;
+  listProjectChanges(
+    request: ListProjectChangesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListProjectChangesResponse) => void,
+  ): ClientUnaryCall;
+  listProjectChanges(
+    request: ListProjectChangesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListProjectChangesResponse) => void,
+  ): ClientUnaryCall;
+  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  watchProjectChanges(
+    request: WatchProjectChangesRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchProjectChangesResponse>;
+  watchProjectChanges(
+    request: WatchProjectChangesRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<WatchProjectChangesResponse>;
 }
 
 export const ProjectsServiceClient = makeGenericClientConstructor(
@@ -1197,6 +1693,17 @@ export type DeepPartial<T> = T extends Builtin ? T
   : T extends { $case: string; value: unknown } ? { $case: T["$case"]; value?: DeepPartial<T["value"]> }
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

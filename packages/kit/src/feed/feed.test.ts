@@ -1,0 +1,61 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger } from '../logger';
+import { openStore } from '../storage';
+import type { Store } from '../storage/types';
+import { FeedNotifier, feedCollection, readFeed, recordFeedEntry } from './index';
+
+const feed = feedCollection('changes');
+let dir: string;
+let store: Store;
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'feed-'));
+  store = await openStore({ dbName: 'feed', sqlitePath: join(dir, 'feed.db') });
+});
+afterEach(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+it('reads entries after a sequence number, oldest first, only once committed', async () => {
+  const first = await store.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 't1/p1'));
+  await store
+    .transaction(async (tx) => {
+      await recordFeedEntry(tx, feed, 'changed', 't1/rolled-back');
+      throw new Error('abort');
+    })
+    .catch(() => undefined);
+  const second = await store.transaction((tx) => recordFeedEntry(tx, feed, 'deleted', 't2/p2'));
+  expect(second.seq).toBeGreaterThan(first.seq);
+  const all = await readFeed(store, feed, 0);
+  expect(all.entries.map((e) => [e.kind, e.subjectId])).toEqual([
+    ['changed', 't1/p1'],
+    ['deleted', 't2/p2'],
+  ]);
+  expect(all.lastSeq).toBe(second.seq);
+  expect((await readFeed(store, feed, first.seq)).entries.map((e) => e.subjectId)).toEqual(['t2/p2']);
+  expect(await readFeed(store, feed, second.seq)).toEqual({ entries: [], lastSeq: second.seq });
+});
+
+it('notifies a watcher at once, then on every announce, and stops with the notifier', async () => {
+  const notifier = new FeedNotifier(store, feed, { pollMs: 1000, logger: createLogger('test', 'silent') });
+  const notices: number[] = [];
+  const watching = notifier.watch(async (n) => void notices.push(n.at), new AbortController().signal);
+  expect(notices).toHaveLength(1);
+  notifier.announce();
+  notifier.announce();
+  expect(notices).toHaveLength(3);
+  notifier.stop();
+  await watching;
+});
+
+it('prunes entries older than retainMs and keeps the rest', async () => {
+  const notifier = new FeedNotifier(store, feed, { pollMs: 1000, logger: createLogger('test', 'silent'), retainMs: 60_000 });
+  const old = { seq: 1, kind: 'changed', subjectId: 'old', at: Date.now() - 120_000, createdAt: new Date().toISOString() };
+  for (let i = 0; i < 3; i++) await store.collection(feed).insert({ ...old, id: `old${i}`, seq: i + 1 });
+  await store.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 'new'));
+  expect(await notifier.prune()).toBe(3);
+  expect((await readFeed(store, feed, 0)).entries.map((e) => e.subjectId)).toEqual(['new']);
+});
