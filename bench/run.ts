@@ -1,6 +1,7 @@
 /**
- * `npm run bench` (first part): authenticated reads through the system (`GET /api/v1/tenant`: the gateway, then one
- * gRPC call to identity; `GET /api/v1/projects/:id`: one call to projects) against two baselines, bare Fastify and
+ * `npm run bench` (first part): authenticated reads through the system (`GET /api/v1/tenant` and
+ * `GET /api/v1/projects/:id`, answered from the gateway's cache once warm; `GET /api/v1/projects?limit=1`, one gRPC
+ * call to projects and its store on every request) against two baselines, bare Fastify and
  * bare Fastify making one grpc-js call to a trivial server, measured side by side in one run with autocannon from a
  * separate process. The system is the whole of `npm start` (the compiled launcher, every service and its background
  * workers, the default layout), since their pollers compete with the request path on a small machine. A second,
@@ -117,6 +118,14 @@ async function main() {
     { key: 'systemApiKey', name: 'system: GET /tenant, API key', url: system.url, headers: bearer(system.apiKey), runs: [] },
     { key: 'systemJwt', name: 'system: GET /tenant, access token', url: system.url, headers: bearer(system.accessToken), runs: [] },
     { key: 'systemProject', name: 'system: GET /projects/:id, API key', url: system.projectUrl, headers: bearer(system.apiKey), runs: [] },
+    // Not cached by the gateway: every request reaches projects and its store.
+    {
+      key: 'systemProjectList',
+      name: 'system: GET /projects, not cached',
+      url: system.projectUrl.replace(/\/[^/]+$/, '?limit=1'),
+      headers: bearer(system.apiKey),
+      runs: [],
+    },
     { key: 'oneProcessFastifyGrpc', name: '1 process: Fastify + grpc-js', url: local(frontOne.port), runs: [] },
     { key: 'oneProcessSystemApiKey', name: '1 process: system, API key', url: systemOne.url, headers: bearer(systemOne.apiKey), runs: [] },
     {
@@ -167,6 +176,7 @@ async function main() {
       systemApiKeyVsFastifyGrpc: ratio('systemApiKey', 'fastifyGrpc'),
       systemJwtVsFastifyGrpc: ratio('systemJwt', 'fastifyGrpc'),
       systemProjectVsFastifyGrpc: ratio('systemProject', 'fastifyGrpc'),
+      systemProjectListVsFastifyGrpc: ratio('systemProjectList', 'fastifyGrpc'),
       fastifyGrpcVsBare: ratio('fastifyGrpc', 'bareFastify'),
       oneProcessSystemApiKeyVsFastifyGrpc: ratio('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
       oneProcessSystemJwtVsFastifyGrpc: ratio('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
@@ -175,11 +185,16 @@ async function main() {
       systemApiKeyVsFastifyGrpc: paired('systemApiKey', 'fastifyGrpc'),
       systemJwtVsFastifyGrpc: paired('systemJwt', 'fastifyGrpc'),
       systemProjectVsFastifyGrpc: paired('systemProject', 'fastifyGrpc'),
+      systemProjectListVsFastifyGrpc: paired('systemProjectList', 'fastifyGrpc'),
       oneProcessSystemApiKeyVsFastifyGrpc: paired('oneProcessSystemApiKey', 'oneProcessFastifyGrpc'),
       oneProcessSystemJwtVsFastifyGrpc: paired('oneProcessSystemJwt', 'oneProcessFastifyGrpc'),
     },
   };
-  console.log('\nratios', result.ratios, '(targets: /tenant >= 0.85, /projects/:id >= 0.9 of Fastify+gRPC)');
+  console.log(
+    '\nratios',
+    result.ratios,
+    '(targets: /tenant >= 0.85, /projects/:id >= 0.9 of Fastify+gRPC; both answered from the gateway cache, the list is not)',
+  );
   console.log('per-round ratios (median, min, max)', result.pairedRatios);
   if (existsSync(RESULTS)) {
     const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;

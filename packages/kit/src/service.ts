@@ -34,6 +34,11 @@ export interface ServiceRuntime<S extends ConfigSpec> {
   bus: EventBus;
   relay: OutboxRelay;
   box: SecretBox;
+  /**
+   * On the embedded store: calls `hint` soon after any process commits to it (debounced), and returns the function
+   * that stops. Absent on MongoDB. For work that other replicas' writes create (the relay, feed notifiers).
+   */
+  wake?: (hint: () => void) => () => void;
 }
 
 export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<S>): Promise<ServiceRuntime<S>> {
@@ -66,13 +71,14 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
+  const wake = store.kind === 'sqlite' ? (hint: () => void) => watchWrites(sqlitePath, hint, 200) : undefined;
   const relay = new OutboxRelay(store, bus, {
     onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry'),
     // Other replicas' commits wake the relay (debounced), so its safety poll can be slow.
-    wake: store.kind === 'sqlite' ? (hint) => watchWrites(sqlitePath, hint, 200) : undefined,
+    wake,
   });
   const box = loadSecretBox(config.masterKey, config.dataDir, config.nodeEnv === 'production');
-  return { name: options.name, config, logger, store, bus, relay, box };
+  return { name: options.name, config, logger, store, bus, relay, box, wake };
 }
 
 /** How long a store or bus ping may take before the health check counts it as down. */

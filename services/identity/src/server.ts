@@ -69,7 +69,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashQueuePerAddress,
     rt.config.passwordHashMaxWaitMs,
   );
-  const feed = new FeedNotifier(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger });
+  const feed = new FeedNotifier(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
   const deps: IdentityDeps = {
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({

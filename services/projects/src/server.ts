@@ -11,7 +11,7 @@ const config = {
 export async function startProjects(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
   const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects, projectChanges], env });
   const { verifier, identity } = identityVerifier(rt.config);
-  const feed = new FeedNotifier(rt.store, projectChanges, { pollMs: rt.config.feedPollMs, logger: rt.logger });
+  const feed = new FeedNotifier(rt.store, projectChanges, { pollMs: rt.config.feedPollMs, logger: rt.logger, wake: rt.wake });
   return serve(rt, {
     verifier,
     healthNames: ['projects.v1.ProjectsService'],

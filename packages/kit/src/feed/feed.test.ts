@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger } from '../logger';
 import { openStore } from '../storage';
+import { watchWrites } from '../storage/watch-writes';
 import type { Store } from '../storage/types';
 import { FeedNotifier, feedCollection, readFeed, recordFeedEntry } from './index';
 
@@ -58,4 +59,27 @@ it('prunes entries older than retainMs and keeps the rest', async () => {
   await store.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 'new'));
   expect(await notifier.prune()).toBe(3);
   expect((await readFeed(store, feed, 0)).entries.map((e) => e.subjectId)).toEqual(['new']);
+});
+
+it("hears of another replica's entry through the store's write notices, without announce", async () => {
+  const path = join(dir, 'feed.db');
+  const notifier = new FeedNotifier(store, feed, {
+    pollMs: 60_000, // so that only the write notice can tell it within the test
+    logger: createLogger('test', 'silent'),
+    wake: (hint) => watchWrites(path, hint, 20),
+  });
+  const notices: number[] = [];
+  const watching = notifier.watch(async (n) => void notices.push(n.at), new AbortController().signal);
+  // The first look records the newest entry; a later write by another connection moves it.
+  await new Promise((r) => setTimeout(r, 100));
+  await store.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 'before'));
+  await new Promise((r) => setTimeout(r, 200));
+  const other = await openStore({ dbName: 'feed', sqlitePath: path });
+  const before = notices.length;
+  await other.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 'from another replica'));
+  for (let i = 0; i < 100 && notices.length === before; i++) await new Promise((r) => setTimeout(r, 20));
+  expect(notices.length).toBeGreaterThan(before);
+  await other.close();
+  notifier.stop();
+  await watching;
 });

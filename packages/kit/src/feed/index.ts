@@ -68,24 +68,28 @@ type Notify = () => void;
 /** Longer than any reader looks back (gateways: 2 h, beyond the longest access token). */
 const RETAIN_MS = 3 * 3600_000;
 const PRUNE_EVERY_MS = 10 * 60_000;
+/** Beside write notices, which are hints (one can be missed). */
+const SAFETY_POLL_MS = 5000;
 
 /**
  * Tells the gateways that watch a feed when entries may have been appended. An entry written by this process
  * notifies at once (`announce`); one written by another replica is found by a cheap read of the newest sequence
- * number every `pollMs`, which runs only while some gateway is watching this replica.
+ * number, which runs only while some gateway is watching this replica: after every commit to the store when `wake`
+ * reports them (the embedded store), with a safety poll every few seconds beside it; every `pollMs` otherwise.
  */
 export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
   private readonly watchers = new Set<Notify>();
   /** Ends every open watch (the server is stopping: its streams must not hold the drain). */
   private readonly ending = new AbortController();
   private timer: NodeJS.Timeout | null = null;
+  private unwake: (() => void) | null = null;
   private newestSeq: number | null = null;
   private prunedAt = Date.now();
 
   constructor(
     private readonly store: Store,
     private readonly def: CollectionDef<T>,
-    private readonly options: { pollMs: number; logger: Logger; retainMs?: number },
+    private readonly options: { pollMs: number; logger: Logger; retainMs?: number; wake?: (hint: () => void) => () => void },
   ) {}
 
   /** After appending an entry: every watcher hears of it now. Now and then, entries no reader needs go. */
@@ -122,24 +126,29 @@ export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
       await new Promise<void>((resolve) => (done.aborted ? resolve() : done.addEventListener('abort', () => resolve(), { once: true })));
     } finally {
       this.watchers.delete(notify);
-      if (this.watchers.size === 0 && this.timer) {
-        clearInterval(this.timer);
-        this.timer = null;
-      }
+      if (this.watchers.size === 0) this.stopLooking();
     }
   }
 
   /** Ends every watch (each stream closes with OK; gateways reconnect to another replica) and stops reading. */
   stop(): void {
     this.ending.abort();
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.stopLooking();
   }
 
   private pollWhileWatched(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => void this.lookForOthers(), this.options.pollMs);
+    const { wake, pollMs } = this.options;
+    this.unwake = wake?.(() => void this.lookForOthers()) ?? null;
+    this.timer = setInterval(() => void this.lookForOthers(), wake ? Math.max(pollMs, SAFETY_POLL_MS) : pollMs);
     this.timer.unref();
+  }
+
+  private stopLooking(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.unwake?.();
+    this.unwake = null;
   }
 
   /** Entries appended by other replicas: the newest sequence number moved. */
