@@ -21,7 +21,7 @@ function readCaches(
   config: GatewayConfig,
   logger: Logger,
 ): ReadCaches & { projectFeed: FeedFollower } {
-  const tenants = new ReadCache<identityV1.Tenant>({ ttlMs: 60_000, maxEntries: 10_000, current: () => watcher.current });
+  const tenants = new ReadCache<identityV1.Tenant>({ name: 'tenants', ttlMs: 60_000, maxEntries: 10_000, current: () => watcher.current });
   watcher.onEntry((e) => {
     if (e.kind === 'tenant' || e.kind === 'tenant_changed') tenants.drop(e.subjectId);
   });
@@ -39,7 +39,7 @@ function readCaches(
       watch: () => clients.projects.watchProjectChanges({}, { deadlineMs: Infinity }),
     },
   );
-  const projects = new ReadCache<unknown>({ ttlMs: 60_000, maxEntries: 50_000, current: () => projectFeed.current });
+  const projects = new ReadCache<unknown>({ name: 'projects', ttlMs: 60_000, maxEntries: 50_000, current: () => projectFeed.current });
   projectFeed.onEntry((e) => projects.drop(e.subjectId));
   projectFeed.start();
   return { tenants, projects, projectFeed };

@@ -41,6 +41,8 @@ it('counts requests by route template and status, gRPC calls by method and code,
   expect(created.status).toBe(201);
   expect((await api.get(`/api/v1/projects/${created.body.data.id}`, { token: owner.accessToken })).status).toBe(200);
   expect((await api.get('/api/v1/projects/prj_missing', { token: owner.accessToken })).status).toBe(404);
+  // Read again: from the gateway's cache this time.
+  expect((await api.get(`/api/v1/projects/${created.body.data.id}`, { token: owner.accessToken })).status).toBe(200);
   let limited = 0;
   for (let i = 0; i < 8; i++) if ((await api.get('/api/v1/tenant', { token: owner.accessToken })).status === 429) limited++;
   expect(limited).toBeGreaterThan(0);
@@ -48,12 +50,15 @@ it('counts requests by route template and status, gRPC calls by method and code,
   const moved = (name: string, labels: Record<string, string>) => valueOf(after, name, labels) - valueOf(before, name, labels);
 
   expect(moved('http_requests_total', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
-  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '200' })).toBe(1);
+  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '200' })).toBe(2);
   expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '404' })).toBe(1);
   expect(moved('http_request_duration_seconds_count', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
   expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/CreateProject', code: 'OK' })).toBe(1);
   expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'NOT_FOUND' })).toBe(1);
   expect(moved('rate_limit_rejections_total', { reason: 'rate_limit' })).toBe(limited);
+  expect(moved('gateway_read_cache_total', { cache: 'projects', outcome: 'miss' })).toBe(2);
+  expect(moved('gateway_read_cache_total', { cache: 'projects', outcome: 'hit' })).toBe(1);
+  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'OK' })).toBe(1);
   // No raw ids in labels: one series per route, whatever the id.
   expect(after).not.toContain(created.body.data.id);
   // The process metrics and the event-loop delay are there too, and the outbox and bus series exist.

@@ -8,7 +8,7 @@ function deferred<V>() {
 }
 
 function cache(options: Partial<{ ttlMs: number; maxEntries: number; current: () => boolean }> = {}) {
-  return new ReadCache<string>({ ttlMs: 60_000, maxEntries: 100, current: () => true, ...options });
+  return new ReadCache<string>({ name: 'test', ttlMs: 60_000, maxEntries: 100, current: () => true, ...options });
 }
 
 it('answers from the cache after the first load, and loads again after a drop', async () => {

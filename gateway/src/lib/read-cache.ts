@@ -1,3 +1,4 @@
+import { metrics } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 
 /**
@@ -18,23 +19,37 @@ export class ReadCache<V> {
   private generation = 0;
   /** Numbers loads in the order they start. */
   private loads = 0;
+  /** Bound once: a label lookup per read would cost more than the hit. */
+  private readonly counted: Record<'hit' | 'miss' | 'bypass', { inc(): void }>;
 
   constructor(
     private readonly options: {
+      /** Names the cache in metrics. */
+      name: string;
       /** A safety net only: changes drop entries at once. */
       ttlMs: number;
       maxEntries: number;
       /** Whether the feed that drops entries is being read (the last read succeeded). */
       current: () => boolean;
     },
-  ) {}
+  ) {
+    const counter = (outcome: string) => metrics.readCache.labels(options.name, outcome);
+    this.counted = { hit: counter('hit'), miss: counter('miss'), bypass: counter('bypass') };
+  }
 
   async get(key: string, load: () => Promise<V>): Promise<V> {
     const current = this.options.current();
     if (current) {
       const hit = this.entries.get(key);
-      if (hit && hit.until > Date.now()) return hit.value;
-    } else this.entries.clear();
+      if (hit && hit.until > Date.now()) {
+        this.counted.hit.inc();
+        return hit.value;
+      }
+      this.counted.miss.inc();
+    } else {
+      this.counted.bypass.inc();
+      this.entries.clear();
+    }
     const generation = this.generation;
     const loadSeq = ++this.loads;
     const value = await load();

@@ -43,6 +43,12 @@ export const metrics = {
     buckets: SECONDS,
     registers: [registry],
   }),
+  readCache: new client.Counter({
+    name: 'gateway_read_cache_total',
+    help: "Reads the gateway's caches saw, by cache (tenants, projects) and outcome (hit; miss: loaded from the service; bypass: the feed is not being read)",
+    labelNames: ['cache', 'outcome'] as const,
+    registers: [registry],
+  }),
   outboxPublished: new client.Counter({
     name: 'outbox_events_published_total',
     help: 'Domain events the outbox relay handed to the bus',
