@@ -159,6 +159,7 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
     objects = kustomize(`deploy/k8s/overlays/${overlay}`);
   });
 
+  // kubernetes-models accepts unknown fields (the API's schemas are open); these closed shapes catch a misspelt one.
   it('renders only kinds with a known shape, each matching it', () => {
     const ajv = newAjv();
     const problems: string[] = [];
@@ -168,6 +169,22 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
       else if (!ajv.validate(schema, o)) problems.push(`${o.kind}/${o.metadata.name}: ${ajv.errorsText(ajv.errors)}`);
     }
     expect(problems).toEqual([]);
+  });
+
+  it('renders objects the Kubernetes API schemas accept (kubernetes-models: types, required fields, enums)', () => {
+    const problems: string[] = [];
+    for (const o of objects) {
+      try {
+        // kubernetes-models/<apiVersion>/<Kind>: the model of that kind, with the API's OpenAPI schema.
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        const Model = require(`kubernetes-models/${o.apiVersion}/${o.kind}`)[o.kind];
+        new Model(o).validate();
+      } catch (err) {
+        problems.push(`${o.kind}/${o.metadata?.name}: ${(err as Error).message}`);
+      }
+    }
+    expect(problems).toEqual([]);
+    expect(objects.length).toBeGreaterThan(20);
   });
 
   it('has a Deployment with probes, resources, a security context, a PDB and an HPA for every process', () => {

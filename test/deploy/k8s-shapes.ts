@@ -1,8 +1,9 @@
 /**
- * Offline structural validation of the rendered Kubernetes objects. kubernetes-models@4 (the real OpenAPI schemas)
- * is not installed here, so these are JSON Schemas of the subset of each kind the manifests use, written from the
- * Kubernetes API reference: closed objects (a misspelt or misplaced field fails), the right types, the required
- * fields. A field the manifests start to use must be added here, which is the point: it gets looked up once.
+ * Offline structural validation of the rendered Kubernetes objects, beside kubernetes-models (the API's own OpenAPI
+ * schemas, which leave objects open: an unknown field passes there). These are JSON Schemas of the subset of each
+ * kind the manifests use, written from the Kubernetes API reference: closed objects (a misspelt or misplaced field
+ * fails), the right types, the required fields. A field the manifests start to use must be added here, which is the
+ * point: it gets looked up once.
  */
 type Schema = Record<string, unknown>;
 
