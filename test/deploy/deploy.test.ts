@@ -452,6 +452,29 @@ describe('kubernetes: kustomize overlays/dev', () => {
       for (const name of Object.keys(SERVICES)) expect(allows(policies, ingressController, podOf(name), SERVICES[name])).toBe(false);
     });
 
+    it('lets Prometheus in the monitoring namespace scrape every pod at METRICS_PORT, annotated for discovery, and no one else', () => {
+      const config = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data;
+      const port = Number(config.METRICS_PORT);
+      expect({ port, host: config.METRICS_HOST }).toEqual({ port: 9464, host: '0.0.0.0' });
+      const prometheus: Endpoint = {
+        ip: '10.244.8.8',
+        pod: { namespace: 'monitoring', namespaceLabels: { 'kubernetes.io/metadata.name': 'monitoring' }, labels: { app: 'prometheus' } },
+      };
+      for (const name of PROCESSES) {
+        const d = deployment(name) as Deployment & { spec: { template: { metadata: { annotations?: Record<string, string> } } } };
+        const declared = d.spec.template.spec.containers[0].ports?.find((p) => p.name === 'metrics')?.containerPort;
+        const { annotations = {} } = d.spec.template.metadata;
+        expect({ name, declared, scrape: annotations['prometheus.io/scrape'], at: annotations['prometheus.io/port'] }).toEqual({
+          name,
+          declared: port,
+          scrape: 'true',
+          at: String(port),
+        });
+        expect({ name, scraped: allows(policies, prometheus, podOf(name), port) }).toEqual({ name, scraped: true });
+        expect({ name, stranger: allows(policies, strangerPod, podOf(name), port) }).toEqual({ name, stranger: false });
+      }
+    });
+
     it('lets every process resolve names, and reach the datastores and the collector its code uses', () => {
       const dns: Endpoint = { ip: '10.96.0.10', pod: { namespace: 'kube-system', labels: { 'k8s-app': 'kube-dns' } } };
       const datastore = outside('10.10.0.5'); // outside the namespace; policies open these by port
