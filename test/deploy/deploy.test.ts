@@ -453,7 +453,7 @@ describe('kubernetes: kustomize overlays/dev', () => {
     });
 
     it('lets Prometheus in the monitoring namespace scrape every pod at METRICS_PORT, annotated for discovery, and no one else', () => {
-      const config = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data;
+      const config = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data ?? {};
       const port = Number(config.METRICS_PORT);
       expect({ port, host: config.METRICS_HOST }).toEqual({ port: 9464, host: '0.0.0.0' });
       const prometheus: Endpoint = {

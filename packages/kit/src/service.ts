@@ -12,7 +12,6 @@ import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
 import { openStore } from './storage';
-import { watchWrites } from './storage/watch-writes';
 import type { CollectionDef, Store } from './storage/types';
 
 export interface RuntimeOptions<S extends ConfigSpec> {
@@ -35,10 +34,10 @@ export interface ServiceRuntime<S extends ConfigSpec> {
   relay: OutboxRelay;
   box: SecretBox;
   /**
-   * On the embedded store: calls `hint` soon after any process commits to it (debounced), and returns the function
-   * that stops. Absent on MongoDB. For work that other replicas' writes create (the relay, feed notifiers).
+   * Calls `hint` soon after any replica commits to the store (`Store.watchWrites`), and returns the function that
+   * stops. For work that other replicas' writes create (the outbox relay, feed notifiers).
    */
-  wake?: (hint: () => void) => () => void;
+  wake: (hint: () => void) => () => void;
 }
 
 export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<S>): Promise<ServiceRuntime<S>> {
@@ -71,7 +70,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
-  const wake = store.kind === 'sqlite' ? (hint: () => void) => watchWrites(sqlitePath, hint, 200) : undefined;
+  const wake = (hint: () => void) => store.watchWrites(hint);
   const relay = new OutboxRelay(store, bus, {
     onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry'),
     // Other replicas' commits wake the relay (debounced), so its safety poll can be slow.

@@ -201,6 +201,11 @@ export type IndexReport = (message: string, details: Record<string, unknown>) =>
 
 const warnByDefault: IndexReport = (message, details) => process.emitWarning(`${message} ${JSON.stringify(details)}`);
 
+/** Write hints come at most this often (a burst of changes is one hint). */
+const WRITE_HINT_DEBOUNCE_MS = 200;
+/** Pause before a failed change stream is opened again. */
+const WATCH_RETRY_MS = 5000;
+
 class MongoStore implements Store {
   readonly kind = 'mongodb' as const;
   private readonly tables = new WeakMap<object, Table>();
@@ -360,6 +365,47 @@ class MongoStore implements Store {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * A change stream over this database (every collection): each change is a hint, debounced. A stream that fails
+   * (a server without change streams, a failover) is opened again after a pause; meanwhile the callers' safety
+   * polls find the work.
+   */
+  watchWrites(hint: () => void): () => void {
+    let stopped = false;
+    let timer: NodeJS.Timeout | null = null;
+    let stream: mongoose.mongo.ChangeStream | null = null;
+    const fire = () => {
+      if (timer || stopped) return;
+      timer = setTimeout(() => {
+        timer = null;
+        if (!stopped) hint();
+      }, WRITE_HINT_DEBOUNCE_MS);
+    };
+    const open = () => {
+      if (stopped) return;
+      try {
+        // Only the event's kind matters: project it away to keep the stream light.
+        const opened = this.db.watch([{ $project: { operationType: 1 } }]);
+        stream = opened;
+        opened.on('change', fire);
+        opened.on('error', () => {
+          void opened.close().catch(() => undefined);
+          if (stream === opened) stream = null;
+          if (!stopped) setTimeout(open, WATCH_RETRY_MS).unref();
+        });
+      } catch {
+        setTimeout(open, WATCH_RETRY_MS).unref();
+      }
+    };
+    open();
+    return () => {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      void stream?.close().catch(() => undefined);
+      stream = null;
+    };
   }
 
   async close(): Promise<void> {

@@ -25,6 +25,7 @@ import {
   type Schema,
 } from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
+import { watchWrites } from './watch-writes';
 import {
   DuplicateKeyError,
   type Collection,
@@ -138,6 +139,9 @@ interface Tx {
   failure: DuplicateKeyError | null;
 }
 
+/** Write hints come at most this often (a burst of commits is one hint). */
+const WRITE_HINT_DEBOUNCE_MS = 200;
+
 class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
   readonly db: Database.Database;
@@ -154,7 +158,7 @@ class SqliteStore implements Store {
   private readonly waiters: Array<() => void> = [];
   private current: Tx | null = null;
 
-  constructor(path: string) {
+  constructor(private readonly path: string) {
     if (path !== ':memory:' && path !== '') mkdirSync(dirname(path), { recursive: true });
     this.db = new Database(path);
     this.db.pragma('journal_mode = WAL');
@@ -295,6 +299,10 @@ class SqliteStore implements Store {
   async ensure<T extends Doc>(def: CollectionDef<T>): Promise<void> {
     const table = this.table(def);
     await this.exec(() => this.ready(table));
+  }
+
+  watchWrites(hint: () => void): () => void {
+    return watchWrites(this.path, hint, WRITE_HINT_DEBOUNCE_MS);
   }
 
   async ping(): Promise<void> {

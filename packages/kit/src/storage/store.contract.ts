@@ -72,6 +72,24 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
       expect(await store.collection(def).get(doc.id)).toEqual(doc);
     });
 
+    test('watchWrites hints after a commit, once for a burst, and no more once stopped', async () => {
+      const items = store.collection(itemsDef());
+      let hints = 0;
+      const stop = store.watchWrites(() => hints++);
+      // A change stream needs a moment to open on the server.
+      await sleep(store.kind === 'mongodb' ? 500 : 50);
+      for (let i = 0; i < 5; i++) await items.insert(item());
+      for (let i = 0; i < 150 && hints === 0; i++) await sleep(20);
+      expect(hints).toBeGreaterThanOrEqual(1);
+      await sleep(400);
+      const afterBurst = hints;
+      expect(afterBurst).toBeLessThanOrEqual(2); // five commits within a few ms: debounced
+      stop();
+      await items.insert(item());
+      await sleep(400);
+      expect(hints).toBe(afterBurst);
+    });
+
     test('insert and get round-trip the document', async () => {
       const items = store.collection(itemsDef());
       const doc = item({ email: 'a@example.com', active: true, n: 3, meta: { a: 1, b: ['x', 'y'] }, tag: null });

@@ -102,6 +102,13 @@ export interface Store extends StoreSession {
    */
   ensure<T extends { id: string }>(def: CollectionDef<T>): Promise<void>;
   ping(): Promise<void>;
+  /**
+   * Calls `hint` soon after any connection commits a write to this store (at most every 200 ms), so that work other
+   * replicas create is found without polling: a write notice on SQLite (inotify on its WAL), a change stream on
+   * MongoDB. Hints only: one can be missed (keep a slow safety poll beside), and this process's own writes count too.
+   * Returns the function that stops it.
+   */
+  watchWrites(hint: () => void): () => void;
   close(): Promise<void>;
 }
 
