@@ -14,7 +14,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { startFakeOpenAI } from '@svc/llm/src/testing';
-import { call, ROOT, runBench, startProcess } from './lib';
+import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL_RUNS ?? 100);
 const CONCURRENT = Number(process.env.BENCH_RUNS ?? 200);
@@ -30,7 +30,7 @@ const stats = (xs: number[]) => ({ p50: round2(pct(xs, 50)), p99: round2(pct(xs,
 async function main() {
   const fake = await startFakeOpenAI();
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-runs-'));
-  const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000', EGRESS_ALLOW_PRIVATE: 'true' };
+  const env = { DATA_DIR: dataDir, ...UNCAPPED, EGRESS_ALLOW_PRIVATE: 'true' };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
   const peers = { IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
   const projects = await startProcess('services/projects/src/main.ts', { ...env, ...peers, PROJECTS_PORT: '0' });

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { CreditGate, domainEvent, openEmbeddedBus, TOPICS, type BusMessage } from '@svc/kit';
-import { call, ROOT, runBench, startProcess } from './lib';
+import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const EVENTS = Number(process.env.BENCH_USAGE_EVENTS ?? 20_000);
 const CHECKS = Number(process.env.BENCH_CREDIT_CHECKS ?? 50_000);
@@ -83,7 +83,7 @@ async function baselineRead(busPath: string, expected: number): Promise<number> 
 runBench(async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-billing-'));
   try {
-    const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000' };
+    const env = { DATA_DIR: dataDir, ...UNCAPPED };
     const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
     const peers = { ...env, IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
     const billing = await startProcess('services/billing/src/main.ts', { ...peers, BILLING_PORT: '0' });

@@ -15,7 +15,7 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { call, ROOT, runBench, startProcess } from './lib';
+import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const TTFT_ROUNDS = Number(process.env.BENCH_CHAT_TTFT ?? 300);
 const STREAMS = Number(process.env.BENCH_CHAT_STREAMS ?? 500);
@@ -124,7 +124,7 @@ async function main() {
   const llm = await startProcess('bench/fixtures/fake-llm.ts');
   const llmUrl = `http://127.0.0.1:${llm.port}/v1`;
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-chat-'));
-  const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000', EGRESS_ALLOW_PRIVATE: 'true' };
+  const env = { DATA_DIR: dataDir, ...UNCAPPED, EGRESS_ALLOW_PRIVATE: 'true' };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
   const peers: Record<string, string> = { IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
   const projects = await startProcess('services/projects/src/main.ts', { ...env, ...peers, PROJECTS_PORT: '0' });

@@ -98,3 +98,15 @@ export function runBench(main: () => Promise<void>): void {
       setTimeout(() => process.exit(), 500).unref();
     });
 }
+
+/**
+ * Settings of every benchmarked system: a bench measures throughput, not the per-tenant guards (rate limits, the
+ * caps on projects, agents, chat sessions and open reply streams), which one bench tenant would otherwise hit.
+ */
+export const UNCAPPED = {
+  RATE_LIMIT_MAX: '100000000',
+  PROJECTS_PER_TENANT: '1000000',
+  AGENTS_PER_TENANT: '1000000',
+  CHAT_SESSIONS_PER_TENANT: '10000000',
+  SSE_STREAMS_PER_TENANT: '100000',
+} as const;

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { call, load, runBench, startProcess } from './lib';
+import { call, load, runBench, startProcess, UNCAPPED } from './lib';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const TOP = Number(process.env.BENCH_TOP ?? 25);
@@ -66,7 +66,7 @@ async function measure(name: string, proc: ChildProcess, url: string, headers: R
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'svc-profile-'));
   const baseline = await startProcess('bench/fixtures/fastify-grpc-one-process.ts');
-  const system = await startProcess('bench/fixtures/system-one-process.ts', { DATA_DIR: dir, RATE_LIMIT_MAX: '100000000' });
+  const system = await startProcess('bench/fixtures/system-one-process.ts', { DATA_DIR: dir, ...UNCAPPED });
   const base = `http://127.0.0.1:${system.port}/api/v1`;
   const reg = await call(base, 'POST', '/auth/register', null, {
     email: `profile${Date.now()}@example.com`,

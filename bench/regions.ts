@@ -8,7 +8,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { call, load, ROOT, runBench, startProcess, stopAll, type LoadResult } from './lib';
+import { call, load, ROOT, runBench, startProcess, stopAll, type LoadResult, UNCAPPED } from './lib';
 
 const RESULTS = resolve(ROOT, 'bench/results/regions.json');
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -16,7 +16,7 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 
 async function startSystem(dataDir: string): Promise<string> {
-  const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000' };
+  const env = { DATA_DIR: dataDir, ...UNCAPPED };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
   const peers = { ...env, IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
   const regions = await startProcess('services/regions/src/main.ts', { ...peers, REGIONS_PORT: '0' });

@@ -13,7 +13,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { reservablePort } from '@svc/kit/src/ports';
-import { call, load, ROOT, runBench, startProcess, type LoadResult } from './lib';
+import { call, load, ROOT, runBench, startProcess, type LoadResult, UNCAPPED } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -70,7 +70,7 @@ async function startWholeSystem() {
       ...process.env,
       PORT: String(port),
       DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')),
-      RATE_LIMIT_MAX: '100000000',
+      ...UNCAPPED,
       LOG_LEVEL: 'warn',
     },
     stdio: ['ignore', 'inherit', 'inherit'],
@@ -97,7 +97,7 @@ async function startWholeSystem() {
 
 /** Identity and the gateway in one process (bench/fixtures/system-one-process.ts). */
 async function startOneProcessSystem() {
-  const env = { DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), RATE_LIMIT_MAX: '100000000' };
+  const env = { DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), ...UNCAPPED };
   return credentials((await startProcess('bench/fixtures/system-one-process.ts', env)).port, false);
 }
 

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { newId, openStore } from '@svc/kit';
 import { projects, type ProjectDoc } from '../services/projects/src/collections';
-import { call, load, ROOT, runBench, startProcess, stopAll } from './lib';
+import { call, load, ROOT, runBench, startProcess, stopAll, UNCAPPED } from './lib';
 
 const RESULTS = resolve(ROOT, 'bench/results/webhooks.json');
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -51,7 +51,7 @@ function cpuSince(before: Record<string, number>): Record<string, number> {
 }
 
 async function startSystem(dataDir: string) {
-  const env = { DATA_DIR: dataDir, RATE_LIMIT_MAX: '100000000', EGRESS_ALLOW_PRIVATE: 'true' };
+  const env = { DATA_DIR: dataDir, ...UNCAPPED, EGRESS_ALLOW_PRIVATE: 'true' };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
   const peers = { ...env, IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
   const projectsSvc = await startProcess('services/projects/src/main.ts', { ...peers, PROJECTS_PORT: '0' });
