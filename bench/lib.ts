@@ -100,8 +100,10 @@ export function runBench(main: () => Promise<void>): void {
 }
 
 /**
- * Settings of every benchmarked system: a bench measures throughput, not the per-tenant guards (rate limits, the
- * caps on projects, agents, chat sessions and open reply streams), which one bench tenant would otherwise hit.
+ * Settings of every benchmarked system: a bench measures throughput, not the per-tenant guards that answer 429 or
+ * 409 (rate limits, the caps on projects, agents, chat sessions, open reply streams and replies generating at
+ * once), which one bench tenant would otherwise hit. The fairness settings that only order work (webhook and run
+ * concurrency per tenant) stay as users run them.
  */
 export const UNCAPPED = {
   RATE_LIMIT_MAX: '100000000',
@@ -109,4 +111,5 @@ export const UNCAPPED = {
   AGENTS_PER_TENANT: '1000000',
   CHAT_SESSIONS_PER_TENANT: '10000000',
   SSE_STREAMS_PER_TENANT: '100000',
+  CHAT_TENANT_CONCURRENCY: '10000',
 } as const;
