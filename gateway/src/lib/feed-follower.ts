@@ -12,14 +12,17 @@ export type FetchFeed = (afterSeq: number) => Promise<{ entries: Array<FeedEntry
 /** Opens the service's notice stream (WatchX). */
 export type WatchFeed = () => AsyncIterable<unknown> & { cancel(): void };
 
-/** Re-read window behind the last seen sequence, for clock skew between the service's replicas (kit feed). */
+/**
+ * Re-read window behind the last seen sequence. Not needed for correctness (a feed's `seq` follows commit order,
+ * kit feed); it costs little and covers a feed written by an older service version whose `seq` was the clock.
+ */
 const OVERLAP_SEQ = 5_000 * 1000;
 
 export interface FeedFollowerOptions {
   /** Names the feed in logs. */
   name: string;
   pollMs: number;
-  /** How far back a starting gateway reads. */
+  /** How long an entry's id is remembered to drop a re-read (the entry's own time). */
   lookbackMs: number;
   logger: Logger;
   watch?: WatchFeed;
@@ -50,7 +53,8 @@ export class FeedFollower {
     private readonly fetch: FetchFeed,
     private readonly options: FeedFollowerOptions,
   ) {
-    this.lastSeq = (Date.now() - options.lookbackMs) * 1000;
+    // From the oldest entry the service keeps: no clock of this machine decides where to start.
+    this.lastSeq = 0;
     this.ready = this.poll();
   }
 

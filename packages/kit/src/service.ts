@@ -2,6 +2,7 @@ import type { JSONWebKeySet } from 'jose';
 import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadConfig, mongoUriFor } from './config';
 import { loadSecretBox, type SecretBox } from './crypto';
 import { openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
+import { feedHeads } from './feed';
 import type { EventBus } from './events/types';
 import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
@@ -58,7 +59,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     // MongoDB: an index replaced because its definition changed, or one no definition declares any more.
     onIndexReport: (message, details) => logger.warn(details, message),
   });
-  for (const def of [...options.collections, ...OUTBOX_COLLECTIONS]) await store.ensure(def);
+  for (const def of [...options.collections, ...OUTBOX_COLLECTIONS, feedHeads]) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
     clientId: `svc-${options.name}`,

@@ -1,6 +1,7 @@
 import Redis from 'ioredis';
 import {
   egressPolicyFrom,
+  ensureFeedHead,
   FeedNotifier,
   field,
   JwtVerifier,
@@ -70,6 +71,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashMaxWaitMs,
   );
   const feed = new FeedNotifier(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
+  await ensureFeedHead(rt.store, revocations);
   const deps: IdentityDeps = {
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({

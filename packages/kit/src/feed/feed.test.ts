@@ -5,7 +5,7 @@ import { createLogger } from '../logger';
 import { openStore } from '../storage';
 import { watchWrites } from '../storage/watch-writes';
 import type { Store } from '../storage/types';
-import { FeedNotifier, feedCollection, readFeed, recordFeedEntry } from './index';
+import { ensureFeedHead, FeedNotifier, feedCollection, readFeed, recordFeedEntry } from './index';
 
 const feed = feedCollection('changes');
 let dir: string;
@@ -82,4 +82,27 @@ it("hears of another replica's entry through the store's write notices, without 
   await other.close();
   notifier.stop();
   await watching;
+});
+
+it("orders entries by commit, not by the writers' clocks: a writer an hour behind still appends after the newest", async () => {
+  await ensureFeedHead(store, feed);
+  await ensureFeedHead(store, feed); // idempotent
+  const first = await store.transaction((tx) => recordFeedEntry(tx, feed, 'changed', 'on time'));
+  // Another replica: its own copy of the module, so nothing of this process's clock bookkeeping helps it.
+  let replicaRecord!: typeof recordFeedEntry;
+  jest.isolateModules(() => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    replicaRecord = require('./index').recordFeedEntry;
+  });
+  const realNow = Date.now;
+  const behind = jest.spyOn(Date, 'now').mockImplementation(() => realNow() - 3600_000);
+  let late;
+  try {
+    late = await store.transaction((tx) => replicaRecord(tx, feed, 'changed', 'clock an hour behind'));
+  } finally {
+    behind.mockRestore();
+  }
+  expect(late.seq).toBeGreaterThan(first.seq);
+  // A reader that saw the first entry finds the second.
+  expect((await readFeed(store, feed, first.seq)).entries.map((e) => e.subjectId)).toEqual(['clock an hour behind']);
 });

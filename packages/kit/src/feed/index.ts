@@ -4,13 +4,13 @@
  * (WatchX) so that a gateway reads when there is something to read instead of polling. Identity's revocation feed
  * (revocations, and `tenant_changed`) and projects' change feed (for the gateway's project cache) are two of them.
  *
- * `seq` is time-ordered (the writer's clock in microseconds, plus a counter): readers ask for everything after the
- * last entry they saw, re-read a few seconds back to cover clock skew between writers, and dedupe.
+ * `seq` follows commit order (a head document moved in the entry's transaction, see recordFeedEntry): readers ask
+ * for everything after the last entry they saw, starting from the oldest entry kept, and never depend on clocks.
  */
 import { untraced } from '../untraced';
 import type { Logger } from '../logger';
 import { encodeCursor } from '../storage/cursor';
-import type { CollectionDef, Store, StoreSession } from '../storage/types';
+import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from '../storage/types';
 import { newId, nowIso } from '../ids';
 
 export interface FeedEntryDoc {
@@ -35,9 +35,21 @@ export function feedCollection<T extends FeedEntryDoc = FeedEntryDoc>(name: stri
   return { name, sortField: 'seq', indexes: [{ fields: [] }] };
 }
 
-let counter = 0;
+/** The last `seq` given in each feed (id = the feed's collection name): what makes a feed's order commit order. */
+export interface FeedHeadDoc {
+  id: string;
+  lastSeq: number;
+}
+export const feedHeads: CollectionDef<FeedHeadDoc> = { name: 'feed_heads', sortField: 'id' };
 
-/** Appends an entry, inside the transaction of the change it describes. */
+let lastClockSeq = 0;
+
+/**
+ * Appends an entry, inside the transaction of the change it describes. Its `seq` is above the feed's head, which
+ * the same transaction moves: two writers serialise on the head document (SQLite's single writer; a MongoDB write
+ * conflict retries the later one), so `seq` order is commit order whatever the writers' clocks say, and a reader
+ * that asks for entries after the last `seq` it saw misses none. (Near the writer's clock in microseconds otherwise.)
+ */
 export async function recordFeedEntry<T extends FeedEntryDoc>(
   tx: StoreSession,
   def: CollectionDef<T>,
@@ -45,10 +57,29 @@ export async function recordFeedEntry<T extends FeedEntryDoc>(
   subjectId: string,
 ): Promise<T> {
   const at = Date.now();
-  counter = (counter + 1) % 1000;
-  const doc = { id: newId('fe'), seq: at * 1000 + counter, kind, subjectId, at, createdAt: nowIso() } as T;
+  lastClockSeq = Math.max(at * 1000, lastClockSeq + 1);
+  const heads = tx.collection(feedHeads);
+  const head = await heads.get(def.name);
+  const seq = Math.max(lastClockSeq, (head?.lastSeq ?? 0) + 1);
+  if (!head) await heads.insert({ id: def.name, lastSeq: seq });
+  else if (!(await heads.update(def.name, { lastSeq: head.lastSeq }, { lastSeq: seq })))
+    throw new Error('feed head moved inside the transaction'); // cannot happen under the store's isolation
+  const doc = { id: newId('fe'), seq, kind, subjectId, at, createdAt: nowIso() } as T;
   await tx.collection(def).insert(doc);
   return doc;
+}
+
+/**
+ * Creates the feed's head document if it is missing (at start-up, outside any transaction), so that two first
+ * entries written at once do not both insert it (a duplicate key would doom one writer's transaction).
+ */
+export async function ensureFeedHead(store: Store, def: CollectionDef<FeedEntryDoc> | CollectionDef<any>): Promise<void> {
+  if (await store.collection(feedHeads).get(def.name)) return;
+  try {
+    await store.collection(feedHeads).insert({ id: def.name, lastSeq: 0 });
+  } catch (err) {
+    if (!(err instanceof DuplicateKeyError)) throw err;
+  }
 }
 
 /** Entries after `afterSeq`, oldest first, at most 1000, and the last sequence number read. */
