@@ -13,6 +13,11 @@ import { call, load, runBench, startProcess, UNCAPPED } from './lib';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const TOP = Number(process.env.BENCH_TOP ?? 25);
+/**
+ * The system's route: `/tenant` (answered from the gateway's cache once warm) by default; `BENCH_PATH=/auth/me`
+ * profiles a read that reaches identity and its store on every request.
+ */
+const PATH = process.env.BENCH_PATH ?? '/tenant';
 
 interface CpuProfile {
   nodes: Array<{ id: number; callFrame: { functionName: string; url: string } }>;
@@ -76,7 +81,8 @@ async function main() {
   });
   const { key } = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
   const a = await measure('baseline', baseline.proc, `http://127.0.0.1:${baseline.port}/api/v1/tenant`, {}, dir);
-  const b = await measure('system', system.proc, `${base}/tenant`, { authorization: `Bearer ${key}` }, dir);
+  console.log(`system route: GET /api/v1${PATH}`);
+  const b = await measure('system', system.proc, `${base}${PATH}`, { authorization: `Bearer ${key}` }, dir);
   const busy = (m: Map<string, number>) => [...m].filter(([k]) => k !== '(idle)').reduce((sum, [, v]) => sum + v, 0);
   console.log(`\nCPU µs per request (idle left out): baseline ${busy(a).toFixed(0)}, system ${busy(b).toFixed(0)}\n`);
   const rows = [...new Set([...a.keys(), ...b.keys()])]
