@@ -1,7 +1,7 @@
 /**
  * `npm run bench:regions`: feature-check latency through the gateway (GET /regions/features/:tenantId/check/:key),
- * beside a baseline measured in the same run on the same processes: GET /tenant (gateway -> identity, one gRPC call,
- * the same credential path). Both with an API key at a modest load (autocannon as a separate process), in
+ * beside a baseline measured in the same run on the same processes: GET /auth/me (gateway -> identity, one gRPC call
+ * and its store on every request, the same credential path; GET /tenant would be a hit in the gateway's cache). Both with an API key at a modest load (autocannon as a separate process), in
  * alternating rounds so machine noise hits both alike. Every service is its own process, as `npm start` runs them.
  * Results go to bench/results/regions.json.
  */
@@ -48,12 +48,12 @@ runBench(async () => {
     const check = await call(base, 'GET', `/regions/features/${reg.tenant.id}/check/secondary_region`, key);
     if (check.requiredPlan !== 'growth') throw new Error(`unexpected feature check answer ${JSON.stringify(check)}`);
     // Warm both paths (credential cache, gRPC channels, JIT).
-    await load(`${base}/tenant`, { connections: CONNECTIONS, seconds: 1, headers });
+    await load(`${base}/auth/me`, { connections: CONNECTIONS, seconds: 1, headers });
     await load(featureUrl, { connections: CONNECTIONS, seconds: 1, headers });
     const baseline: LoadResult[] = [];
     const feature: LoadResult[] = [];
     for (let i = 0; i < ROUNDS; i++) {
-      baseline.push(await load(`${base}/tenant`, { connections: CONNECTIONS, seconds: SECONDS, headers }));
+      baseline.push(await load(`${base}/auth/me`, { connections: CONNECTIONS, seconds: SECONDS, headers }));
       feature.push(await load(featureUrl, { connections: CONNECTIONS, seconds: SECONDS, headers }));
     }
     const result = {
@@ -61,7 +61,7 @@ runBench(async () => {
       connections: CONNECTIONS,
       secondsPerRound: SECONDS,
       credential: 'api key',
-      baselineGetTenant: summary(baseline),
+      baselineGetMe: summary(baseline),
       featureCheck: summary(feature),
     };
     writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
