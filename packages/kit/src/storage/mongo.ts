@@ -28,6 +28,7 @@ import {
   type Schema,
 } from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage } from './cursor';
+import { debounced } from './watch-writes';
 import {
   DuplicateKeyError,
   type Collection,
@@ -374,22 +375,15 @@ class MongoStore implements Store {
    */
   watchWrites(hint: () => void): () => void {
     let stopped = false;
-    let timer: NodeJS.Timeout | null = null;
     let stream: mongoose.mongo.ChangeStream | null = null;
-    const fire = () => {
-      if (timer || stopped) return;
-      timer = setTimeout(() => {
-        timer = null;
-        if (!stopped) hint();
-      }, WRITE_HINT_DEBOUNCE_MS);
-    };
+    const { fire, cancel } = debounced(hint, WRITE_HINT_DEBOUNCE_MS);
     const open = () => {
       if (stopped) return;
       try {
         // Only the event's kind matters: project it away to keep the stream light.
         const opened = this.db.watch([{ $project: { operationType: 1 } }]);
         stream = opened;
-        opened.on('change', fire);
+        opened.on('change', () => stopped || fire());
         opened.on('error', () => {
           void opened.close().catch(() => undefined);
           if (stream === opened) stream = null;
@@ -402,7 +396,7 @@ class MongoStore implements Store {
     open();
     return () => {
       stopped = true;
-      if (timer) clearTimeout(timer);
+      cancel();
       void stream?.close().catch(() => undefined);
       stream = null;
     };

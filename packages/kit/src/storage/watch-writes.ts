@@ -37,22 +37,14 @@ export function watchWrites(dbPath: string, listener: () => void, debounceMs = 0
   const dir = dirname(dbPath);
   const entry = watchDirectory(dir);
   if (!entry) return () => {};
-  let timer: NodeJS.Timeout | null = null;
-  const fire = () => {
-    if (debounceMs <= 0) return listener();
-    timer ??= setTimeout(() => {
-      timer = null;
-      listener();
-    }, debounceMs);
-  };
+  const { fire, cancel } = debounced(listener, debounceMs);
   const names = [basename(dbPath), `${basename(dbPath)}-wal`];
   for (const name of names) {
     if (!entry.listeners.has(name)) entry.listeners.set(name, new Set());
     entry.listeners.get(name)!.add(fire);
   }
   return () => {
-    if (timer) clearTimeout(timer);
-    timer = null;
+    cancel();
     for (const name of names) {
       const set = entry.listeners.get(name);
       set?.delete(fire);
@@ -62,5 +54,26 @@ export function watchWrites(dbPath: string, listener: () => void, debounceMs = 0
       entry.watcher.close();
       watches.delete(dir);
     }
+  };
+}
+
+/**
+ * `listener` called at most once every `ms` for a burst of `fire`s (at the end of the first `ms`); at once when `ms`
+ * is 0. `cancel` drops a call still waiting. Shared by the stores' write hints.
+ */
+export function debounced(listener: () => void, ms: number): { fire(): void; cancel(): void } {
+  let timer: NodeJS.Timeout | null = null;
+  return {
+    fire() {
+      if (ms <= 0) return listener();
+      timer ??= setTimeout(() => {
+        timer = null;
+        listener();
+      }, ms);
+    },
+    cancel() {
+      if (timer) clearTimeout(timer);
+      timer = null;
+    },
   };
 }
