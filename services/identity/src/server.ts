@@ -1,7 +1,6 @@
 import Redis from 'ioredis';
 import {
   egressPolicyFrom,
-  ensureFeedHead,
   FeedNotifier,
   field,
   JwtVerifier,
@@ -70,8 +69,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashQueuePerAddress,
     rt.config.passwordHashMaxWaitMs,
   );
-  const feed = new FeedNotifier(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
-  await ensureFeedHead(rt.store, revocations);
+  const feed = await FeedNotifier.open(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
   const deps: IdentityDeps = {
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({
@@ -135,12 +133,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
           ...cliLoginHandlers(deps),
-          watchRevocations: (
-            _req: identityV1.WatchRevocationsRequest,
-            _ctx: unknown,
-            send: (m: identityV1.WatchRevocationsResponse) => Promise<void>,
-            signal: AbortSignal,
-          ) => feed.watch(send, signal),
+          watchRevocations: feed.serveWatch,
           ...externalAuthHandlers(deps, {
             exchange: rt.config.oidcIssuer ? { issuer: rt.config.oidcIssuer, audience: rt.config.oidcAudience ?? '' } : null,
             oauth: parseOAuthProviders(rt.config.oauthProviders),

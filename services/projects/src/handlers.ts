@@ -131,11 +131,6 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
       return { changes: entries, lastSeq };
     },
 
-    watchProjectChanges: (
-      _req: projectsV1.WatchProjectChangesRequest,
-      _ctx: unknown,
-      send: (m: projectsV1.WatchProjectChangesResponse) => Promise<void>,
-      signal: AbortSignal,
-    ) => feed.watch(send, signal),
+    watchProjectChanges: feed.serveWatch,
   };
 }

@@ -1,4 +1,4 @@
-import { ensureFeedHead, FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { projectsV1 } from '@svc/proto';
 import { projectChanges, projects } from './collections';
 import { projectHandlers } from './handlers';
@@ -11,14 +11,13 @@ const config = {
 export async function startProjects(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
   const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects, projectChanges], env });
   const { verifier, identity } = identityVerifier(rt.config);
-  const feed = new FeedNotifier(rt.store, projectChanges, {
+  const feed = await FeedNotifier.open(rt.store, projectChanges, {
     pollMs: rt.config.feedPollMs,
     logger: rt.logger,
     // The gateways' project cache keeps entries a minute: ten minutes of changes is plenty for a starting reader.
     retainMs: 10 * 60_000,
     wake: rt.wake,
   });
-  await ensureFeedHead(rt.store, projectChanges);
   return serve(rt, {
     verifier,
     healthNames: ['projects.v1.ProjectsService'],

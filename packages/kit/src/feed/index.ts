@@ -96,6 +96,15 @@ export async function readFeed<T extends FeedEntryDoc>(
 
 type Notify = () => void;
 
+export interface FeedNotifierOptions {
+  pollMs: number;
+  logger: Logger;
+  /** How long entries are kept (default 3 h). */
+  retainMs?: number;
+  /** The store's write hints (`Store.watchWrites`): other replicas' entries are looked for on each. */
+  wake?: (hint: () => void) => () => void;
+}
+
 /** Longer than any reader looks back (gateways: 2 h, beyond the longest access token). */
 const RETAIN_MS = 3 * 3600_000;
 const PRUNE_EVERY_MS = 10 * 60_000;
@@ -120,8 +129,22 @@ export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
   constructor(
     private readonly store: Store,
     private readonly def: CollectionDef<T>,
-    private readonly options: { pollMs: number; logger: Logger; retainMs?: number; wake?: (hint: () => void) => () => void },
+    private readonly options: FeedNotifierOptions,
   ) {}
+
+  /** A notifier for the feed, its head document created first (see ensureFeedHead): how a service opens its feed. */
+  static async open<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>, options: FeedNotifierOptions): Promise<FeedNotifier<T>> {
+    await ensureFeedHead(store, def);
+    return new FeedNotifier(store, def, options);
+  }
+
+  /** The feed's WatchX server-stream handler (request and context unused: every watcher hears of every entry). */
+  readonly serveWatch = (
+    _req: unknown,
+    _ctx: unknown,
+    send: (notice: { at: number }) => Promise<void>,
+    signal: AbortSignal,
+  ): Promise<void> => this.watch(send, signal);
 
   /** After appending an entry: every watcher hears of it now. Now and then, entries no reader needs go. */
   announce(): void {
