@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { projectsV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
+import type { Principal } from '../lib/principal';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -13,6 +14,9 @@ const Project = Obj({
   created_at: Timestamp,
   updated_at: Timestamp,
 });
+
+/** A project in the gateway's cache: by tenant and id, the subject of projects' change feed. */
+const cacheKey = (principal: Principal, id: string) => `${principal.tenantId}/${id}`;
 
 const Fields = {
   name: Str(1, 200),
@@ -71,7 +75,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     params: IdParams,
     response: Project,
     handler: ({ params, principal, call }) =>
-      deps.caches.projects.get(`${principal.tenantId}/${params.id}`, async () =>
+      deps.caches.projects.get(cacheKey(principal, params.id), async () =>
         projectView((await projects.getProject({ id: params.id }, call)).project!),
       ),
   });
@@ -93,7 +97,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     handler: async ({ params, body, principal, call }) => {
       const res = await projects.updateProject({ id: params.id, ...body }, call);
       // Read-your-writes here at once; other gateways drop it when they read projects' feed.
-      deps.caches.projects.drop(`${principal.tenantId}/${params.id}`);
+      deps.caches.projects.drop(cacheKey(principal, params.id));
       return projectView(res.project!);
     },
   });
@@ -109,7 +113,7 @@ export function projectRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     response: Obj({ id: Type.String(), deleted: Type.Boolean() }),
     handler: async ({ params, principal, call }) => {
       const res = await projects.deleteProject({ id: params.id }, call);
-      deps.caches.projects.drop(`${principal.tenantId}/${params.id}`);
+      deps.caches.projects.drop(cacheKey(principal, params.id));
       return { id: res.id, deleted: true };
     },
   });

@@ -73,7 +73,7 @@ export async function recordFeedEntry<T extends FeedEntryDoc>(
  * Creates the feed's head document if it is missing (at start-up, outside any transaction), so that two first
  * entries written at once do not both insert it (a duplicate key would doom one writer's transaction).
  */
-export async function ensureFeedHead(store: Store, def: CollectionDef<FeedEntryDoc> | CollectionDef<any>): Promise<void> {
+export async function ensureFeedHead<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>): Promise<void> {
   if (await store.collection(feedHeads).get(def.name)) return;
   try {
     await store.collection(feedHeads).insert({ id: def.name, lastSeq: 0 });
