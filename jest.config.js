@@ -5,9 +5,10 @@ module.exports = {
   testMatch: ['<rootDir>/{packages,services,gateway,test}/**/*.test.ts'],
   testPathIgnorePatterns: ['/node_modules/'],
   testTimeout: 30000,
-  // Installs redis-server and chromium when missing (or stops naming them), so `npm test` alone runs on a fresh
-  // machine, and compiles dist/ as `npm start` does (the process-level suites run it).
+  // Installs redis-server, chromium, a JRE and Maven when missing (or stops naming them), so `npm test` alone runs on
+  // a fresh machine; starts a real Kafka broker; compiles dist/ as `npm start` does (the process-level suites run it).
   globalSetup: '<rootDir>/test/setup/global.ts',
+  globalTeardown: '<rootDir>/test/setup/global-teardown.ts',
   // Integration suites start real servers: two workers suit the 2-core CI machine.
   maxWorkers: 2,
 };

@@ -1,27 +1,34 @@
 /**
- * Jest global set-up: the Debian packages the suites drive for real (redis-server, chromium) are installed when
- * missing, so `npm test` alone passes on a fresh Debian machine. Without root or apt-get it stops at once and names
- * the package and the command; it never lets the suites that need them skip silently.
+ * Jest global set-up: the Debian packages the suites drive for real (redis-server, chromium, and a JRE and Maven
+ * for the Kafka broker) are installed when missing, so `npm test` alone passes on a fresh Debian machine. Without
+ * root or apt-get it stops at once and names the packages and the command; it never lets the suites that need them
+ * skip silently.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
 /** Debian package -> the executable the tests start. */
-const NEEDED: Record<string, string> = { 'redis-server': 'redis-server', chromium: '/usr/bin/chromium' };
+export const TEST_PACKAGES: Record<string, string> = {
+  'redis-server': 'redis-server',
+  chromium: '/usr/bin/chromium',
+  'default-jre-headless': 'java',
+  maven: 'mvn',
+};
 
 function present(executable: string): boolean {
   if (executable.startsWith('/')) return existsSync(executable);
   return spawnSync('sh', ['-c', `command -v ${executable}`], { stdio: 'ignore' }).status === 0;
 }
 
-export function missingPackages(): string[] {
-  return Object.entries(NEEDED)
+export function missingPackages(needed: Record<string, string> = TEST_PACKAGES): string[] {
+  return Object.entries(needed)
     .filter(([, executable]) => !present(executable))
     .map(([pkg]) => pkg);
 }
 
-export default function installSystemPackages(): void {
-  const missing = missingPackages();
+/** Installs the missing ones with apt-get when running as root; otherwise throws naming them. */
+export function ensurePackages(needed: Record<string, string>): void {
+  const missing = missingPackages(needed);
   if (missing.length === 0) return;
   const command = `apt-get install -y ${missing.join(' ')}`;
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
@@ -39,7 +46,11 @@ export default function installSystemPackages(): void {
   } catch (err) {
     throw new Error(`Installing ${missing.join(', ')} failed (${(err as Error).message}). Install them with: ${command}`);
   }
-  const still = missingPackages();
+  const still = missingPackages(needed);
   if (still.length)
     throw new Error(`After apt-get, still missing: ${still.join(', ')}. Install them with: apt-get install -y ${still.join(' ')}`);
+}
+
+export default function installSystemPackages(): void {
+  ensurePackages(TEST_PACKAGES);
 }

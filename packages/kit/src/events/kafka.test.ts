@@ -2,17 +2,12 @@ import { Kafka, logLevel } from 'kafkajs';
 import { busContract, message, unique } from './bus.contract';
 import { deadLetterTopic, openKafkaBus } from './kafka';
 
-// Kafka cannot run on every machine (no broker here, and none is started by the tests): the contract runs
-// against a real broker only when KAFKA_BROKERS is set, e.g. KAFKA_BROKERS=localhost:9092 with docker-compose.
+import { testKafkaBrokers } from '../../../../test/kafka/env';
 
-const configured = process.env.KAFKA_BROKERS ?? '';
-const brokers = configured
-  .split(',')
-  .map((b) => b.trim())
-  .filter(Boolean);
-const d = brokers.length > 0 ? describe : describe.skip;
+// Against the real broker the jest global set-up starts (test/kafka/broker.ts), or KAFKA_BROKERS when set.
+const brokers = testKafkaBrokers();
 
-d('kafka', () => {
+describe('kafka', () => {
   // A first consumer-group join takes a few seconds on a fresh broker.
   jest.setTimeout(60_000);
   busContract('kafka', async (options) => openKafkaBus({ brokers, clientId: 'kit-events-test', ...options }));
