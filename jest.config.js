@@ -1,9 +1,22 @@
 /** One jest run for the whole monorepo; TypeScript through SWC (type-checking is `npm run typecheck`). */
-module.exports = {
+const project = {
   testEnvironment: 'node',
   transform: { '^.+\\.(t|j)sx?$': ['@swc/jest', { jsc: { target: 'es2022' } }] },
-  testMatch: ['<rootDir>/{packages,services,gateway,test}/**/*.test.ts'],
   testPathIgnorePatterns: ['/node_modules/'],
+};
+
+module.exports = {
+  projects: [
+    { ...project, displayName: 'all', testMatch: ['<rootDir>/{packages,services,gateway,test}/**/*.test.ts'] },
+    // The HTTP suites again with the event bus on the real Kafka broker (embedded stores): what `npm start` with
+    // KAFKA_BROKERS serves must pass what the default serves.
+    {
+      ...project,
+      displayName: 'http-on-kafka',
+      testMatch: ['<rootDir>/test/http/**/*.test.ts'],
+      setupFiles: ['<rootDir>/test/setup/bus-kafka.ts'],
+    },
+  ],
   testTimeout: 30000,
   // Installs redis-server, chromium, a JRE and Maven when missing (or stops naming them), so `npm test` alone runs on
   // a fresh machine; starts a real Kafka broker; compiles dist/ as `npm start` does (the process-level suites run it).

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import { startRegions } from '@svc/regions';
 import { startBilling } from '@svc/billing';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import type { RunningService } from '@svc/kit';
+import { testKafkaBrokers } from '../kafka/env';
 
 export interface Stack {
   url: string;
@@ -32,6 +34,15 @@ export interface StackOptions {
 }
 
 /**
+ * The suites' second pass (jest project `http-on-kafka`, TEST_BUS=kafka) runs every stack on the real Kafka broker
+ * of the test run, each in its own namespace of topics and consumer groups.
+ */
+export function kafkaBusSettings(): Record<string, string> {
+  if (process.env.TEST_BUS !== 'kafka') return {};
+  return { KAFKA_BROKERS: testKafkaBrokers().join(','), KAFKA_NAMESPACE: `t${randomUUID().replaceAll('-', '')}` };
+}
+
+/**
  * The real system in this process: identity as a gRPC server on a loopback port, gateways as Fastify servers
  * on loopback ports, an embedded store and bus in a fresh temp directory. Requests go over real HTTP and gRPC.
  */
@@ -49,6 +60,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     CHAT_PORT: '0',
     REGIONS_PORT: '0',
     BILLING_PORT: '0',
+    ...kafkaBusSettings(),
     ...options.env,
   };
   // Identity first: the others fetch its JWKS.

@@ -11,6 +11,8 @@ interface FieldSpec<K extends Kind = Kind> {
   required?: boolean;
   /** Allowed values for strings. */
   oneOf?: readonly string[];
+  /** What a string must match entirely. */
+  pattern?: RegExp;
   min?: number;
   max?: number;
   /** Never echo the value in error messages. */
@@ -79,6 +81,7 @@ export function loadConfig<S extends ConfigSpec>(spec: S, env: NodeJS.ProcessEnv
         break;
       default:
         if (f.oneOf && !f.oneOf.includes(raw)) problems.push(`${f.env} must be one of ${f.oneOf.join(', ')}, got ${shown}`);
+        else if (f.pattern && !f.pattern.test(raw)) problems.push(`${f.env} must match ${f.pattern.source}, got ${shown}`);
         else out[key] = raw;
     }
   }
@@ -102,6 +105,8 @@ export const commonConfig = {
   /** Partitions and replication factor of the topics a service creates (compose: 6 and 1; production: 3 replicas). */
   kafkaPartitions: field('KAFKA_PARTITIONS', 'int', { default: '6', min: 1, max: 1000 }),
   kafkaReplicationFactor: field('KAFKA_REPLICATION_FACTOR', 'int', { default: '1', min: 1, max: 10 }),
+  /** Prefix of topic and consumer-group names, for several deployments on one cluster. */
+  kafkaNamespace: field('KAFKA_NAMESPACE', 'string', { pattern: /^[A-Za-z0-9_-]{1,64}$/ }),
   /** Handler calls a message gets before it is set aside as a dead letter (both buses). */
   busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '20', min: 1, max: 1000 }),
   redisUrl: field('REDIS_URL', 'string', { secret: true }),

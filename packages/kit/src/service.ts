@@ -67,6 +67,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     maxAttempts: config.busMaxAttempts,
     kafkaPartitions: config.kafkaPartitions,
     kafkaReplicationFactor: config.kafkaReplicationFactor,
+    kafkaNamespace: config.kafkaNamespace,
     // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),

@@ -16,6 +16,7 @@ export {
 import { openEmbeddedBus } from './embedded';
 import { metrics } from '../metrics';
 import { withTracing } from './tracing';
+import { withNamespace } from './namespace';
 import type { KafkaBusOptions } from './kafka';
 import type { BusErrorHandler, EventBus } from './types';
 
@@ -60,6 +61,8 @@ export function openBus(options: {
   maxAttempts?: number;
   kafkaPartitions?: number;
   kafkaReplicationFactor?: number;
+  /** Prefix of topics and consumer groups on a shared cluster (KAFKA_NAMESPACE). */
+  kafkaNamespace?: string;
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
     const kafka = openKafkaBus({
@@ -70,7 +73,7 @@ export function openBus(options: {
       numPartitions: options.kafkaPartitions,
       replicationFactor: options.kafkaReplicationFactor,
     });
-    return withConsumerLag(withTracing(kafka));
+    return withConsumerLag(withTracing(withNamespace(kafka, options.kafkaNamespace)));
   }
   return withConsumerLag(
     withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError, maxAttempts: options.maxAttempts })),

@@ -44,6 +44,8 @@ export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
 /** A publish that has not finished by then fails (the outbox keeps the records and tries again). */
 const PUBLISH_TIMEOUT_MS = 15_000;
 const PING_TIMEOUT_MS = 3000;
+/** How long a subscribe or publish waits for new topics' partitions to have leaders. */
+const TOPIC_READY_TIMEOUT_MS = 30_000;
 
 const ID_HEADER = 'id';
 /** Within a batch, marked offsets are committed once this much time or this many messages have gone by. */
@@ -269,7 +271,12 @@ class KafkaBus implements EventBus {
     return this.connecting;
   }
 
-  /** Creates topics on first use; if the broker refuses (ACLs), it may still auto-create them. */
+  /**
+   * Creates topics on first use and waits until each partition has a leader. Several processes start together and
+   * create the same topics: the loser's createTopics fails (TOPIC_ALREADY_EXISTS) while the winner's topic may not
+   * have its leaders yet, so a subscribe right after would fail with UNKNOWN_TOPIC_OR_PARTITION. Every caller
+   * therefore waits for the metadata, whoever created the topic.
+   */
   private async ensureTopics(topics: string[]): Promise<void> {
     const missing = topics.filter((t) => !this.knownTopics.has(t));
     if (missing.length === 0) return;
@@ -280,11 +287,32 @@ class KafkaBus implements EventBus {
         waitForLeaders: true,
       });
     } catch (err) {
-      this.onError(err);
-      return;
+      if (!isAlreadyExists(err)) this.onError(err);
     }
+    await this.awaitLeaders(missing);
     for (const t of missing) this.knownTopics.add(t);
   }
+
+  private async awaitLeaders(topics: string[]): Promise<void> {
+    const deadline = Date.now() + TOPIC_READY_TIMEOUT_MS;
+    for (let wait = 50; ; wait = Math.min(wait * 2, 1000)) {
+      try {
+        const { topics: meta } = await this.admin.fetchTopicMetadata({ topics });
+        if (meta.length === topics.length && meta.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) return;
+      } catch (err) {
+        if (Date.now() > deadline) throw err;
+      }
+      if (Date.now() > deadline) throw new Error(`Kafka topics without leaders after ${TOPIC_READY_TIMEOUT_MS} ms: ${topics.join(', ')}`);
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+}
+
+/** createTopics' error when some of the topics were created meanwhile by another process. */
+function isAlreadyExists(err: unknown): boolean {
+  const e = err as { type?: string; topicErrors?: Array<{ type?: string }> };
+  if (e?.type === 'TOPIC_ALREADY_EXISTS') return true;
+  return Array.isArray(e?.topicErrors) && e.topicErrors.length > 0 && e.topicErrors.every((t) => t.type === 'TOPIC_ALREADY_EXISTS');
 }
 
 /**

@@ -1,0 +1,26 @@
+/**
+ * KAFKA_NAMESPACE: one Kafka cluster shared by several deployments (staging beside production, or test runs in
+ * parallel). Topics and consumer groups get the namespace as a prefix on the wire; services keep using the plain
+ * names, and received messages carry them.
+ */
+import type { EventBus } from './types';
+
+export function withNamespace(bus: EventBus, namespace: string | undefined): EventBus {
+  if (!namespace) return bus;
+  const prefix = `${namespace}.`;
+  const wire = (topic: string) => prefix + topic;
+  const plain = (topic: string) => (topic.startsWith(prefix) ? topic.slice(prefix.length) : topic);
+  return {
+    kind: bus.kind,
+    publish: (messages) => bus.publish(messages.map((m) => ({ ...m, topic: wire(m.topic) }))),
+    subscribe: (options) =>
+      bus.subscribe({
+        ...options,
+        group: prefix + options.group,
+        topics: options.topics.map(wire),
+        handler: (m) => options.handler({ ...m, topic: plain(m.topic) }),
+      }),
+    ping: () => bus.ping(),
+    close: () => bus.close(),
+  };
+}
