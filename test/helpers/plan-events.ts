@@ -9,7 +9,8 @@ import type { Stack } from './stack';
 export function planChanged(tenantId: string, plan: string, previousPlan = 'free'): BusMessage {
   return domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
     $case: 'plan',
-    value: { tenantId, plan, previousPlan, changedAt: new Date().toISOString() },
+    // No version: ordered by its time, as the events of a billing that did not number its changes.
+    value: { tenantId, plan, previousPlan, changedAt: new Date().toISOString(), version: 0 },
   });
 }
 

@@ -18,3 +18,4 @@ export * from './ports';
 export * from './credits';
 export * from './lease';
 export * from './feed';
+export * from './plan-order';

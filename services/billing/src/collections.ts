@@ -7,8 +7,13 @@ export interface AccountDoc {
   /** Sum of the tenant's ledger entries, kept with `$inc` in the transaction that adds each entry. */
   balance: number;
   plan: string;
-  /** When the plan last changed (ISO), '' for never: a plan change event carries it, so redeliveries apply once. */
+  /** When the plan last changed (ISO, this replica's clock), '' for never: informational, not an order. */
   planChangedAt: string;
+  /**
+   * The number of the last plan change (absent: none yet), incremented in the transaction of each change and carried
+   * by its event: consumers order a tenant's changes by it, never by the clocks of billing's replicas.
+   */
+  planVersion?: number;
   subscriptionId: string | null;
   /** The payment provider's customer of this tenant (Stripe), made at its first checkout or portal visit. */
   providerCustomerId?: string | null;
@@ -92,9 +97,14 @@ export interface IdempotencyDoc {
   tenantId: string;
   operation: string;
   bodyHash: string;
+  /** `done` is written in the transaction of the work it answers (or, for a refusal, after it). */
   status: 'pending' | 'done';
-  /** Until when a pending claim is held; after it another request may take the key over (its holder died). */
-  leaseUntil: number;
+  /** The claiming process (kit newHolderId): a claim of a process gone from this host is taken over at once. */
+  holder?: string;
+  /** Bumped by every take-over; the answer's commit is a compare-and-set on it (absent on claims of older versions). */
+  gen?: number;
+  /** Bumped by the holder while it works: others take the claim over after seeing it still for the lease's length. */
+  beat?: number;
   response: string | null;
   createdAt: string;
   expiresAt: number;

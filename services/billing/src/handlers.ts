@@ -18,7 +18,7 @@ import {
 import { isPlan, type Plan } from '@svc/plans';
 import type { billingV1 } from '@svc/proto';
 import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc, type SubscriptionDoc } from './collections';
-import { idempotent } from './idempotency';
+import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
 import { MONTHLY_PRICE_CENTS } from './plans';
@@ -31,6 +31,8 @@ export interface BillingDeps {
   adminToken: string | undefined;
   provider: PaymentProvider;
   creditPriceCents: number;
+  /** This replica's wall clock (a test skews it); it stamps a plan change's time, which orders nothing. */
+  now?: () => Date;
 }
 
 /** Largest purchase or grant in one call: keeps sums far from Number.MAX_SAFE_INTEGER. */
@@ -71,16 +73,22 @@ export function billingHandlers(deps: BillingDeps) {
     return value;
   }
 
-  /** Sets the plan and tells every service that keeps a copy (identity, regions), in one transaction. */
+  /**
+   * Sets the plan and tells every service that keeps a copy (identity, regions), in one transaction. The change's
+   * version is the account's counter moved in this transaction: two changes of a tenant serialise on it, so the
+   * later commit has the higher version on any replica, whatever its clock (consumers order by it).
+   */
   async function changePlan(tx: StoreSession, tenantId: string, plan: Plan): Promise<void> {
     const account = await accountOf(tx, tenantId);
-    const changedAt = nowIso();
+    const changedAt = (deps.now?.() ?? new Date()).toISOString();
+    const numbered = await tx.collection(accounts).increment(tenantId, {}, { planVersion: 1 });
+    const version = numbered!.planVersion!;
     await tx.collection(accounts).update(tenantId, {}, { plan, planChangedAt: changedAt, updatedAt: changedAt });
     await addToOutbox(
       tx,
       domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
         $case: 'plan',
-        value: { tenantId, plan, previousPlan: account.plan, changedAt },
+        value: { tenantId, plan, previousPlan: account.plan, changedAt, version },
       }),
     );
   }
@@ -112,12 +120,14 @@ export function billingHandlers(deps: BillingDeps) {
 
   /**
    * A payment through a provider that settles later (Stripe): its checkout first (outside any transaction, keyed
-   * by our invoice id), then an open invoice (and a pending subscription) that its webhook settles.
+   * by our invoice id), then an open invoice (and a pending subscription) that its webhook settles, committed with
+   * the answer. A crash between the two leaves a checkout nobody was shown: it expires unpaid.
    */
   async function checkoutPayment(
     tenantId: string,
     fields: Pick<InvoiceDoc, 'kind' | 'description' | 'amountCents' | 'credits' | 'plan'>,
-  ): Promise<billingV1.Payment> {
+    commit: Commit<{ payment?: billingV1.Payment }>,
+  ): Promise<{ payment?: billingV1.Payment }> {
     const { provider } = deps;
     const invoiceId = newId('inv');
     const account = await store.collection(accounts).get(tenantId);
@@ -130,7 +140,7 @@ export function billingHandlers(deps: BillingDeps) {
       currency: 'usd',
       customerId: account?.providerCustomerId ?? null,
     });
-    const done = await store.transaction(async (tx) => {
+    return commit(async (tx) => {
       const now = nowIso();
       const invoice = await tx.collection(invoices).insert({
         id: invoiceId,
@@ -158,17 +168,18 @@ export function billingHandlers(deps: BillingDeps) {
             })
           : undefined;
       await rememberCustomer(tx, tenantId, checkout.customerId);
-      return { invoice, sub };
+      return {
+        payment: {
+          provider: provider.name,
+          status: 'pending',
+          invoice: toInvoice(invoice),
+          checkoutUrl: checkout.url,
+          creditsAdded: 0,
+          balance: account?.balance ?? 0,
+          subscription: sub ? toSubscription(sub) : undefined,
+        },
+      };
     });
-    return {
-      provider: provider.name,
-      status: 'pending',
-      invoice: toInvoice(done.invoice),
-      checkoutUrl: checkout.url,
-      creditsAdded: 0,
-      balance: account?.balance ?? 0,
-      subscription: done.sub ? toSubscription(done.sub) : undefined,
-    };
   }
 
   /** Ends the tenant's active subscription and starts `sub` for a month from now, with its plan. */
@@ -243,7 +254,8 @@ export function billingHandlers(deps: BillingDeps) {
     async purchaseCredits(req: billingV1.PurchaseCreditsRequest, ctx: CallContext): Promise<billingV1.PurchaseCreditsResponse> {
       const { auth } = authed(ctx, 'billing:write');
       const credits = positiveCredits(req.credits, 'credits', 10_000_000);
-      return idempotent(store, { tenantId: auth.tid, operation: 'purchase', key: req.idempotencyKey, body: { credits } }, async () => {
+      const scope = { tenantId: auth.tid, operation: 'purchase', key: req.idempotencyKey, body: { credits } };
+      return idempotent(store, scope, async (commit) => {
         const fields = {
           kind: 'credits' as const,
           description: `${credits} credits`,
@@ -251,8 +263,8 @@ export function billingHandlers(deps: BillingDeps) {
           credits,
           plan: '',
         };
-        if (!deps.provider.settlesAtOnce) return { payment: await checkoutPayment(auth.tid, fields) };
-        const done = await applyOnce(store, async (tx) => {
+        if (!deps.provider.settlesAtOnce) return checkoutPayment(auth.tid, fields, commit);
+        return commit(async (tx) => {
           const invoice = await paidInvoice(tx, { tenantId: auth.tid, ...fields });
           const applied = await addEntry(tx, {
             tenantId: auth.tid,
@@ -261,9 +273,8 @@ export function billingHandlers(deps: BillingDeps) {
             credits,
             description: `Purchase (${invoice.id})`,
           });
-          return { invoice, balance: applied!.balance };
+          return { payment: settled(invoice, credits, applied!.balance) };
         });
-        return { payment: settled(done.invoice, credits, done.balance) };
       });
     },
 
@@ -272,7 +283,8 @@ export function billingHandlers(deps: BillingDeps) {
       if (!isPlan(req.plan) || req.plan === 'free')
         throw errors.validation([{ field: 'plan', message: 'must be one of starter, growth, enterprise' }]);
       const plan = req.plan;
-      return idempotent(store, { tenantId: auth.tid, operation: 'subscribe', key: req.idempotencyKey, body: { plan } }, async () => {
+      const scope = { tenantId: auth.tid, operation: 'subscribe', key: req.idempotencyKey, body: { plan } };
+      const answer = await idempotent<billingV1.CreateSubscriptionResponse>(store, scope, async (commit) => {
         const current = await store.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' });
         if (current?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
         const fields = {
@@ -282,8 +294,8 @@ export function billingHandlers(deps: BillingDeps) {
           credits: 0,
           plan,
         };
-        if (!deps.provider.settlesAtOnce) return { payment: await checkoutPayment(auth.tid, fields) };
-        const done = await applyOnce(store, async (tx) => {
+        if (!deps.provider.settlesAtOnce) return checkoutPayment(auth.tid, fields, commit);
+        return commit(async (tx) => {
           // Again inside the transaction: of two concurrent subscriptions to one plan, the second is refused.
           const active = await tx.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' });
           if (active?.plan === plan) throw errors.conflict(`Already subscribed to ${plan}`, { reason: 'already_subscribed', plan });
@@ -302,11 +314,11 @@ export function billingHandlers(deps: BillingDeps) {
           });
           const sub = await activate(tx, pending);
           const account = await tx.collection(accounts).get(auth.tid);
-          return { invoice, sub, balance: account?.balance ?? 0 };
+          return { payment: settled(invoice, 0, account?.balance ?? 0, sub) };
         });
-        relay.notify();
-        return { payment: settled(done.invoice, 0, done.balance, done.sub) };
       });
+      relay.notify();
+      return answer;
     },
 
     async createPortal(_req: billingV1.CreatePortalRequest, ctx: CallContext): Promise<billingV1.CreatePortalResponse> {
@@ -324,8 +336,8 @@ export function billingHandlers(deps: BillingDeps) {
       const code = req.code.trim().toUpperCase();
       if (!code || code.length > 64) throw errors.validation([{ field: 'code', message: 'must be 1 to 64 characters' }]);
       const id = sha256Hex(code);
-      return idempotent(store, { tenantId: auth.tid, operation: 'redeem', key: req.idempotencyKey, body: { code: id } }, () =>
-        applyOnce(store, async (tx) => {
+      return idempotent(store, { tenantId: auth.tid, operation: 'redeem', key: req.idempotencyKey, body: { code: id } }, (commit) =>
+        commit(async (tx) => {
           const cards = tx.collection(giftCards);
           const card = await cards.get(id);
           if (!card) throw new AppError('RESOURCE_NOT_FOUND', 'gift_card not found', { resource: 'gift_card', id: req.code.slice(0, 64) });

@@ -1,11 +1,12 @@
 /**
  * The tenant's plan is set by billing (subscriptions, the operator API), which publishes `tenant.plan_changed` on its
  * topic; identity keeps the copy that `GET /tenant` and tokens show. A change applies only when it is newer than the
- * one applied last (`planChangedAt`, billing's time of the change), so a redelivered older event changes nothing.
+ * one applied last (kit `planChangeIsNewer`: billing's per-tenant version of the change, or for an event without
+ * one billing's time of it), so a redelivered or replayed older event changes nothing, whatever billing's clocks say.
  * Each change applied is also recorded in the revocation feed as `tenant_changed` (it revokes nothing), in the same
  * transaction, and announced: gateways drop their cached copy of the tenant when they read it.
  */
-import { decodeDomainEvent, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
 import { tenants, type Plan } from './collections';
 import { recordRevocation } from './revocations';
 
@@ -17,7 +18,7 @@ export function planChangeHandler(store: Store, logger: Logger, announce: () => 
     if (headerType !== undefined && headerType !== 'tenant.plan_changed') return;
     const event = decodeDomainEvent(message.value);
     if (event.type !== 'tenant.plan_changed' || event.data?.$case !== 'plan') return;
-    const { plan, changedAt } = event.data.value;
+    const { plan, changedAt, version } = event.data.value;
     if (!PLANS.includes(plan)) {
       logger.warn({ eventId: event.id, plan }, 'plan change ignored: unknown plan');
       return;
@@ -26,12 +27,19 @@ export function planChangeHandler(store: Store, logger: Logger, announce: () => 
       const outcome = await store.transaction(async (tx) => {
         const col = tx.collection(tenants);
         const tenant = await col.get(event.tenantId);
-        if (!tenant || (tenant.planChangedAt ?? '') >= changedAt) return 'stale';
+        const held = { version: tenant?.planVersion, changedAt: tenant?.planChangedAt };
+        if (!tenant || !planChangeIsNewer(held, { version, changedAt })) return 'stale';
         // Compare-and-set on the last applied change: of two replicas applying events at once, the newer one stays.
         const done = await col.update(
           tenant.id,
-          { planChangedAt: tenant.planChangedAt ?? null },
-          { plan: plan as Plan, planChangedAt: changedAt, updatedAt: changedAt },
+          { planChangedAt: tenant.planChangedAt ?? null, planVersion: tenant.planVersion ?? null },
+          {
+            plan: plan as Plan,
+            planChangedAt: changedAt,
+            // An event without a version keeps the version held: the next numbered change still orders after it.
+            ...(version > 0 ? { planVersion: version } : {}),
+            updatedAt: nowIso(),
+          },
         );
         if (!done) return 'raced';
         await recordRevocation(tx, 'tenant_changed', tenant.id);

@@ -21,11 +21,13 @@ afterEach(async () => {
 });
 
 const received = (m: BusMessage): ReceivedMessage => ({ ...m, offset: '0', timestamp: Date.now() });
-const changed = (tenantId: string, plan: string) =>
+const HOUR = 3600_000;
+/** Billing's event of a plan change: its version (0: none) and the time on the clock of the replica that made it. */
+const changed = (tenantId: string, plan: string, version = 1, clockSkewMs = 0) =>
   received(
     domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
       $case: 'plan',
-      value: { tenantId, plan, previousPlan: '', changedAt: '' },
+      value: { tenantId, plan, previousPlan: '', changedAt: new Date(Date.now() + clockSkewMs).toISOString(), version },
     }),
   );
 const created = (tenantId: string, plan: string) =>
@@ -40,9 +42,9 @@ it('a tenant not heard of is on free; tenant.created sets its plan', async () =>
 });
 
 it('applies each event once: a redelivered older change does not undo a later one', async () => {
-  const toGrowth = changed('ten_a', 'growth');
+  const toGrowth = changed('ten_a', 'growth', 1);
   await handle(toGrowth);
-  await handle(changed('ten_a', 'enterprise'));
+  await handle(changed('ten_a', 'enterprise', 2));
   await handle(toGrowth); // at least once: the bus delivers it again
   expect(await planOf(store, 'ten_a')).toBe('enterprise');
 });
@@ -59,4 +61,27 @@ it('ignores other events and unknown plans, and keeps tenants apart', async () =
   await handle(changed('ten_d', 'growth'));
   expect(await planOf(store, 'ten_c')).toBe('free');
   expect(await planOf(store, 'ten_d')).toBe('growth');
+});
+
+it('ends on the newest change made on two billing replicas whose clocks disagree, and an older one replayed after it changes nothing', async () => {
+  const fromA = changed('ten_e', 'growth', 1); // replica A
+  const fromB = changed('ten_e', 'enterprise', 2, -HOUR); // replica B, its clock an hour behind
+  await handle(fromA);
+  await handle(fromB);
+  expect(await planOf(store, 'ten_e')).toBe('enterprise');
+  // A change seen for the first time after a newer one: a dead letter replayed, or delivered late.
+  await handle(changed('ten_f', 'enterprise', 2, -HOUR));
+  await handle(changed('ten_f', 'growth', 1));
+  expect(await planOf(store, 'ten_f')).toBe('enterprise');
+});
+
+it('orders the events of a billing without versions by their time, and numbered changes after them', async () => {
+  await handle(changed('ten_g', 'growth', 0));
+  await handle(changed('ten_g', 'starter', 0, -HOUR)); // older by its time
+  expect(await planOf(store, 'ten_g')).toBe('growth');
+  await handle(changed('ten_g', 'enterprise', 1, -2 * HOUR)); // the first numbered change
+  expect(await planOf(store, 'ten_g')).toBe('enterprise');
+  await handle(changed('ten_g', 'starter', 0, -3 * HOUR)); // an unnumbered one older than what is held
+  expect(await planOf(store, 'ten_g')).toBe('enterprise');
+  expect(await store.collection(tenantPlans).get('ten_g')).toMatchObject({ version: 1 });
 });

@@ -2,10 +2,12 @@
  * The tenant's plan, kept from events: `tenant.created` (identity; TenantData.plan) and `tenant.plan_changed`
  * (billing; PlanData). Applied once per event id (the bus delivers at least once) in the same transaction as the
  * change. The two come on different topics, so their order is not known: `tenant.created` only fills in a plan
- * that is missing and never overwrites one set by a plan change; plan changes of one tenant come in order on
- * billing's topic (keyed by tenant), so the latest applied wins. A tenant not heard of yet is on `free`.
+ * that is missing and never overwrites one set by a plan change. A plan change applies only when it is newer than
+ * the one held (kit `planChangeIsNewer`: billing's per-tenant version), not because it came last: a dead letter
+ * replayed, or an older copy republished after a relay take-over, arrives after later changes. A tenant not heard
+ * of yet is on `free`.
  */
-import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
 import { isPlan, type Plan } from '@svc/plans';
 import { appliedEvents, tenantPlans } from './collections';
 
@@ -21,13 +23,14 @@ export function planEventHandler(store: Store, logger: Logger) {
     if (headerType !== undefined && !TYPES.has(headerType)) return; // skipped without decoding
     const event = decodeDomainEvent(message.value);
     let plan: string;
-    let replace: boolean;
+    /** Set for a plan change: its order (a tenant.created only fills in a missing plan). */
+    let change: { version: number; changedAt: string } | null;
     if (event.type === 'tenant.created' && event.data?.$case === 'tenant') {
       plan = event.data.value.plan || 'free';
-      replace = false;
+      change = null;
     } else if (event.type === 'tenant.plan_changed' && event.data?.$case === 'plan') {
       plan = event.data.value.plan;
-      replace = true;
+      change = { version: event.data.value.version, changedAt: event.data.value.changedAt };
     } else return;
     if (!event.tenantId || !isPlan(plan)) {
       // Retrying would not make it valid: log and move on rather than block the tenant's later events.
@@ -43,8 +46,11 @@ export function planEventHandler(store: Store, logger: Logger) {
       await applied.insert({ id: event.id, type: event.type, createdAt: now });
       const plans = tx.collection(tenantPlans);
       const current = await plans.get(event.tenantId);
-      if (!current) await plans.insert({ id: event.tenantId, plan, eventId: event.id, createdAt: now, updatedAt: now });
-      else if (replace) await plans.update(event.tenantId, {}, { plan, eventId: event.id, updatedAt: now });
+      const order = change ? { ...(change.version > 0 ? { version: change.version } : {}), changedAt: change.changedAt } : {};
+      if (!current) await plans.insert({ id: event.tenantId, plan, eventId: event.id, ...order, createdAt: now, updatedAt: now });
+      else if (change && planChangeIsNewer(current, change))
+        // An event without a version keeps the version held: the next numbered change still orders after it.
+        await plans.update(event.tenantId, {}, { plan, eventId: event.id, ...order, updatedAt: now });
     });
   };
 }

@@ -109,7 +109,14 @@ export interface PlanData {
   /** free, starter, growth, enterprise */
   plan: string;
   previousPlan: string;
+  /** Billing's clock at the change: informational, and the order of events that carry no version (older billing). */
   changedAt: string;
+  /**
+   * The tenant's plan version, incremented by billing in the transaction that changes the plan: consumers keep a
+   * change only when its version is higher than the one they hold (clocks of billing replicas may differ). 0: not
+   * set (an event of a billing that did not number its changes).
+   */
+  version: number;
 }
 
 function createBaseEvent(): Event {
@@ -1485,7 +1492,7 @@ export const UsageData: MessageFns<UsageData> = {
 };
 
 function createBasePlanData(): PlanData {
-  return { tenantId: "", plan: "", previousPlan: "", changedAt: "" };
+  return { tenantId: "", plan: "", previousPlan: "", changedAt: "", version: 0 };
 }
 
 export const PlanData: MessageFns<PlanData> = {
@@ -1501,6 +1508,9 @@ export const PlanData: MessageFns<PlanData> = {
     }
     if (message.changedAt !== "") {
       writer.uint32(34).string(message.changedAt);
+    }
+    if (message.version !== 0) {
+      writer.uint32(40).int64(message.version);
     }
     return writer;
   },
@@ -1550,6 +1560,14 @@ export const PlanData: MessageFns<PlanData> = {
             message.changedAt = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.version = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1580,6 +1598,7 @@ export const PlanData: MessageFns<PlanData> = {
         : isSet(object.changed_at)
         ? globalThis.String(object.changed_at)
         : "",
+      version: isSet(object.version) ? globalThis.Number(object.version) : 0,
     };
   },
 
@@ -1597,6 +1616,9 @@ export const PlanData: MessageFns<PlanData> = {
     if (message.changedAt !== "") {
       obj.changedAt = message.changedAt;
     }
+    if (message.version !== 0) {
+      obj.version = Math.round(message.version);
+    }
     return obj;
   },
 
@@ -1609,6 +1631,7 @@ export const PlanData: MessageFns<PlanData> = {
     message.plan = object.plan ?? "";
     message.previousPlan = object.previousPlan ?? "";
     message.changedAt = object.changedAt ?? "";
+    message.version = object.version ?? 0;
     return message;
   },
 };
@@ -1621,6 +1644,17 @@ export type DeepPartial<T> = T extends Builtin ? T
   : T extends { $case: string; value: unknown } ? { $case: T["$case"]; value?: DeepPartial<T["value"]> }
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;
