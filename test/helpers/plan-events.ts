@@ -1,10 +1,10 @@
-import { domainEvent, openEmbeddedBus, TOPICS } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/kit';
 import type { BusMessage } from '@svc/kit';
-import type { Stack } from './stack';
+import { stackBus, type Stack } from './stack';
 
 /**
  * A `tenant.plan_changed` event as billing publishes it (events.v1 PlanData on billing's topic, keyed by tenant),
- * written to the stack's real embedded bus. Returns the message so a test can deliver it again.
+ * written to the stack's real bus. Returns the message so a test can deliver it again.
  */
 export function planChanged(tenantId: string, plan: string, previousPlan = 'free'): BusMessage {
   return domainEvent(TOPICS.billing, 'tenant.plan_changed', tenantId, {
@@ -15,7 +15,7 @@ export function planChanged(tenantId: string, plan: string, previousPlan = 'free
 }
 
 export async function publish(stack: Stack, ...messages: BusMessage[]): Promise<void> {
-  const bus = openEmbeddedBus({ path: `${stack.dataDir}/bus.db` });
+  const bus = stackBus(stack, 'test-plan-events');
   try {
     await bus.publish(messages);
   } finally {

@@ -10,7 +10,7 @@ import { startChat } from '@svc/chat';
 import { startRegions } from '@svc/regions';
 import { startBilling } from '@svc/billing';
 import { startGateway, type RunningGateway } from '@svc/gateway';
-import type { RunningService } from '@svc/kit';
+import { openBus, type EventBus, type RunningService } from '@svc/kit';
 import { testKafkaBrokers } from '../kafka/env';
 
 export interface Stack {
@@ -40,6 +40,16 @@ export interface StackOptions {
 export function kafkaBusSettings(): Record<string, string> {
   if (process.env.TEST_BUS !== 'kafka') return {};
   return { KAFKA_BROKERS: testKafkaBrokers().join(','), KAFKA_NAMESPACE: `t${randomUUID().replaceAll('-', '')}` };
+}
+
+/** A client of the stack's own event bus (the embedded log under its data directory, or its Kafka namespace). */
+export function stackBus(stack: Pick<Stack, 'dataDir' | 'env'>, clientId: string): EventBus {
+  return openBus({
+    clientId,
+    embeddedPath: `${stack.dataDir}/bus.db`,
+    kafkaBrokers: stack.env.KAFKA_BROKERS ? stack.env.KAFKA_BROKERS.split(',') : undefined,
+    kafkaNamespace: stack.env.KAFKA_NAMESPACE,
+  });
 }
 
 /**

@@ -3,10 +3,10 @@
  * Anthropic wire protocols over real HTTP (packages/llm/src/testing), configured per tenant with
  * PATCH /tenant/settings/llm as a user would.
  */
-import { decodeDomainEvent, openBus, TOPICS, type EventBus, type Subscription } from '@svc/kit';
+import { decodeDomainEvent, TOPICS, type EventBus, type Subscription } from '@svc/kit';
 import { startFakeAnthropic, startFakeOpenAI, echoText, type FakeProviderServer, type FakeRequest } from '@svc/llm/src/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
-import { startStack, type Stack } from '../helpers/stack';
+import { stackBus, startStack, type Stack } from '../helpers/stack';
 
 let stack: Stack;
 let api: Client;
@@ -44,7 +44,7 @@ beforeAll(async () => {
       return res;
     };
   api = { ...raw, get: record(raw.get), post: record(raw.post), patch: record(raw.patch), del: record(raw.del) } as Client;
-  bus = openBus({ clientId: 'test', embeddedPath: `${stack.dataDir}/bus.db` });
+  bus = stackBus(stack, 'test');
   sub = await bus.subscribe({
     group: 'agent-runs-test',
     topics: [TOPICS.agents],

@@ -1,8 +1,8 @@
-import { openBus, decodeDomainEvent, TOPICS, type EventBus } from '@svc/kit';
+import { decodeDomainEvent, TOPICS, type EventBus } from '@svc/kit';
 import { echoText, startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { joinedDeltas, readSse, type SseEvent } from '../helpers/sse';
-import { startStack, type Stack } from '../helpers/stack';
+import { stackBus, startStack, type Stack } from '../helpers/stack';
 
 let stack: Stack;
 let api: Client;
@@ -248,7 +248,7 @@ describe('streamed replies', () => {
     for (const body of [res.events.map((e) => JSON.stringify(e)).join(''), JSON.stringify(stored)]) expect(body).not.toContain(OPENAI_KEY);
 
     // llm.usage went out through the outbox for billing.
-    const bus: EventBus = openBus({ embeddedPath: `${stack.dataDir}/bus.db`, clientId: 'chat-test' });
+    const bus: EventBus = stackBus(stack, 'chat-test');
     const seen: any[] = [];
     const sub = await bus.subscribe({
       group: `chat-test-${Date.now()}`,
