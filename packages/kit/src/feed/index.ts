@@ -172,9 +172,28 @@ export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
     }
   }
 
-  /** Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one per change. */
+  /**
+   * Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one after every change.
+   * Notices meanwhile a slow reader's stream is full are folded into one sent when it drains: a notice only says
+   * "read", so a burst of changes queues at most one more, never one per change.
+   */
   async watch(send: (notice: { at: number }) => Promise<void>, signal: AbortSignal): Promise<void> {
-    const notify = () => void send({ at: Date.now() });
+    let sending = false;
+    let again = false;
+    const notify = () => {
+      if (sending) {
+        again = true;
+        return;
+      }
+      sending = true;
+      void (async () => {
+        do {
+          again = false;
+          await send({ at: Date.now() });
+        } while (again);
+        sending = false;
+      })();
+    };
     this.watchers.add(notify);
     this.pollWhileWatched();
     try {
