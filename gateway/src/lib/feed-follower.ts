@@ -83,6 +83,7 @@ export class FeedFollower {
     this.timer = null;
     this.stream?.cancel();
     this.options.announcements?.subscriber.disconnect();
+    for (const done of [...this.waiting]) done();
   }
 
   /** Every entry read from the feed, once, in feed order. */
