@@ -22,6 +22,8 @@ export interface GatewayDeps {
   caches: ReadCaches;
   limiter: RateLimiter;
   logger: Logger;
+  /** Identity's revocation feed: /readyz is not ready until it has been read to its end (absent in bare test apps). */
+  revocations?: { readonly current: boolean };
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;

@@ -33,8 +33,6 @@ function readCaches(
     {
       name: 'project changes',
       pollMs: config.feedPollMs,
-      // Only changes to what may be cached now matter: entries live a minute.
-      lookbackMs: 120_000,
       logger,
       watch: () => clients.projects.watchProjectChanges({}, { deadlineMs: Infinity }),
     },
@@ -44,6 +42,9 @@ function readCaches(
   projectFeed.start();
   return { tenants, projects, projectFeed };
 }
+
+/** The longest start-up waits for the first read of the revocation feed. */
+const FIRST_READ_WAIT_MS = 5000;
 
 export interface RunningGateway {
   app: FastifyInstance;
@@ -81,14 +82,18 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
     // No deadline: the stream stays open for as long as both sides run.
     watch: () => clients.identity.watchRevocations({}, { deadlineMs: Infinity }),
   });
-  watcher.start();
   const resolver = new CredentialResolver((credential) => clients.identity.authenticate({ credential }), verifier, watcher);
   const caches = readCaches(clients, watcher, config, logger);
   const limiter: RateLimiter = redis
     ? new RedisRateLimiter(redis, config.rateLimitMax, config.rateLimitWindowS, logger)
     : new MemoryRateLimiter(config.rateLimitMax, config.rateLimitWindowS);
 
-  const app = buildApp({ config, clients, resolver, limiter, logger, caches });
+  // Listeners are registered: read the revocation feed, and listen once it has been read to its end, so that the
+  // first request is decided on it. Bounded: with identity unreachable the gateway still comes up (health answers;
+  // a bearer token is refused with 503 until the feed is read, see CredentialResolver).
+  watcher.start();
+  await watcher.untilCurrent(FIRST_READ_WAIT_MS);
+  const app = buildApp({ config, clients, resolver, limiter, logger, caches, revocations: watcher });
   await app.listen({ port: config.port, host: config.httpHost });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;

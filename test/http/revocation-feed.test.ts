@@ -31,13 +31,14 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-it('reads the feed only when told: an idle gateway makes no ListRevocations calls', async () => {
+it('reads the feed when told: an idle gateway makes no ListRevocations calls but a safety read every 10 s', async () => {
   const api = client(stack.url);
   await signUp(api, 'Idle feed');
   await new Promise((r) => setTimeout(r, 300)); // the sign-up's own notices settle
   const before = await feedReads();
   await new Promise((r) => setTimeout(r, 2000)); // four polls' worth at the old 500 ms
-  expect(await feedReads()).toBe(before);
+  // Two gateways: at most one safety read each in 2 s (SAFETY_READ_MS), against eight reads when polling.
+  expect(await feedReads()).toBeLessThanOrEqual(before + 2);
 });
 
 it('a key revoked through one identity replica is refused by a gateway that watches the other', async () => {

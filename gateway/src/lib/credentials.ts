@@ -11,11 +11,18 @@ interface Entry {
 
 const NEGATIVE_TTL_MS = 2000;
 const MAX_ENTRIES = 50_000;
+/** How long a bearer token waits for the revocation feed to be read (start-up, a failed read) before a 503. */
+const FEED_WAIT_MS = 3000;
 
 /**
  * Turns a credential into a Principal. Opaque credentials (API keys, session cookies) are resolved by identity
  * once and cached by their SHA-256; JWTs are verified once and cached by the verifier. Revocations from the
  * watcher drop cached entries at once, so the steady state makes no call to identity and no signature check.
+ *
+ * Nothing is decided from memory while the revocation feed is not current (start-up until the first read reaches
+ * the feed's end, or after a failed read): an opaque credential is then resolved by identity, which checks it in its
+ * store, and not cached; a bearer token waits up to `feedWaitMs` for the follower to read the feed, and is refused
+ * with 503 if it has not: never accepted unchecked.
  */
 export class CredentialResolver {
   private readonly cache = new Map<string, Entry>();
@@ -28,6 +35,7 @@ export class CredentialResolver {
     private readonly authenticate: (credential: string) => Promise<identityV1.AuthenticateResponse>,
     private readonly verifier: JwtVerifier,
     private readonly revocations: RevocationWatcher,
+    private readonly feedWaitMs = FEED_WAIT_MS,
   ) {
     revocations.onEntry((e) => this.evict(e));
   }
@@ -37,6 +45,7 @@ export class CredentialResolver {
    * expiry). Throws for a revoked token. Most requests end here: no await, no identity call, no signature check.
    */
   cached(credential: string, kind: 'jwt' | 'api_key' | 'cookie'): Principal | undefined {
+    if (!this.revocations.current) return undefined;
     if (kind === 'jwt') {
       const claims = this.verifier.cached(credential);
       return claims && this.checked(principalFromClaims(claims, credential), claims);
@@ -48,10 +57,16 @@ export class CredentialResolver {
   /** A bearer JWT (access token or CLI token). */
   async fromJwt(token: string): Promise<Principal> {
     const claims = await this.verifier.verify(token);
+    // Start-up, or the last read failed: wait a moment for the follower's next read (it retries on its own).
+    if (!this.revocations.current) await this.revocations.untilCurrent(this.feedWaitMs);
     return this.checked(principalFromClaims(claims, token), claims);
   }
 
   private checked(p: Principal, claims: AuthClaims): Principal {
+    if (!this.revocations.current)
+      throw new AppError('SERVICE_UNAVAILABLE', 'Revocations cannot be checked right now; retry shortly', {
+        reason: 'revocations_unavailable',
+      });
     if (this.revocations.isRevoked(p.sessionId, p.userId, issuedAtMs(claims)))
       throw new AppError('UNAUTHORIZED', 'Access token has been revoked');
     return p;
@@ -61,7 +76,8 @@ export class CredentialResolver {
   async fromOpaque(credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
     const hash = sha256Hex(credential);
     const now = Date.now();
-    const hit = this.cache.get(hash);
+    // While the feed is not current a kept principal may have been revoked: identity decides afresh.
+    const hit = this.revocations.current ? this.cache.get(hash) : undefined;
     if (hit && hit.until > now) return hit.principal;
     if ((this.negative.get(hash) ?? 0) > now) throw new AppError('UNAUTHORIZED', 'Credential is not valid');
     let pending = this.inflight.get(hash);
@@ -76,6 +92,7 @@ export class CredentialResolver {
 
   private async resolve(hash: string, credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
     const generation = this.generation;
+    const current = this.revocations.current;
     let res: identityV1.AuthenticateResponse;
     try {
       res = await this.authenticate(credential);
@@ -100,7 +117,8 @@ export class CredentialResolver {
       token: p.serviceToken,
       via,
     };
-    if (generation !== this.generation) return principal;
+    // Kept only when every revocation up to the answer has been read and none overtook it.
+    if (!current || !this.revocations.current || generation !== this.generation) return principal;
     if (this.cache.size >= MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
     // Refresh 30 s before the minted token expires, so services never see an expired one.
     this.cache.set(hash, { principal, until: p.serviceTokenExpiresAt - 30_000 });

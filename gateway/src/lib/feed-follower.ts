@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import { untraced, type Logger } from '@svc/kit';
+import { FEED_PAGE_SIZE, untraced, type Logger } from '@svc/kit';
 
 export interface FeedEntry {
   kind: string;
@@ -7,23 +7,21 @@ export interface FeedEntry {
   at: number;
 }
 
-/** Reads a service's feed (ListX) after a sequence number. */
+/** Reads a service's feed (ListX): entries after a sequence number, oldest first, at most FEED_PAGE_SIZE. */
 export type FetchFeed = (afterSeq: number) => Promise<{ entries: Array<FeedEntry & { seq: number }>; lastSeq: number }>;
 /** Opens the service's notice stream (WatchX). */
 export type WatchFeed = () => AsyncIterable<unknown> & { cancel(): void };
 
-/**
- * Re-read window behind the last seen sequence. Not needed for correctness (a feed's `seq` follows commit order,
- * kit feed); it costs little and covers a feed written by an older service version whose `seq` was the clock.
- */
-const OVERLAP_SEQ = 5_000 * 1000;
+/** Between reads while the notice stream is up: a safety net only (a notice lost on the way, a stream gone quiet). */
+export const SAFETY_READ_MS = 10_000;
 
 export interface FeedFollowerOptions {
   /** Names the feed in logs. */
   name: string;
+  /** Between reads while the notice stream is down, and after a failed read. */
   pollMs: number;
-  /** How long an entry's id is remembered to drop a re-read (the entry's own time). */
-  lookbackMs: number;
+  /** Between reads while the notice stream is up (default SAFETY_READ_MS). */
+  safetyReadMs?: number;
   logger: Logger;
   watch?: WatchFeed;
   /** A Redis channel the service also announces on (every gateway hears at once, whichever replica it watches). */
@@ -32,35 +30,44 @@ export interface FeedFollowerOptions {
 
 /**
  * Follows a service's change feed (kit feed): reads it (ListX) when the service's notice stream (WatchX) says
- * something may have been appended, and when Redis announces it; only while the stream is down does it poll every
- * `pollMs`. So an idle gateway makes no calls, and it hears of a change within moments on every instance. Every
- * entry goes to the listeners once.
+ * something may have been appended, when Redis announces it, every `pollMs` while the stream is down or reads fail,
+ * and every `safetyReadMs` otherwise. Each read asks for the entries strictly after the last one read (a feed's
+ * `seq` is commit order, decision 47) and pages until the feed's end, so every entry reaches the listeners once
+ * and in order, however many were appended at once.
+ *
+ * A notice that arrives while a read is in flight is answered by another read after it: the read in flight may
+ * have passed the point the notice is about.
  */
 export class FeedFollower {
-  private lastSeq: number;
-  private readonly seen = new Map<string, number>();
+  private lastSeq = 0;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
+  /** The read that follows the one in flight, shared by every caller that arrived meanwhile. */
+  private queued: Promise<void> | null = null;
   private readonly listeners: Array<(e: FeedEntry) => void> = [];
   private stream: { cancel(): void } | null = null;
+  /** The notice stream is open: reads follow notices, and only the safety read is timed. */
+  private watched = false;
+  private started = false;
   private stopped = false;
-  /** Whether the last read of the feed failed: failures are logged when they start, not on every retry. */
+  /** Whether the last read failed: failures are logged when they start, not on every retry. */
   private failing = false;
-  private everRead = false;
-  ready: Promise<void>;
+  /** A read has reached the feed's end. */
+  private caughtUp = false;
+  /** Callers of untilCurrent, told after every read that succeeds. */
+  private readonly waiting = new Set<() => void>();
 
   constructor(
     private readonly fetch: FetchFeed,
     private readonly options: FeedFollowerOptions,
-  ) {
-    // From the oldest entry the service keeps: no clock of this machine decides where to start.
-    this.lastSeq = 0;
-    this.ready = this.poll();
-  }
+  ) {}
 
+  /** Starts reading, from the oldest entry the service keeps: no clock of this machine decides where to start. */
   start(): void {
+    if (this.started) return;
+    this.started = true;
+    void this.poll();
     if (this.options.watch) void this.follow(this.options.watch);
-    else this.polling(true);
     const announced = this.options.announcements;
     if (announced) {
       announced.subscriber
@@ -72,42 +79,89 @@ export class FeedFollower {
 
   stop(): void {
     this.stopped = true;
-    this.polling(false);
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
     this.stream?.cancel();
     this.options.announcements?.subscriber.disconnect();
+    for (const done of [...this.waiting]) done();
   }
 
-  /** Every entry read from the feed, once. */
+  /** Every entry read from the feed, once, in feed order. */
   onEntry(listener: (e: FeedEntry) => void): void {
     this.listeners.push(listener);
   }
 
-  /** Whether the feed is being read: read at least once, and the last read succeeded. */
+  /**
+   * Whether what was read can be relied on: a read has reached the feed's end, and no read has failed since. False
+   * from start until the first read reaches the end, however many pages that takes.
+   */
   get current(): boolean {
-    return this.everRead && !this.failing;
+    return this.caughtUp && !this.failing;
   }
 
-  /** One read at a time; callers arriving meanwhile share it. */
+  /** Resolves with `current` once it is true, or after `ms` (reads go on meanwhile, on their own timers). */
+  untilCurrent(ms: number): Promise<boolean> {
+    if (this.current) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiting.delete(done);
+        resolve(this.current);
+      };
+      const timer = setTimeout(done, ms);
+      this.waiting.add(done);
+    });
+  }
+
+  /**
+   * Reads the feed to its end, in a read that starts after this call (never only one already in flight); resolves
+   * when it is done, whether it succeeded (then `current`) or not.
+   */
   poll(): Promise<void> {
-    this.running ??= untraced(() => this.pollOnce())
+    if (this.queued) return this.queued;
+    if (!this.running) return this.run();
+    this.queued = this.running.then(() => {
+      this.queued = null;
+      return this.run();
+    });
+    return this.queued;
+  }
+
+  private run(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    const running = untraced(() => this.readToEnd())
       .then(
         () => {
           if (this.failing) this.options.logger.info({ feed: this.options.name }, 'feed readable again');
           this.failing = false;
-          this.everRead = true;
+          this.caughtUp = true;
+          for (const done of [...this.waiting]) done();
         },
         (err: Error) => {
           // Before the first read the service may simply not be up yet (everything starts at once).
-          if (!this.failing && this.everRead)
+          if (!this.failing && this.caughtUp)
             this.options.logger.warn({ err: err.message, feed: this.options.name }, 'feed unreadable; retrying');
           this.failing = true;
         },
       )
-      .finally(() => (this.running = null));
-    return this.running;
+      .finally(() => {
+        this.running = null;
+        this.schedule();
+      });
+    this.running = running;
+    return running;
   }
 
-  /** Reads the feed on every notice; while the stream is down (the service restarting, an older one), polls. */
+  /** The next timed read: soon while the stream is down or reads fail, a safety read otherwise. */
+  private schedule(): void {
+    if (this.stopped || !this.started) return;
+    if (this.timer) clearTimeout(this.timer);
+    const ms = this.watched && !this.failing ? (this.options.safetyReadMs ?? SAFETY_READ_MS) : this.options.pollMs;
+    this.timer = setTimeout(() => void this.poll(), ms);
+    this.timer.unref();
+  }
+
+  /** Reads on every notice; while the stream is down (the service restarting, an older one), reads are timed. */
   private async follow(watch: WatchFeed): Promise<void> {
     while (!this.stopped) {
       const stream = watch();
@@ -115,43 +169,33 @@ export class FeedFollower {
       try {
         const notices = stream[Symbol.asyncIterator]();
         while (!(await notices.next()).done) {
-          this.polling(false);
+          this.watched = true;
           void this.poll();
         }
       } catch {
-        // the service unreachable or stopping: poll meanwhile and open the stream again
+        // the service unreachable or stopping: read on a timer meanwhile and open the stream again
       }
+      this.watched = false;
       if (this.stopped) return;
-      this.polling(true);
+      if (!this.running) this.schedule();
       await new Promise((resolve) => setTimeout(resolve, this.options.pollMs).unref());
     }
   }
 
-  private polling(on: boolean): void {
-    if (on && !this.timer) {
-      this.timer = setInterval(() => void this.poll(), this.options.pollMs);
-      this.timer.unref();
-    } else if (!on && this.timer) {
-      clearInterval(this.timer);
-      this.timer = null;
-    }
-  }
-
-  private async pollOnce(): Promise<void> {
+  /** Pages through every entry after the last one read; a short page is the feed's end. */
+  private async readToEnd(): Promise<void> {
     for (;;) {
-      const res = await this.fetch(Math.max(0, this.lastSeq - OVERLAP_SEQ));
-      let fresh = 0;
+      const afterSeq = this.lastSeq;
+      const res = await this.fetch(afterSeq);
       for (const e of res.entries) {
-        const key = `${e.seq}:${e.kind}:${e.subjectId}`;
-        if (this.seen.has(key)) continue;
-        fresh++;
-        this.seen.set(key, e.at);
+        // Never twice, never backwards (an answer from an older service version could overlap).
+        if (e.seq <= this.lastSeq) continue;
+        this.lastSeq = e.seq;
         for (const l of this.listeners) l(e);
       }
-      if (res.lastSeq > this.lastSeq) this.lastSeq = res.lastSeq;
-      const cutoff = Date.now() - Math.max(this.options.lookbackMs, OVERLAP_SEQ / 1000 + 60_000);
-      for (const [k, at] of this.seen) if (at < cutoff) this.seen.delete(k);
-      if (res.entries.length < 1000 || fresh === 0) return;
+      if (res.entries.length < FEED_PAGE_SIZE) return;
+      // A full page that moved nothing forward would be read again and again.
+      if (this.lastSeq <= afterSeq) throw new Error(`feed ${this.options.name} did not advance past seq ${afterSeq}`);
     }
   }
 }

@@ -23,7 +23,6 @@ export class RevocationWatcher extends FeedFollower {
     super(fetch, {
       name: 'revocations',
       pollMs: options.pollMs,
-      lookbackMs: LOOKBACK_MS,
       logger: options.logger,
       watch: options.watch,
       announcements: options.subscriber ? { subscriber: options.subscriber, channel: REVOCATION_CHANNEL } : undefined,
@@ -36,7 +35,10 @@ export class RevocationWatcher extends FeedFollower {
     });
   }
 
-  /** True when a token of this session or user, issued at `issuedMs` (milliseconds), has been revoked since. */
+  /**
+   * True when a token of this session or user, issued at `issuedMs` (milliseconds), has been revoked since. Only an
+   * answer while `current`: callers refuse to decide otherwise (CredentialResolver).
+   */
   isRevoked(sessionId: string, userId: string, issuedMs: number): boolean {
     if (this.sessions.has(sessionId)) return true;
     const userAt = this.users.get(userId);

@@ -26,12 +26,14 @@ export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         down: entries.filter(([, s]) => s !== 'up').map(([n, s]) => (s === 'down' ? n : `${n} bus`)),
       };
     }
-    if (lastCheck.down.length)
+    // Bearer tokens are refused (503) until the revocation feed has been read: not ready meanwhile.
+    const down = deps.revocations && !deps.revocations.current ? [...lastCheck.down, 'revocation feed'] : lastCheck.down;
+    if (down.length)
       return sendError(
         request,
         reply,
-        new AppError('SERVICE_UNAVAILABLE', `Not ready: ${lastCheck.down.join(', ')} unavailable`, {
-          down: lastCheck.down,
+        new AppError('SERVICE_UNAVAILABLE', `Not ready: ${down.join(', ')} unavailable`, {
+          down,
           services: lastCheck.services,
         }),
       );

@@ -45,9 +45,33 @@ it('notifies a watcher at once, then on every announce, and stops with the notif
   const notices: number[] = [];
   const watching = notifier.watch(async (n) => void notices.push(n.at), new AbortController().signal);
   expect(notices).toHaveLength(1);
+  await Promise.resolve(); // the notice is written
   notifier.announce();
+  await Promise.resolve();
   notifier.announce();
   expect(notices).toHaveLength(3);
+  notifier.stop();
+  await watching;
+});
+
+it("folds the notices of a burst into one while a watcher's stream is full, and sends it when the stream drains", async () => {
+  const notifier = new FeedNotifier(store, feed, { pollMs: 1000, logger: createLogger('test', 'silent') });
+  let drain!: () => void;
+  const sent: number[] = [];
+  // A reader that does not keep up: each write waits for the stream to drain.
+  const send = (n: { at: number }) => {
+    sent.push(n.at);
+    return new Promise<void>((resolve) => (drain = resolve));
+  };
+  const watching = notifier.watch(send, new AbortController().signal);
+  for (let i = 0; i < 1000; i++) notifier.announce();
+  expect(sent).toHaveLength(1); // the notice at connect, still waiting for the stream
+  drain();
+  await new Promise((r) => setImmediate(r));
+  expect(sent).toHaveLength(2); // one for the whole burst, after it
+  drain();
+  await new Promise((r) => setImmediate(r));
+  expect(sent).toHaveLength(2);
   notifier.stop();
   await watching;
 });

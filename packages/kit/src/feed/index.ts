@@ -82,14 +82,17 @@ export async function ensureFeedHead<T extends FeedEntryDoc>(store: Store, def: 
   }
 }
 
-/** Entries after `afterSeq`, oldest first, at most 1000, and the last sequence number read. */
+/** The most entries one read of a feed returns: a shorter page is the feed's end (readers page until they get one). */
+export const FEED_PAGE_SIZE = 1000;
+
+/** Entries after `afterSeq`, oldest first, at most FEED_PAGE_SIZE, and the last sequence number read. */
 export async function readFeed<T extends FeedEntryDoc>(
   store: Store,
   def: CollectionDef<T>,
   afterSeq: number,
 ): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
   const cursor = afterSeq > 0 ? encodeCursor(afterSeq, '\uffff') : null;
-  const page = await store.collection(def).find({}, { order: 'asc', limit: 1000, cursor });
+  const page = await store.collection(def).find({}, { order: 'asc', limit: FEED_PAGE_SIZE, cursor });
   const entries = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
   return { entries, lastSeq: entries.length ? entries[entries.length - 1].seq : afterSeq };
 }
@@ -169,9 +172,28 @@ export class FeedNotifier<T extends FeedEntryDoc = FeedEntryDoc> {
     }
   }
 
-  /** Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one per change. */
+  /**
+   * Serves one watcher until `signal` aborts: a notice at once (to read what it missed), then one after every change.
+   * Notices meanwhile a slow reader's stream is full are folded into one sent when it drains: a notice only says
+   * "read", so a burst of changes queues at most one more, never one per change.
+   */
   async watch(send: (notice: { at: number }) => Promise<void>, signal: AbortSignal): Promise<void> {
-    const notify = () => void send({ at: Date.now() });
+    let sending = false;
+    let again = false;
+    const notify = () => {
+      if (sending) {
+        again = true;
+        return;
+      }
+      sending = true;
+      void (async () => {
+        do {
+          again = false;
+          await send({ at: Date.now() });
+        } while (again);
+        sending = false;
+      })();
+    };
     this.watchers.add(notify);
     this.pollWhileWatched();
     try {
