@@ -1,4 +1,5 @@
 export * from './types';
+export { BackgroundSubscription, type BackgroundSubscriptionOptions } from './background';
 export { EmbeddedBus, openEmbeddedBus, type DeadLetter, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
 export { publishTraced, tracedHandler, withTracing } from './tracing';
