@@ -1,5 +1,5 @@
 import type { JSONWebKeySet } from 'jose';
-import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadConfig, mongoUriFor } from './config';
+import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, kafkaTopicSettings, loadConfig, mongoUriFor } from './config';
 import { loadSecretBox, type SecretBox } from './crypto';
 import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import { feedHeads } from './feed';
@@ -50,6 +50,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     ...(options.config ?? {}),
   };
   const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
+  const topics = kafkaTopicSettings(config);
   const logger = createLogger(options.name, config.logLevel);
   const sqlitePath = `${config.dataDir}/${options.name}.db`;
   const store = await openStore({
@@ -65,8 +66,10 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     clientId: `svc-${options.name}`,
     embeddedPath: `${config.dataDir}/bus.db`,
     maxAttempts: config.busMaxAttempts,
-    kafkaPartitions: config.kafkaPartitions,
-    kafkaReplicationFactor: config.kafkaReplicationFactor,
+    kafkaPartitions: topics.numPartitions,
+    kafkaReplicationFactor: topics.replicationFactor,
+    kafkaMinInsyncReplicas: topics.minInsyncReplicas,
+    kafkaCreateTopics: topics.createTopics,
     // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),

@@ -61,6 +61,8 @@ export function openBus(options: {
   maxAttempts?: number;
   kafkaPartitions?: number;
   kafkaReplicationFactor?: number;
+  kafkaMinInsyncReplicas?: number;
+  kafkaCreateTopics?: boolean;
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
     const kafka = openKafkaBus({
@@ -70,6 +72,8 @@ export function openBus(options: {
       maxAttempts: options.maxAttempts,
       numPartitions: options.kafkaPartitions,
       replicationFactor: options.kafkaReplicationFactor,
+      minInsyncReplicas: options.kafkaMinInsyncReplicas,
+      createTopics: options.kafkaCreateTopics,
     });
     return withConsumerLag(withTracing(kafka));
   }
