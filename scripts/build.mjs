@@ -28,6 +28,8 @@ const ENTRIES = {
   start: 'scripts/start.ts',
   gateway: 'gateway/src/main.ts',
   services: 'scripts/services-host.ts',
+  // The deployment's topic creation (deploy/k8s: the kafka-topics Job).
+  'kafka-topics': 'scripts/kafka-topics.ts',
   ...Object.fromEntries(SERVICES.map((s) => [`services/${s}`, `services/${s}/src/main.ts`])),
 };
 

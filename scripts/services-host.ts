@@ -36,6 +36,7 @@ runMain(`services(${names.join(',')})`, async () => {
   return {
     port: running[0].port,
     metricsPort: exporter?.port,
+    failed: Promise.race(running.flatMap((svc) => (svc.failed ? [svc.failed] : []))),
     stop: async () => {
       exporter?.server.close();
       await Promise.all(running.map((svc) => svc.stop()));

@@ -11,6 +11,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
 import { loadGatewayConfig } from '../../gateway/src/config';
+import { commonConfig, kafkaTopicSettings, loadConfig } from '../../packages/kit/src/config';
 import { processFacts, root, servicePorts, stopBudgetMs, type ProcessFacts } from './code-facts';
 import { K8S_SHAPES } from './k8s-shapes';
 import { allows, type Endpoint, type NetworkPolicy } from './network-policy';
@@ -115,6 +116,20 @@ interface Pdb extends K8sObject {
 interface ConfigMap extends K8sObject {
   data?: Record<string, string>;
 }
+interface Job extends K8sObject {
+  spec: {
+    backoffLimit?: number;
+    ttlSecondsAfterFinished?: number;
+    template: Deployment['spec']['template'] & { spec: { restartPolicy?: string } };
+  };
+}
+
+/** The Kafka topic settings the services read from a ConfigMap (their own config code, defaults by NODE_ENV). */
+const topicSettingsOf = (data: Record<string, string>) => kafkaTopicSettings(loadConfig(commonConfig, data));
+const configMapOf = (objects: K8sObject[], c: Container): Record<string, string> => {
+  const name = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
+  return (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === name) as ConfigMap | undefined)?.data ?? {};
+};
 
 /** ajv 8, the gateway's own dependency (the root's ajv is eslint's 6). */
 function newAjv(): { validate(schema: object, data: unknown): boolean; errorsText(errors?: unknown): string; errors?: unknown } {
@@ -208,6 +223,34 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
       expect(hpas[0].spec.maxReplicas).toBeGreaterThanOrEqual(hpas[0].spec.minReplicas ?? 1);
       expect({ name, replicas: d.spec.replicas }).toEqual({ name, replicas: undefined }); // the HPA owns the count
     }
+  });
+
+  it('creates the Kafka topics with a Job running the compiled kafka:topics, on the settings the services read', () => {
+    const jobs = objects.filter((o) => o.kind === 'Job') as Job[];
+    expect(jobs.map((j) => j.metadata.name)).toEqual(['kafka-topics']);
+    const [job] = jobs;
+    const pod = job.spec.template.spec;
+    const [c] = pod.containers;
+    expect(scriptOf(c.command)).toBe('dist/kafka-topics.js');
+    expect(existsSync(path.join(root, 'dist/kafka-topics.js'))).toBe(true);
+    expect(existsSync(path.join(root, 'scripts/kafka-topics.ts'))).toBe(true);
+    // Kafka not reachable yet: the pod is retried; finished Jobs go away so the next apply runs it again.
+    expect(pod.restartPolicy).toBe('OnFailure');
+    expect(job.spec.ttlSecondsAfterFinished).toBeGreaterThan(0);
+    expect(c.securityContext).toMatchObject({
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+    });
+    expect(c.resources?.limits?.memory).toBeDefined();
+    // The very settings every service pod gets, so the topics are what the services expect.
+    const services = (objects.filter((o) => o.kind === 'Deployment') as Deployment[]).filter((d) => facts(d.metadata.name).storeAndBus);
+    for (const d of services) expect(configMapOf(objects, d.spec.template.spec.containers[0])).toEqual(configMapOf(objects, c));
+    // Production: no service creates a topic, and min.insync.replicas can be met.
+    const settings = topicSettingsOf(configMapOf(objects, c));
+    expect(configMapOf(objects, c).NODE_ENV).toBe('production');
+    expect(settings.createTopics).toBe(false);
+    expect(settings.minInsyncReplicas).toBeLessThanOrEqual(settings.replicationFactor);
   });
 
   it('starts every container with its compiled entry, built from a source that exists', () => {
@@ -509,12 +552,41 @@ describe('kubernetes: kustomize overlays/dev', () => {
           expect({ name: f.name, ip, allowed: allows(policies, pod, outside(ip), 443) }).toEqual({ name: f.name, ip, allowed: false });
       }
     });
+
+    it('lets the kafka-topics Job reach Kafka only, and nothing reach it', () => {
+      const job = byKind<Job>('Job').find((j) => j.metadata.name === 'kafka-topics')!;
+      const pod: Endpoint = { ip: '10.244.7.7', pod: { namespace: 'svc-dev', labels: job.spec.template.metadata.labels, ports: {} } };
+      const datastore = outside('10.10.0.5');
+      expect({
+        kafka: allows(policies, pod, datastore, 9092),
+        mongodb: allows(policies, pod, datastore, 27017),
+        internet: allows(policies, pod, outside('93.184.216.34'), 443),
+        identity: allows(policies, pod, podOf('identity'), SERVICES.identity),
+        fromGateway: allows(policies, podOf('gateway'), pod, 8080),
+      }).toEqual({ kafka: true, mongodb: false, internet: false, identity: false, fromGateway: false });
+    });
+  });
+
+  it('runs the development cluster on one Kafka broker: one replica, topics still from the Job', () => {
+    const [job] = byKind<Job>('Job');
+    expect(topicSettingsOf(configMapOf(objects, job.spec.template.spec.containers[0]))).toMatchObject({
+      replicationFactor: 1,
+      minInsyncReplicas: 1,
+      createTopics: false,
+    });
   });
 
   it('keeps the base usable without the component', () => {
     const base = kustomize('deploy/k8s/base');
     expect(base.some((o) => o.kind === 'NetworkPolicy')).toBe(false);
     expect(base.filter((o) => o.kind === 'Deployment')).toHaveLength(PROCESSES.length);
+  });
+
+  it('replicates every topic in the base (production): 3 replicas, a write on 2 before it is acknowledged', () => {
+    const base = kustomize('deploy/k8s/base');
+    const config = (base.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data ?? {};
+    expect(topicSettingsOf(config)).toEqual({ numPartitions: 6, replicationFactor: 3, minInsyncReplicas: 2, createTopics: false });
+    expect(base.filter((o) => o.kind === 'Job').map((o) => o.metadata.name)).toEqual(['kafka-topics']);
   });
 });
 
@@ -668,6 +740,22 @@ describe('docker-compose.yml', () => {
       state.set(n, 'done');
     };
     for (const n of Object.keys(all)) visit(n, []);
+  });
+
+  it('gives the topics the replication its one Kafka broker allows, created by the services, never by the broker', () => {
+    for (const f of FACTS.filter((x) => x.storeAndBus)) {
+      // Only these settings: others hold compose interpolations such as ${LOG_LEVEL:-info}.
+      const env = Object.entries(envOf(apps[f.name])).filter(([key]) => key === 'NODE_ENV' || key.startsWith('KAFKA_'));
+      const settings = topicSettingsOf(Object.fromEntries(env));
+      expect({ name: f.name, ...settings }).toEqual({
+        name: f.name,
+        numPartitions: 6,
+        replicationFactor: 1,
+        minInsyncReplicas: 1,
+        createTopics: true,
+      });
+    }
+    expect(envOf(all.kafka).KAFKA_AUTO_CREATE_TOPICS_ENABLE).toBe('false');
   });
 
   it('runs MongoDB 7 as a single-node replica set that initiates itself', () => {

@@ -108,6 +108,7 @@ const podSpec = obj(
     serviceAccountName: dnsName,
     automountServiceAccountToken: bool,
     terminationGracePeriodSeconds: int,
+    restartPolicy: { enum: ['Always', 'OnFailure', 'Never'] },
     securityContext: obj({ runAsNonRoot: bool, runAsUser: int, runAsGroup: int, fsGroup: int, seccompProfile: seccomp }),
     topologySpreadConstraints: arr(
       obj(
@@ -182,6 +183,19 @@ export const K8S_SHAPES: Record<string, Schema> = {
         template: obj({ metadata: obj({ labels: strMap, annotations: strMap }), spec: podSpec }, ['metadata', 'spec']),
       },
       ['selector', 'template'],
+    ),
+  ),
+  Job: top(
+    'batch/v1',
+    'Job',
+    obj(
+      {
+        backoffLimit: int,
+        activeDeadlineSeconds: { type: 'integer', minimum: 1 },
+        ttlSecondsAfterFinished: int,
+        template: obj({ metadata: obj({ labels: strMap, annotations: strMap }), spec: podSpec }, ['spec']),
+      },
+      ['template'],
     ),
   ),
   HorizontalPodAutoscaler: top(

@@ -1,4 +1,4 @@
-import { ConfigError, field, loadConfig } from './config';
+import { commonConfig, ConfigError, field, kafkaTopicSettings, loadConfig } from './config';
 
 const spec = {
   port: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
@@ -30,5 +30,43 @@ describe('loadConfig', () => {
     expect(() => loadConfig(spec, { TOKEN: 's3cret', PORT: 'x' })).toThrow(/PORT must be an integer/);
     const secretSpec = { key: field('KEY', 'int', { secret: true }) };
     expect(() => loadConfig(secretSpec, { KEY: 'hunter2' })).toThrow(/\(hidden\)/);
+  });
+});
+
+describe('kafkaTopicSettings', () => {
+  const base = { kafkaPartitions: 6 };
+  it('defaults by NODE_ENV: production replicates (3, min.insync 2) and never creates topics; development 1, 1 and creates', () => {
+    expect(kafkaTopicSettings({ ...base, nodeEnv: 'production' })).toEqual({
+      numPartitions: 6,
+      replicationFactor: 3,
+      minInsyncReplicas: 2,
+      createTopics: false,
+    });
+    expect(kafkaTopicSettings({ ...base, nodeEnv: 'development' })).toEqual({
+      numPartitions: 6,
+      replicationFactor: 1,
+      minInsyncReplicas: 1,
+      createTopics: true,
+    });
+  });
+
+  it('takes the settings as given, from the environment', () => {
+    const config = loadConfig(commonConfig, {
+      NODE_ENV: 'production',
+      KAFKA_REPLICATION_FACTOR: '5',
+      KAFKA_MIN_INSYNC_REPLICAS: '3',
+      KAFKA_CREATE_TOPICS: 'true',
+    });
+    expect(kafkaTopicSettings(config)).toEqual({ numPartitions: 6, replicationFactor: 5, minInsyncReplicas: 3, createTopics: true });
+    // One broker in production (compose): min.insync follows the replication factor down.
+    expect(kafkaTopicSettings({ ...base, nodeEnv: 'production', kafkaReplicationFactor: 1 }).minInsyncReplicas).toBe(1);
+  });
+
+  it('refuses a min.insync.replicas above the replication factor (no write could be acknowledged)', () => {
+    expect(() => kafkaTopicSettings({ ...base, nodeEnv: 'production', kafkaReplicationFactor: 2, kafkaMinInsyncReplicas: 3 })).toThrow(
+      ConfigError,
+    );
+    expect(() => loadConfig(commonConfig, { KAFKA_MIN_INSYNC_REPLICAS: '0' })).toThrow(/KAFKA_MIN_INSYNC_REPLICAS/);
+    expect(() => loadConfig(commonConfig, { KAFKA_CREATE_TOPICS: 'maybe' })).toThrow(/KAFKA_CREATE_TOPICS/);
   });
 });

@@ -102,9 +102,14 @@ export const commonConfig = {
   dataDir: field('DATA_DIR', 'string', { default: './.data' }),
   mongodbUri: field('MONGODB_URI', 'string', { secret: true }),
   kafkaBrokers: field('KAFKA_BROKERS', 'list'),
-  /** Partitions and replication factor of the topics a service creates (compose: 6 and 1; production: 3 replicas). */
+  /**
+   * The topics' partitions, replicas and min.insync.replicas, and whether a service may create a missing topic.
+   * Unset, replication and creation follow NODE_ENV (kafkaTopicSettings).
+   */
   kafkaPartitions: field('KAFKA_PARTITIONS', 'int', { default: '6', min: 1, max: 1000 }),
-  kafkaReplicationFactor: field('KAFKA_REPLICATION_FACTOR', 'int', { default: '1', min: 1, max: 10 }),
+  kafkaReplicationFactor: field('KAFKA_REPLICATION_FACTOR', 'int', { min: 1, max: 10 }),
+  kafkaMinInsyncReplicas: field('KAFKA_MIN_INSYNC_REPLICAS', 'int', { min: 1, max: 10 }),
+  kafkaCreateTopics: field('KAFKA_CREATE_TOPICS', 'bool'),
   /** Prefix of topic and consumer-group names, for several deployments on one cluster. */
   kafkaNamespace: field('KAFKA_NAMESPACE', 'string', { pattern: /^[A-Za-z0-9_-]{1,64}$/ }),
   /** Handler calls a message gets before it is set aside as a dead letter (both buses). */
@@ -124,4 +129,39 @@ export const commonConfig = {
 /** A service's MongoDB URI: `<NAME>_MONGODB_URI` wins over the shared `MONGODB_URI`. */
 export function mongoUriFor(service: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
   return env[`${service.toUpperCase()}_MONGODB_URI`] || env.MONGODB_URI || undefined;
+}
+
+export interface KafkaTopicSettings {
+  numPartitions: number;
+  replicationFactor: number;
+  minInsyncReplicas: number;
+  /** Whether a service creates a topic it finds missing; when not, it names the topic and stops. */
+  createTopics: boolean;
+}
+
+/**
+ * The Kafka topic settings, with the defaults of NODE_ENV: in production 3 replicas, min.insync.replicas 2 (with
+ * acks=-1 a write is then on two disks before the outbox deletes it) and no implicit creation (topics are deployed:
+ * deploy/k8s's kafka-topics Job); elsewhere 1, 1 and created on first use (one local broker).
+ */
+export function kafkaTopicSettings(config: {
+  nodeEnv: string;
+  kafkaPartitions: number;
+  kafkaReplicationFactor?: number;
+  kafkaMinInsyncReplicas?: number;
+  kafkaCreateTopics?: boolean;
+}): KafkaTopicSettings {
+  const production = config.nodeEnv === 'production';
+  const replicationFactor = config.kafkaReplicationFactor ?? (production ? 3 : 1);
+  const minInsyncReplicas = config.kafkaMinInsyncReplicas ?? Math.min(production ? 2 : 1, replicationFactor);
+  if (minInsyncReplicas > replicationFactor)
+    throw new ConfigError([
+      `KAFKA_MIN_INSYNC_REPLICAS (${minInsyncReplicas}) must not exceed KAFKA_REPLICATION_FACTOR (${replicationFactor}): no write could be acknowledged`,
+    ]);
+  return {
+    numPartitions: config.kafkaPartitions,
+    replicationFactor,
+    minInsyncReplicas,
+    createTopics: config.kafkaCreateTopics ?? !production,
+  };
 }

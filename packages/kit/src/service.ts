@@ -1,9 +1,9 @@
 import type { JSONWebKeySet } from 'jose';
-import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, loadConfig, mongoUriFor } from './config';
+import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, kafkaTopicSettings, loadConfig, mongoUriFor } from './config';
 import { loadSecretBox, type SecretBox } from './crypto';
-import { openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
+import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import { feedHeads } from './feed';
-import type { EventBus } from './events/types';
+import type { EventBus, SubscribeOptions } from './events/types';
 import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
 import { identityV1 } from '@svc/proto';
@@ -50,6 +50,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     ...(options.config ?? {}),
   };
   const config = loadConfig(spec, env) as ServiceRuntime<S>['config'];
+  const topics = kafkaTopicSettings(config);
   const logger = createLogger(options.name, config.logLevel);
   const sqlitePath = `${config.dataDir}/${options.name}.db`;
   const store = await openStore({
@@ -65,8 +66,10 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     clientId: `svc-${options.name}`,
     embeddedPath: `${config.dataDir}/bus.db`,
     maxAttempts: config.busMaxAttempts,
-    kafkaPartitions: config.kafkaPartitions,
-    kafkaReplicationFactor: config.kafkaReplicationFactor,
+    kafkaPartitions: topics.numPartitions,
+    kafkaReplicationFactor: topics.replicationFactor,
+    kafkaMinInsyncReplicas: topics.minInsyncReplicas,
+    kafkaCreateTopics: topics.createTopics,
     kafkaNamespace: config.kafkaNamespace,
     // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
     onError: (err: unknown, message?: { id: string; topic: string }) =>
@@ -93,6 +96,19 @@ function withTimeout(work: Promise<void>): Promise<void> {
   return Promise.race([work, limit]).finally(() => clearTimeout(timer));
 }
 
+/** Runs `probe` when asked, at most once a second; callers meanwhile share the run in flight or the last result. */
+function atMostOncePerSecond(probe: () => Promise<void>): () => Promise<void> {
+  let last = -Infinity;
+  let running: Promise<void> | null = null;
+  return () => {
+    if (performance.now() - last < 1000) return Promise.resolve();
+    return (running ??= probe().finally(() => {
+      last = performance.now();
+      running = null;
+    }));
+  };
+}
+
 /** The health name that reports whether a service reaches its bus (the service itself stays SERVING). */
 export const BUS_HEALTH = 'svc.bus';
 
@@ -100,13 +116,19 @@ export interface RunningService {
   port: number;
   /** The METRICS_PORT listener's port, when there is one. */
   metricsPort?: number;
+  /**
+   * Rejects when the service cannot go on as configured (a subscription to a topic that is missing and must not be
+   * created): the process entry then stops it and exits non-zero. Never resolves.
+   */
+  failed?: Promise<never>;
   stop(): Promise<void>;
 }
 
 /**
  * Serves the registrations over gRPC with health reporting (store and bus reachability measured when asked),
- * starts the outbox relay, and returns a handle whose stop() drains gracefully: health NOT_SERVING, in-flight
- * calls finished, outbox flushed, connections closed.
+ * starts the outbox relay, then subscribes the consumers in the background, and returns a handle whose stop()
+ * drains gracefully: health NOT_SERVING, in-flight calls finished, consumers stopped, outbox flushed, connections
+ * closed.
  */
 export async function serve<S extends ConfigSpec>(
   rt: ServiceRuntime<S>,
@@ -114,6 +136,12 @@ export async function serve<S extends ConfigSpec>(
     verifier: JwtVerifier;
     registrations: Array<ServiceRegistration<object>>;
     healthNames: string[];
+    /**
+     * The service's consumers. Subscribed after the server listens, retrying with backoff until the bus takes them:
+     * a broker outage at start-up leaves the service serving, and BUS_HEALTH NOT_SERVING until every one runs.
+     * Stopped before `onStop`.
+     */
+    subscriptions?: SubscribeOptions[];
     /** Before the server drains: end calls that never end by themselves (watch streams). */
     beforeStop?: () => void;
     onStop?: () => Promise<void>;
@@ -134,33 +162,29 @@ export async function serve<S extends ConfigSpec>(
   // the gateway's /readyz names.
   let storeUp = true;
   let busUp = true;
-  server.health.setStatus(BUS_HEALTH, 'SERVING');
   // Measured when a health Check asks (the gateway's /readyz, Kubernetes' probes), at most once a second, never by a
-  // timer: an idle service does nothing. A probe that hangs counts as down after HEALTH_PROBE_MS.
-  let lastProbe = 0;
-  let probing: Promise<void> | null = null;
-  server.refreshHealth = () => {
-    if (performance.now() - lastProbe < 1000) return Promise.resolve();
-    return (probing ??= Promise.all([
-      withTimeout(untraced(() => rt.store.ping())).then(
-        () => setStore(true),
-        (err) => {
-          if (storeUp) rt.logger.error({ err }, 'store unreachable');
-          setStore(false);
-        },
-      ),
-      withTimeout(untraced(() => rt.bus.ping())).then(
-        () => setBus(true),
-        (err) => {
-          if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
-          setBus(false);
-        },
-      ),
-    ]).then(() => {
-      lastProbe = performance.now();
-      probing = null;
-    }));
-  };
+  // timer: an idle service does nothing. A probe that hangs counts as down after HEALTH_PROBE_MS. Each name waits
+  // only for its own probe: the whole server's status ('', what Kubernetes probes) never waits for a broker that
+  // does not answer, so a bus outage cannot fail a readiness probe's timeout.
+  const probeStore = atMostOncePerSecond(() =>
+    withTimeout(untraced(() => rt.store.ping())).then(
+      () => setStore(true),
+      (err) => {
+        if (storeUp) rt.logger.error({ err }, 'store unreachable');
+        setStore(false);
+      },
+    ),
+  );
+  const probeBus = atMostOncePerSecond(() =>
+    withTimeout(untraced(() => rt.bus.ping())).then(
+      () => setBus(true),
+      (err) => {
+        if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
+        setBus(false);
+      },
+    ),
+  );
+  server.refreshHealth = (service) => (service === BUS_HEALTH ? probeBus() : probeStore());
   function setStore(ok: boolean) {
     if (ok === storeUp) return;
     storeUp = ok;
@@ -169,20 +193,44 @@ export async function serve<S extends ConfigSpec>(
   function setBus(ok: boolean) {
     if (ok === busUp) return;
     busUp = ok;
+    showBus();
+  }
+  // The bus is healthy when it answers and every consumer runs: until then events wait (in the outbox, or on the
+  // bus for this service's consumers), and /readyz names this service's bus.
+  const consumers = (options.subscriptions ?? []).map(
+    (subscribe) =>
+      new BackgroundSubscription(rt.bus, subscribe, {
+        onRetry: (err, attempt, delayMs) =>
+          rt.logger.warn({ err, group: subscribe.group, attempt, retryInMs: delayMs }, 'bus subscription failed; retrying'),
+        onSubscribed: () => {
+          rt.logger.info({ group: subscribe.group, topics: subscribe.topics }, 'subscribed to the bus');
+          showBus();
+        },
+        isFatal: (err) => err instanceof MissingTopicsError,
+      }),
+  );
+  function showBus() {
+    const ok = busUp && consumers.every((c) => c.subscribed);
     server.health.setStatus(BUS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
+  showBus();
+  for (const c of consumers) c.start();
+  const failed = Promise.race(consumers.map((c) => c.failed));
+  failed.catch(() => {});
   const exporter = rt.config.metricsPort === undefined ? null : await serveMetrics(rt.config.metricsPort, rt.config.metricsHost);
   rt.logger.info({ port, metricsPort: exporter?.port }, `${rt.name} service listening`);
   let stopped: Promise<void> | null = null;
   return {
     port,
     metricsPort: exporter?.port,
+    failed,
     // Idempotent: a second call waits for the first.
     stop: () =>
       (stopped ??= (async () => {
         exporter?.server.close();
         options.beforeStop?.();
         await server.stop();
+        await Promise.all(consumers.map((c) => c.stop()));
         await options.onStop?.();
         await rt.relay.stop();
         await rt.bus.close();
@@ -225,18 +273,23 @@ export function runMain(name: string, start: () => Promise<RunningService>): voi
     (svc) => {
       process.send?.({ type: 'ready', name, port: svc.port });
       let stopping = false;
-      const shutdown = () => {
+      const shutdown = (code = 0) => {
         if (stopping) return;
         stopping = true;
         svc.stop().then(
-          () => process.exit(0),
+          () => process.exit(code),
           () => process.exit(1),
         );
       };
-      process.on('SIGTERM', shutdown);
-      process.on('SIGINT', shutdown);
+      process.on('SIGTERM', () => shutdown());
+      process.on('SIGINT', () => shutdown());
       // Started by a launcher: stop with it, even when it dies without a word.
-      if (process.send) process.on('disconnect', shutdown);
+      if (process.send) process.on('disconnect', () => shutdown());
+      // Misconfigured in a way found only once the bus answered (a topic missing): stop, and say why.
+      svc.failed?.catch((err: unknown) => {
+        console.error(`${name}: cannot run: ${err instanceof Error ? err.message : String(err)}`);
+        shutdown(1);
+      });
     },
     (err: unknown) => {
       if (err instanceof ConfigError) console.error(`${name}: ${err.message}`);

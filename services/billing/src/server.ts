@@ -24,19 +24,21 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     stripeApiUrl: rt.config.stripeApiUrl,
     publicUrl,
   });
-  const subscription = await rt.bus.subscribe({
-    group: CONSUMER_GROUP,
-    topics: [TOPICS.identity, TOPICS.agents, TOPICS.chat],
-    // A failure leaves the message unacknowledged: the bus retries it (the ledger applies each source once).
-    handler: (message) =>
-      handle(message).catch((err: unknown) => {
-        rt.logger.warn({ err, eventId: message.id }, 'billing event failed; the bus will retry');
-        throw err;
-      }),
-  });
   return serve(rt, {
     verifier,
     healthNames: ['billing.v1.BillingService'],
+    subscriptions: [
+      {
+        group: CONSUMER_GROUP,
+        topics: [TOPICS.identity, TOPICS.agents, TOPICS.chat],
+        // A failure leaves the message unacknowledged: the bus retries it (the ledger applies each source once).
+        handler: (message) =>
+          handle(message).catch((err: unknown) => {
+            rt.logger.warn({ err, eventId: message.id }, 'billing event failed; the bus will retry');
+            throw err;
+          }),
+      },
+    ],
     registrations: [
       registration({
         definition: billingV1.BillingServiceService,
@@ -52,7 +54,6 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
       }),
     ],
     onStop: async () => {
-      await subscription.stop();
       identity.close();
     },
   });

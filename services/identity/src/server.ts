@@ -110,18 +110,20 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   };
   const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
   const applyPlanChange = planChangeHandler(rt.store, rt.logger, deps.announceRevocation);
-  const planChanges = await rt.bus.subscribe({
-    group: 'identity',
-    topics: [TOPICS.billing],
-    handler: (message) =>
-      applyPlanChange(message).catch((err: unknown) => {
-        rt.logger.warn({ err, eventId: message.id }, 'plan change failed; the bus will retry');
-        throw err;
-      }),
-  });
   return serve(rt, {
     verifier,
     healthNames: ['identity.v1.IdentityService'],
+    subscriptions: [
+      {
+        group: 'identity',
+        topics: [TOPICS.billing],
+        handler: (message) =>
+          applyPlanChange(message).catch((err: unknown) => {
+            rt.logger.warn({ err, eventId: message.id }, 'plan change failed; the bus will retry');
+            throw err;
+          }),
+      },
+    ],
     registrations: [
       registration({
         definition: identityV1.IdentityServiceService,
@@ -158,7 +160,6 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     ],
     beforeStop: () => feed.stop(),
     onStop: async () => {
-      await planChanges.stop();
       await redis?.quit().catch(() => undefined);
     },
   });

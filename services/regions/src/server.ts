@@ -14,19 +14,21 @@ export async function startRegions(env: NodeJS.ProcessEnv = process.env): Promis
   const catalogue = new Catalogue(parseCatalogue(rt.config.catalogue));
   const { verifier, identity } = identityVerifier(rt.config);
   const handle = planEventHandler(rt.store, rt.logger);
-  const subscription = await rt.bus.subscribe({
-    group: CONSUMER_GROUP,
-    topics: [TOPICS.identity, TOPICS.billing],
-    // A failure leaves the message unacknowledged: the bus retries it, and the tenant's later events wait.
-    handler: (message) =>
-      handle(message).catch((err: unknown) => {
-        rt.logger.warn({ err, eventId: message.id }, 'plan event failed; the bus will retry');
-        throw err;
-      }),
-  });
   return serve(rt, {
     verifier,
     healthNames: ['regions.v1.RegionsService'],
+    subscriptions: [
+      {
+        group: CONSUMER_GROUP,
+        topics: [TOPICS.identity, TOPICS.billing],
+        // A failure leaves the message unacknowledged: the bus retries it, and the tenant's later events wait.
+        handler: (message) =>
+          handle(message).catch((err: unknown) => {
+            rt.logger.warn({ err, eventId: message.id }, 'plan event failed; the bus will retry');
+            throw err;
+          }),
+      },
+    ],
     registrations: [
       registration({
         definition: regionsV1.RegionsServiceService,
@@ -40,7 +42,6 @@ export async function startRegions(env: NodeJS.ProcessEnv = process.env): Promis
       }),
     ],
     onStop: async () => {
-      await subscription.stop();
       identity.close();
     },
   });

@@ -33,19 +33,21 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
   const onQueued = (webhookId: string) => worker.wake(webhookId);
   await worker.start();
   const handle = fanOut(rt.store, onQueued);
-  const subscription = await rt.bus.subscribe({
-    group: CONSUMER_GROUP,
-    topics: Object.values(TOPICS),
-    // A failure leaves the message unacknowledged: the bus retries it, and later events of the tenant wait.
-    handler: (message) =>
-      handle(message).catch((err: unknown) => {
-        rt.logger.warn({ err, eventId: message.id }, 'fan-out failed; the bus will retry');
-        throw err;
-      }),
-  });
   return serve(rt, {
     verifier,
     healthNames: ['webhooks.v1.WebhooksService'],
+    subscriptions: [
+      {
+        group: CONSUMER_GROUP,
+        topics: Object.values(TOPICS),
+        // A failure leaves the message unacknowledged: the bus retries it, and later events of the tenant wait.
+        handler: (message) =>
+          handle(message).catch((err: unknown) => {
+            rt.logger.warn({ err, eventId: message.id }, 'fan-out failed; the bus will retry');
+            throw err;
+          }),
+      },
+    ],
     registrations: [
       registration({
         definition: webhooksV1.WebhooksServiceService,
@@ -53,7 +55,6 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
       }),
     ],
     onStop: async () => {
-      await subscription.stop();
       await worker.stop();
       identity.close();
     },

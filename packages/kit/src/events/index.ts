@@ -1,4 +1,5 @@
 export * from './types';
+export { BackgroundSubscription, type BackgroundSubscriptionOptions } from './background';
 export { EmbeddedBus, openEmbeddedBus, type DeadLetter, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
 export { publishTraced, tracedHandler, withTracing } from './tracing';
@@ -63,6 +64,8 @@ export function openBus(options: {
   kafkaReplicationFactor?: number;
   /** Prefix of topics and consumer groups on a shared cluster (KAFKA_NAMESPACE). */
   kafkaNamespace?: string;
+  kafkaMinInsyncReplicas?: number;
+  kafkaCreateTopics?: boolean;
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
     const kafka = openKafkaBus({
@@ -72,6 +75,8 @@ export function openBus(options: {
       maxAttempts: options.maxAttempts,
       numPartitions: options.kafkaPartitions,
       replicationFactor: options.kafkaReplicationFactor,
+      minInsyncReplicas: options.kafkaMinInsyncReplicas,
+      createTopics: options.kafkaCreateTopics,
     });
     return withConsumerLag(withTracing(withNamespace(kafka, options.kafkaNamespace)));
   }

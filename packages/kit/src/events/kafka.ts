@@ -21,7 +21,16 @@ import {
   type Producer,
 } from 'kafkajs';
 import { metrics } from '../metrics';
-import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
+import { absentTopics, createKafkaTopics, deadLetterTopic, topicProblems } from './kafka-topics';
+import {
+  MissingTopicsError,
+  type BusErrorHandler,
+  type BusMessage,
+  type EventBus,
+  type ReceivedMessage,
+  type SubscribeOptions,
+  type Subscription,
+} from './types';
 
 export interface KafkaBusOptions {
   brokers: string[];
@@ -30,8 +39,15 @@ export interface KafkaBusOptions {
   onError?: BusErrorHandler;
   /** Partitions for topics this bus creates. Default 6. */
   numPartitions?: number;
-  /** Replication factor of the topics this bus creates. Default 1 (compose's single broker); 3 in production. */
+  /** Replication factor of the topics this bus creates. Default 1 (one broker); the services' default follows NODE_ENV. */
   replicationFactor?: number;
+  /** `min.insync.replicas` of the topics this bus creates (with acks=-1: replicas that have a write before it is acknowledged). Default 1. */
+  minInsyncReplicas?: number;
+  /**
+   * Whether a topic found missing is created (default true). When not, publish and subscribe fail with
+   * MissingTopicsError naming it: production deploys its topics (deploy/k8s: the kafka-topics Job).
+   */
+  createTopics?: boolean;
   /**
    * Handler calls a message gets before it is sent to `<topic>.dead-letters` (headers name the group, the error
    * and the attempts) and its offset committed, so a poison message cannot hold its partition. Default 20.
@@ -39,8 +55,7 @@ export interface KafkaBusOptions {
   maxAttempts?: number;
 }
 
-/** Where a group's poison messages go: read them with any Kafka tool, replay by publishing them again. */
-export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
+export { deadLetterTopic };
 /** A publish that has not finished by then fails (the outbox keeps the records and tries again). */
 const PUBLISH_TIMEOUT_MS = 15_000;
 const PING_TIMEOUT_MS = 3000;
@@ -67,6 +82,8 @@ class KafkaBus implements EventBus {
   private readonly numPartitions: number;
   private readonly maxAttempts: number;
   private readonly replicationFactor: number;
+  private readonly minInsyncReplicas: number;
+  private readonly createTopics: boolean;
   private readonly knownTopics = new Set<string>();
   private readonly subscriptions = new Set<Subscription>();
   private connecting: Promise<void> | null = null;
@@ -85,6 +102,8 @@ class KafkaBus implements EventBus {
     });
     this.maxAttempts = options.maxAttempts ?? 20;
     this.replicationFactor = options.replicationFactor ?? 1;
+    this.minInsyncReplicas = options.minInsyncReplicas ?? 1;
+    this.createTopics = options.createTopics ?? true;
     // Idempotent: broker-side dedupe of producer retries; one request in flight keeps per-partition order.
     // The Java-compatible partitioner is explicit so every client maps a key to the same partition.
     this.producer = this.kafka.producer({
@@ -272,22 +291,35 @@ class KafkaBus implements EventBus {
   }
 
   /**
-   * Creates topics on first use and waits until each partition has a leader. Several processes start together and
-   * create the same topics: the loser's createTopics fails (TOPIC_ALREADY_EXISTS) while the winner's topic may not
-   * have its leaders yet, so a subscribe right after would fail with UNKNOWN_TOPIC_OR_PARTITION. Every caller
-   * therefore waits for the metadata, whoever created the topic.
+   * Makes sure `topics` exist before first use. Creating, they get this bus's partitions, replicas and
+   * min.insync.replicas; a creation the broker refuses (ACLs) is fine when the topics exist anyway, otherwise it
+   * fails (never left to the broker's auto-creation, whose defaults would be one replica). Not creating, a missing
+   * topic fails with MissingTopicsError; an existing one with fewer replicas than configured is reported.
+   *
+   * Several processes start together and create the same topics: the loser's creation fails (TOPIC_ALREADY_EXISTS)
+   * while the winner's topic may not have its leaders yet, so a subscribe right after would fail with
+   * UNKNOWN_TOPIC_OR_PARTITION. Every caller therefore waits for the partitions' leaders, whoever created the topic.
    */
   private async ensureTopics(topics: string[]): Promise<void> {
     const missing = topics.filter((t) => !this.knownTopics.has(t));
     if (missing.length === 0) return;
-    try {
-      // Resolves false (no throw) when every topic already exists.
-      await this.admin.createTopics({
-        topics: missing.map((topic) => ({ topic, numPartitions: this.numPartitions, replicationFactor: this.replicationFactor })),
-        waitForLeaders: true,
-      });
-    } catch (err) {
-      if (!isAlreadyExists(err)) this.onError(err);
+    const settings = {
+      numPartitions: this.numPartitions,
+      replicationFactor: this.replicationFactor,
+      minInsyncReplicas: this.minInsyncReplicas,
+    };
+    if (this.createTopics) {
+      try {
+        await createKafkaTopics(this.admin, missing, settings);
+      } catch (err) {
+        const absent = await absentTopics(this.admin, missing);
+        if (absent.length) throw new Error(`could not create Kafka topics ${absent.join(', ')}: ${(err as Error).message}`, { cause: err });
+        if (!isAlreadyExists(err)) this.onError(err);
+      }
+    } else {
+      const absent = await absentTopics(this.admin, missing);
+      if (absent.length) throw new MissingTopicsError(absent);
+      for (const problem of await topicProblems(this.admin, missing, settings)) this.onError(new Error(problem));
     }
     await this.awaitLeaders(missing);
     for (const t of missing) this.knownTopics.add(t);

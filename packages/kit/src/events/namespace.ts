@@ -5,6 +5,9 @@
  */
 import type { EventBus } from './types';
 
+/** A topic's (or group's) name on the wire in a namespace. */
+export const namespaced = (namespace: string | undefined, name: string) => (namespace ? `${namespace}.${name}` : name);
+
 export function withNamespace(bus: EventBus, namespace: string | undefined): EventBus {
   if (!namespace) return bus;
   const prefix = `${namespace}.`;

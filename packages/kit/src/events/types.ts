@@ -52,3 +52,17 @@ export interface EventBus {
   ping(): Promise<void>;
   close(): Promise<void>;
 }
+
+/**
+ * Topics a bus needed and found missing where it must not create them (KAFKA_CREATE_TOPICS=false, the production
+ * default: topics are deployed with their replication, see deploy/). Retrying cannot mend it.
+ */
+export class MissingTopicsError extends Error {
+  constructor(readonly topics: string[]) {
+    super(
+      `Kafka topic${topics.length > 1 ? 's' : ''} missing: ${topics.join(', ')} (KAFKA_CREATE_TOPICS is off: create ` +
+        'them with `npm run kafka:topics`, the kafka-topics Job in deploy/k8s)',
+    );
+    this.name = 'MissingTopicsError';
+  }
+}

@@ -62,14 +62,15 @@ export class GrpcServer {
     this.server.addService(healthService, {
       ...handlers,
       check: (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-        const refreshed = this.refreshHealth ? this.refreshHealth().catch(() => undefined) : Promise.resolve();
+        const service = (call.request as { service?: string } | null)?.service ?? '';
+        const refreshed = this.refreshHealth ? this.refreshHealth(service).catch(() => undefined) : Promise.resolve();
         void refreshed.then(() => check(call, callback));
       },
     });
   }
 
-  /** Measures the statuses before a health Check is answered (set by the service runtime). */
-  refreshHealth: (() => Promise<void>) | null = null;
+  /** Measures the status of the service name asked about before a health Check is answered (set by the runtime). */
+  refreshHealth: ((service: string) => Promise<void>) | null = null;
 
   add<D extends object>(registration: ServiceRegistration<D>): this {
     const handlers: grpc.UntypedServiceImplementation = {};
