@@ -63,7 +63,7 @@ export function capsContract(engine: string, open: () => Promise<[Store, Store]>
         if (await tx.collection(items).delete(id, { tenantId })) await places.free();
       });
 
-    test('50 concurrent creates through two replicas at limit - 1: exactly one passes', async () => {
+    test('50 concurrent creates through both stores at limit - 1: exactly one passes', async () => {
       const caps = stores.map((s) => new TenantCap(s, def(10)));
       for (let i = 0; i < 9; i++) expect(await create(caps, i % 2, 't1')).toBe('created');
       const outcomes = await Promise.all(Array.from({ length: 50 }, (_, i) => create(caps, i % 2, 't1')));
