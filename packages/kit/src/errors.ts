@@ -62,18 +62,3 @@ export const errors = {
 export function isAppError(err: unknown): err is AppError {
   return err instanceof AppError;
 }
-
-/**
- * A tenant's cap on a kind of resource (CONTRACT-style 409 `<resource>_limit`): no tenant can fill a store. A count
- * then the insert: replicas creating at the same instant may pass it by one each, which a cap tolerates.
- */
-export async function assertBelowLimit(
-  count: () => Promise<number>,
-  limit: number,
-  resource: string,
-  plural: string,
-  free = 'delete',
-): Promise<void> {
-  if ((await count()) >= limit)
-    throw errors.conflict(`A tenant can have at most ${limit} ${plural}; ${free} one first`, { reason: `${resource}_limit`, limit });
-}

@@ -6,6 +6,7 @@ export * from './crypto';
 export * from './jwt';
 export * from './grpc';
 export * from './storage';
+export * from './caps';
 export * from './events';
 export * from './topics';
 export * from './scopes';

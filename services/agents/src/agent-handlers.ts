@@ -1,7 +1,7 @@
-import { assertBelowLimit, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { agentsV1 } from '@svc/proto';
 import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
-import { agents, type AgentDoc } from './collections';
+import { agentCap, agents, type AgentDoc } from './collections';
 
 export function toAgent(a: AgentDoc): agentsV1.Agent {
   return {
@@ -24,6 +24,7 @@ export async function loadAgent(store: Store, tenantId: string, id: string): Pro
 /** Agent CRUD. Deleting an agent also cancels its unfinished runs and deletes its runs (see `onDelete`). */
 export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>, maxAgentsPerTenant = 1000) {
   const col = store.collection(agents);
+  const cap = agentCap(store, maxAgentsPerTenant);
 
   return {
     async createAgent(req: agentsV1.CreateAgentRequest, ctx: CallContext): Promise<agentsV1.CreateAgentResponse> {
@@ -31,10 +32,12 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
       const name = checkText('name', req.name);
       const systemPrompt = checkText('systemPrompt', req.systemPrompt);
       const config = mergeConfig(DEFAULT_CONFIG, req.config);
-      await assertBelowLimit(() => col.count({ tenantId: auth.tid }), maxAgentsPerTenant, 'agent', 'agents');
       const now = nowIso();
       const doc: AgentDoc = { id: newId('agt'), tenantId: auth.tid, name, systemPrompt, config, createdAt: now, updatedAt: now };
-      await col.insert(doc);
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
+        await tx.collection(agents).insert(doc);
+      });
       return { agent: toAgent(doc) };
     },
 
@@ -65,7 +68,12 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
 
     async deleteAgent(req: agentsV1.DeleteAgentRequest, ctx: CallContext): Promise<agentsV1.DeleteAgentResponse> {
       const { auth } = authed(ctx, 'agents:write');
-      if (!(await col.delete(req.id, { tenantId: auth.tid }))) throw errors.notFound('agent', req.id);
+      const deleted = await cap.transaction(auth.tid, async (tx, places) => {
+        const ok = await tx.collection(agents).delete(req.id, { tenantId: auth.tid });
+        if (ok) await places.free();
+        return ok;
+      });
+      if (!deleted) throw errors.notFound('agent', req.id);
       await onDelete(auth.tid, req.id);
       return { id: req.id };
     },

@@ -1,4 +1,4 @@
-import { newId, nowIso, type CollectionDef } from '@svc/kit';
+import { newId, nowIso, type CollectionDef, type Store, TenantCap } from '@svc/kit';
 
 export const AUTONOMY_LEVELS = ['manual', 'supervised', 'autonomous'] as const;
 export type AutonomyLevel = (typeof AUTONOMY_LEVELS)[number];
@@ -26,6 +26,16 @@ export interface AgentDoc {
 
 /** Listed per tenant, newest first: the index serves every page at the same cost. */
 export const agents: CollectionDef<AgentDoc> = { name: 'agents', indexes: [{ fields: ['tenantId'] }] };
+
+/** AGENTS_PER_TENANT, exact across replicas: every insert and delete of an agent goes through it (kit caps). */
+export function agentCap(store: Store, limit: number): TenantCap {
+  return new TenantCap(store, {
+    kind: 'agent',
+    plural: 'agents',
+    limit,
+    count: (tx, tenantId) => tx.collection(agents).count({ tenantId }),
+  });
+}
 
 export const RUN_STATUSES = ['queued', 'running', 'requires_approval', 'completed', 'failed', 'cancelled'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];

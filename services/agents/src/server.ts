@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import {
+  capCounters,
   createClient,
   CreditGate,
   egressFetch,
@@ -38,7 +39,7 @@ export const agentsConfig = {
 } as const;
 
 export async function startAgents(env: NodeJS.ProcessEnv = process.env, options: { credits?: CreditCheck } = {}): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'agents', defaultPort: 50053, config: agentsConfig, collections: [agents, runs], env });
+  const rt = await openRuntime({ name: 'agents', defaultPort: 50053, config: agentsConfig, collections: [agents, runs, capCounters], env });
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });

@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { type CollectionDef, type Store, TenantCap } from '@svc/kit';
 
 export interface SessionDoc {
   id: string;
@@ -41,6 +41,16 @@ export interface MessageDoc {
 
 /** Listed per tenant, newest first. */
 export const sessions: CollectionDef<SessionDoc> = { name: 'chat_sessions', indexes: [{ fields: ['tenantId'] }] };
+
+/** CHAT_SESSIONS_PER_TENANT, exact across replicas: every insert and delete of a session goes through it (kit caps). */
+export function sessionCap(store: Store, limit: number): TenantCap {
+  return new TenantCap(store, {
+    kind: 'chat_session',
+    plural: 'chat sessions',
+    limit,
+    count: (tx, tenantId) => tx.collection(sessions).count({ tenantId }),
+  });
+}
 
 /**
  * A session's transcript pages by `seq` (oldest first); its latest reply is the newest assistant message;

@@ -1,7 +1,7 @@
-import { AppError, assertBelowLimit, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
-import { messages, nextSeq, sessions, type MessageDoc, type SessionDoc } from './collections';
+import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
@@ -39,6 +39,7 @@ export function chatHandlers(deps: ChatDeps) {
   const { store, replies, peers, credits } = deps;
   const sessionsCol = store.collection(sessions);
   const messagesCol = store.collection(messages);
+  const cap = sessionCap(store, deps.maxSessionsPerTenant);
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
@@ -81,7 +82,6 @@ export function chatHandlers(deps: ChatDeps) {
       checkLength('agentId', req.agentId, LIMITS.id);
       if (req.projectId) await peers.checkProject(req.projectId, token);
       if (req.agentId) await peers.agent(req.agentId, token);
-      await assertBelowLimit(() => sessionsCol.count({ tenantId: auth.tid }), deps.maxSessionsPerTenant, 'chat_session', 'chat sessions');
       const doc: SessionDoc = {
         id: newId('chs'),
         tenantId: auth.tid,
@@ -90,7 +90,10 @@ export function chatHandlers(deps: ChatDeps) {
         title: req.title.trim(),
         createdAt: nowIso(),
       };
-      await sessionsCol.insert(doc);
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
+        await tx.collection(sessions).insert(doc);
+      });
       return { session: toSession(doc) };
     },
 
@@ -117,7 +120,9 @@ export function chatHandlers(deps: ChatDeps) {
           throw errors.conflict('A reply in this session is still being generated; delete the session when it ends', {
             reason: 'reply_in_progress',
           });
-      await sessionsCol.delete(session.id, { tenantId: auth.tid });
+      await cap.transaction(auth.tid, async (tx, places) => {
+        if (await tx.collection(sessions).delete(session.id, { tenantId: auth.tid })) await places.free();
+      });
       await messagesCol.deleteMany({ sessionId: session.id });
       return { id: session.id };
     },

@@ -1,4 +1,5 @@
 import {
+  capCounters,
   CreditGate,
   egressFetch,
   egressPolicyFrom,
@@ -39,7 +40,13 @@ export interface ChatOptions {
 }
 
 export async function startChat(env: NodeJS.ProcessEnv = process.env, options: ChatOptions = {}): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'chat', defaultPort: 50054, config: chatConfig, collections: [sessions, messages], env });
+  const rt = await openRuntime({
+    name: 'chat',
+    defaultPort: 50054,
+    config: chatConfig,
+    collections: [sessions, messages, capCounters],
+    env,
+  });
   const { config } = rt;
   const { verifier, identity } = identityVerifier(config);
   const peers =

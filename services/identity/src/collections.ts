@@ -1,4 +1,4 @@
-import { type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
+import { capCounters, type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
 
 export type Plan = 'free' | 'starter' | 'growth' | 'enterprise';
 export type Role = 'owner' | 'admin' | 'member';
@@ -184,4 +184,5 @@ export const ALL_COLLECTIONS = [
   llmSettings,
   secrets,
   cliLogins,
+  capCounters,
 ];

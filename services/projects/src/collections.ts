@@ -1,4 +1,4 @@
-import { type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
+import { type CollectionDef, feedCollection, type FeedEntryDoc, type Store, TenantCap } from '@svc/kit';
 
 export interface ProjectDoc {
   id: string;
@@ -18,3 +18,13 @@ export interface ProjectChangeDoc extends FeedEntryDoc {
   kind: 'project_changed' | 'project_deleted';
 }
 export const projectChanges = feedCollection<ProjectChangeDoc>('project_changes');
+
+/** PROJECTS_PER_TENANT, exact across replicas: every insert and delete of a project goes through it (kit caps). */
+export function projectCap(store: Store, limit: number): TenantCap {
+  return new TenantCap(store, {
+    kind: 'project',
+    plural: 'projects',
+    limit,
+    count: (tx, tenantId) => tx.collection(projects).count({ tenantId }),
+  });
+}

@@ -1,6 +1,5 @@
 import {
   addToOutbox,
-  assertBelowLimit,
   authed,
   type CallContext,
   domainEvent,
@@ -17,7 +16,7 @@ import {
   type OutboxRelay,
 } from '@svc/kit';
 import type { eventsV1, projectsV1 } from '@svc/proto';
-import { projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
+import { projectCap, projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
 
 const LIMITS = { name: [1, 200], description: [0, 5000], language: [0, 50] } as const;
 
@@ -55,6 +54,7 @@ async function emit(tx: StoreSession, type: string, tenantId: string, data: even
  */
 export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNotifier<ProjectChangeDoc>, maxProjectsPerTenant = 1000) {
   const col = store.collection(projects);
+  const cap = projectCap(store, maxProjectsPerTenant);
   /** After a commit that changed or deleted a project: outbox relay and gateway watchers hear of it now. */
   const changed = () => {
     relay.notify();
@@ -65,7 +65,6 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
     async createProject(req: projectsV1.CreateProjectRequest, ctx: CallContext): Promise<projectsV1.CreateProjectResponse> {
       const { auth } = authed(ctx, 'projects:write');
       const f = checkFields({ name: req.name, description: req.description, language: req.language });
-      await assertBelowLimit(() => store.collection(projects).count({ tenantId: auth.tid }), maxProjectsPerTenant, 'project', 'projects');
       const now = nowIso();
       const doc: ProjectDoc = {
         id: newId('prj'),
@@ -76,7 +75,8 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
         createdAt: now,
         updatedAt: now,
       };
-      await store.transaction(async (tx) => {
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
         await tx.collection(projects).insert(doc);
         await emit(tx, 'project.created', auth.tid, projectData(doc));
       });
@@ -114,9 +114,10 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
 
     async deleteProject(req: projectsV1.DeleteProjectRequest, ctx: CallContext): Promise<projectsV1.DeleteProjectResponse> {
       const { auth } = authed(ctx, 'projects:write');
-      const deleted = await store.transaction(async (tx) => {
+      const deleted = await cap.transaction(auth.tid, async (tx, places) => {
         const ok = await tx.collection(projects).delete(req.id, { tenantId: auth.tid });
         if (!ok) return false;
+        await places.free();
         await emit(tx, 'project.deleted', auth.tid, { $case: 'deleted', value: { id: req.id } });
         await recordFeedEntry(tx, projectChanges, 'project_deleted', `${auth.tid}/${req.id}`);
         return true;

@@ -1,4 +1,4 @@
-import { FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { capCounters, FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { projectsV1 } from '@svc/proto';
 import { projectChanges, projects } from './collections';
 import { projectHandlers } from './handlers';
@@ -9,7 +9,7 @@ const config = {
 };
 
 export async function startProjects(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects, projectChanges], env });
+  const rt = await openRuntime({ name: 'projects', defaultPort: 50052, config, collections: [projects, projectChanges, capCounters], env });
   const { verifier, identity } = identityVerifier(rt.config);
   const feed = await FeedNotifier.open(rt.store, projectChanges, {
     pollMs: rt.config.feedPollMs,

@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { type CollectionDef, errors, type Store, TenantCap } from '@svc/kit';
 
 export interface WebhookDoc {
   id: string;
@@ -78,6 +78,18 @@ export const webhooks: CollectionDef<WebhookDoc> = {
   name: 'webhooks',
   indexes: [{ fields: ['tenantId'] }, { fields: ['tenantId', 'active'] }],
 };
+
+/** WEBHOOKS_PER_TENANT, exact across replicas: every insert and delete of a registration goes through it (kit caps). */
+export function webhookCap(store: Store, limit: number): TenantCap {
+  return new TenantCap(store, {
+    kind: 'webhook',
+    plural: 'webhooks',
+    limit,
+    count: (tx, tenantId) => tx.collection(webhooks).count({ tenantId }),
+    // The answer this API has always given past the cap.
+    refuse: () => errors.badRequest('too_many_webhooks', `A tenant can have at most ${limit} webhooks`, { limit }),
+  });
+}
 
 /** The unique (webhookId, eventId) index makes fan-out idempotent: a redelivered bus message adds nothing. */
 export const deliveries: CollectionDef<DeliveryDoc> = {

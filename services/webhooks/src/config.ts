@@ -10,6 +10,8 @@ export const webhooksConfig = {
   concurrency: field('WEBHOOK_CONCURRENCY', 'int', { default: '64', min: 1, max: 1000 }),
   /** Registrations of one tenant delivered at once: one tenant's slow endpoints cannot hold every slot. */
   tenantConcurrency: field('WEBHOOK_TENANT_CONCURRENCY', 'int', { default: '8', min: 1, max: 1000 }),
+  /** Registrations a tenant may keep (400 `too_many_webhooks` past it); fan-out reads every one of them. */
+  maxWebhooksPerTenant: field('WEBHOOKS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
 } as const;
 
 /** `5,300,1800` -> [5000, 300000, 1800000] ms; an empty schedule means one attempt and no retry. */

@@ -9,8 +9,8 @@ import { eventBody } from './payload';
 import { nextDueUs } from './worker';
 
 const PUBLIC = new Set<string>(PUBLIC_EVENT_TYPES);
-/** Registrations read per event; creating more than this per tenant is refused (see handlers). */
-export const MAX_WEBHOOKS_PER_TENANT = 100;
+/** Registrations read at a time; a tenant may have many pages of them (WEBHOOKS_PER_TENANT), all are read. */
+const PAGE = 500;
 
 /** Writes a pending delivery and its queue entry (in the caller's transaction). */
 export async function enqueue(
@@ -41,19 +41,32 @@ export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
     if (headerType !== undefined && !PUBLIC.has(headerType)) return;
     const event = decodeDomainEvent(message.value);
     if (!PUBLIC.has(event.type) || !event.tenantId) return;
-    const { items } = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: MAX_WEBHOOKS_PER_TENANT });
-    const targets = items.filter((h) => h.events.includes(event.type));
-    if (targets.length === 0) return;
     const body = eventBody(event);
-    const created = await store.transaction(async (tx) => {
-      const ids: string[] = [];
-      for (const hook of targets) {
-        if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
-        await enqueue(tx, { tenantId: event.tenantId, webhookId: hook.id, eventId: event.id, eventType: event.type, body, manual: false });
-        ids.push(hook.id);
-      }
-      return ids;
-    });
-    for (const id of created) onQueued(id);
+    // A transaction per page: a crash between two leaves the message unacknowledged, and the bus's redelivery finds
+    // the first page's deliveries already there.
+    let cursor: string | null = null;
+    do {
+      const page = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor });
+      cursor = page.nextCursor;
+      const targets = page.items.filter((h) => h.events.includes(event.type));
+      if (targets.length === 0) continue;
+      const created = await store.transaction(async (tx) => {
+        const ids: string[] = [];
+        for (const hook of targets) {
+          if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
+          await enqueue(tx, {
+            tenantId: event.tenantId,
+            webhookId: hook.id,
+            eventId: event.id,
+            eventType: event.type,
+            body,
+            manual: false,
+          });
+          ids.push(hook.id);
+        }
+        return ids;
+      });
+      for (const id of created) onQueued(id);
+    } while (cursor);
   };
 }

@@ -10,8 +10,8 @@ import {
   type StoreSession,
 } from '@svc/kit';
 import { eventsV1, type webhooksV1 } from '@svc/proto';
-import { deliveries, queue, webhooks, type WebhookDoc } from './collections';
-import { enqueue, MAX_WEBHOOKS_PER_TENANT } from './fanout';
+import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
+import { enqueue } from './fanout';
 import { eventBody } from './payload';
 import { Checks } from './validate';
 import { toDelivery, toWebhook } from './views';
@@ -23,10 +23,13 @@ export interface HandlerDeps {
   policy: EgressPolicy;
   /** New work was queued: the delivery loop looks at once. */
   onQueued: (webhookId: string) => void;
+  /** Registrations a tenant may keep (WEBHOOKS_PER_TENANT). */
+  maxPerTenant: number;
 }
 
-export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
+export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: HandlerDeps) {
   const hooks = store.collection(webhooks);
+  const cap = webhookCap(store, maxPerTenant);
 
   /** The registration if it is the caller's; another tenant's id is not found, like a missing one. */
   async function own(id: string, tenantId: string): Promise<WebhookDoc> {
@@ -43,10 +46,6 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
       const secret = c.secret(req.secret);
       const url = await c.url(req.url, policy);
       c.done();
-      if ((await hooks.count({ tenantId: auth.tid })) >= MAX_WEBHOOKS_PER_TENANT)
-        throw errors.badRequest('too_many_webhooks', `A tenant can have at most ${MAX_WEBHOOKS_PER_TENANT} webhooks`, {
-          limit: MAX_WEBHOOKS_PER_TENANT,
-        });
       const now = nowIso();
       const doc: WebhookDoc = {
         id: newId('whk'),
@@ -60,7 +59,10 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
         createdAt: now,
         updatedAt: now,
       };
-      await hooks.insert(doc);
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
+        await tx.collection(webhooks).insert(doc);
+      });
       return { webhook: toWebhook(doc) };
     },
 
@@ -93,8 +95,9 @@ export function webhookHandlers({ store, box, policy, onQueued }: HandlerDeps) {
 
     async deleteWebhook(req: webhooksV1.DeleteWebhookRequest, ctx: CallContext): Promise<webhooksV1.DeleteWebhookResponse> {
       const { auth } = authed(ctx, 'unscoped');
-      const deleted = await store.transaction(async (tx) => {
+      const deleted = await cap.transaction(auth.tid, async (tx, places) => {
         if (!req.id || !(await tx.collection(webhooks).delete(req.id, { tenantId: auth.tid }))) return false;
+        await places.free();
         await tx.collection(queue).deleteMany({ webhookId: req.id });
         await tx.collection(deliveries).deleteMany({ webhookId: req.id });
         return true;

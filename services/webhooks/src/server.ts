@@ -1,4 +1,4 @@
-import { egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { capCounters, egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { webhooksV1 } from '@svc/proto';
 import { deliveries, queue, webhooks } from './collections';
 import { parseRetrySchedule, webhooksConfig } from './config';
@@ -14,7 +14,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     name: 'webhooks',
     defaultPort: 50057,
     config: webhooksConfig,
-    collections: [webhooks, deliveries, queue],
+    collections: [webhooks, deliveries, queue, capCounters],
     env,
   });
   const scheduleMs = parseRetrySchedule(rt.config.retrySchedule);
@@ -51,7 +51,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     registrations: [
       registration({
         definition: webhooksV1.WebhooksServiceService,
-        implementation: webhookHandlers({ store: rt.store, box: rt.box, policy, onQueued }),
+        implementation: webhookHandlers({ store: rt.store, box: rt.box, policy, onQueued, maxPerTenant: rt.config.maxWebhooksPerTenant }),
       }),
     ],
     onStop: async () => {

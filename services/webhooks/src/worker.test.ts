@@ -25,6 +25,8 @@ let url: string;
 /** How the receiver answers its n-th request (0-based). */
 let answer: (n: number, res: ServerResponse) => void;
 let received = 0;
+/** The `webhook-id` (event id) of each request, in arrival order. */
+let sent: string[] = [];
 const box = new SecretBox([{ id: 'k1', key: randomBytes(32) }]);
 const logger = createLogger('webhooks-worker-test', 'silent');
 const loops: DeliveryWorker[] = [];
@@ -42,8 +44,10 @@ beforeEach(async () => {
   await store.ensure(deliveries);
   await store.ensure(queue);
   received = 0;
+  sent = [];
   receiver = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
+    sent.push(String(req.headers['webhook-id']));
     answer(received++, res);
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
@@ -59,6 +63,11 @@ afterEach(async () => {
 });
 
 async function owedDelivery(): Promise<DeliveryDoc> {
+  return (await owedDeliveries(1))[0];
+}
+
+/** `count` deliveries owed to one new registration, oldest first. */
+async function owedDeliveries(count: number): Promise<DeliveryDoc[]> {
   const hookId = newId('wh');
   const now = nowIso();
   await store.collection(webhooks).insert({
@@ -73,9 +82,21 @@ async function owedDelivery(): Promise<DeliveryDoc> {
     createdAt: now,
     updatedAt: now,
   });
-  return store.transaction((tx) =>
-    enqueue(tx, { tenantId: 'ten_1', webhookId: hookId, eventId: newId('evt'), eventType: 'project.created', body: '{}', manual: false }),
-  );
+  const out: DeliveryDoc[] = [];
+  for (let i = 0; i < count; i++)
+    out.push(
+      await store.transaction((tx) =>
+        enqueue(tx, {
+          tenantId: 'ten_1',
+          webhookId: hookId,
+          eventId: newId('evt'),
+          eventType: 'project.created',
+          body: '{}',
+          manual: false,
+        }),
+      ),
+    );
+  return out;
 }
 
 function loop(options: Partial<WorkerOptions> = {}): DeliveryWorker {
@@ -147,4 +168,25 @@ it("a claim taken over under a 30 s clock skew: the old claimer's outcome is ref
   expect(done.attempts.map((a) => a.statusCode)).toEqual([503, 200]);
   expect(received).toBe(3);
   expect(await store.collection(queue).get(d.id)).toBeNull();
+});
+
+it('a slow receiver: every claim of a batch beats, so another replica sends none of them again (nor out of order)', async () => {
+  // 20 deliveries (one claimed batch) at about 1 s each, claims of 7 s (timeout + 5 s). A claim renewed only when
+  // its own attempt came up was taken over by the second replica some 14 s in, and the rest of the batch sent twice.
+  answer = (_n, res) => setTimeout(() => res.writeHead(200).end('ok'), 1000);
+  const owed = await owedDeliveries(20);
+  const webhookId = owed[0].webhookId;
+  loop({ timeoutMs: 2000 }).wake(webhookId);
+  await until(() => received === 1, 'the first attempt');
+  const second = loop({ timeoutMs: 2000 });
+  const nudge = setInterval(() => second.wake(webhookId), 500);
+  try {
+    for (let i = 0; i < 3000 && (await store.collection(queue).count({ webhookId })) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+  } finally {
+    clearInterval(nudge);
+  }
+  expect(await store.collection(queue).count({ webhookId })).toBe(0);
+  // Each event POSTed once, in the order the events happened; each attempt recorded.
+  expect(sent).toEqual(owed.map((d) => d.eventId));
+  for (const d of owed) expect((await delivery(d.id)).attempts.map((a) => a.statusCode)).toEqual([200]);
 });

@@ -1,9 +1,10 @@
 /**
  * The delivery loop: works the durable queue in the store. Each registration with due work is drained by one task
  * (its deliveries in order, one at a time, so a receiver sees a tenant's events in the order they happened unless
- * a retry intervenes); up to `concurrency` registrations are drained at once. An attempt is claimed first
- * (compare-and-set, bumping the entry's claim generation, its due time pushed past the attempt's timeout), so a
- * second replica does not send it at the same time. A claim is taken over only when this process has itself seen
+ * a retry intervenes); up to `concurrency` registrations are drained at once. A batch of attempts is claimed first
+ * (compare-and-set, bumping each entry's claim generation, its due time pushed past the attempt's timeout), so a
+ * second replica does not send them at the same time, and every claim still held beats (a fresh beat and due time)
+ * every third of the claim's length until its attempt is recorded. A claim is taken over only when this process has itself seen
  * it unchanged for the claim's length (timeout + 5 s) on its own monotonic clock, never by comparing due times
  * written by another machine's clock. Every attempt is recorded with its outcome in one transaction that also
  * reschedules or finishes the delivery, and only while the claim is still this process's (same generation): an
@@ -48,7 +49,7 @@ export interface WorkerOptions {
   concurrency: number;
   /** Registrations of one tenant drained at once: a tenant's slow or failing endpoints hold no more slots. */
   tenantConcurrency: number;
-  /** Monotonic clock (ms) on which other processes' claims are judged, and this one's are renewed; for tests. */
+  /** Monotonic clock (ms) on which other processes' claims are judged; for tests. */
   now?: () => number;
 }
 
@@ -268,23 +269,36 @@ export class DeliveryWorker {
       const due = items.filter((i) => i.dueUs <= nowUs);
       if (due.length === 0) return;
       const claimed = await this.claim(due);
-      let beatAt = this.now();
-      // Read per batch so that a PATCH (URL, secret, active) applies from the next batch on.
-      let hook = await store.collection(webhooks).get(webhookId);
-      let secret = hook ? this.o.box.decrypt(hook.secretSealed) : '';
-      for (const claimedItem of claimed) {
-        let item: QueueDoc | null = claimedItem;
-        if (!this.running) return this.unclaim(item);
-        // Later entries of a batch wait for the earlier attempts: their claims beat, so no other process takes them.
-        if (this.now() - beatAt >= this.claimMs / 3) {
-          item = await this.renew(item);
-          beatAt = this.now();
-          if (!item) continue; // taken over meanwhile: the other process sends it
-        }
-        hook = await this.deliver(item, hook, secret);
-        if (hook === null) secret = '';
-      }
       if (claimed.length === 0) return; // another replica holds them
+      // Every claim of the batch beats until its attempt is recorded, those waiting behind a slow receiver too: no
+      // other process takes them over (and sends them again, out of order) while this one is still on its way.
+      const held = new Map(claimed.map((i) => [i.id, i]));
+      const beats = new Heartbeat(
+        () => this.beat(held).catch((err: unknown) => this.o.logger.warn({ err, webhookId }, 'renewing delivery claims failed; next beat')),
+        this.claimMs / 3,
+      );
+      let stopped = false;
+      try {
+        // Read per batch so that a PATCH (URL, secret, active) applies from the next batch on.
+        let hook = await store.collection(webhooks).get(webhookId);
+        let secret = hook ? this.o.box.decrypt(hook.secretSealed) : '';
+        for (const { id } of claimed) {
+          if (!this.running) {
+            stopped = true;
+            break;
+          }
+          const item = held.get(id);
+          if (!item) continue; // taken over meanwhile (this process stalled): the other one sends it
+          hook = await this.deliver(item, hook, secret);
+          held.delete(id);
+          if (hook === null) secret = '';
+        }
+      } finally {
+        await beats.stop();
+      }
+      // Stopping: what was not attempted is released for the next start or another replica. (After a failure the
+      // claims lapse instead, as a crashed process's do.)
+      if (stopped) for (const item of held.values()) await this.unclaim(item);
     }
   }
 
@@ -316,15 +330,30 @@ export class DeliveryWorker {
     });
   }
 
-  /** The claim's heartbeat (and a fresh due time); null when another process took the claim over. */
-  private renew(item: QueueDoc): Promise<QueueDoc | null> {
-    return this.o.store
-      .collection(queue)
-      .update(
-        item.id,
-        { ...claimOf(item), claimBeat: item.claimBeat ?? null },
-        { claimBeat: (item.claimBeat ?? 0) + 1, dueUs: Date.now() * 1000 + this.claimUs },
-      );
+  /**
+   * One heartbeat of every claim still held, in one commit: a fresh beat and due time each. A claim that no longer
+   * matches was recorded meanwhile or taken over: it is dropped from `held`.
+   */
+  private async beat(held: Map<string, QueueDoc>): Promise<void> {
+    const renewed = await this.commit(async (tx) => {
+      const col = tx.collection(queue);
+      const out: Array<[string, QueueDoc | null]> = [];
+      for (const item of held.values())
+        out.push([
+          item.id,
+          await col.update(
+            item.id,
+            { ...claimOf(item), claimBeat: item.claimBeat ?? null },
+            { claimBeat: (item.claimBeat ?? 0) + 1, dueUs: Date.now() * 1000 + this.claimUs },
+          ),
+        ]);
+      return out;
+    });
+    for (const [id, item] of renewed) {
+      if (!held.has(id)) continue; // its attempt ended meanwhile
+      if (item) held.set(id, item);
+      else held.delete(id);
+    }
   }
 
   private async unclaim(item: QueueDoc): Promise<void> {
@@ -493,4 +522,22 @@ function describe(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   if (cause?.code) return `connection: ${cause.code}`;
   return `connection: ${cause?.message ?? (err as Error).message ?? 'failed'}`.slice(0, 300);
+}
+
+/** Runs `fn` every `everyMs` until stopped, never two at once (a beat fences on the one before it). */
+class Heartbeat {
+  private running: Promise<void> | null = null;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(fn: () => Promise<void>, everyMs: number) {
+    this.timer = setInterval(() => {
+      this.running ??= fn().finally(() => (this.running = null));
+    }, everyMs);
+  }
+
+  /** Stops the beats; resolves once a beat in flight has ended. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.running;
+  }
 }

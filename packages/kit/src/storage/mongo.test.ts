@@ -3,6 +3,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import mongoose from 'mongoose';
 import { schemaOf } from './common';
 import { indexPlans, mongoFindPlan, openMongoStore, type IndexPlan } from './mongo';
+import { capsContract } from '../caps.contract';
 import { storeContract } from './store.contract';
 import type { CollectionDef, Store } from './types';
 
@@ -104,6 +105,10 @@ d('mongo store', () => {
   });
 
   storeContract('mongodb', async () => openMongoStore({ uri: uri!, dbName: freshDbName() }));
+  capsContract('mongodb', async () => {
+    const dbName = freshDbName();
+    return [await openMongoStore({ uri: uri!, dbName }), await openMongoStore({ uri: uri!, dbName })];
+  });
 
   describe('indexes', () => {
     let store: Store;

@@ -2,7 +2,6 @@ import {
   API_KEY_ENVIRONMENTS,
   API_KEY_TYPES,
   type ApiKeyType,
-  assertBelowLimit,
   type CallContext,
   errors,
   newId,
@@ -13,6 +12,7 @@ import {
 } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, type ApiKeyDoc } from '../collections';
+import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
@@ -34,6 +34,7 @@ function requireKeyManager(ctx: CallContext) {
 
 export function apiKeyHandlers(deps: IdentityDeps) {
   const col = deps.store.collection(apiKeys);
+  const cap = identityCaps(deps.store, deps.settings).apiKeys;
 
   return {
     async createApiKey(req: identityV1.CreateApiKeyRequest, ctx: CallContext): Promise<identityV1.CreateApiKeyResponse> {
@@ -52,10 +53,6 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         else expiresAt = new Date(t).toISOString();
       }
       c.done();
-      // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
-      // its budget.
-      const live = () => col.count({ tenantId: auth.tid, revokedAt: null });
-      await assertBelowLimit(live, deps.settings.maxApiKeysPerTenant, 'api_key', 'API keys', 'revoke');
       const key = API_KEY_TYPES[type] + randomBase62(43);
       const doc: ApiKeyDoc = {
         id: newId('key'),
@@ -73,7 +70,12 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         expiresAt,
         revokedAt: null,
       };
-      await col.insert(doc);
+      // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
+      // its budget.
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
+        await tx.collection(apiKeys).insert(doc);
+      });
       return { apiKey: toApiKey(doc), key };
     },
 
@@ -92,9 +94,11 @@ export function apiKeyHandlers(deps: IdentityDeps) {
 
     async revokeApiKey(req: identityV1.RevokeApiKeyRequest, ctx: CallContext): Promise<identityV1.RevokeApiKeyResponse> {
       const auth = requireKeyManager(ctx);
-      const revoked = await deps.store.transaction(async (tx) => {
+      const revoked = await cap.transaction(auth.tid, async (tx, places) => {
         const doc = await tx.collection(apiKeys).update(req.id, { tenantId: auth.tid, revokedAt: null }, { revokedAt: nowIso() });
-        if (doc) await recordRevocation(tx, 'api_key', doc.id);
+        if (!doc) return null;
+        await places.free();
+        await recordRevocation(tx, 'api_key', doc.id);
         return doc;
       });
       if (!revoked) throw errors.notFound('api_key', req.id);

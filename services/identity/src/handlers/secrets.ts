@@ -4,9 +4,10 @@
  * writes use the newest key). The value never leaves through the public RPCs, nor through logs (the kit's logger
  * redacts `value`) or errors; only ResolveSecret, for services, returns it.
  */
-import { assertBelowLimit, authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { secrets, type SecretDoc } from '../collections';
+import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { Checks } from '../validate';
 
@@ -30,6 +31,7 @@ function checkValue(c: Checks, value: string): void {
 
 export function secretHandlers(deps: IdentityDeps) {
   const col = deps.store.collection(secrets);
+  const cap = identityCaps(deps.store, deps.settings).secrets;
 
   /** The caller's secret by name; a name that is not valid names nothing (404, like another tenant's). */
   async function find(tenantId: string, name: string): Promise<SecretDoc> {
@@ -46,7 +48,6 @@ export function secretHandlers(deps: IdentityDeps) {
       checkValue(c, req.value);
       if (req.description.length > MAX_DESCRIPTION) c.fail('description', `must be at most ${MAX_DESCRIPTION} characters`);
       c.done();
-      await assertBelowLimit(() => col.count({ tenantId: auth.tid }), deps.settings.maxSecretsPerTenant, 'secret', 'secrets');
       const now = nowIso();
       const doc: SecretDoc = {
         id: newId('sec'),
@@ -59,7 +60,10 @@ export function secretHandlers(deps: IdentityDeps) {
         updatedAt: now,
       };
       try {
-        await col.insert(doc);
+        await cap.transaction(auth.tid, async (tx, places) => {
+          await places.take();
+          await tx.collection(secrets).insert(doc);
+        });
       } catch (err) {
         if (err instanceof DuplicateKeyError) throw errors.conflict(`A secret named ${req.name} exists`, { name: req.name });
         throw err;
@@ -104,7 +108,12 @@ export function secretHandlers(deps: IdentityDeps) {
     async deleteSecret(req: identityV1.DeleteSecretRequest, ctx: CallContext): Promise<identityV1.DeleteSecretResponse> {
       const { auth } = authed(ctx, 'secrets:write');
       const doc = await find(auth.tid, req.name);
-      if (!(await col.delete(doc.id, { tenantId: auth.tid }))) throw errors.notFound('secret', req.name);
+      const deleted = await cap.transaction(auth.tid, async (tx, places) => {
+        const ok = await tx.collection(secrets).delete(doc.id, { tenantId: auth.tid });
+        if (ok) await places.free();
+        return ok;
+      });
+      if (!deleted) throw errors.notFound('secret', req.name);
       return { name: req.name };
     },
 

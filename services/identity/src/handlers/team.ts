@@ -1,16 +1,7 @@
-import {
-  assertBelowLimit,
-  type CallContext,
-  DuplicateKeyError,
-  errors,
-  newId,
-  nowIso,
-  ROLES,
-  type Role,
-  type StoreSession,
-} from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { tenants, users, type UserDoc } from '../collections';
+import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
@@ -29,6 +20,7 @@ export function requireManager(ctx: CallContext) {
 export function teamHandlers(deps: IdentityDeps) {
   const { store } = deps;
   const col = store.collection(users);
+  const cap = identityCaps(store, deps.settings).members;
 
   /** Only an owner may grant or take away ownership, and a tenant always keeps one owner. */
   function checkOwnerRules(actorRole: string, target: UserDoc | null, newRole: Role | null) {
@@ -69,12 +61,7 @@ export function teamHandlers(deps: IdentityDeps) {
       const password = c.password('password', req.password);
       c.done();
       checkOwnerRules(auth.role, null, role);
-      await assertBelowLimit(
-        () => store.collection(users).count({ tenantId: auth.tid }),
-        deps.settings.maxMembersPerTenant,
-        'member',
-        'members',
-      );
+      await cap.refuseWhenFull(auth.tid); // before the password hash
       const now = nowIso();
       const user: UserDoc = {
         id: newId('usr'),
@@ -88,7 +75,8 @@ export function teamHandlers(deps: IdentityDeps) {
         updatedAt: now,
       };
       try {
-        await store.transaction(async (tx) => {
+        await cap.transaction(auth.tid, async (tx, places) => {
+          await places.take();
           await tx.collection(users).insert(user);
           await userCreated(tx, user);
         });
@@ -126,9 +114,9 @@ export function teamHandlers(deps: IdentityDeps) {
       if (!target) throw errors.notFound('member', req.userId);
       if (target.id === auth.sub) throw errors.conflict('You cannot remove yourself', { reason: 'self_removal' });
       checkOwnerRules(auth.role, target, null);
-      await store.transaction(async (tx) => {
+      await cap.transaction(auth.tid, async (tx, places) => {
         await keepAnOwner(tx, auth.tid, target, null);
-        await tx.collection(users).delete(target.id, { tenantId: auth.tid });
+        if (await tx.collection(users).delete(target.id, { tenantId: auth.tid })) await places.free();
         await recordRevocation(tx, 'user', target.id);
       });
       deps.announceRevocation();

@@ -1,0 +1,32 @@
+import { type Store, TenantCap } from '@svc/kit';
+import { apiKeys, secrets, users } from './collections';
+import type { IdentitySettings } from './context';
+
+/**
+ * The tenant caps identity keeps, exact across replicas (kit caps): every write that adds to or takes from what one
+ * counts goes through it. Registration is the exception: it makes a new tenant, whose counters start from a count.
+ */
+export function identityCaps(store: Store, settings: IdentitySettings) {
+  return {
+    members: new TenantCap(store, {
+      kind: 'member',
+      plural: 'members',
+      limit: settings.maxMembersPerTenant,
+      count: (tx, tenantId) => tx.collection(users).count({ tenantId }),
+    }),
+    /** Live keys: a revoke frees a place. */
+    apiKeys: new TenantCap(store, {
+      kind: 'api_key',
+      plural: 'API keys',
+      free: 'revoke',
+      limit: settings.maxApiKeysPerTenant,
+      count: (tx, tenantId) => tx.collection(apiKeys).count({ tenantId, revokedAt: null }),
+    }),
+    secrets: new TenantCap(store, {
+      kind: 'secret',
+      plural: 'secrets',
+      limit: settings.maxSecretsPerTenant,
+      count: (tx, tenantId) => tx.collection(secrets).count({ tenantId }),
+    }),
+  };
+}
