@@ -101,6 +101,8 @@ export const commonConfig = {
   }),
   dataDir: field('DATA_DIR', 'string', { default: './.data' }),
   mongodbUri: field('MONGODB_URI', 'string', { secret: true }),
+  /** MongoDB: the bound of every wait (an operation, a transaction's retries, a primary to appear, close). */
+  mongodbOpTimeoutMs: field('MONGODB_OP_TIMEOUT_MS', 'int', { default: '5000', min: 100, max: 600_000 }),
   kafkaBrokers: field('KAFKA_BROKERS', 'list'),
   /**
    * The topics' partitions, replicas and min.insync.replicas, and whether a service may create a missing topic.

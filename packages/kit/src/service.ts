@@ -55,6 +55,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   const sqlitePath = `${config.dataDir}/${options.name}.db`;
   const store = await openStore({
     mongodbUri: mongoUriFor(options.name, env),
+    mongodbOpTimeoutMs: config.mongodbOpTimeoutMs,
     dbName: `svc_${options.name}`,
     sqlitePath,
     // MongoDB: an index replaced because its definition changed, or one no definition declares any more.

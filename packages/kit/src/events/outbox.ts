@@ -285,7 +285,9 @@ export class OutboxRelay {
   /** Oldest first: publish as one batch, then delete. A crash in between republishes the same ids. */
   private async relayBatch(): Promise<number> {
     const outbox = this.store.collection(outboxCollection);
-    const { items } = await outbox.find({}, { order: 'asc', limit: this.batchSize });
+    // Durable: only records a majority of replicas hold. A record read from the primary alone could be rolled back
+    // by a failover after it was published: an event for a change that never happened.
+    const { items } = await outbox.find({}, { order: 'asc', limit: this.batchSize, durable: true });
     if (items.length === 0) return 0;
     await publishTraced(
       this.bus,

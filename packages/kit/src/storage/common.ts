@@ -6,6 +6,7 @@ export interface AnyDef {
   name: string;
   sortField?: string;
   indexes?: Array<{ fields: string[]; unique?: boolean }>;
+  retiredIndexes?: Array<{ fields: string[]; unique?: boolean; sortField?: string }>;
 }
 
 const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -72,17 +73,24 @@ export interface Schema {
   name: string;
   sortField: string;
   indexes: Array<{ fields: string[]; unique: boolean }>;
+  /** CollectionDef.retiredIndexes, each with the sort field it was declared under. */
+  retiredIndexes: Array<{ fields: string[]; unique: boolean; sortField: string }>;
 }
 
 export function schemaOf(def: AnyDef): Schema {
   const name = assertName(def.name, 'collection');
   const sortField = assertName(def.sortField ?? 'createdAt', 'sort field');
-  const indexes = (def.indexes ?? []).map((index) => {
+  const indexOf = (index: { fields: string[]; unique?: boolean }) => {
     const fields = index.fields.map((field) => assertName(field, 'index field'));
     if (index.unique && fields.length === 0) throw new Error(`unique index on ${name} needs fields`);
     return { fields, unique: index.unique === true };
-  });
-  return { name, sortField, indexes };
+  };
+  const indexes = (def.indexes ?? []).map(indexOf);
+  const retiredIndexes = (def.retiredIndexes ?? []).map((index) => ({
+    ...indexOf(index),
+    sortField: assertName(index.sortField ?? sortField, 'sort field'),
+  }));
+  return { name, sortField, indexes, retiredIndexes };
 }
 
 /** The value a document sorts by, as stored in a cursor. */

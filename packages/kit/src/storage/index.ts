@@ -16,11 +16,16 @@ export async function openMongoStore(options: MongoStoreOptions): Promise<Store>
 /** MongoDB when a URI is configured (distributed mode), else the service's SQLite file (embedded mode). */
 export async function openStore(options: {
   mongodbUri?: string;
+  /** MongoDB only: MONGODB_OP_TIMEOUT_MS (default 5000). */
+  mongodbOpTimeoutMs?: number;
   dbName: string;
   sqlitePath: string;
-  /** MongoDB only: index replacements and undeclared indexes at start-up (default: a process warning). */
+  /** MongoDB only: retired indexes dropped and undeclared ones kept at start-up (default: a process warning). */
   onIndexReport?: IndexReport;
 }): Promise<Store> {
-  if (options.mongodbUri) return openMongoStore({ uri: options.mongodbUri, dbName: options.dbName, onIndexReport: options.onIndexReport });
+  if (options.mongodbUri) {
+    const { mongodbUri: uri, mongodbOpTimeoutMs: opTimeoutMs, dbName, onIndexReport } = options;
+    return openMongoStore({ uri, dbName, opTimeoutMs, onIndexReport });
+  }
   return openSqliteStore({ path: options.sqlitePath });
 }

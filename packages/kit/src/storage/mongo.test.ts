@@ -1,8 +1,14 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import mongoose from 'mongoose';
+import { startFakeMongod, type FakeMongod } from '../../../../test/helpers/fake-mongod';
+import { openEmbeddedBus } from '../events/embedded';
+import { OutboxRelay } from '../events/outbox';
 import { schemaOf } from './common';
-import { indexPlans, mongoFindPlan, openMongoStore, type IndexPlan } from './mongo';
+import { indexPlans, mongoFindPlan, openMongoStore, reconcileIndexes, retiredIndexPlans, type IndexOps, type IndexPlan } from './mongo';
 import { capsContract } from '../caps.contract';
 import { storeContract } from './store.contract';
 import type { CollectionDef, Store } from './types';
@@ -64,6 +70,220 @@ describe('mongo index plans (no server needed)', () => {
     // Same definition, same name (replicas agree); another definition of the same fields, another name.
     expect(plansOf({ ...def }).map((p) => p.name)).toEqual([plan.name]);
     expect(plansOf({ name: 'users', indexes: [{ fields: ['tenantId', 'email'] }] })[0].name).not.toBe(plan.name);
+  });
+});
+
+type IndexInfo = mongoose.mongo.IndexDescriptionInfo;
+
+/**
+ * A collection's index catalogue under MongoDB 5.0+'s rules: names are unique, and two indexes may share a key when
+ * they differ in unique or partial filter (the index signature). Records each change, and after each one whether a
+ * unique index covers `watchUnique`.
+ */
+function catalogue(initial: IndexInfo[], watchUnique: string[] = []) {
+  const indexes: IndexInfo[] = [{ v: 2, key: { _id: 1 }, name: '_id_' }, ...initial];
+  const changes: string[] = [];
+  const uniqueHeld: boolean[] = [];
+  const signature = (index: IndexInfo) => JSON.stringify([index.key, index.unique === true, index.partialFilterExpression ?? null]);
+  const note = (change: string) => {
+    changes.push(change);
+    uniqueHeld.push(indexes.some((index) => index.unique && JSON.stringify(Object.keys(index.key)) === JSON.stringify(watchUnique)));
+  };
+  const fail = (code: number) => Object.assign(new Error(`code ${code}`), { code });
+  const ops = {
+    indexes: async () => indexes.map((index) => ({ ...index })),
+    createIndex: async (
+      key: Record<string, 1>,
+      options: { name: string; unique?: boolean; partialFilterExpression?: Record<string, unknown> },
+    ) => {
+      const index: IndexInfo = { v: 2, key, ...options };
+      const named = indexes.find((other) => other.name === index.name);
+      if (named) {
+        if (signature(named) === signature(index)) return index.name;
+        throw fail(86);
+      }
+      if (indexes.some((other) => signature(other) === signature(index))) throw fail(85);
+      indexes.push(index);
+      note(`create ${index.name}`);
+      return index.name;
+    },
+    dropIndex: async (name: string) => {
+      const at = indexes.findIndex((index) => index.name === name);
+      if (at < 0) throw fail(27);
+      indexes.splice(at, 1);
+      note(`drop ${name}`);
+      return { ok: 1 };
+    },
+  };
+  return { ops: ops as unknown as IndexOps, indexes, changes, uniqueHeld, names: () => indexes.map((index) => index.name) };
+}
+
+describe('mongo index changes across versions (no server needed)', () => {
+  const reports: Array<{ message: string; details: Record<string, unknown> }> = [];
+  const report = (message: string, details: Record<string, unknown>) => reports.push({ message, details });
+  const reconcile = (ops: IndexOps, def: CollectionDef<Row>) => reconcileIndexes(ops, schemaOf(def), report, 1000);
+  beforeEach(() => reports.splice(0));
+
+  test('an index of another definition on the same key is kept while the new one is created: the unique constraint never lapses', async () => {
+    // Left by an older version (or by hand): unique on email, not partial, under the driver's default name.
+    const db = catalogue([{ v: 2, key: { email: 1 }, name: 'email_1', unique: true }], ['email']);
+    const def: CollectionDef<Row> = { name: 'users', indexes: [{ fields: ['email'], unique: true }] };
+    await reconcile(db.ops, def);
+    const [plan] = indexPlans(schemaOf(def));
+    expect(db.names()).toEqual(['_id_', 'email_1', plan.name]);
+    expect(db.changes).toEqual([`create ${plan.name}`]);
+    expect(db.uniqueHeld.every(Boolean)).toBe(true);
+    expect(reports).toContainEqual(expect.objectContaining({ details: { collection: 'users', indexes: ['email_1'] } }));
+  });
+
+  test("during a rolling deploy neither version drops the other one's index, whichever starts last", async () => {
+    // v1 lists by email (sorted by id); v2 makes (email, id) unique: one key, two definitions.
+    const v1: CollectionDef<Row> = { name: 'rows', sortField: 'id', indexes: [{ fields: ['email'] }] };
+    const v2: CollectionDef<Row> = { name: 'rows', sortField: 'id', indexes: [{ fields: ['email', 'id'], unique: true }] };
+    const [p1] = indexPlans(schemaOf(v1));
+    const [p2] = indexPlans(schemaOf(v2));
+    expect(p1.key).toEqual(p2.key);
+    const db = catalogue([]);
+    for (const def of [v1, v2, v1, v2, v1]) await reconcile(db.ops, def);
+    expect(db.changes).toEqual([`create ${p1.name}`, `create ${p2.name}`]);
+    expect(db.names()).toEqual(['_id_', p1.name, p2.name]);
+  });
+
+  test('a retired definition is dropped only after every declared index exists, and nothing unknown is dropped', async () => {
+    const v1: CollectionDef<Row> = { name: 'users', indexes: [{ fields: ['email'], unique: true }] };
+    const v3: CollectionDef<Row> = {
+      name: 'users',
+      indexes: [{ fields: ['tenantId', 'email'], unique: true }],
+      retiredIndexes: [{ fields: ['email'], unique: true }],
+    };
+    const db = catalogue([{ v: 2, key: { status: 1 }, name: 'by_hand' }], ['tenantId', 'email']);
+    await reconcile(db.ops, v1);
+    const [old] = indexPlans(schemaOf(v1));
+    const [current] = indexPlans(schemaOf(v3));
+    expect(retiredIndexPlans(schemaOf(v3))).toEqual([old]);
+    await reconcile(db.ops, v3);
+    expect(db.changes).toEqual([`create ${old.name}`, `create ${current.name}`, `drop ${old.name}`]);
+    expect(db.names()).toEqual(['_id_', 'by_hand', current.name]);
+    expect(reports).toContainEqual({ message: 'dropped a retired index', details: { collection: 'users', dropped: old.name } });
+    // A definition both declared and retired (a mistake) is kept.
+    await reconcile(db.ops, { ...v3, retiredIndexes: [{ fields: ['tenantId', 'email'], unique: true }] });
+    expect(db.names()).toContain(current.name);
+  });
+
+  test('an older server that keeps one index per key fails start-up naming both, and drops nothing', async () => {
+    const db = catalogue([{ v: 2, key: { email: 1 }, name: 'email_1', unique: true }]);
+    const create = db.ops.createIndex.bind(db.ops);
+    // MongoDB 4.4: another index on the same key is a conflict whatever its options.
+    (db.ops as { createIndex: unknown }).createIndex = async (key: Record<string, 1>, options: { name: string }) => {
+      if (db.indexes.some((index) => JSON.stringify(index.key) === JSON.stringify(key) && index.name !== options.name)) {
+        throw Object.assign(new Error('Index already exists with a different name'), { code: 85 });
+      }
+      return create(key, options);
+    };
+    await expect(reconcile(db.ops, { name: 'users', indexes: [{ fields: ['email'], unique: true }] })).rejects.toThrow(/beside email_1/);
+    expect(db.changes).toEqual([]);
+  });
+});
+
+describe('mongo against a primary that stops answering (a fake wire peer)', () => {
+  let peer: FakeMongod;
+  let store: Store | undefined;
+  const dir = mkdtempSync(join(tmpdir(), 'mongo-fake-'));
+  const def: CollectionDef<Row> = { name: 'rows', indexes: [{ fields: ['tenantId'] }] };
+  const OP_TIMEOUT_MS = 400;
+  beforeEach(async () => {
+    peer = await startFakeMongod();
+    store = undefined;
+  });
+  afterEach(async () => {
+    peer.hang = false;
+    await store?.close();
+    await peer.close();
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const commandsNamed = (name: string) => peer.commands.filter((c) => c.name === name);
+  const elapsed = async (work: Promise<unknown>) => {
+    const started = Date.now();
+    await work.catch(() => undefined);
+    return Date.now() - started;
+  };
+
+  test('every operation carries the time limit, and writes ask for a majority within it', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    const rows = store.collection(def);
+    await rows.insert({ id: 'a', tenantId: 't' });
+    await rows.get('a');
+    await rows.find({ tenantId: 't' });
+    await rows.update('a', {}, { status: 'x' });
+    await rows.increment('a', {}, { seq: 1 });
+    await rows.count({ tenantId: 't' });
+    await rows.delete('a');
+    for (const name of ['insert', 'find', 'findAndModify', 'aggregate', 'delete']) {
+      expect(commandsNamed(name).length).toBeGreaterThan(0);
+      for (const command of commandsNamed(name))
+        expect({ name, maxTimeMS: command.body.maxTimeMS }).toEqual({ name, maxTimeMS: OP_TIMEOUT_MS });
+    }
+    expect(commandsNamed('insert')[0].body.writeConcern).toEqual({ w: 'majority', wtimeout: OP_TIMEOUT_MS });
+  });
+
+  test('an operation, a transaction and close each end within their bound while the primary does not answer', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    const rows = store.collection(def);
+    await store.ensure(def);
+    peer.hang = true;
+    // maxTimeMS cannot help (the server does not answer); the socket timeout (bound + 1 s) ends the wait. Margin
+    // for a loaded machine: an unbounded wait is what fails.
+    await expect(rows.insert({ id: 'b', tenantId: 't' })).rejects.toThrow();
+    expect(await elapsed(rows.get('b'))).toBeLessThan(8000);
+    expect(await elapsed(store.transaction(async (tx) => tx.collection(def).insert({ id: 'c', tenantId: 't' })))).toBeLessThan(15_000);
+    expect(await elapsed(store.close())).toBeLessThan(15_000);
+  }, 60_000);
+
+  test("a transaction that keeps meeting write conflicts gives up after its budget (not the driver's 120 s)", async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    await store.ensure(def);
+    peer.answer.set('insert', () => ({
+      ok: 0,
+      code: 112,
+      codeName: 'WriteConflict',
+      errmsg: 'write conflict',
+      errorLabels: ['TransientTransactionError'],
+    }));
+    const attempt = store.transaction(async (tx) => tx.collection(def).insert({ id: 'd', tenantId: 't' }));
+    await expect(attempt).rejects.toThrow('write conflict');
+    expect(commandsNamed('insert').length).toBeGreaterThan(1); // retried, as the driver does, within the budget
+  }, 20_000);
+
+  test("a commit whose outcome stays unknown is retried within the budget, then reported (not for the driver's 120 s)", async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    await store.ensure(def);
+    peer.answer.set('commitTransaction', () => ({
+      ok: 0,
+      code: 189,
+      codeName: 'PrimarySteppedDown',
+      errmsg: 'stepped down',
+      errorLabels: ['UnknownTransactionCommitResult'],
+    }));
+    const started = Date.now();
+    await expect(store.transaction(async (tx) => tx.collection(def).insert({ id: 'e', tenantId: 't' }))).rejects.toThrow('stepped down');
+    expect(Date.now() - started).toBeLessThan(10_000);
+    const commits = commandsNamed('commitTransaction');
+    expect(commits[0].body).toMatchObject({ maxTimeMS: OP_TIMEOUT_MS, writeConcern: { w: 'majority', wtimeout: OP_TIMEOUT_MS } });
+  }, 20_000);
+
+  test('the outbox relay reads pending events with majority read concern', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    const bus = openEmbeddedBus({ path: join(dir, `bus-${randomUUID()}.db`) });
+    try {
+      await new OutboxRelay(store, bus).flush();
+    } finally {
+      await bus.close();
+    }
+    const reads = commandsNamed('find').filter((c) => c.body.find === 'outbox');
+    expect(reads.length).toBeGreaterThan(0);
+    for (const read of reads) expect(read.body.readConcern).toEqual({ level: 'majority' });
+    // Reads that stay inside the store keep the default (a majority read may lag the primary).
+    expect(commandsNamed('find').find((c) => c.body.find === 'outbox_lease')?.body.readConcern).toBeUndefined();
   });
 });
 
@@ -143,28 +363,41 @@ d('mongo store', () => {
       }
     });
 
-    test('an index whose definition changed is replaced at start-up, not a crash, and the change is reported', async () => {
+    test('a changed definition gets its index beside the old one, which goes once a later release retires it', async () => {
       const name = `changed_${randomUUID().slice(0, 8)}`;
       // What an older version left: the same key, other options (not partial), under the driver's default name.
       const connection = await mongoose.createConnection(uri!, { dbName }).asPromise();
+      const indexNames = async () => (await connection.db!.collection(name).indexes()).map((index) => index.name).sort();
       try {
         await connection.db!.collection(name).createIndex({ email: 1 }, { unique: true });
+        const def: CollectionDef<Row> = { name, indexes: [{ fields: ['email'], unique: true }] };
+        await store.ensure(def);
+        const [plan] = indexPlans(schemaOf(def));
+        // Both kept (MongoDB 5.0+): a running older version still relies on email_1; it is reported, not dropped.
+        expect(await indexNames()).toEqual(['_id_', 'email_1', plan.name].sort());
+        expect(reports.some((r) => r.details.collection === name && (r.details.indexes as string[]).includes('email_1'))).toBe(true);
+        // The next release retires the new index's definition in favour of another: created first, then dropped.
+        const next: CollectionDef<Row> = {
+          name,
+          indexes: [{ fields: ['tenantId', 'email'], unique: true }],
+          retiredIndexes: [{ fields: ['email'], unique: true }],
+        };
+        const again = await openMongoStore({ uri: uri!, dbName, onIndexReport: (message, details) => reports.push({ message, details }) });
+        await again.ensure(next);
+        await again.close();
+        expect(await indexNames()).toEqual(['_id_', 'email_1', indexPlans(schemaOf(next))[0].name].sort());
       } finally {
         await connection.close();
       }
-      const def: CollectionDef<Row> = { name, indexes: [{ fields: ['email'], unique: true }] };
-      await store.ensure(def);
-      expect(reports.some((r) => r.details.collection === name && r.details.dropped === 'email_1')).toBe(true);
-      // The new index is the partial one: two documents without an email no longer collide.
+    });
+
+    test('durable reads see what was written (read concern majority)', async () => {
+      const def: CollectionDef<Row> = { name: `durable_${randomUUID().slice(0, 8)}`, sortField: 'id' };
       await store.collection(def).insert({ id: 'a', tenantId: 't' });
-      await store.collection(def).insert({ id: 'b', tenantId: 't' });
-      expect(await store.collection(def).count({})).toBe(2);
-      // A second process of the same version finds it in place.
-      const again = await openMongoStore({ uri: uri!, dbName, onIndexReport: (message, details) => reports.push({ message, details }) });
-      const before = reports.length;
-      await again.ensure(def);
-      await again.close();
-      expect(reports.slice(before).filter((r) => r.details.dropped)).toEqual([]);
+      expect((await store.collection(def).find({}, { durable: true })).items.map((r) => r.id)).toEqual(['a']);
+      await store.transaction(async (tx) => {
+        expect((await tx.collection(def).find({}, { durable: true })).items.map((r) => r.id)).toEqual(['a']);
+      });
     });
 
     test('ping answers promptly', async () => {

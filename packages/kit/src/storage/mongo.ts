@@ -12,6 +12,10 @@
  *
  * Transactions need a replica set (a single-node one is enough: `mongod --replSet rs0` + `rs.initiate()`); on a
  * standalone server `transaction()` fails with "Transaction numbers are only allowed on a replica set member".
+ *
+ * Every wait is bounded by one setting, `opTimeoutMs` (MONGODB_OP_TIMEOUT_MS; see mongoClientOptions): a primary that
+ * stops answering fails the calls waiting on it instead of holding handlers, the outbox relay or shutdown. The
+ * driver's own `timeoutMS` (CSOT) cannot do it: the driver in use (mongodb 7) ignores it.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
@@ -46,24 +50,124 @@ type MongoDoc = { _id: string; [field: string]: unknown };
 type Filter = mongoose.mongo.Filter<MongoDoc>;
 type ClientSession = mongoose.mongo.ClientSession;
 
-/** How long start-up and every operation wait for a reachable primary before failing (driver default: 30 s). */
-const SERVER_SELECTION_TIMEOUT_MS = 5000;
+/** Default of MONGODB_OP_TIMEOUT_MS, as GRPC_DEADLINE_MS: an answer later than a caller's deadline helps nobody. */
+export const DEFAULT_OP_TIMEOUT_MS = 5000;
 /** ping() answers within this, reachable or not, so a health probe never hangs. */
 const PING_TIMEOUT_MS = 3000;
+/**
+ * What the client-side socket timeout adds to the server-side limit (maxTimeMS): a server that is alive answers
+ * "time limit exceeded" itself first; only one that does not answer at all meets the socket timeout.
+ */
+const SOCKET_GRACE_MS = 1000;
+/** A change stream's getMore waits at most this for changes (the server's default), below the socket timeout. */
+const WATCH_AWAIT_MS = 1000;
+
+/**
+ * The driver client's options: each bound derives from `opTimeoutMs`.
+ * - serverSelectionTimeoutMS / connectTimeoutMS: waiting for a primary (an election, a server down) or a handshake
+ *   (driver default 30 s each).
+ * - socketTimeoutMS: a request on a connection whose server stops answering fails (the connection is closed) instead
+ *   of waiting forever (driver default: no limit). Every operation also carries maxTimeMS = opTimeoutMs.
+ * - waitQueueTimeoutMS: waiting for a pooled connection while all are busy (driver default: no limit).
+ * - writeConcern majority, with wtimeoutMS: a write outside a transaction is acknowledged once a majority holds it,
+ *   so a failover cannot roll it back (the implicit default is w:1 before MongoDB 5.0 and on some sets with an
+ *   arbiter), and waiting for replication is bounded too.
+ */
+export function mongoClientOptions(opTimeoutMs: number, dbName?: string): mongoose.ConnectOptions {
+  return {
+    ...(dbName ? { dbName } : {}),
+    serverSelectionTimeoutMS: opTimeoutMs,
+    connectTimeoutMS: opTimeoutMs,
+    socketTimeoutMS: opTimeoutMs + SOCKET_GRACE_MS,
+    waitQueueTimeoutMS: opTimeoutMs,
+    writeConcern: { w: 'majority', wtimeoutMS: opTimeoutMs },
+    // Belt and braces: documents are written in their JSON form already (see plain()).
+    ignoreUndefined: true,
+  };
+}
 
 /**
  * Majority on both sides: a transaction reads a snapshot of majority-committed data and is acknowledged only once
  * a majority has it, so a committed write survives a failover and no replica reads state that could roll back.
+ * The commit (and its wait for the majority) is bounded by `opTimeoutMs` like any operation.
  */
-const TRANSACTION_OPTIONS: mongoose.mongo.TransactionOptions = {
-  readConcern: { level: 'snapshot' },
-  writeConcern: { w: 'majority' },
-  readPreference: 'primary',
-};
+export function transactionOptions(opTimeoutMs: number): mongoose.mongo.TransactionOptions {
+  return {
+    readConcern: { level: 'snapshot' },
+    writeConcern: { w: 'majority', wtimeoutMS: opTimeoutMs },
+    readPreference: 'primary',
+    maxCommitTimeMS: opTimeoutMs,
+  };
+}
 
-/** Server error codes met while creating indexes. */
-const NAMESPACE_NOT_FOUND = 26;
-const INDEX_CONFLICTS = new Set([85 /* IndexOptionsConflict */, 86 /* IndexKeySpecsConflict */]);
+/** The part of a driver session runTransaction uses. */
+export type TransactionSession = Pick<ClientSession, 'startTransaction' | 'commitTransaction' | 'abortTransaction' | 'inTransaction'>;
+
+const hasLabel = (err: unknown, label: string) => err instanceof mongoose.mongo.MongoError && err.hasErrorLabel(label);
+const MAX_TIME_MS_EXPIRED = 50;
+const isMaxTimeExpired = (err: unknown) =>
+  err instanceof mongoose.mongo.MongoError &&
+  (err.code === MAX_TIME_MS_EXPIRED || (err as { writeConcernError?: { code?: unknown } }).writeConcernError?.code === MAX_TIME_MS_EXPIRED);
+
+/**
+ * The driver's withTransaction loop (retry the callback on TransientTransactionError, the commit on
+ * UnknownTransactionCommitResult), but no new attempt after `budgetMs`: the driver's keeps retrying for 120 s,
+ * which an election or a hung primary turns into a handler, a relay or a shutdown held for two minutes. Each attempt
+ * is itself bounded (maxTimeMS, socket timeout). Past the budget the last error is thrown; when that is a commit's
+ * UnknownTransactionCommitResult, the transaction may still have committed (as with any write whose answer is lost).
+ */
+export async function runTransaction<R>(
+  session: TransactionSession,
+  fn: () => Promise<R>,
+  options: mongoose.mongo.TransactionOptions,
+  budgetMs: number,
+  now: () => number = () => performance.now(),
+): Promise<R> {
+  const deadline = now() + budgetMs;
+  for (let attempt = 0; ; attempt++) {
+    if (attempt > 0) {
+      // The driver's backoff: jitter * min(5 ms * 1.5^attempt, 500 ms).
+      const backoffMs = Math.random() * Math.min(5 * 1.5 ** attempt, 500);
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, Math.min(backoffMs, deadline - now()))));
+    }
+    session.startTransaction(options);
+    let result: R;
+    try {
+      result = await fn();
+    } catch (err) {
+      if (session.inTransaction()) await session.abortTransaction(); // ignores the server's errors itself
+      if (hasLabel(err, 'TransientTransactionError') && now() < deadline) continue;
+      throw err;
+    }
+    for (;;) {
+      try {
+        await session.commitTransaction();
+        return result;
+      } catch (err) {
+        if (now() >= deadline) throw err;
+        // Retrying a commit whose answer was lost is safe: the server commits a transaction once.
+        if (hasLabel(err, 'UnknownTransactionCommitResult') && !isMaxTimeExpired(err)) continue;
+        if (hasLabel(err, 'TransientTransactionError')) break; // the whole transaction again
+        throw err;
+      }
+    }
+  }
+}
+
+/** `work`, or a rejection with `message` after `ms`. */
+async function within<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      work,
+      new Promise<never>((_, fail) => {
+        timer = setTimeout(() => fail(new Error(message)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** The MongoDB key for a (validated) field name. */
 const key = (field: string) => (field === 'id' ? '_id' : field);
@@ -117,15 +221,24 @@ export interface IndexPlan {
  *   and a same-named index is known to be this very index.
  */
 export function indexPlans(schema: Schema): IndexPlan[] {
+  return plansOf(schema.indexes, schema.sortField);
+}
+
+/** The indexes of the collection's retired definitions, as indexPlans named them when they were declared. */
+export function retiredIndexPlans(schema: Schema): IndexPlan[] {
+  return schema.retiredIndexes.flatMap((index) => plansOf([index], index.sortField));
+}
+
+function plansOf(indexes: Schema['indexes'], sortField: string): IndexPlan[] {
   const plans: IndexPlan[] = [];
-  for (const index of schema.indexes) {
+  for (const index of indexes) {
     if (index.unique) {
       if (index.fields.length === 1 && index.fields[0] === 'id') continue;
       const partialFilterExpression = Object.fromEntries(index.fields.filter((f) => f !== 'id').map((f) => [f, { $exists: true }]));
       const indexKey = Object.fromEntries(index.fields.map((f) => [key(f), 1 as const]));
       plans.push(named('u', index.fields, { key: indexKey, unique: true, partialFilterExpression }));
     } else {
-      const fields = [...new Set([...index.fields.map(key), key(schema.sortField), '_id'])];
+      const fields = [...new Set([...index.fields.map(key), key(sortField), '_id'])];
       if (fields.length === 1) continue; // sorted by id alone: the _id index serves it
       plans.push(named('f', index.fields, { key: Object.fromEntries(fields.map((f) => [f, 1 as const])), unique: false }));
     }
@@ -138,15 +251,90 @@ function named(kind: string, fields: string[], plan: Omit<IndexPlan, 'name'>): I
   return { name: [kind, ...fields, hash].join('_'), ...plan };
 }
 
-const sameKey = (a: Record<string, unknown>, b: Record<string, unknown>) => JSON.stringify(a) === JSON.stringify(b);
-
-/** Whether an existing index already is this plan under another name (say one created before names were given). */
-function sameIndex(existing: mongoose.mongo.IndexDescriptionInfo, plan: IndexPlan): boolean {
+/** Whether an existing index is this plan: by its name, or by definition (one created before names were given). */
+function isPlan(existing: mongoose.mongo.IndexDescriptionInfo, plan: IndexPlan): boolean {
   return (
-    sameKey(existing.key, plan.key) &&
-    (existing.unique === true) === plan.unique &&
-    JSON.stringify(existing.partialFilterExpression ?? null) === JSON.stringify(plan.partialFilterExpression ?? null)
+    existing.name === plan.name ||
+    (JSON.stringify(existing.key) === JSON.stringify(plan.key) &&
+      (existing.unique === true) === plan.unique &&
+      JSON.stringify(existing.partialFilterExpression ?? null) === JSON.stringify(plan.partialFilterExpression ?? null))
   );
+}
+
+/** What index reconciliation needs of a driver collection. */
+export type IndexOps = Pick<mongoose.mongo.Collection<MongoDoc>, 'indexes' | 'createIndex' | 'dropIndex'>;
+
+/** Where index changes are reported (a dropped retired index, an undeclared one); a service passes its logger. */
+export type IndexReport = (message: string, details: Record<string, unknown>) => void;
+
+/** Server error codes met while changing indexes. */
+const NAMESPACE_NOT_FOUND = 26;
+const INDEX_NOT_FOUND = 27;
+const INDEX_CONFLICTS = new Set([85 /* IndexOptionsConflict */, 86 /* IndexKeySpecsConflict */]);
+const codeOf = (err: unknown) => (err as { code?: unknown } | null)?.code;
+
+/**
+ * Brings a collection's indexes to its definition, safely while two versions of a service run at once (a rolling
+ * deploy), each replica of either doing this at start-up:
+ * 1. Every declared index that is missing is created, before anything is dropped. Indexes are named by their whole
+ *    definition (indexPlans), so an old and a new definition of the same fields are two indexes side by side
+ *    (MongoDB 5.0+ keeps indexes on one key that differ in unique or partial filter), and a unique constraint is
+ *    never absent: the old one holds until the new one is built. A conflict means an older server that cannot keep
+ *    both; start-up then fails naming the indexes rather than dropping one that a running version relies on.
+ * 2. Only then, an index is dropped when it is one of the collection's retired definitions (retiredIndexes) and not a
+ *    declared one. An index this version does not know (a newer version's, one made by hand) is never dropped:
+ *    it is reported as undeclared.
+ * No maxTimeMS on createIndex: the server would abort a long build at that limit. A build that outlasts the
+ * client's socket timeout goes on on the server, and a later start-up finds it (or joins it).
+ */
+export async function reconcileIndexes(collection: IndexOps, schema: Schema, report: IndexReport, opTimeoutMs: number): Promise<void> {
+  const plans = indexPlans(schema);
+  const retired = retiredIndexPlans(schema);
+  const options = { maxTimeMS: opTimeoutMs };
+  const list = async (): Promise<mongoose.mongo.IndexDescriptionInfo[]> => {
+    try {
+      return await collection.indexes(options);
+    } catch (err) {
+      if (codeOf(err) === NAMESPACE_NOT_FOUND) return []; // the collection does not exist yet
+      throw err;
+    }
+  };
+  let existing = await list();
+  for (const plan of plans) {
+    for (let attempt = 1; !existing.some((index) => isPlan(index, plan)); attempt++) {
+      try {
+        const { name, unique, partialFilterExpression } = plan;
+        await collection.createIndex(plan.key, { name, ...(unique ? { unique, partialFilterExpression } : {}) });
+        break;
+      } catch (err) {
+        if (!INDEX_CONFLICTS.has(codeOf(err) as number)) throw err;
+        existing = await list(); // a replica creating the same index at the same moment: look again
+        if (attempt < 3) continue;
+        const clashing = existing.filter((index) => JSON.stringify(index.key) === JSON.stringify(plan.key)).map((index) => index.name);
+        throw new Error(
+          `cannot create index ${plan.name} on ${schema.name} beside ${clashing.join(', ')}: this server keeps one index per key ` +
+            `(MongoDB before 5.0); drop the other by hand once no running version needs it`,
+          { cause: err },
+        );
+      }
+    }
+  }
+  existing = await list();
+  const declared = (index: mongoose.mongo.IndexDescriptionInfo) => index.name === '_id_' || plans.some((plan) => isPlan(index, plan));
+  for (const index of existing) {
+    if (!index.name || declared(index) || !retired.some((plan) => isPlan(index, plan))) continue;
+    await collection.dropIndex(index.name, options).catch((err: unknown) => {
+      if (codeOf(err) !== NAMESPACE_NOT_FOUND && codeOf(err) !== INDEX_NOT_FOUND) throw err; // another replica dropped it first
+    });
+    report('dropped a retired index', { collection: schema.name, dropped: index.name });
+  }
+  const undeclared = existing.filter((index) => !declared(index) && !retired.some((plan) => isPlan(index, plan)));
+  if (undeclared.length > 0) {
+    report('indexes that no definition declares or retires (kept: a running version may use them)', {
+      collection: schema.name,
+      indexes: undeclared.map((index) => index.name),
+    });
+  }
 }
 
 /** One query of `find` (see pageSegments); `findQueries` builds them and both `find` and `explainFind` run them. */
@@ -189,6 +377,12 @@ interface Table {
   base: MongoCollection<Doc> | null;
 }
 
+/** What every operation passes the driver: its transaction's session, if any, and the server-side time limit. */
+interface OpOptions {
+  session: ClientSession | undefined;
+  maxTimeMS: number;
+}
+
 interface Tx {
   open: boolean;
   session: ClientSession;
@@ -196,9 +390,6 @@ interface Tx {
   /** Set by a duplicate key inside the transaction: the server has aborted it (see Store.transaction). */
   failure: DuplicateKeyError | null;
 }
-
-/** Where index changes are reported (a replaced or undeclared index); a service passes its logger. */
-export type IndexReport = (message: string, details: Record<string, unknown>) => void;
 
 const warnByDefault: IndexReport = (message, details) => process.emitWarning(`${message} ${JSON.stringify(details)}`);
 
@@ -217,7 +408,12 @@ class MongoStore implements Store {
     private readonly db: mongoose.mongo.Db,
     private readonly report: IndexReport,
     private readonly pingTimeoutMs: number,
-  ) {}
+    readonly opTimeoutMs: number,
+  ) {
+    this.transactionOptions = transactionOptions(opTimeoutMs);
+  }
+
+  private readonly transactionOptions: mongoose.mongo.TransactionOptions;
 
   table(def: AnyDef): Table {
     let table = this.tables.get(def);
@@ -244,55 +440,8 @@ class MongoStore implements Store {
     return table.indexing;
   }
 
-  /**
-   * Creates each planned index that is not there yet. An index with the same key but other options (a definition
-   * changed between versions) is dropped and replaced rather than failing start-up; indexes no definition asks
-   * for are reported, not dropped (another version still running may use them). A conflict with a replica
-   * creating the same index at the same moment is settled by looking again.
-   */
-  private async createIndexes({ schema, collection }: Table): Promise<void> {
-    const plans = indexPlans(schema);
-    if (plans.length === 0) return;
-    let existing = await this.indexesOf(collection);
-    for (const plan of plans) {
-      for (let attempt = 1; ; attempt++) {
-        if (existing.some((index) => index.name === plan.name || sameIndex(index, plan))) break;
-        const clash = existing.find((index) => index.name !== '_id_' && sameKey(index.key, plan.key));
-        if (clash?.name) {
-          this.report('replacing an index whose definition changed', { collection: schema.name, dropped: clash.name, created: plan.name });
-          await collection.dropIndex(clash.name).catch((err: unknown) => {
-            if ((err as { code?: unknown }).code !== NAMESPACE_NOT_FOUND && (err as { code?: unknown }).code !== 27) throw err; // 27: gone already
-          });
-        }
-        try {
-          const { name, unique, partialFilterExpression } = plan;
-          await collection.createIndex(plan.key, { name, ...(unique ? { unique, partialFilterExpression } : {}) });
-          break;
-        } catch (err) {
-          if (!INDEX_CONFLICTS.has((err as { code?: number }).code ?? 0) || attempt >= 3) throw err;
-          existing = await this.indexesOf(collection);
-        }
-      }
-    }
-    const declared = new Set(plans.map((plan) => plan.name));
-    const undeclared = existing.filter(
-      (index) => index.name !== '_id_' && !declared.has(index.name ?? '') && !plans.some((p) => sameIndex(index, p)),
-    );
-    if (undeclared.length > 0) {
-      this.report('indexes that no definition declares (drop them once no running version needs them)', {
-        collection: schema.name,
-        indexes: undeclared.map((index) => index.name),
-      });
-    }
-  }
-
-  private async indexesOf(collection: mongoose.mongo.Collection<MongoDoc>): Promise<mongoose.mongo.IndexDescriptionInfo[]> {
-    try {
-      return await collection.indexes();
-    } catch (err) {
-      if ((err as { code?: unknown }).code === NAMESPACE_NOT_FOUND) return []; // the collection does not exist yet
-      throw err;
-    }
+  private createIndexes({ schema, collection }: Table): Promise<void> {
+    return reconcileIndexes(collection, schema, this.report, this.opTimeoutMs);
   }
 
   /**
@@ -316,17 +465,17 @@ class MongoStore implements Store {
   }
 
   /**
-   * Runs `fn` in `session.withTransaction`, which retries the whole callback on transient errors (write
-   * conflicts, elections): keep side effects other than store writes out of it. A transaction started inside
-   * another one's callback joins it. A duplicate key aborts it (the server already has): the DuplicateKeyError
-   * is not a driver error, so withTransaction aborts and rethrows it rather than retrying.
+   * Runs `fn` in runTransaction, which retries the whole callback on transient errors (write conflicts,
+   * elections) for up to opTimeoutMs: keep side effects other than store writes out of it. A transaction started
+   * inside another one's callback joins it. A duplicate key aborts it (the server already has): the
+   * DuplicateKeyError is not a driver error, so runTransaction aborts and rethrows it rather than retrying.
    */
   async transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
     const open = this.context.getStore();
     if (open?.open) return fn(open.bound);
     const session = await this.connection.startSession();
     try {
-      return await session.withTransaction(async () => {
+      const attempt = async () => {
         const tx: Tx = {
           open: true,
           session,
@@ -343,7 +492,8 @@ class MongoStore implements Store {
         } finally {
           tx.open = false;
         }
-      }, TRANSACTION_OPTIONS);
+      };
+      return await runTransaction(session, attempt, this.transactionOptions, this.opTimeoutMs);
     } finally {
       await session.endSession();
     }
@@ -353,19 +503,9 @@ class MongoStore implements Store {
     await this.ready(this.table(def));
   }
 
-  /** Answers within pingTimeoutMs: server selection alone could wait SERVER_SELECTION_TIMEOUT_MS. */
+  /** Answers within pingTimeoutMs: server selection alone could wait opTimeoutMs. */
   async ping(): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        this.db.command({ ping: 1 }),
-        new Promise((_, fail) => {
-          timer = setTimeout(() => fail(new Error(`MongoDB did not answer a ping within ${this.pingTimeoutMs} ms`)), this.pingTimeoutMs);
-        }),
-      ]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await within(this.db.command({ ping: 1 }), this.pingTimeoutMs, `MongoDB did not answer a ping within ${this.pingTimeoutMs} ms`);
   }
 
   /**
@@ -381,7 +521,9 @@ class MongoStore implements Store {
       if (stopped) return;
       try {
         // Only the event's kind matters: project it away to keep the stream light.
-        const opened = this.db.watch([{ $project: { operationType: 1 } }]);
+        const opened = this.db.watch([{ $project: { operationType: 1 } }], {
+          maxAwaitTimeMS: Math.min(WATCH_AWAIT_MS, this.opTimeoutMs),
+        });
         stream = opened;
         opened.on('change', () => stopped || fire());
         opened.on('error', () => {
@@ -402,8 +544,14 @@ class MongoStore implements Store {
     };
   }
 
+  /**
+   * Bounded like everything else: closing ends sessions and cursors on the server, and a server that does not answer
+   * must not hold shutdown. Past the bound the connections are left to the process's exit.
+   */
   async close(): Promise<void> {
-    await this.connection.close();
+    await within(this.connection.close(), 2 * this.opTimeoutMs + SOCKET_GRACE_MS, 'MongoDB did not close in time').catch((err: unknown) =>
+      process.emitWarning(String(err)),
+    );
   }
 
   /** The winning plan of each query `find` would run (explain 'queryPlanner'), in segment order. */
@@ -435,16 +583,17 @@ class MongoCollection<T extends Doc> implements Collection<T> {
   }
 
   /**
-   * Runs one operation: waits for the indexes on first use, runs in the transaction it belongs to (if any), and
-   * maps a duplicate key. Inside a transaction a duplicate key dooms it, and its later operations fail the same.
+   * Runs one operation: waits for the indexes on first use, runs in the transaction it belongs to (if any) with the
+   * server-side time limit, and maps a duplicate key. Inside a transaction a duplicate key dooms it, and its later
+   * operations fail the same.
    */
-  private async run<R>(op: (session: ClientSession | undefined) => Promise<R>): Promise<R> {
+  private async run<R>(op: (options: OpOptions, inTransaction: boolean) => Promise<R>): Promise<R> {
     const tx = this.store.txOf(this.tx);
     if (tx?.failure) throw tx.failure;
     const indexing = this.store.ready(this.table);
     if (indexing) await indexing;
     try {
-      return await op(tx?.session);
+      return await op({ session: tx?.session, maxTimeMS: this.store.opTimeoutMs }, tx !== null);
     } catch (err) {
       const duplicate = asDuplicate(err, this.name);
       if (!duplicate) throw err;
@@ -457,29 +606,31 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     assertId(doc.id);
     assertNoNullInUnique(this.table.schema, Object.entries(doc));
     const { id, ...rest } = plain(doc);
-    await this.run((session) => this.collection.insertOne({ ...rest, _id: id }, { session }));
+    await this.run((options) => this.collection.insertOne({ ...rest, _id: id }, options));
     return doc;
   }
 
   async get(id: string, where?: Where<T>): Promise<T | null> {
     assertId(id, { allowEmpty: true });
     const filter = byId(id, where);
-    return this.run(async (session) => fromMongo<T>(await this.collection.findOne(filter, { session })));
+    return this.run(async (options) => fromMongo<T>(await this.collection.findOne(filter, options)));
   }
 
   async findOne(where: Where<T>): Promise<T | null> {
     const filter = filterOf(where);
-    return this.run(async (session) => fromMongo<T>(await this.collection.findOne(filter, { session })));
+    return this.run(async (options) => fromMongo<T>(await this.collection.findOne(filter, options)));
   }
 
   async find(where: Where<T>, options: FindOptions = {}): Promise<Page<T>> {
     const limit = clampLimit(options.limit);
     const queries = findQueries(this.table.schema, where, options);
     const { sortField } = this.table.schema;
-    return this.run(async (session) => {
+    return this.run(async (op, inTransaction) => {
+      // Not inside a transaction: the server refuses a read concern there (its snapshot is majority-committed).
+      const readConcern = options.durable && !inTransaction ? { readConcern: { level: 'majority' as const } } : {};
       const rows: T[] = [];
       for (const { filter, sort } of queries) {
-        const found = await this.collection.find(filter, { sort, limit: limit + 1 - rows.length, session }).toArray();
+        const found = await this.collection.find(filter, { ...op, ...readConcern, sort, limit: limit + 1 - rows.length }).toArray();
         for (const doc of found) rows.push(fromMongo<T>(doc) as T);
         if (rows.length > limit) break;
       }
@@ -494,8 +645,8 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     if (fields.length === 0) return this.get(id, where);
     const filter = byId(id, where);
     const set = Object.fromEntries(fields.map(([field, value]) => [field, plain(value)]));
-    return this.run(async (session) =>
-      fromMongo<T>(await this.collection.findOneAndUpdate(filter, { $set: set }, { returnDocument: 'after', session })),
+    return this.run(async (options) =>
+      fromMongo<T>(await this.collection.findOneAndUpdate(filter, { $set: set }, { ...options, returnDocument: 'after' })),
     );
   }
 
@@ -509,25 +660,25 @@ class MongoCollection<T extends Doc> implements Collection<T> {
     const pipeline = [
       { $set: Object.fromEntries(fields.map(([field, amount]) => [field, { $add: [{ $ifNull: [`$${field}`, 0] }, amount] }])) },
     ];
-    return this.run(async (session) =>
-      fromMongo<T>(await this.collection.findOneAndUpdate(filter, pipeline, { returnDocument: 'after', session })),
+    return this.run(async (options) =>
+      fromMongo<T>(await this.collection.findOneAndUpdate(filter, pipeline, { ...options, returnDocument: 'after' })),
     );
   }
 
   async delete(id: string, where?: Where<T>): Promise<boolean> {
     assertId(id, { allowEmpty: true });
     const filter = byId(id, where);
-    return this.run(async (session) => (await this.collection.deleteOne(filter, { session })).deletedCount > 0);
+    return this.run(async (options) => (await this.collection.deleteOne(filter, options)).deletedCount > 0);
   }
 
   async deleteMany(where: Where<T>): Promise<number> {
     const filter = filterOf(where);
-    return this.run(async (session) => (await this.collection.deleteMany(filter, { session })).deletedCount);
+    return this.run(async (options) => (await this.collection.deleteMany(filter, options)).deletedCount);
   }
 
   async count(where: Where<T>): Promise<number> {
     const filter = filterOf(where);
-    return this.run((session) => this.collection.countDocuments(filter, { session }));
+    return this.run((options) => this.collection.countDocuments(filter, options));
   }
 }
 
@@ -535,28 +686,23 @@ export interface MongoStoreOptions {
   uri: string;
   /** Else the database named in the URI. */
   dbName?: string;
-  /** Default 5000; the driver's own default (30 s) would hold start-up and every call while no primary answers. */
-  serverSelectionTimeoutMS?: number;
+  /**
+   * MONGODB_OP_TIMEOUT_MS, default 5000: the bound of every wait (see mongoClientOptions). The driver's own defaults
+   * would hold start-up for 30 s and an operation on a primary that stopped answering forever.
+   */
+  opTimeoutMs?: number;
   /** Default 3000. */
   pingTimeoutMs?: number;
-  /** Index replacements and undeclared indexes; default: a process warning. */
+  /** Dropped retired indexes and undeclared ones; default: a process warning. */
   onIndexReport?: IndexReport;
 }
 
 export async function openMongoStore(options: MongoStoreOptions): Promise<Store> {
-  const serverSelectionTimeoutMS = options.serverSelectionTimeoutMS ?? SERVER_SELECTION_TIMEOUT_MS;
-  const connection = await mongoose
-    .createConnection(options.uri, {
-      ...(options.dbName ? { dbName: options.dbName } : {}),
-      serverSelectionTimeoutMS,
-      // A server that accepts the connection and never answers the handshake fails as fast as one that is down.
-      connectTimeoutMS: serverSelectionTimeoutMS,
-      // Belt and braces: documents are written in their JSON form already (see plain()).
-      ignoreUndefined: true,
-    })
-    .asPromise();
+  const opTimeoutMs = options.opTimeoutMs ?? DEFAULT_OP_TIMEOUT_MS;
+  const connection = await mongoose.createConnection(options.uri, mongoClientOptions(opTimeoutMs, options.dbName)).asPromise();
   if (!connection.db) throw new Error('MongoDB connection has no database');
-  return new MongoStore(connection, connection.db, options.onIndexReport ?? warnByDefault, options.pingTimeoutMs ?? PING_TIMEOUT_MS);
+  const pingTimeoutMs = options.pingTimeoutMs ?? Math.min(PING_TIMEOUT_MS, opTimeoutMs);
+  return new MongoStore(connection, connection.db, options.onIndexReport ?? warnByDefault, pingTimeoutMs, opTimeoutMs);
 }
 
 /**

@@ -111,23 +111,35 @@ class Table {
   constructor(readonly schema: Schema) {}
 
   ddl(uniqueIndexes: Map<string, string[]>): string[] {
-    const { name, sortField, indexes } = this.schema;
+    const { name, sortField, indexes, retiredIndexes } = this.schema;
     const statements = [`CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY, doc TEXT NOT NULL)`];
+    const declared = new Set<string>();
     for (const index of indexes) {
+      const { id, fields } = sqliteIndex(name, index, sortField);
+      declared.add(id);
+      const columns = fields.map(expr).join(', ');
       if (index.unique) {
-        const indexId = indexName(name, 'u', index.fields);
-        uniqueIndexes.set(indexId, index.fields);
-        const columns = index.fields.map(expr).join(', ');
-        statements.push(`CREATE UNIQUE INDEX IF NOT EXISTS "${indexId}" ON "${name}" (${columns})`);
+        uniqueIndexes.set(id, index.fields);
+        statements.push(`CREATE UNIQUE INDEX IF NOT EXISTS "${id}" ON "${name}" (${columns})`);
       } else {
-        // The where fields, then the sort field and id: `find` pages straight from the index.
-        const fields = [...new Set([...index.fields, sortField, 'id'])];
-        const columns = fields.map(expr).join(', ');
-        statements.push(`CREATE INDEX IF NOT EXISTS "${indexName(name, 'f', fields)}" ON "${name}" (${columns})`);
+        statements.push(`CREATE INDEX IF NOT EXISTS "${id}" ON "${name}" (${columns})`);
       }
+    }
+    // As on MongoDB: retired definitions go once every declared index exists, and never one still declared.
+    for (const index of retiredIndexes) {
+      const { id } = sqliteIndex(name, index, index.sortField);
+      if (!declared.has(id)) statements.push(`DROP INDEX IF EXISTS "${id}"`);
     }
     return statements;
   }
+}
+
+/** A declared index's name and columns: a list index is the where fields, then the sort field and id. */
+function sqliteIndex(table: string, index: { fields: string[]; unique: boolean }, sortField: string) {
+  if (index.unique) return { id: indexName(table, 'u', index.fields), fields: index.fields };
+  // The where fields, then the sort field and id: `find` pages straight from the index.
+  const fields = [...new Set([...index.fields, sortField, 'id'])];
+  return { id: indexName(table, 'f', fields), fields };
 }
 
 interface Tx {

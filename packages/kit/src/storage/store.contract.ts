@@ -136,6 +136,40 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
       expect((await items.get(other.id))?.email).toBe('b@example.com');
     });
 
+    test('a changed unique definition holds both constraints until the old one is retired, then only the new', async () => {
+      const v1 = itemsDef({ indexes: [{ fields: ['tenantId', 'email'], unique: true }] });
+      // The next release: (tenantId, name) unique instead. Both versions run at once during the deploy.
+      const v2: CollectionDef<Item> = { name: v1.name, indexes: [{ fields: ['tenantId', 'name'], unique: true }] };
+      const v3: CollectionDef<Item> = { ...v2, retiredIndexes: [{ fields: ['tenantId', 'email'], unique: true }] };
+      await store.ensure(v1);
+      await store.collection(v1).insert(item({ email: 'a@example.com', name: 'one' }));
+      await store.ensure(v2);
+      // v2 dropped nothing: v1's constraint holds beside v2's.
+      await expect(store.collection(v2).insert(item({ email: 'a@example.com', name: 'two' }))).rejects.toBeInstanceOf(DuplicateKeyError);
+      await expect(store.collection(v2).insert(item({ email: 'b@example.com', name: 'one' }))).rejects.toBeInstanceOf(DuplicateKeyError);
+      // v3 retires v1's definition: the email no longer has to be unique, the name still does.
+      await store.ensure(v3);
+      await store.collection(v3).insert(item({ email: 'a@example.com', name: 'three' }));
+      await expect(store.collection(v3).insert(item({ email: 'c@example.com', name: 'one' }))).rejects.toBeInstanceOf(DuplicateKeyError);
+      expect(await store.collection(v3).count({ tenantId: 't1' })).toBe(2);
+    });
+
+    test('durable reads return what a plain read returns, inside a transaction too', async () => {
+      const def = itemsDef();
+      const items = store.collection(def);
+      const docs = [item({ createdAt: '2024-01-01' }), item({ createdAt: '2024-01-02' }), item({ createdAt: null })];
+      for (const doc of docs) await items.insert(doc);
+      for (const order of ['asc', 'desc'] as const) {
+        const plain = await items.find({ tenantId: 't1' }, { order, limit: 2 });
+        const durable = await items.find({ tenantId: 't1' }, { order, limit: 2, durable: true });
+        expect(durable).toEqual(plain);
+        expect((await items.find({ tenantId: 't1' }, { order, cursor: durable.nextCursor, durable: true })).items).toHaveLength(1);
+      }
+      await store.transaction(async (tx) => {
+        expect((await tx.collection(def).find({ tenantId: 't1' }, { durable: true })).items).toHaveLength(3);
+      });
+    });
+
     test('a field set to undefined is not stored: it reads back absent and matches null', async () => {
       const items = store.collection(itemsDef());
       const doc = await items.insert(item({ tag: undefined, note: undefined, meta: { a: 1, b: undefined } }));

@@ -32,6 +32,13 @@ export interface CollectionDef<T extends { id: string }> {
   indexes?: IndexDef<T>[];
   /** Field that orders `find` results (ties broken by id). Default `createdAt`. */
   sortField?: keyof T & string;
+  /**
+   * Indexes an earlier release declared and this one no longer uses: start-up drops them (MongoDB; SQLite keeps
+   * them), after creating every declared index. List one only in a release after the one that stopped declaring
+   * it, so that no replica of a version still running relies on it (docs/decisions.md 48). Give `sortField` when
+   * the collection sorted by another field back then (it is part of a list index).
+   */
+  retiredIndexes?: Array<IndexDef<T> & { sortField?: string }>;
 }
 
 export interface FindOptions {
@@ -41,6 +48,12 @@ export interface FindOptions {
   cursor?: string | null;
   /** Default `desc`: newest first. */
   order?: 'asc' | 'desc';
+  /**
+   * Only what a majority of replicas holds (MongoDB read concern `majority`): never a write that a failover could
+   * still roll back. For reads whose result leaves the store, such as the outbox relay's. Without effect in a
+   * transaction (its snapshot is majority-committed) and on SQLite (one copy).
+   */
+  durable?: boolean;
 }
 
 export interface Page<T> {
