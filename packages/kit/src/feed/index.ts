@@ -92,7 +92,9 @@ export async function readFeed<T extends FeedEntryDoc>(
   afterSeq: number,
 ): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
   const cursor = afterSeq > 0 ? encodeCursor(afterSeq, '\uffff') : null;
-  const page = await store.collection(def).find({}, { order: 'asc', limit: FEED_PAGE_SIZE, cursor });
+  // Durable (MongoDB: majority): an entry a failover rolls back would leave readers past a seq that the next
+  // entry then takes again, and they would never read that entry (a revocation no gateway enforces).
+  const page = await store.collection(def).find({}, { order: 'asc', limit: FEED_PAGE_SIZE, cursor, durable: true });
   const entries = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
   return { entries, lastSeq: entries.length ? entries[entries.length - 1].seq : afterSeq };
 }

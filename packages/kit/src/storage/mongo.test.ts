@@ -7,6 +7,7 @@ import mongoose from 'mongoose';
 import { startFakeMongod, type FakeMongod } from '../../../../test/helpers/fake-mongod';
 import { openEmbeddedBus } from '../events/embedded';
 import { OutboxRelay } from '../events/outbox';
+import { feedCollection, readFeed } from '../feed';
 import { schemaOf } from './common';
 import { indexPlans, mongoFindPlan, openMongoStore, reconcileIndexes, retiredIndexPlans, type IndexOps, type IndexPlan } from './mongo';
 import { capsContract } from '../caps.contract';
@@ -284,6 +285,14 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
     for (const read of reads) expect(read.body.readConcern).toEqual({ level: 'majority' });
     // Reads that stay inside the store keep the default (a majority read may lag the primary).
     expect(commandsNamed('find').find((c) => c.body.find === 'outbox_lease')?.body.readConcern).toBeUndefined();
+  });
+
+  test('a change feed is read with majority read concern', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    await readFeed(store, feedCollection('revocations'), 0);
+    const reads = commandsNamed('find').filter((c) => c.body.find === 'revocations');
+    expect(reads.length).toBeGreaterThan(0);
+    for (const read of reads) expect(read.body.readConcern).toEqual({ level: 'majority' });
   });
 });
 
