@@ -31,6 +31,8 @@ export interface FakeMongod {
   hang: boolean;
   /** An answer to use instead of the default one for a command name (an error document, say). */
   answer: Map<string, (command: FakeMongodCommand) => Doc>;
+  /** The server goes away: its connections drop and new ones are refused. */
+  down(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -92,10 +94,13 @@ export async function startFakeMongod(): Promise<FakeMongod> {
     commands: [],
     hang: false,
     answer: new Map(),
-    close: async () => {
+    down: async () => {
+      if (!server.listening) return;
+      const closed = new Promise((resolve) => server.close(resolve));
       for (const socket of sockets) socket.destroy();
-      await new Promise((resolve) => server.close(resolve));
+      await closed;
     },
+    close: () => fake.down(),
   };
 
   const header = (length: number, responseTo: number, opCode: number) => {

@@ -240,6 +240,19 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
     expect(await elapsed(store.close())).toBeLessThan(15_000);
   }, 60_000);
 
+  test('with the server gone, a transaction fails after server selection (mongoose does not hold it for 10 s)', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    await store.ensure(def);
+    await peer.down();
+    // Once the driver's monitor marks the server unknown (seconds), mongoose calls the connection disconnected.
+    const connection = mongoose.connections[mongoose.connections.length - 1];
+    for (let i = 0; i < 300 && connection.readyState !== mongoose.ConnectionStates.disconnected; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(connection.readyState).toBe(mongoose.ConnectionStates.disconnected);
+    expect(await elapsed(store.transaction(async (tx) => tx.collection(def).insert({ id: 'f', tenantId: 't' })))).toBeLessThan(6000);
+  }, 30_000);
+
   test("a transaction that keeps meeting write conflicts gives up after its budget (not the driver's 120 s)", async () => {
     store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
     await store.ensure(def);

@@ -69,6 +69,8 @@ const WATCH_AWAIT_MS = 1000;
  * - socketTimeoutMS: a request on a connection whose server stops answering fails (the connection is closed) instead
  *   of waiting forever (driver default: no limit). Every operation also carries maxTimeMS = opTimeoutMs.
  * - waitQueueTimeoutMS: waiting for a pooled connection while all are busy (driver default: no limit).
+ * - bufferCommands off: while no primary is known, mongoose would hold startSession (every transaction) for its own
+ *   10 s instead of letting the operations fail after server selection.
  * - writeConcern majority, with wtimeoutMS: a write outside a transaction is acknowledged once a majority holds it,
  *   so a failover cannot roll it back (the implicit default is w:1 before MongoDB 5.0 and on some sets with an
  *   arbiter), and waiting for replication is bounded too.
@@ -80,6 +82,7 @@ export function mongoClientOptions(opTimeoutMs: number, dbName?: string): mongoo
     connectTimeoutMS: opTimeoutMs,
     socketTimeoutMS: opTimeoutMs + SOCKET_GRACE_MS,
     waitQueueTimeoutMS: opTimeoutMs,
+    bufferCommands: false,
     writeConcern: { w: 'majority', wtimeoutMS: opTimeoutMs },
     // Belt and braces: documents are written in their JSON form already (see plain()).
     ignoreUndefined: true,
