@@ -413,15 +413,6 @@ d('mongo store', () => {
       }
     });
 
-    test('durable reads see what was written (read concern majority)', async () => {
-      const def: CollectionDef<Row> = { name: `durable_${randomUUID().slice(0, 8)}`, sortField: 'id' };
-      await store.collection(def).insert({ id: 'a', tenantId: 't' });
-      expect((await store.collection(def).find({}, { durable: true })).items.map((r) => r.id)).toEqual(['a']);
-      await store.transaction(async (tx) => {
-        expect((await tx.collection(def).find({}, { durable: true })).items.map((r) => r.id)).toEqual(['a']);
-      });
-    });
-
     test('ping answers promptly', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
