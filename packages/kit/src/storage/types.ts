@@ -35,7 +35,7 @@ export interface CollectionDef<T extends { id: string }> {
   /**
    * Indexes an earlier release declared and this one no longer uses: start-up drops them (MongoDB; SQLite keeps
    * them), after creating every declared index. List one only in a release after the one that stopped declaring
-   * it, so that no replica of a version still running relies on it (docs/decisions.md 48). Give `sortField` when
+   * it, so that no replica of a version still running relies on it (docs/decisions.md 54). Give `sortField` when
    * the collection sorted by another field back then (it is part of a list index).
    */
   retiredIndexes?: Array<IndexDef<T> & { sortField?: string }>;
