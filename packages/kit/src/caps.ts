@@ -1,5 +1,5 @@
 /**
- * Exact per-tenant caps (docs/decisions.md 48). One counter document per (kind, tenant) is changed in the same
+ * Exact per-tenant caps (docs/decisions.md 52). One counter document per (kind, tenant) is changed in the same
  * transaction as the insert or delete it counts: a create adds one, and past the limit the whole transaction rolls
  * back with the refusal; a delete gives back what it removed. Concurrent creates all write the same counter
  * document, so they conflict (SQLite runs one writer at a time, MongoDB aborts and retries all but one): no number
