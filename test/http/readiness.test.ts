@@ -45,6 +45,7 @@ it('keeps serving with its bus down, reports the bus apart, and /readyz names it
     config,
     clients: { projects: client } as never,
     resolver: null as never,
+    verifier: new JwtVerifier({ issuer: 'x', audience: 'y', fetchJwks: async () => ({ keys: [] }) }),
     limiter: null as never,
     caches: null as never,
     logger: createLogger('gateway', 'silent'),
