@@ -35,7 +35,6 @@ it('accepts every token any identity replica signs, at every gateway and service
     REPLICAS: '2',
     GATEWAYS: '2',
     SVC_LAYOUT: 'per-service',
-    REPLICATED_SERVICES: 'identity,projects',
     RATE_LIMIT_MAX: '100000',
   });
   expect(system.pids('identity')).toHaveLength(2);
