@@ -34,6 +34,7 @@ async function openApiDocument() {
     config,
     clients,
     resolver: null as never,
+    verifier: null as never,
     limiter: null as never,
     caches: null as never,
     logger: createLogger('sdk-generate', 'silent'),

@@ -172,8 +172,13 @@ async function startServices(
     const { ports, addrs } = await choosePorts(env, host, replicas, replicated);
     const withAddrs = { ...env, ...addrs };
     const parts: Array<Promise<number>> = [];
-    const replicaEnv = (i: number, names: readonly string[]) =>
-      Object.fromEntries(names.map((name) => [`${name.toUpperCase()}_PORT`, String(ports[name][i])]));
+    const replicaEnv = (i: number, names: readonly string[]) => ({
+      ...Object.fromEntries(names.map((name) => [`${name.toUpperCase()}_PORT`, String(ports[name][i])])),
+      // A worker name must be unique among live workers (a restarted one takes back every run claimed under it).
+      ...(env.AGENTS_WORKER_ID && names.includes('agents') && ports.agents.length > 1
+        ? { AGENTS_WORKER_ID: `${env.AGENTS_WORKER_ID}-${i + 1}` }
+        : {}),
+    });
     for (let i = 0; i < replicas; i++) {
       // Replica i of every service that has one.
       const names = SERVICES.filter((name) => ports[name].length > i);

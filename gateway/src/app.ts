@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
-import { AppError, type Logger, metrics } from '@svc/kit';
+import { AppError, type JwtVerifier, type Logger, metrics } from '@svc/kit';
 import type { GatewayConfig } from './config';
 import type { Clients } from './clients';
 import type { CredentialResolver } from './lib/credentials';
@@ -18,6 +18,8 @@ export interface GatewayDeps {
   config: GatewayConfig;
   clients: Clients;
   resolver: CredentialResolver;
+  /** The access token verifier: /readyz waits for its first key set. */
+  verifier: JwtVerifier;
   /** Hot reads answered by the gateway, kept by the owners' feeds (lib/read-cache.ts). */
   caches: ReadCaches;
   limiter: RateLimiter;

@@ -90,10 +90,12 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
 
   // Listeners are registered: read the revocation feed, and listen once it has been read to its end, so that the
   // first request is decided on it. Bounded: with identity unreachable the gateway still comes up (health answers;
-  // a bearer token is refused with 503 until the feed is read, see CredentialResolver).
+  // a bearer token is refused with 503 until the feed is read, see CredentialResolver). The token key set is fetched
+  // meanwhile rather than at the first request; /readyz reports not ready until it is loaded.
+  verifier.load().catch((err: Error) => logger.warn({ err: err.message }, 'token keys not loaded yet; will retry'));
   watcher.start();
   await watcher.untilCurrent(FIRST_READ_WAIT_MS);
-  const app = buildApp({ config, clients, resolver, limiter, logger, caches, revocations: watcher });
+  const app = buildApp({ config, clients, resolver, verifier, limiter, logger, caches, revocations: watcher });
   await app.listen({ port: config.port, host: config.httpHost });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;

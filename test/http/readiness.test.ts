@@ -45,6 +45,7 @@ it('keeps serving with its bus down, reports the bus apart, and /readyz names it
     config,
     clients: { projects: client } as never,
     resolver: null as never,
+    verifier: new JwtVerifier({ issuer: 'x', audience: 'y', fetchJwks: async () => ({ keys: [] }) }),
     limiter: null as never,
     caches: null as never,
     logger: createLogger('gateway', 'silent'),
@@ -68,6 +69,39 @@ it('keeps serving with its bus down, reports the bus apart, and /readyz names it
     busDown = false;
     await until(async () => checkHealth(client.grpcClient, BUS_HEALTH));
     await new Promise((r) => setTimeout(r, 1100));
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+  } finally {
+    await app.close();
+    client.close();
+  }
+});
+
+it("/readyz says not ready until the gateway holds identity's key set, and ready once it can fetch it", async () => {
+  const client = createClient(projectsV1.ProjectsServiceService, `127.0.0.1:${service.port}`, { deadlineMs: 1000 });
+  let identityUp = false;
+  const app = buildApp({
+    config: loadGatewayConfig({ LOG_LEVEL: 'silent' }),
+    clients: { projects: client } as never,
+    resolver: null as never,
+    verifier: new JwtVerifier({
+      issuer: 'x',
+      audience: 'y',
+      minRefreshMs: 10,
+      fetchJwks: async () => {
+        if (!identityUp) throw new Error('identity unreachable');
+        return { keys: [] };
+      },
+    }),
+    limiter: null as never,
+    caches: null as never,
+    logger: createLogger('gateway', 'silent'),
+  });
+  try {
+    const res = await app.inject({ method: 'GET', url: '/readyz' });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error.details.down).toEqual(['identity keys']);
+    identityUp = true;
+    await new Promise((r) => setTimeout(r, 1100)); // the gateway keeps a readiness answer for a second
     expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
   } finally {
     await app.close();

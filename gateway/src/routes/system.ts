@@ -9,6 +9,11 @@ import { routesOf } from '../lib/route';
 export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   app.get('/healthz', async (request) => success(request, { status: 'ok' }));
 
+  const keysLoaded = () =>
+    deps.verifier.load().then(
+      () => true,
+      () => false,
+    );
   let lastCheck: { at: number; down: string[]; services: Record<string, string> } | null = null;
   app.get('/readyz', async (request, reply) => {
     if (!lastCheck || Date.now() - lastCheck.at > 1000) {
@@ -20,11 +25,10 @@ export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         }),
       );
       const services = Object.fromEntries(entries);
-      lastCheck = {
-        at: Date.now(),
-        services,
-        down: entries.filter(([, s]) => s !== 'up').map(([n, s]) => (s === 'down' ? n : `${n} bus`)),
-      };
+      const down = entries.filter(([, s]) => s !== 'up').map(([n, s]) => (s === 'down' ? n : `${n} bus`));
+      // Without identity's key set no access token can be verified yet.
+      if (!(await keysLoaded())) down.push('identity keys');
+      lastCheck = { at: Date.now(), services, down };
     }
     // Bearer tokens are refused (503) until the revocation feed has been read: not ready meanwhile.
     const down = deps.revocations && !deps.revocations.current ? [...lastCheck.down, 'revocation feed'] : lastCheck.down;

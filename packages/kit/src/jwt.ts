@@ -31,32 +31,58 @@ export const JWT_ALG = 'ES256';
 export interface JwtVerifierOptions {
   issuer: string;
   audience: string;
-  /** Fetches the signer's current public keys (identity's JWKS). */
+  /** Fetches the signer's current public keys (identity's JWKS, read from its store: every key any replica signs with). */
   fetchJwks: () => Promise<JSONWebKeySet>;
   /** Verified tokens remembered, so the steady state does no signature check per request. */
   cacheSize?: number;
+  /** Least time between two starts of a key set fetch (default 1000 ms): what forged `kid`s can cost identity. */
+  minRefreshMs?: number;
 }
+
+/** This process's monotonic clock (ms). */
+const monotonic = (): number => performance.now();
 
 /**
  * Verifies access tokens against the identity service's JWKS. Only ES256 is accepted (so `none` and HMAC
- * tokens fail), the key set is refetched when an unknown `kid` appears (at most every 5 s), and verified
- * tokens are cached until they expire.
+ * tokens fail), and verified tokens are cached until they expire.
+ *
+ * A token whose `kid` is not in the key set waits for a fetch that started after the token arrived, then is
+ * checked once more. Identity stores a key before any replica signs with it, and answers the JWKS from its store,
+ * so such a fetch holds the key of every genuine token: no window in which a fresh token is refused (a fixed
+ * "not again within N s" rule refused every token of a key first seen inside it). Fetches are shared by every
+ * waiter, one at a time and at most one start per `minRefreshMs`: a flood of forged `kid`s costs identity at
+ * most one call per interval, and each forged token waits about an interval for its 401.
  */
 export class JwtVerifier {
   private keys: ReturnType<typeof createLocalJWKSet> | null = null;
-  private lastFetch = 0;
-  private fetching: Promise<void> | null = null;
+  /** When the fetch that gave `keys` started (monotonic). */
+  private keysFrom = -Infinity;
+  private lastStart = -Infinity;
+  private fetching: { startedAt: number; done: Promise<void> } | null = null;
+  private pause: Promise<void> | null = null;
   private readonly cache = new Map<string, AuthClaims>();
   private readonly cacheSize: number;
+  private readonly minRefreshMs: number;
 
   constructor(private readonly options: JwtVerifierOptions) {
     this.cacheSize = options.cacheSize ?? 10_000;
+    this.minRefreshMs = options.minRefreshMs ?? 1000;
   }
 
   /** The claims of an already verified, unexpired token, without waiting: the hot path of every request. */
   cached(token: string): AuthClaims | undefined {
     const hit = this.cache.get(token);
     return hit && hit.exp * 1000 > Date.now() ? hit : undefined;
+  }
+
+  /** True once a key set has been fetched (readiness). */
+  get loaded(): boolean {
+    return this.keys !== null;
+  }
+
+  /** Fetches the key set unless one is loaded; rejects with the fetch's error (identity unreachable). */
+  async load(): Promise<void> {
+    if (!this.keys) await this.keysSince(-Infinity);
   }
 
   async verify(token: string): Promise<AuthClaims> {
@@ -73,17 +99,18 @@ export class JwtVerifier {
   }
 
   private async verifyUncached(token: string): Promise<AuthClaims> {
-    if (!this.keys) await this.refresh(true);
+    const arrived = monotonic();
+    if (!this.keys) await this.keysSince(-Infinity);
     try {
       return toClaims(await this.check(token));
     } catch (err) {
-      if (err instanceof joseErrors.JWKSNoMatchingKey && (await this.refresh(false))) {
-        try {
-          return toClaims(await this.check(token));
-        } catch (retryErr) {
-          throw asUnauthorized(retryErr);
-        }
-      }
+      if (!(err instanceof joseErrors.JWKSNoMatchingKey)) throw asUnauthorized(err);
+    }
+    // An unknown kid: the keys of a fetch started after this token arrived hold its key, if identity signed it.
+    await this.keysSince(arrived);
+    try {
+      return toClaims(await this.check(token));
+    } catch (err) {
       throw asUnauthorized(err);
     }
   }
@@ -98,18 +125,39 @@ export class JwtVerifier {
     return payload;
   }
 
-  /** Refetches the key set; returns false when it was refetched too recently to try again. */
-  private async refresh(force: boolean): Promise<boolean> {
-    if (!force && Date.now() - this.lastFetch < 5000) return false;
-    this.fetching ??= this.options
+  /** Resolves once `keys` come from a fetch that started at or after `since`; rejects with such a fetch's error. */
+  private async keysSince(since: number): Promise<void> {
+    while (this.keysFrom < since || !this.keys) {
+      const inFlight = this.fetching;
+      if (inFlight) {
+        // A fetch that started in time answers for this caller, its failure included; an older one is waited out.
+        if (inFlight.startedAt >= since) return inFlight.done;
+        await inFlight.done.catch(() => undefined);
+        continue;
+      }
+      const wait = this.lastStart + this.minRefreshMs - monotonic();
+      if (wait > 0) {
+        this.pause ??= new Promise<void>((done) => setTimeout(done, wait)).finally(() => (this.pause = null));
+        await this.pause;
+        continue;
+      }
+      this.startFetch();
+    }
+  }
+
+  private startFetch(): void {
+    const startedAt = monotonic();
+    this.lastStart = startedAt;
+    const done: Promise<void> = this.options
       .fetchJwks()
       .then((jwks) => {
         this.keys = createLocalJWKSet(jwks);
-        this.lastFetch = Date.now();
+        this.keysFrom = startedAt;
       })
-      .finally(() => (this.fetching = null));
-    await this.fetching;
-    return true;
+      .finally(() => {
+        if (this.fetching?.done === done) this.fetching = null;
+      });
+    this.fetching = { startedAt, done };
   }
 }
 

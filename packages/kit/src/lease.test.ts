@@ -1,4 +1,5 @@
-import { LeaseWatch } from './lease';
+import { spawn } from 'node:child_process';
+import { holderIsGone, holderStarted, holderStopped, LeaseWatch, newHolderId } from './lease';
 
 it('a lease is stale only after its beat stood still for its length on the observer clock', () => {
   let clock = 1_000_000; // any origin: only differences on this clock count
@@ -26,4 +27,25 @@ it('remembers a bounded number of leases, dropping the one looked at least recen
   watch.stale('c', 1, 1000); // 'b' is dropped
   expect(watch.size).toBe(2);
   expect(watch.stale('b', 1, 1000)).toBe(false); // seen again: a fresh wait, never an instant take-over
+});
+
+describe('holderIsGone', () => {
+  it('knows a holder gone only for a process of this host that ended, or a holder of this process that stopped', async () => {
+    const mine = newHolderId();
+    holderStarted(mine);
+    expect(holderIsGone(mine)).toBe(false);
+    holderStopped(mine);
+    expect(holderIsGone(mine)).toBe(true);
+    // A live process of this host (the parent of this one) under its own holder id, another replica.
+    const [host] = mine.split('/');
+    expect(holderIsGone(`${host}/${process.ppid}/x`)).toBe(false);
+    // A process of this host that ended.
+    const child = spawn(process.execPath, ['-e', '']);
+    await new Promise((r) => child.once('exit', r));
+    expect(holderIsGone(`${host}/${child.pid}/x`)).toBe(true);
+    // Another host: judged by its beat only.
+    expect(holderIsGone(`another-${host}/${child.pid}/x`)).toBe(false);
+    // An id of another form (host/random, as agents workers made them) is never taken for a pid.
+    expect(holderIsGone(`${host}/${child.pid}`)).toBe(false);
+  });
 });

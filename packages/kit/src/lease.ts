@@ -91,7 +91,10 @@ export function holderStopped(id: string): void {
 
 /** True only when `id` is known to be gone without waiting; a holder on another host is judged by its beat only. */
 export function holderIsGone(id: string): boolean {
-  const [host, pidText] = id.split('/');
+  const parts = id.split('/');
+  // Only ids of newHolderId's form: an id of another form (an older version's) is judged by its beat.
+  if (parts.length !== 3) return false;
+  const [host, pidText] = parts;
   if (host !== HOST) return false;
   const pid = Number(pidText);
   if (!Number.isInteger(pid) || pid <= 0) return false;

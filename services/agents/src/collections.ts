@@ -95,7 +95,7 @@ export interface RunDoc {
   agent: { name: string; systemPrompt: string; config: AgentConfigDoc };
   /** Bumped by every change of state or steps (not by lease renewals): the compare-and-set guard of API actions. */
   rev: number;
-  /** Worker lease: the stable worker id (AGENTS_WORKER_ID) and the claiming process (worker id + instance). */
+  /** Worker lease: the operator's worker name (AGENTS_WORKER_ID, when set) and the claiming process (kit newHolderId). */
   leaseWorker: string | null;
   leaseOwner: string | null;
   /**

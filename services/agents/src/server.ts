@@ -1,4 +1,3 @@
-import { hostname } from 'node:os';
 import {
   capCounters,
   createClient,
@@ -25,7 +24,10 @@ export const agentsConfig = {
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
   creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   maxAgentsPerTenant: field('AGENTS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
-  /** Stable across restarts and unique among live workers: how a restarted worker knows the runs it had claimed. */
+  /**
+   * Optional: stable across restarts and unique among live workers (never the host name alone, which replicas on
+   * one host share): a restarted worker takes back at once the runs claimed under it.
+   */
   workerId: field('AGENTS_WORKER_ID', 'string'),
   workerConcurrency: field('AGENTS_WORKER_CONCURRENCY', 'int', { default: '4', min: 1, max: 64 }),
   tenantConcurrency: field('AGENTS_TENANT_CONCURRENCY', 'int', { default: '2', min: 1, max: 1000 }),
@@ -63,7 +65,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       retryBaseMs: c.retryBaseMs,
     },
     {
-      workerId: c.workerId ?? hostname(),
+      workerId: c.workerId,
       concurrency: c.workerConcurrency,
       tenantConcurrency: c.tenantConcurrency,
       pollMs: c.pollMs,

@@ -3,9 +3,10 @@
  * token is not a JWT, so each one the worker drives ends `failed` at once (or, with a token, identity's address is
  * closed). What is checked is who claimed each run, how often, and which events were written with it.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
@@ -310,5 +311,29 @@ describe('under clock skew', () => {
       for (const w of workers.splice(0)) await w.stop();
       silentIdentity.close();
     }
+  });
+});
+
+it("takes at once a run whose holder process on this host is gone, and leaves a live replica's runs alone", async () => {
+  const host = hostname();
+  const ended = spawn(process.execPath, ['-e', '']);
+  await new Promise((r) => ended.once('exit', r));
+  // Both held under the host name as the worker name, as replicas of one host once shared it.
+  const orphan = await insertRun(held(host, { leaseOwner: `${host}/${ended.pid}/gone` }));
+  const live = await insertRun(held(host, { leaseOwner: `${host}/${process.ppid}/live` }));
+  const stopBeating = beating(live.id);
+  worker({ workerId: undefined });
+  const deadline = Date.now() + 3000;
+  let taken: RunDoc | null = null;
+  while (Date.now() < deadline && !(taken && taken.attempts === 2)) {
+    taken = await store.collection(runs).get(orphan.id);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  stopBeating();
+  expect(taken).toMatchObject({ attempts: 2, leaseGen: 2 });
+  expect(await store.collection(runs).get(live.id)).toMatchObject({
+    status: 'running',
+    leaseOwner: `${host}/${process.ppid}/live`,
+    attempts: 1,
   });
 });

@@ -1,17 +1,32 @@
 /**
  * The run worker of an agents process. It claims queued runs with a compare-and-set (queued -> running, with a
  * lease), so two workers never run one run; beats the lease while the run goes on; and takes over runs whose
- * holder stopped beating. At start-up it takes back at once the runs it had claimed in an earlier life (same
- * AGENTS_WORKER_ID, another process), so a run never stays `running` after its worker died: it resumes from its
- * recorded steps, or fails with a reason after AGENTS_MAX_ATTEMPTS claims.
+ * holder stopped beating. Each process holds its runs under its own holder id (kit newHolderId: host/pid/random), so
+ * replicas on one host never take each other's runs for their own. A run whose holder is known to be gone (a process
+ * of this host that exited, a crash and restart) is taken at once; so, at start-up, are the runs of an earlier life
+ * of the same AGENTS_WORKER_ID when the operator gave one (a name unique among live workers, stable across
+ * restarts); every other run only after its beat stood still for the lease. A run never stays `running` after its
+ * worker died: it resumes from its recorded steps, or fails with a reason after AGENTS_MAX_ATTEMPTS claims.
  *
  * Leases never compare clocks across machines: a run is abandoned when this worker has itself seen its beat stand
  * still for the holder's lease length on its own monotonic clock (kit LeaseWatch). Every claim bumps the run's
  * lease generation and every commit of the holder (steps, result, events, renewals, hand-backs) is a
  * compare-and-set on (owner, generation): a worker whose run was taken over writes nothing more and stops.
  */
-import { randomBytes } from 'node:crypto';
-import { LeaseWatch, monotonicNow, nowIso, type Logger, type OutboxRelay, type Store, type StoreSession, type Where } from '@svc/kit';
+import {
+  holderIsGone,
+  holderStarted,
+  holderStopped,
+  LeaseWatch,
+  monotonicNow,
+  newHolderId,
+  nowIso,
+  type Logger,
+  type OutboxRelay,
+  type Store,
+  type StoreSession,
+  type Where,
+} from '@svc/kit';
 import { runs, type RunDoc } from './collections';
 import { emitRunEvent } from './run-events';
 import { driveRun, type Lease, type LoopDeps, LostLease } from './run-loop';
@@ -21,8 +36,12 @@ const QUEUE_PAGE = 50;
 const QUEUE_PAGES = 10;
 
 export interface WorkerOptions {
-  /** Stable name of this worker across restarts (AGENTS_WORKER_ID; default the host name). */
-  workerId: string;
+  /**
+   * AGENTS_WORKER_ID: a name stable across restarts and unique among live workers (a StatefulSet pod's), whose
+   * earlier claims a new process takes back at once. Unset, runs are taken back by holder (this host's gone
+   * processes) or by lease: a shared name such as the host name would make replicas take each other's live runs.
+   */
+  workerId?: string;
   concurrency: number;
   /**
    * Runs of one tenant running at once, across every worker: counted in the store, so several replicas share the
@@ -44,8 +63,8 @@ interface Active {
 }
 
 export class RunWorker {
-  /** This process: the worker id plus a random instance, so a restarted process can tell its old claims from its own. */
-  readonly owner: string;
+  /** This worker's holder id (host/pid/random): unique per process incarnation, never shared by two replicas. */
+  readonly owner = newHolderId();
   private readonly active = new Map<string, Active>();
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | null = null;
@@ -62,11 +81,11 @@ export class RunWorker {
     private readonly deps: LoopDeps,
     private readonly options: WorkerOptions,
   ) {
-    this.owner = `${options.workerId}/${randomBytes(6).toString('hex')}`;
     this.watch = new LeaseWatch(options.now ?? monotonicNow);
   }
 
   start(): void {
+    holderStarted(this.owner);
     this.timer = setInterval(() => this.notify(), this.options.pollMs);
     this.timer.unref();
     this.notify();
@@ -107,6 +126,7 @@ export class RunWorker {
     for (const a of this.active.values()) a.controller.abort(new Error('shutting down'));
     await Promise.all([...this.active.values()].map((a) => a.done));
     for (const { id, generation } of handedBack) await this.handBack(id, generation, 0);
+    holderStopped(this.owner);
   }
 
   /** The fence of this worker's claim: the run is still running under this owner and generation. */
@@ -130,11 +150,13 @@ export class RunWorker {
     for (const doc of running.items) {
       if (this.free() === 0) return;
       if (this.active.has(doc.id)) continue;
-      const mineBefore = !this.recovered && doc.leaseWorker === this.options.workerId && doc.leaseOwner !== this.owner;
+      const { workerId } = this.options;
+      const mineBefore = !this.recovered && workerId !== undefined && doc.leaseWorker === workerId && doc.leaseOwner !== this.owner;
+      const holderGone = doc.leaseOwner !== null && doc.leaseOwner !== this.owner && holderIsGone(doc.leaseOwner);
       // Any change of holder, generation, beat or wait restarts this worker's wait (on its own clock).
       const beat = `${doc.leaseOwner}|${doc.leaseGen ?? 0}|${doc.leaseBeat ?? 0}|${doc.leaseWaitMs ?? ''}`;
       const waitMs = doc.leaseWaitMs ?? this.options.leaseMs;
-      if (this.watch.stale(doc.id, beat, waitMs) || mineBefore) await this.take(doc);
+      if (this.watch.stale(doc.id, beat, waitMs) || mineBefore || holderGone) await this.take(doc);
     }
     this.recovered = true;
     // Oldest queued run first, skipping tenants at their limit: a tenant with many slow runs waits for its own,
@@ -189,7 +211,7 @@ export class RunWorker {
       : {
           status: 'running',
           leaseOwner: this.owner,
-          leaseWorker: this.options.workerId,
+          leaseWorker: this.options.workerId ?? null,
           leaseGen: generation,
           leaseBeat: 0,
           leaseWaitMs: this.options.leaseMs,

@@ -14,6 +14,17 @@ export interface UsageSettings {
   startingGrant: number;
 }
 
+/**
+ * A tenant's starting grant, once (its ledger source is the tenant): applied by `tenant.created`, or by the tenant's
+ * first call to billing when that comes first (the event is still on its way, e.g. a Kafka consumer catching up),
+ * so a tenant never meets a 402 in its first seconds. The caller's token, signed by identity, proves the tenant.
+ */
+export async function grantStartingCredits(store: Store, tenantId: string, credits: number): Promise<void> {
+  await applyOnce(store, (tx) =>
+    addEntry(tx, { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant', credits, description: 'Starting grant' }),
+  );
+}
+
 export function billingEventHandler(store: Store, settings: UsageSettings, logger: Logger) {
   return async (message: ReceivedMessage): Promise<void> => {
     const headerType = message.headers['event-type'];
@@ -21,15 +32,7 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
     const event = decodeDomainEvent(message.value);
     if (!event.tenantId) return;
     if (event.type === 'tenant.created') {
-      await applyOnce(store, (tx) =>
-        addEntry(tx, {
-          tenantId: event.tenantId,
-          sourceKey: `grant:${event.tenantId}`,
-          kind: 'grant',
-          credits: settings.startingGrant,
-          description: 'Starting grant',
-        }),
-      );
+      await grantStartingCredits(store, event.tenantId, settings.startingGrant);
       return;
     }
     if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return;

@@ -17,7 +17,17 @@ import {
 } from '@svc/kit';
 import { isPlan, type Plan } from '@svc/plans';
 import type { billingV1 } from '@svc/proto';
-import { accounts, giftCards, invoices, subscriptions, usageStats, type InvoiceDoc, type SubscriptionDoc } from './collections';
+import {
+  accounts,
+  giftCards,
+  invoices,
+  subscriptions,
+  usageStats,
+  type AccountDoc,
+  type InvoiceDoc,
+  type SubscriptionDoc,
+} from './collections';
+import { grantStartingCredits } from './events';
 import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
@@ -31,6 +41,8 @@ export interface BillingDeps {
   adminToken: string | undefined;
   provider: PaymentProvider;
   creditPriceCents: number;
+  /** Credits of a new tenant (BILLING_STARTING_GRANT), granted by its first call when tenant.created is still due. */
+  startingGrant: number;
   /** This replica's wall clock (a test skews it); it stamps a plan change's time, which orders nothing. */
   now?: () => Date;
 }
@@ -65,6 +77,14 @@ export function billingHandlers(deps: BillingDeps) {
   /** A tenant billing knows (its account is made by the starting grant of tenant.created). */
   async function knownTenant(tenantId: string): Promise<void> {
     if (!tenantId || !(await store.collection(accounts).get(tenantId))) throw errors.notFound('tenant', tenantId);
+  }
+
+  /** The caller's account; a tenant whose tenant.created has not arrived yet gets its starting grant now. */
+  async function openedAccount(tenantId: string): Promise<AccountDoc> {
+    const found = await store.collection(accounts).get(tenantId);
+    if (found) return found;
+    await grantStartingCredits(store, tenantId, deps.startingGrant);
+    return (await store.collection(accounts).get(tenantId))!;
   }
 
   function positiveCredits(value: number, field: string, max = MAX_CREDITS): number {
@@ -228,7 +248,7 @@ export function billingHandlers(deps: BillingDeps) {
     async getSummary(_req: billingV1.GetSummaryRequest, ctx: CallContext): Promise<billingV1.GetSummaryResponse> {
       const { auth } = authed(ctx);
       const [account, sub, lines] = await Promise.all([
-        store.collection(accounts).get(auth.tid),
+        openedAccount(auth.tid),
         store.collection(subscriptions).findOne({ tenantId: auth.tid, status: 'active' }),
         store.collection(usageStats).find({ tenantId: auth.tid }, { limit: 100 }),
       ]);
@@ -248,7 +268,7 @@ export function billingHandlers(deps: BillingDeps) {
 
     async getBalance(_req: billingV1.GetBalanceRequest, ctx: CallContext): Promise<billingV1.GetBalanceResponse> {
       const { auth } = authed(ctx);
-      return { balance: (await store.collection(accounts).get(auth.tid))?.balance ?? 0 };
+      return { balance: (await openedAccount(auth.tid)).balance };
     },
 
     async purchaseCredits(req: billingV1.PurchaseCreditsRequest, ctx: CallContext): Promise<billingV1.PurchaseCreditsResponse> {

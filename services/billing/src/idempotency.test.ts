@@ -45,6 +45,7 @@ const replica = (over: Store = store) =>
     adminToken: undefined,
     provider: sandboxProvider('http://127.0.0.1'),
     creditPriceCents: 1,
+    startingGrant: 0,
   });
 
 const purchase = (handlers: ReturnType<typeof replica>, key: string, credits = 50) =>

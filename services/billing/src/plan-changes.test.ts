@@ -45,6 +45,7 @@ const replica = (skewMs: number) =>
     adminToken: 'op-token',
     provider: sandboxProvider('http://127.0.0.1'),
     creditPriceCents: 1,
+    startingGrant: 0,
     now: () => new Date(Date.now() + skewMs),
   });
 

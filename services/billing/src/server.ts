@@ -48,6 +48,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
           adminToken: rt.config.adminToken,
           provider,
           creditPriceCents: rt.config.creditPriceCents,
+          startingGrant: rt.config.startingGrant,
         }),
         // The provider's signature, or the operator token in the request, is the credential of these.
         publicMethods: ['handleProviderWebhook', 'adminMintGiftCards', 'adminSetPlan', 'adminAdjustCredits'],

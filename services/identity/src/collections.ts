@@ -85,6 +85,11 @@ export interface RevocationDoc extends FeedEntryDoc {
 
 export interface SigningKeyDoc {
   id: string;
+  /**
+   * 1, 2, ... unique: the newest signs (signing-keys.ts). Absent on keys made before generations, which every
+   * replica signed with on its own; those are still published, never used to sign again.
+   */
+  generation?: number;
   /** Private JWK, encrypted with the master key. */
   privateJwk: string;
   publicJwk: string;
@@ -135,7 +140,12 @@ export const apiKeys: CollectionDef<ApiKeyDoc> = {
 };
 // The feed is read in seq order from a position (gateways) and newest first (the feed's look for other replicas).
 export const revocations = feedCollection<RevocationDoc>('revocations');
-export const signingKeys: CollectionDef<SigningKeyDoc> = { name: 'signing_keys', indexes: [{ fields: ['status', 'createdAt'] }] };
+// Ordered by generation; the unique index is what lets one replica's new key win over another's made at once.
+export const signingKeys: CollectionDef<SigningKeyDoc> = {
+  name: 'signing_keys',
+  sortField: 'generation',
+  indexes: [{ fields: ['generation'], unique: true }, { fields: [] }],
+};
 
 export const secrets: CollectionDef<SecretDoc> = {
   name: 'secrets',

@@ -108,7 +108,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       void redis?.publish(REVOCATION_CHANNEL, String(Date.now())).catch(() => undefined);
     },
   };
-  const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: async () => keys.getJwks() });
+  const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: () => keys.getJwks() });
   const applyPlanChange = planChangeHandler(rt.store, rt.logger, deps.announceRevocation);
   return serve(rt, {
     verifier,

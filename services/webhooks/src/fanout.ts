@@ -48,7 +48,9 @@ export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
     do {
       const page = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor });
       cursor = page.nextCursor;
-      const targets = page.items.filter((h) => h.events.includes(event.type));
+      // A registration gets the events created after it (CONTRACT 10), also when the bus brings an older one late
+      // (a consumer catching up after an outage). Times of two services' clocks: exact to their skew, no more.
+      const targets = page.items.filter((h) => h.events.includes(event.type) && !(event.createdAt < h.createdAt));
       if (targets.length === 0) continue;
       const created = await store.transaction(async (tx) => {
         const ids: string[] = [];

@@ -264,7 +264,7 @@ export function authHandlers(deps: IdentityDeps) {
     },
 
     async getJwks(): Promise<identityV1.GetJwksResponse> {
-      return { jwksJson: JSON.stringify(deps.keys.getJwks()) };
+      return { jwksJson: JSON.stringify(await deps.keys.getJwks()) };
     },
 
     async listRevocations(req: identityV1.ListRevocationsRequest): Promise<identityV1.ListRevocationsResponse> {
