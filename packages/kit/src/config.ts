@@ -102,8 +102,13 @@ export const commonConfig = {
   /** Partitions and replication factor of the topics a service creates (compose: 6 and 1; production: 3 replicas). */
   kafkaPartitions: field('KAFKA_PARTITIONS', 'int', { default: '6', min: 1, max: 1000 }),
   kafkaReplicationFactor: field('KAFKA_REPLICATION_FACTOR', 'int', { default: '1', min: 1, max: 10 }),
-  /** Handler calls a message gets before it is set aside as a dead letter (both buses). */
-  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '20', min: 1, max: 1000 }),
+  /**
+   * Handler calls a poison message (the handler says it cannot be decoded or validated) gets before it is set aside
+   * as a dead letter (both buses). Other handler errors are an unavailable dependency: retried without limit.
+   */
+  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '5', min: 1, max: 1000 }),
+  /** Cap of a failing handler's retry backoff (100 ms doubling), both buses. */
+  busRetryMaxMs: field('BUS_RETRY_MAX_MS', 'int', { default: '5000', min: 100, max: 300_000 }),
   redisUrl: field('REDIS_URL', 'string', { secret: true }),
   host: field('SERVICE_HOST', 'string', { default: '127.0.0.1' }),
   /** Base64 of 32 bytes for AES-256-GCM of secrets at rest; generated and kept under DATA_DIR when unset. */

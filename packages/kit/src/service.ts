@@ -65,9 +65,11 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     clientId: `svc-${options.name}`,
     embeddedPath: `${config.dataDir}/bus.db`,
     maxAttempts: config.busMaxAttempts,
+    retryMaxMs: config.busRetryMaxMs,
     kafkaPartitions: config.kafkaPartitions,
     kafkaReplicationFactor: config.kafkaReplicationFactor,
-    // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
+    // Logged and counted; a failing handler is retried: without limit on an unavailable dependency, a poison message
+    // until its attempts are spent (then it is set aside as a dead letter).
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
@@ -94,6 +96,11 @@ function withTimeout(work: Promise<void>): Promise<void> {
 
 /** The health name that reports whether a service reaches its bus (the service itself stays SERVING). */
 export const BUS_HEALTH = 'svc.bus';
+/**
+ * The health name that reports whether the service's consumers move: NOT_SERVING while a handler keeps failing on an
+ * unavailable dependency (its partition waits; nothing is dead-lettered). The service itself stays SERVING.
+ */
+export const CONSUMERS_HEALTH = 'svc.consumers';
 
 export interface RunningService {
   port: number;
@@ -133,7 +140,9 @@ export async function serve<S extends ConfigSpec>(
   // the gateway's /readyz names.
   let storeUp = true;
   let busUp = true;
+  let consumersMoving = true;
   server.health.setStatus(BUS_HEALTH, 'SERVING');
+  server.health.setStatus(CONSUMERS_HEALTH, 'SERVING');
   // Measured when a health Check asks (the gateway's /readyz, Kubernetes' probes), at most once a second, never by a
   // timer: an idle service does nothing. A probe that hangs counts as down after HEALTH_PROBE_MS.
   let lastProbe = 0;
@@ -156,6 +165,7 @@ export async function serve<S extends ConfigSpec>(
         },
       ),
     ]).then(() => {
+      setConsumers();
       lastProbe = performance.now();
       probing = null;
     }));
@@ -164,6 +174,14 @@ export async function serve<S extends ConfigSpec>(
     if (ok === storeUp) return;
     storeUp = ok;
     for (const name of ['', ...options.healthNames]) server.health.setStatus(name, ok ? 'SERVING' : 'NOT_SERVING');
+  }
+  function setConsumers() {
+    const stalled = rt.bus.stalled();
+    const ok = stalled.length === 0;
+    if (ok === consumersMoving) return;
+    consumersMoving = ok;
+    if (!ok) rt.logger.error({ stalled }, 'a consumer is stalled on an unavailable dependency: its messages wait');
+    server.health.setStatus(CONSUMERS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
   function setBus(ok: boolean) {
     if (ok === busUp) return;
