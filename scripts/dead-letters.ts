@@ -1,18 +1,19 @@
 /**
- * `npm run bus:dead-letters -- list [group]` | `replay <group> <topic> <seq>` | `replay-all <group>`: the messages
- * a consumer group set aside after BUS_MAX_ATTEMPTS failed handler calls, on the embedded bus under DATA_DIR. A
- * replayed message is delivered to its group again, before the group's next messages. With Kafka, dead letters are
- * on `<topic>.dead-letters` (headers: dead-letter-group, -error, -attempts, -offset): read and re-publish them with
- * the usual Kafka tools.
+ * `npm run bus:dead-letters -- list [group]` | `replay <group> <topic> <ref>` | `replay-all <group>`: the poison
+ * messages a consumer group set aside after BUS_MAX_ATTEMPTS failed handler calls.
+ * - Embedded bus (under DATA_DIR): `ref` is the message's seq; a replayed message is delivered to its group again,
+ *   before the group's next messages.
+ * - Kafka (KAFKA_BROKERS set): the `<topic>.dead-letters` topics; `ref` is the letter's `partition:offset` there. A
+ *   replayed message is re-published to its topic for its group only (other groups skip it), after the messages
+ *   already there.
+ * Either way a replayed letter is listed no more.
  */
 import { resolve } from 'node:path';
-import { openEmbeddedBus } from '@svc/kit';
+import { kafkaDeadLetters, openEmbeddedBus } from '@svc/kit';
 
-function main(argv: string[]): number {
-  if (process.env.KAFKA_BROKERS) {
-    console.error('KAFKA_BROKERS is set: dead letters are on the <topic>.dead-letters topics; use Kafka tools to read and replay them.');
-    return 2;
-  }
+const USAGE = 'usage: bus:dead-letters -- list [group] | replay <group> <topic> <ref> | replay-all <group>';
+
+function embedded(argv: string[]): number {
   const bus = openEmbeddedBus({ path: resolve(process.env.DATA_DIR || './.data', 'bus.db') });
   try {
     const [command, group, topic, seq] = argv;
@@ -34,11 +35,56 @@ function main(argv: string[]): number {
       console.log(`Replaying ${letters.length} dead letter(s) to ${group}.`);
       return 0;
     }
-    console.error('usage: bus:dead-letters -- list [group] | replay <group> <topic> <seq> | replay-all <group>');
+    console.error(USAGE);
     return 2;
   } finally {
     void bus.close();
   }
 }
 
-process.exitCode = main(process.argv.slice(2));
+async function kafka(brokers: string[], argv: string[]): Promise<number> {
+  const [command, group, topic, ref] = argv;
+  const known =
+    command === 'list' || command === undefined || (command === 'replay' && group && topic && ref) || (command === 'replay-all' && group);
+  if (!known) {
+    console.error(USAGE);
+    return 2;
+  }
+  const letters = kafkaDeadLetters({ brokers });
+  try {
+    if (command === 'list' || command === undefined) {
+      const list = await letters.list(group);
+      if (!list.length) console.log('No dead letters.');
+      for (const d of list)
+        console.log(
+          `${d.group}  ${d.topic}  ${d.ref}  ${d.id}  (offset ${d.offset}) after ${d.attempts} attempts at ${d.failedAt}: ${d.error}`,
+        );
+      return 0;
+    }
+    if (command === 'replay') {
+      const done = await letters.replay(group, (d) => d.topic === topic && d.ref === ref);
+      console.log(done.length ? `Replayed ${topic} ${ref} to ${group}.` : 'No such dead letter.');
+      return done.length ? 0 : 1;
+    }
+    const done = await letters.replay(group);
+    console.log(`Replayed ${done.length} dead letter(s) to ${group}.`);
+    return 0;
+  } finally {
+    await letters.close();
+  }
+}
+
+const brokers = (process.env.KAFKA_BROKERS ?? '')
+  .split(',')
+  .map((b) => b.trim())
+  .filter(Boolean);
+const argv = process.argv.slice(2);
+if (brokers.length === 0) process.exitCode = embedded(argv);
+else
+  kafka(brokers, argv).then(
+    (code) => (process.exitCode = code),
+    (err: unknown) => {
+      console.error(`bus:dead-letters: ${(err as Error).message ?? err}`);
+      process.exitCode = 1;
+    },
+  );

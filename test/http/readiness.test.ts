@@ -1,7 +1,17 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BUS_HEALTH, checkHealth, createClient, createLogger, JwtVerifier, openRuntime, serve, type RunningService } from '@svc/kit';
+import {
+  BUS_HEALTH,
+  checkHealth,
+  CONSUMERS_HEALTH,
+  createClient,
+  createLogger,
+  JwtVerifier,
+  openRuntime,
+  serve,
+  type RunningService,
+} from '@svc/kit';
 import { projectsV1 } from '@svc/proto';
 import { buildApp } from '../../gateway/src/app';
 import { loadGatewayConfig } from '../../gateway/src/config';
@@ -13,10 +23,11 @@ jest.setTimeout(30_000);
 let dir: string;
 let service: RunningService;
 let busDown = false;
+let rt: Awaited<ReturnType<typeof openRuntime>>;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'svc-readiness-'));
-  const rt = await openRuntime({ name: 'projects', defaultPort: 0, collections: [], env: { DATA_DIR: dir, LOG_LEVEL: 'silent' } });
+  rt = await openRuntime({ name: 'projects', defaultPort: 0, collections: [], env: { DATA_DIR: dir, LOG_LEVEL: 'silent' } });
   const realPing = rt.bus.ping.bind(rt.bus);
   rt.bus.ping = () => (busDown ? Promise.reject(new Error('broker unreachable')) : realPing());
   service = await serve(rt, {
@@ -38,7 +49,7 @@ async function until(check: () => Promise<boolean>): Promise<void> {
   }
 }
 
-it('keeps serving with its bus down, reports the bus apart, and /readyz names it', async () => {
+function gateway() {
   const client = createClient(projectsV1.ProjectsServiceService, `127.0.0.1:${service.port}`, { deadlineMs: 1000 });
   const config = loadGatewayConfig({ LOG_LEVEL: 'silent' });
   const app = buildApp({
@@ -50,6 +61,11 @@ it('keeps serving with its bus down, reports the bus apart, and /readyz names it
     caches: null as never,
     logger: createLogger('gateway', 'silent'),
   });
+  return { client, app };
+}
+
+it('keeps serving with its bus down, reports the bus apart, and /readyz names it', async () => {
+  const { client, app } = gateway();
   try {
     expect(await checkHealth(client.grpcClient, BUS_HEALTH)).toBe(true);
     expect((await app.inject({ method: 'GET', url: '/readyz' })).json().data).toEqual({ status: 'ready', services: { projects: 'up' } });
@@ -104,6 +120,46 @@ it("/readyz says not ready until the gateway holds identity's key set, and ready
     await new Promise((r) => setTimeout(r, 1100)); // the gateway keeps a readiness answer for a second
     expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
   } finally {
+    await app.close();
+    client.close();
+  }
+});
+
+it('reports a consumer stalled on an unavailable dependency apart, while it serves, and /readyz names it', async () => {
+  const { client, app } = gateway();
+  // The handler's store is down: the message is retried without limit (not dead-lettered) and the consumer is stalled.
+  let storeDown = true;
+  const handled: string[] = [];
+  const subscription = await rt.bus.subscribe({
+    group: 'readiness-test',
+    topics: ['readiness.events'],
+    handler: async (m) => {
+      if (storeDown) throw new Error('connect ECONNREFUSED 127.0.0.1:27017');
+      handled.push(m.id);
+    },
+  });
+  try {
+    expect(await checkHealth(client.grpcClient, CONSUMERS_HEALTH)).toBe(true);
+    await rt.bus.publish([{ id: 'evt-1', topic: 'readiness.events', key: 't1', value: new Uint8Array(0), headers: {} }]);
+    await until(async () => !(await checkHealth(client.grpcClient, CONSUMERS_HEALTH)));
+    expect(await checkHealth(client.grpcClient)).toBe(true); // still in traffic
+    expect(await checkHealth(client.grpcClient, BUS_HEALTH)).toBe(true); // the bus itself is fine
+    await new Promise((r) => setTimeout(r, 1100)); // the gateway keeps a readiness answer for a second
+    const res = await app.inject({ method: 'GET', url: '/readyz' });
+    expect(res.statusCode).toBe(503);
+    expect(res.json().error).toMatchObject({
+      code: 'SERVICE_UNAVAILABLE',
+      details: { down: ['projects consumers'], services: { projects: 'consumer_stalled' } },
+    });
+
+    storeDown = false;
+    await until(async () => handled.includes('evt-1'));
+    await new Promise((r) => setTimeout(r, 1100)); // the service measures its health at most once a second
+    await until(async () => checkHealth(client.grpcClient, CONSUMERS_HEALTH));
+    await new Promise((r) => setTimeout(r, 1100));
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(200);
+  } finally {
+    await subscription.stop();
     await app.close();
     client.close();
   }

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { AppError, BUS_HEALTH, checkHealth } from '@svc/kit';
+import { AppError, BUS_HEALTH, checkHealth, CONSUMERS_HEALTH } from '@svc/kit';
 import type { GatewayDeps } from '../app';
 import { sendError, success } from '../lib/envelope';
 import { buildOpenApi } from '../lib/openapi';
@@ -17,15 +17,18 @@ export function systemRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   let lastCheck: { at: number; down: string[]; services: Record<string, string> } | null = null;
   app.get('/readyz', async (request, reply) => {
     if (!lastCheck || Date.now() - lastCheck.at > 1000) {
-      // Per service: up, down (unreachable, or its store is), or bus_down (it serves; its events wait in its outbox).
+      // Per service: up, down (unreachable, or its store is), bus_down (it serves; its events wait in its outbox), or
+      // consumer_stalled (it serves; a handler waits on an unavailable dependency, and the events behind it wait).
       const entries = await Promise.all(
         Object.entries(deps.clients).map(async ([name, client]) => {
           if (!(await checkHealth(client.grpcClient))) return [name, 'down'] as const;
-          return [name, (await checkHealth(client.grpcClient, BUS_HEALTH)) ? 'up' : 'bus_down'] as const;
+          if (!(await checkHealth(client.grpcClient, BUS_HEALTH))) return [name, 'bus_down'] as const;
+          return [name, (await checkHealth(client.grpcClient, CONSUMERS_HEALTH)) ? 'up' : 'consumer_stalled'] as const;
         }),
       );
       const services = Object.fromEntries(entries);
-      const down = entries.filter(([, s]) => s !== 'up').map(([n, s]) => (s === 'down' ? n : `${n} bus`));
+      const named = { down: '', bus_down: ' bus', consumer_stalled: ' consumers' } as const;
+      const down = entries.filter(([, s]) => s !== 'up').map(([n, s]) => `${n}${named[s as keyof typeof named]}`);
       // Without identity's key set no access token can be verified yet.
       if (!(await keysLoaded())) down.push('identity keys');
       lastCheck = { at: Date.now(), services, down };

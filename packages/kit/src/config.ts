@@ -114,8 +114,13 @@ export const commonConfig = {
   kafkaCreateTopics: field('KAFKA_CREATE_TOPICS', 'bool'),
   /** Prefix of topic and consumer-group names, for several deployments on one cluster. */
   kafkaNamespace: field('KAFKA_NAMESPACE', 'string', { pattern: /^[A-Za-z0-9_-]{1,64}$/ }),
-  /** Handler calls a message gets before it is set aside as a dead letter (both buses). */
-  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '20', min: 1, max: 1000 }),
+  /**
+   * Handler calls a poison message (the handler says it cannot be decoded or validated) gets before it is set aside
+   * as a dead letter (both buses). Other handler errors are an unavailable dependency: retried without limit.
+   */
+  busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '5', min: 1, max: 1000 }),
+  /** Cap of a failing handler's retry backoff (100 ms doubling), both buses. */
+  busRetryMaxMs: field('BUS_RETRY_MAX_MS', 'int', { default: '5000', min: 100, max: 300_000 }),
   redisUrl: field('REDIS_URL', 'string', { secret: true }),
   host: field('SERVICE_HOST', 'string', { default: '127.0.0.1' }),
   /** Base64 of 32 bytes for AES-256-GCM of secrets at rest; generated and kept under DATA_DIR when unset. */

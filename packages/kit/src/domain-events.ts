@@ -1,5 +1,6 @@
 import { eventsV1 } from '@svc/proto';
 import { context, propagation } from '@opentelemetry/api';
+import { PoisonMessageError } from './events/poison';
 import type { BusMessage } from './events/types';
 import { newId, nowIso } from './ids';
 
@@ -16,6 +17,11 @@ export function domainEvent(topic: string, type: string, tenantId: string, data:
   return { id: event.id, topic, key: tenantId, value: eventsV1.Event.encode(event).finish(), headers };
 }
 
+/** Decodes a bus message's value; bytes that are not an event are a poison message (retrying cannot help). */
 export function decodeDomainEvent(value: Uint8Array): eventsV1.Event {
-  return eventsV1.Event.decode(value);
+  try {
+    return eventsV1.Event.decode(value);
+  } catch (err) {
+    throw new PoisonMessageError(`not a domain event: ${(err as Error).message}`, { cause: err });
+  }
 }

@@ -61,13 +61,19 @@ export const metrics = {
   }),
   busHandled: new client.Counter({
     name: 'bus_messages_handled_total',
-    help: 'Bus messages given to a handler, by topic, consumer group and outcome (ok, retry, dead_letter)',
+    help: 'Bus messages given to a handler, by topic, consumer group and outcome (ok; retry: a dependency was unavailable, retried without limit; poison: the message is bad, retried up to BUS_MAX_ATTEMPTS; dead_letter)',
     labelNames: ['topic', 'group', 'outcome'] as const,
     registers: [registry],
   }),
   busLag: new client.Gauge({
     name: 'bus_consumer_lag_seconds',
     help: "Age of the last message a consumer group's handler got in this process, by topic and group (publish time to handling)",
+    labelNames: ['topic', 'group'] as const,
+    registers: [registry],
+  }),
+  busStalled: new client.Gauge({
+    name: 'bus_consumer_stalled',
+    help: 'Partitions of a consumer group in this process whose handler is retrying a message on an unavailable dependency (the messages behind it wait), by topic and group',
     labelNames: ['topic', 'group'] as const,
     registers: [registry],
   }),

@@ -72,7 +72,9 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     kafkaMinInsyncReplicas: topics.minInsyncReplicas,
     kafkaCreateTopics: topics.createTopics,
     kafkaNamespace: config.kafkaNamespace,
-    // Logged and counted; a failing handler is retried, then set aside (dead letters) after its attempts.
+    retryMaxMs: config.busRetryMaxMs,
+    // Logged and counted; a failing handler is retried: without limit on an unavailable dependency, a poison message
+    // until its attempts are spent (then it is set aside as a dead letter).
     onError: (err: unknown, message?: { id: string; topic: string }) =>
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
@@ -112,6 +114,11 @@ function atMostOncePerSecond(probe: () => Promise<void>): () => Promise<void> {
 
 /** The health name that reports whether a service reaches its bus (the service itself stays SERVING). */
 export const BUS_HEALTH = 'svc.bus';
+/**
+ * The health name that reports whether the service's consumers move: NOT_SERVING while a handler keeps failing on an
+ * unavailable dependency (its partition waits; nothing is dead-lettered). The service itself stays SERVING.
+ */
+export const CONSUMERS_HEALTH = 'svc.consumers';
 
 export interface RunningService {
   port: number;
@@ -185,11 +192,27 @@ export async function serve<S extends ConfigSpec>(
       },
     ),
   );
-  server.refreshHealth = (service) => (service === BUS_HEALTH ? probeBus() : probeStore());
+  // Whether a consumer is stalled on an unavailable dependency is known in memory: no I/O to wait for.
+  const probeConsumers = () => {
+    setConsumers();
+    return Promise.resolve();
+  };
+  server.refreshHealth = (service) =>
+    service === BUS_HEALTH ? probeBus() : service === CONSUMERS_HEALTH ? probeConsumers() : probeStore();
+  let consumersMoving = true;
+  server.health.setStatus(CONSUMERS_HEALTH, 'SERVING');
   function setStore(ok: boolean) {
     if (ok === storeUp) return;
     storeUp = ok;
     for (const name of ['', ...options.healthNames]) server.health.setStatus(name, ok ? 'SERVING' : 'NOT_SERVING');
+  }
+  function setConsumers() {
+    const stalled = rt.bus.stalled();
+    const ok = stalled.length === 0;
+    if (ok === consumersMoving) return;
+    consumersMoving = ok;
+    if (!ok) rt.logger.error({ stalled }, 'a consumer is stalled on an unavailable dependency: its messages wait');
+    server.health.setStatus(CONSUMERS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
   function setBus(ok: boolean) {
     if (ok === busUp) return;

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, domainEvent, openSqliteStore, TOPICS, type ReceivedMessage, type Store } from '@svc/kit';
+import { createLogger, domainEvent, isPoison, openSqliteStore, TOPICS, type ReceivedMessage, type Store } from '@svc/kit';
 import { accounts, ALL_COLLECTIONS } from './collections';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce, rebuildBalance, usageCredits } from './ledger';
@@ -63,6 +63,31 @@ it('applies the starting grant and a usage event once, however often the bus del
   for (let i = 0; i < 3; i++) await Promise.all([h(grant), h(spend), h(spend)]);
   expect(await balance('ten_a')).toBe(1000 - 2);
   expect(await rebuildBalance(store, 'ten_a')).toBe(998);
+});
+
+it('tells a message that is not an event (poison: dead-lettered) from its store being down (retried without limit)', async () => {
+  const garbage: ReceivedMessage = { ...usage('tn_x', 1, 1), value: new Uint8Array([0x0a, 0xff, 0x01, 0x61]) };
+  const bad = await handle()(garbage).then(
+    () => null,
+    (err: unknown) => err,
+  );
+  expect(isPoison(bad)).toBe(true);
+
+  const downDir = mkdtempSync(join(tmpdir(), 'billing-down-'));
+  const down = await openSqliteStore({ path: join(downDir, 'billing.db') });
+  for (const c of ALL_COLLECTIONS) await down.ensure(c as Parameters<Store['ensure']>[0]);
+  await down.close(); // every call now fails, as with a store that is unreachable
+  try {
+    const handler = billingEventHandler(down, { creditsPer1kTokens: 1, startingGrant: 1000 }, logger);
+    const err = await handler(usage('tn_x', 1, 1)).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).not.toBeNull(); // it failed
+    expect(isPoison(err)).toBe(false); // a good usage event: never dead-lettered, the money is applied once it is back
+  } finally {
+    rmSync(downDir, { recursive: true, force: true });
+  }
 });
 
 it('keeps the balance equal to the sum of its entries under a mixed concurrent load', async () => {

@@ -4,7 +4,8 @@
  * and group names, so a shared broker or file is fine. Assertions are on outcomes; waits are generous.
  */
 import { randomUUID } from 'node:crypto';
-import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, Subscription } from './types';
+import { PoisonMessageError } from './poison';
+import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, StalledConsumer, Subscription } from './types';
 
 export async function waitFor(what: string, cond: () => boolean, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -26,6 +27,7 @@ const ids = (list: Array<{ id: string }>) => list.map((m) => m.id);
 
 export interface ContractBusOptions {
   maxAttempts?: number;
+  retryMaxMs?: number;
   onError?: BusErrorHandler;
 }
 
@@ -137,7 +139,7 @@ export function busContract(name: string, open: (options?: ContractBusOptions) =
         group: unique('g'),
         topics: [topic],
         handler: async (m) => {
-          if (m.id === bad.id) throw new Error('handler broke');
+          if (m.id === bad.id) throw new PoisonMessageError('handler broke');
           handled.push(m.id);
         },
       });
@@ -181,7 +183,7 @@ export function busContract(name: string, open: (options?: ContractBusOptions) =
           calls.push(m.id);
           if (m.id === poison.id) {
             errors.push(m.id);
-            throw new Error('cannot ever handle this');
+            throw new PoisonMessageError('cannot ever handle this');
           }
         },
       });
@@ -189,6 +191,42 @@ export function busContract(name: string, open: (options?: ContractBusOptions) =
       await waitFor('the message behind the poison', () => calls.includes(next.id));
       await sub.stop();
       expect(calls).toEqual([poison.id, poison.id, poison.id, next.id]);
+    });
+
+    test('a dependency down for longer than the attempt budget dead-letters nothing: the partition waits, then flows', async () => {
+      // The budget is 3 calls with backoff capped at 200 ms: a bus that counted these failures toward it would
+      // dead-letter the first message within a second. The "store" is down for 3 s.
+      const bus = await openBus({ maxAttempts: 3, retryMaxMs: 200 });
+      const topic = unique('outage');
+      const group = unique('g');
+      const sent = [0, 1, 2, 3].map((n) => message(topic, 'tenant-1', n));
+      let storeDown = true;
+      const applied: string[] = [];
+      let failures = 0;
+      const sub = await bus.subscribe({
+        group,
+        topics: [topic],
+        handler: async (m) => {
+          if (storeDown) {
+            failures++;
+            throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:27017'), { code: 'ECONNREFUSED' });
+          }
+          applied.push(m.id);
+        },
+      });
+      await bus.publish(sent);
+      await waitFor('failures past the attempt budget', () => failures >= 6);
+      const stalled: StalledConsumer[] = bus.stalled();
+      await new Promise((r) => setTimeout(r, 3000 - 200 * 3));
+      expect(applied).toEqual([]); // nothing went past the waiting message
+      storeDown = false;
+      await waitFor('every message applied', () => applied.length >= sent.length);
+      await sub.stop();
+      expect(applied).toEqual(ids(sent)); // the first one too, in order: none was dead-lettered
+      expect(stalled).toEqual([
+        expect.objectContaining({ group, topic, attempts: expect.any(Number), error: 'connect ECONNREFUSED 127.0.0.1:27017' }),
+      ]);
+      expect(bus.stalled()).toEqual([]);
     });
 
     test('a message id published twice is delivered once (embedded)', async () => {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { busContract, message, unique, waitFor } from './bus.contract';
 import { openEmbeddedBus, type EmbeddedBus } from './embedded';
+import { PoisonMessageError } from './poison';
 import type { ReceivedMessage } from './types';
 
 const dir = mkdtempSync(join(tmpdir(), 'embedded-bus-'));
@@ -21,7 +22,7 @@ test('an operator lists a dead letter and replays it to its group, which then ha
     group,
     topics: [topic],
     handler: async (m) => {
-      if (m.id.endsWith('-0') && !healed) throw new Error('downstream refuses it');
+      if (m.id.endsWith('-0') && !healed) throw new PoisonMessageError('downstream refuses it');
       handled.push(m.id);
     },
   });

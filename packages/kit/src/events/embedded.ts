@@ -14,7 +14,9 @@ import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
 import { watchWrites } from '../storage/watch-writes';
 import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
-import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, SubscribeOptions, Subscription } from './types';
+import { isPoison } from './poison';
+import { Stalls } from './stalls';
+import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, StalledConsumer, SubscribeOptions, Subscription } from './types';
 
 export interface EmbeddedBusOptions {
   path: string;
@@ -31,13 +33,16 @@ export interface EmbeddedBusOptions {
   /** Failed handler calls (retried) and polling failures; the bus has no logger of its own. */
   onError?: BusErrorHandler;
   /**
-   * Handler calls a message gets before it is set aside as a dead letter (`deadLetters()`, replayed with
-   * `replayDeadLetter`), so one poison message cannot hold its group forever. Default 20 (about 75 s).
+   * Handler calls a poison message (its handler threw a PoisonMessageError) gets before it is set aside as a dead
+   * letter (`deadLetters()`, replayed with `replayDeadLetter`), so it cannot hold its group forever. Default 5.
+   * Other errors (an unavailable dependency) are retried without limit.
    */
   maxAttempts?: number;
+  /** Cap of the retry backoff (100 ms doubling). Default 5000. */
+  retryMaxMs?: number;
 }
 
-/** A message a group set aside after `attempts` failed handler calls. */
+/** A poison message a group set aside after `attempts` failed handler calls. */
 export interface DeadLetter {
   group: string;
   topic: string;
@@ -50,7 +55,6 @@ export interface DeadLetter {
 
 const BATCH_SIZE = 200;
 const RETRY_MIN_MS = 100;
-const RETRY_MAX_MS = 5000;
 /** Wait after an error of the loop itself (e.g. the file stayed locked past busy_timeout). */
 const LOOP_ERROR_WAIT_MS = 1000;
 
@@ -120,6 +124,7 @@ export class EmbeddedBus implements EventBus {
   readonly pollIntervalMs: number;
   readonly leaseMs: number;
   readonly maxAttempts: number;
+  readonly retryMaxMs: number;
   readonly onError: BusErrorHandler;
   private readonly db: Database.Database;
   private readonly subscriptions = new Set<EmbeddedSubscription>();
@@ -143,7 +148,8 @@ export class EmbeddedBus implements EventBus {
     this.pollIntervalMs = options.pollIntervalMs ?? 5000;
     this.dbPath = options.path;
     this.leaseMs = options.leaseMs ?? 30_000;
-    this.maxAttempts = options.maxAttempts ?? 20;
+    this.maxAttempts = options.maxAttempts ?? 5;
+    this.retryMaxMs = options.retryMaxMs ?? 5000;
     this.onError = options.onError ?? (() => {});
     this.db = new Database(options.path);
     // busy_timeout first: the other processes may hold the write lock while we switch to WAL or create tables.
@@ -298,6 +304,10 @@ export class EmbeddedBus implements EventBus {
     this.db.prepare('SELECT 1').get();
   }
 
+  stalled(): StalledConsumer[] {
+    return [...this.subscriptions].flatMap((s) => s.stalls.list());
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     await Promise.all([...this.subscriptions].map((s) => s.stop()));
@@ -373,6 +383,7 @@ export class EmbeddedBus implements EventBus {
 class EmbeddedSubscription {
   /** Each subscription is its own lease owner, so a second one of the same group is a standby even in-process. */
   private readonly owner = newHolderId();
+  readonly stalls: Stalls;
   /** Topics whose lease we hold -> when we last wrote it. */
   private readonly held = new Map<string, number>();
   private stopped = false;
@@ -389,7 +400,9 @@ class EmbeddedSubscription {
     private readonly group: string,
     private readonly topics: string[],
     private readonly handler: (message: ReceivedMessage) => Promise<void>,
-  ) {}
+  ) {
+    this.stalls = new Stalls(group);
+  }
 
   start(): void {
     holderStarted(this.owner);
@@ -421,6 +434,7 @@ class EmbeddedSubscription {
           }
         }
         this.held.clear();
+        this.stalls.clearAll();
       })();
     }
     return this.stopping;
@@ -463,28 +477,39 @@ class EmbeddedSubscription {
   }
 
   /**
-   * Calls the handler until it succeeds or the message has had `maxAttempts` calls (then it is set aside as a
-   * dead letter and the group moves on): true; false when the subscription stops first.
+   * Calls the handler until it succeeds, or until a poison message has had `maxAttempts` calls (then it is set
+   * aside as a dead letter and the group moves on): true; false when the subscription stops first. A failure on an
+   * unavailable dependency is retried without limit, the consumer reported stalled meanwhile.
    */
   private async deliver(message: ReceivedMessage, seq: number): Promise<boolean> {
     let delay = RETRY_MIN_MS;
-    for (let attempt = 1; ; attempt++) {
-      if (this.stopped) return false;
-      try {
-        await this.handler(message);
-        metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: 'ok' });
-        return true;
-      } catch (err) {
-        this.bus.onError(err, message);
-        const last = attempt >= this.bus.maxAttempts;
-        metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: last ? 'dead_letter' : 'retry' });
-        if (last) {
-          this.bus.setAside(this.group, message, seq, attempt, err);
+    let poisonCalls = 0;
+    try {
+      for (;;) {
+        if (this.stopped) return false;
+        try {
+          await this.handler(message);
+          metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: 'ok' });
           return true;
+        } catch (err) {
+          this.bus.onError(err, message);
+          if (isPoison(err)) {
+            const last = ++poisonCalls >= this.bus.maxAttempts;
+            metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: last ? 'dead_letter' : 'poison' });
+            if (last) {
+              this.bus.setAside(this.group, message, seq, poisonCalls, err);
+              return true;
+            }
+          } else {
+            metrics.busHandled.inc({ topic: message.topic, group: this.group, outcome: 'retry' });
+            this.stalls.failed('', message.topic, message.offset, err);
+          }
         }
+        await this.sleep(delay, false);
+        delay = Math.min(delay * 2, this.bus.retryMaxMs);
       }
-      await this.sleep(delay, false);
-      delay = Math.min(delay * 2, RETRY_MAX_MS);
+    } finally {
+      this.stalls.cleared('');
     }
   }
 

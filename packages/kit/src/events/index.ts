@@ -2,6 +2,8 @@ export * from './types';
 export { BackgroundSubscription, type BackgroundSubscriptionOptions } from './background';
 export { EmbeddedBus, openEmbeddedBus, type DeadLetter, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
+export type { KafkaDeadLetter, KafkaDeadLetters } from './kafka-dead-letters';
+export { PoisonMessageError, isPoison } from './poison';
 export { publishTraced, tracedHandler, withTracing } from './tracing';
 export {
   OutboxRelay,
@@ -19,6 +21,7 @@ import { metrics } from '../metrics';
 import { withTracing } from './tracing';
 import { withNamespace } from './namespace';
 import type { KafkaBusOptions } from './kafka';
+import type { KafkaDeadLetters } from './kafka-dead-letters';
 import type { BusErrorHandler, EventBus } from './types';
 
 /** Opens the Kafka bus; kafkajs is loaded only here, so embedded-mode processes never load it. */
@@ -26,6 +29,13 @@ export function openKafkaBus(options: KafkaBusOptions): EventBus {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
   const kafka = require('./kafka') as typeof import('./kafka');
   return kafka.openKafkaBus(options);
+}
+
+/** Lists and replays the Kafka bus's dead letters (`npm run bus:dead-letters`); kafkajs is loaded only here. */
+export function kafkaDeadLetters(options: { brokers: string[]; clientId?: string }): KafkaDeadLetters {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  const mod = require('./kafka-dead-letters') as typeof import('./kafka-dead-letters');
+  return mod.kafkaDeadLetters(options);
 }
 
 /**
@@ -45,6 +55,7 @@ function withConsumerLag(bus: EventBus): EventBus {
         },
       }),
     ping: () => bus.ping(),
+    stalled: () => bus.stalled(),
     close: () => bus.close(),
   };
 }
@@ -60,6 +71,7 @@ export function openBus(options: {
   embeddedPath: string;
   onError?: BusErrorHandler;
   maxAttempts?: number;
+  retryMaxMs?: number;
   kafkaPartitions?: number;
   kafkaReplicationFactor?: number;
   /** Prefix of topics and consumer groups on a shared cluster (KAFKA_NAMESPACE). */
@@ -73,6 +85,7 @@ export function openBus(options: {
       clientId: options.clientId,
       onError: options.onError,
       maxAttempts: options.maxAttempts,
+      retryMaxMs: options.retryMaxMs,
       numPartitions: options.kafkaPartitions,
       replicationFactor: options.kafkaReplicationFactor,
       minInsyncReplicas: options.kafkaMinInsyncReplicas,
@@ -81,6 +94,13 @@ export function openBus(options: {
     return withConsumerLag(withTracing(withNamespace(kafka, options.kafkaNamespace)));
   }
   return withConsumerLag(
-    withTracing(openEmbeddedBus({ path: options.embeddedPath, onError: options.onError, maxAttempts: options.maxAttempts })),
+    withTracing(
+      openEmbeddedBus({
+        path: options.embeddedPath,
+        onError: options.onError,
+        maxAttempts: options.maxAttempts,
+        retryMaxMs: options.retryMaxMs,
+      }),
+    ),
   );
 }

@@ -1,6 +1,7 @@
 import { Kafka, logLevel } from 'kafkajs';
 import { busContract, message, unique } from './bus.contract';
 import { deadLetterTopic, openKafkaBus } from './kafka';
+import { PoisonMessageError } from './poison';
 
 import { testKafkaBrokers } from '../../../../test/kafka/env';
 
@@ -23,7 +24,7 @@ describe('kafka', () => {
         group: unique('g'),
         topics: [topic],
         handler: async () => {
-          throw new Error('to the dead letters');
+          throw new PoisonMessageError('to the dead letters');
         },
       });
       await bus.publish([message(topic, 'k', 0)]);

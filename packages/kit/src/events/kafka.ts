@@ -6,7 +6,8 @@
  * went to the dead letters); marked offsets are committed together, at the end of each batch and, within a long
  * batch, every COMMIT_EVERY_MS or COMMIT_EVERY_MESSAGES, not one round trip per message. Nothing is marked before
  * it is handled, so a crash redelivers at most the handled-but-uncommitted tail: at least once. A failing message
- * is retried in place (seek back + pause) so nothing is skipped.
+ * is retried in place (seek back + pause) so nothing is skipped: without limit when a dependency is unavailable,
+ * up to `maxAttempts` calls when its handler says it is poison (then it goes to `<topic>.dead-letters`).
  */
 import {
   Kafka,
@@ -22,12 +23,15 @@ import {
 } from 'kafkajs';
 import { metrics } from '../metrics';
 import { absentTopics, createKafkaTopics, deadLetterTopic, topicProblems } from './kafka-topics';
+import { isPoison } from './poison';
+import { Stalls } from './stalls';
 import {
   MissingTopicsError,
   type BusErrorHandler,
   type BusMessage,
   type EventBus,
   type ReceivedMessage,
+  type StalledConsumer,
   type SubscribeOptions,
   type Subscription,
 } from './types';
@@ -49,10 +53,17 @@ export interface KafkaBusOptions {
    */
   createTopics?: boolean;
   /**
-   * Handler calls a message gets before it is sent to `<topic>.dead-letters` (headers name the group, the error
-   * and the attempts) and its offset committed, so a poison message cannot hold its partition. Default 20.
+   * Handler calls a poison message (its handler threw a PoisonMessageError) gets before it is sent to
+   * `<topic>.dead-letters` (headers name the group, the error and the attempts) and its offset committed, so it
+   * cannot hold its partition. Default 5. Other errors (an unavailable dependency) are retried without limit.
    */
   maxAttempts?: number;
+  /** Cap of the retry backoff (100 ms doubling). Default 5000. */
+  retryMaxMs?: number;
+  /** A publish (connecting and creating its topics included) that has not finished by then fails. Default 15 s. */
+  publishTimeoutMs?: number;
+  /** Consumer group session: a consumer that died without leaving loses its partitions after it. Default 30 s. */
+  sessionTimeoutMs?: number;
 }
 
 export { deadLetterTopic };
@@ -61,13 +72,21 @@ const PUBLISH_TIMEOUT_MS = 15_000;
 const PING_TIMEOUT_MS = 3000;
 /** How long a subscribe or publish waits for new topics' partitions to have leaders. */
 const TOPIC_READY_TIMEOUT_MS = 30_000;
+/** close() gives the consumers and clients this long to leave cleanly; a broker that is down cannot hold it longer. */
+const CLOSE_TIMEOUT_MS = 5000;
 
-const ID_HEADER = 'id';
+export const ID_HEADER = 'id';
+/**
+ * A message replayed from the dead letters for one group only (kafka-dead-letters.ts): the other groups of its
+ * topic, which handled or dead-lettered it in their own time, skip it.
+ */
+export const REPLAY_GROUP_HEADER = 'replay-group';
 /** Within a batch, marked offsets are committed once this much time or this many messages have gone by. */
 const COMMIT_EVERY_MS = 1000;
 const COMMIT_EVERY_MESSAGES = 100;
 const RETRY_MIN_MS = 100;
-const RETRY_MAX_MS = 5000;
+/** kafkajs's own retries of a request (connect, metadata, send, commit), before it reports the failure. */
+const CLIENT_RETRY = { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 };
 
 export function openKafkaBus(options: KafkaBusOptions): EventBus {
   return new KafkaBus(options);
@@ -81,11 +100,15 @@ class KafkaBus implements EventBus {
   private readonly onError: BusErrorHandler;
   private readonly numPartitions: number;
   private readonly maxAttempts: number;
+  private readonly retryMaxMs: number;
+  private readonly publishTimeoutMs: number;
+  private readonly sessionTimeoutMs: number;
   private readonly replicationFactor: number;
   private readonly minInsyncReplicas: number;
   private readonly createTopics: boolean;
   private readonly knownTopics = new Set<string>();
   private readonly subscriptions = new Set<Subscription>();
+  private readonly stalls = new Set<Stalls>();
   private connecting: Promise<void> | null = null;
   private closed = false;
 
@@ -98,9 +121,12 @@ class KafkaBus implements EventBus {
       clientId: options.clientId,
       brokers: options.brokers,
       logLevel: logLevel.ERROR,
-      retry: { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 },
+      retry: CLIENT_RETRY,
     });
-    this.maxAttempts = options.maxAttempts ?? 20;
+    this.maxAttempts = options.maxAttempts ?? 5;
+    this.retryMaxMs = options.retryMaxMs ?? 5000;
+    this.publishTimeoutMs = options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS;
+    this.sessionTimeoutMs = options.sessionTimeoutMs ?? 30_000;
     this.replicationFactor = options.replicationFactor ?? 1;
     this.minInsyncReplicas = options.minInsyncReplicas ?? 1;
     this.createTopics = options.createTopics ?? true;
@@ -114,8 +140,20 @@ class KafkaBus implements EventBus {
     this.admin = this.kafka.admin();
   }
 
+  /**
+   * Resolves once Kafka acknowledged every message (acks=-1), or fails within `publishTimeoutMs` whatever the broker
+   * does (down, unreachable, slow): connecting and creating topics count toward that bound too.
+   */
   async publish(messages: BusMessage[]): Promise<void> {
     if (messages.length === 0) return;
+    await withDeadline(
+      this.send(messages),
+      this.publishTimeoutMs,
+      `Kafka did not acknowledge the batch within ${this.publishTimeoutMs} ms`,
+    );
+  }
+
+  private async send(messages: BusMessage[]): Promise<void> {
     await this.connect();
     const byTopic = new Map<string, Message[]>();
     for (const m of messages) {
@@ -128,29 +166,27 @@ class KafkaBus implements EventBus {
       });
     }
     await this.ensureTopics([...byTopic.keys()]);
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        this.producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, list]) => ({ topic, messages: list })) }),
-        new Promise((_, fail) => {
-          timer = setTimeout(
-            () => fail(new Error(`Kafka did not acknowledge the batch within ${PUBLISH_TIMEOUT_MS} ms`)),
-            PUBLISH_TIMEOUT_MS,
-          );
-        }),
-      ]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await this.producer.sendBatch({ acks: -1, topicMessages: [...byTopic].map(([topic, list]) => ({ topic, messages: list })) });
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
     await this.connect();
     await this.ensureTopics(options.topics);
-    // maxWaitTimeInMs bounds how long stop() waits for an idle fetch to return.
-    const consumer = this.kafka.consumer({ groupId: options.group, maxWaitTimeInMs: 1000 });
-    const retry = new RetryState(consumer, this.onError);
+    let stopping: Promise<void> | null = null;
+    // maxWaitTimeInMs bounds how long stop() waits for an idle fetch to return. kafkajs restarts a consumer that
+    // crashed (the broker went away) by itself, until this subscription stops: a stop that raced a crash must not
+    // leave it restarting for ever.
+    const consumer = this.kafka.consumer({
+      groupId: options.group,
+      maxWaitTimeInMs: 1000,
+      sessionTimeout: this.sessionTimeoutMs,
+      retry: { ...CLIENT_RETRY, restartOnFailure: async () => stopping === null },
+    });
+    const stalls = new Stalls(options.group);
+    const retry = new RetryState(consumer, this.onError, stalls, this.retryMaxMs);
     consumer.on(consumer.events.CRASH, (event) => this.onError(event.payload.error));
+    // A new assignment: partitions that were failing may be another consumer's now (theirs to report).
+    consumer.on(consumer.events.GROUP_JOIN, () => retry.reset());
     await consumer.connect();
     try {
       await consumer.subscribe({ topics: options.topics, fromBeginning: options.fromBeginning ?? true });
@@ -167,12 +203,18 @@ class KafkaBus implements EventBus {
       await consumer.disconnect().catch(() => {});
       throw err;
     }
-    let stopping: Promise<void> | null = null;
+    this.stalls.add(stalls);
     const subscription: Subscription = {
       stop: () => {
         stopping ??= (async () => {
           retry.stop();
-          await consumer.disconnect(); // waits for the in-flight batch (its marked offsets are committed), then leaves
+          // Waits for the in-flight batch (its marked offsets are committed), then leaves the group. With the broker
+          // down leaving cannot finish: bounded, and the group's session expiry hands the partitions over instead.
+          await withDeadline(consumer.disconnect(), CLOSE_TIMEOUT_MS, 'the consumer did not leave its group in time').catch(
+            (err: unknown) => this.onError(err),
+          );
+          retry.reset();
+          this.stalls.delete(stalls);
           this.subscriptions.delete(subscription);
         })();
         return stopping;
@@ -192,18 +234,24 @@ class KafkaBus implements EventBus {
     for (const message of batch.messages) {
       if (!isRunning() || isStale()) return;
       const received = toReceived(topic, partition, message);
-      try {
-        await options.handler(received);
-        metrics.busHandled.inc({ topic, group: options.group, outcome: 'ok' });
-      } catch (err) {
-        this.onError(err, received);
-        const again = retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts;
-        if (again || !(await this.setAside(options.group, topic, message, err, received))) {
-          metrics.busHandled.inc({ topic, group: options.group, outcome: 'retry' });
-          retry.failed(topic, partition, message.offset, pause);
-          return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+      const replayFor = received.headers[REPLAY_GROUP_HEADER];
+      if (replayFor !== undefined && replayFor !== options.group) {
+        // Replayed from another group's dead letters: this group had its own turn at it.
+      } else {
+        try {
+          await options.handler(received);
+          metrics.busHandled.inc({ topic, group: options.group, outcome: 'ok' });
+        } catch (err) {
+          this.onError(err, received);
+          const poison = isPoison(err);
+          const again = !poison || retry.attemptsOf(topic, partition, message.offset) + 1 < this.maxAttempts;
+          if (again || !(await this.setAside(options.group, topic, message, err, received))) {
+            metrics.busHandled.inc({ topic, group: options.group, outcome: poison ? 'poison' : 'retry' });
+            retry.failed(topic, partition, message.offset, pause, poison ? null : err);
+            return; // not throwing: kafkajs would retry the whole batch and eventually restart the consumer
+          }
+          metrics.busHandled.inc({ topic, group: options.group, outcome: 'dead_letter' });
         }
-        metrics.busHandled.inc({ topic, group: options.group, outcome: 'dead_letter' });
       }
       retry.succeeded(topic, partition);
       resolveOffset(message.offset);
@@ -232,6 +280,8 @@ class KafkaBus implements EventBus {
 
   private async publishDeadLetter(group: string, topic: string, message: KafkaMessage, err: unknown): Promise<void> {
     const attempts = this.maxAttempts;
+    const headers = { ...message.headers };
+    delete headers[REPLAY_GROUP_HEADER]; // a replay that failed again is this group's dead letter like any other
     const dlq = deadLetterTopic(topic);
     await this.ensureTopics([dlq]);
     await this.producer.send({
@@ -242,7 +292,7 @@ class KafkaBus implements EventBus {
           key: message.key,
           value: message.value,
           headers: {
-            ...message.headers,
+            ...headers,
             'dead-letter-group': group,
             'dead-letter-error': String((err as Error)?.message ?? err).slice(0, 500),
             'dead-letter-attempts': String(attempts),
@@ -255,27 +305,32 @@ class KafkaBus implements EventBus {
 
   /** Answers within PING_TIMEOUT_MS: kafkajs's own retries could hold a health probe for many seconds. */
   async ping(): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        this.connect().then(() => this.admin.describeCluster()),
-        new Promise((_, fail) => {
-          timer = setTimeout(() => fail(new Error(`Kafka did not answer within ${PING_TIMEOUT_MS} ms`)), PING_TIMEOUT_MS);
-        }),
-      ]);
-    } finally {
-      clearTimeout(timer);
-    }
+    await withDeadline(
+      this.connect().then(() => this.admin.describeCluster()),
+      PING_TIMEOUT_MS,
+      `Kafka did not answer within ${PING_TIMEOUT_MS} ms`,
+    );
   }
 
+  stalled(): StalledConsumer[] {
+    return [...this.stalls].flatMap((s) => s.list());
+  }
+
+  /** Bounded whatever the broker does: each consumer gets CLOSE_TIMEOUT_MS to leave, the clients as long again. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     await Promise.all([...this.subscriptions].map((s) => s.stop()));
-    if (this.connecting) {
-      await this.connecting.catch(() => {});
-      await Promise.all([this.producer.disconnect(), this.admin.disconnect()]);
-    }
+    const connecting = this.connecting;
+    if (!connecting) return;
+    // A connection attempt still retrying against a broker that is down ends with its retries; it is not waited for.
+    const disconnect = connecting.then(
+      () => Promise.all([this.producer.disconnect(), this.admin.disconnect()]),
+      () => Promise.all([this.producer.disconnect(), this.admin.disconnect()]),
+    );
+    await withDeadline(disconnect, CLOSE_TIMEOUT_MS, 'the Kafka clients did not disconnect in time').catch((err: unknown) =>
+      this.onError(err),
+    );
   }
 
   /** Connects the producer and admin client on first use; a failed attempt is retried on the next call. */
@@ -349,8 +404,8 @@ function isAlreadyExists(err: unknown): boolean {
 
 /**
  * Backoff for failing messages, per partition. A failed message is not acknowledged: we seek back to it and pause
- * its partition for 100 ms doubling to 5 s, so later messages of that partition wait and nothing is skipped.
- * Other partitions keep flowing.
+ * its partition for 100 ms doubling to `maxMs`, so later messages of that partition wait and nothing is skipped.
+ * Other partitions keep flowing. A partition failing on an unavailable dependency is reported stalled meanwhile.
  */
 class RetryState {
   private readonly attempts = new Map<string, { offset: string; count: number }>();
@@ -360,13 +415,18 @@ class RetryState {
   constructor(
     private readonly consumer: Consumer,
     private readonly onError: BusErrorHandler,
+    private readonly stalls: Stalls,
+    private readonly maxMs: number,
   ) {}
 
-  failed(topic: string, partition: number, offset: string, pause: () => () => void): void {
+  /** `dependencyError`: what the unavailable dependency said (null for a poison message). */
+  failed(topic: string, partition: number, offset: string, pause: () => () => void, dependencyError: unknown): void {
     const slot = `${topic}:${partition}`;
     const prev = this.attempts.get(slot);
     const count = prev?.offset === offset ? prev.count + 1 : 1;
     this.attempts.set(slot, { offset, count });
+    if (dependencyError !== null) this.stalls.failed(slot, topic, `${partition}:${offset}`, dependencyError);
+    else this.stalls.cleared(slot);
     // Seek before returning: kafkajs then drops the rest of this batch and refetches from `offset`.
     this.consumer.seek({ topic, partition, offset });
     const resume = pause();
@@ -380,7 +440,7 @@ class RetryState {
           this.onError(err);
         }
       },
-      Math.min(RETRY_MIN_MS * 2 ** (count - 1), RETRY_MAX_MS),
+      Math.min(RETRY_MIN_MS * 2 ** Math.min(count - 1, 30), this.maxMs),
     );
     this.timers.add(timer);
   }
@@ -392,7 +452,15 @@ class RetryState {
   }
 
   succeeded(topic: string, partition: number): void {
-    this.attempts.delete(`${topic}:${partition}`);
+    const slot = `${topic}:${partition}`;
+    this.attempts.delete(slot);
+    this.stalls.cleared(slot);
+  }
+
+  /** Forgets the failures (a rebalance, a stop): whoever gets the partition starts counting afresh. */
+  reset(): void {
+    this.attempts.clear();
+    this.stalls.clearAll();
   }
 
   stop(): void {
@@ -424,4 +492,20 @@ function headersToStrings(headers: IHeaders | undefined): Record<string, string>
     if (value !== undefined) out[name] = value.toString();
   }
   return out;
+}
+
+/** `work`, or a rejection with `message` once `ms` have passed (the work itself is left to finish or fail). */
+async function withDeadline<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  work.catch(() => {}); // a failure after the deadline has nobody waiting for it
+  try {
+    return await Promise.race([
+      work,
+      new Promise<never>((_, fail) => {
+        timer = setTimeout(() => fail(new Error(message)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

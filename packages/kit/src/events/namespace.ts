@@ -12,7 +12,7 @@ export function withNamespace(bus: EventBus, namespace: string | undefined): Eve
   if (!namespace) return bus;
   const prefix = `${namespace}.`;
   const wire = (topic: string) => prefix + topic;
-  const plain = (topic: string) => (topic.startsWith(prefix) ? topic.slice(prefix.length) : topic);
+  const plain = (name: string) => (name.startsWith(prefix) ? name.slice(prefix.length) : name);
   return {
     kind: bus.kind,
     publish: (messages) => bus.publish(messages.map((m) => ({ ...m, topic: wire(m.topic) }))),
@@ -24,6 +24,7 @@ export function withNamespace(bus: EventBus, namespace: string | undefined): Eve
         handler: (m) => options.handler({ ...m, topic: plain(m.topic) }),
       }),
     ping: () => bus.ping(),
+    stalled: () => bus.stalled().map((c) => ({ ...c, topic: plain(c.topic), group: plain(c.group) })),
     close: () => bus.close(),
   };
 }

@@ -108,6 +108,7 @@ test('a relay that crashes between publish and delete republishes, and each id i
     },
     subscribe: (o) => bus.subscribe(o),
     ping: () => bus.ping(),
+    stalled: () => bus.stalled(),
     close: async () => {},
   };
   const sent = [0, 1, 2, 3, 4].map((i) => message(topic, 'tenant-1', i));
@@ -143,6 +144,7 @@ test('only one relay run at a time; notify during a run is not lost', async () =
     },
     subscribe: (o) => bus.subscribe(o),
     ping: () => bus.ping(),
+    stalled: () => bus.stalled(),
     close: async () => {},
   };
   // A long interval: only notify() and flush() drive it here.

@@ -70,6 +70,7 @@ export function withTracing(bus: EventBus): EventBus {
     publish: (messages) => bus.publish(messages),
     subscribe: (options) => bus.subscribe({ ...options, handler: tracedHandler(options) }),
     ping: () => bus.ping(),
+    stalled: () => bus.stalled(),
     close: () => bus.close(),
   };
 }

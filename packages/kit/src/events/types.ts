@@ -28,7 +28,9 @@ export interface SubscribeOptions {
   topics: string[];
   /**
    * Called once per message, in order per key. Throwing leaves the message unacknowledged: it is retried with
-   * backoff and later messages with the same key wait behind it.
+   * backoff and later messages with the same key wait behind it. A PoisonMessageError (the message cannot be
+   * decoded or validated) is retried up to the bus's attempt limit and then dead-lettered; any other error means a
+   * dependency is unavailable and is retried without limit (the consumer reports itself stalled meanwhile).
    */
   handler: (message: ReceivedMessage) => Promise<void>;
   /** Where a new group starts. Default `earliest`. */
@@ -45,11 +47,26 @@ export interface Subscription {
  */
 export type BusErrorHandler = (err: unknown, message?: ReceivedMessage) => void;
 
+/** A consumer whose handler keeps failing on an unavailable dependency: its partition waits while it retries. */
+export interface StalledConsumer {
+  group: string;
+  topic: string;
+  /** The waiting message's position (`partition:offset` / sequence). */
+  offset: string;
+  /** Failed handler calls of that message so far. */
+  attempts: number;
+  /** When its first failed call was (ms since epoch). */
+  since: number;
+  error: string;
+}
+
 export interface EventBus {
   readonly kind: 'embedded' | 'kafka';
   publish(messages: BusMessage[]): Promise<void>;
   subscribe(options: SubscribeOptions): Promise<Subscription>;
   ping(): Promise<void>;
+  /** This bus's consumers that are retrying a message on an unavailable dependency right now. */
+  stalled(): StalledConsumer[];
   close(): Promise<void>;
 }
 
