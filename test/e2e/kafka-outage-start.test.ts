@@ -10,6 +10,7 @@ import { startReceiver, type Receiver } from '../helpers/receiver';
 // its consumers, say so on /readyz, and catch up on what was published meanwhile once the broker is back.
 jest.setTimeout(150_000);
 
+const ADMIN = 'outage-admin-token-0123456789';
 let dataDir: string;
 let broker: KafkaBroker;
 let system: SystemProcess | null = null;
@@ -30,7 +31,7 @@ afterAll(async () => {
 });
 
 it('starts and serves with the broker down, reports the bus on /readyz, and catches up when it returns', async () => {
-  system = await startSystem({ DATA_DIR: dataDir, KAFKA_BROKERS: broker.brokers, SVC_LAYOUT: 'per-service' });
+  system = await startSystem({ DATA_DIR: dataDir, KAFKA_BROKERS: broker.brokers, SVC_LAYOUT: 'per-service', SVC_ADMIN_TOKEN: ADMIN });
   const api = client(system.url);
 
   // Identity serves: register and sign in.
@@ -51,24 +52,27 @@ it('starts and serves with the broker down, reports the bus on /readyz, and catc
   const ready = await api.get('/readyz');
   expect(ready.status).toBe(503);
   expect(ready.body.error.details.down).toEqual(expect.arrayContaining(['identity bus', 'billing bus', 'webhooks bus', 'regions bus']));
-  // Nothing consumed yet: billing has not seen tenant.created, so no starting grant.
+  // Billing serves (a tenant's first call grants its starting credits, whether or not tenant.created arrived), and an
+  // operator's plan change waits in billing's outbox: identity has not applied it.
   const before = await api.get('/api/v1/billing/summary', { token: owner.accessToken });
-  expect(before.body.data?.credits?.balance ?? 0).toBe(0);
+  expect(before.body.data.credits.balance).toBe(1000);
+  const admin = { token: ADMIN };
+  expect((await api.patch(`/api/v1/admin/tenants/${owner.tenantId}`, { plan: 'growth' }, admin)).status).toBe(200);
+  await new Promise((r) => setTimeout(r, 500));
+  expect((await api.get('/api/v1/tenant', { token: owner.accessToken })).body.data.plan).toBe('free');
   expect(receiver.at('/hook')).toHaveLength(0);
 
   await broker.start();
-  // Published meanwhile, now consumed: billing's starting grant and the webhook's project.created.
-  await eventually(
-    async () => (await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data?.credits?.balance === 1000,
-    60_000,
-    250,
-  );
+  // Published meanwhile, now consumed: identity applies the plan change, webhooks deliver project.created, and
+  // billing's consumer applies tenant.created without a second grant.
+  await eventually(async () => (await api.get('/api/v1/tenant', { token: owner.accessToken })).body.data?.plan === 'growth', 60_000, 250);
   await eventually(
     async () => receiver.at('/hook').some((r) => r.json.type === 'project.created' && r.json.data.id === project.body.data.id),
     30_000,
     250,
   );
   await eventually(async () => (await api.get('/readyz')).status === 200, 30_000, 250);
+  expect((await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data.credits.balance).toBe(1000);
 
   expect(await system.stop()).toBe(0);
   system = null;
