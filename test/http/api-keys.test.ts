@@ -29,7 +29,7 @@ describe('creating keys', () => {
       expect(res.status).toBe(201);
       const k = res.body.data;
       expect(Object.keys(k).sort()).toEqual(
-        ['createdAt', 'environment', 'expiresAt', 'id', 'key', 'lastUsedAt', 'name', 'scopes', 'start', 'type'].sort(),
+        ['createdAt', 'environment', 'expiresAt', 'id', 'key', 'lastUsedAt', 'limits', 'name', 'scopes', 'start', 'type', 'usage'].sort(),
       );
       expect(k).toMatchObject({ name: `${type} key`, type, environment: 'production', scopes: null, lastUsedAt: null, expiresAt: null });
       expect(k.createdAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);

@@ -46,6 +46,7 @@ afterAll(() => stack.stop());
 /** A minimal valid body for routes that take one, so that the id check is what answers. */
 const VALID_BODIES: Record<string, unknown> = {
   'PATCH /api/v1/projects/{id}': { name: 'hijacked' },
+  'PATCH /api/v1/api-keys/{id}': { limits: { requestsPerMinute: 1 } },
   'PATCH /api/v1/tenant/team/members/{userId}': { role: 'admin' },
   'PATCH /api/v1/agents/{id}': { name: 'hijacked' },
   'POST /api/v1/agents/{id}/execute': { goal: 'take over', projectId: 'prj_none' },
@@ -92,6 +93,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
     expect.arrayContaining([
       'DELETE /api/v1/api-keys/{id}',
       'GET /api/v1/api-keys/{id}',
+      'PATCH /api/v1/api-keys/{id}',
+      'POST /api/v1/api-keys/{id}/rotate',
       'DELETE /api/v1/projects/{id}',
       'GET /api/v1/projects/{id}',
       'PATCH /api/v1/projects/{id}',

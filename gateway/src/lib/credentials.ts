@@ -93,6 +93,8 @@ export class CredentialResolver {
   private async resolve(hash: string, credential: string, via: 'api_key' | 'cookie'): Promise<Principal> {
     const generation = this.generation;
     const current = this.revocations.current;
+    // A validity identity states in relative terms counts from before the question: never past identity's own end.
+    const askedAt = Date.now();
     let res: identityV1.AuthenticateResponse;
     try {
       res = await this.authenticate(credential);
@@ -116,12 +118,23 @@ export class CredentialResolver {
       ipAllowlist: p.ipAllowlist,
       token: p.serviceToken,
       via,
+      ...(p.limits && (p.limits.requestsPerMinute || p.limits.tokensPerMinute || p.limits.concurrency)
+        ? {
+            limits: {
+              requestsPerMinute: p.limits.requestsPerMinute,
+              tokensPerMinute: p.limits.tokensPerMinute,
+              concurrency: p.limits.concurrency,
+            },
+          }
+        : {}),
     };
     // Kept only when every revocation up to the answer has been read and none overtook it.
     if (!current || !this.revocations.current || generation !== this.generation) return principal;
     if (this.cache.size >= MAX_ENTRIES) this.cache.delete(this.cache.keys().next().value!);
-    // Refresh 30 s before the minted token expires, so services never see an expired one.
-    this.cache.set(hash, { principal, until: p.serviceTokenExpiresAt - 30_000 });
+    // Refresh 30 s before the minted token expires, so services never see an expired one; a rotated-out secret in
+    // its grace period is asked about again when identity said its validity ends (counted from before the question).
+    const graceEnd = p.validForMs === undefined ? Infinity : askedAt + p.validForMs;
+    this.cache.set(hash, { principal, until: Math.min(p.serviceTokenExpiresAt - 30_000, graceEnd) });
     return principal;
   }
 
@@ -133,7 +146,7 @@ export class CredentialResolver {
     this.inflight.clear();
     for (const [hash, { principal: p }] of this.cache) {
       const hitBy =
-        ((e.kind === 'api_key' || e.kind === 'session') && p.credentialId === e.subjectId) ||
+        ((e.kind === 'api_key' || e.kind === 'api_key_changed' || e.kind === 'session') && p.credentialId === e.subjectId) ||
         (e.kind === 'user' && p.userId === e.subjectId) ||
         (e.kind === 'tenant' && p.tenantId === e.subjectId);
       if (hitBy) this.cache.delete(hash);

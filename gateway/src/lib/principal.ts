@@ -18,6 +18,8 @@ export interface Principal {
   token: string;
   /** How the request authenticated. */
   via: 'api_key' | 'bearer_jwt' | 'cookie';
+  /** An API key's limits (CONTRACT.md 8); absent for other credentials and for a key without any. */
+  limits?: { requestsPerMinute?: number; tokensPerMinute?: number; concurrency?: number };
 }
 
 export function principalFromClaims(claims: AuthClaims, token: string): Principal {

@@ -13,6 +13,14 @@ export interface RateLimiter {
   hit(key: string): Promise<RateDecision>;
   /** Present when a decision needs no I/O (the in-memory limiter): lets the hot path skip a promise. */
   hitSync?(key: string): RateDecision;
+  /**
+   * A limit of its own (an API key's requestsPerMinute, CONTRACT.md 8): at most `max` admitted per window of
+   * `windowS`; a refused request is not counted, so the count is exactly what was let through.
+   */
+  hitCapped(key: string, max: number, windowS: number): Promise<RateDecision>;
+  hitCappedSync?(key: string, max: number, windowS: number): RateDecision;
+  /** How many were counted for `key` in the current window of `windowS` (for the key view's usage). */
+  peek(key: string, windowS: number): Promise<number>;
 }
 
 /** Fixed windows aligned to the epoch, so every instance agrees on when a window starts and resets. */
@@ -45,10 +53,42 @@ export class MemoryRateLimiter implements RateLimiter {
     return { allowed: entry.count <= this.max, limit: this.max, remaining: Math.max(0, this.max - entry.count), reset: w.reset };
   }
 
+  async hitCapped(key: string, max: number, windowS: number): Promise<RateDecision> {
+    return this.hitCappedSync(key, max, windowS);
+  }
+
+  hitCappedSync(key: string, max: number, windowS: number): RateDecision {
+    const w = windowOf(Date.now(), windowS);
+    const name = `${key}|${windowS}`;
+    let entry = this.counts.get(name);
+    if (!entry || entry.id !== w.id) {
+      if (this.counts.size > 100_000) this.sweep(w.id);
+      entry = { id: w.id, count: 0 };
+      this.counts.set(name, entry);
+    }
+    const allowed = entry.count < max;
+    if (allowed) entry.count++;
+    return { allowed, limit: max, remaining: max - entry.count, reset: w.reset };
+  }
+
+  async peek(key: string, windowS: number): Promise<number> {
+    const entry = this.counts.get(windowS === this.windowS ? key : `${key}|${windowS}`);
+    const alt = windowS === this.windowS ? this.counts.get(`${key}|${windowS}`) : undefined;
+    const id = windowOf(Date.now(), windowS).id;
+    return [entry, alt].reduce((n, e) => n + (e && e.id === id ? e.count : 0), 0);
+  }
+
   private sweep(current: number) {
     for (const [k, v] of this.counts) if (v.id !== current) this.counts.delete(k);
   }
 }
+
+// Admits only below the limit: a refused request leaves the count as it was.
+const CAPPED_SCRIPT = `local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[2]) then return {0, n} end
+n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return {1, n}`;
 
 // INCR and set the expiry on the first hit, atomically.
 const SCRIPT = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end return n`;
@@ -74,6 +114,35 @@ export class RedisRateLimiter implements RateLimiter {
     } catch (err) {
       this.logger.warn({ err: (err as Error).message }, 'rate limit store unreachable; counting locally');
       return this.fallback.hitSync(key);
+    }
+  }
+
+  async hitCapped(key: string, max: number, windowS: number): Promise<RateDecision> {
+    const w = windowOf(Date.now(), windowS);
+    try {
+      const [allowed, count] = (await this.redis.eval(
+        CAPPED_SCRIPT,
+        1,
+        `svc:rl:${key}:${windowS}:${w.id}`,
+        String(windowS * 1000 + 1000),
+        String(max),
+      )) as [number, number];
+      return { allowed: allowed === 1, limit: max, remaining: Math.max(0, max - count), reset: w.reset };
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'rate limit store unreachable; counting locally');
+      return this.fallback.hitCappedSync(key, max, windowS);
+    }
+  }
+
+  async peek(key: string, windowS: number): Promise<number> {
+    const id = windowOf(Date.now(), windowS).id;
+    const names = [`svc:rl:${key}:${windowS}:${id}`, ...(windowS === this.windowS ? [`svc:rl:${key}:${id}`] : [])];
+    try {
+      const values = await this.redis.mget(...names);
+      return values.reduce((n, v) => n + Number(v ?? 0), 0);
+    } catch {
+      // Redis unreachable: requests are being counted locally meanwhile (see hit).
+      return this.fallback.peek(key, windowS);
     }
   }
 }

@@ -57,8 +57,8 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
     try {
       credential = credentialOf(request, options);
       const known = options.resolver.cached(credential.value, credential.kind);
-      if (known && (!rateLimited || options.limiter.hitSync)) {
-        admit(request, reply, known, rateLimited ? options.limiter.hitSync!(limitKey(known)) : null);
+      if (known && (!rateLimited || canDecideSync(options.limiter, known))) {
+        admit(request, reply, known, rateLimited ? decideSync(options.limiter, known) : null);
         return done();
       }
     } catch (err) {
@@ -69,12 +69,27 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
         ? options.resolver.fromJwt(credential.value)
         : options.resolver.fromOpaque(credential.value, credential.kind);
     resolving
-      .then(async (principal) => admit(request, reply, principal, rateLimited ? await options.limiter.hit(limitKey(principal)) : null))
+      .then(async (principal) => admit(request, reply, principal, rateLimited ? await decide(options.limiter, principal) : null))
       .then(() => done(), done);
   });
 }
 
-const limitKey = (p: Principal) => (p.type === 'api_key' ? `k:${p.credentialId}` : `u:${p.userId}`);
+export const limitKey = (p: Principal) => (p.type === 'api_key' ? `k:${p.credentialId}` : `u:${p.userId}`);
+
+/** Fixed 60 s windows for an API key's own requestsPerMinute (CONTRACT.md 8). */
+export const KEY_RATE_WINDOW_S = 60;
+
+/** An API key's requestsPerMinute replaces the principal limit (RATE_LIMIT_MAX) for that key. */
+const decide = (limiter: RateLimiter, p: Principal): Promise<RateDecision> => {
+  const rpm = p.limits?.requestsPerMinute;
+  return rpm ? limiter.hitCapped(limitKey(p), rpm, KEY_RATE_WINDOW_S) : limiter.hit(limitKey(p));
+};
+const canDecideSync = (limiter: RateLimiter, p: Principal): boolean =>
+  p.limits?.requestsPerMinute ? !!limiter.hitCappedSync : !!limiter.hitSync;
+const decideSync = (limiter: RateLimiter, p: Principal): RateDecision => {
+  const rpm = p.limits?.requestsPerMinute;
+  return rpm ? limiter.hitCappedSync!(limitKey(p), rpm, KEY_RATE_WINDOW_S) : limiter.hitSync!(limitKey(p));
+};
 
 interface Credential {
   value: string;

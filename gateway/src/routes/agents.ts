@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { agentsV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
+import { assertKeyTokens } from '../lib/key-usage';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -260,8 +261,10 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     params: IdParams,
     body: Obj({ goal: Str(1, 10_000), projectId: Str(1, 100) }),
     response: Run,
-    handler: async ({ params, body, call }) =>
-      runView((await agents.executeAgent({ agentId: params.id, goal: body.goal, projectId: body.projectId }, call)).run!),
+    handler: async ({ params, body, call, principal, reply }) => {
+      await assertKeyTokens(deps, principal, call, reply);
+      return runView((await agents.executeAgent({ agentId: params.id, goal: body.goal, projectId: body.projectId }, call)).run!);
+    },
   });
 
   route(app, {

@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http';
 import { AppError, errors, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
+import { assertKeyTokens } from '../lib/key-usage';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -181,7 +182,8 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     params: IdParams,
     body: Obj({ content: Str(1, 32_000), projectId: Type.Optional(Id) }),
     response: Obj({ message: Message, responseMessageId: Type.String() }),
-    handler: async ({ params, body, call }) => {
+    handler: async ({ params, body, call, principal, reply }) => {
+      await assertKeyTokens(deps, principal, call, reply);
       const res = await chat.postMessage({ sessionId: params.id, content: body.content, projectId: body.projectId ?? '' }, call);
       return { message: messageView(res.message!), responseMessageId: res.responseMessageId };
     },

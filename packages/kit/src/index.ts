@@ -7,6 +7,7 @@ export * from './jwt';
 export * from './grpc';
 export * from './storage';
 export * from './caps';
+export * from './key-slots';
 export * from './events';
 export * from './topics';
 export * from './scopes';

@@ -14,6 +14,8 @@ export interface AuthClaims {
   /** session id (user, cli) or api key id (api_key) */
   sid: string;
   env?: string;
+  /** An API key's concurrency limit (CONTRACT.md 8): runs and replies the services let it have at once. */
+  kcc?: number;
   jti: string;
   iat: number;
   /** Issue time in milliseconds (`iat` has whole seconds); user revocations compare against it. */
@@ -177,6 +179,7 @@ function toClaims(p: JWTPayload): AuthClaims {
     sid: p.sid,
     scp: p.scp as string[] | undefined,
     env: typeof p.env === 'string' ? p.env : undefined,
+    ...(typeof p.kcc === 'number' && Number.isInteger(p.kcc) && p.kcc > 0 ? { kcc: p.kcc } : {}),
     jti: p.jti!,
     iat: p.iat!,
     ...(typeof p.ims === 'number' && Number.isFinite(p.ims) && Math.floor(p.ims / 1000) === p.iat ? { ims: p.ims } : {}),

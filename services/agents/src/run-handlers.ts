@@ -15,6 +15,7 @@ import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
 import { queuedRun, runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
+import { keyRunSlots } from './key-concurrency';
 import { emitRunEvent } from './run-events';
 import { scopesFor, type ProjectsClient } from './tools';
 
@@ -79,6 +80,7 @@ async function delegate(deps: RunHandlerDeps, ctx: AuthedContext, scopes: string
 export function runHandlers(deps: RunHandlerDeps) {
   const { store, relay } = deps;
   const col = store.collection(runs);
+  const keySlots = keyRunSlots(store);
 
   async function loadRun(tenantId: string, agentId: string, runId: string): Promise<RunDoc> {
     const doc = await col.get(runId, { tenantId, agentId });
@@ -173,7 +175,11 @@ export function runHandlers(deps: RunHandlerDeps) {
         credentialId: c.auth.sid,
         credentialType: c.auth.typ,
       });
-      await col.insert(doc);
+      await keySlots.prepare(c.auth);
+      await store.transaction(async (tx) => {
+        await keySlots.take(tx, c.auth);
+        await tx.collection(runs).insert(doc);
+      });
       deps.worker.notify();
       return { run: toRun(doc) };
     },

@@ -3,6 +3,7 @@ import { billingV1 } from '@svc/proto';
 import { ALL_COLLECTIONS } from './collections';
 import { billingConfig } from './config';
 import { billingEventHandler } from './events';
+import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
 import { paymentProvider } from './providers';
 
@@ -42,14 +43,17 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     registrations: [
       registration({
         definition: billingV1.BillingServiceService,
-        implementation: billingHandlers({
-          store: rt.store,
-          relay: rt.relay,
-          adminToken: rt.config.adminToken,
-          provider,
-          creditPriceCents: rt.config.creditPriceCents,
-          startingGrant: rt.config.startingGrant,
-        }),
+        implementation: {
+          ...keyUsageHandlers(rt.store),
+          ...billingHandlers({
+            store: rt.store,
+            relay: rt.relay,
+            adminToken: rt.config.adminToken,
+            provider,
+            creditPriceCents: rt.config.creditPriceCents,
+            startingGrant: rt.config.startingGrant,
+          }),
+        },
         // The provider's signature, or the operator token in the request, is the credential of these.
         publicMethods: ['handleProviderWebhook', 'adminMintGiftCards', 'adminSetPlan', 'adminAdjustCredits'],
       }),

@@ -20,6 +20,8 @@ export interface MessageDoc {
   content: string;
   projectId: string;
   status: MessageStatus;
+  /** The API key that asked for a reply (its concurrency limit counts them); absent for other credentials. */
+  credentialId?: string;
   /** Orders a session's messages: increasing per process even within one millisecond (see nextSeq). */
   seq: number;
   errorCode: string | null;

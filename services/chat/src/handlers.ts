@@ -3,6 +3,7 @@ import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
+import { keyReplySlots } from './key-concurrency';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
 import { streamReply } from './stream';
@@ -37,6 +38,7 @@ export interface ChatDeps {
 
 export function chatHandlers(deps: ChatDeps) {
   const { store, replies, peers, credits } = deps;
+  const keySlots = keyReplySlots(store);
   const sessionsCol = store.collection(sessions);
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
@@ -190,8 +192,11 @@ export function chatHandlers(deps: ChatDeps) {
         seq: nextSeq(),
         ...replies.newLease(),
         completedAt: null,
+        ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
       };
+      await keySlots.prepare(auth);
       await store.transaction(async (tx) => {
+        await keySlots.take(tx, auth);
         const col = tx.collection(messages);
         await col.insert(user);
         await col.insert(reply);

@@ -1,4 +1,5 @@
 import { capCounters, type CollectionDef, feedCollection, type FeedEntryDoc } from '@svc/kit';
+import type { KeyLimits } from './key-limits';
 
 export type Plan = 'free' | 'starter' | 'growth' | 'enterprise';
 export type Role = 'owner' | 'admin' | 'member';
@@ -72,15 +73,21 @@ export interface ApiKeyDoc {
   lastUsedAt: string | null;
   expiresAt: string | null;
   revokedAt: string | null;
+  /** Absent on keys made before limits. */
+  limits?: KeyLimits;
+  /** SHA-256 of the secret a rotation replaced, while it is valid: until `previousValidUntil` (identity's clock). */
+  previousHash?: string | null;
+  previousValidUntil?: string | null;
 }
 
 /** Append-only feed that gateways poll (and receive through Redis) to drop cached credentials. */
 /**
  * An entry of the feed the gateways follow: a revoked credential, user or tenant, or (`tenant_changed`, revoking
- * nothing) a change to the tenant's record that their cached copies must drop.
+ * nothing) a change to the tenant's record that their cached copies must drop, or (`api_key_changed`, revoking
+ * nothing) a change to a key's limits or secret that cached principals of the key must drop.
  */
 export interface RevocationDoc extends FeedEntryDoc {
-  kind: 'api_key' | 'session' | 'user' | 'tenant' | 'tenant_changed';
+  kind: 'api_key' | 'session' | 'user' | 'tenant' | 'tenant_changed' | 'api_key_changed';
 }
 
 export interface SigningKeyDoc {
@@ -136,7 +143,7 @@ export const sessions: CollectionDef<SessionDoc> = {
 export const refreshTokens: CollectionDef<RefreshTokenDoc> = { name: 'refresh_tokens', indexes: [{ fields: ['sessionId'] }] };
 export const apiKeys: CollectionDef<ApiKeyDoc> = {
   name: 'api_keys',
-  indexes: [{ fields: ['hash'], unique: true }, { fields: ['tenantId', 'createdAt'] }],
+  indexes: [{ fields: ['hash'], unique: true }, { fields: ['previousHash'] }, { fields: ['tenantId', 'createdAt'] }],
 };
 // The feed is read in seq order from a position (gateways) and newest first (the feed's look for other replicas).
 export const revocations = feedCollection<RevocationDoc>('revocations');

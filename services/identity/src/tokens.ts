@@ -11,6 +11,7 @@ export interface AccessClaims {
   sid: string;
   scp?: string[];
   env?: string;
+  kcc?: number;
 }
 
 export async function signAccessToken(deps: IdentityDeps, claims: AccessClaims, ttlSeconds: number): Promise<string> {
@@ -31,6 +32,9 @@ export function apiKeyClaims(key: ApiKeyDoc, creator: UserDoc): AccessClaims {
     sid: key.id,
     env: key.environment,
     ...(key.scoped ? { scp: key.scopes } : {}),
+    // The services count a key's runs and replies against it; a change reaches them with the next token (the
+    // gateway drops its cached principal of the key when identity records the change).
+    ...(key.limits?.concurrency ? { kcc: key.limits.concurrency } : {}),
   };
 }
 

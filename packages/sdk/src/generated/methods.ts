@@ -41,7 +41,9 @@ export const OPERATIONS = {
   createApiKey: { method: 'POST', path: '/api/v1/api-keys', pathParams: [], access: 'sessionManager', stream: false },
   listApiKeys: { method: 'GET', path: '/api/v1/api-keys', pathParams: [], access: 'sessionManager', stream: false },
   getApiKey: { method: 'GET', path: '/api/v1/api-keys/{id}', pathParams: ['id'], access: 'sessionManager', stream: false },
+  updateApiKey: { method: 'PATCH', path: '/api/v1/api-keys/{id}', pathParams: ['id'], access: 'sessionManager', stream: false },
   revokeApiKey: { method: 'DELETE', path: '/api/v1/api-keys/{id}', pathParams: ['id'], access: 'sessionManager', stream: false },
+  rotateApiKey: { method: 'POST', path: '/api/v1/api-keys/{id}/rotate', pathParams: ['id'], access: 'sessionManager', stream: false },
   createProject: { method: 'POST', path: '/api/v1/projects', pathParams: [], access: 'projects:write', stream: false },
   listProjects: { method: 'GET', path: '/api/v1/projects', pathParams: [], access: 'projects:read', stream: false },
   getProject: { method: 'GET', path: '/api/v1/projects/{id}', pathParams: ['id'], access: 'projects:read', stream: false },
@@ -323,14 +325,24 @@ export abstract class GeneratedMethods {
     return this.call('listApiKeys', input, options);
   }
 
-  /** One API key (never the secret) (`GET /api/v1/api-keys/{id}`) */
+  /** One API key with its limits and live usage (never the secret) (`GET /api/v1/api-keys/{id}`) */
   getApiKey(input: Input<'getApiKey'>, options?: CallOptions): Promise<Output<'getApiKey'>> {
     return this.call('getApiKey', input, options);
+  }
+
+  /** Rename a key or change its limits (merged field by field; null removes one); in effect within one second (`PATCH /api/v1/api-keys/{id}`) */
+  updateApiKey(input: Input<'updateApiKey'>, options?: CallOptions): Promise<Output<'updateApiKey'>> {
+    return this.call('updateApiKey', input, options);
   }
 
   /** Revoke an API key: refused everywhere within one second (`DELETE /api/v1/api-keys/{id}`) */
   revokeApiKey(input: Input<'revokeApiKey'>, options?: CallOptions): Promise<Output<'revokeApiKey'>> {
     return this.call('revokeApiKey', input, options);
+  }
+
+  /** A new secret for the key; the old one keeps working for gracePeriodSeconds (default 0), then is refused (`POST /api/v1/api-keys/{id}/rotate`) */
+  rotateApiKey(input: Input<'rotateApiKey'>, options?: CallOptions): Promise<Output<'rotateApiKey'>> {
+    return this.call('rotateApiKey', input, options);
   }
 
   /** Create a project (`POST /api/v1/projects`) */

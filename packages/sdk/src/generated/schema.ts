@@ -352,12 +352,30 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** One API key (never the secret) */
+    /** One API key with its limits and live usage (never the secret) */
     get: operations['getApiKey'];
     put?: never;
     post?: never;
     /** Revoke an API key: refused everywhere within one second */
     delete: operations['revokeApiKey'];
+    options?: never;
+    head?: never;
+    /** Rename a key or change its limits (merged field by field; null removes one); in effect within one second */
+    patch: operations['updateApiKey'];
+    trace?: never;
+  };
+  '/api/v1/api-keys/{id}/rotate': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** A new secret for the key; the old one keeps working for gracePeriodSeconds (default 0), then is refused */
+    post: operations['rotateApiKey'];
+    delete?: never;
     options?: never;
     head?: never;
     patch?: never;
@@ -2202,6 +2220,24 @@ export interface operations {
               createdAt: string;
               lastUsedAt: string | null;
               expiresAt: string | null;
+              limits: {
+                requestsPerMinute?: number;
+                tokensPerMinute?: number;
+                concurrency?: number;
+                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                creditBudget?: {
+                  credits: number;
+                  period: 'total' | 'month';
+                };
+              };
+              usage: {
+                /** @description Requests counted against the key in the current rate window */
+                requestsThisMinute: number;
+                /** @description Model tokens recorded for the key in billing's current 60 s window */
+                tokensThisMinute: number;
+                /** @description Credits spent in the budget's period (this UTC month, else in total) */
+                creditsThisPeriod: number;
+              };
             }[];
             meta: {
               request_id: string;
@@ -2242,6 +2278,16 @@ export interface operations {
           environment: string;
           scopes?: string[];
           expiresAt?: string | null;
+          limits?: {
+            requestsPerMinute?: number;
+            tokensPerMinute?: number;
+            concurrency?: number;
+            /** @description Credits the key may spend in total, or per calendar month in UTC */
+            creditBudget?: {
+              credits: number;
+              period: 'total' | 'month';
+            };
+          };
         };
       };
     };
@@ -2265,6 +2311,24 @@ export interface operations {
               createdAt: string;
               lastUsedAt: string | null;
               expiresAt: string | null;
+              limits: {
+                requestsPerMinute?: number;
+                tokensPerMinute?: number;
+                concurrency?: number;
+                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                creditBudget?: {
+                  credits: number;
+                  period: 'total' | 'month';
+                };
+              };
+              usage: {
+                /** @description Requests counted against the key in the current rate window */
+                requestsThisMinute: number;
+                /** @description Model tokens recorded for the key in billing's current 60 s window */
+                tokensThisMinute: number;
+                /** @description Credits spent in the budget's period (this UTC month, else in total) */
+                creditsThisPeriod: number;
+              };
             } & {
               key: string;
             };
@@ -2316,6 +2380,24 @@ export interface operations {
               createdAt: string;
               lastUsedAt: string | null;
               expiresAt: string | null;
+              limits: {
+                requestsPerMinute?: number;
+                tokensPerMinute?: number;
+                concurrency?: number;
+                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                creditBudget?: {
+                  credits: number;
+                  period: 'total' | 'month';
+                };
+              };
+              usage: {
+                /** @description Requests counted against the key in the current rate window */
+                requestsThisMinute: number;
+                /** @description Model tokens recorded for the key in billing's current 60 s window */
+                tokensThisMinute: number;
+                /** @description Credits spent in the budget's period (this UTC month, else in total) */
+                creditsThisPeriod: number;
+              };
             };
             meta: {
               request_id: string;
@@ -2356,6 +2438,163 @@ export interface operations {
             data: {
               id: string;
               revoked: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateApiKey: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          name?: string;
+          limits?: {
+            requestsPerMinute?: number | null;
+            tokensPerMinute?: number | null;
+            concurrency?: number | null;
+            creditBudget?: {
+              credits: number;
+              period: 'total' | 'month';
+            } | null;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
+              environment: 'development' | 'staging' | 'production';
+              scopes: string[] | null;
+              /** @description First 12 characters of the key, for display */
+              start: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              lastUsedAt: string | null;
+              expiresAt: string | null;
+              limits: {
+                requestsPerMinute?: number;
+                tokensPerMinute?: number;
+                concurrency?: number;
+                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                creditBudget?: {
+                  credits: number;
+                  period: 'total' | 'month';
+                };
+              };
+              usage: {
+                /** @description Requests counted against the key in the current rate window */
+                requestsThisMinute: number;
+                /** @description Model tokens recorded for the key in billing's current 60 s window */
+                tokensThisMinute: number;
+                /** @description Credits spent in the budget's period (this UTC month, else in total) */
+                creditsThisPeriod: number;
+              };
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  rotateApiKey: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: {
+      content: {
+        'application/json': {
+          gracePeriodSeconds?: number;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
+              environment: 'development' | 'staging' | 'production';
+              scopes: string[] | null;
+              /** @description First 12 characters of the key, for display */
+              start: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              lastUsedAt: string | null;
+              expiresAt: string | null;
+              limits: {
+                requestsPerMinute?: number;
+                tokensPerMinute?: number;
+                concurrency?: number;
+                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                creditBudget?: {
+                  credits: number;
+                  period: 'total' | 'month';
+                };
+              };
+              usage: {
+                /** @description Requests counted against the key in the current rate window */
+                requestsThisMinute: number;
+                /** @description Model tokens recorded for the key in billing's current 60 s window */
+                tokensThisMinute: number;
+                /** @description Credits spent in the budget's period (this UTC month, else in total) */
+                creditsThisPeriod: number;
+              };
+            } & {
+              key: string;
             };
             meta: {
               request_id: string;

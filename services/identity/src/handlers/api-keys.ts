@@ -15,6 +15,7 @@ import { apiKeys, type ApiKeyDoc } from '../collections';
 import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { recordRevocation } from '../revocations';
+import { checkLimits, mergeLimits } from '../key-limits';
 import { Checks } from '../validate';
 import { requireAuth } from './auth';
 import { requireManager } from './team';
@@ -31,6 +32,9 @@ function requireKeyManager(ctx: CallContext) {
   requireManager(ctx);
   return ctx.auth;
 }
+
+/** The longest a rotated-out secret stays valid (CONTRACT.md 8). */
+export const MAX_GRACE_S = 86_400;
 
 export function apiKeyHandlers(deps: IdentityDeps) {
   const col = deps.store.collection(apiKeys);
@@ -52,6 +56,7 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         else if (t <= Date.now()) c.fail('expiresAt', 'must be in the future');
         else expiresAt = new Date(t).toISOString();
       }
+      const limits = checkLimits(c, req.limits);
       c.done();
       const key = API_KEY_TYPES[type] + randomBase62(43);
       const doc: ApiKeyDoc = {
@@ -69,6 +74,7 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         lastUsedAt: null,
         expiresAt,
         revokedAt: null,
+        limits,
       };
       // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
       // its budget.
@@ -104,6 +110,71 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       if (!revoked) throw errors.notFound('api_key', req.id);
       deps.announceRevocation();
       return { apiKey: toApiKey(revoked) };
+    },
+
+    /**
+     * Name and limits; `limits` merges field by field. Gateways drop their cached principals of the key when the
+     * feed entry reaches them (within a second), so the next request carries the new limits.
+     */
+    async updateApiKey(req: identityV1.UpdateApiKeyRequest, ctx: CallContext): Promise<identityV1.UpdateApiKeyResponse> {
+      const auth = requireKeyManager(ctx);
+      for (;;) {
+        const current = await col.get(req.id, { tenantId: auth.tid, revokedAt: null });
+        if (!current) throw errors.notFound('api_key', req.id);
+        const c = new Checks();
+        const name = req.name === undefined ? undefined : c.text('name', req.name, 1, 100);
+        const limits = mergeLimits(c, current.limits ?? {}, req.limits);
+        c.done();
+        // Merged from what was read, written only if no other change came between (else merged again).
+        const updated = await deps.store.transaction(async (tx) => {
+          const doc = await tx.collection(apiKeys).get(req.id, { tenantId: auth.tid, revokedAt: null });
+          if (!doc) return null;
+          if (JSON.stringify(doc.limits ?? {}) !== JSON.stringify(current.limits ?? {})) return 'changed' as const;
+          const next = await tx.collection(apiKeys).update(doc.id, { tenantId: auth.tid, revokedAt: null }, { name, limits });
+          await recordRevocation(tx, 'api_key_changed', doc.id);
+          return next;
+        });
+        if (updated === 'changed') continue;
+        if (!updated) throw errors.notFound('api_key', req.id);
+        deps.announceRevocation();
+        return { apiKey: toApiKey(updated) };
+      }
+    },
+
+    /**
+     * A new secret for the key. The old one is kept (its hash) until `previousValidUntil`, on identity's clock:
+     * identity alone decides whether it is still valid when it is presented, and tells the gateway for how long it may
+     * keep the answer (relative milliseconds, Principal.valid_for_ms), so no two machines' clocks are compared.
+     * A rotation during an earlier grace period ends that one: only the secret just replaced stays valid.
+     */
+    async rotateApiKey(req: identityV1.RotateApiKeyRequest, ctx: CallContext): Promise<identityV1.RotateApiKeyResponse> {
+      const auth = requireKeyManager(ctx);
+      const grace = req.gracePeriodSeconds;
+      if (!Number.isInteger(grace) || grace < 0 || grace > MAX_GRACE_S)
+        throw errors.validation([{ field: 'gracePeriodSeconds', message: `must be an integer from 0 to ${MAX_GRACE_S}` }]);
+      const existing = await col.get(req.id, { tenantId: auth.tid, revokedAt: null });
+      if (!existing) throw errors.notFound('api_key', req.id);
+      const key = API_KEY_TYPES[existing.type as ApiKeyType] + randomBase62(43);
+      const rotated = await deps.store.transaction(async (tx) => {
+        const doc = await tx.collection(apiKeys).get(req.id, { tenantId: auth.tid, revokedAt: null });
+        if (!doc) return null;
+        const next = await tx.collection(apiKeys).update(
+          doc.id,
+          { tenantId: auth.tid, revokedAt: null, hash: doc.hash },
+          {
+            hash: sha256Hex(key),
+            start: key.slice(0, 12),
+            previousHash: grace > 0 ? doc.hash : null,
+            previousValidUntil: grace > 0 ? new Date(Date.now() + grace * 1000).toISOString() : null,
+          },
+        );
+        // Cached principals of either secret are dropped everywhere: the old one is then asked about afresh.
+        if (next) await recordRevocation(tx, 'api_key_changed', doc.id);
+        return next;
+      });
+      if (!rotated) throw errors.notFound('api_key', req.id);
+      deps.announceRevocation();
+      return { apiKey: toApiKey(rotated), key };
     },
   };
 }

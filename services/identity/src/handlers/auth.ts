@@ -21,6 +21,7 @@ import { burnPasswordCheck, hashPassword, verifyPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
 import { apiKeyClaims, issueRefreshToken, signAccessToken, startSession, userClaims } from '../tokens';
 import { Checks } from '../validate';
+import { toLimits } from '../key-limits';
 import { toTenant, toUser } from './views';
 
 export function requireAuth(ctx: CallContext): asserts ctx is AuthedContext {
@@ -215,8 +216,12 @@ export function authHandlers(deps: IdentityDeps) {
           },
         };
       }
-      const key = await store.collection(apiKeys).findOne({ hash });
-      if (!key || key.revokedAt || (key.expiresAt && key.expiresAt < now)) throw errors.unauthorized('API key is not valid');
+      // The key's current secret, else a rotated-out one still in its grace period (decided on this clock only).
+      const current = await store.collection(apiKeys).findOne({ hash });
+      const key = current ?? (await store.collection(apiKeys).findOne({ previousHash: hash }));
+      const graceLeftMs = current || !key?.previousValidUntil ? null : Date.parse(key.previousValidUntil) - Date.now();
+      if (!key || key.revokedAt || (key.expiresAt && key.expiresAt < now) || (graceLeftMs !== null && graceLeftMs <= 0))
+        throw errors.unauthorized('API key is not valid');
       const creator = await store.collection(users).get(key.createdBy, { tenantId: key.tenantId });
       const tenant = await store.collection(tenants).get(key.tenantId);
       if (!creator || !tenant || creator.disabled) throw errors.unauthorized('API key is not valid');
@@ -242,6 +247,8 @@ export function authHandlers(deps: IdentityDeps) {
           ipAllowlist: tenant.ipAllowlist,
           serviceToken: token,
           serviceTokenExpiresAt: expiry,
+          limits: toLimits(key.limits),
+          validForMs: graceLeftMs ?? undefined,
         },
       };
     },

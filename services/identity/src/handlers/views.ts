@@ -1,5 +1,6 @@
 import type { identityV1 } from '@svc/proto';
 import type { ApiKeyDoc, TenantDoc, UserDoc } from '../collections';
+import { toLimits } from '../key-limits';
 
 /** Stored documents -> protobuf messages. Hashes and password hashes never leave the service. */
 export function toUser(u: UserDoc): identityV1.User {
@@ -22,6 +23,7 @@ export function toApiKey(k: ApiKeyDoc): identityV1.ApiKey {
     createdAt: k.createdAt,
     lastUsedAt: k.lastUsedAt ?? undefined,
     expiresAt: k.expiresAt ?? undefined,
+    limits: toLimits(k.limits),
   };
 }
 

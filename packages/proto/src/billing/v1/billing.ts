@@ -147,6 +147,25 @@ export interface GetBalanceResponse {
   balance: number;
 }
 
+export interface GetKeyUsageRequest {
+  /** At most 100. */
+  apiKeyIds: string[];
+}
+
+export interface KeyUsage {
+  apiKeyId: string;
+  tokensThisMinute: number;
+  creditsThisMonth: number;
+  creditsTotal: number;
+}
+
+export interface GetKeyUsageResponse {
+  /** One per requested key, in the order asked. */
+  usages: KeyUsage[];
+  /** Seconds until billing's current minute window ends (1-60). */
+  minuteResetsInS: number;
+}
+
 export interface HandleProviderWebhookRequest {
   /** stripe */
   provider: string;
@@ -2247,6 +2266,301 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
   },
 };
 
+function createBaseGetKeyUsageRequest(): GetKeyUsageRequest {
+  return { apiKeyIds: [] };
+}
+
+export const GetKeyUsageRequest: MessageFns<GetKeyUsageRequest> = {
+  encode(message: GetKeyUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.apiKeyIds) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetKeyUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetKeyUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.apiKeyIds.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetKeyUsageRequest {
+    return {
+      apiKeyIds: globalThis.Array.isArray(object?.apiKeyIds)
+        ? object.apiKeyIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.api_key_ids)
+        ? object.api_key_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetKeyUsageRequest): unknown {
+    const obj: any = {};
+    if (message.apiKeyIds?.length) {
+      obj.apiKeyIds = message.apiKeyIds;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetKeyUsageRequest>): GetKeyUsageRequest {
+    return GetKeyUsageRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetKeyUsageRequest>): GetKeyUsageRequest {
+    const message = createBaseGetKeyUsageRequest();
+    message.apiKeyIds = object.apiKeyIds?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseKeyUsage(): KeyUsage {
+  return { apiKeyId: "", tokensThisMinute: 0, creditsThisMonth: 0, creditsTotal: 0 };
+}
+
+export const KeyUsage: MessageFns<KeyUsage> = {
+  encode(message: KeyUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.apiKeyId !== "") {
+      writer.uint32(10).string(message.apiKeyId);
+    }
+    if (message.tokensThisMinute !== 0) {
+      writer.uint32(16).int64(message.tokensThisMinute);
+    }
+    if (message.creditsThisMonth !== 0) {
+      writer.uint32(24).int64(message.creditsThisMonth);
+    }
+    if (message.creditsTotal !== 0) {
+      writer.uint32(32).int64(message.creditsTotal);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): KeyUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseKeyUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokensThisMinute = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.creditsThisMonth = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.creditsTotal = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): KeyUsage {
+    return {
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : "",
+      tokensThisMinute: isSet(object.tokensThisMinute)
+        ? globalThis.Number(object.tokensThisMinute)
+        : isSet(object.tokens_this_minute)
+        ? globalThis.Number(object.tokens_this_minute)
+        : 0,
+      creditsThisMonth: isSet(object.creditsThisMonth)
+        ? globalThis.Number(object.creditsThisMonth)
+        : isSet(object.credits_this_month)
+        ? globalThis.Number(object.credits_this_month)
+        : 0,
+      creditsTotal: isSet(object.creditsTotal)
+        ? globalThis.Number(object.creditsTotal)
+        : isSet(object.credits_total)
+        ? globalThis.Number(object.credits_total)
+        : 0,
+    };
+  },
+
+  toJSON(message: KeyUsage): unknown {
+    const obj: any = {};
+    if (message.apiKeyId !== "") {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    if (message.tokensThisMinute !== 0) {
+      obj.tokensThisMinute = Math.round(message.tokensThisMinute);
+    }
+    if (message.creditsThisMonth !== 0) {
+      obj.creditsThisMonth = Math.round(message.creditsThisMonth);
+    }
+    if (message.creditsTotal !== 0) {
+      obj.creditsTotal = Math.round(message.creditsTotal);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<KeyUsage>): KeyUsage {
+    return KeyUsage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<KeyUsage>): KeyUsage {
+    const message = createBaseKeyUsage();
+    message.apiKeyId = object.apiKeyId ?? "";
+    message.tokensThisMinute = object.tokensThisMinute ?? 0;
+    message.creditsThisMonth = object.creditsThisMonth ?? 0;
+    message.creditsTotal = object.creditsTotal ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetKeyUsageResponse(): GetKeyUsageResponse {
+  return { usages: [], minuteResetsInS: 0 };
+}
+
+export const GetKeyUsageResponse: MessageFns<GetKeyUsageResponse> = {
+  encode(message: GetKeyUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.usages) {
+      KeyUsage.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.minuteResetsInS !== 0) {
+      writer.uint32(16).int32(message.minuteResetsInS);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetKeyUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetKeyUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.usages.push(KeyUsage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.minuteResetsInS = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetKeyUsageResponse {
+    return {
+      usages: globalThis.Array.isArray(object?.usages) ? object.usages.map((e: any) => KeyUsage.fromJSON(e)) : [],
+      minuteResetsInS: isSet(object.minuteResetsInS)
+        ? globalThis.Number(object.minuteResetsInS)
+        : isSet(object.minute_resets_in_s)
+        ? globalThis.Number(object.minute_resets_in_s)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetKeyUsageResponse): unknown {
+    const obj: any = {};
+    if (message.usages?.length) {
+      obj.usages = message.usages.map((e) => KeyUsage.toJSON(e));
+    }
+    if (message.minuteResetsInS !== 0) {
+      obj.minuteResetsInS = Math.round(message.minuteResetsInS);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetKeyUsageResponse>): GetKeyUsageResponse {
+    return GetKeyUsageResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetKeyUsageResponse>): GetKeyUsageResponse {
+    const message = createBaseGetKeyUsageResponse();
+    message.usages = object.usages?.map((e) => KeyUsage.fromPartial(e)) || [];
+    message.minuteResetsInS = object.minuteResetsInS ?? 0;
+    return message;
+  },
+};
+
 function createBaseHandleProviderWebhookRequest(): HandleProviderWebhookRequest {
   return { provider: "", payload: Buffer.alloc(0), signature: "" };
 }
@@ -3141,6 +3455,19 @@ export const BillingServiceService = {
       Buffer.from(AdminAdjustCreditsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AdminAdjustCreditsResponse => AdminAdjustCreditsResponse.decode(value),
   },
+  /**
+   * API keys' recorded model usage: tokens in billing's current 60 s window, credits this UTC month and in total.
+   * A key reads its own; other keys of the tenant need an owner's or admin's session.
+   */
+  getKeyUsage: {
+    path: "/billing.v1.BillingService/GetKeyUsage" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetKeyUsageRequest): Buffer => Buffer.from(GetKeyUsageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetKeyUsageRequest => GetKeyUsageRequest.decode(value),
+    responseSerialize: (value: GetKeyUsageResponse): Buffer => Buffer.from(GetKeyUsageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetKeyUsageResponse => GetKeyUsageResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -3158,6 +3485,11 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   adminMintGiftCards: handleUnaryCall<AdminMintGiftCardsRequest, AdminMintGiftCardsResponse>;
   adminSetPlan: handleUnaryCall<AdminSetPlanRequest, AdminSetPlanResponse>;
   adminAdjustCredits: handleUnaryCall<AdminAdjustCreditsRequest, AdminAdjustCreditsResponse>;
+  /**
+   * API keys' recorded model usage: tokens in billing's current 60 s window, credits this UTC month and in total.
+   * A key reads its own; other keys of the tenant need an owner's or admin's session.
+   */
+  getKeyUsage: handleUnaryCall<GetKeyUsageRequest, GetKeyUsageResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -3328,6 +3660,25 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AdminAdjustCreditsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * API keys' recorded model usage: tokens in billing's current 60 s window, credits this UTC month and in total.
+   * A key reads its own; other keys of the tenant need an owner's or admin's session.
+   */
+  getKeyUsage(
+    request: GetKeyUsageRequest,
+    callback: (error: ServiceError | null, response: GetKeyUsageResponse) => void,
+  ): ClientUnaryCall;
+  getKeyUsage(
+    request: GetKeyUsageRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetKeyUsageResponse) => void,
+  ): ClientUnaryCall;
+  getKeyUsage(
+    request: GetKeyUsageRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetKeyUsageResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -143,6 +143,15 @@ export interface Principal {
   /** Unix milliseconds after which service_token must not be used. */
   serviceTokenExpiresAt: number;
   sessionId: string;
+  /** The API key's limits (API keys only). */
+  limits?:
+    | ApiKeyLimits
+    | undefined;
+  /**
+   * Milliseconds from the answer after which this credential must be resolved again: set when the credential is
+   * a rotated-out secret in its grace period (relative, so no clock of another machine is compared).
+   */
+  validForMs?: number | undefined;
 }
 
 export interface AuthenticateResponse {
@@ -162,7 +171,10 @@ export interface ListRevocationsRequest {
 
 export interface Revocation {
   seq: number;
-  /** api_key, session, user, tenant (revoked); tenant_changed (the tenant's record changed; nothing revoked) */
+  /**
+   * api_key, session, user, tenant (revoked); tenant_changed (the tenant's record changed; nothing revoked);
+   * api_key_changed (an API key's limits or secret changed: cached principals of it are dropped, nothing revoked)
+   */
   kind: string;
   subjectId: string;
   /** Unix milliseconds; tokens of a user issued before this are revoked */
@@ -195,6 +207,60 @@ export interface ApiKey {
   lastUsedAt?: string | undefined;
   expiresAt?: string | undefined;
   scoped: boolean;
+  limits?: ApiKeyLimits | undefined;
+}
+
+/** A key's limits; an absent field is no limit. */
+export interface ApiKeyLimits {
+  requestsPerMinute?: number | undefined;
+  tokensPerMinute?: number | undefined;
+  concurrency?: number | undefined;
+  creditBudget?: ApiKeyCreditBudget | undefined;
+}
+
+export interface ApiKeyCreditBudget {
+  credits: number;
+  /** total or month (the calendar month in UTC) */
+  period: string;
+}
+
+/** One field of a limits change: set to a value, or cleared (absent: unchanged). */
+export interface LimitPatch {
+  change?: { $case: "value"; value: number } | { $case: "clear"; value: boolean } | undefined;
+}
+
+export interface CreditBudgetPatch {
+  change?: { $case: "value"; value: ApiKeyCreditBudget } | { $case: "clear"; value: boolean } | undefined;
+}
+
+export interface ApiKeyLimitsPatch {
+  requestsPerMinute?: LimitPatch | undefined;
+  tokensPerMinute?: LimitPatch | undefined;
+  concurrency?: LimitPatch | undefined;
+  creditBudget?: CreditBudgetPatch | undefined;
+}
+
+export interface UpdateApiKeyRequest {
+  id: string;
+  name?: string | undefined;
+  limits?: ApiKeyLimitsPatch | undefined;
+}
+
+export interface UpdateApiKeyResponse {
+  apiKey?: ApiKey | undefined;
+}
+
+export interface RotateApiKeyRequest {
+  id: string;
+  gracePeriodSeconds: number;
+}
+
+export interface RotateApiKeyResponse {
+  apiKey?:
+    | ApiKey
+    | undefined;
+  /** The new secret; returned here only. */
+  key: string;
 }
 
 export interface CreateApiKeyRequest {
@@ -204,6 +270,7 @@ export interface CreateApiKeyRequest {
   scopes: string[];
   scoped: boolean;
   expiresAt?: string | undefined;
+  limits?: ApiKeyLimits | undefined;
 }
 
 export interface CreateApiKeyResponse {
@@ -2147,6 +2214,8 @@ function createBasePrincipal(): Principal {
     serviceToken: "",
     serviceTokenExpiresAt: 0,
     sessionId: "",
+    limits: undefined,
+    validForMs: undefined,
   };
 }
 
@@ -2187,6 +2256,12 @@ export const Principal: MessageFns<Principal> = {
     }
     if (message.sessionId !== "") {
       writer.uint32(98).string(message.sessionId);
+    }
+    if (message.limits !== undefined) {
+      ApiKeyLimits.encode(message.limits, writer.uint32(106).fork()).join();
+    }
+    if (message.validForMs !== undefined) {
+      writer.uint32(112).int64(message.validForMs);
     }
     return writer;
   },
@@ -2300,6 +2375,22 @@ export const Principal: MessageFns<Principal> = {
             message.sessionId = reader.string();
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.limits = ApiKeyLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.validForMs = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2356,6 +2447,12 @@ export const Principal: MessageFns<Principal> = {
         : isSet(object.session_id)
         ? globalThis.String(object.session_id)
         : "",
+      limits: isSet(object.limits) ? ApiKeyLimits.fromJSON(object.limits) : undefined,
+      validForMs: isSet(object.validForMs)
+        ? globalThis.Number(object.validForMs)
+        : isSet(object.valid_for_ms)
+        ? globalThis.Number(object.valid_for_ms)
+        : undefined,
     };
   },
 
@@ -2397,6 +2494,12 @@ export const Principal: MessageFns<Principal> = {
     if (message.sessionId !== "") {
       obj.sessionId = message.sessionId;
     }
+    if (message.limits !== undefined) {
+      obj.limits = ApiKeyLimits.toJSON(message.limits);
+    }
+    if (message.validForMs !== undefined) {
+      obj.validForMs = Math.round(message.validForMs);
+    }
     return obj;
   },
 
@@ -2417,6 +2520,10 @@ export const Principal: MessageFns<Principal> = {
     message.serviceToken = object.serviceToken ?? "";
     message.serviceTokenExpiresAt = object.serviceTokenExpiresAt ?? 0;
     message.sessionId = object.sessionId ?? "";
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? ApiKeyLimits.fromPartial(object.limits)
+      : undefined;
+    message.validForMs = object.validForMs ?? undefined;
     return message;
   },
 };
@@ -3031,6 +3138,7 @@ function createBaseApiKey(): ApiKey {
     lastUsedAt: undefined,
     expiresAt: undefined,
     scoped: false,
+    limits: undefined,
   };
 }
 
@@ -3065,6 +3173,9 @@ export const ApiKey: MessageFns<ApiKey> = {
     }
     if (message.scoped !== false) {
       writer.uint32(80).bool(message.scoped);
+    }
+    if (message.limits !== undefined) {
+      ApiKeyLimits.encode(message.limits, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -3162,6 +3273,14 @@ export const ApiKey: MessageFns<ApiKey> = {
             message.scoped = reader.bool();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.limits = ApiKeyLimits.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3198,6 +3317,7 @@ export const ApiKey: MessageFns<ApiKey> = {
         ? globalThis.String(object.expires_at)
         : undefined,
       scoped: isSet(object.scoped) ? globalThis.Boolean(object.scoped) : false,
+      limits: isSet(object.limits) ? ApiKeyLimits.fromJSON(object.limits) : undefined,
     };
   },
 
@@ -3233,6 +3353,9 @@ export const ApiKey: MessageFns<ApiKey> = {
     if (message.scoped !== false) {
       obj.scoped = message.scoped;
     }
+    if (message.limits !== undefined) {
+      obj.limits = ApiKeyLimits.toJSON(message.limits);
+    }
     return obj;
   },
 
@@ -3251,12 +3374,928 @@ export const ApiKey: MessageFns<ApiKey> = {
     message.lastUsedAt = object.lastUsedAt ?? undefined;
     message.expiresAt = object.expiresAt ?? undefined;
     message.scoped = object.scoped ?? false;
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? ApiKeyLimits.fromPartial(object.limits)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseApiKeyLimits(): ApiKeyLimits {
+  return { requestsPerMinute: undefined, tokensPerMinute: undefined, concurrency: undefined, creditBudget: undefined };
+}
+
+export const ApiKeyLimits: MessageFns<ApiKeyLimits> = {
+  encode(message: ApiKeyLimits, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestsPerMinute !== undefined) {
+      writer.uint32(8).int32(message.requestsPerMinute);
+    }
+    if (message.tokensPerMinute !== undefined) {
+      writer.uint32(16).int32(message.tokensPerMinute);
+    }
+    if (message.concurrency !== undefined) {
+      writer.uint32(24).int32(message.concurrency);
+    }
+    if (message.creditBudget !== undefined) {
+      ApiKeyCreditBudget.encode(message.creditBudget, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApiKeyLimits {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApiKeyLimits();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.requestsPerMinute = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokensPerMinute = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.concurrency = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.creditBudget = ApiKeyCreditBudget.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApiKeyLimits {
+    return {
+      requestsPerMinute: isSet(object.requestsPerMinute)
+        ? globalThis.Number(object.requestsPerMinute)
+        : isSet(object.requests_per_minute)
+        ? globalThis.Number(object.requests_per_minute)
+        : undefined,
+      tokensPerMinute: isSet(object.tokensPerMinute)
+        ? globalThis.Number(object.tokensPerMinute)
+        : isSet(object.tokens_per_minute)
+        ? globalThis.Number(object.tokens_per_minute)
+        : undefined,
+      concurrency: isSet(object.concurrency) ? globalThis.Number(object.concurrency) : undefined,
+      creditBudget: isSet(object.creditBudget)
+        ? ApiKeyCreditBudget.fromJSON(object.creditBudget)
+        : isSet(object.credit_budget)
+        ? ApiKeyCreditBudget.fromJSON(object.credit_budget)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ApiKeyLimits): unknown {
+    const obj: any = {};
+    if (message.requestsPerMinute !== undefined) {
+      obj.requestsPerMinute = Math.round(message.requestsPerMinute);
+    }
+    if (message.tokensPerMinute !== undefined) {
+      obj.tokensPerMinute = Math.round(message.tokensPerMinute);
+    }
+    if (message.concurrency !== undefined) {
+      obj.concurrency = Math.round(message.concurrency);
+    }
+    if (message.creditBudget !== undefined) {
+      obj.creditBudget = ApiKeyCreditBudget.toJSON(message.creditBudget);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ApiKeyLimits>): ApiKeyLimits {
+    return ApiKeyLimits.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ApiKeyLimits>): ApiKeyLimits {
+    const message = createBaseApiKeyLimits();
+    message.requestsPerMinute = object.requestsPerMinute ?? undefined;
+    message.tokensPerMinute = object.tokensPerMinute ?? undefined;
+    message.concurrency = object.concurrency ?? undefined;
+    message.creditBudget = (object.creditBudget !== undefined && object.creditBudget !== null)
+      ? ApiKeyCreditBudget.fromPartial(object.creditBudget)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseApiKeyCreditBudget(): ApiKeyCreditBudget {
+  return { credits: 0, period: "" };
+}
+
+export const ApiKeyCreditBudget: MessageFns<ApiKeyCreditBudget> = {
+  encode(message: ApiKeyCreditBudget, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.credits !== 0) {
+      writer.uint32(8).int64(message.credits);
+    }
+    if (message.period !== "") {
+      writer.uint32(18).string(message.period);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApiKeyCreditBudget {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApiKeyCreditBudget();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.period = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApiKeyCreditBudget {
+    return {
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+      period: isSet(object.period) ? globalThis.String(object.period) : "",
+    };
+  },
+
+  toJSON(message: ApiKeyCreditBudget): unknown {
+    const obj: any = {};
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    if (message.period !== "") {
+      obj.period = message.period;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ApiKeyCreditBudget>): ApiKeyCreditBudget {
+    return ApiKeyCreditBudget.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ApiKeyCreditBudget>): ApiKeyCreditBudget {
+    const message = createBaseApiKeyCreditBudget();
+    message.credits = object.credits ?? 0;
+    message.period = object.period ?? "";
+    return message;
+  },
+};
+
+function createBaseLimitPatch(): LimitPatch {
+  return { change: undefined };
+}
+
+export const LimitPatch: MessageFns<LimitPatch> = {
+  encode(message: LimitPatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.change?.$case) {
+      case "value":
+        writer.uint32(8).int32(message.change.value);
+        break;
+      case "clear":
+        writer.uint32(16).bool(message.change.value);
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LimitPatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLimitPatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.change = { $case: "value", value: reader.int32() };
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.change = { $case: "clear", value: reader.bool() };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LimitPatch {
+    return {
+      change: isSet(object.value)
+        ? { $case: "value", value: globalThis.Number(object.value) }
+        : isSet(object.clear)
+        ? { $case: "clear", value: globalThis.Boolean(object.clear) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: LimitPatch): unknown {
+    const obj: any = {};
+    if (message.change?.$case === "value") {
+      obj.value = Math.round(message.change.value);
+    } else if (message.change?.$case === "clear") {
+      obj.clear = message.change.value;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<LimitPatch>): LimitPatch {
+    return LimitPatch.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<LimitPatch>): LimitPatch {
+    const message = createBaseLimitPatch();
+    switch (object.change?.$case) {
+      case "value": {
+        if (object.change?.value !== undefined && object.change?.value !== null) {
+          message.change = { $case: "value", value: object.change.value };
+        }
+        break;
+      }
+      case "clear": {
+        if (object.change?.value !== undefined && object.change?.value !== null) {
+          message.change = { $case: "clear", value: object.change.value };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseCreditBudgetPatch(): CreditBudgetPatch {
+  return { change: undefined };
+}
+
+export const CreditBudgetPatch: MessageFns<CreditBudgetPatch> = {
+  encode(message: CreditBudgetPatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.change?.$case) {
+      case "value":
+        ApiKeyCreditBudget.encode(message.change.value, writer.uint32(10).fork()).join();
+        break;
+      case "clear":
+        writer.uint32(16).bool(message.change.value);
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreditBudgetPatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreditBudgetPatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.change = { $case: "value", value: ApiKeyCreditBudget.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.change = { $case: "clear", value: reader.bool() };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreditBudgetPatch {
+    return {
+      change: isSet(object.value)
+        ? { $case: "value", value: ApiKeyCreditBudget.fromJSON(object.value) }
+        : isSet(object.clear)
+        ? { $case: "clear", value: globalThis.Boolean(object.clear) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: CreditBudgetPatch): unknown {
+    const obj: any = {};
+    if (message.change?.$case === "value") {
+      obj.value = ApiKeyCreditBudget.toJSON(message.change.value);
+    } else if (message.change?.$case === "clear") {
+      obj.clear = message.change.value;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreditBudgetPatch>): CreditBudgetPatch {
+    return CreditBudgetPatch.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreditBudgetPatch>): CreditBudgetPatch {
+    const message = createBaseCreditBudgetPatch();
+    switch (object.change?.$case) {
+      case "value": {
+        if (object.change?.value !== undefined && object.change?.value !== null) {
+          message.change = { $case: "value", value: ApiKeyCreditBudget.fromPartial(object.change.value) };
+        }
+        break;
+      }
+      case "clear": {
+        if (object.change?.value !== undefined && object.change?.value !== null) {
+          message.change = { $case: "clear", value: object.change.value };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseApiKeyLimitsPatch(): ApiKeyLimitsPatch {
+  return { requestsPerMinute: undefined, tokensPerMinute: undefined, concurrency: undefined, creditBudget: undefined };
+}
+
+export const ApiKeyLimitsPatch: MessageFns<ApiKeyLimitsPatch> = {
+  encode(message: ApiKeyLimitsPatch, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestsPerMinute !== undefined) {
+      LimitPatch.encode(message.requestsPerMinute, writer.uint32(10).fork()).join();
+    }
+    if (message.tokensPerMinute !== undefined) {
+      LimitPatch.encode(message.tokensPerMinute, writer.uint32(18).fork()).join();
+    }
+    if (message.concurrency !== undefined) {
+      LimitPatch.encode(message.concurrency, writer.uint32(26).fork()).join();
+    }
+    if (message.creditBudget !== undefined) {
+      CreditBudgetPatch.encode(message.creditBudget, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ApiKeyLimitsPatch {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseApiKeyLimitsPatch();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requestsPerMinute = LimitPatch.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tokensPerMinute = LimitPatch.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.concurrency = LimitPatch.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.creditBudget = CreditBudgetPatch.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ApiKeyLimitsPatch {
+    return {
+      requestsPerMinute: isSet(object.requestsPerMinute)
+        ? LimitPatch.fromJSON(object.requestsPerMinute)
+        : isSet(object.requests_per_minute)
+        ? LimitPatch.fromJSON(object.requests_per_minute)
+        : undefined,
+      tokensPerMinute: isSet(object.tokensPerMinute)
+        ? LimitPatch.fromJSON(object.tokensPerMinute)
+        : isSet(object.tokens_per_minute)
+        ? LimitPatch.fromJSON(object.tokens_per_minute)
+        : undefined,
+      concurrency: isSet(object.concurrency) ? LimitPatch.fromJSON(object.concurrency) : undefined,
+      creditBudget: isSet(object.creditBudget)
+        ? CreditBudgetPatch.fromJSON(object.creditBudget)
+        : isSet(object.credit_budget)
+        ? CreditBudgetPatch.fromJSON(object.credit_budget)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ApiKeyLimitsPatch): unknown {
+    const obj: any = {};
+    if (message.requestsPerMinute !== undefined) {
+      obj.requestsPerMinute = LimitPatch.toJSON(message.requestsPerMinute);
+    }
+    if (message.tokensPerMinute !== undefined) {
+      obj.tokensPerMinute = LimitPatch.toJSON(message.tokensPerMinute);
+    }
+    if (message.concurrency !== undefined) {
+      obj.concurrency = LimitPatch.toJSON(message.concurrency);
+    }
+    if (message.creditBudget !== undefined) {
+      obj.creditBudget = CreditBudgetPatch.toJSON(message.creditBudget);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ApiKeyLimitsPatch>): ApiKeyLimitsPatch {
+    return ApiKeyLimitsPatch.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ApiKeyLimitsPatch>): ApiKeyLimitsPatch {
+    const message = createBaseApiKeyLimitsPatch();
+    message.requestsPerMinute = (object.requestsPerMinute !== undefined && object.requestsPerMinute !== null)
+      ? LimitPatch.fromPartial(object.requestsPerMinute)
+      : undefined;
+    message.tokensPerMinute = (object.tokensPerMinute !== undefined && object.tokensPerMinute !== null)
+      ? LimitPatch.fromPartial(object.tokensPerMinute)
+      : undefined;
+    message.concurrency = (object.concurrency !== undefined && object.concurrency !== null)
+      ? LimitPatch.fromPartial(object.concurrency)
+      : undefined;
+    message.creditBudget = (object.creditBudget !== undefined && object.creditBudget !== null)
+      ? CreditBudgetPatch.fromPartial(object.creditBudget)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateApiKeyRequest(): UpdateApiKeyRequest {
+  return { id: "", name: undefined, limits: undefined };
+}
+
+export const UpdateApiKeyRequest: MessageFns<UpdateApiKeyRequest> = {
+  encode(message: UpdateApiKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== undefined) {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.limits !== undefined) {
+      ApiKeyLimitsPatch.encode(message.limits, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateApiKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateApiKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.limits = ApiKeyLimitsPatch.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateApiKeyRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : undefined,
+      limits: isSet(object.limits) ? ApiKeyLimitsPatch.fromJSON(object.limits) : undefined,
+    };
+  },
+
+  toJSON(message: UpdateApiKeyRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== undefined) {
+      obj.name = message.name;
+    }
+    if (message.limits !== undefined) {
+      obj.limits = ApiKeyLimitsPatch.toJSON(message.limits);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateApiKeyRequest>): UpdateApiKeyRequest {
+    return UpdateApiKeyRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateApiKeyRequest>): UpdateApiKeyRequest {
+    const message = createBaseUpdateApiKeyRequest();
+    message.id = object.id ?? "";
+    message.name = object.name ?? undefined;
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? ApiKeyLimitsPatch.fromPartial(object.limits)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateApiKeyResponse(): UpdateApiKeyResponse {
+  return { apiKey: undefined };
+}
+
+export const UpdateApiKeyResponse: MessageFns<UpdateApiKeyResponse> = {
+  encode(message: UpdateApiKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.apiKey !== undefined) {
+      ApiKey.encode(message.apiKey, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateApiKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateApiKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.apiKey = ApiKey.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateApiKeyResponse {
+    return {
+      apiKey: isSet(object.apiKey)
+        ? ApiKey.fromJSON(object.apiKey)
+        : isSet(object.api_key)
+        ? ApiKey.fromJSON(object.api_key)
+        : undefined,
+    };
+  },
+
+  toJSON(message: UpdateApiKeyResponse): unknown {
+    const obj: any = {};
+    if (message.apiKey !== undefined) {
+      obj.apiKey = ApiKey.toJSON(message.apiKey);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateApiKeyResponse>): UpdateApiKeyResponse {
+    return UpdateApiKeyResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateApiKeyResponse>): UpdateApiKeyResponse {
+    const message = createBaseUpdateApiKeyResponse();
+    message.apiKey = (object.apiKey !== undefined && object.apiKey !== null)
+      ? ApiKey.fromPartial(object.apiKey)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseRotateApiKeyRequest(): RotateApiKeyRequest {
+  return { id: "", gracePeriodSeconds: 0 };
+}
+
+export const RotateApiKeyRequest: MessageFns<RotateApiKeyRequest> = {
+  encode(message: RotateApiKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.gracePeriodSeconds !== 0) {
+      writer.uint32(16).int32(message.gracePeriodSeconds);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RotateApiKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRotateApiKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.gracePeriodSeconds = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RotateApiKeyRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      gracePeriodSeconds: isSet(object.gracePeriodSeconds)
+        ? globalThis.Number(object.gracePeriodSeconds)
+        : isSet(object.grace_period_seconds)
+        ? globalThis.Number(object.grace_period_seconds)
+        : 0,
+    };
+  },
+
+  toJSON(message: RotateApiKeyRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.gracePeriodSeconds !== 0) {
+      obj.gracePeriodSeconds = Math.round(message.gracePeriodSeconds);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RotateApiKeyRequest>): RotateApiKeyRequest {
+    return RotateApiKeyRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RotateApiKeyRequest>): RotateApiKeyRequest {
+    const message = createBaseRotateApiKeyRequest();
+    message.id = object.id ?? "";
+    message.gracePeriodSeconds = object.gracePeriodSeconds ?? 0;
+    return message;
+  },
+};
+
+function createBaseRotateApiKeyResponse(): RotateApiKeyResponse {
+  return { apiKey: undefined, key: "" };
+}
+
+export const RotateApiKeyResponse: MessageFns<RotateApiKeyResponse> = {
+  encode(message: RotateApiKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.apiKey !== undefined) {
+      ApiKey.encode(message.apiKey, writer.uint32(10).fork()).join();
+    }
+    if (message.key !== "") {
+      writer.uint32(18).string(message.key);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RotateApiKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRotateApiKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.apiKey = ApiKey.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RotateApiKeyResponse {
+    return {
+      apiKey: isSet(object.apiKey)
+        ? ApiKey.fromJSON(object.apiKey)
+        : isSet(object.api_key)
+        ? ApiKey.fromJSON(object.api_key)
+        : undefined,
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+    };
+  },
+
+  toJSON(message: RotateApiKeyResponse): unknown {
+    const obj: any = {};
+    if (message.apiKey !== undefined) {
+      obj.apiKey = ApiKey.toJSON(message.apiKey);
+    }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RotateApiKeyResponse>): RotateApiKeyResponse {
+    return RotateApiKeyResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RotateApiKeyResponse>): RotateApiKeyResponse {
+    const message = createBaseRotateApiKeyResponse();
+    message.apiKey = (object.apiKey !== undefined && object.apiKey !== null)
+      ? ApiKey.fromPartial(object.apiKey)
+      : undefined;
+    message.key = object.key ?? "";
     return message;
   },
 };
 
 function createBaseCreateApiKeyRequest(): CreateApiKeyRequest {
-  return { name: "", type: "", environment: "", scopes: [], scoped: false, expiresAt: undefined };
+  return { name: "", type: "", environment: "", scopes: [], scoped: false, expiresAt: undefined, limits: undefined };
 }
 
 export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
@@ -3278,6 +4317,9 @@ export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
     }
     if (message.expiresAt !== undefined) {
       writer.uint32(50).string(message.expiresAt);
+    }
+    if (message.limits !== undefined) {
+      ApiKeyLimits.encode(message.limits, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -3343,6 +4385,14 @@ export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
             message.expiresAt = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.limits = ApiKeyLimits.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3367,6 +4417,7 @@ export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
         : isSet(object.expires_at)
         ? globalThis.String(object.expires_at)
         : undefined,
+      limits: isSet(object.limits) ? ApiKeyLimits.fromJSON(object.limits) : undefined,
     };
   },
 
@@ -3390,6 +4441,9 @@ export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
     if (message.expiresAt !== undefined) {
       obj.expiresAt = message.expiresAt;
     }
+    if (message.limits !== undefined) {
+      obj.limits = ApiKeyLimits.toJSON(message.limits);
+    }
     return obj;
   },
 
@@ -3404,6 +4458,9 @@ export const CreateApiKeyRequest: MessageFns<CreateApiKeyRequest> = {
     message.scopes = object.scopes?.map((e) => e) || [];
     message.scoped = object.scoped ?? false;
     message.expiresAt = object.expiresAt ?? undefined;
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? ApiKeyLimits.fromPartial(object.limits)
+      : undefined;
     return message;
   },
 };
@@ -8811,6 +9868,28 @@ export const IdentityServiceService = {
       Buffer.from(RevokeApiKeyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RevokeApiKeyResponse => RevokeApiKeyResponse.decode(value),
   },
+  /** Changes a key's name and limits (limits merge field by field; a cleared field removes that limit). */
+  updateApiKey: {
+    path: "/identity.v1.IdentityService/UpdateApiKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateApiKeyRequest): Buffer => Buffer.from(UpdateApiKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateApiKeyRequest => UpdateApiKeyRequest.decode(value),
+    responseSerialize: (value: UpdateApiKeyResponse): Buffer =>
+      Buffer.from(UpdateApiKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateApiKeyResponse => UpdateApiKeyResponse.decode(value),
+  },
+  /** A new secret for the same key; the old one stays valid for grace_period_seconds (identity's clock decides). */
+  rotateApiKey: {
+    path: "/identity.v1.IdentityService/RotateApiKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RotateApiKeyRequest): Buffer => Buffer.from(RotateApiKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RotateApiKeyRequest => RotateApiKeyRequest.decode(value),
+    responseSerialize: (value: RotateApiKeyResponse): Buffer =>
+      Buffer.from(RotateApiKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RotateApiKeyResponse => RotateApiKeyResponse.decode(value),
+  },
   listMembers: {
     path: "/identity.v1.IdentityService/ListMembers" as const,
     requestStream: false as const,
@@ -9096,6 +10175,10 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   listApiKeys: handleUnaryCall<ListApiKeysRequest, ListApiKeysResponse>;
   getApiKey: handleUnaryCall<GetApiKeyRequest, GetApiKeyResponse>;
   revokeApiKey: handleUnaryCall<RevokeApiKeyRequest, RevokeApiKeyResponse>;
+  /** Changes a key's name and limits (limits merge field by field; a cleared field removes that limit). */
+  updateApiKey: handleUnaryCall<UpdateApiKeyRequest, UpdateApiKeyResponse>;
+  /** A new secret for the same key; the old one stays valid for grace_period_seconds (identity's clock decides). */
+  rotateApiKey: handleUnaryCall<RotateApiKeyRequest, RotateApiKeyResponse>;
   listMembers: handleUnaryCall<ListMembersRequest, ListMembersResponse>;
   addMember: handleUnaryCall<AddMemberRequest, AddMemberResponse>;
   updateMember: handleUnaryCall<UpdateMemberRequest, UpdateMemberResponse>;
@@ -9361,6 +10444,38 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RevokeApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  /** Changes a key's name and limits (limits merge field by field; a cleared field removes that limit). */
+  updateApiKey(
+    request: UpdateApiKeyRequest,
+    callback: (error: ServiceError | null, response: UpdateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  updateApiKey(
+    request: UpdateApiKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  updateApiKey(
+    request: UpdateApiKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  /** A new secret for the same key; the old one stays valid for grace_period_seconds (identity's clock decides). */
+  rotateApiKey(
+    request: RotateApiKeyRequest,
+    callback: (error: ServiceError | null, response: RotateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  rotateApiKey(
+    request: RotateApiKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RotateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  rotateApiKey(
+    request: RotateApiKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RotateApiKeyResponse) => void,
   ): ClientUnaryCall;
   listMembers(
     request: ListMembersRequest,

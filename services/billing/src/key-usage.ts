@@ -1,0 +1,96 @@
+/**
+ * Model usage per API key (CONTRACT.md 8): tokens in the current fixed 60 s window (a key's tokensPerMinute), and
+ * credits in the current UTC month and in total (a key's creditBudget, the key view's usage). One document per key,
+ * moved in the transaction that applies the usage entry, so it counts each llm.usage event once. Windows are on
+ * billing's clock only: the same clock stamps the counts and answers what "this minute" is.
+ */
+import { authed, errors, nowIso, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
+import type { billingV1 } from '@svc/proto';
+
+export interface KeyUsageDoc {
+  /** The API key's id. */
+  id: string;
+  tenantId: string;
+  /** Start of the minute window `minuteTokens` counts, in epoch seconds. */
+  minute: number;
+  minuteTokens: number;
+  /** The UTC month `monthCredits` counts: `YYYY-MM`. */
+  month: string;
+  monthCredits: number;
+  totalCredits: number;
+  createdAt: string;
+}
+
+export const keyUsage: CollectionDef<KeyUsageDoc> = { name: 'key_usage' };
+
+const MAX_IDS = 100;
+const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
+const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
+
+/** Adds one model call's tokens and credits to the key's counts (inside the usage entry's transaction). */
+export async function recordKeyUsage(
+  tx: StoreSession,
+  tenantId: string,
+  keyId: string,
+  tokens: number,
+  credits: number,
+  now = Date.now(),
+): Promise<void> {
+  const col = tx.collection(keyUsage);
+  const minute = minuteOf(now);
+  const month = monthOf(now);
+  const doc = await col.get(keyId, { tenantId });
+  if (!doc) {
+    await col.insert({
+      id: keyId,
+      tenantId,
+      minute,
+      minuteTokens: tokens,
+      month,
+      monthCredits: credits,
+      totalCredits: credits,
+      createdAt: nowIso(),
+    });
+    return;
+  }
+  await col.update(
+    keyId,
+    { tenantId },
+    {
+      minute,
+      minuteTokens: (doc.minute === minute ? doc.minuteTokens : 0) + tokens,
+      month,
+      monthCredits: (doc.month === month ? doc.monthCredits : 0) + credits,
+      totalCredits: doc.totalCredits + credits,
+    },
+  );
+}
+
+export function keyUsageHandlers(store: Store, now: () => number = Date.now) {
+  return {
+    /** A key reads its own usage (the gateway's tokensPerMinute check); a manager's session reads any of its tenant. */
+    async getKeyUsage(req: billingV1.GetKeyUsageRequest, ctx: CallContext): Promise<billingV1.GetKeyUsageResponse> {
+      const { auth } = authed(ctx);
+      if (req.apiKeyIds.length > MAX_IDS) throw errors.validation([{ field: 'apiKeyIds', message: `at most ${MAX_IDS}` }]);
+      const manager = auth.typ !== 'api_key' && auth.scp === undefined && (auth.role === 'owner' || auth.role === 'admin');
+      if (!manager && req.apiKeyIds.some((id) => id !== auth.sid))
+        throw errors.forbidden("Only an owner's or admin's session reads other keys' usage", { reason: 'user_session_required' });
+      const at = now();
+      const minute = minuteOf(at);
+      const month = monthOf(at);
+      const col = store.collection(keyUsage);
+      const usages = await Promise.all(
+        req.apiKeyIds.map(async (id): Promise<billingV1.KeyUsage> => {
+          const doc = await col.get(id, { tenantId: auth.tid });
+          return {
+            apiKeyId: id,
+            tokensThisMinute: doc && doc.minute === minute ? doc.minuteTokens : 0,
+            creditsThisMonth: doc && doc.month === month ? doc.monthCredits : 0,
+            creditsTotal: doc?.totalCredits ?? 0,
+          };
+        }),
+      );
+      return { usages, minuteResetsInS: Math.max(1, minute + 60 - Math.floor(at / 1000)) };
+    },
+  };
+}
