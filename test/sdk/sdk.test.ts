@@ -74,6 +74,12 @@ it('drives every endpoint through the SDK', async () => {
   const key = await sdk.createApiKey({ body: { name: 'sdk', type: 'sdk', environment: 'development' } });
   expect((await sdk.listApiKeys()).map((k) => k.id)).toContain(key.id);
   expect((await sdk.getApiKey({ params: { id: key.id } })).name).toBe('sdk');
+  const limited = await sdk.updateApiKey({ params: { id: key.id }, body: { limits: { requestsPerMinute: 600 } } });
+  expect(limited.limits).toEqual({ requestsPerMinute: 600 });
+  const spare = await sdk.createApiKey({ body: { name: 'spare', type: 'ci', environment: 'staging' } });
+  const rotated = await sdk.rotateApiKey({ params: { id: spare.id }, body: { gracePeriodSeconds: 0 } });
+  expect(rotated).toMatchObject({ id: spare.id, key: expect.stringMatching(/^svc_ci_/) });
+  expect(rotated.key).not.toBe(spare.key);
   const withKey = new TrackedClient({ baseUrl: stack.url, apiKey: key.key });
   expect((await withKey.me()).credential.type).toBe('api_key');
 
