@@ -9,7 +9,6 @@ import { isAppError, type Logger, newId, nowIso, reservationTokens, type SecretB
 import {
   collect,
   createProvider,
-  estimateUsage,
   isLlmError,
   type LlmError,
   type LlmMessage,
@@ -35,9 +34,9 @@ export interface Lease {
   handBack(delayMs: number): Promise<void>;
   /**
    * Stores what the open model call produced so far (fenced by the claim, in the background, at most one write in
-   * flight; `now` writes at once, for the provider's usage): a worker that takes the run over bills it.
+   * flight, the latest value winning): a worker that takes the run over bills it.
    */
-  record(call: RunCall, now?: boolean): void;
+  record(call: RunCall): void;
 }
 
 export class LostLease extends Error {
@@ -136,7 +135,7 @@ async function callModel(
   signal: AbortSignal,
   deps: LoopDeps,
   open: () => Promise<RunCall>,
-  record: (call: RunCall, now?: boolean) => void,
+  record: (call: RunCall) => void,
   billCutOff: (call: RunCall) => Promise<void>,
 ) {
   for (let attempt = 0; ; attempt++) {
@@ -148,7 +147,7 @@ async function callModel(
         else if (e.type === 'tool_call') call.streamed += JSON.stringify(e.arguments).length;
         else if (e.type === 'usage') {
           call.usage = { inputTokens: e.inputTokens, outputTokens: e.outputTokens };
-          record({ ...call }, true);
+          record({ ...call });
           return;
         }
         if (Date.now() - recordedAt >= RECORD_MS) {

@@ -252,7 +252,7 @@ export class RunWorker {
         this.relay.notify();
       },
       handBack: (delayMs) => this.handBack(doc.id, generation, delayMs),
-      record: (call, now) => recorder.record(call, now),
+      record: (call) => recorder.record(call),
     };
     const recorder = new CallRecorder((call) => this.store.collection(runs).update(doc.id, this.fence(generation), { call }), this.logger);
     // The beat doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here, and
@@ -312,7 +312,7 @@ class CallRecorder {
     private readonly logger: Logger,
   ) {}
 
-  record(call: RunCall, _now?: boolean): void {
+  record(call: RunCall): void {
     this.latest = call;
     this.writing ??= this.drain();
   }

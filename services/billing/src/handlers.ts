@@ -31,7 +31,7 @@ import { grantStartingCredits } from './events';
 import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
-import { closeReservation, creditsOf, reserve, validReserve } from './reservations';
+import { closeReservation, reserve, validReserve } from './reservations';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
 
