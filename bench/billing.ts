@@ -6,8 +6,9 @@
  *   every one is in the ledger. Baseline in the same run: the same messages read by a consumer that does nothing
  *   (the bus alone). Checked: the ledger holds exactly one entry per event. (The embedded log drops a second publish
  *   of an id, so redelivery is exercised by the tests, not here.)
- * - credit check: the kit's CreditGate (what agents' execute and chat's post call) against the live billing
- *   process, timed per call, with its default 1 s cache: the cost a request pays.
+ * - credit check: the kit's CreditReservations (what agents' execute and chat's post call) against the live billing
+ *   process, timed per call: one reservation and its release (a transaction each in billing), the cost a request
+ *   pays.
  * Results go to bench/results/billing.json.
  */
 import { randomUUID } from 'node:crypto';
@@ -15,11 +16,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
-import { CreditGate, domainEvent, openEmbeddedBus, TOPICS, type BusMessage } from '@svc/kit';
+import { CreditReservations, domainEvent, openEmbeddedBus, TOPICS, type BusMessage } from '@svc/kit';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const EVENTS = Number(process.env.BENCH_USAGE_EVENTS ?? 20_000);
-const CHECKS = Number(process.env.BENCH_CREDIT_CHECKS ?? 50_000);
+const CHECKS = Number(process.env.BENCH_CREDIT_CHECKS ?? 5_000);
 const RESULTS = resolve(ROOT, 'bench/results/billing.json');
 
 const pct = (xs: number[], p: number) => {
@@ -44,6 +45,7 @@ function usageEvents(n: number): BusMessage[] {
         credentialId: `key_bench${i % 7}`,
         credentialType: 'api_key',
         estimated: false,
+        callId: '',
       },
     }),
   );
@@ -113,14 +115,14 @@ runBench(async () => {
       tenantName: 'Bench',
     });
     while ((await call(base, 'GET', '/billing/summary', reg.accessToken)).credits.balance <= 0) await sleep(50);
-    const logger = { warn: () => undefined } as unknown as ConstructorParameters<typeof CreditGate>[1];
-    const gate = new CreditGate(`127.0.0.1:${billing.port}`, logger);
+    const gate = new CreditReservations(`127.0.0.1:${billing.port}`);
     const times: number[] = [];
     for (let i = 0; i < CHECKS; i++) {
+      const callId = `bench-${i}`;
       const t0 = performance.now();
-      await gate.assertSpendable(reg.tenant.id, reg.accessToken);
+      await gate.reserve(reg.accessToken, { callId, tokens: 100, source: 'chat_reply', sourceId: callId });
       times.push(performance.now() - t0);
-      if (i % 1000 === 0) await sleep(20); // spread over time, so the 1 s cache refreshes happen inside the window
+      await gate.release(reg.accessToken, callId);
     }
     gate.close();
 

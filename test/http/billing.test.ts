@@ -14,7 +14,7 @@ let llm: FakeProviderServer;
 
 beforeAll(async () => {
   llm = await startFakeOpenAI({ apiKey: 'sk-billing' });
-  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, EGRESS_ALLOW_PRIVATE: 'true', CREDITS_CACHE_MS: '0' } });
+  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, EGRESS_ALLOW_PRIVATE: 'true' } });
   api = client(stack.url);
 });
 afterAll(async () => {

@@ -28,7 +28,7 @@ class TrackedClient extends SvcClient {
 beforeAll(async () => {
   llm = await startFakeOpenAI({ apiKey: 'sk-sdk' });
   receiver = await startReceiver();
-  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, EGRESS_ALLOW_PRIVATE: 'true', CREDITS_CACHE_MS: '0' } });
+  stack = await startStack({ env: { SVC_ADMIN_TOKEN: ADMIN, EGRESS_ALLOW_PRIVATE: 'true' } });
 });
 afterAll(async () => {
   await stack.stop();

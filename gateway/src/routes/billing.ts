@@ -38,7 +38,11 @@ const UsageLine = Obj({
 const Summary = Obj({
   plan: Type.String(),
   subscription: Nullable(Subscription),
-  credits: Obj({ balance: Type.Integer() }),
+  credits: Obj({
+    balance: Type.Integer(),
+    reserved: Type.Integer({ description: 'Credits held by model calls in progress (their most possible cost)' }),
+    available: Type.Integer({ description: 'balance - reserved: a model call is accepted only when its reservation fits' }),
+  }),
   usage: Obj({
     calls: Type.Integer(),
     inputTokens: Type.Integer(),
@@ -91,11 +95,16 @@ export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     operationId: 'getBillingSummary',
     access: 'authenticated',
     tag: 'billing',
-    summary: 'Plan, subscription, credit balance and usage (per API key and per model)',
+    summary: 'Plan, subscription, credits (balance, reserved, available) and usage (per API key and per model)',
     response: Summary,
     handler: async ({ call }) => {
       const s = await billing.getSummary({}, call);
-      return { plan: s.plan, subscription: subscriptionView(s.subscription), credits: { balance: s.balance }, usage: s.usage };
+      return {
+        plan: s.plan,
+        subscription: subscriptionView(s.subscription),
+        credits: { balance: s.balance, reserved: s.reserved, available: s.balance - s.reserved },
+        usage: s.usage,
+      };
     },
   });
 

@@ -118,13 +118,33 @@ export interface RunDoc {
   /** Delegated token (sealed) the run's tools and settings lookups use, and the scopes it carries. */
   delegate: string;
   delegateScopes: string[];
+  /**
+   * The model call whose billing reservation is open (absent or null: none): reserved at execute for the first call,
+   * then before each call. While the call streams its worker stores what it produced (text and tool arguments so far,
+   * the provider's usage once it arrives), so a run taken over after a crash bills the cut call from this, once per
+   * call id (billing's ledger), and one that produced nothing is reused for the next call.
+   */
+  call?: RunCall | null;
+}
+
+export interface RunCall {
+  /** The reservation's call id in billing; the call's `llm.usage` event carries it. */
+  id: string;
+  /** The prompt at 4 characters a token: the input of a cut call's estimate. */
+  promptTokens: number;
+  /** Characters streamed so far (text and tool arguments). */
+  streamed: number;
+  usage: Usage | null;
+  provider: string;
+  model: string;
+  keySource: string;
 }
 
 /** A new run, queued: the agent as it is now, its whole time budget, no lease, no steps. */
 export function queuedRun(
   o: Pick<
     RunDoc,
-    'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes' | 'credentialId' | 'credentialType'
+    'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes' | 'credentialId' | 'credentialType' | 'call'
   >,
 ): RunDoc {
   return {

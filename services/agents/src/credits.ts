@@ -1,14 +1,21 @@
+import type { CallHold } from '@svc/kit';
+
 /**
- * The one place a run asks whether the tenant may spend on the LLM: at execute (a refusal answers 402
- * INSUFFICIENT_CREDITS, after validation and llm_not_configured, as CONTRACT.md 5 orders the checks) and before each
- * model call of a run (a refusal fails the run with a reason). In the service it is the kit's CreditGate (billing's
- * balance, kept per tenant for CREDITS_CACHE_MS); billing consumes the `llm.usage` events this service publishes.
+ * Where a run asks billing for credits (CONTRACT.md 8): at execute, the first model call's reservation (a refusal
+ * answers 402 INSUFFICIENT_CREDITS, after validation and llm_not_configured, as CONTRACT.md 5 orders the checks), and
+ * before each later model call (a refusal fails the run with a reason). The call's `llm.usage` event (this service
+ * publishes it with the call id) settles the reservation. In the service it is the kit's CreditReservations.
  */
 export interface CreditCheck {
-  /** Throws an AppError INSUFFICIENT_CREDITS when the tenant has nothing left to spend. */
-  assertSpendable(tenantId: string, token: string): Promise<void>;
+  /** Holds the call's most possible cost; throws AppError INSUFFICIENT_CREDITS when it does not fit. */
+  reserve(token: string, hold: CallHold): Promise<{ status: string }>;
+  /** Gives back the hold of a call that was never started. */
+  release(token: string, callId: string): Promise<void>;
 }
 
 export const noCreditLimit: CreditCheck = {
-  async assertSpendable() {},
+  async reserve() {
+    return { status: 'open' };
+  },
+  async release() {},
 };

@@ -1,6 +1,6 @@
 import { addToOutbox, domainEvent, metrics, type StoreSession, TOPICS } from '@svc/kit';
 import type { eventsV1 } from '@svc/proto';
-import type { RunDoc, Usage } from './collections';
+import type { RunCall, RunDoc, Usage } from './collections';
 
 export type RunEventType = 'agent.started' | 'agent.completed' | 'agent.failed';
 
@@ -30,7 +30,7 @@ export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: Ru
 export async function emitUsage(
   tx: StoreSession,
   run: RunDoc,
-  call: { provider: string; model: string; keySource: string; usage: Usage; estimated?: boolean },
+  call: { provider: string; model: string; keySource: string; usage: Usage; estimated?: boolean; callId: string },
 ): Promise<void> {
   const value: eventsV1.UsageData = {
     source: 'agent_run',
@@ -43,8 +43,29 @@ export async function emitUsage(
     credentialId: run.credentialId ?? '',
     credentialType: run.credentialType ?? '',
     estimated: call.estimated ?? false,
+    callId: call.callId,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
   metrics.llmTokens.inc({ source: 'agents', direction: 'input' }, value.inputTokens);
   metrics.llmTokens.inc({ source: 'agents', direction: 'output' }, value.outputTokens);
 }
+
+/**
+ * Bills a run's open call from what was stored of it (a crash, a cancel, a failure ended it): the provider's usage,
+ * else the characters streamed (estimated, with the prompt), else nothing, which releases its reservation. Billing
+ * applies one usage per call id, so a call also billed by its worker is billed once.
+ */
+export async function settleRecordedCall(tx: StoreSession, run: RunDoc, call: RunCall): Promise<void> {
+  const usage: Usage =
+    call.usage ?? (call.streamed > 0 ? { inputTokens: call.promptTokens, outputTokens: Math.ceil(call.streamed / 4) } : NONE);
+  await emitUsage(tx, run, {
+    provider: call.provider,
+    model: call.model,
+    keySource: call.keySource,
+    usage,
+    estimated: !call.usage,
+    callId: call.id,
+  });
+}
+
+const NONE: Usage = { inputTokens: 0, outputTokens: 0 };

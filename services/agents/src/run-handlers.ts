@@ -5,7 +5,9 @@ import {
   type CallContext,
   encodeCursor,
   errors,
+  newId,
   nowIso,
+  reservationTokens,
   type OutboxRelay,
   type SecretBox,
   type ServiceClient,
@@ -16,7 +18,7 @@ import { loadAgent } from './agent-handlers';
 import { queuedRun, runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
 import { keyRunSlots } from './key-concurrency';
-import { emitRunEvent } from './run-events';
+import { emitRunEvent, settleRecordedCall } from './run-events';
 import { scopesFor, type ProjectsClient } from './tools';
 
 export const GOAL_MAX = 10_000;
@@ -33,6 +35,8 @@ export interface RunHandlerDeps {
   identity: ServiceClient<typeof identityV1.IdentityServiceService>;
   projects: ProjectsClient;
   credits: CreditCheck;
+  /** LLM_MAX_TOKENS: a model call's output bound when the tenant set none (its reservation counts it). */
+  defaultMaxTokens: number;
   /** The local worker: poke it after queueing, abort a run it drives. */
   worker: { notify(): void; abort(runId: string): void };
 }
@@ -107,6 +111,9 @@ export function runHandlers(deps: RunHandlerDeps) {
       const updated = await store.transaction(async (tx) => {
         const u = await tx.collection(runs).update(doc.id, { status: doc.status, rev: doc.rev }, patch);
         if (u && event) await emitRunEvent(tx, event, u);
+        // A queued run that ends holds its first call's reservation: given back (no worker will settle it). A running
+        // run's worker settles its own call when it stops.
+        if (u && doc.status === 'queued' && doc.call && u.call === null) await settleRecordedCall(tx, u, doc.call);
         return u;
       });
       if (updated) {
@@ -162,8 +169,29 @@ export function runHandlers(deps: RunHandlerDeps) {
       ]);
       if (project.status === 'rejected') throw project.reason;
       if (settings.status === 'rejected') throw settings.reason;
-      await deps.credits.assertSpendable(c.auth.tid, c.token);
-      if (granted.status === 'rejected') throw granted.reason;
+      // The first model call's reservation (its prompt as known now: the agent's instructions and the goal), held
+      // from here so that concurrent executes cannot all start on the same credits.
+      const llm = settings.value.settings!;
+      const firstCall = {
+        id: newId('call'),
+        promptTokens: Math.ceil((agent.systemPrompt.length + goal.length) / 4),
+        streamed: 0,
+        usage: null,
+        provider: llm.provider,
+        model: agent.config.model ?? llm.model ?? '',
+        keySource: llm.source,
+      };
+      const hold = {
+        callId: firstCall.id,
+        tokens: reservationTokens(agent.systemPrompt.length + goal.length, llm.maxTokens ?? deps.defaultMaxTokens),
+        source: 'agent_run' as const,
+        sourceId: '',
+      };
+      await deps.credits.reserve(c.token, hold);
+      if (granted.status === 'rejected') {
+        await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
+        throw granted.reason;
+      }
       const doc = queuedRun({
         tenantId: c.auth.tid,
         agentId: agent.id,
@@ -174,12 +202,18 @@ export function runHandlers(deps: RunHandlerDeps) {
         delegateScopes: granted.value.scopes,
         credentialId: c.auth.sid,
         credentialType: c.auth.typ,
+        call: firstCall,
       });
-      await keySlots.prepare(c.auth);
-      await store.transaction(async (tx) => {
-        await keySlots.take(tx, c.auth);
-        await tx.collection(runs).insert(doc);
-      });
+      try {
+        await keySlots.prepare(c.auth);
+        await store.transaction(async (tx) => {
+          await keySlots.take(tx, c.auth);
+          await tx.collection(runs).insert(doc);
+        });
+      } catch (err) {
+        await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
+        throw err;
+      }
       deps.worker.notify();
       return { run: toRun(doc) };
     },
@@ -215,7 +249,13 @@ export function runHandlers(deps: RunHandlerDeps) {
         req,
         ['queued', 'running', 'requires_approval'],
         'cancelled',
-        () => ({ status: 'cancelled', error: 'cancelled: the run was cancelled by a user', completedAt: nowIso(), ...RELEASED }),
+        (doc) => ({
+          status: 'cancelled',
+          error: 'cancelled: the run was cancelled by a user',
+          completedAt: nowIso(),
+          ...RELEASED,
+          ...(doc.status === 'queued' ? { call: null } : {}),
+        }),
         'agent.failed',
       );
       deps.worker.abort(run.id);
@@ -241,14 +281,20 @@ export function runHandlers(deps: RunHandlerDeps) {
           for (const r of page.items) {
             if (r.tenantId !== tenantId) continue;
             const done = await store.transaction(async (tx) => {
-              const u = await tx
-                .collection(runs)
-                .update(
-                  r.id,
-                  { status, rev: r.rev },
-                  { status: 'cancelled', error: 'cancelled: the agent was deleted', completedAt: nowIso(), ...RELEASED, rev: r.rev + 1 },
-                );
+              const u = await tx.collection(runs).update(
+                r.id,
+                { status, rev: r.rev },
+                {
+                  status: 'cancelled',
+                  error: 'cancelled: the agent was deleted',
+                  completedAt: nowIso(),
+                  ...RELEASED,
+                  rev: r.rev + 1,
+                  ...(status === 'queued' ? { call: null } : {}),
+                },
+              );
               if (u) await emitRunEvent(tx, 'agent.failed', u);
+              if (u && status === 'queued' && r.call) await settleRecordedCall(tx, u, r.call);
               return u;
             });
             if (done) deps.worker.abort(r.id);

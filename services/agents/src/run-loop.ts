@@ -5,11 +5,10 @@
  * runs out. Every step is saved as it happens, so a run taken over after a crash continues from its recorded steps.
  */
 import { decodeJwt } from 'jose';
-import { isAppError, type Logger, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
+import { isAppError, type Logger, newId, nowIso, reservationTokens, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
 import {
   collect,
   createProvider,
-  estimateUsage,
   isLlmError,
   type LlmError,
   type LlmMessage,
@@ -18,9 +17,9 @@ import {
   type LlmRequest,
 } from '@svc/llm';
 import type { identityV1, projectsV1 } from '@svc/proto';
-import type { RunDoc, StepDoc, Usage } from './collections';
+import type { RunCall, RunDoc, StepDoc, Usage } from './collections';
 import type { CreditCheck } from './credits';
-import { emitRunEvent, emitUsage } from './run-events';
+import { emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
 import { runTool, toolsFor, type ProjectsClient, type Tool } from './tools';
 
 /** The claimed run as the loop sees it: every save is a compare-and-set on the lease, which throws LostLease. */
@@ -33,6 +32,11 @@ export interface Lease {
   publish(events: (tx: StoreSession) => Promise<void>): Promise<void>;
   /** Gives the run back, still `running`, for any worker to take again in `delayMs` (counts as an attempt). */
   handBack(delayMs: number): Promise<void>;
+  /**
+   * Stores what the open model call produced so far (fenced by the claim, in the background, at most one write in
+   * flight, the latest value winning): a worker that takes the run over bills it.
+   */
+  record(call: RunCall): void;
 }
 
 export class LostLease extends Error {
@@ -49,6 +53,8 @@ export interface LoopDeps {
   /** The egress-guarded fetch every provider request goes through. */
   llmFetch: typeof fetch;
   credits: CreditCheck;
+  /** LLM_MAX_TOKENS: a model call's output bound when the tenant set none (its reservation counts it). */
+  defaultMaxTokens: number;
   logger: Logger;
   llmTimeoutMs: number;
   llmMaxRetries: number;
@@ -115,36 +121,46 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-/** What a model call that ended early had streamed: billed for the usage reported, else an estimate. */
-interface CutOffCall {
-  usage: Usage;
-  estimated: boolean;
-}
+/** Stored progress of a streaming call at most this often (and the provider's usage at once). */
+const RECORD_MS = 200;
 
+/**
+ * One model call (and its retries after a cut stream, each a call of its own): `open` reserves each attempt's
+ * credits; an attempt that ended early is billed for the usage reported, else an estimate from what streamed, or
+ * releases its reservation when it produced nothing.
+ */
 async function callModel(
   provider: LlmProvider,
   request: LlmRequest,
   signal: AbortSignal,
   deps: LoopDeps,
-  billCutOff: (call: CutOffCall) => Promise<void>,
+  open: () => Promise<RunCall>,
+  record: (call: RunCall) => void,
+  billCutOff: (call: RunCall) => Promise<void>,
 ) {
   for (let attempt = 0; ; attempt++) {
-    let streamed = '';
-    let reported: Usage | undefined;
+    const call = { ...(await open()) };
+    let recordedAt = Date.now();
     try {
-      return await collect(provider.stream(request, { signal }), (e) => {
-        if (e.type === 'text') streamed += e.delta;
-        else if (e.type === 'tool_call') streamed += JSON.stringify(e.arguments);
-        else if (e.type === 'usage') reported = { inputTokens: e.inputTokens, outputTokens: e.outputTokens };
+      const reply = await collect(provider.stream(request, { signal }), (e) => {
+        if (e.type === 'text') call.streamed += e.delta.length;
+        else if (e.type === 'tool_call') call.streamed += JSON.stringify(e.arguments).length;
+        else if (e.type === 'usage') {
+          call.usage = { inputTokens: e.inputTokens, outputTokens: e.outputTokens };
+          record({ ...call });
+          return;
+        }
+        if (Date.now() - recordedAt >= RECORD_MS) {
+          recordedAt = Date.now();
+          record({ ...call });
+        }
       });
+      return { reply, call };
     } catch (err) {
       // Cancelled, out of time, shut down or cut by the provider mid-stream: the provider charged for what it sent.
-      if (reported || streamed) {
-        const usage = reported ?? estimateUsage(request.messages, streamed);
-        await billCutOff({ usage, estimated: !reported }).catch((billErr: unknown) =>
-          deps.logger.error({ err: billErr }, 'could not record the usage of a cut-off model call'),
-        );
-      }
+      await billCutOff(call).catch((billErr: unknown) =>
+        deps.logger.error({ err: billErr }, 'could not record the usage of a cut-off model call'),
+      );
       if (!isLlmError(err) || !err.retryable || attempt >= deps.stepRetries || signal.aborted) throw err;
       await sleep(deps.retryBaseMs * 2 ** attempt, signal);
     }
@@ -162,8 +178,14 @@ export async function driveRun(lease: Lease, deps: LoopDeps): Promise<void> {
   const budgetLeftMs = () => Math.max(0, deadline - Date.now());
 
   const fail = async (error: string) => {
-    await lease.save({ ...RELEASED, status: 'failed', error, completedAt: nowIso(), budgetLeftMs: budgetLeftMs() }, (tx, doc) =>
-      emitRunEvent(tx, 'agent.failed', doc),
+    const open = lease.run.call;
+    await lease.save(
+      { ...RELEASED, status: 'failed', error, completedAt: nowIso(), budgetLeftMs: budgetLeftMs(), call: null },
+      async (tx, doc) => {
+        await emitRunEvent(tx, 'agent.failed', doc);
+        // Its open call (reserved, perhaps cut): billed from what was stored, or its reservation given back.
+        if (open) await settleRecordedCall(tx, doc, open);
+      },
     );
   };
 
@@ -225,6 +247,8 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     fetch: deps.llmFetch,
   });
   const model = config.model ?? settings.model;
+  // Every call's output is bounded, so its reservation is its most possible cost.
+  const maxTokens = settings.maxTokens ?? deps.defaultMaxTokens;
   const tools = toolsFor(config.autonomyLevel, run.delegateScopes);
   const system = systemPrompt(run, project);
 
@@ -251,28 +275,54 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     // The last allowed call gets no tools, so the run ends with an answer rather than a dangling tool call.
     const offered = modelCalls + 1 < config.maxSteps ? tools : [];
 
-    try {
-      await deps.credits.assertSpendable(run.tenantId, token);
-    } catch (err) {
-      if (isAppError(err) && err.code === 'INSUFFICIENT_CREDITS')
-        throw new RunFailure('insufficient_credits: the tenant has no credits left');
-      throw err;
-    }
+    const request: LlmRequest = {
+      model,
+      messages: messagesOf(run, system),
+      tools: offered.length ? offered.map((t) => t.spec) : undefined,
+      temperature: config.temperature ?? undefined,
+      maxTokens,
+    };
+    const promptChars = request.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
+    /** The attempt's reservation: the run's open call when it produced nothing yet (reserved at execute, or left by a
+     * crashed attempt), else a new one, stored on the run before the call starts. */
+    const open = async (): Promise<RunCall> => {
+      const prev = lease.run.call;
+      // A call cut by a crash (or a stop) left what it produced: billed now, once per call id whoever bills it too.
+      if (prev && (prev.streamed > 0 || prev.usage)) await lease.publish((tx) => settleRecordedCall(tx, lease.run, prev));
+      let call = prev && prev.streamed === 0 && !prev.usage ? prev : null;
+      for (let i = 0; i < 2; i++) {
+        call ??= {
+          id: newId('call'),
+          promptTokens: Math.ceil(promptChars / 4),
+          streamed: 0,
+          usage: null,
+          provider: settings.provider,
+          model: model || '',
+          keySource: settings.source,
+        };
+        let status: string;
+        try {
+          ({ status } = await deps.credits.reserve(token, {
+            callId: call.id,
+            tokens: reservationTokens(promptChars, maxTokens),
+            source: 'agent_run',
+            sourceId: lease.run.id,
+          }));
+        } catch (err) {
+          if (isAppError(err) && err.code === 'INSUFFICIENT_CREDITS')
+            throw new RunFailure('insufficient_credits: the credits available do not cover the next model call');
+          throw err;
+        }
+        if (status === 'open') break;
+        call = null; // that reservation was closed meanwhile (expired): a new one
+      }
+      const held = { ...call!, promptTokens: Math.ceil(promptChars / 4) };
+      if (lease.run.call?.id !== held.id || lease.run.call.promptTokens !== held.promptTokens) run = await lease.save({ call: held });
+      return held;
+    };
     const startedAt = nowIso();
-    const reply = await callModel(
-      provider,
-      {
-        model,
-        messages: messagesOf(run, system),
-        tools: offered.length ? offered.map((t) => t.spec) : undefined,
-        temperature: config.temperature ?? undefined,
-      },
-      signal,
-      deps,
-      ({ usage, estimated }) =>
-        lease.publish((tx) =>
-          emitUsage(tx, run, { provider: settings.provider, model: model || '', keySource: settings.source, usage, estimated }),
-        ),
+    const { reply, call } = await callModel(provider, request, signal, deps, open, lease.record, (cut) =>
+      lease.publish((tx) => settleRecordedCall(tx, run, cut)),
     );
     const usage = reply.usage ?? NO_USAGE;
     // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
@@ -308,7 +358,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     });
     const totals = { inputTokens: run.usage.inputTokens + usage.inputTokens, outputTokens: run.usage.outputTokens + usage.outputTokens };
     const usageEvent = (tx: StoreSession, doc: RunDoc) =>
-      emitUsage(tx, doc, { provider: settings.provider, model: model || '', keySource: settings.source, usage });
+      emitUsage(tx, doc, { provider: settings.provider, model: model || '', keySource: settings.source, usage, callId: call.id });
     // The step and its usage are saved together; when the run was cancelled (or taken) in between, the call was
     // still made and paid for: its usage is recorded on its own.
     const saveStep = (patch: Partial<RunDoc>, more?: (tx: StoreSession, doc: RunDoc) => Promise<void>) =>
@@ -325,7 +375,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
 
     if (calls.length === 0) {
       if (reply.finishReason === 'error') {
-        run = await saveStep({ steps: [...run.steps, modelStep], usage: totals, budgetLeftMs: budgetLeftMs() });
+        run = await saveStep({ steps: [...run.steps, modelStep], usage: totals, budgetLeftMs: budgetLeftMs(), call: null });
         throw new RunFailure('llm_refused: the provider ended the reply (content policy)');
       }
       await saveStep(
@@ -337,12 +387,13 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
           output: text,
           completedAt: nowIso(),
           budgetLeftMs: budgetLeftMs(),
+          call: null,
         },
         (tx, doc) => emitRunEvent(tx, 'agent.completed', doc),
       );
       return;
     }
-    run = await saveStep({ steps: [...run.steps, modelStep, ...toolSteps], usage: totals, budgetLeftMs: budgetLeftMs() });
+    run = await saveStep({ steps: [...run.steps, modelStep, ...toolSteps], usage: totals, budgetLeftMs: budgetLeftMs(), call: null });
   }
 }
 

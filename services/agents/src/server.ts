@@ -1,7 +1,8 @@
 import {
   capCounters,
   createClient,
-  CreditGate,
+  CreditReservations,
+  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
@@ -22,7 +23,7 @@ import { RunWorker } from './worker';
 export const agentsConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
-  creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  maxTokens: field('LLM_MAX_TOKENS', 'int', { default: String(DEFAULT_LLM_MAX_TOKENS), min: 1, max: 200_000 }),
   maxAgentsPerTenant: field('AGENTS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   /**
    * Optional: stable across restarts and unique among live workers (never the host name alone, which replicas on
@@ -45,8 +46,8 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
-  // Billing's balance, kept per tenant for CREDITS_CACHE_MS (kit CreditGate); tests may pass their own check.
-  const gate = options.credits ? null : new CreditGate(c.billingAddr, rt.logger, c.creditsCacheMs, c.grpcDeadlineMs);
+  // Every model call reserves its most possible cost in billing before it starts (kit CreditReservations).
+  const gate = options.credits ? null : new CreditReservations(c.billingAddr, c.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? gate!;
   const worker = new RunWorker(
     rt.store,
@@ -58,6 +59,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       box: rt.box,
       llmFetch: throughEgress(egressFetch({ ...egressPolicyFrom(c), maxResponseBytes: 32 * 1024 * 1024 })),
       credits,
+      defaultMaxTokens: c.maxTokens,
       logger: rt.logger,
       llmTimeoutMs: c.llmTimeoutMs,
       llmMaxRetries: c.llmMaxRetries,
@@ -73,7 +75,16 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       maxAttempts: c.maxAttempts,
     },
   );
-  const runApi = runHandlers({ store: rt.store, relay: rt.relay, box: rt.box, identity, projects, credits, worker });
+  const runApi = runHandlers({
+    store: rt.store,
+    relay: rt.relay,
+    box: rt.box,
+    identity,
+    projects,
+    credits,
+    worker,
+    defaultMaxTokens: c.maxTokens,
+  });
   const { endRunsOf, ...runRpcs } = runApi;
   const svc = await serve(rt, {
     verifier,

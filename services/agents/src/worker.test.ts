@@ -44,6 +44,7 @@ const deps: LoopDeps = {
   box,
   llmFetch: fetch,
   credits: noCreditLimit,
+  defaultMaxTokens: 1024,
   logger,
   llmTimeoutMs: 1000,
   llmMaxRetries: 0,

@@ -27,8 +27,8 @@ import {
   type StoreSession,
   type Where,
 } from '@svc/kit';
-import { runs, type RunDoc } from './collections';
-import { emitRunEvent } from './run-events';
+import { runs, type RunCall, type RunDoc } from './collections';
+import { emitRunEvent, settleRecordedCall } from './run-events';
 import { driveRun, type Lease, type LoopDeps, LostLease } from './run-loop';
 
 /** The queue is read in pages while looking for runs of tenants below their limit (at most this many runs). */
@@ -207,6 +207,7 @@ export class RunWorker {
           leaseWaitMs: null,
           leaseGen: generation,
           rev: doc.rev + 1,
+          call: null,
         }
       : {
           status: 'running',
@@ -222,6 +223,8 @@ export class RunWorker {
     const claimed = await this.store.transaction(async (tx) => {
       const updated = await tx.collection(runs).update(doc.id, where, patch);
       if (updated && giveUp) await emitRunEvent(tx, 'agent.failed', updated);
+      // A run given up bills its last call from what was stored of it (or gives its reservation back).
+      if (updated && giveUp && doc.call) await settleRecordedCall(tx, updated, doc.call);
       else if (updated && first) await emitRunEvent(tx, 'agent.started', updated);
       return updated;
     });
@@ -249,7 +252,9 @@ export class RunWorker {
         this.relay.notify();
       },
       handBack: (delayMs) => this.handBack(doc.id, generation, delayMs),
+      record: (call) => recorder.record(call),
     };
+    const recorder = new CallRecorder((call) => this.store.collection(runs).update(doc.id, this.fence(generation), { call }), this.logger);
     // The beat doubles as the cross-process cancel check: a run cancelled elsewhere is no longer `running` here, and
     // one taken over has another generation.
     const heartbeat = setInterval(
@@ -294,5 +299,30 @@ export class RunWorker {
     if (events) this.relay.notify();
     lease.run = updated;
     return updated;
+  }
+}
+
+/** Writes a streaming call's progress one write at a time, the latest value winning (the writes in between are moot). */
+class CallRecorder {
+  private latest: RunCall | null = null;
+  private writing: Promise<void> | null = null;
+
+  constructor(
+    private readonly write: (call: RunCall) => Promise<unknown>,
+    private readonly logger: Logger,
+  ) {}
+
+  record(call: RunCall): void {
+    this.latest = call;
+    this.writing ??= this.drain();
+  }
+
+  private async drain(): Promise<void> {
+    while (this.latest) {
+      const call = this.latest;
+      this.latest = null;
+      await this.write(call).catch((err: unknown) => this.logger.warn({ err }, "could not store a model call's progress"));
+    }
+    this.writing = null;
   }
 }

@@ -6,6 +6,8 @@ export interface AccountDoc {
   tenantId: string;
   /** Sum of the tenant's ledger entries, kept with `$inc` in the transaction that adds each entry. */
   balance: number;
+  /** Sum of the open reservations' credits (absent: none yet), moved with each one's opening and closing. */
+  reserved?: number;
   plan: string;
   /** When the plan last changed (ISO, this replica's clock), '' for never: informational, not an order. */
   planChangedAt: string;
@@ -110,6 +112,29 @@ export interface IdempotencyDoc {
   expiresAt: number;
 }
 
+/** A model call's hold on credits (reservations.ts). */
+export type ReservationStatus = 'open' | 'settled' | 'released' | 'expired';
+
+export interface ReservationDoc {
+  /** `<tenantId>:<callId>`: one reservation per call, whatever is retried. */
+  id: string;
+  tenantId: string;
+  callId: string;
+  credits: number;
+  source: string;
+  sourceId: string;
+  status: ReservationStatus;
+  /** How long the sweeper waits, on its own clock, before it expires the reservation. */
+  ttlMs: number;
+  createdAt: string;
+  closedAt: string | null;
+}
+
+export const reservations: CollectionDef<ReservationDoc> = {
+  name: 'reservations',
+  indexes: [{ fields: ['status'] }, { fields: ['tenantId', 'status'] }],
+};
+
 /** One per tenant, id = tenant id. */
 export const accounts: CollectionDef<AccountDoc> = { name: 'accounts' };
 export const ledger: CollectionDef<EntryDoc> = {
@@ -128,4 +153,4 @@ export const giftCards: CollectionDef<GiftCardDoc> = { name: 'gift_cards' };
 export const usageStats: CollectionDef<UsageStatDoc> = { name: 'usage_stats', indexes: [{ fields: ['tenantId', 'group'] }] };
 export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency' };
 
-export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency];
+export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency, reservations];

@@ -4,6 +4,11 @@ import { field } from '@svc/kit';
 export const billingConfig = {
   /** Credits per 1,000 tokens (input + output) of one model call, rounded up per call (CONTRACT.md 5). */
   creditsPer1kTokens: field('CREDITS_PER_1K_TOKENS', 'int', { default: '1', min: 0, max: 1_000_000 }),
+  /**
+   * How long a model call's reservation holds its credits when nothing settles or releases it (its caller died and
+   * recorded nothing): billing's sweep then gives it back, judged on its own clock.
+   */
+  reservationTtlMs: field('BILLING_RESERVATION_TTL_MS', 'int', { default: '600000', min: 1000, max: 86_400_000 }),
   /** Credits granted to a new tenant (from `tenant.created`). */
   startingGrant: field('BILLING_STARTING_GRANT', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
   /** The operator token; the admin API is off (404 at the gateway, refused here) when unset. */

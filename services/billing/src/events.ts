@@ -7,6 +7,7 @@ import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Stor
 import { usageStats } from './collections';
 import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
+import { closeReservation } from './reservations';
 
 const TYPES = new Set(['tenant.created', 'llm.usage']);
 
@@ -39,10 +40,18 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
     if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return;
     const u = event.data.value;
     const credits = usageCredits(u.inputTokens, u.outputTokens, settings.creditsPer1kTokens);
+    // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back.
+    if (u.callId && u.inputTokens + u.outputTokens <= 0) {
+      await store.transaction((tx) => closeReservation(tx, event.tenantId, u.callId, 'released'));
+      return;
+    }
     await applyOnce(store, async (tx) => {
+      // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
+      // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
+      if (u.callId) await closeReservation(tx, event.tenantId, u.callId, 'settled');
       const applied = await addEntry(tx, {
         tenantId: event.tenantId,
-        sourceKey: `usage:${event.id}`,
+        sourceKey: u.callId ? `usage:call:${u.callId}` : `usage:${event.id}`,
         kind: 'usage',
         credits: -credits,
         description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,

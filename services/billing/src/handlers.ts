@@ -31,6 +31,7 @@ import { grantStartingCredits } from './events';
 import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
+import { closeReservation, reserve, validReserve } from './reservations';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
 
@@ -43,6 +44,10 @@ export interface BillingDeps {
   creditPriceCents: number;
   /** Credits of a new tenant (BILLING_STARTING_GRANT), granted by its first call when tenant.created is still due. */
   startingGrant: number;
+  /** CREDITS_PER_1K_TOKENS: prices a reservation's tokens as usage. */
+  creditsPer1kTokens?: number;
+  /** BILLING_RESERVATION_TTL_MS: a reservation's life when its caller names none. */
+  reservationTtlMs?: number;
   /** This replica's wall clock (a test skews it); it stamps a plan change's time, which orders nothing. */
   now?: () => Date;
 }
@@ -256,6 +261,7 @@ export function billingHandlers(deps: BillingDeps) {
         plan: account?.plan ?? 'free',
         subscription: sub ? toSubscription(sub) : undefined,
         balance: account?.balance ?? 0,
+        reserved: account?.reserved ?? 0,
         usage: usageOf(lines.items),
       };
     },
@@ -268,7 +274,33 @@ export function billingHandlers(deps: BillingDeps) {
 
     async getBalance(_req: billingV1.GetBalanceRequest, ctx: CallContext): Promise<billingV1.GetBalanceResponse> {
       const { auth } = authed(ctx);
-      return { balance: (await openedAccount(auth.tid)).balance };
+      const account = await openedAccount(auth.tid);
+      return { balance: account.balance, reserved: account.reserved ?? 0 };
+    },
+
+    async reserve(req: billingV1.ReserveRequest, ctx: CallContext): Promise<billingV1.ReserveResponse> {
+      const { auth } = authed(ctx);
+      const input = {
+        tenantId: auth.tid,
+        callId: req.callId,
+        tokens: req.tokens,
+        source: req.source.slice(0, 50),
+        sourceId: req.sourceId.slice(0, 200),
+        ttlMs: req.ttlMs || (deps.reservationTtlMs ?? 600_000),
+      };
+      const problem = validReserve(input);
+      if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
+      // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
+      await openedAccount(auth.tid);
+      const { doc, credits } = await reserve(store, input, deps.creditsPer1kTokens ?? 1);
+      return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
+    },
+
+    async release(req: billingV1.ReleaseRequest, ctx: CallContext): Promise<billingV1.ReleaseResponse> {
+      const { auth } = authed(ctx);
+      if (!req.callId) throw errors.validation([{ field: 'callId', message: 'is required' }]);
+      const closed = await store.transaction((tx) => closeReservation(tx, auth.tid, req.callId, 'released'));
+      return { released: closed !== null };
     },
 
     async purchaseCredits(req: billingV1.PurchaseCreditsRequest, ctx: CallContext): Promise<billingV1.PurchaseCreditsResponse> {

@@ -39,6 +39,7 @@ const usage = (tenantId: string, inputTokens: number, outputTokens: number) =>
       credentialId: 'key_1',
       credentialType: 'api_key',
       estimated: false,
+      callId: '',
     },
   });
 const created = (tenantId: string) =>

@@ -6,6 +6,7 @@ import { billingEventHandler } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
 import { paymentProvider } from './providers';
+import { ReservationSweeper } from './reservations';
 
 /** This service's consumer group on the bus: its position survives restarts. */
 export const CONSUMER_GROUP = 'billing';
@@ -25,6 +26,9 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     stripeApiUrl: rt.config.stripeApiUrl,
     publicUrl,
   });
+  // Looks at least four times per TTL, at most every 5 s: an expiry comes within a quarter TTL (or 5 s) of its due.
+  const sweeper = new ReservationSweeper(rt.store, rt.logger, Math.max(250, Math.min(5000, Math.floor(rt.config.reservationTtlMs / 4))));
+  sweeper.start();
   return serve(rt, {
     verifier,
     healthNames: ['billing.v1.BillingService'],
@@ -52,6 +56,8 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
             provider,
             creditPriceCents: rt.config.creditPriceCents,
             startingGrant: rt.config.startingGrant,
+            creditsPer1kTokens: rt.config.creditsPer1kTokens,
+            reservationTtlMs: rt.config.reservationTtlMs,
           }),
         },
         // The provider's signature, or the operator token in the request, is the credential of these.
@@ -59,6 +65,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
       }),
     ],
     onStop: async () => {
+      await sweeper.stop();
       identity.close();
     },
   });

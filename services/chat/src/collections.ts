@@ -37,8 +37,24 @@ export interface MessageDoc {
    */
   leaseBeat?: number | null;
   leaseMs?: number | null;
+  /**
+   * A reply's model call as billing knows it (its reservation's call id is the reply's id): whoever ends the reply,
+   * its generator or the sweep after a crash, bills it from this and what was stored (absent on user messages and on
+   * replies stored before reservations).
+   */
+  call?: ReplyCall;
   createdAt: string;
   completedAt: string | null;
+}
+
+export interface ReplyCall {
+  provider: string;
+  model: string;
+  keySource: string;
+  credentialId: string;
+  credentialType: string;
+  /** The prompt at 4 characters a token: the input of a cut reply's estimate. */
+  promptTokens: number;
 }
 
 /** Listed per tenant, newest first. */

@@ -1,4 +1,4 @@
-import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { AppError, authed, type CallContext, errors, newId, nowIso, reservationTokens, type Store } from '@svc/kit';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
@@ -34,6 +34,8 @@ export interface ChatDeps {
   tenantConcurrency: number;
   /** Sessions a tenant may keep (CHAT_SESSIONS_PER_TENANT); deleting one frees its place. */
   maxSessionsPerTenant: number;
+  /** LLM_MAX_TOKENS: a reply's output bound when the tenant set none (its reservation counts it). */
+  defaultMaxTokens: number;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -152,13 +154,18 @@ export function chatHandlers(deps: ChatDeps) {
       );
       const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
       const turnsP = sessionP.then((s) => history(s));
-      const [session, , llm, agent, turns] = await inOrder([sessionP, projectP, llmP, agentP, turnsP] as const);
+      const [session, , resolved, agent, turns] = await inOrder([sessionP, projectP, llmP, agentP, turnsP] as const);
+      // A copy: the resolved settings are shared by this tenant's requests for a while (peers' cache).
+      const llm = { ...resolved, settings: { ...resolved.settings } };
       if (agent) {
         if (agent.model) llm.settings.model = agent.model;
         if (agent.temperature !== undefined) llm.settings.temperature = agent.temperature;
       }
-      await credits.assertSpendable(authedCtx, llm);
-      await assertReplySlot(auth.tid);
+      // The reply's output is bounded, so its reservation is its most possible cost.
+      llm.settings.maxTokens ??= deps.defaultMaxTokens;
+      const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
+      const prompt: LlmMessage[] = [...system, ...turns, { role: 'user', content: req.content }];
+      const promptChars = prompt.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
 
       const now = nowIso();
       const projectId = req.projectId || session.projectId;
@@ -191,23 +198,44 @@ export function chatHandlers(deps: ChatDeps) {
         status: 'pending',
         seq: nextSeq(),
         ...replies.newLease(),
+        call: {
+          provider: llm.settings.provider,
+          model: llm.settings.model ?? '',
+          keySource: llm.keySource,
+          credentialId: auth.sid ?? '',
+          credentialType: auth.typ ?? '',
+          promptTokens: Math.ceil(promptChars / 4),
+        },
         completedAt: null,
         ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
       };
       await keySlots.prepare(auth);
-      await store.transaction(async (tx) => {
-        await keySlots.take(tx, auth);
-        const col = tx.collection(messages);
-        await col.insert(user);
-        await col.insert(reply);
+      // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
+      await credits.reserve(authedCtx, {
+        callId: reply.id,
+        tokens: reservationTokens(promptChars, llm.settings.maxTokens),
+        source: 'chat_reply',
+        sourceId: reply.id,
       });
-      const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
+      try {
+        await assertReplySlot(auth.tid);
+        await store.transaction(async (tx) => {
+          await keySlots.take(tx, auth);
+          const col = tx.collection(messages);
+          await col.insert(user);
+          await col.insert(reply);
+        });
+      } catch (err) {
+        // Never started: the hold goes back at once (billing's expiry would, later).
+        await credits.release(authedCtx, reply.id).catch(() => undefined);
+        throw err;
+      }
       replies.start({
         tenantId: auth.tid,
         credentialId: auth.sid,
         credentialType: auth.typ,
         message: reply,
-        history: [...system, ...turns, { role: 'user', content: user.content }],
+        history: prompt,
         llm,
       });
       return { message: toMessage(user), responseMessageId: reply.id };

@@ -156,3 +156,84 @@ it("a reply failed by another process under a 30 s clock skew: the old generator
   // The model call was made and paid for: billed once, by the generator, for what the provider reported.
   expect(await usageOf(doc.id)).toEqual([expect.objectContaining({ inputTokens: 7, outputTokens: 30, estimated: false })]);
 });
+
+it("the sweep of a dead process's replies bills what was stored of each, once, and releases the reservation of one that produced nothing", async () => {
+  const call = {
+    provider: 'openai',
+    model: 'gpt-fake',
+    keySource: 'tenant',
+    credentialId: 'key_1',
+    credentialType: 'api_key',
+    promptTokens: 12,
+  };
+  const dead = (fields: Partial<MessageDoc>): MessageDoc => ({
+    id: newId('msg'),
+    tenantId: 'ten_1',
+    sessionId: 'ses_1',
+    role: 'assistant',
+    content: '',
+    projectId: '',
+    status: 'streaming',
+    seq: nextSeq(),
+    errorCode: null,
+    errorMessage: null,
+    inputTokens: null,
+    outputTokens: null,
+    leaseBeat: 3,
+    leaseMs: 300,
+    call,
+    createdAt: nowIso(),
+    completedAt: null,
+    ...fields,
+  });
+  // Cut mid-text; answered in full with the provider's usage stored; nothing streamed yet.
+  const cut = dead({ content: 'x'.repeat(40) });
+  const answered = dead({ content: 'full answer', inputTokens: 15, outputTokens: 3 });
+  const empty = dead({ status: 'pending' });
+  for (const m of [cut, answered, empty]) await store.collection(messages).insert(m);
+  let now = 0;
+  const sweeper = chatProcess({ now: () => now });
+  expect(await sweeper.sweep()).toBe(0);
+  now = 300;
+  expect(await sweeper.sweep()).toBe(3);
+  expect(await chatProcess({ now: () => (now += 1000) }).sweep()).toBe(0); // nothing left to fail or bill
+  expect(await usageOf(cut.id)).toEqual([expect.objectContaining({ inputTokens: 12, outputTokens: 10, estimated: true, callId: cut.id })]);
+  expect(await usageOf(answered.id)).toEqual([
+    expect.objectContaining({ inputTokens: 15, outputTokens: 3, estimated: false, callId: answered.id, credentialId: 'key_1' }),
+  ]);
+  expect(await usageOf(empty.id)).toEqual([expect.objectContaining({ inputTokens: 0, outputTokens: 0, callId: empty.id })]);
+});
+
+it("stores the provider's usage with the reply as soon as it arrives, before the reply ends", async () => {
+  const p = chatProcess({ flushMs: 5000 });
+  const doc: MessageDoc = {
+    id: newId('msg'),
+    tenantId: 'ten_1',
+    sessionId: 'ses_1',
+    role: 'assistant',
+    content: '',
+    projectId: '',
+    status: 'pending',
+    seq: nextSeq(),
+    errorCode: null,
+    errorMessage: null,
+    inputTokens: null,
+    outputTokens: null,
+    ...p.newLease(),
+    createdAt: nowIso(),
+    completedAt: null,
+  };
+  await store.collection(messages).insert(doc);
+  fake.script({ type: 'text', text: 'one two', delayMs: 10, usage: { inputTokens: 9, outputTokens: 2 } });
+  const flush = jest.spyOn(p, 'flush');
+  p.start({
+    tenantId: 'ten_1',
+    message: doc,
+    history: [{ role: 'user', content: 'talk' }],
+    llm: { settings: { provider: 'openai', baseUrl: fake.url, apiKey: API_KEY, model: 'gpt-fake' }, keySource: 'tenant' },
+  });
+  while (p.size > 0) await new Promise((r) => setTimeout(r, 10));
+  // The flusher ticks every 5 s: the write before the final one was the usage's own.
+  expect(flush).toHaveBeenCalled();
+  expect(await store.collection(messages).get(doc.id)).toMatchObject({ status: 'completed', inputTokens: 9, outputTokens: 2 });
+});

@@ -12,7 +12,7 @@ import {
   type StoreSession,
 } from '@svc/kit';
 import { createProvider, estimateUsage, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
-import { messages, type MessageDoc, type MessageStatus } from './collections';
+import { messages, type MessageDoc, type MessageStatus, type ReplyCall } from './collections';
 import { LiveReply } from './live';
 
 export interface ReplyTimings {
@@ -47,6 +47,42 @@ export interface ReplyJob {
 }
 
 const UNFINISHED: MessageStatus[] = ['pending', 'streaming'];
+
+type Tokens = { inputTokens: number; outputTokens: number };
+
+/**
+ * The reply's `llm.usage`, carrying its id as the call id: billing settles the reply's reservation with it, once per
+ * call whoever sends it (generator or sweep). No tokens: the call produced nothing billable, its hold is released.
+ */
+async function billReply(tx: StoreSession, tenantId: string, messageId: string, call: ReplyCall, usage: Tokens, estimated: boolean) {
+  await addToOutbox(
+    tx,
+    domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+      $case: 'usage',
+      value: {
+        source: 'chat_reply',
+        sourceId: messageId,
+        provider: call.provider,
+        model: call.model,
+        inputTokens: usage.inputTokens,
+        outputTokens: usage.outputTokens,
+        keySource: call.keySource,
+        credentialId: call.credentialId,
+        credentialType: call.credentialType,
+        estimated,
+        callId: messageId,
+      },
+    }),
+  );
+}
+
+/** What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated). */
+export function recordedUsage(m: MessageDoc): { usage: Tokens; estimated: boolean } {
+  if (m.inputTokens !== null || m.outputTokens !== null)
+    return { usage: { inputTokens: m.inputTokens ?? 0, outputTokens: m.outputTokens ?? 0 }, estimated: false };
+  if (!m.content) return { usage: { inputTokens: 0, outputTokens: 0 }, estimated: true };
+  return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: Math.ceil(m.content.length / 4) }, estimated: true };
+}
 
 export function errorCodeFor(err: unknown): { code: string; message: string } {
   if (isLlmError(err)) {
@@ -119,24 +155,36 @@ export class Replies {
         for (const m of page.items) {
           if (this.running.has(m.id)) continue;
           if (!this.watch.stale(m.id, m.leaseBeat ?? 'none', m.leaseMs ?? this.timings.leaseMs)) continue;
-          const done = await col.update(
-            m.id,
-            { status, leaseBeat: m.leaseBeat ?? null },
-            {
-              status: 'failed',
-              errorCode: 'REPLY_INTERRUPTED',
-              errorMessage: 'The reply was interrupted (the chat service stopped) before it finished',
-              completedAt: nowIso(),
-              leaseBeat: null,
-            },
-          );
+          // Failing it and billing what was stored of it (the provider's usage, else the text so far) commit
+          // together: exactly one sweeper wins the compare-and-set, and the call is billed once.
+          const done = await this.store.transaction(async (tx) => {
+            const updated = await tx.collection(messages).update(
+              m.id,
+              { status, leaseBeat: m.leaseBeat ?? null },
+              {
+                status: 'failed',
+                errorCode: 'REPLY_INTERRUPTED',
+                errorMessage: 'The reply was interrupted (the chat service stopped) before it finished',
+                completedAt: nowIso(),
+                leaseBeat: null,
+              },
+            );
+            if (updated?.call) {
+              const { usage, estimated } = recordedUsage(updated);
+              await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated);
+            }
+            return updated;
+          });
           this.watch.forget(m.id);
           if (done) failed++;
         }
         cursor = page.nextCursor;
       } while (cursor);
     }
-    if (failed) this.logger.warn({ failed }, 'failed replies left unfinished by a stopped chat process');
+    if (failed) {
+      this.relay.notify();
+      this.logger.warn({ failed }, 'failed (and billed) replies left unfinished by a stopped chat process');
+    }
     return failed;
   }
 
@@ -191,26 +239,33 @@ export class Replies {
       .then(async () => {
         const now = this.now();
         const due = [...this.progress.values()].filter(
-          (p) => !p.lost && (p.live.length > p.storedLength || now - p.beatAt >= this.timings.leaseMs / 3),
+          (p) => !p.lost && (p.live.length > p.storedLength || p.usage !== p.storedUsage || now - p.beatAt >= this.timings.leaseMs / 3),
         );
         if (due.length === 0) return;
         const written = await this.store.transaction(async (tx) => {
           const col = tx.collection(messages);
-          const out: Array<{ p: Progress; length: number; ok: boolean }> = [];
+          const out: Array<{ p: Progress; length: number; usage: Tokens | undefined; ok: boolean }> = [];
           for (const p of due) {
             const content = p.live.text();
-            const doc = await col.update(p.message.id, this.fence(p), { content, status: 'streaming', leaseBeat: p.beat + 1 });
-            out.push({ p, length: content.length, ok: doc !== null });
+            const { usage } = p;
+            const doc = await col.update(p.message.id, this.fence(p), {
+              content,
+              status: 'streaming',
+              leaseBeat: p.beat + 1,
+              ...(usage ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens } : {}),
+            });
+            out.push({ p, length: content.length, usage, ok: doc !== null });
           }
           return out;
         });
-        for (const { p, length, ok } of written) {
+        for (const { p, length, usage, ok } of written) {
           if (!ok) {
             p.lost = true; // another process failed it (it saw our beat stand still): stop writing
             continue;
           }
           p.stored = 'streaming';
           p.storedLength = length;
+          p.storedUsage = usage;
           p.beat += 1;
           p.beatAt = now;
         }
@@ -240,6 +295,8 @@ export class Replies {
       beat: message.leaseBeat ?? 0,
       beatAt: this.now(),
       lost: false,
+      usage: undefined,
+      storedUsage: undefined,
     };
     this.progress.set(message.id, progress);
     this.ensureFlusher();
@@ -250,8 +307,12 @@ export class Replies {
       const provider = createProvider({ ...job.llm.settings, fetch: this.fetch });
       for await (const event of provider.stream({ messages: job.history }, { signal })) {
         if (event.type === 'text') live.append(event.delta);
-        else if (event.type === 'usage') usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
-        else if (event.type === 'finish' && event.reason === 'error') throw new RefusedError();
+        else if (event.type === 'usage') {
+          usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+          // Stored at once: a crash from here on bills the provider's usage, not an estimate.
+          progress.usage = usage;
+          void this.flush();
+        } else if (event.type === 'finish' && event.reason === 'error') throw new RefusedError();
       }
       outcome = { status: 'completed' };
     } catch (err) {
@@ -279,28 +340,16 @@ export class Replies {
     // A reply cut off midway (a provider error, a stop) is billed too: for what the provider reported, else for the
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
-    const bill = async (tx: StoreSession) => {
-      if (!billed) return;
-      const { settings } = job.llm;
-      await addToOutbox(
-        tx,
-        domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
-          $case: 'usage',
-          value: {
-            source: 'chat_reply',
-            sourceId: message.id,
-            provider: settings.provider,
-            model: settings.model ?? '',
-            inputTokens: billed.inputTokens,
-            outputTokens: billed.outputTokens,
-            keySource: job.llm.keySource,
-            credentialId: job.credentialId ?? '',
-            credentialType: job.credentialType ?? '',
-            estimated: !usage,
-          },
-        }),
-      );
+    const call: ReplyCall = message.call ?? {
+      provider: job.llm.settings.provider,
+      model: job.llm.settings.model ?? '',
+      keySource: job.llm.keySource,
+      credentialId: job.credentialId ?? '',
+      credentialType: job.credentialType ?? '',
+      promptTokens: 0,
     };
+    // Nothing billable (the provider refused before answering): the event with no tokens releases the reservation.
+    const bill = (tx: StoreSession) => billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.
     const doc = await this.store.transaction(async (tx) => {
@@ -309,7 +358,7 @@ export class Replies {
       return updated;
     });
     if (!doc) this.logger.warn({ messageId: message.id }, 'reply was failed by another chat process; its outcome is discarded');
-    if (billed) this.relay.notify();
+    this.relay.notify();
     if (doc) metrics.replies.inc({ status: doc.status });
     if (billed) {
       metrics.llmTokens.inc({ source: 'chat', direction: 'input' }, billed.inputTokens);
@@ -334,4 +383,7 @@ interface Progress {
   beat: number;
   beatAt: number;
   lost: boolean;
+  /** The provider's usage once it arrived, and the value last stored. */
+  usage: Tokens | undefined;
+  storedUsage: Tokens | undefined;
 }

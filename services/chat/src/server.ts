@@ -1,6 +1,7 @@
 import {
   capCounters,
-  CreditGate,
+  CreditReservations,
+  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
@@ -22,7 +23,7 @@ const chatConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   agentsAddr: field('AGENTS_ADDR', 'string', { default: '127.0.0.1:50053' }),
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
-  creditsCacheMs: field('CREDITS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  maxTokens: field('LLM_MAX_TOKENS', 'int', { default: String(DEFAULT_LLM_MAX_TOKENS), min: 1, max: 200_000 }),
   flushMs: field('CHAT_FLUSH_MS', 'int', { default: '200', min: 10, max: 10_000 }),
   leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
@@ -33,7 +34,7 @@ const chatConfig = {
 } as const;
 
 export interface ChatOptions {
-  /** Billing's spendable-credits check, when it exists. Default: every reply may go ahead. */
+  /** Billing's reservations; default: the billing service at BILLING_ADDR. */
   credits?: CreditCheck;
   /** For tests of this service alone; the default asks identity, projects and agents over gRPC. */
   peers?: Peers;
@@ -64,9 +65,12 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     drainMs: config.drainMs,
   });
   await replies.startSweeping();
-  // Billing's balance, kept per tenant for CREDITS_CACHE_MS (kit CreditGate); tests may pass their own check.
-  const gate = options.credits ? null : new CreditGate(config.billingAddr, rt.logger, config.creditsCacheMs, config.grpcDeadlineMs);
-  const credits: CreditCheck = options.credits ?? { assertSpendable: (ctx) => gate!.assertSpendable(ctx.auth.tid, ctx.token) };
+  // Every reply reserves its most possible cost in billing before it starts (kit CreditReservations).
+  const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);
+  const credits: CreditCheck = options.credits ?? {
+    reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),
+    release: (ctx, callId) => gate!.release(ctx.token, callId),
+  };
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -81,6 +85,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           pollMs: config.pollMs,
           tenantConcurrency: config.tenantConcurrency,
           maxSessionsPerTenant: config.maxSessionsPerTenant,
+          defaultMaxTokens: config.maxTokens,
         }),
       }),
     ],

@@ -498,7 +498,7 @@ export abstract class GeneratedMethods {
     return this.call('sendChatMessage', input, options);
   }
 
-  /** Plan, subscription, credit balance and usage (per API key and per model) (`GET /api/v1/billing/summary`) */
+  /** Plan, subscription, credits (balance, reserved, available) and usage (per API key and per model) (`GET /api/v1/billing/summary`) */
   getBillingSummary(
     input: Input<'getBillingSummary'> = {} as Input<'getBillingSummary'>,
     options?: CallOptions,

@@ -723,7 +723,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Plan, subscription, credit balance and usage (per API key and per model) */
+    /** Plan, subscription, credits (balance, reserved, available) and usage (per API key and per model) */
     get: operations['getBillingSummary'];
     put?: never;
     post?: never;
@@ -4443,6 +4443,10 @@ export interface operations {
               } | null;
               credits: {
                 balance: number;
+                /** @description Credits held by model calls in progress (their most possible cost) */
+                reserved: number;
+                /** @description balance - reserved: a model call is accepted only when its reservation fits */
+                available: number;
               };
               usage: {
                 calls: number;

@@ -77,7 +77,11 @@ export interface GetSummaryResponse {
   plan: string;
   subscription?: Subscription | undefined;
   balance: number;
-  usage?: Usage | undefined;
+  usage?:
+    | Usage
+    | undefined;
+  /** Sum of the open reservations; available = balance - reserved. */
+  reserved: number;
 }
 
 export interface ListInvoicesRequest {
@@ -145,6 +149,36 @@ export interface GetBalanceRequest {
 
 export interface GetBalanceResponse {
   balance: number;
+  reserved: number;
+}
+
+export interface ReserveRequest {
+  /** The caller's id of the model call (unique, e.g. the chat reply's id): a retried Reserve returns the same hold. */
+  callId: string;
+  /** The call's most possible tokens (prompt estimate plus its max tokens), priced by billing as usage. */
+  tokens: number;
+  /** agent_run, chat_reply */
+  source: string;
+  sourceId: string;
+  /** How long the hold lasts when nothing settles or releases it (billing's clock); 0: BILLING_RESERVATION_TTL_MS. */
+  ttlMs: number;
+}
+
+export interface ReserveResponse {
+  reservationId: string;
+  credits: number;
+  /** Available credits after this reservation. */
+  available: number;
+  /** open, settled, released, expired (a retried Reserve of a call already closed answers its state). */
+  status: string;
+}
+
+export interface ReleaseRequest {
+  callId: string;
+}
+
+export interface ReleaseResponse {
+  released: boolean;
 }
 
 export interface GetKeyUsageRequest {
@@ -1018,7 +1052,7 @@ export const GetSummaryRequest: MessageFns<GetSummaryRequest> = {
 };
 
 function createBaseGetSummaryResponse(): GetSummaryResponse {
-  return { plan: "", subscription: undefined, balance: 0, usage: undefined };
+  return { plan: "", subscription: undefined, balance: 0, usage: undefined, reserved: 0 };
 }
 
 export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
@@ -1034,6 +1068,9 @@ export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(34).fork()).join();
+    }
+    if (message.reserved !== 0) {
+      writer.uint32(40).int64(message.reserved);
     }
     return writer;
   },
@@ -1083,6 +1120,14 @@ export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.reserved = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1101,6 +1146,7 @@ export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
       subscription: isSet(object.subscription) ? Subscription.fromJSON(object.subscription) : undefined,
       balance: isSet(object.balance) ? globalThis.Number(object.balance) : 0,
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      reserved: isSet(object.reserved) ? globalThis.Number(object.reserved) : 0,
     };
   },
 
@@ -1118,6 +1164,9 @@ export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.reserved !== 0) {
+      obj.reserved = Math.round(message.reserved);
+    }
     return obj;
   },
 
@@ -1132,6 +1181,7 @@ export const GetSummaryResponse: MessageFns<GetSummaryResponse> = {
       : undefined;
     message.balance = object.balance ?? 0;
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.reserved = object.reserved ?? 0;
     return message;
   },
 };
@@ -2200,13 +2250,16 @@ export const GetBalanceRequest: MessageFns<GetBalanceRequest> = {
 };
 
 function createBaseGetBalanceResponse(): GetBalanceResponse {
-  return { balance: 0 };
+  return { balance: 0, reserved: 0 };
 }
 
 export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
   encode(message: GetBalanceResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.balance !== 0) {
       writer.uint32(8).int64(message.balance);
+    }
+    if (message.reserved !== 0) {
+      writer.uint32(16).int64(message.reserved);
     }
     return writer;
   },
@@ -2232,6 +2285,14 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
             message.balance = longToNumber(reader.int64());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reserved = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2245,13 +2306,19 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
   },
 
   fromJSON(object: any): GetBalanceResponse {
-    return { balance: isSet(object.balance) ? globalThis.Number(object.balance) : 0 };
+    return {
+      balance: isSet(object.balance) ? globalThis.Number(object.balance) : 0,
+      reserved: isSet(object.reserved) ? globalThis.Number(object.reserved) : 0,
+    };
   },
 
   toJSON(message: GetBalanceResponse): unknown {
     const obj: any = {};
     if (message.balance !== 0) {
       obj.balance = Math.round(message.balance);
+    }
+    if (message.reserved !== 0) {
+      obj.reserved = Math.round(message.reserved);
     }
     return obj;
   },
@@ -2262,6 +2329,413 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
   fromPartial(object: DeepPartial<GetBalanceResponse>): GetBalanceResponse {
     const message = createBaseGetBalanceResponse();
     message.balance = object.balance ?? 0;
+    message.reserved = object.reserved ?? 0;
+    return message;
+  },
+};
+
+function createBaseReserveRequest(): ReserveRequest {
+  return { callId: "", tokens: 0, source: "", sourceId: "", ttlMs: 0 };
+}
+
+export const ReserveRequest: MessageFns<ReserveRequest> = {
+  encode(message: ReserveRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.tokens !== 0) {
+      writer.uint32(16).int64(message.tokens);
+    }
+    if (message.source !== "") {
+      writer.uint32(26).string(message.source);
+    }
+    if (message.sourceId !== "") {
+      writer.uint32(34).string(message.sourceId);
+    }
+    if (message.ttlMs !== 0) {
+      writer.uint32(40).int32(message.ttlMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReserveRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReserveRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.sourceId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.ttlMs = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReserveRequest {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      tokens: isSet(object.tokens) ? globalThis.Number(object.tokens) : 0,
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      sourceId: isSet(object.sourceId)
+        ? globalThis.String(object.sourceId)
+        : isSet(object.source_id)
+        ? globalThis.String(object.source_id)
+        : "",
+      ttlMs: isSet(object.ttlMs)
+        ? globalThis.Number(object.ttlMs)
+        : isSet(object.ttl_ms)
+        ? globalThis.Number(object.ttl_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: ReserveRequest): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.tokens !== 0) {
+      obj.tokens = Math.round(message.tokens);
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.sourceId !== "") {
+      obj.sourceId = message.sourceId;
+    }
+    if (message.ttlMs !== 0) {
+      obj.ttlMs = Math.round(message.ttlMs);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReserveRequest>): ReserveRequest {
+    return ReserveRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReserveRequest>): ReserveRequest {
+    const message = createBaseReserveRequest();
+    message.callId = object.callId ?? "";
+    message.tokens = object.tokens ?? 0;
+    message.source = object.source ?? "";
+    message.sourceId = object.sourceId ?? "";
+    message.ttlMs = object.ttlMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseReserveResponse(): ReserveResponse {
+  return { reservationId: "", credits: 0, available: 0, status: "" };
+}
+
+export const ReserveResponse: MessageFns<ReserveResponse> = {
+  encode(message: ReserveResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.reservationId !== "") {
+      writer.uint32(10).string(message.reservationId);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(16).int64(message.credits);
+    }
+    if (message.available !== 0) {
+      writer.uint32(24).int64(message.available);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReserveResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReserveResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.reservationId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.available = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReserveResponse {
+    return {
+      reservationId: isSet(object.reservationId)
+        ? globalThis.String(object.reservationId)
+        : isSet(object.reservation_id)
+        ? globalThis.String(object.reservation_id)
+        : "",
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+      available: isSet(object.available) ? globalThis.Number(object.available) : 0,
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+    };
+  },
+
+  toJSON(message: ReserveResponse): unknown {
+    const obj: any = {};
+    if (message.reservationId !== "") {
+      obj.reservationId = message.reservationId;
+    }
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    if (message.available !== 0) {
+      obj.available = Math.round(message.available);
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReserveResponse>): ReserveResponse {
+    return ReserveResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReserveResponse>): ReserveResponse {
+    const message = createBaseReserveResponse();
+    message.reservationId = object.reservationId ?? "";
+    message.credits = object.credits ?? 0;
+    message.available = object.available ?? 0;
+    message.status = object.status ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseRequest(): ReleaseRequest {
+  return { callId: "" };
+}
+
+export const ReleaseRequest: MessageFns<ReleaseRequest> = {
+  encode(message: ReleaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseRequest {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ReleaseRequest): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReleaseRequest>): ReleaseRequest {
+    return ReleaseRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReleaseRequest>): ReleaseRequest {
+    const message = createBaseReleaseRequest();
+    message.callId = object.callId ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseResponse(): ReleaseResponse {
+  return { released: false };
+}
+
+export const ReleaseResponse: MessageFns<ReleaseResponse> = {
+  encode(message: ReleaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.released !== false) {
+      writer.uint32(8).bool(message.released);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.released = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseResponse {
+    return { released: isSet(object.released) ? globalThis.Boolean(object.released) : false };
+  },
+
+  toJSON(message: ReleaseResponse): unknown {
+    const obj: any = {};
+    if (message.released !== false) {
+      obj.released = message.released;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReleaseResponse>): ReleaseResponse {
+    return ReleaseResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReleaseResponse>): ReleaseResponse {
+    const message = createBaseReleaseResponse();
+    message.released = object.released ?? false;
     return message;
   },
 };
@@ -3468,6 +3942,30 @@ export const BillingServiceService = {
     responseSerialize: (value: GetKeyUsageResponse): Buffer => Buffer.from(GetKeyUsageResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetKeyUsageResponse => GetKeyUsageResponse.decode(value),
   },
+  /**
+   * Holds a model call's most possible cost against the available credits (balance minus open reservations), for the
+   * caller's tenant; INSUFFICIENT_CREDITS when it does not fit. Idempotent per call id. The call's `llm.usage` event
+   * (which carries the call id) settles it; an event with no tokens, Release, or billing's expiry gives it back.
+   */
+  reserve: {
+    path: "/billing.v1.BillingService/Reserve" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReserveRequest): Buffer => Buffer.from(ReserveRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReserveRequest => ReserveRequest.decode(value),
+    responseSerialize: (value: ReserveResponse): Buffer => Buffer.from(ReserveResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReserveResponse => ReserveResponse.decode(value),
+  },
+  /** Gives back the open reservation of a call that never reached the model. Idempotent. */
+  release: {
+    path: "/billing.v1.BillingService/Release" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReleaseRequest): Buffer => Buffer.from(ReleaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReleaseRequest => ReleaseRequest.decode(value),
+    responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -3490,6 +3988,14 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * A key reads its own; other keys of the tenant need an owner's or admin's session.
    */
   getKeyUsage: handleUnaryCall<GetKeyUsageRequest, GetKeyUsageResponse>;
+  /**
+   * Holds a model call's most possible cost against the available credits (balance minus open reservations), for the
+   * caller's tenant; INSUFFICIENT_CREDITS when it does not fit. Idempotent per call id. The call's `llm.usage` event
+   * (which carries the call id) settles it; an event with no tokens, Release, or billing's expiry gives it back.
+   */
+  reserve: handleUnaryCall<ReserveRequest, ReserveResponse>;
+  /** Gives back the open reservation of a call that never reached the model. Idempotent. */
+  release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -3679,6 +4185,42 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetKeyUsageResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Holds a model call's most possible cost against the available credits (balance minus open reservations), for the
+   * caller's tenant; INSUFFICIENT_CREDITS when it does not fit. Idempotent per call id. The call's `llm.usage` event
+   * (which carries the call id) settles it; an event with no tokens, Release, or billing's expiry gives it back.
+   */
+  reserve(
+    request: ReserveRequest,
+    callback: (error: ServiceError | null, response: ReserveResponse) => void,
+  ): ClientUnaryCall;
+  reserve(
+    request: ReserveRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReserveResponse) => void,
+  ): ClientUnaryCall;
+  reserve(
+    request: ReserveRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReserveResponse) => void,
+  ): ClientUnaryCall;
+  /** Gives back the open reservation of a call that never reached the model. Idempotent. */
+  release(
+    request: ReleaseRequest,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  release(
+    request: ReleaseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  release(
+    request: ReleaseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReleaseResponse) => void,
   ): ClientUnaryCall;
 }
 

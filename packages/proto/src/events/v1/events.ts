@@ -98,6 +98,11 @@ export interface UsageData {
   credentialType: string;
   /** True when the call was cut off (cancel, client gone, crash) and the tokens are counted from the streamed text. */
   estimated: boolean;
+  /**
+   * The billing reservation of this call (Reserve's call id): billing settles it with this usage, once per call id;
+   * an event with no tokens releases it. Empty: no reservation (older senders).
+   */
+  callId: string;
 }
 
 /**
@@ -1255,6 +1260,7 @@ function createBaseUsageData(): UsageData {
     credentialId: "",
     credentialType: "",
     estimated: false,
+    callId: "",
   };
 }
 
@@ -1289,6 +1295,9 @@ export const UsageData: MessageFns<UsageData> = {
     }
     if (message.estimated !== false) {
       writer.uint32(80).bool(message.estimated);
+    }
+    if (message.callId !== "") {
+      writer.uint32(90).string(message.callId);
     }
     return writer;
   },
@@ -1386,6 +1395,14 @@ export const UsageData: MessageFns<UsageData> = {
             message.estimated = reader.bool();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1434,6 +1451,11 @@ export const UsageData: MessageFns<UsageData> = {
         ? globalThis.String(object.credential_type)
         : "",
       estimated: isSet(object.estimated) ? globalThis.Boolean(object.estimated) : false,
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
     };
   },
 
@@ -1469,6 +1491,9 @@ export const UsageData: MessageFns<UsageData> = {
     if (message.estimated !== false) {
       obj.estimated = message.estimated;
     }
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
     return obj;
   },
 
@@ -1487,6 +1512,7 @@ export const UsageData: MessageFns<UsageData> = {
     message.credentialId = object.credentialId ?? "";
     message.credentialType = object.credentialType ?? "";
     message.estimated = object.estimated ?? false;
+    message.callId = object.callId ?? "";
     return message;
   },
 };

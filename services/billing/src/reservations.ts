@@ -1,0 +1,156 @@
+/**
+ * Credit reservations (CONTRACT.md 8): a model call is accepted only when its most possible cost fits in the
+ * tenant's available credits (balance minus open reservations). The account keeps `reserved`, the sum of its open
+ * reservations, moved in the same transaction as each reservation opens or closes, so the check reads one document
+ * and concurrent reservations of a tenant serialise on it (SQLite runs one writer at a time; MongoDB aborts and
+ * retries all but one of the transactions that wrote it): no number of replicas can reserve past the balance.
+ *
+ * A reservation closes once: settled by the call's `llm.usage` event (in the transaction that adds the ledger entry,
+ * see events.ts), released (an event with no tokens, or Release), or expired by billing's own sweep. Expiry compares
+ * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
+ * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
+ */
+import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
+import { accountOf, usageCredits } from './ledger';
+
+const MAX_TOKENS = 100_000_000;
+const MAX_TTL_MS = 24 * 3600_000;
+
+export interface ReserveInput {
+  tenantId: string;
+  callId: string;
+  tokens: number;
+  source: string;
+  sourceId: string;
+  ttlMs: number;
+}
+
+export interface Credits {
+  balance: number;
+  reserved: number;
+  available: number;
+}
+
+export function creditsOf(account: { balance: number; reserved?: number } | null): Credits {
+  const balance = account?.balance ?? 0;
+  const reserved = account?.reserved ?? 0;
+  return { balance, reserved, available: balance - reserved };
+}
+
+const reservationId = (tenantId: string, callId: string) => `${tenantId}:${callId}`;
+
+export function validReserve(input: ReserveInput): string | null {
+  if (!input.callId || input.callId.length > 200) return 'callId must be 1 to 200 characters';
+  if (!Number.isInteger(input.tokens) || input.tokens < 0 || input.tokens > MAX_TOKENS) return `tokens must be 0 to ${MAX_TOKENS}`;
+  if (!Number.isInteger(input.ttlMs) || input.ttlMs < 1 || input.ttlMs > MAX_TTL_MS) return `ttlMs must be 1 to ${MAX_TTL_MS}`;
+  return null;
+}
+
+/**
+ * Opens the call's reservation, or answers the one it already has (a retry). Refused with 402 INSUFFICIENT_CREDITS
+ * when its credits (at least 1: a tenant with nothing left starts nothing) exceed what is available.
+ */
+export async function reserve(store: Store, input: ReserveInput, per1k: number): Promise<{ doc: ReservationDoc; credits: Credits }> {
+  const credits = usageCredits(input.tokens, 0, per1k);
+  const id = reservationId(input.tenantId, input.callId);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await store.transaction(async (tx) => {
+        const found = await tx.collection(reservations).get(id);
+        if (found) return { doc: found, credits: creditsOf(await tx.collection(accounts).get(input.tenantId)) };
+        const account = creditsOf(await accountOf(tx, input.tenantId));
+        if (account.available < Math.max(1, credits))
+          throw new AppError('INSUFFICIENT_CREDITS', 'Not enough credits available for this call: buy credits or redeem a gift card', {
+            ...account,
+            required: Math.max(1, credits),
+          });
+        const doc = await tx.collection(reservations).insert({
+          id,
+          tenantId: input.tenantId,
+          callId: input.callId,
+          credits,
+          source: input.source,
+          sourceId: input.sourceId,
+          status: 'open',
+          ttlMs: input.ttlMs,
+          createdAt: nowIso(),
+          closedAt: null,
+        });
+        const moved = await tx.collection(accounts).increment(input.tenantId, {}, { reserved: credits });
+        return { doc, credits: creditsOf(moved) };
+      });
+    } catch (err) {
+      // Two retries of one call raced on the id: the loser answers the winner's reservation.
+      if (!(err instanceof DuplicateKeyError) || attempt >= 3) throw err;
+    }
+  }
+}
+
+/**
+ * Closes the call's reservation if it is still open, in the caller's transaction (a settle closes it with the
+ * ledger entry). Returns the closed reservation, or null when there was none open.
+ */
+export async function closeReservation(
+  tx: StoreSession,
+  tenantId: string,
+  callId: string,
+  status: Exclude<ReservationStatus, 'open'>,
+): Promise<ReservationDoc | null> {
+  const id = reservationId(tenantId, callId);
+  const closed = await tx.collection(reservations).update(id, { status: 'open' }, { status, closedAt: nowIso() });
+  if (closed) await tx.collection(accounts).increment(tenantId, {}, { reserved: -closed.credits });
+  return closed;
+}
+
+/** Expires reservations nothing settled or released in their TTL (their caller died, or lost its event). */
+export class ReservationSweeper {
+  private readonly watch: LeaseWatch;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<number> | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly logger: Logger,
+    private readonly intervalMs: number,
+    now: () => number = monotonicNow,
+  ) {
+    this.watch = new LeaseWatch(now);
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.sweep(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): Promise<unknown> {
+    clearInterval(this.timer);
+    return this.running ?? Promise.resolve();
+  }
+
+  sweep(): Promise<number> {
+    this.running ??= this.pass()
+      .catch((err: unknown) => {
+        this.logger.warn({ err }, 'expiring reservations failed; will retry');
+        return 0;
+      })
+      .finally(() => (this.running = null));
+    return this.running;
+  }
+
+  private async pass(): Promise<number> {
+    let expired = 0;
+    let cursor: string | null = null;
+    do {
+      const page = await this.store.collection(reservations).find({ status: 'open' }, { limit: 500, cursor, order: 'asc' });
+      for (const r of page.items) {
+        if (!this.watch.stale(r.id, 'open', r.ttlMs)) continue;
+        this.watch.forget(r.id);
+        if (await this.store.transaction((tx) => closeReservation(tx, r.tenantId, r.callId, 'expired'))) expired++;
+      }
+      cursor = page.nextCursor;
+    } while (cursor);
+    if (expired) this.logger.warn({ expired }, 'expired reservations that nothing settled or released');
+    return expired;
+  }
+}
