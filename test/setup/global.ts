@@ -5,7 +5,8 @@
  * which the process-level suites start. The broker starts while the build runs.
  */
 import { execFile } from 'node:child_process';
-import { resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { startKafkaBroker, type KafkaBroker } from '../kafka/broker';
 import installSystemPackages from './system-packages';
@@ -14,8 +15,23 @@ declare global {
   var svcTestKafka: KafkaBroker | undefined;
 }
 
+/** The broker of a run that was killed before its teardown (jest SIGKILLed): stopped by the next run. */
+export const BROKER_PID_FILE = resolve(__dirname, '../../node_modules/.cache/svc-kafka/test-broker.pid');
+
+function stopLeftoverBroker(): void {
+  if (!existsSync(BROKER_PID_FILE)) return;
+  const pid = Number(readFileSync(BROKER_PID_FILE, 'utf8'));
+  try {
+    if (pid > 0 && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('kafka.Kafka')) process.kill(pid, 'SIGKILL');
+  } catch {
+    // gone already
+  }
+  rmSync(BROKER_PID_FILE, { force: true });
+}
+
 export default async function globalSetup(): Promise<void> {
   installSystemPackages();
+  stopLeftoverBroker();
   const external = process.env.KAFKA_BROKERS;
   const broker = external ? undefined : startKafkaBroker();
   await promisify(execFile)(process.execPath, [resolve(__dirname, '../../scripts/build.mjs')]).then(
@@ -26,6 +42,8 @@ export default async function globalSetup(): Promise<void> {
   );
   if (broker) {
     globalThis.svcTestKafka = await broker;
+    mkdirSync(dirname(BROKER_PID_FILE), { recursive: true });
+    writeFileSync(BROKER_PID_FILE, String(globalThis.svcTestKafka.pid));
     process.env.TEST_KAFKA_BROKERS = globalThis.svcTestKafka.brokers;
   } else {
     process.env.TEST_KAFKA_BROKERS = external;
