@@ -9,6 +9,8 @@ let stack: Stack;
 let api: Client;
 let openai: FakeProviderServer;
 let owner: Account;
+let projectId: string;
+let agentId: string;
 const OPENAI_KEY = 'sk-tenant-openai-' + 'b'.repeat(32);
 const S = '/api/v1/chat/sessions';
 const BUDGET = 40;
@@ -24,6 +26,14 @@ beforeAll(async () => {
   const llm = { provider: 'openai', baseUrl: openai.url, model: 'gpt-test', apiKey: OPENAI_KEY };
   expect((await api.patch('/api/v1/tenant/settings/llm', llm, { token: owner.accessToken })).status).toBe(200);
   openai.setDefault(() => ({ type: 'text', text: 'fine', chunks: 2, delayMs: 100, usage: { inputTokens: 50, outputTokens: 40 } }));
+  projectId = (await api.post('/api/v1/projects', { name: 'Site', description: 'd', language: 'go' }, { token: owner.accessToken })).body
+    .data.id;
+  const agent = await api.post(
+    '/api/v1/agents',
+    { name: 'runner', systemPrompt: 'Be brief.', config: { autonomyLevel: 'autonomous' } },
+    { token: owner.accessToken },
+  );
+  agentId = agent.body.data.id;
 });
 afterAll(async () => {
   await stack.stop();
@@ -80,4 +90,35 @@ it('stops a key within one reservation of its budget, never past it, and a raise
   expect(patched.status).toBe(200);
   await eventually(async () => (await send(key)).status === 202, 1000, 50);
   await settled(id);
+});
+
+it("a lowered budget refuses an agent run's next step, which reserves under the run's delegated token", async () => {
+  const { key, id } = await createKey(api, owner.accessToken, { limits: { creditBudget: { credits: 100, period: 'month' } } });
+  openai.script(
+    {
+      type: 'tool_calls',
+      toolCalls: [{ name: 'get_project', arguments: {} }],
+      delayMs: 1000,
+      usage: { inputTokens: 50, outputTokens: 40 },
+    },
+    { type: 'text', text: 'Done.', usage: { inputTokens: 50, outputTokens: 40 } },
+  );
+  const executed = await api.post(`/api/v1/agents/${agentId}/execute`, { goal: 'Look', projectId }, { token: key });
+  expect(executed.status).toBe(202);
+  const runId = executed.body.data.id as string;
+  // While the first step's call runs, the budget drops to what that call may cost: the next step does not fit.
+  const lowered = { limits: { creditBudget: { credits: HOLD + 1, period: 'month' } } };
+  expect((await api.patch(`/api/v1/api-keys/${id}`, lowered, { token: owner.accessToken })).status).toBe(200);
+  let run: any;
+  await eventually(
+    async () => {
+      run = (await api.get(`/api/v1/agents/${agentId}/runs/${runId}`, { token: owner.accessToken })).body.data;
+      return ['completed', 'failed', 'cancelled'].includes(run.status);
+    },
+    15_000,
+    100,
+  );
+  expect(run.status).toBe('failed');
+  expect(run.error).toMatch(/^insufficient_credits: /);
+  expect(await settled(id)).toBe(9);
 });
