@@ -18,7 +18,7 @@ const RANGES = {
 };
 const CreditBudget = Obj(
   { credits: Int(1, 1_000_000_000_000), period: literals(['total', 'month']) },
-  'Credits the key may spend in total, or per calendar month in UTC',
+  'Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted',
 );
 const Limits = Obj({
   requestsPerMinute: Type.Optional(RANGES.requestsPerMinute),

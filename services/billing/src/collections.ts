@@ -126,6 +126,8 @@ export interface ReservationDoc {
   status: ReservationStatus;
   /** How long the sweeper waits, on its own clock, before it expires the reservation. */
   ttlMs: number;
+  /** The API key whose credit budget holds these credits too (absent: the call's key has no budget). */
+  apiKeyId?: string;
   createdAt: string;
   closedAt: string | null;
 }

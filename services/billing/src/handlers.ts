@@ -16,7 +16,7 @@ import {
   TOPICS,
 } from '@svc/kit';
 import { isPlan, type Plan } from '@svc/plans';
-import type { billingV1 } from '@svc/proto';
+import type { billingV1, identityV1 } from '@svc/proto';
 import {
   accounts,
   giftCards,
@@ -48,6 +48,11 @@ export interface BillingDeps {
   creditsPer1kTokens?: number;
   /** BILLING_RESERVATION_TTL_MS: a reservation's life when its caller names none. */
   reservationTtlMs?: number;
+  /**
+   * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits): a key's credit budget is
+   * read at each of its reservations. Absent: budgets are not enforced (tests of other parts).
+   */
+  keyLimits?: (token: string) => Promise<identityV1.ApiKeyLimits | undefined>;
   /** This replica's wall clock (a test skews it); it stamps a plan change's time, which orders nothing. */
   now?: () => Date;
 }
@@ -290,9 +295,14 @@ export function billingHandlers(deps: BillingDeps) {
       };
       const problem = validReserve(input);
       if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
+      // Asked per reservation, not cached: a budget change counts from identity's commit (identity down: refused).
+      const budget = auth.typ === 'api_key' && deps.keyLimits ? (await deps.keyLimits(ctx.token!))?.creditBudget : undefined;
+      const keyBudget = budget
+        ? ({ keyId: auth.sid, credits: budget.credits, period: budget.period === 'month' ? 'month' : 'total' } as const)
+        : undefined;
       // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
       await openedAccount(auth.tid);
-      const { doc, credits } = await reserve(store, input, deps.creditsPer1kTokens ?? 1);
+      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
       return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
     },
 

@@ -18,6 +18,8 @@ export interface KeyUsageDoc {
   month: string;
   monthCredits: number;
   totalCredits: number;
+  /** Credits of the key's open reservations (absent: none yet), moved with each one's opening and closing (key-budget.ts). */
+  reserved?: number;
   createdAt: string;
 }
 
@@ -25,7 +27,7 @@ export const keyUsage: CollectionDef<KeyUsageDoc> = { name: 'key_usage' };
 
 const MAX_IDS = 100;
 const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
-const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
+export const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
 
 /** Adds one model call's tokens and credits to the key's counts (inside the usage entry's transaction). */
 export async function recordKeyUsage(

@@ -12,6 +12,7 @@
  */
 import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
+import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf, usageCredits } from './ledger';
 
 const MAX_TOKENS = 100_000_000;
@@ -24,6 +25,8 @@ export interface ReserveInput {
   source: string;
   sourceId: string;
   ttlMs: number;
+  /** The calling API key's credit budget, when it has one: the reservation must fit in it too (key-budget.ts). */
+  keyBudget?: KeyBudget;
 }
 
 export interface Credits {
@@ -49,7 +52,8 @@ export function validReserve(input: ReserveInput): string | null {
 
 /**
  * Opens the call's reservation, or answers the one it already has (a retry). Refused with 402 INSUFFICIENT_CREDITS
- * when its credits (at least 1: a tenant with nothing left starts nothing) exceed what is available.
+ * when its credits (at least 1: a tenant with nothing left starts nothing) exceed what is available, or (reason
+ * `key_budget_exhausted`) what is left of the calling key's budget.
  */
 export async function reserve(store: Store, input: ReserveInput, per1k: number): Promise<{ doc: ReservationDoc; credits: Credits }> {
   const credits = usageCredits(input.tokens, 0, per1k);
@@ -65,6 +69,7 @@ export async function reserve(store: Store, input: ReserveInput, per1k: number):
             ...account,
             required: Math.max(1, credits),
           });
+        if (input.keyBudget) await holdKeyBudget(tx, input.tenantId, input.keyBudget, credits);
         const doc = await tx.collection(reservations).insert({
           id,
           tenantId: input.tenantId,
@@ -74,6 +79,7 @@ export async function reserve(store: Store, input: ReserveInput, per1k: number):
           sourceId: input.sourceId,
           status: 'open',
           ttlMs: input.ttlMs,
+          ...(input.keyBudget ? { apiKeyId: input.keyBudget.keyId } : {}),
           createdAt: nowIso(),
           closedAt: null,
         });
@@ -100,6 +106,7 @@ export async function closeReservation(
   const id = reservationId(tenantId, callId);
   const closed = await tx.collection(reservations).update(id, { status: 'open' }, { status, closedAt: nowIso() });
   if (closed) await tx.collection(accounts).increment(tenantId, {}, { reserved: -closed.credits });
+  if (closed?.apiKeyId) await releaseKeyBudget(tx, tenantId, closed.apiKeyId, closed.credits);
   return closed;
 }
 

@@ -58,6 +58,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
             startingGrant: rt.config.startingGrant,
             creditsPer1kTokens: rt.config.creditsPer1kTokens,
             reservationTtlMs: rt.config.reservationTtlMs,
+            keyLimits: async (token) => (await identity.getCallerKeyLimits({}, { token })).limits,
           }),
         },
         // The provider's signature, or the operator token in the request, is the credential of these.

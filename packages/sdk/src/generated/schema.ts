@@ -2224,7 +2224,7 @@ export interface operations {
                 requestsPerMinute?: number;
                 tokensPerMinute?: number;
                 concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
                 creditBudget?: {
                   credits: number;
                   period: 'total' | 'month';
@@ -2282,7 +2282,7 @@ export interface operations {
             requestsPerMinute?: number;
             tokensPerMinute?: number;
             concurrency?: number;
-            /** @description Credits the key may spend in total, or per calendar month in UTC */
+            /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
             creditBudget?: {
               credits: number;
               period: 'total' | 'month';
@@ -2315,7 +2315,7 @@ export interface operations {
                 requestsPerMinute?: number;
                 tokensPerMinute?: number;
                 concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
                 creditBudget?: {
                   credits: number;
                   period: 'total' | 'month';
@@ -2384,7 +2384,7 @@ export interface operations {
                 requestsPerMinute?: number;
                 tokensPerMinute?: number;
                 concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
                 creditBudget?: {
                   credits: number;
                   period: 'total' | 'month';
@@ -2506,7 +2506,7 @@ export interface operations {
                 requestsPerMinute?: number;
                 tokensPerMinute?: number;
                 concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
                 creditBudget?: {
                   credits: number;
                   period: 'total' | 'month';
@@ -2579,7 +2579,7 @@ export interface operations {
                 requestsPerMinute?: number;
                 tokensPerMinute?: number;
                 concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC */
+                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
                 creditBudget?: {
                   credits: number;
                   period: 'total' | 'month';

@@ -15,7 +15,7 @@ import { apiKeys, type ApiKeyDoc } from '../collections';
 import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { recordRevocation } from '../revocations';
-import { checkLimits, mergeLimits } from '../key-limits';
+import { checkLimits, mergeLimits, toLimits } from '../key-limits';
 import { Checks } from '../validate';
 import { requireAuth } from './auth';
 import { requireManager } from './team';
@@ -110,6 +110,18 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       if (!revoked) throw errors.notFound('api_key', req.id);
       deps.announceRevocation();
       return { apiKey: toApiKey(revoked) };
+    },
+
+    /**
+     * The limits of the caller's own key, as stored now: billing reads the credit budget here at each reservation, so
+     * a PATCH counts from its commit, also for background work holding an older (delegated) token of the key.
+     */
+    async getCallerKeyLimits(_req: identityV1.GetCallerKeyLimitsRequest, ctx: CallContext): Promise<identityV1.GetCallerKeyLimitsResponse> {
+      requireAuth(ctx);
+      const auth = ctx.auth;
+      if (auth.typ !== 'api_key') return {};
+      const doc = await col.get(auth.sid, { tenantId: auth.tid, revokedAt: null });
+      return doc ? { limits: toLimits(doc.limits) } : {};
     },
 
     /**

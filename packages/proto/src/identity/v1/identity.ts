@@ -240,6 +240,14 @@ export interface ApiKeyLimitsPatch {
   creditBudget?: CreditBudgetPatch | undefined;
 }
 
+export interface GetCallerKeyLimitsRequest {
+}
+
+export interface GetCallerKeyLimitsResponse {
+  /** Absent when the caller is not an API key, or the key is revoked or gone. */
+  limits?: ApiKeyLimits | undefined;
+}
+
 export interface UpdateApiKeyRequest {
   id: string;
   name?: string | undefined;
@@ -3931,6 +3939,127 @@ export const ApiKeyLimitsPatch: MessageFns<ApiKeyLimitsPatch> = {
       : undefined;
     message.creditBudget = (object.creditBudget !== undefined && object.creditBudget !== null)
       ? CreditBudgetPatch.fromPartial(object.creditBudget)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseGetCallerKeyLimitsRequest(): GetCallerKeyLimitsRequest {
+  return {};
+}
+
+export const GetCallerKeyLimitsRequest: MessageFns<GetCallerKeyLimitsRequest> = {
+  encode(_: GetCallerKeyLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCallerKeyLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCallerKeyLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetCallerKeyLimitsRequest {
+    return {};
+  },
+
+  toJSON(_: GetCallerKeyLimitsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetCallerKeyLimitsRequest>): GetCallerKeyLimitsRequest {
+    return GetCallerKeyLimitsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<GetCallerKeyLimitsRequest>): GetCallerKeyLimitsRequest {
+    const message = createBaseGetCallerKeyLimitsRequest();
+    return message;
+  },
+};
+
+function createBaseGetCallerKeyLimitsResponse(): GetCallerKeyLimitsResponse {
+  return { limits: undefined };
+}
+
+export const GetCallerKeyLimitsResponse: MessageFns<GetCallerKeyLimitsResponse> = {
+  encode(message: GetCallerKeyLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limits !== undefined) {
+      ApiKeyLimits.encode(message.limits, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetCallerKeyLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetCallerKeyLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limits = ApiKeyLimits.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetCallerKeyLimitsResponse {
+    return { limits: isSet(object.limits) ? ApiKeyLimits.fromJSON(object.limits) : undefined };
+  },
+
+  toJSON(message: GetCallerKeyLimitsResponse): unknown {
+    const obj: any = {};
+    if (message.limits !== undefined) {
+      obj.limits = ApiKeyLimits.toJSON(message.limits);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetCallerKeyLimitsResponse>): GetCallerKeyLimitsResponse {
+    return GetCallerKeyLimitsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetCallerKeyLimitsResponse>): GetCallerKeyLimitsResponse {
+    const message = createBaseGetCallerKeyLimitsResponse();
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? ApiKeyLimits.fromPartial(object.limits)
       : undefined;
     return message;
   },
@@ -9890,6 +10019,21 @@ export const IdentityServiceService = {
       Buffer.from(RotateApiKeyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RotateApiKeyResponse => RotateApiKeyResponse.decode(value),
   },
+  /**
+   * The current limits of the API key the caller's token speaks for (its delegated tokens included), read from
+   * identity's store: billing checks a key's credit budget against them at each reservation. Empty for other tokens.
+   */
+  getCallerKeyLimits: {
+    path: "/identity.v1.IdentityService/GetCallerKeyLimits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetCallerKeyLimitsRequest): Buffer =>
+      Buffer.from(GetCallerKeyLimitsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetCallerKeyLimitsRequest => GetCallerKeyLimitsRequest.decode(value),
+    responseSerialize: (value: GetCallerKeyLimitsResponse): Buffer =>
+      Buffer.from(GetCallerKeyLimitsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetCallerKeyLimitsResponse => GetCallerKeyLimitsResponse.decode(value),
+  },
   listMembers: {
     path: "/identity.v1.IdentityService/ListMembers" as const,
     requestStream: false as const,
@@ -10179,6 +10323,11 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   updateApiKey: handleUnaryCall<UpdateApiKeyRequest, UpdateApiKeyResponse>;
   /** A new secret for the same key; the old one stays valid for grace_period_seconds (identity's clock decides). */
   rotateApiKey: handleUnaryCall<RotateApiKeyRequest, RotateApiKeyResponse>;
+  /**
+   * The current limits of the API key the caller's token speaks for (its delegated tokens included), read from
+   * identity's store: billing checks a key's credit budget against them at each reservation. Empty for other tokens.
+   */
+  getCallerKeyLimits: handleUnaryCall<GetCallerKeyLimitsRequest, GetCallerKeyLimitsResponse>;
   listMembers: handleUnaryCall<ListMembersRequest, ListMembersResponse>;
   addMember: handleUnaryCall<AddMemberRequest, AddMemberResponse>;
   updateMember: handleUnaryCall<UpdateMemberRequest, UpdateMemberResponse>;
@@ -10476,6 +10625,25 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RotateApiKeyResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The current limits of the API key the caller's token speaks for (its delegated tokens included), read from
+   * identity's store: billing checks a key's credit budget against them at each reservation. Empty for other tokens.
+   */
+  getCallerKeyLimits(
+    request: GetCallerKeyLimitsRequest,
+    callback: (error: ServiceError | null, response: GetCallerKeyLimitsResponse) => void,
+  ): ClientUnaryCall;
+  getCallerKeyLimits(
+    request: GetCallerKeyLimitsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetCallerKeyLimitsResponse) => void,
+  ): ClientUnaryCall;
+  getCallerKeyLimits(
+    request: GetCallerKeyLimitsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetCallerKeyLimitsResponse) => void,
   ): ClientUnaryCall;
   listMembers(
     request: ListMembersRequest,

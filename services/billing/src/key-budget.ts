@@ -1,0 +1,73 @@
+/**
+ * An API key's credit budget (CONTRACT.md 8): a model call of the key is accepted only when its reservation fits in
+ * what is left of the budget, `credits - spent this period - the key's open reservations`. Spent and reserved live
+ * on the key's usage document (key-usage.ts), which the reservation's transaction reads and moves: every reservation
+ * of the key, and every settle of one (which moves spent and reserved together), serialises on that document, so no
+ * number of replicas lets a key reserve past its budget.
+ *
+ * The budget itself is identity's (GetCallerKeyLimits, read per reservation), so a PATCH counts from its commit on
+ * every replica, for background work holding an older delegated token of the key as well. `period: "month"` is the
+ * calendar month in UTC of billing's clock at the reservation (the same clock that files each settle's credits under
+ * a month): one machine decides, nothing compares clocks across machines.
+ */
+import { AppError, nowIso, type StoreSession } from '@svc/kit';
+import { keyUsage, monthOf, type KeyUsageDoc } from './key-usage';
+
+export interface KeyBudget {
+  /** The API key's id. */
+  keyId: string;
+  credits: number;
+  period: 'total' | 'month';
+}
+
+/** Spent in the budget's period, on the key's usage document, as of `now` (billing's clock). */
+export function spentIn(doc: KeyUsageDoc, period: KeyBudget['period'], now: number): number {
+  if (period === 'total') return doc.totalCredits;
+  return doc.month === monthOf(now) ? doc.monthCredits : 0;
+}
+
+/**
+ * Holds `credits` of the key's budget in the caller's (reservation's) transaction, or refuses with 402
+ * INSUFFICIENT_CREDITS, reason `key_budget_exhausted`, when they (at least 1) exceed what is left.
+ */
+export async function holdKeyBudget(
+  tx: StoreSession,
+  tenantId: string,
+  budget: KeyBudget,
+  credits: number,
+  now = Date.now(),
+): Promise<void> {
+  const col = tx.collection(keyUsage);
+  const doc =
+    (await col.get(budget.keyId, { tenantId })) ??
+    (await col.insert({
+      id: budget.keyId,
+      tenantId,
+      minute: 0,
+      minuteTokens: 0,
+      month: monthOf(now),
+      monthCredits: 0,
+      totalCredits: 0,
+      reserved: 0,
+      createdAt: nowIso(),
+    }));
+  const spent = spentIn(doc, budget.period, now);
+  const reserved = doc.reserved ?? 0;
+  const required = Math.max(1, credits);
+  if (budget.credits - spent - reserved < required)
+    throw new AppError('INSUFFICIENT_CREDITS', "Not enough left of this API key's credit budget for this call", {
+      reason: 'key_budget_exhausted',
+      apiKeyId: budget.keyId,
+      budget: budget.credits,
+      period: budget.period,
+      spent,
+      reserved,
+      required,
+    });
+  await col.increment(budget.keyId, { tenantId }, { reserved: credits });
+}
+
+/** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */
+export async function releaseKeyBudget(tx: StoreSession, tenantId: string, keyId: string, credits: number): Promise<void> {
+  await tx.collection(keyUsage).increment(keyId, { tenantId }, { reserved: -credits });
+}
