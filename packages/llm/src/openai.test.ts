@@ -42,6 +42,22 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     ]);
   });
 
+  it('tells the usage as soon as its chunk arrives, before the end of the stream', async () => {
+    fake.script({ type: 'text', text: 'all of it', usage: { inputTokens: 4, outputTokens: 3 }, holdEndMs: 3_000 });
+    const abort = new AbortController();
+    const seen: LlmEvent[] = [];
+    const stream = createProvider(settings()).stream(ask('answer, then wait'), { signal: abort.signal });
+    const error = await (async () => {
+      for await (const e of stream) {
+        seen.push(e);
+        // The provider holds [DONE]: a caller that dies now has been told what the call costs.
+        if (e.type === 'usage') abort.abort();
+      }
+    })().catch((err: unknown) => err);
+    expect(seen.filter((e) => e.type !== 'text')).toEqual([{ type: 'usage', inputTokens: 4, outputTokens: 3 }]);
+    expect(llmError(error).kind).toBe('cancelled');
+  });
+
   it('answers with the deterministic echo when nothing is scripted', async () => {
     const { text, events } = await drain(createProvider(settings()).stream(ask('hello there')));
     expect(text).toBe(echoText('hello there'));

@@ -199,6 +199,7 @@ export async function* translateOpenAIStream(
   let finishReason: string | null | undefined;
   let toolCallsEmitted = false;
   let usage: { inputTokens: number; outputTokens: number } | undefined;
+  let usageEmitted = false;
 
   function* emitToolCalls(): Generator<LlmEvent> {
     if (toolCallsEmitted) return;
@@ -212,7 +213,7 @@ export async function* translateOpenAIStream(
   for await (const message of messages) {
     if (message.data.trim() === '[DONE]') {
       yield* emitToolCalls();
-      if (usage) yield { type: 'usage', ...usage };
+      if (usage && !usageEmitted) yield { type: 'usage', ...usage };
       yield { type: 'finish', reason: mapFinishReason(finishReason, calls.size > 0) };
       return;
     }
@@ -222,7 +223,16 @@ export async function* translateOpenAIStream(
       usage = { inputTokens: chunk.usage.prompt_tokens ?? 0, outputTokens: chunk.usage.completion_tokens ?? 0 };
     }
     const choice = chunk.choices?.find((c) => (c.index ?? 0) === 0);
-    if (!choice) continue;
+    if (!choice) {
+      // The usage chunk (after the finish reason, no choices): told at once, so a caller that dies before [DONE]
+      // has already stored what the provider charges.
+      if (usage && finishReason) {
+        usageEmitted = true;
+        yield* emitToolCalls();
+        yield { type: 'usage', ...usage };
+      }
+      continue;
+    }
     const delta = choice.delta ?? {};
     if (typeof delta.content === 'string' && delta.content !== '') yield { type: 'text', delta: delta.content };
     if (Array.isArray(delta.tool_calls)) {

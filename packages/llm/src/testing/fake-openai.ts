@@ -11,11 +11,13 @@ import {
   maskKey,
   retryAfterHeader,
   sendJson,
+  sleep,
   splitText,
   startFakeServer,
   startSse,
   waitForClose,
   writeEvents,
+  writeFlushed,
   type FakeBehaviour,
   type FakeContext,
   type FakeConversation,
@@ -268,6 +270,15 @@ async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<v
   const events = streamEvents(ctx, conversation, reply, includeUsage);
   if (behaviour.type === 'cut') {
     await writeEvents(res, events.slice(0, -1), { cutAfter: behaviour.afterChunks, cutMode: behaviour.mode });
+  } else if (behaviour.type === 'text' && behaviour.holdEndMs) {
+    for (const event of events.slice(0, -1)) {
+      if (delayMs) await sleep(delayMs);
+      if (!(await writeFlushed(res, event))) return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([new Promise((resolve) => (timer = setTimeout(resolve, behaviour.holdEndMs))), waitForClose(res)]);
+    clearTimeout(timer);
+    await writeEvents(res, events.slice(-1));
   } else {
     await writeEvents(res, events, { delayMs });
   }

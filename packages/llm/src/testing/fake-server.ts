@@ -23,8 +23,19 @@ export interface FakeToolCall {
  * the default (an echo of the last user message) answers.
  */
 export type FakeBehaviour =
-  /** A text reply split into `chunks` pieces (default: one per word), `delayMs` before each event. */
-  | { type: 'text'; text: string; chunks?: number; delayMs?: number; usage?: FakeUsage; finishReason?: 'stop' | 'length' }
+  /**
+   * A text reply split into `chunks` pieces (default: one per word), `delayMs` before each event; `holdEndMs` (OpenAI
+   * fake) pauses before the end-of-stream marker (after the usage chunk), so a test can cut a fully answered call.
+   */
+  | {
+      type: 'text';
+      text: string;
+      chunks?: number;
+      delayMs?: number;
+      holdEndMs?: number;
+      usage?: FakeUsage;
+      finishReason?: 'stop' | 'length';
+    }
   /** Tool calls (after optional text); each call's arguments JSON split into `argumentChunks` pieces (default 3). */
   | { type: 'tool_calls'; toolCalls: FakeToolCall[]; text?: string; argumentChunks?: number; delayMs?: number; usage?: FakeUsage }
   /**
