@@ -140,3 +140,30 @@ test('bad parameters are refused naming each field', () => {
   expect(fieldsOf({ from: '2025-01-01', to: '2025-01-02', granularity: 'week' })).toEqual(['granularity']);
   expect(fieldsOf({ from: '2025-01-01', to: '2025-01-02', groupBy: ['model', 'tenant'] })).toEqual(['groupBy']);
 });
+
+test('more than 10,000 rows is refused (400 too_many_rows), 10,000 are answered', async () => {
+  const write = (n: number, offset: number) =>
+    store.transaction(async (tx) => {
+      for (let i = offset; i < offset + n; i++) {
+        const createdAt = new Date(BASE + (i % 24) * H).toISOString();
+        const entry: EntryDoc = {
+          id: `cre_many${i}`,
+          tenantId: T,
+          sourceKey: `usage:call:many${i}`,
+          kind: 'usage',
+          credits: -1,
+          description: '',
+          createdAt,
+          hour: `${createdAt.slice(0, 13)}:00:00.000Z`,
+          usage: { model: 'openai/a', apiKeyId: `key_${i}`, projectId: '', agentId: '', inputTokens: 1, outputTokens: 0 },
+        };
+        await tx.collection(ledger).insert(entry);
+        await recordUsageRollups(tx, entry);
+      }
+    });
+  await write(10_000, 0);
+  const q = parseUsageQuery({ from: '2025-03-30T00:00:00Z', to: '2025-03-31T00:00:00Z', granularity: 'day', groupBy: ['apiKey'] });
+  expect((await usageRows(store, T, q)).length).toBe(10_000);
+  await write(1, 10_000);
+  await expect(usageRows(store, T, q)).rejects.toMatchObject({ code: 'VALIDATION_ERROR', details: { reason: 'too_many_rows' } });
+});
