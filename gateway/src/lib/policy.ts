@@ -30,6 +30,7 @@ export const POLICIES = {
   'agents:write': { authenticate: true, scope: 'agents:write' },
   'secrets:read': { authenticate: true, scope: 'secrets:read' },
   'secrets:write': { authenticate: true, scope: 'secrets:write' },
+  'billing:read': { authenticate: true, scope: 'billing:read' },
   'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },

@@ -55,6 +55,8 @@ function usageEvent(callId: string, tokens: number, keyId = 'key_1'): ReceivedMe
       credentialType: 'api_key',
       estimated: false,
       callId,
+      projectId: '',
+      agentId: '',
     },
   });
   return { ...m, offset: '0', timestamp: Date.now() };

@@ -5,7 +5,7 @@
  * entry applies once whatever is retried (the unique key), and the balance can be rebuilt from the entries.
  */
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
-import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind } from './collections';
+import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind, type EntryUsage } from './collections';
 
 export interface NewEntry {
   tenantId: string;
@@ -13,6 +13,8 @@ export interface NewEntry {
   kind: EntryKind;
   credits: number;
   description: string;
+  /** A model call's debit: what usage analytics group it by. */
+  usage?: EntryUsage;
 }
 
 /** The tenant's account, created on first use (plan `free`, balance 0). */
@@ -41,7 +43,11 @@ export async function accountOf(tx: StoreSession, tenantId: string): Promise<Acc
 export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: EntryDoc; balance: number } | null> {
   if (await tx.collection(ledger).findOne({ sourceKey: e.sourceKey })) return null;
   await accountOf(tx, e.tenantId);
-  const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, createdAt: nowIso() });
+  const createdAt = nowIso();
+  // A usage entry is stamped with its hour from the same clock reading as createdAt: its rollups (usage-analytics.ts)
+  // and the window ends read from the ledger put it in the same bucket.
+  const hour = e.usage ? `${createdAt.slice(0, 13)}:00:00.000Z` : undefined;
+  const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
   const account = await tx.collection(accounts).increment(e.tenantId, {}, { balance: e.credits });
   return { entry, balance: account!.balance };
 }
