@@ -130,6 +130,8 @@ it('a key id reported under two tenants keeps two counts (never a stuck consumer
         credentialType: 'api_key',
         estimated: false,
         callId: '',
+        projectId: '',
+        agentId: '',
       },
     });
   const handle = billingEventHandler(store, { creditsPer1kTokens: 1000, startingGrant: 0 }, { debug: () => undefined } as never);
