@@ -24,7 +24,7 @@ export interface Operation {
   operationId: string;
   access: string;
   body?: Schema;
-  query: Array<{ name: string; schema: Schema }>;
+  query: Array<{ name: string; schema: Schema; required?: boolean }>;
   params: string[];
 }
 
@@ -34,7 +34,7 @@ export async function loadOperations(api: Client): Promise<Operation[]> {
   const ops: Operation[] = [];
   for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
     for (const [method, op] of Object.entries(methods)) {
-      const parameters: Array<{ name: string; in: string; schema: Schema }> = op.parameters ?? [];
+      const parameters: Array<{ name: string; in: string; schema: Schema; required?: boolean }> = op.parameters ?? [];
       ops.push({
         method: method.toUpperCase(),
         path,

@@ -134,6 +134,11 @@ export interface RunCall {
   promptTokens: number;
   /** Characters streamed so far (text and tool arguments). */
   streamed: number;
+  /**
+   * Stored before the request goes to the provider: from then on the provider may charge for it, so a crash bills it
+   * (at least its prompt) and a retry is a call of its own. Absent on calls stored by an older version: not sent.
+   */
+  sent?: boolean;
   usage: Usage | null;
   provider: string;
   model: string;

@@ -58,8 +58,9 @@ export async function emitUsage(
  * applies one usage per call id, so a call also billed by its worker is billed once.
  */
 export async function settleRecordedCall(tx: StoreSession, run: RunDoc, call: RunCall): Promise<void> {
+  // The provider's usage; else, for a request that reached it, its prompt and what streamed at 4 characters a token.
   const usage: Usage =
-    call.usage ?? (call.streamed > 0 ? { inputTokens: call.promptTokens, outputTokens: Math.ceil(call.streamed / 4) } : NONE);
+    call.usage ?? (call.streamed > 0 || call.sent ? { inputTokens: call.promptTokens, outputTokens: Math.ceil(call.streamed / 4) } : NONE);
   await emitUsage(tx, run, {
     provider: call.provider,
     model: call.model,

@@ -286,11 +286,15 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     const promptChars = request.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
     /** The attempt's reservation: the run's open call when it produced nothing yet (reserved at execute, or left by a
      * crashed attempt), else a new one, stored on the run before the call starts. */
+    /** Calls of this step that this process billed when they ended early (not to be billed again as crashed). */
+    const billedHere = new Set<string>();
     const open = async (): Promise<RunCall> => {
       const prev = lease.run.call;
-      // A call cut by a crash (or a stop) left what it produced: billed now, once per call id whoever bills it too.
-      if (prev && (prev.streamed > 0 || prev.usage)) await lease.publish((tx) => settleRecordedCall(tx, lease.run, prev));
-      let call = prev && prev.streamed === 0 && !prev.usage ? prev : null;
+      // A call that reached the provider before a crash (or a stop) is billed now for what it produced (at least its
+      // prompt), once per call id whoever bills it too; only a call never sent is reused.
+      const sent = prev && (prev.sent || prev.streamed > 0 || prev.usage);
+      if (prev && sent && !billedHere.has(prev.id)) await lease.publish((tx) => settleRecordedCall(tx, lease.run, prev));
+      let call = prev && !sent ? prev : null;
       for (let i = 0; i < 2; i++) {
         call ??= {
           id: newId('call'),
@@ -317,14 +321,19 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
         if (status === 'open') break;
         call = null; // that reservation was closed meanwhile (expired): a new one
       }
-      const held = { ...call!, promptTokens: Math.ceil(promptChars / 4) };
-      if (lease.run.call?.id !== held.id || lease.run.call.promptTokens !== held.promptTokens) run = await lease.save({ call: held });
+      // Stored as sent before the request leaves: a crash from here on bills the call rather than reusing its id.
+      const held = { ...call!, promptTokens: Math.ceil(promptChars / 4), sent: true };
+      const stored = lease.run.call;
+      if (stored?.id !== held.id || stored.promptTokens !== held.promptTokens || !stored.sent) run = await lease.save({ call: held });
       return held;
     };
     const startedAt = nowIso();
-    const { reply, call } = await callModel(provider, request, signal, deps, open, lease.record, (cut) =>
-      lease.publish((tx) => settleRecordedCall(tx, run, cut)),
-    );
+    const { reply, call } = await callModel(provider, request, signal, deps, open, lease.record, (cut) => {
+      billedHere.add(cut.id);
+      // Refused or failed before any output (a 429, a 5xx, a refused connection): nothing to charge, the hold goes back.
+      const produced = cut.streamed > 0 || cut.usage !== null;
+      return lease.publish((tx) => settleRecordedCall(tx, run, produced ? cut : { ...cut, sent: false }));
+    });
     const usage = reply.usage ?? NO_USAGE;
     // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
     // replaced (the tool then refuses them), so the model's reply cannot swell the run document.
