@@ -5,6 +5,7 @@
  * entry applies once whatever is retried (the unique key), and the balance can be rebuilt from the entries.
  */
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { entryApplied } from './alerts';
 import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind } from './collections';
 
 export interface NewEntry {
@@ -43,6 +44,7 @@ export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: 
   await accountOf(tx, e.tenantId);
   const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, createdAt: nowIso() });
   const account = await tx.collection(accounts).increment(e.tenantId, {}, { balance: e.credits });
+  await entryApplied(tx, e.tenantId, e.credits, account!.balance);
   return { entry, balance: account!.balance };
 }
 
