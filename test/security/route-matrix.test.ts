@@ -112,6 +112,7 @@ const POLICIES = [
   'secrets:read',
   'secrets:write',
   'billing:write',
+  'billing:read:manager',
   'unscoped',
   'manager',
   'sessionManager',
@@ -158,7 +159,8 @@ function refusals(op: Op): Refusal[] {
   }
   if (['unscoped', 'manager', 'sessionManager'].includes(op.access))
     out.push(['a key with a scope list', keyScopedTo['projects:read'], 403]);
-  if (['manager', 'sessionManager', 'billing:write'].includes(op.access)) out.push(['a member', member.accessToken, 403]);
+  if (['manager', 'sessionManager', 'billing:write', 'billing:read:manager'].includes(op.access))
+    out.push(['a member', member.accessToken, 403]);
   if (op.access === 'sessionManager') out.push(['an API key (not a person)', ownerKey, 403]);
   return out;
 }
@@ -205,6 +207,7 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
     manager: owner.accessToken,
     sessionManager: owner.accessToken,
     'billing:write': owner.accessToken,
+    'billing:read:manager': owner.accessToken,
     'projects:read': keyScopedTo['projects:read'],
     'agents:read': keyScopedTo['agents:read'],
     'secrets:read': keyScopedTo['secrets:read'],
