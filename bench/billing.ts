@@ -46,6 +46,8 @@ function usageEvents(n: number): BusMessage[] {
         credentialType: 'api_key',
         estimated: false,
         callId: '',
+        projectId: '',
+        agentId: '',
       },
     }),
   );

@@ -189,6 +189,11 @@ it('drives every endpoint through the SDK', async () => {
   expect((await sdk.createBillingPortal()).url).toMatch(/\/settings\/billing$/);
   expect((await sdk.listInvoices()).length).toBe(2);
   expect((await sdk.getBillingSummary()).usage.calls).toBeGreaterThanOrEqual(1);
+  const day = Date.now() - (Date.now() % 86_400_000);
+  const usage = await sdk.getBillingUsage({
+    query: { from: new Date(day).toISOString(), to: new Date(day + 86_400_000).toISOString(), groupBy: 'model' },
+  });
+  expect(usage.reduce((n, r) => n + r.calls, 0)).toBeGreaterThanOrEqual(1);
 
   // CLI login, approved by this user, exchanged by the "terminal".
   const verifier = randomBytes(32).toString('base64url');

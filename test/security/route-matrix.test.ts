@@ -111,6 +111,7 @@ const POLICIES = [
   'agents:write',
   'secrets:read',
   'secrets:write',
+  'billing:read',
   'billing:write',
   'billing:read:manager',
   'unscoped',
@@ -211,6 +212,7 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
     'projects:read': keyScopedTo['projects:read'],
     'agents:read': keyScopedTo['agents:read'],
     'secrets:read': keyScopedTo['secrets:read'],
+    'billing:read': keyScopedTo['billing:read'],
     operator: ADMIN,
   };
   const failures: string[] = [];

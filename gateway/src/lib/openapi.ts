@@ -24,7 +24,9 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
     const successBody = r.list
       ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
       : Type.Object({ data, meta: Meta });
-    const successContent = r.produces ? { [r.produces]: { schema: Type.String() } } : { 'application/json': { schema: successBody } };
+    const successContent = r.produces
+      ? { [r.produces]: { schema: Type.String() } }
+      : { 'application/json': { schema: successBody }, ...(r.alsoProduces ? { [r.alsoProduces]: { schema: Type.String() } } : {}) };
     const policy = POLICIES[r.access];
     (paths[path] ??= {})[r.method.toLowerCase()] = {
       operationId: r.operationId,

@@ -45,6 +45,8 @@ export interface RouteSpec {
   list?: boolean;
   /** Media type of a success answer that is not the JSON envelope (the handler writes it itself). */
   produces?: 'text/event-stream';
+  /** Another media type the handler answers in when the request's Accept asks for it (documentation). */
+  alsoProduces?: 'text/csv';
   /** Default: rate limited when authenticated, except the auth, CLI-login and OAuth routes. */
   rateLimited?: boolean;
   /** The JSON body is handed over unparsed, as the Buffer received (a signature covers its exact bytes). */

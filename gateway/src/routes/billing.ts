@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { billingV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
+import { usageCsv, wantsCsv } from '../lib/csv';
 import { pageOf, route } from '../lib/route';
 import { Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -61,6 +62,39 @@ const Payment = Obj({
   balance: Type.Integer(),
   subscription: Nullable(Subscription),
 });
+
+const USAGE_GROUPS = ['model', 'apiKey', 'project', 'agent'] as const;
+const UsageQuery = Obj({
+  from: Type.String({ maxLength: 40, description: 'ISO 8601: usage at or after this time' }),
+  to: Type.String({ maxLength: 40, description: 'ISO 8601: usage before this time (exclusive), at most 366 days after from' }),
+  granularity: Type.Optional(Type.Union([Type.Literal('hour'), Type.Literal('day')], { default: 'day', description: 'UTC buckets' })),
+  groupBy: Type.Optional(Type.String({ maxLength: 100, description: `Comma-separated subset of ${USAGE_GROUPS.join(', ')}` })),
+});
+const grouped = (description: string) => Type.Optional(Nullable(Type.String({ description: `${description}; null for none` })));
+const UsageRow = Obj({
+  start: Timestamp,
+  model: grouped('provider/model, present when grouped by model'),
+  apiKeyId: grouped('The API key that made the call, present when grouped by apiKey'),
+  projectId: grouped('Present when grouped by project'),
+  agentId: grouped('Present when grouped by agent'),
+  calls: Type.Integer({ description: 'Model calls' }),
+  inputTokens: Type.Integer(),
+  outputTokens: Type.Integer(),
+  credits: Type.Integer({ description: 'Credits debited: every grouping sums to the ledger’s usage debits of the window' }),
+});
+/** Row fields and the groupBy name that makes each present. */
+const GROUPED_FIELDS = [
+  ['model', 'model'],
+  ['apiKeyId', 'apiKey'],
+  ['projectId', 'project'],
+  ['agentId', 'agent'],
+] as const;
+
+function usageRowView(r: billingV1.UsageRow, groupBy: string[]) {
+  const view: Record<string, string | number | null> = { start: r.start };
+  for (const [field, group] of GROUPED_FIELDS) if (groupBy.includes(group)) view[field] = r[field] || null;
+  return { ...view, calls: r.calls, inputTokens: r.inputTokens, outputTokens: r.outputTokens, credits: r.credits };
+}
 
 export function invoiceView(i: billingV1.Invoice) {
   return { ...i, plan: i.plan || null, paidAt: i.paidAt || null };
@@ -145,6 +179,36 @@ export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     handler: async ({ query, call }) => {
       const res = await billing.listInvoices({ limit: query.limit, cursor: query.cursor ?? '' }, call);
       return pageOf(res.invoices.map(invoiceView), query.limit, res.nextCursor);
+    },
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/billing/usage',
+    operationId: 'getBillingUsage',
+    access: 'billing:read',
+    tag: 'billing',
+    summary: 'Model usage by UTC hour or day, grouped by model, API key, project or agent (Accept: text/csv for CSV)',
+    query: UsageQuery,
+    response: Type.Array(UsageRow),
+    alsoProduces: 'text/csv',
+    handler: async ({ query, call, request, reply }) => {
+      const groupBy = query.groupBy
+        ? String(query.groupBy)
+            .split(',')
+            .map((g: string) => g.trim())
+        : [];
+      const res = await billing.getUsageAnalytics(
+        { from: query.from, to: query.to, granularity: query.granularity ?? 'day', groupBy },
+        call,
+      );
+      const rows = res.rows.map((r) => usageRowView(r, groupBy));
+      if (!wantsCsv(request.headers.accept)) return rows;
+      return reply
+        .code(200)
+        .type('text/csv; charset=utf-8')
+        .header('content-disposition', 'attachment; filename="usage.csv"')
+        .send(usageCsv(rows));
     },
   });
 

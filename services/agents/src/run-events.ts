@@ -44,6 +44,8 @@ export async function emitUsage(
     credentialType: run.credentialType ?? '',
     estimated: call.estimated ?? false,
     callId: call.callId,
+    projectId: run.projectId,
+    agentId: run.agentId,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
   metrics.llmTokens.inc({ source: 'agents', direction: 'input' }, value.inputTokens);

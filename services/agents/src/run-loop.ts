@@ -140,7 +140,8 @@ async function callModel(
 ) {
   for (let attempt = 0; ; attempt++) {
     const call = { ...(await open()) };
-    let recordedAt = Date.now();
+    // The first streamed event is recorded at once: a crash any time after it bills what the provider sent.
+    let recordedAt = -Infinity;
     try {
       const reply = await collect(provider.stream(request, { signal }), (e) => {
         if (e.type === 'text') call.streamed += e.delta.length;

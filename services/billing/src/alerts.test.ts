@@ -15,7 +15,7 @@ import type { eventsV1 } from '@svc/proto';
 import { alertsProblems, billingAlerts, THRESHOLD_CROSSED } from './alerts';
 import { accounts, ALL_COLLECTIONS } from './collections';
 import { billingEventHandler } from './events';
-import { keyUsage } from './key-usage';
+import { keyUsage, keyUsageId } from './key-usage';
 import { addEntry, applyOnce } from './ledger';
 import { reserve } from './reservations';
 
@@ -80,11 +80,12 @@ it('emits nothing further down or on the way back up, and once more after it was
   expect((await crossings()).map((c) => c.value)).toEqual([499, 350]);
 });
 
-it("counts a UTC day's debits, once past the threshold, and starts again the next day", async () => {
+it("counts a UTC day's usage debits, once past the threshold, and starts again the next day", async () => {
   await setAlerts({ dailyCreditsAbove: 100 });
   await move(1000);
   await Promise.all(Array.from({ length: 10 }, () => move(-15, 'usage'))); // 150 debits today: past 100 once, at 105
   await move(500); // credits are not debits
+  await move(-200); // an operator's adjustment is not spend
   expect(await crossings()).toEqual([{ kind: 'daily_credits', threshold: 100, value: 105, apiKeyId: '' }]);
   // A new day: the account's day is another, so its total starts from zero and the alert is armed again.
   await store.collection(accounts).update(T, {}, { debitsDay: '2000-01-01' });
@@ -109,6 +110,8 @@ function usageEvent(callId: string, tokens: number): ReceivedMessage {
       credentialType: 'api_key',
       estimated: false,
       callId,
+      projectId: '',
+      agentId: '',
     },
   });
   return { ...m, offset: '0', timestamp: Date.now() };
@@ -134,7 +137,7 @@ it("emits each key budget percent the key's settled spend reaches, with the budg
     { kind: 'key_budget', threshold: 100, value: 100, apiKeyId: 'key_1' },
   ]);
   // A new month: the key's period spend starts from zero, so 50 % is armed again.
-  await store.collection(keyUsage).update('key_1', {}, { month: '2000-01' });
+  await store.collection(keyUsage).update(keyUsageId(T, 'key_1'), {}, { month: '2000-01' });
   await call('c5', 100);
   expect((await crossings()).filter((c) => c.kind === 'key_budget').map((c) => [c.threshold, c.value])).toEqual([
     [50, 85],

@@ -26,9 +26,9 @@ import {
   TOPICS,
 } from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
-import { accounts, reservations } from './collections';
+import { accounts, reservations, type EntryKind } from './collections';
 import { spentIn } from './key-budget';
-import { keyUsage } from './key-usage';
+import { keyUsage, keyUsageId } from './key-usage';
 
 export const THRESHOLD_CROSSED = 'billing.threshold_crossed';
 
@@ -58,13 +58,20 @@ async function crossed(tx: StoreSession, tenantId: string, kind: Kind, threshold
 }
 
 /**
- * In a ledger entry's transaction (ledger.ts addEntry), after the entry moved the balance by `credits` to `balance`:
- * counts a debit into the account's UTC day, and emits the balance and day crossings it makes.
+ * In a ledger entry's transaction (ledger.ts addEntry), after the entry moved the balance by its credits to `balance`:
+ * counts a usage debit into the account's UTC day, and emits the balance and day crossings it makes.
  */
-export async function entryApplied(tx: StoreSession, tenantId: string, credits: number, balance: number, now = Date.now()): Promise<void> {
+export async function entryApplied(
+  tx: StoreSession,
+  entry: { tenantId: string; kind: EntryKind; credits: number },
+  balance: number,
+  now = Date.now(),
+): Promise<void> {
+  const { tenantId, credits } = entry;
   let dayBefore = 0;
   let dayAfter = 0;
-  if (credits < 0) {
+  // The day's spend is its usage debits, as GET /billing/usage sums them (an operator's adjustment is not spend).
+  if (entry.kind === 'usage' && credits < 0) {
     const day = dayOf(now);
     // On the account, the document every entry of the tenant moves: day debits serialise with the balance.
     const account = await tx.collection(accounts).get(tenantId);
@@ -100,7 +107,7 @@ export async function keySpendApplied(
   if (!alerts || alerts.keyBudgetPercents.length === 0) return;
   const reservation = await tx.collection(reservations).get(`${tenantId}:${callId}`);
   const budget = reservation?.apiKeyId === keyId ? reservation.keyBudget : undefined;
-  const usage = budget && budget.credits > 0 ? await tx.collection(keyUsage).get(keyId, { tenantId }) : null;
+  const usage = budget && budget.credits > 0 ? await tx.collection(keyUsage).get(keyUsageId(tenantId, keyId), { tenantId }) : null;
   if (!budget || !usage) return;
   const after = spentIn(usage, budget.period, now);
   const before = after - credits;

@@ -38,6 +38,21 @@ export interface EntryDoc {
   credits: number;
   description: string;
   createdAt: string;
+  /** A usage entry's model call (absent on other kinds, and on usage entries of older versions). */
+  usage?: EntryUsage;
+  /** A usage entry's UTC hour (`createdAt` truncated, ISO): usage analytics read the ends of a window by it. */
+  hour?: string;
+}
+
+/** What usage analytics group a model call's debit by (usage-analytics.ts); '' for none. */
+export interface EntryUsage {
+  /** provider/model */
+  model: string;
+  apiKeyId: string;
+  projectId: string;
+  agentId: string;
+  inputTokens: number;
+  outputTokens: number;
 }
 
 export interface InvoiceDoc {
@@ -146,7 +161,7 @@ export const reservations: CollectionDef<ReservationDoc> = {
 export const accounts: CollectionDef<AccountDoc> = { name: 'accounts' };
 export const ledger: CollectionDef<EntryDoc> = {
   name: 'ledger',
-  indexes: [{ fields: ['sourceKey'], unique: true }, { fields: ['tenantId'] }],
+  indexes: [{ fields: ['sourceKey'], unique: true }, { fields: ['tenantId'] }, { fields: ['tenantId', 'hour'] }],
 };
 export const invoices: CollectionDef<InvoiceDoc> = {
   name: 'invoices',

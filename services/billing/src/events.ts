@@ -9,6 +9,7 @@ import { usageStats } from './collections';
 import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
 import { closeReservation } from './reservations';
+import { recordUsageRollups } from './usage-analytics';
 
 const TYPES = new Set(['tenant.created', 'llm.usage']);
 
@@ -56,8 +57,17 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
         kind: 'usage',
         credits: -credits,
         description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,
+        usage: {
+          model: `${u.provider}/${u.model}`,
+          apiKeyId: u.credentialType === 'api_key' ? u.credentialId : '',
+          projectId: u.projectId,
+          agentId: u.agentId,
+          inputTokens: u.inputTokens,
+          outputTokens: u.outputTokens,
+        },
       });
       if (!applied) return;
+      await recordUsageRollups(tx, applied.entry);
       const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
       await addUsage(tx, event.tenantId, 'model', `${u.provider}/${u.model}`, '', line);
       await addUsage(tx, event.tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);

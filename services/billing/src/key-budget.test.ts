@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { createLogger, domainEvent, isAppError, openSqliteStore, TOPICS, type ReceivedMessage, type Store } from '@svc/kit';
 import { accounts, ALL_COLLECTIONS, reservations } from './collections';
 import { billingEventHandler } from './events';
-import { keyUsage } from './key-usage';
+import { keyUsage, keyUsageId } from './key-usage';
 import { addEntry, applyOnce } from './ledger';
 import { closeReservation, creditsOf, reserve, type ReserveInput } from './reservations';
 import type { KeyBudget } from './key-budget';
@@ -38,7 +38,7 @@ const hold = (callId: string, tokens: number, keyBudget?: KeyBudget): ReserveInp
   ttlMs: 60_000,
   keyBudget,
 });
-const keyDoc = (keyId = 'key_1') => store.collection(keyUsage).get(keyId);
+const keyDoc = (keyId = 'key_1') => store.collection(keyUsage).get(keyUsageId('ten_1', keyId));
 
 function usageEvent(callId: string, tokens: number, keyId = 'key_1'): ReceivedMessage {
   const m = domainEvent(TOPICS.chat, 'llm.usage', 'ten_1', {
@@ -55,6 +55,8 @@ function usageEvent(callId: string, tokens: number, keyId = 'key_1'): ReceivedMe
       credentialType: 'api_key',
       estimated: false,
       callId,
+      projectId: '',
+      agentId: '',
     },
   });
   return { ...m, offset: '0', timestamp: Date.now() };
@@ -107,7 +109,33 @@ it('a monthly budget counts the current UTC month only', async () => {
     details: { reason: 'key_budget_exhausted', spent: 80 },
   });
   // The credits were spent in an earlier month: this month's budget is whole again (a total budget is not).
-  await store.collection(keyUsage).update('key_1', {}, { month: '2000-01' });
+  await store.collection(keyUsage).update(keyUsageId('ten_1', 'key_1'), {}, { month: '2000-01' });
   await reserve(store, hold('c3', 100, budget(100, 'key_1', 'month')), PER_1K);
   await expect(reserve(store, hold('c4', 30, budget(100)), PER_1K)).rejects.toMatchObject({ details: { reason: 'key_budget_exhausted' } });
+});
+
+it('a key id reported under two tenants keeps two counts (never a stuck consumer on one document)', async () => {
+  const usage = (tenantId: string) =>
+    domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+      $case: 'usage',
+      value: {
+        source: 'chat_reply',
+        sourceId: `msg_${tenantId}`,
+        provider: 'openai',
+        model: 'gpt-test',
+        inputTokens: 10,
+        outputTokens: 10,
+        keySource: 'tenant',
+        credentialId: 'key_shared',
+        credentialType: 'api_key',
+        estimated: false,
+        callId: '',
+        projectId: '',
+        agentId: '',
+      },
+    });
+  const handle = billingEventHandler(store, { creditsPer1kTokens: 1000, startingGrant: 0 }, { debug: () => undefined } as never);
+  for (const tenantId of ['ten_1', 'ten_2']) await handle({ ...usage(tenantId), offset: '0', timestamp: Date.now() });
+  expect((await store.collection(keyUsage).get(keyUsageId('ten_1', 'key_shared')))?.totalCredits).toBe(20);
+  expect((await store.collection(keyUsage).get(keyUsageId('ten_2', 'key_shared')))?.totalCredits).toBe(20);
 });

@@ -11,7 +11,7 @@
  * a month): one machine decides, nothing compares clocks across machines.
  */
 import { AppError, nowIso, type StoreSession } from '@svc/kit';
-import { keyUsage, monthOf, type KeyUsageDoc } from './key-usage';
+import { keyUsage, keyUsageId, monthOf, type KeyUsageDoc } from './key-usage';
 
 export interface KeyBudget {
   /** The API key's id. */
@@ -38,10 +38,11 @@ export async function holdKeyBudget(
   now = Date.now(),
 ): Promise<void> {
   const col = tx.collection(keyUsage);
+  const id = keyUsageId(tenantId, budget.keyId);
   const doc =
-    (await col.get(budget.keyId, { tenantId })) ??
+    (await col.get(id, { tenantId })) ??
     (await col.insert({
-      id: budget.keyId,
+      id,
       tenantId,
       minute: 0,
       minuteTokens: 0,
@@ -64,10 +65,10 @@ export async function holdKeyBudget(
       reserved,
       required,
     });
-  await col.increment(budget.keyId, { tenantId }, { reserved: credits });
+  await col.increment(id, { tenantId }, { reserved: credits });
 }
 
 /** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */
 export async function releaseKeyBudget(tx: StoreSession, tenantId: string, keyId: string, credits: number): Promise<void> {
-  await tx.collection(keyUsage).increment(keyId, { tenantId }, { reserved: -credits });
+  await tx.collection(keyUsage).increment(keyUsageId(tenantId, keyId), { tenantId }, { reserved: -credits });
 }

@@ -8,7 +8,7 @@ import { authed, errors, nowIso, type CallContext, type CollectionDef, type Stor
 import type { billingV1 } from '@svc/proto';
 
 export interface KeyUsageDoc {
-  /** The API key's id. */
+  /** `tenant|key` (keyUsageId): a key id reported under another tenant can never meet this tenant's document. */
   id: string;
   tenantId: string;
   /** Start of the minute window `minuteTokens` counts, in epoch seconds. */
@@ -24,6 +24,8 @@ export interface KeyUsageDoc {
 }
 
 export const keyUsage: CollectionDef<KeyUsageDoc> = { name: 'key_usage' };
+
+export const keyUsageId = (tenantId: string, keyId: string) => `${tenantId}|${keyId}`;
 
 const MAX_IDS = 100;
 const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
@@ -41,10 +43,11 @@ export async function recordKeyUsage(
   const col = tx.collection(keyUsage);
   const minute = minuteOf(now);
   const month = monthOf(now);
-  const doc = await col.get(keyId, { tenantId });
+  const id = keyUsageId(tenantId, keyId);
+  const doc = await col.get(id, { tenantId });
   if (!doc) {
     await col.insert({
-      id: keyId,
+      id,
       tenantId,
       minute,
       minuteTokens: tokens,
@@ -56,7 +59,7 @@ export async function recordKeyUsage(
     return;
   }
   await col.update(
-    keyId,
+    id,
     { tenantId },
     {
       minute,
@@ -83,7 +86,7 @@ export function keyUsageHandlers(store: Store, now: () => number = Date.now) {
       const col = store.collection(keyUsage);
       const usages = await Promise.all(
         req.apiKeyIds.map(async (id): Promise<billingV1.KeyUsage> => {
-          const doc = await col.get(id, { tenantId: auth.tid });
+          const doc = await col.get(keyUsageId(auth.tid, id), { tenantId: auth.tid });
           return {
             apiKeyId: id,
             tokensThisMinute: doc && doc.minute === minute ? doc.minuteTokens : 0,

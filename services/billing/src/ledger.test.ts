@@ -40,6 +40,8 @@ const usage = (tenantId: string, inputTokens: number, outputTokens: number) =>
       credentialType: 'api_key',
       estimated: false,
       callId: '',
+      projectId: '',
+      agentId: '',
     },
   });
 const created = (tenantId: string) =>

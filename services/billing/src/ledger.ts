@@ -6,7 +6,7 @@
  */
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
 import { entryApplied } from './alerts';
-import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind } from './collections';
+import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind, type EntryUsage } from './collections';
 
 export interface NewEntry {
   tenantId: string;
@@ -14,6 +14,8 @@ export interface NewEntry {
   kind: EntryKind;
   credits: number;
   description: string;
+  /** A model call's debit: what usage analytics group it by. */
+  usage?: EntryUsage;
 }
 
 /** The tenant's account, created on first use (plan `free`, balance 0). */
@@ -42,9 +44,13 @@ export async function accountOf(tx: StoreSession, tenantId: string): Promise<Acc
 export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: EntryDoc; balance: number } | null> {
   if (await tx.collection(ledger).findOne({ sourceKey: e.sourceKey })) return null;
   await accountOf(tx, e.tenantId);
-  const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, createdAt: nowIso() });
+  const createdAt = nowIso();
+  // A usage entry is stamped with its hour from the same clock reading as createdAt: its rollups (usage-analytics.ts)
+  // and the window ends read from the ledger put it in the same bucket.
+  const hour = e.usage ? `${createdAt.slice(0, 13)}:00:00.000Z` : undefined;
+  const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
   const account = await tx.collection(accounts).increment(e.tenantId, {}, { balance: e.credits });
-  await entryApplied(tx, e.tenantId, e.credits, account!.balance);
+  await entryApplied(tx, e, account!.balance);
   return { entry, balance: account!.balance };
 }
 

@@ -51,6 +51,8 @@ function usageEvent(callId: string, inputTokens: number, outputTokens: number, t
       credentialType: 'api_key',
       estimated: false,
       callId,
+      projectId: '',
+      agentId: '',
     },
   });
   return { ...m, offset: '0', timestamp: Date.now() };

@@ -8,12 +8,19 @@ import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
 import { paymentProvider } from './providers';
 import { ReservationSweeper } from './reservations';
+import { usageAnalyticsHandlers, usageRollups } from './usage-analytics';
 
 /** This service's consumer group on the bus: its position survives restarts. */
 export const CONSUMER_GROUP = 'billing';
 
 export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'billing', defaultPort: 50056, config: billingConfig, collections: ALL_COLLECTIONS, env });
+  const rt = await openRuntime({
+    name: 'billing',
+    defaultPort: 50056,
+    config: billingConfig,
+    collections: [...ALL_COLLECTIONS, usageRollups],
+    env,
+  });
   const { verifier, identity } = identityVerifier(rt.config);
   const handle = billingEventHandler(
     rt.store,
@@ -51,6 +58,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
         implementation: {
           ...keyUsageHandlers(rt.store),
           ...alertsHandlers(rt.store),
+          ...usageAnalyticsHandlers(rt.store),
           ...billingHandlers({
             store: rt.store,
             relay: rt.relay,

@@ -55,6 +55,9 @@ export interface ReplyCall {
   credentialType: string;
   /** The prompt at 4 characters a token: the input of a cut reply's estimate. */
   promptTokens: number;
+  /** The project and agent the reply worked for ('' for none; absent on replies of older versions): usage analytics. */
+  projectId?: string;
+  agentId?: string;
 }
 
 /** Listed per tenant, newest first. */

@@ -205,6 +205,8 @@ export function chatHandlers(deps: ChatDeps) {
           credentialId: auth.sid ?? '',
           credentialType: auth.typ ?? '',
           promptTokens: Math.ceil(promptChars / 4),
+          projectId,
+          agentId: session.agentId,
         },
         completedAt: null,
         ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),

@@ -71,6 +71,8 @@ async function billReply(tx: StoreSession, tenantId: string, messageId: string, 
         credentialType: call.credentialType,
         estimated,
         callId: messageId,
+        projectId: call.projectId ?? '',
+        agentId: call.agentId ?? '',
       },
     }),
   );

@@ -1,7 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { AppError, openSqliteStore, type Store, type StoreSession, type TenantCap } from '@svc/kit';
+import { raceForPlaces, storePerTest } from '@svc/kit/src/caps.testing';
 import { identityCaps } from './caps';
 import { apiKeys, secrets, users, type ApiKeyDoc, type SecretDoc, type UserDoc } from './collections';
 import type { IdentitySettings } from './context';
@@ -9,30 +6,7 @@ import type { IdentitySettings } from './context';
 // MEMBERS_PER_TENANT, API_KEYS_PER_TENANT (live keys) and SECRETS_PER_TENANT: the counter starts from the data
 // already there (written before counters existed), and creates racing for the places left get exactly those; a
 // delete gives one back. On this service's real collections and store.
-let dir: string;
-let store: Store;
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'identity-caps-'));
-  store = openSqliteStore({ path: join(dir, 'identity.db') });
-});
-afterEach(async () => {
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-/** `count` creates at once through `cap`; how many got a place (the others must be refused by the cap). */
-async function race(cap: TenantCap, tenantId: string, count: number, insert: (i: number) => (tx: StoreSession) => Promise<unknown>) {
-  const outcomes = await Promise.allSettled(
-    Array.from({ length: count }, (_, i) =>
-      cap.transaction(tenantId, async (tx, places) => {
-        await places.take();
-        await insert(i)(tx);
-      }),
-    ),
-  );
-  for (const o of outcomes) if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(AppError);
-  return outcomes.filter((o) => o.status === 'fulfilled').length;
-}
+const storeOf = storePerTest('identity');
 
 const now = () => new Date().toISOString();
 const settings = { maxMembersPerTenant: 5, maxApiKeysPerTenant: 5, maxSecretsPerTenant: 5 } as IdentitySettings;
@@ -75,36 +49,36 @@ const secret = (tenantId: string, n: number): SecretDoc => ({
 });
 
 it('holds MEMBERS_PER_TENANT exactly; removing a member frees a place', async () => {
-  const { members } = identityCaps(store, settings);
-  for (let i = 0; i < 2; i++) await store.collection(users).insert(user('t1', i));
-  expect(await race(members, 't1', 50, (i) => (tx) => tx.collection(users).insert(user('t1', 100 + i)))).toBe(3);
+  const { members } = identityCaps(storeOf(), settings);
+  for (let i = 0; i < 2; i++) await storeOf().collection(users).insert(user('t1', i));
+  expect(await raceForPlaces(members, 't1', 50, (i) => (tx) => tx.collection(users).insert(user('t1', 100 + i)))).toBe(3);
   await members.transaction('t1', async (tx, places) => {
     if (await tx.collection(users).delete('usr_t1_0', { tenantId: 't1' })) await places.free();
   });
-  expect(await race(members, 't1', 10, (i) => (tx) => tx.collection(users).insert(user('t1', 200 + i)))).toBe(1);
-  expect(await store.collection(users).count({ tenantId: 't1' })).toBe(5);
+  expect(await raceForPlaces(members, 't1', 10, (i) => (tx) => tx.collection(users).insert(user('t1', 200 + i)))).toBe(1);
+  expect(await storeOf().collection(users).count({ tenantId: 't1' })).toBe(5);
 });
 
 it('holds API_KEYS_PER_TENANT exactly on live keys: revoked ones do not count, a revoke frees a place', async () => {
-  const { apiKeys: cap } = identityCaps(store, settings);
-  const col = store.collection(apiKeys);
+  const { apiKeys: cap } = identityCaps(storeOf(), settings);
+  const col = storeOf().collection(apiKeys);
   for (let i = 0; i < 2; i++) await col.insert(key('t1', i));
   for (let i = 2; i < 5; i++) await col.insert(key('t1', i, true));
-  expect(await race(cap, 't1', 50, (i) => (tx) => tx.collection(apiKeys).insert(key('t1', 100 + i)))).toBe(3);
+  expect(await raceForPlaces(cap, 't1', 50, (i) => (tx) => tx.collection(apiKeys).insert(key('t1', 100 + i)))).toBe(3);
   await cap.transaction('t1', async (tx, places) => {
     if (await tx.collection(apiKeys).update('key_t1_0', { tenantId: 't1', revokedAt: null }, { revokedAt: now() })) await places.free();
   });
-  expect(await race(cap, 't1', 10, (i) => (tx) => tx.collection(apiKeys).insert(key('t1', 200 + i)))).toBe(1);
+  expect(await raceForPlaces(cap, 't1', 10, (i) => (tx) => tx.collection(apiKeys).insert(key('t1', 200 + i)))).toBe(1);
   expect(await col.count({ tenantId: 't1', revokedAt: null })).toBe(5);
 });
 
 it('holds SECRETS_PER_TENANT exactly; a delete frees a place', async () => {
-  const { secrets: cap } = identityCaps(store, settings);
-  for (let i = 0; i < 4; i++) await store.collection(secrets).insert(secret('t1', i));
-  expect(await race(cap, 't1', 50, (i) => (tx) => tx.collection(secrets).insert(secret('t1', 100 + i)))).toBe(1);
+  const { secrets: cap } = identityCaps(storeOf(), settings);
+  for (let i = 0; i < 4; i++) await storeOf().collection(secrets).insert(secret('t1', i));
+  expect(await raceForPlaces(cap, 't1', 50, (i) => (tx) => tx.collection(secrets).insert(secret('t1', 100 + i)))).toBe(1);
   await cap.transaction('t1', async (tx, places) => {
     if (await tx.collection(secrets).delete('sec_t1_0', { tenantId: 't1' })) await places.free();
   });
-  expect(await race(cap, 't1', 10, (i) => (tx) => tx.collection(secrets).insert(secret('t1', 200 + i)))).toBe(1);
-  expect(await store.collection(secrets).count({ tenantId: 't1' })).toBe(5);
+  expect(await raceForPlaces(cap, 't1', 10, (i) => (tx) => tx.collection(secrets).insert(secret('t1', 200 + i)))).toBe(1);
+  expect(await storeOf().collection(secrets).count({ tenantId: 't1' })).toBe(5);
 });

@@ -1,35 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { AppError, openSqliteStore, type Store, type StoreSession, type TenantCap } from '@svc/kit';
+import { raceForPlaces, storePerTest } from '@svc/kit/src/caps.testing';
 import { webhookCap, webhooks, type WebhookDoc } from './collections';
 
 // WEBHOOKS_PER_TENANT: the counter starts from the data already there (written before counters existed), and creates racing
 // for the places left get exactly those; a delete gives one back. On this service's real collection and store.
-let dir: string;
-let store: Store;
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'webhooks-caps-'));
-  store = openSqliteStore({ path: join(dir, 'webhooks.db') });
-});
-afterEach(async () => {
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-/** `count` creates at once through `cap`; how many got a place (the others must be refused by the cap). */
-async function race(cap: TenantCap, tenantId: string, count: number, insert: (i: number) => (tx: StoreSession) => Promise<unknown>) {
-  const outcomes = await Promise.allSettled(
-    Array.from({ length: count }, (_, i) =>
-      cap.transaction(tenantId, async (tx, places) => {
-        await places.take();
-        await insert(i)(tx);
-      }),
-    ),
-  );
-  for (const o of outcomes) if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(AppError);
-  return outcomes.filter((o) => o.status === 'fulfilled').length;
-}
+const storeOf = storePerTest('webhooks');
 
 const hook = (tenantId: string, n: number): WebhookDoc => ({
   id: `whk_${tenantId}_${n}`,
@@ -45,10 +19,10 @@ const hook = (tenantId: string, n: number): WebhookDoc => ({
 });
 
 it("holds WEBHOOKS_PER_TENANT exactly, refusing with the API's 400 too_many_webhooks", async () => {
-  const col = store.collection(webhooks);
+  const col = storeOf().collection(webhooks);
   for (let i = 0; i < 4; i++) await col.insert(hook('t1', i));
-  const cap = webhookCap(store, 5);
-  expect(await race(cap, 't1', 50, (i) => (tx) => tx.collection(webhooks).insert(hook('t1', 100 + i)))).toBe(1);
+  const cap = webhookCap(storeOf(), 5);
+  expect(await raceForPlaces(cap, 't1', 50, (i) => (tx) => tx.collection(webhooks).insert(hook('t1', 100 + i)))).toBe(1);
   await expect(cap.transaction('t1', (_tx, places) => places.take())).rejects.toMatchObject({
     code: 'VALIDATION_ERROR',
     details: { reason: 'too_many_webhooks', limit: 5 },
@@ -56,6 +30,6 @@ it("holds WEBHOOKS_PER_TENANT exactly, refusing with the API's 400 too_many_webh
   await cap.transaction('t1', async (tx, places) => {
     if (await tx.collection(webhooks).delete('whk_t1_0', { tenantId: 't1' })) await places.free();
   });
-  expect(await race(cap, 't1', 10, (i) => (tx) => tx.collection(webhooks).insert(hook('t1', 200 + i)))).toBe(1);
+  expect(await raceForPlaces(cap, 't1', 10, (i) => (tx) => tx.collection(webhooks).insert(hook('t1', 200 + i)))).toBe(1);
   expect(await col.count({ tenantId: 't1' })).toBe(5);
 });

@@ -119,6 +119,7 @@ export const OPERATIONS = {
   streamChatReply: { method: 'GET', path: '/api/v1/chat/sessions/{id}/stream', pathParams: ['id'], access: 'agents:read', stream: true },
   getBillingSummary: { method: 'GET', path: '/api/v1/billing/summary', pathParams: [], access: 'authenticated', stream: false },
   listInvoices: { method: 'GET', path: '/api/v1/billing/invoices', pathParams: [], access: 'authenticated', stream: false },
+  getBillingUsage: { method: 'GET', path: '/api/v1/billing/usage', pathParams: [], access: 'billing:read', stream: false },
   purchaseCredits: { method: 'POST', path: '/api/v1/billing/credits/purchase', pathParams: [], access: 'billing:write', stream: false },
   createSubscription: {
     method: 'POST',
@@ -511,6 +512,14 @@ export abstract class GeneratedMethods {
   /** Invoices, newest first (`GET /api/v1/billing/invoices`) */
   listInvoices(input: Input<'listInvoices'> = {} as Input<'listInvoices'>, options?: CallOptions): Promise<Output<'listInvoices'>> {
     return this.call('listInvoices', input, options);
+  }
+
+  /** Model usage by UTC hour or day, grouped by model, API key, project or agent (Accept: text/csv for CSV) (`GET /api/v1/billing/usage`) */
+  getBillingUsage(
+    input: Input<'getBillingUsage'> = {} as Input<'getBillingUsage'>,
+    options?: CallOptions,
+  ): Promise<Output<'getBillingUsage'>> {
+    return this.call('getBillingUsage', input, options);
   }
 
   /** Buy credits (honours Idempotency-Key) (`POST /api/v1/billing/credits/purchase`) */

@@ -750,6 +750,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/billing/usage': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Model usage by UTC hour or day, grouped by model, API key, project or agent (Accept: text/csv for CSV) */
+    get: operations['getBillingUsage'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/billing/credits/purchase': {
     parameters: {
       query?: never;
@@ -4554,6 +4571,60 @@ export interface operations {
               };
             };
           };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getBillingUsage: {
+    parameters: {
+      query: {
+        from: string;
+        to: string;
+        granularity?: 'hour' | 'day';
+        groupBy?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              start: string;
+              model?: string | null;
+              apiKeyId?: string | null;
+              projectId?: string | null;
+              agentId?: string | null;
+              /** @description Model calls */
+              calls: number;
+              inputTokens: number;
+              outputTokens: number;
+              /** @description Credits debited: every grouping sums to the ledger’s usage debits of the window */
+              credits: number;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+          'text/csv': string;
         };
       };
       /** @description Error */

@@ -274,6 +274,34 @@ export interface PutAlertsResponse {
   alerts?: BillingAlerts | undefined;
 }
 
+export interface GetUsageAnalyticsRequest {
+  /** ISO 8601; debits with from <= at < to, at most 366 days apart. */
+  from: string;
+  to: string;
+  /** hour or day */
+  granularity: string;
+  /** Any of model, apiKey, project, agent. */
+  groupBy: string[];
+}
+
+/** One bucket of one group; a field not grouped by is empty. */
+export interface UsageRow {
+  start: string;
+  model: string;
+  apiKeyId: string;
+  projectId: string;
+  agentId: string;
+  calls: number;
+  inputTokens: number;
+  outputTokens: number;
+  credits: number;
+}
+
+export interface GetUsageAnalyticsResponse {
+  /** Oldest bucket first; within a bucket, ordered by the grouped fields. */
+  rows: UsageRow[];
+}
+
 function createBaseSubscription(): Subscription {
   return { id: "", plan: "", status: "", provider: "", currentPeriodStart: "", currentPeriodEnd: "", createdAt: "" };
 }
@@ -4218,6 +4246,421 @@ export const PutAlertsResponse: MessageFns<PutAlertsResponse> = {
   },
 };
 
+function createBaseGetUsageAnalyticsRequest(): GetUsageAnalyticsRequest {
+  return { from: "", to: "", granularity: "", groupBy: [] };
+}
+
+export const GetUsageAnalyticsRequest: MessageFns<GetUsageAnalyticsRequest> = {
+  encode(message: GetUsageAnalyticsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.from !== "") {
+      writer.uint32(10).string(message.from);
+    }
+    if (message.to !== "") {
+      writer.uint32(18).string(message.to);
+    }
+    if (message.granularity !== "") {
+      writer.uint32(26).string(message.granularity);
+    }
+    for (const v of message.groupBy) {
+      writer.uint32(34).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageAnalyticsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageAnalyticsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.from = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.to = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.granularity = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.groupBy.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageAnalyticsRequest {
+    return {
+      from: isSet(object.from) ? globalThis.String(object.from) : "",
+      to: isSet(object.to) ? globalThis.String(object.to) : "",
+      granularity: isSet(object.granularity) ? globalThis.String(object.granularity) : "",
+      groupBy: globalThis.Array.isArray(object?.groupBy)
+        ? object.groupBy.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.group_by)
+        ? object.group_by.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetUsageAnalyticsRequest): unknown {
+    const obj: any = {};
+    if (message.from !== "") {
+      obj.from = message.from;
+    }
+    if (message.to !== "") {
+      obj.to = message.to;
+    }
+    if (message.granularity !== "") {
+      obj.granularity = message.granularity;
+    }
+    if (message.groupBy?.length) {
+      obj.groupBy = message.groupBy;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUsageAnalyticsRequest>): GetUsageAnalyticsRequest {
+    return GetUsageAnalyticsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUsageAnalyticsRequest>): GetUsageAnalyticsRequest {
+    const message = createBaseGetUsageAnalyticsRequest();
+    message.from = object.from ?? "";
+    message.to = object.to ?? "";
+    message.granularity = object.granularity ?? "";
+    message.groupBy = object.groupBy?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseUsageRow(): UsageRow {
+  return {
+    start: "",
+    model: "",
+    apiKeyId: "",
+    projectId: "",
+    agentId: "",
+    calls: 0,
+    inputTokens: 0,
+    outputTokens: 0,
+    credits: 0,
+  };
+}
+
+export const UsageRow: MessageFns<UsageRow> = {
+  encode(message: UsageRow, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.start !== "") {
+      writer.uint32(10).string(message.start);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.apiKeyId !== "") {
+      writer.uint32(26).string(message.apiKeyId);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(34).string(message.projectId);
+    }
+    if (message.agentId !== "") {
+      writer.uint32(42).string(message.agentId);
+    }
+    if (message.calls !== 0) {
+      writer.uint32(48).int64(message.calls);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(56).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(64).int64(message.outputTokens);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(72).int64(message.credits);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UsageRow {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUsageRow();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.start = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.agentId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.calls = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UsageRow {
+    return {
+      start: isSet(object.start) ? globalThis.String(object.start) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
+      agentId: isSet(object.agentId)
+        ? globalThis.String(object.agentId)
+        : isSet(object.agent_id)
+        ? globalThis.String(object.agent_id)
+        : "",
+      calls: isSet(object.calls) ? globalThis.Number(object.calls) : 0,
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+    };
+  },
+
+  toJSON(message: UsageRow): unknown {
+    const obj: any = {};
+    if (message.start !== "") {
+      obj.start = message.start;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.apiKeyId !== "") {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
+    if (message.agentId !== "") {
+      obj.agentId = message.agentId;
+    }
+    if (message.calls !== 0) {
+      obj.calls = Math.round(message.calls);
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UsageRow>): UsageRow {
+    return UsageRow.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UsageRow>): UsageRow {
+    const message = createBaseUsageRow();
+    message.start = object.start ?? "";
+    message.model = object.model ?? "";
+    message.apiKeyId = object.apiKeyId ?? "";
+    message.projectId = object.projectId ?? "";
+    message.agentId = object.agentId ?? "";
+    message.calls = object.calls ?? 0;
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.credits = object.credits ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetUsageAnalyticsResponse(): GetUsageAnalyticsResponse {
+  return { rows: [] };
+}
+
+export const GetUsageAnalyticsResponse: MessageFns<GetUsageAnalyticsResponse> = {
+  encode(message: GetUsageAnalyticsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rows) {
+      UsageRow.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUsageAnalyticsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUsageAnalyticsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rows.push(UsageRow.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUsageAnalyticsResponse {
+    return { rows: globalThis.Array.isArray(object?.rows) ? object.rows.map((e: any) => UsageRow.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: GetUsageAnalyticsResponse): unknown {
+    const obj: any = {};
+    if (message.rows?.length) {
+      obj.rows = message.rows.map((e) => UsageRow.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUsageAnalyticsResponse>): GetUsageAnalyticsResponse {
+    return GetUsageAnalyticsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUsageAnalyticsResponse>): GetUsageAnalyticsResponse {
+    const message = createBaseGetUsageAnalyticsResponse();
+    message.rows = object.rows?.map((e) => UsageRow.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * Billing of a tenant (spec 4.6, CONTRACT.md 5): plans and subscriptions, the credit ledger, invoices, gift cards,
  * payment providers. Tenant calls carry the caller's JWT (the tenant comes from it); operator calls carry the
@@ -4399,6 +4842,21 @@ export const BillingServiceService = {
     responseSerialize: (value: PutAlertsResponse): Buffer => Buffer.from(PutAlertsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PutAlertsResponse => PutAlertsResponse.decode(value),
   },
+  /**
+   * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API
+   * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
+   */
+  getUsageAnalytics: {
+    path: "/billing.v1.BillingService/GetUsageAnalytics" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetUsageAnalyticsRequest): Buffer =>
+      Buffer.from(GetUsageAnalyticsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetUsageAnalyticsRequest => GetUsageAnalyticsRequest.decode(value),
+    responseSerialize: (value: GetUsageAnalyticsResponse): Buffer =>
+      Buffer.from(GetUsageAnalyticsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetUsageAnalyticsResponse => GetUsageAnalyticsResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -4433,6 +4891,11 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   getAlerts: handleUnaryCall<GetAlertsRequest, GetAlertsResponse>;
   /** Replaces them (owner/admin; scope billing:write). Each crossing emits one billing.threshold_crossed event. */
   putAlerts: handleUnaryCall<PutAlertsRequest, PutAlertsResponse>;
+  /**
+   * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API
+   * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
+   */
+  getUsageAnalytics: handleUnaryCall<GetUsageAnalyticsRequest, GetUsageAnalyticsResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -4690,6 +5153,25 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: PutAlertsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API
+   * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
+   */
+  getUsageAnalytics(
+    request: GetUsageAnalyticsRequest,
+    callback: (error: ServiceError | null, response: GetUsageAnalyticsResponse) => void,
+  ): ClientUnaryCall;
+  getUsageAnalytics(
+    request: GetUsageAnalyticsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetUsageAnalyticsResponse) => void,
+  ): ClientUnaryCall;
+  getUsageAnalytics(
+    request: GetUsageAnalyticsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetUsageAnalyticsResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -104,6 +104,9 @@ export interface UsageData {
    * an event with no tokens releases it. Empty: no reservation (older senders).
    */
   callId: string;
+  /** The project and agent the call worked for ('' when none): billing's usage analytics group by them. */
+  projectId: string;
+  agentId: string;
 }
 
 /**
@@ -1297,6 +1300,8 @@ function createBaseUsageData(): UsageData {
     credentialType: "",
     estimated: false,
     callId: "",
+    projectId: "",
+    agentId: "",
   };
 }
 
@@ -1334,6 +1339,12 @@ export const UsageData: MessageFns<UsageData> = {
     }
     if (message.callId !== "") {
       writer.uint32(90).string(message.callId);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(98).string(message.projectId);
+    }
+    if (message.agentId !== "") {
+      writer.uint32(106).string(message.agentId);
     }
     return writer;
   },
@@ -1439,6 +1450,22 @@ export const UsageData: MessageFns<UsageData> = {
             message.callId = reader.string();
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.agentId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1492,6 +1519,16 @@ export const UsageData: MessageFns<UsageData> = {
         : isSet(object.call_id)
         ? globalThis.String(object.call_id)
         : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
+      agentId: isSet(object.agentId)
+        ? globalThis.String(object.agentId)
+        : isSet(object.agent_id)
+        ? globalThis.String(object.agent_id)
+        : "",
     };
   },
 
@@ -1530,6 +1567,12 @@ export const UsageData: MessageFns<UsageData> = {
     if (message.callId !== "") {
       obj.callId = message.callId;
     }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
+    if (message.agentId !== "") {
+      obj.agentId = message.agentId;
+    }
     return obj;
   },
 
@@ -1549,6 +1592,8 @@ export const UsageData: MessageFns<UsageData> = {
     message.credentialType = object.credentialType ?? "";
     message.estimated = object.estimated ?? false;
     message.callId = object.callId ?? "";
+    message.projectId = object.projectId ?? "";
+    message.agentId = object.agentId ?? "";
     return message;
   },
 };
