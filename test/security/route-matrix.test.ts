@@ -111,7 +111,9 @@ const POLICIES = [
   'agents:write',
   'secrets:read',
   'secrets:write',
+  'billing:read',
   'billing:write',
+  'billing:read:manager',
   'unscoped',
   'manager',
   'sessionManager',
@@ -158,7 +160,8 @@ function refusals(op: Op): Refusal[] {
   }
   if (['unscoped', 'manager', 'sessionManager'].includes(op.access))
     out.push(['a key with a scope list', keyScopedTo['projects:read'], 403]);
-  if (['manager', 'sessionManager', 'billing:write'].includes(op.access)) out.push(['a member', member.accessToken, 403]);
+  if (['manager', 'sessionManager', 'billing:write', 'billing:read:manager'].includes(op.access))
+    out.push(['a member', member.accessToken, 403]);
   if (op.access === 'sessionManager') out.push(['an API key (not a person)', ownerKey, 403]);
   return out;
 }
@@ -205,9 +208,11 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
     manager: owner.accessToken,
     sessionManager: owner.accessToken,
     'billing:write': owner.accessToken,
+    'billing:read:manager': owner.accessToken,
     'projects:read': keyScopedTo['projects:read'],
     'agents:read': keyScopedTo['agents:read'],
     'secrets:read': keyScopedTo['secrets:read'],
+    'billing:read': keyScopedTo['billing:read'],
     operator: ADMIN,
   };
   const failures: string[] = [];

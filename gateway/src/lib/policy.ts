@@ -32,6 +32,8 @@ export const POLICIES = {
   'secrets:write': { authenticate: true, scope: 'secrets:write' },
   'billing:read': { authenticate: true, scope: 'billing:read' },
   'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
+  /** Billing settings an owner or admin reads (alerts): a scoped key needs billing:read. */
+  'billing:read:manager': { authenticate: true, scope: 'billing:read', roles: MANAGERS },
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },

@@ -114,6 +114,30 @@ function paymentView(p: billingV1.Payment) {
   };
 }
 
+const MAX_ALERT_CREDITS = 1_000_000_000_000;
+const Alerts = Obj({
+  balanceBelow: Type.Optional(
+    Type.Integer({ minimum: 0, maximum: MAX_ALERT_CREDITS, description: 'Alert when the balance falls from at least this to below it' }),
+  ),
+  keyBudgetPercents: Type.Optional(
+    Type.Array(Type.Integer({ minimum: 1, maximum: 100 }), {
+      maxItems: 10,
+      uniqueItems: true,
+      description: "Alert when an API key's spend in its budget's period reaches these percents of its creditBudget",
+    }),
+  ),
+  dailyCreditsAbove: Type.Optional(
+    Type.Integer({ minimum: 0, maximum: MAX_ALERT_CREDITS, description: "Alert when a UTC day's debits rise above this" }),
+  ),
+});
+function alertsView(a: billingV1.BillingAlerts | undefined) {
+  return {
+    ...(a?.balanceBelow !== undefined ? { balanceBelow: a.balanceBelow } : {}),
+    ...(a?.keyBudgetPercents.length ? { keyBudgetPercents: a.keyBudgetPercents } : {}),
+    ...(a?.dailyCreditsAbove !== undefined ? { dailyCreditsAbove: a.dailyCreditsAbove } : {}),
+  };
+}
+
 /** The `Idempotency-Key` header of a billing POST ('' when absent). CONTRACT.md 5: same key, same answer, 24 h. */
 function idempotencyKey(request: FastifyRequest): string {
   const key = request.headers['idempotency-key'];
@@ -235,6 +259,43 @@ export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     body: Obj({ code: Str(1, 64) }),
     response: Obj({ creditsAdded: Type.Integer(), balance: Type.Integer() }),
     handler: async ({ body, call, request }) => billing.redeemGiftCard({ code: body.code, idempotencyKey: idempotencyKey(request) }, call),
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/billing/alerts',
+    operationId: 'getBillingAlerts',
+    access: 'billing:read:manager',
+    tag: 'billing',
+    summary: 'Alert thresholds: each crossing emits one billing.threshold_crossed event (webhooks)',
+    response: Alerts,
+    handler: async ({ call }) => alertsView((await billing.getAlerts({}, call)).alerts),
+  });
+
+  route(app, {
+    method: 'PUT',
+    url: '/api/v1/billing/alerts',
+    operationId: 'putBillingAlerts',
+    access: 'billing:write',
+    tag: 'billing',
+    summary: 'Replace the alert thresholds (an absent field has no alert)',
+    body: Alerts,
+    response: Alerts,
+    handler: async ({ body, call }) =>
+      alertsView(
+        (
+          await billing.putAlerts(
+            {
+              alerts: {
+                balanceBelow: body.balanceBelow,
+                keyBudgetPercents: body.keyBudgetPercents ?? [],
+                dailyCreditsAbove: body.dailyCreditsAbove,
+              },
+            },
+            call,
+          )
+        ).alerts,
+      ),
   });
 
   route(app, {

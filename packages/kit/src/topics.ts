@@ -17,5 +17,6 @@ export const PUBLIC_EVENT_TYPES = [
   'agent.failed',
   'tenant.created',
   'user.created',
+  'billing.threshold_crossed',
 ] as const;
 export type PublicEventType = (typeof PUBLIC_EVENT_TYPES)[number];

@@ -8,6 +8,9 @@ export interface AccountDoc {
   balance: number;
   /** Sum of the open reservations' credits (absent: none yet), moved with each one's opening and closing. */
   reserved?: number;
+  /** The UTC day (`YYYY-MM-DD`, billing's clock) whose debits `debitsOfDay` sums: the daily alert's value (alerts.ts). */
+  debitsDay?: string;
+  debitsOfDay?: number;
   plan: string;
   /** When the plan last changed (ISO, this replica's clock), '' for never: informational, not an order. */
   planChangedAt: string;
@@ -143,6 +146,8 @@ export interface ReservationDoc {
   ttlMs: number;
   /** The API key whose credit budget holds these credits too (absent: the call's key has no budget). */
   apiKeyId?: string;
+  /** That key's budget at reserve time: its settle decides the key's alert crossings with it (alerts.ts). */
+  keyBudget?: { credits: number; period: 'total' | 'month' };
   createdAt: string;
   closedAt: string | null;
 }

@@ -4,6 +4,7 @@
  * at-least-once redeliveries change nothing.
  */
 import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
 import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
@@ -70,8 +71,10 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
       const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
       await addUsage(tx, event.tenantId, 'model', `${u.provider}/${u.model}`, '', line);
       await addUsage(tx, event.tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
-      if (u.credentialType === 'api_key' && u.credentialId)
+      if (u.credentialType === 'api_key' && u.credentialId) {
         await recordKeyUsage(tx, event.tenantId, u.credentialId, u.inputTokens + u.outputTokens, credits);
+        await keySpendApplied(tx, event.tenantId, u.credentialId, u.callId, credits);
+      }
     });
     logger.debug({ eventId: event.id, tenantId: event.tenantId, credits }, 'usage applied');
   };

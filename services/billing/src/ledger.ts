@@ -5,6 +5,7 @@
  * entry applies once whatever is retried (the unique key), and the balance can be rebuilt from the entries.
  */
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { entryApplied } from './alerts';
 import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind, type EntryUsage } from './collections';
 
 export interface NewEntry {
@@ -49,6 +50,7 @@ export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: 
   const hour = e.usage ? `${createdAt.slice(0, 13)}:00:00.000Z` : undefined;
   const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
   const account = await tx.collection(accounts).increment(e.tenantId, {}, { balance: e.credits });
+  await entryApplied(tx, e, account!.balance);
   return { entry, balance: account!.balance };
 }
 

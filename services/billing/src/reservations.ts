@@ -79,7 +79,9 @@ export async function reserve(store: Store, input: ReserveInput, per1k: number):
           sourceId: input.sourceId,
           status: 'open',
           ttlMs: input.ttlMs,
-          ...(input.keyBudget ? { apiKeyId: input.keyBudget.keyId } : {}),
+          ...(input.keyBudget
+            ? { apiKeyId: input.keyBudget.keyId, keyBudget: { credits: input.keyBudget.credits, period: input.keyBudget.period } }
+            : {}),
           createdAt: nowIso(),
           closedAt: null,
         });

@@ -1,5 +1,6 @@
 import { identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { billingV1 } from '@svc/proto';
+import { alertsHandlers } from './alerts';
 import { ALL_COLLECTIONS } from './collections';
 import { billingConfig } from './config';
 import { billingEventHandler } from './events';
@@ -56,6 +57,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
         definition: billingV1.BillingServiceService,
         implementation: {
           ...keyUsageHandlers(rt.store),
+          ...alertsHandlers(rt.store),
           ...usageAnalyticsHandlers(rt.store),
           ...billingHandlers({
             store: rt.store,

@@ -39,6 +39,10 @@ function dataOf(data: eventsV1.Event['data']): Record<string, unknown> {
         completedAt: r.completedAt || null,
       };
     }
+    case 'thresholdCrossed': {
+      const t = data.value;
+      return { kind: t.kind, threshold: t.threshold, value: t.value, ...(t.apiKeyId ? { apiKeyId: t.apiKeyId } : {}) };
+    }
     default:
       return {};
   }

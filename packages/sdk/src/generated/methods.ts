@@ -130,6 +130,8 @@ export const OPERATIONS = {
   },
   createBillingPortal: { method: 'POST', path: '/api/v1/billing/portal', pathParams: [], access: 'billing:write', stream: false },
   redeemGiftCard: { method: 'POST', path: '/api/v1/billing/gift-cards/redeem', pathParams: [], access: 'billing:write', stream: false },
+  getBillingAlerts: { method: 'GET', path: '/api/v1/billing/alerts', pathParams: [], access: 'billing:read:manager', stream: false },
+  putBillingAlerts: { method: 'PUT', path: '/api/v1/billing/alerts', pathParams: [], access: 'billing:write', stream: false },
   receiveStripeWebhook: { method: 'POST', path: '/api/v1/billing/webhooks/stripe', pathParams: [], access: 'public', stream: false },
   adminMintGiftCards: { method: 'POST', path: '/api/v1/admin/gift-cards', pathParams: [], access: 'operator', stream: false },
   adminSetTenantPlan: { method: 'PATCH', path: '/api/v1/admin/tenants/{id}', pathParams: ['id'], access: 'operator', stream: false },
@@ -541,6 +543,19 @@ export abstract class GeneratedMethods {
   /** Redeem a gift card (each code once, for everyone) (`POST /api/v1/billing/gift-cards/redeem`) */
   redeemGiftCard(input: Input<'redeemGiftCard'>, options?: CallOptions): Promise<Output<'redeemGiftCard'>> {
     return this.call('redeemGiftCard', input, options);
+  }
+
+  /** Alert thresholds: each crossing emits one billing.threshold_crossed event (webhooks) (`GET /api/v1/billing/alerts`) */
+  getBillingAlerts(
+    input: Input<'getBillingAlerts'> = {} as Input<'getBillingAlerts'>,
+    options?: CallOptions,
+  ): Promise<Output<'getBillingAlerts'>> {
+    return this.call('getBillingAlerts', input, options);
+  }
+
+  /** Replace the alert thresholds (an absent field has no alert) (`PUT /api/v1/billing/alerts`) */
+  putBillingAlerts(input: Input<'putBillingAlerts'>, options?: CallOptions): Promise<Output<'putBillingAlerts'>> {
+    return this.call('putBillingAlerts', input, options);
   }
 
   /** A payment provider's signed webhook event (Stripe: the Stripe-Signature header over the raw body) (`POST /api/v1/billing/webhooks/stripe`) */

@@ -835,6 +835,24 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/billing/alerts': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Alert thresholds: each crossing emits one billing.threshold_crossed event (webhooks) */
+    get: operations['getBillingAlerts'];
+    /** Replace the alert thresholds (an absent field has no alert) */
+    put: operations['putBillingAlerts'];
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/billing/webhooks/stripe': {
     parameters: {
       query?: never;
@@ -3704,7 +3722,7 @@ export interface operations {
         'application/json': {
           /** @description http(s) address that receives the events */
           url: string;
-          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created */
+          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created, billing.threshold_crossed */
           events: string[];
           /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
           secret: string;
@@ -3849,7 +3867,7 @@ export interface operations {
         'application/json': {
           /** @description http(s) address that receives the events */
           url?: string;
-          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created */
+          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created, billing.threshold_crossed */
           events?: string[];
           /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
           secret?: string;
@@ -4837,6 +4855,101 @@ export interface operations {
             data: {
               creditsAdded: number;
               balance: number;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getBillingAlerts: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description Alert when the balance falls from at least this to below it */
+              balanceBelow?: number;
+              /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
+              keyBudgetPercents?: number[];
+              /** @description Alert when a UTC day's debits rise above this */
+              dailyCreditsAbove?: number;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  putBillingAlerts: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /** @description Alert when the balance falls from at least this to below it */
+          balanceBelow?: number;
+          /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
+          keyBudgetPercents?: number[];
+          /** @description Alert when a UTC day's debits rise above this */
+          dailyCreditsAbove?: number;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description Alert when the balance falls from at least this to below it */
+              balanceBelow?: number;
+              /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
+              keyBudgetPercents?: number[];
+              /** @description Alert when a UTC day's debits rise above this */
+              dailyCreditsAbove?: number;
             };
             meta: {
               request_id: string;

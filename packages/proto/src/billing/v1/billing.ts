@@ -247,6 +247,33 @@ export interface AdminAdjustCreditsResponse {
   balance: number;
 }
 
+/** A tenant's alert thresholds (CONTRACT.md 8). An absent field has no alert. */
+export interface BillingAlerts {
+  /** The balance falls from >= this to below it. */
+  balanceBelow?:
+    | number
+    | undefined;
+  /** An API key's spend in its budget's period reaches this percent of its credit budget (1-100, unique). */
+  keyBudgetPercents: number[];
+  /** A UTC day's debits rise above this. */
+  dailyCreditsAbove?: number | undefined;
+}
+
+export interface GetAlertsRequest {
+}
+
+export interface GetAlertsResponse {
+  alerts?: BillingAlerts | undefined;
+}
+
+export interface PutAlertsRequest {
+  alerts?: BillingAlerts | undefined;
+}
+
+export interface PutAlertsResponse {
+  alerts?: BillingAlerts | undefined;
+}
+
 export interface GetUsageAnalyticsRequest {
   /** ISO 8601; debits with from <= at < to, at most 366 days apart. */
   from: string;
@@ -3833,6 +3860,392 @@ export const AdminAdjustCreditsResponse: MessageFns<AdminAdjustCreditsResponse> 
   },
 };
 
+function createBaseBillingAlerts(): BillingAlerts {
+  return { balanceBelow: undefined, keyBudgetPercents: [], dailyCreditsAbove: undefined };
+}
+
+export const BillingAlerts: MessageFns<BillingAlerts> = {
+  encode(message: BillingAlerts, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.balanceBelow !== undefined) {
+      writer.uint32(8).int64(message.balanceBelow);
+    }
+    if (message.keyBudgetPercents.length !== 0) {
+      writer.uint32(18).fork();
+      for (const v of message.keyBudgetPercents) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    if (message.dailyCreditsAbove !== undefined) {
+      writer.uint32(24).int64(message.dailyCreditsAbove);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BillingAlerts {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBillingAlerts();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.balanceBelow = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag === 16) {
+              message.keyBudgetPercents.push(reader.int32());
+
+              continue;
+            }
+
+            if (tag === 18) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.keyBudgetPercents.push(reader.int32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.dailyCreditsAbove = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BillingAlerts {
+    return {
+      balanceBelow: isSet(object.balanceBelow)
+        ? globalThis.Number(object.balanceBelow)
+        : isSet(object.balance_below)
+        ? globalThis.Number(object.balance_below)
+        : undefined,
+      keyBudgetPercents: globalThis.Array.isArray(object?.keyBudgetPercents)
+        ? object.keyBudgetPercents.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.key_budget_percents)
+        ? object.key_budget_percents.map((e: any) => globalThis.Number(e))
+        : [],
+      dailyCreditsAbove: isSet(object.dailyCreditsAbove)
+        ? globalThis.Number(object.dailyCreditsAbove)
+        : isSet(object.daily_credits_above)
+        ? globalThis.Number(object.daily_credits_above)
+        : undefined,
+    };
+  },
+
+  toJSON(message: BillingAlerts): unknown {
+    const obj: any = {};
+    if (message.balanceBelow !== undefined) {
+      obj.balanceBelow = Math.round(message.balanceBelow);
+    }
+    if (message.keyBudgetPercents?.length) {
+      obj.keyBudgetPercents = message.keyBudgetPercents.map((e) => Math.round(e));
+    }
+    if (message.dailyCreditsAbove !== undefined) {
+      obj.dailyCreditsAbove = Math.round(message.dailyCreditsAbove);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BillingAlerts>): BillingAlerts {
+    return BillingAlerts.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BillingAlerts>): BillingAlerts {
+    const message = createBaseBillingAlerts();
+    message.balanceBelow = object.balanceBelow ?? undefined;
+    message.keyBudgetPercents = object.keyBudgetPercents?.map((e) => e) || [];
+    message.dailyCreditsAbove = object.dailyCreditsAbove ?? undefined;
+    return message;
+  },
+};
+
+function createBaseGetAlertsRequest(): GetAlertsRequest {
+  return {};
+}
+
+export const GetAlertsRequest: MessageFns<GetAlertsRequest> = {
+  encode(_: GetAlertsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAlertsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAlertsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetAlertsRequest {
+    return {};
+  },
+
+  toJSON(_: GetAlertsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetAlertsRequest>): GetAlertsRequest {
+    return GetAlertsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<GetAlertsRequest>): GetAlertsRequest {
+    const message = createBaseGetAlertsRequest();
+    return message;
+  },
+};
+
+function createBaseGetAlertsResponse(): GetAlertsResponse {
+  return { alerts: undefined };
+}
+
+export const GetAlertsResponse: MessageFns<GetAlertsResponse> = {
+  encode(message: GetAlertsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.alerts !== undefined) {
+      BillingAlerts.encode(message.alerts, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetAlertsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetAlertsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.alerts = BillingAlerts.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetAlertsResponse {
+    return { alerts: isSet(object.alerts) ? BillingAlerts.fromJSON(object.alerts) : undefined };
+  },
+
+  toJSON(message: GetAlertsResponse): unknown {
+    const obj: any = {};
+    if (message.alerts !== undefined) {
+      obj.alerts = BillingAlerts.toJSON(message.alerts);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetAlertsResponse>): GetAlertsResponse {
+    return GetAlertsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetAlertsResponse>): GetAlertsResponse {
+    const message = createBaseGetAlertsResponse();
+    message.alerts = (object.alerts !== undefined && object.alerts !== null)
+      ? BillingAlerts.fromPartial(object.alerts)
+      : undefined;
+    return message;
+  },
+};
+
+function createBasePutAlertsRequest(): PutAlertsRequest {
+  return { alerts: undefined };
+}
+
+export const PutAlertsRequest: MessageFns<PutAlertsRequest> = {
+  encode(message: PutAlertsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.alerts !== undefined) {
+      BillingAlerts.encode(message.alerts, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PutAlertsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePutAlertsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.alerts = BillingAlerts.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PutAlertsRequest {
+    return { alerts: isSet(object.alerts) ? BillingAlerts.fromJSON(object.alerts) : undefined };
+  },
+
+  toJSON(message: PutAlertsRequest): unknown {
+    const obj: any = {};
+    if (message.alerts !== undefined) {
+      obj.alerts = BillingAlerts.toJSON(message.alerts);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<PutAlertsRequest>): PutAlertsRequest {
+    return PutAlertsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<PutAlertsRequest>): PutAlertsRequest {
+    const message = createBasePutAlertsRequest();
+    message.alerts = (object.alerts !== undefined && object.alerts !== null)
+      ? BillingAlerts.fromPartial(object.alerts)
+      : undefined;
+    return message;
+  },
+};
+
+function createBasePutAlertsResponse(): PutAlertsResponse {
+  return { alerts: undefined };
+}
+
+export const PutAlertsResponse: MessageFns<PutAlertsResponse> = {
+  encode(message: PutAlertsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.alerts !== undefined) {
+      BillingAlerts.encode(message.alerts, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PutAlertsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePutAlertsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.alerts = BillingAlerts.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PutAlertsResponse {
+    return { alerts: isSet(object.alerts) ? BillingAlerts.fromJSON(object.alerts) : undefined };
+  },
+
+  toJSON(message: PutAlertsResponse): unknown {
+    const obj: any = {};
+    if (message.alerts !== undefined) {
+      obj.alerts = BillingAlerts.toJSON(message.alerts);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<PutAlertsResponse>): PutAlertsResponse {
+    return PutAlertsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<PutAlertsResponse>): PutAlertsResponse {
+    const message = createBasePutAlertsResponse();
+    message.alerts = (object.alerts !== undefined && object.alerts !== null)
+      ? BillingAlerts.fromPartial(object.alerts)
+      : undefined;
+    return message;
+  },
+};
+
 function createBaseGetUsageAnalyticsRequest(): GetUsageAnalyticsRequest {
   return { from: "", to: "", granularity: "", groupBy: [] };
 }
@@ -4409,6 +4822,26 @@ export const BillingServiceService = {
     responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
   },
+  /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
+  getAlerts: {
+    path: "/billing.v1.BillingService/GetAlerts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetAlertsRequest): Buffer => Buffer.from(GetAlertsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetAlertsRequest => GetAlertsRequest.decode(value),
+    responseSerialize: (value: GetAlertsResponse): Buffer => Buffer.from(GetAlertsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetAlertsResponse => GetAlertsResponse.decode(value),
+  },
+  /** Replaces them (owner/admin; scope billing:write). Each crossing emits one billing.threshold_crossed event. */
+  putAlerts: {
+    path: "/billing.v1.BillingService/PutAlerts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PutAlertsRequest): Buffer => Buffer.from(PutAlertsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PutAlertsRequest => PutAlertsRequest.decode(value),
+    responseSerialize: (value: PutAlertsResponse): Buffer => Buffer.from(PutAlertsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PutAlertsResponse => PutAlertsResponse.decode(value),
+  },
   /**
    * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API
    * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
@@ -4454,6 +4887,10 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   reserve: handleUnaryCall<ReserveRequest, ReserveResponse>;
   /** Gives back the open reservation of a call that never reached the model. Idempotent. */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+  /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
+  getAlerts: handleUnaryCall<GetAlertsRequest, GetAlertsResponse>;
+  /** Replaces them (owner/admin; scope billing:write). Each crossing emits one billing.threshold_crossed event. */
+  putAlerts: handleUnaryCall<PutAlertsRequest, PutAlertsResponse>;
   /**
    * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API
    * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
@@ -4684,6 +5121,38 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
+  getAlerts(
+    request: GetAlertsRequest,
+    callback: (error: ServiceError | null, response: GetAlertsResponse) => void,
+  ): ClientUnaryCall;
+  getAlerts(
+    request: GetAlertsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetAlertsResponse) => void,
+  ): ClientUnaryCall;
+  getAlerts(
+    request: GetAlertsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetAlertsResponse) => void,
+  ): ClientUnaryCall;
+  /** Replaces them (owner/admin; scope billing:write). Each crossing emits one billing.threshold_crossed event. */
+  putAlerts(
+    request: PutAlertsRequest,
+    callback: (error: ServiceError | null, response: PutAlertsResponse) => void,
+  ): ClientUnaryCall;
+  putAlerts(
+    request: PutAlertsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PutAlertsResponse) => void,
+  ): ClientUnaryCall;
+  putAlerts(
+    request: PutAlertsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PutAlertsResponse) => void,
   ): ClientUnaryCall;
   /**
    * Model usage of the caller's tenant in [from, to), bucketed by UTC hour or day and grouped by any of model, API

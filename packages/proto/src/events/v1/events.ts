@@ -30,6 +30,7 @@ export interface Event {
     | { $case: "agentRun"; value: AgentRunData }
     | { $case: "usage"; value: UsageData }
     | { $case: "plan"; value: PlanData }
+    | { $case: "thresholdCrossed"; value: ThresholdCrossedData }
     | undefined;
 }
 
@@ -127,6 +128,18 @@ export interface PlanData {
   version: number;
 }
 
+/** billing.threshold_crossed (public): a change moved a value past one of the tenant's billing alert thresholds. */
+export interface ThresholdCrossedData {
+  /** balance_below, key_budget, daily_credits */
+  kind: string;
+  /** The threshold crossed: credits (balance_below, daily_credits) or a percent of the key's budget (key_budget). */
+  threshold: number;
+  /** The new value: the balance, the key's percent of its budget spent (rounded down), or the day's debits. */
+  value: number;
+  /** The API key (key_budget only). */
+  apiKeyId: string;
+}
+
 function createBaseEvent(): Event {
   return { id: "", type: "", tenantId: "", createdAt: "", data: undefined };
 }
@@ -169,6 +182,9 @@ export const Event: MessageFns<Event> = {
         break;
       case "plan":
         PlanData.encode(message.data.value, writer.uint32(138).fork()).join();
+        break;
+      case "thresholdCrossed":
+        ThresholdCrossedData.encode(message.data.value, writer.uint32(146).fork()).join();
         break;
     }
     return writer;
@@ -283,6 +299,14 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "plan", value: PlanData.decode(reader, reader.uint32()) };
             continue;
           }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -327,6 +351,10 @@ export const Event: MessageFns<Event> = {
         ? { $case: "usage", value: UsageData.fromJSON(object.usage) }
         : isSet(object.plan)
         ? { $case: "plan", value: PlanData.fromJSON(object.plan) }
+        : isSet(object.thresholdCrossed)
+        ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.thresholdCrossed) }
+        : isSet(object.threshold_crossed)
+        ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.threshold_crossed) }
         : undefined,
     };
   },
@@ -361,6 +389,8 @@ export const Event: MessageFns<Event> = {
       obj.usage = UsageData.toJSON(message.data.value);
     } else if (message.data?.$case === "plan") {
       obj.plan = PlanData.toJSON(message.data.value);
+    } else if (message.data?.$case === "thresholdCrossed") {
+      obj.thresholdCrossed = ThresholdCrossedData.toJSON(message.data.value);
     }
     return obj;
   },
@@ -420,6 +450,12 @@ export const Event: MessageFns<Event> = {
       case "plan": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "plan", value: PlanData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "thresholdCrossed": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -1703,6 +1739,127 @@ export const PlanData: MessageFns<PlanData> = {
     message.previousPlan = object.previousPlan ?? "";
     message.changedAt = object.changedAt ?? "";
     message.version = object.version ?? 0;
+    return message;
+  },
+};
+
+function createBaseThresholdCrossedData(): ThresholdCrossedData {
+  return { kind: "", threshold: 0, value: 0, apiKeyId: "" };
+}
+
+export const ThresholdCrossedData: MessageFns<ThresholdCrossedData> = {
+  encode(message: ThresholdCrossedData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== "") {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.threshold !== 0) {
+      writer.uint32(16).int64(message.threshold);
+    }
+    if (message.value !== 0) {
+      writer.uint32(24).int64(message.value);
+    }
+    if (message.apiKeyId !== "") {
+      writer.uint32(34).string(message.apiKeyId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThresholdCrossedData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThresholdCrossedData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.threshold = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.value = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThresholdCrossedData {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      threshold: isSet(object.threshold) ? globalThis.Number(object.threshold) : 0,
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ThresholdCrossedData): unknown {
+    const obj: any = {};
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.threshold !== 0) {
+      obj.threshold = Math.round(message.threshold);
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    if (message.apiKeyId !== "") {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ThresholdCrossedData>): ThresholdCrossedData {
+    return ThresholdCrossedData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ThresholdCrossedData>): ThresholdCrossedData {
+    const message = createBaseThresholdCrossedData();
+    message.kind = object.kind ?? "";
+    message.threshold = object.threshold ?? 0;
+    message.value = object.value ?? 0;
+    message.apiKeyId = object.apiKeyId ?? "";
     return message;
   },
 };
