@@ -194,6 +194,9 @@ it('drives every endpoint through the SDK', async () => {
     query: { from: new Date(day).toISOString(), to: new Date(day + 86_400_000).toISOString(), groupBy: 'model' },
   });
   expect(usage.reduce((n, r) => n + r.calls, 0)).toBeGreaterThanOrEqual(1);
+  const alerts = { balanceBelow: 100, keyBudgetPercents: [50, 80], dailyCreditsAbove: 5000 };
+  expect(await sdk.putBillingAlerts({ body: alerts })).toEqual(alerts);
+  expect(await sdk.getBillingAlerts()).toEqual(alerts);
 
   // CLI login, approved by this user, exchanged by the "terminal".
   const verifier = randomBytes(32).toString('base64url');
