@@ -1,5 +1,6 @@
 import type { JSONWebKeySet } from 'jose';
 import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, kafkaTopicSettings, loadConfig, mongoUriFor } from './config';
+import { withDeadline } from './deadline';
 import { loadSecretBox, type SecretBox } from './crypto';
 import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import { feedHeads } from './feed';
@@ -91,13 +92,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
 /** How long a store or bus ping may take before the health check counts it as down. */
 const HEALTH_PROBE_MS = 800;
 
-function withTimeout(work: Promise<void>): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${HEALTH_PROBE_MS} ms`)), HEALTH_PROBE_MS);
-  });
-  return Promise.race([work, limit]).finally(() => clearTimeout(timer));
-}
+const withTimeout = (work: Promise<void>) => withDeadline(work, HEALTH_PROBE_MS, `no answer within ${HEALTH_PROBE_MS} ms`);
 
 /** Runs `probe` when asked, at most once a second; callers meanwhile share the run in flight or the last result. */
 function atMostOncePerSecond(probe: () => Promise<void>): () => Promise<void> {

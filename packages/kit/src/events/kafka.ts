@@ -21,6 +21,7 @@ import {
   type Message,
   type Producer,
 } from 'kafkajs';
+import { withDeadline } from '../deadline';
 import { metrics } from '../metrics';
 import { absentTopics, createKafkaTopics, deadLetterTopic, topicProblems } from './kafka-topics';
 import { isPoison } from './poison';
@@ -492,20 +493,4 @@ function headersToStrings(headers: IHeaders | undefined): Record<string, string>
     if (value !== undefined) out[name] = value.toString();
   }
   return out;
-}
-
-/** `work`, or a rejection with `message` once `ms` have passed (the work itself is left to finish or fail). */
-async function withDeadline<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  work.catch(() => {}); // a failure after the deadline has nobody waiting for it
-  try {
-    return await Promise.race([
-      work,
-      new Promise<never>((_, fail) => {
-        timer = setTimeout(() => fail(new Error(message)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

@@ -31,6 +31,7 @@ import {
   type AnyDef,
   type Schema,
 } from './common';
+import { withDeadline } from '../deadline';
 import { clampLimit, decodeCursor, pageSegments, toPage } from './cursor';
 import { debounced } from './watch-writes';
 import {
@@ -154,21 +155,6 @@ export async function runTransaction<R>(
         throw err;
       }
     }
-  }
-}
-
-/** `work`, or a rejection with `message` after `ms`. */
-async function within<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      work,
-      new Promise<never>((_, fail) => {
-        timer = setTimeout(() => fail(new Error(message)), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
   }
 }
 
@@ -508,7 +494,7 @@ class MongoStore implements Store {
 
   /** Answers within pingTimeoutMs: server selection alone could wait opTimeoutMs. */
   async ping(): Promise<void> {
-    await within(this.db.command({ ping: 1 }), this.pingTimeoutMs, `MongoDB did not answer a ping within ${this.pingTimeoutMs} ms`);
+    await withDeadline(this.db.command({ ping: 1 }), this.pingTimeoutMs, `MongoDB did not answer a ping within ${this.pingTimeoutMs} ms`);
   }
 
   /**
@@ -552,8 +538,8 @@ class MongoStore implements Store {
    * must not hold shutdown. Past the bound the connections are left to the process's exit.
    */
   async close(): Promise<void> {
-    await within(this.connection.close(), 2 * this.opTimeoutMs + SOCKET_GRACE_MS, 'MongoDB did not close in time').catch((err: unknown) =>
-      process.emitWarning(String(err)),
+    await withDeadline(this.connection.close(), 2 * this.opTimeoutMs + SOCKET_GRACE_MS, 'MongoDB did not close in time').catch(
+      (err: unknown) => process.emitWarning(String(err)),
     );
   }
 
