@@ -9,19 +9,28 @@ import { AppError } from './errors';
 import type { AuthClaims } from './jwt';
 import { nowIso } from './ids';
 import { capCounters } from './caps';
-import { DuplicateKeyError, type Store, type StoreSession } from './storage';
+import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession, type Where } from './storage';
 
-export interface KeySlotsDef {
-  /** For the refusal's message: "runs", "replies". */
-  plural: string;
-  /** How many of the key's items are unfinished (counting up to `limit` is enough), in the transaction. */
-  count(tx: StoreSession, tenantId: string, keyId: string, limit: number): Promise<number>;
+/** The items a key's slots count: a tenant's documents naming the key as `credentialId`, with a `status`. */
+interface KeyedItem {
+  id: string;
+  tenantId: string;
+  credentialId?: string | null;
+  status: string;
 }
 
-export class KeySlots {
+export interface KeySlotsDef<T extends KeyedItem> {
+  /** For the refusal's message: "runs in progress", "replies being generated". */
+  plural: string;
+  collection: CollectionDef<T>;
+  /** The statuses of an unfinished item, the ones that hold a place. */
+  unfinished: readonly T['status'][];
+}
+
+export class KeySlots<T extends KeyedItem = KeyedItem> {
   constructor(
     private readonly store: Store,
-    private readonly def: KeySlotsDef,
+    private readonly def: KeySlotsDef<T>,
   ) {}
 
   /** Before the transaction: the key's guard document exists (created once, outside any transaction). */
@@ -39,12 +48,22 @@ export class KeySlots {
     const limit = limitOf(auth);
     if (!limit) return;
     await tx.collection(capCounters).increment(guardId(auth), {}, { count: 1 });
-    if ((await this.def.count(tx, auth.tid, auth.sid, limit)) >= limit)
+    if ((await this.unfinished(tx, auth.tid, auth.sid, limit)) >= limit)
       throw new AppError('RATE_LIMIT_EXCEEDED', `This API key may have at most ${limit} ${this.def.plural} at once; retry when one ends`, {
         reason: 'key_concurrency',
         limit,
         retryAfterS: 1,
       });
+  }
+
+  /** The key's unfinished items, counted up to `limit` (enough to decide). */
+  private async unfinished(tx: StoreSession, tenantId: string, keyId: string, limit: number): Promise<number> {
+    let n = 0;
+    for (const status of this.def.unfinished) {
+      const where = { tenantId, credentialId: keyId, status } as unknown as Where<T>;
+      n += (await tx.collection(this.def.collection).find(where, { limit })).items.length;
+    }
+    return n;
   }
 }
 
