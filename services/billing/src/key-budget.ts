@@ -10,8 +10,8 @@
  * calendar month in UTC of billing's clock at the reservation (the same clock that files each settle's credits under
  * a month): one machine decides, nothing compares clocks across machines.
  */
-import { AppError, nowIso, type StoreSession } from '@svc/kit';
-import { keyUsage, keyUsageId, monthOf, type KeyUsageDoc } from './key-usage';
+import { AppError, type StoreSession } from '@svc/kit';
+import { keyUsage, keyUsageId, keyUsageOf, monthOf, type KeyUsageDoc } from './key-usage';
 
 export interface KeyBudget {
   /** The API key's id. */
@@ -37,21 +37,7 @@ export async function holdKeyBudget(
   credits: number,
   now = Date.now(),
 ): Promise<void> {
-  const col = tx.collection(keyUsage);
-  const id = keyUsageId(tenantId, budget.keyId);
-  const doc =
-    (await col.get(id, { tenantId })) ??
-    (await col.insert({
-      id,
-      tenantId,
-      minute: 0,
-      minuteTokens: 0,
-      month: monthOf(now),
-      monthCredits: 0,
-      totalCredits: 0,
-      reserved: 0,
-      createdAt: nowIso(),
-    }));
+  const doc = await keyUsageOf(tx, tenantId, budget.keyId, now);
   const spent = spentIn(doc, budget.period, now);
   const reserved = doc.reserved ?? 0;
   const required = Math.max(1, credits);
@@ -65,7 +51,7 @@ export async function holdKeyBudget(
       reserved,
       required,
     });
-  await col.increment(id, { tenantId }, { reserved: credits });
+  await tx.collection(keyUsage).increment(doc.id, { tenantId }, { reserved: credits });
 }
 
 /** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */

@@ -31,6 +31,26 @@ const MAX_IDS = 100;
 const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
 export const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
 
+/** The key's usage document in the caller's transaction, created with zero counts on the key's first use. */
+export async function keyUsageOf(tx: StoreSession, tenantId: string, keyId: string, now = Date.now()): Promise<KeyUsageDoc> {
+  const col = tx.collection(keyUsage);
+  const id = keyUsageId(tenantId, keyId);
+  return (
+    (await col.get(id, { tenantId })) ??
+    (await col.insert({
+      id,
+      tenantId,
+      minute: minuteOf(now),
+      minuteTokens: 0,
+      month: monthOf(now),
+      monthCredits: 0,
+      totalCredits: 0,
+      reserved: 0,
+      createdAt: nowIso(),
+    }))
+  );
+}
+
 /** Adds one model call's tokens and credits to the key's counts (inside the usage entry's transaction). */
 export async function recordKeyUsage(
   tx: StoreSession,
@@ -40,26 +60,11 @@ export async function recordKeyUsage(
   credits: number,
   now = Date.now(),
 ): Promise<void> {
-  const col = tx.collection(keyUsage);
   const minute = minuteOf(now);
   const month = monthOf(now);
-  const id = keyUsageId(tenantId, keyId);
-  const doc = await col.get(id, { tenantId });
-  if (!doc) {
-    await col.insert({
-      id,
-      tenantId,
-      minute,
-      minuteTokens: tokens,
-      month,
-      monthCredits: credits,
-      totalCredits: credits,
-      createdAt: nowIso(),
-    });
-    return;
-  }
-  await col.update(
-    id,
+  const doc = await keyUsageOf(tx, tenantId, keyId, now);
+  await tx.collection(keyUsage).update(
+    doc.id,
     { tenantId },
     {
       minute,
