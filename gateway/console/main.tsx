@@ -6,7 +6,14 @@ import type { Me } from './ui';
 
 const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => preact.JSX.Element }>> = {
   projects: () => import('./pages/projects'),
+  agents: () => import('./pages/agents'),
+  agent: () => import('./pages/agent'),
+  chat: () => import('./pages/chat'),
+  webhooks: () => import('./pages/webhooks'),
+  webhook: () => import('./pages/webhook'),
   usage: () => import('./pages/usage'),
+  team: () => import('./pages/team'),
+  secrets: () => import('./pages/secrets'),
 };
 
 function showError(err: unknown) {

@@ -78,3 +78,12 @@ export function Form(props: {
     </form>
   );
 }
+
+/** What the server put in the page for its script (`data-props` on #app: JSON, e.g. the event types). */
+export function props<T>(): Partial<T> {
+  try {
+    return JSON.parse(document.getElementById('app')?.dataset.props ?? '{}') as Partial<T>;
+  } catch {
+    return {};
+  }
+}
