@@ -25,6 +25,9 @@ const Message = Obj({
   status: Type.Union(['pending', 'streaming', 'completed', 'failed'].map((s) => Type.Literal(s))),
   error: Nullable(Obj({ code: Type.String(), message: Type.String() })),
   usage: Nullable(Obj({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })),
+  model: Nullable(Type.String(), {
+    description: "assistant replies: the model that served it (a fallback's when the main model failed before answering)",
+  }),
   createdAt: Timestamp,
   completedAt: Nullable(Timestamp),
 });
@@ -47,6 +50,7 @@ export function messageView(m: chatV1.Message) {
     status: m.status,
     error: m.errorCode ? { code: m.errorCode, message: m.errorMessage } : null,
     usage: m.usage ? { inputTokens: m.usage.inputTokens, outputTokens: m.usage.outputTokens } : null,
+    model: m.model || null,
     createdAt: m.createdAt,
     completedAt: m.completedAt || null,
   };
