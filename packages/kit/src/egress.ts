@@ -93,7 +93,8 @@ export function checkUrlShape(raw: string, policy: EgressPolicy): URL {
   if (isIP(host)) {
     const why = refusedAddress(host, policy);
     if (why) throw new EgressError('address', `${host} ${why}`);
-  } else if (!policy.allowPrivate && /(^|\.)localhost$/i.test(host)) {
+  } else if (!policy.allowPrivate && /(^|\.)localhost\.?$/i.test(host)) {
+    // `localhost.` (fully qualified) is the same name: refused whether or not the resolver answers for it.
     throw new EgressError('address', `${host} is a loopback name`);
   }
   return url;
