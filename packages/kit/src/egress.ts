@@ -150,6 +150,15 @@ function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy): Agent 
   });
 }
 
+/**
+ * The guard as an undici dispatcher, for callers that hand connections to another library (the gateway's provider
+ * pass-through, through @fastify/reply-from): a host name resolving to a refused address fails when the socket is
+ * opened. IP literals are not resolved, so check the URL with checkUrlShape before each request.
+ */
+export function egressDispatcher(options: EgressFetchOptions): Agent {
+  return guardedAgent(options, { allowPrivate: options.allowPrivate });
+}
+
 type LookupCallback = (err: NodeJS.ErrnoException | null, address?: string | LookupAddress[], family?: number) => void;
 
 /**
