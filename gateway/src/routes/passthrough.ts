@@ -29,6 +29,7 @@ import {
 } from '@svc/kit';
 import type { GatewayDeps } from '../app';
 import { toAppError } from '../lib/app-error';
+import { assertKeyTokens } from '../lib/key-usage';
 import { sendOpenAiError } from '../lib/openai-error';
 
 export const PASSTHROUGH_PREFIX = '/v1/passthrough/:provider';
@@ -133,7 +134,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
   }
 
   /** Resolves the tenant's provider, checks its address, and reserves the call; refusals are thrown as AppErrors. */
-  async function prepare(request: FastifyRequest): Promise<void> {
+  async function prepare(request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const provider = (request.params as { provider: string }).provider;
     if (provider !== 'openai' && provider !== 'anthropic')
       throw new AppError('RESOURCE_NOT_FOUND', 'Pass-through serves the providers openai and anthropic', {
@@ -142,6 +143,8 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       });
     const principal = request.principal!;
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
+    // The key's tokens per minute, as before any model call (its requests per minute were counted on the way in).
+    await assertKeyTokens(deps, principal, call, reply);
     const { settings: s } = await identity.resolveLlmSettings({}, call);
     const entry = s?.source === 'tenant' ? [s, ...s.fallbacks].find((e) => e.provider === provider) : undefined;
     if (!entry)
@@ -300,7 +303,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         config: { access: 'llm:passthrough', rateLimited: true },
         undici: dispatcher as never,
         disableRequestLogging: true,
-        preHandler: async (request: FastifyRequest) => prepare(request),
+        preHandler: async (request: FastifyRequest, reply: FastifyReply) => prepare(request, reply),
         replyOptions: {
           getUpstream: (request: FastifyRequest) => request.passthrough!.origin,
           rewriteRequestHeaders: (request: FastifyRequest, headers: IncomingHttpHeaders) => rewriteRequestHeaders(request, headers),

@@ -92,6 +92,16 @@ test('every model failing: an explicit error naming the attempts', async () => {
   expect(e.message).toMatch(/5 attempts on 3 models/); // the last model retried twice
 });
 
+test('the last model is not retried after a timeout (each try would cost the whole timeout)', async () => {
+  const single = createModelChain([{ provider: 'openai-compatible', baseUrl: a.url, model: 'main', timeoutMs: 300 }], {
+    scope: 't',
+    maxRetries: 2,
+  });
+  a.script({ type: 'hang', stage: 'headers' });
+  expect(llmError((await drain(single.stream(ask))).error).kind).toBe('timeout');
+  expect(chats(a)).toBe(1);
+});
+
 test('the last model honours Retry-After before retrying', async () => {
   const single = createModelChain([{ provider: 'openai-compatible', baseUrl: a.url, model: 'main' }], { scope: 't', maxRetries: 2 });
   a.script({ type: 'error', status: 429, retryAfter: 1 });

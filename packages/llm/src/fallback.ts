@@ -4,7 +4,8 @@
  * has started answering, its stream is the answer, and a failure after that is thrown (never a silent end, never a
  * second model's text appended to the first's). Each deployment has a circuit breaker: an open one is skipped with no
  * attempt at all. The last model that can be tried retries as a single model does, honouring `Retry-After` up to
- * MAX_RETRY_AFTER_MS; a model followed by another is not retried (the next model is its retry).
+ * MAX_RETRY_AFTER_MS (after a 429, a 5xx or a lost connection; not after a timeout); a model followed by another is
+ * not retried (the next model is its retry).
  */
 import { backoffMs, MAX_RETRY_AFTER_MS, PROVIDER_LABEL } from './core';
 import type { CircuitBreaker } from './breaker';
@@ -158,7 +159,9 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
           fail(i, error, false);
           // The next model is this one's retry; the last one that can be tried retries itself.
           const later = keys.slice(i + 1).some((k) => !breaker || breaker.wouldAdmit(k));
-          if (later || attempt >= maxRetries) break;
+          // A model that timed out or spoke garbage is not waited on again (each try would cost the whole timeout).
+          const again = error.kind === 'rate_limited' || error.kind === 'unavailable';
+          if (later || !again || attempt >= maxRetries) break;
           const delay = error.retryAfterMs ?? backoffMs(attempt);
           if (delay > MAX_RETRY_AFTER_MS) break;
           if (!(await sleep(delay, signal))) throw new LlmError('cancelled', 'the request was cancelled', { provider: c.provider });
