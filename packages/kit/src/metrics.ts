@@ -24,6 +24,12 @@ export const metrics = {
     buckets: SECONDS,
     registers: [registry],
   }),
+  passthroughRequests: new client.Counter({
+    name: 'llm_passthrough_requests_total',
+    help: 'Requests forwarded to a tenant provider by /v1/passthrough, by provider and upstream status (0: not answered)',
+    labelNames: ['provider', 'status'] as const,
+    registers: [registry],
+  }),
   rateLimited: new client.Counter({
     name: 'rate_limit_rejections_total',
     help: 'Requests refused with 429, by reason',
