@@ -88,8 +88,9 @@ export async function build({ force = false, quiet = false } = {}) {
   if (!force && existsSync(STAMP) && readFileSync(STAMP, 'utf8') === current) return false;
   const started = Date.now();
   const esbuild = await import('esbuild');
-  rmSync(OUT, { recursive: true, force: true });
+  // Everything but the release tarballs (npm run release:pack writes them to dist/release).
   mkdirSync(OUT, { recursive: true });
+  for (const entry of readdirSync(OUT)) if (entry !== 'release') rmSync(join(OUT, entry), { recursive: true, force: true });
   // One esbuild run per output folder, so that relative requires are right for every bundle in it.
   const byFolder = new Map();
   for (const entry of Object.entries(ENTRIES)) byFolder.set(dirname(entry[0]), [...(byFolder.get(dirname(entry[0])) ?? []), entry]);
