@@ -112,6 +112,8 @@ export async function build({ force = false, quiet = false } = {}) {
   }
   // The gateway's pages read their script and stylesheet next to the code (dist/assets for the bundle).
   cpSync(join(ROOT, 'gateway/src/pages/assets'), join(OUT, 'assets'), { recursive: true });
+  // And the API reference's (/docs; Swagger UI's own files are read from node_modules).
+  cpSync(join(ROOT, 'gateway/src/docs/assets'), join(OUT, 'assets'), { recursive: true });
   writeFileSync(STAMP, current);
   print(`build: dist/ compiled in ${Date.now() - started} ms`);
   return true;

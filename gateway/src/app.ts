@@ -11,6 +11,7 @@ import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
 import { fieldErrors, validatorCompiler } from './lib/validation';
 import { registerAuthentication } from './plugins/authenticate';
+import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
 
@@ -119,6 +120,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
   registerRoutes(app, deps);
   registerPages(app);
+  registerDocs(app, () => deps.config.publicUrl);
 
   app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
     sendError(request, reply, toAppError(err, request.log, request.id)),
