@@ -63,7 +63,10 @@ svc whoami
 svc projects create "Docs bot"
 svc chat "Hello there"    # streams the reply`;
 
-/** The page: a server-rendered shell (no user data), Swagger UI fills #reference from the document. */
+/**
+ * The page: a server-rendered shell (no user data), Swagger UI fills #reference from the document. The page's own
+ * in-page links carry `noZensmooth`: Swagger UI's bundle (zenscroll) otherwise takes over every fragment link.
+ */
 export function docsPage(origin: string): string {
   const fill = (s: string) => esc(s.replaceAll('{{origin}}', origin));
   const errors = (Object.keys(ERROR_CODES) as ErrorCode[])
@@ -81,15 +84,15 @@ export function docsPage(origin: string): string {
 <script src="/docs/assets/docs.js" defer></script>
 </head>
 <body class="docs">
-<a class="skip" href="#reference">Skip to the operations</a>
+<a class="skip noZensmooth" href="#reference">Skip to the operations</a>
 <header class="docs-header">
 <h1>svc API reference</h1>
 <nav aria-label="Reference">
 <ul>
-<li><a href="#sdk-quick-start">SDK quick start</a></li>
-<li><a href="#cli-quick-start">CLI quick start</a></li>
-<li><a href="#authentication">Authentication</a></li>
-<li><a href="#error-codes">Error codes</a></li>
+<li><a href="#sdk-quick-start" class="noZensmooth">SDK quick start</a></li>
+<li><a href="#cli-quick-start" class="noZensmooth">CLI quick start</a></li>
+<li><a href="#authentication" class="noZensmooth">Authentication</a></li>
+<li><a href="#error-codes" class="noZensmooth">Error codes</a></li>
 <li><a href="/api/v1/openapi.json">OpenAPI document (JSON)</a></li>
 <li><a href="/">Console</a></li>
 </ul>
@@ -106,13 +109,13 @@ examples, and who may call it (<code>x-access</code>). Answers use the envelope 
 <h2 id="sdk-quick-start">SDK quick start</h2>
 <p>The JavaScript and TypeScript SDK (<code>@svc/sdk</code>: ES module, CommonJS and a browser build, typed methods
 for every operation below).</p>
-<pre><code>${fill(SDK_QUICK_START)}</code></pre>
+<pre tabindex="0"><code>${fill(SDK_QUICK_START)}</code></pre>
 </section>
 <section aria-labelledby="cli-quick-start">
 <h2 id="cli-quick-start">CLI quick start</h2>
 <p>The <code>svc</code> command (<code>@svc/cli</code>): browser login, projects, agents, chat; <code>--json</code>
 on every command.</p>
-<pre><code>${fill(CLI_QUICK_START)}</code></pre>
+<pre tabindex="0"><code>${fill(CLI_QUICK_START)}</code></pre>
 </section>
 </div>
 <section aria-labelledby="authentication">
@@ -131,10 +134,10 @@ ${errors}
 </tbody>
 </table>
 </section>
-<h2 id="operations">Operations</h2>
+<h2 id="api-operations">Operations</h2>
 </div>
 <p id="reference-status" role="status" aria-live="polite">Loading the operations…</p>
-<div id="reference" data-spec="/api/v1/openapi.json" aria-busy="true" aria-labelledby="operations"></div>
+<div id="reference" data-spec="/api/v1/openapi.json" aria-busy="true" aria-labelledby="api-operations"></div>
 </main>
 </body>
 </html>

@@ -13,10 +13,10 @@
     domNode: mount,
     presets: [SwaggerUIBundle.presets.apis],
     layout: 'BaseLayout',
-    // Every tag open, every operation listed (its details open on a click). No deep links: they take over the
-    // address's fragment, and the page's own links (quick starts, error codes) need it.
+    // Every tag open, every operation listed (its details open on a click); an open operation is in the address
+    // (#/tag/operationId), so it can be linked to.
     docExpansion: 'list',
-    deepLinking: false,
+    deepLinking: true,
     displayOperationId: true,
     defaultModelsExpandDepth: 1,
     defaultModelExpandDepth: 2,
