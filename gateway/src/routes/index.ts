@@ -7,6 +7,7 @@ import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
+import { passthroughRoutes } from './passthrough';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -30,4 +31,9 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);
+  passthroughRoutes(app, deps, {
+    maxRequestBytes: deps.config.passthroughMaxRequestBytes,
+    maxResponseBytes: deps.config.passthroughMaxResponseBytes,
+    timeoutMs: deps.config.passthroughTimeoutMs,
+  });
 }

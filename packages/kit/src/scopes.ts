@@ -8,6 +8,8 @@ export const SCOPES = [
   'secrets:write',
   'agents:read',
   'agents:write',
+  /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
+  'llm:passthrough',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -11,7 +11,15 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { createProvider, estimateUsage, isLlmError, type LlmMessage, type LlmSettings } from '@svc/llm';
+import {
+  type CircuitBreaker,
+  createModelChain,
+  estimateUsage,
+  isLlmError,
+  type LlmMessage,
+  type LlmSettings,
+  type ServedModel,
+} from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall } from './collections';
 import { LiveReply } from './live';
 
@@ -29,9 +37,20 @@ export interface ReplyTimings {
   now?: () => number;
 }
 
+/** How replies call models: the process's circuit breaker, and each call's idle timeout and retries. */
+export interface ReplyModels {
+  breaker?: CircuitBreaker;
+  /** Wait for the provider's headers and then between chunks (a hang moves on to the next model). Default 60 s. */
+  timeoutMs?: number;
+  /** Retries of the last model that can be tried. Default 2. */
+  maxRetries?: number;
+}
+
 /** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
 export interface ReplyLlm {
   settings: LlmSettings;
+  /** Tried in order when the model fails before its first token; temperature and maxTokens come from `settings`. */
+  fallbacks?: LlmSettings[];
   /** tenant or platform: whose API key pays. */
   keySource: string;
 }
@@ -120,6 +139,7 @@ export class Replies {
     private readonly logger: Logger,
     private readonly fetch: typeof globalThis.fetch,
     private readonly timings: ReplyTimings,
+    private readonly models: ReplyModels = {},
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
@@ -241,26 +261,33 @@ export class Replies {
       .then(async () => {
         const now = this.now();
         const due = [...this.progress.values()].filter(
-          (p) => !p.lost && (p.live.length > p.storedLength || p.usage !== p.storedUsage || now - p.beatAt >= this.timings.leaseMs / 3),
+          (p) =>
+            !p.lost &&
+            (p.live.length > p.storedLength ||
+              p.usage !== p.storedUsage ||
+              p.served !== p.storedServed ||
+              now - p.beatAt >= this.timings.leaseMs / 3),
         );
         if (due.length === 0) return;
         const written = await this.store.transaction(async (tx) => {
           const col = tx.collection(messages);
-          const out: Array<{ p: Progress; length: number; usage: Tokens | undefined; ok: boolean }> = [];
+          const out: Array<{ p: Progress; length: number; usage: Tokens | undefined; served: ServedModel | undefined; ok: boolean }> = [];
           for (const p of due) {
             const content = p.live.text();
-            const { usage } = p;
+            const { usage, served } = p;
             const doc = await col.update(p.message.id, this.fence(p), {
               content,
               status: 'streaming',
               leaseBeat: p.beat + 1,
               ...(usage ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens } : {}),
+              // Stored with the first text: a crash from here on bills the model that served, at its price.
+              ...(served ? servedFields(p.message, served) : {}),
             });
-            out.push({ p, length: content.length, usage, ok: doc !== null });
+            out.push({ p, length: content.length, usage, served, ok: doc !== null });
           }
           return out;
         });
-        for (const { p, length, usage, ok } of written) {
+        for (const { p, length, usage, served, ok } of written) {
           if (!ok) {
             p.lost = true; // another process failed it (it saw our beat stand still): stop writing
             continue;
@@ -268,6 +295,7 @@ export class Replies {
           p.stored = 'streaming';
           p.storedLength = length;
           p.storedUsage = usage;
+          p.storedServed = served;
           p.beat += 1;
           p.beatAt = now;
         }
@@ -299,6 +327,8 @@ export class Replies {
       lost: false,
       usage: undefined,
       storedUsage: undefined,
+      served: undefined,
+      storedServed: undefined,
     };
     this.progress.set(message.id, progress);
     this.ensureFlusher();
@@ -306,8 +336,28 @@ export class Replies {
     let usage: { inputTokens: number; outputTokens: number } | undefined;
     let outcome: { status: 'completed' } | { status: 'failed'; code: string; message: string };
     try {
-      const provider = createProvider({ ...job.llm.settings, fetch: this.fetch });
-      for await (const event of provider.stream({ messages: job.history }, { signal })) {
+      const main = job.llm.settings;
+      const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
+      // Fallbacks answer with the main settings' temperature and output bound: the reply's one reservation covers
+      // whichever model serves it (every model is priced alike per token).
+      const candidates = [
+        { ...main, ...extra },
+        ...(job.llm.fallbacks ?? []).map((f) => ({ ...f, temperature: main.temperature, maxTokens: main.maxTokens, ...extra })),
+      ];
+      const chain = createModelChain(candidates, {
+        breaker: this.models.breaker,
+        scope: tenantId,
+        maxRetries: this.models.maxRetries,
+        onAttemptFailed: (a) =>
+          this.logger.warn(
+            { messageId: message.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
+            a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
+          ),
+      });
+      const onServed = (served: ServedModel) => {
+        progress.served = served;
+      };
+      for await (const event of chain.stream({ messages: job.history }, { signal, onServed })) {
         if (event.type === 'text') live.append(event.delta);
         else if (event.type === 'usage') {
           usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
@@ -330,6 +380,7 @@ export class Replies {
     await this.flushing;
 
     const final: Partial<MessageDoc> = {
+      ...(progress.served ? servedFields(message, progress.served) : {}),
       content: live.text(),
       status: outcome.status,
       errorCode: outcome.status === 'failed' ? outcome.code : null,
@@ -342,14 +393,16 @@ export class Replies {
     // A reply cut off midway (a provider error, a stop) is billed too: for what the provider reported, else for the
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
-    const call: ReplyCall = message.call ?? {
-      provider: job.llm.settings.provider,
-      model: job.llm.settings.model ?? '',
-      keySource: job.llm.keySource,
-      credentialId: job.credentialId ?? '',
-      credentialType: job.credentialType ?? '',
-      promptTokens: 0,
-    };
+    const call: ReplyCall = final.call ??
+      message.call ?? {
+        provider: job.llm.settings.provider,
+        model: job.llm.settings.model ?? '',
+        keySource: job.llm.keySource,
+        credentialId: job.credentialId ?? '',
+        credentialType: job.credentialType ?? '',
+        promptTokens: 0,
+        ...(progress.served ? { provider: progress.served.provider, model: progress.served.model } : {}),
+      };
     // Nothing billable (the provider refused before answering): the event with no tokens releases the reservation.
     const bill = (tx: StoreSession) => billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
@@ -374,6 +427,14 @@ export class Replies {
 
 class RefusedError extends Error {}
 
+/** The served model on the reply, and on its call (what billing is told, by the generator or a sweep). */
+function servedFields(message: MessageDoc, served: ServedModel): Partial<MessageDoc> {
+  return {
+    model: served.model,
+    ...(message.call ? { call: { ...message.call, provider: served.provider, model: served.model } } : {}),
+  };
+}
+
 /** What the store holds of a reply streaming in this process. */
 interface Progress {
   message: MessageDoc;
@@ -388,4 +449,7 @@ interface Progress {
   /** The provider's usage once it arrived, and the value last stored. */
   usage: Tokens | undefined;
   storedUsage: Tokens | undefined;
+  /** The model that serves the reply, once it started answering, and the value last stored. */
+  served: ServedModel | undefined;
+  storedServed: ServedModel | undefined;
 }

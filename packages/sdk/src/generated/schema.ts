@@ -2149,6 +2149,14 @@ export interface operations {
               /** @description where the effective settings come from */
               source: 'tenant' | 'platform' | 'none';
               updatedAt: string | null;
+              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
+              fallbacks: {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                /** @description null: the provider's public API */
+                baseUrl: string | null;
+                apiKeySet: boolean;
+              }[];
             };
             meta: {
               request_id: string;
@@ -2184,6 +2192,16 @@ export interface operations {
           apiKey?: string | null;
           temperature?: number | null;
           maxTokens?: number | null;
+          /** @description Replaces the list (at most 5); null or [] removes it */
+          fallbacks?:
+            | {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                baseUrl?: string | null;
+                /** @description Write-only. Left out: the key of the saved entry with the same provider, model and base URL is kept; without one, the main key is used when the entry has the main provider and base URL. null: no key of its own */
+                apiKey?: string | null;
+              }[]
+            | null;
         };
       };
     };
@@ -2205,6 +2223,14 @@ export interface operations {
               /** @description where the effective settings come from */
               source: 'tenant' | 'platform' | 'none';
               updatedAt: string | null;
+              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
+              fallbacks: {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                /** @description null: the provider's public API */
+                baseUrl: string | null;
+                apiKeySet: boolean;
+              }[];
             };
             meta: {
               request_id: string;
@@ -3233,6 +3259,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3310,6 +3338,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3391,6 +3421,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3466,6 +3498,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3541,6 +3575,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3622,6 +3658,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -4320,6 +4358,8 @@ export interface operations {
                 inputTokens: number;
                 outputTokens: number;
               } | null;
+              /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
               completedAt: string | null;
@@ -4389,6 +4429,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 } | null;
+                /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+                model: string | null;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
                 createdAt: string;
                 completedAt: string | null;

@@ -48,7 +48,11 @@ export interface Message {
   errorCode: string;
   errorMessage: string;
   /** Tokens the reply cost, when the provider reported them. */
-  usage?: Usage | undefined;
+  usage?:
+    | Usage
+    | undefined;
+  /** The model that served the reply (a fallback's when the main model failed before answering); empty before any did. */
+  model: string;
 }
 
 export interface Usage {
@@ -294,6 +298,7 @@ function createBaseMessage(): Message {
     errorCode: "",
     errorMessage: "",
     usage: undefined,
+    model: "",
   };
 }
 
@@ -331,6 +336,9 @@ export const Message: MessageFns<Message> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(90).fork()).join();
+    }
+    if (message.model !== "") {
+      writer.uint32(98).string(message.model);
     }
     return writer;
   },
@@ -436,6 +444,14 @@ export const Message: MessageFns<Message> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -485,6 +501,7 @@ export const Message: MessageFns<Message> = {
         ? globalThis.String(object.error_message)
         : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
     };
   },
 
@@ -523,6 +540,9 @@ export const Message: MessageFns<Message> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -542,6 +562,7 @@ export const Message: MessageFns<Message> = {
     message.errorCode = object.errorCode ?? "";
     message.errorMessage = object.errorMessage ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.model = object.model ?? "";
     return message;
   },
 };
