@@ -376,7 +376,8 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
           { gt: Number.NaN },
           'gt',
         ];
-        for (const range of bad) await expect(items.find({ tenantId: 't1' }, { range: range as FindOptions['range'] })).rejects.toThrow(/range/);
+        for (const range of bad)
+          await expect(items.find({ tenantId: 't1' }, { range: range as FindOptions['range'] })).rejects.toThrow(/range/);
       });
 
       test('an invalid cursor throws InvalidCursorError', async () => {
