@@ -61,7 +61,7 @@ test('an event past the retention is gone from every read at once, and the sweep
   expect(await ids(log.list(everything))).toEqual(['evt_0003']);
   expect(await log.get('ten_a', 'evt_0002')).toBeNull();
   const seen: string[] = [];
-  await log.forEachPage('ten_a', {}, async (page) => void seen.push(...page.map((e) => e.id)));
+  await log.forEachPage('ten_a', ['project.created'], {}, async (page) => void seen.push(...page.map((e) => e.id)));
   expect(seen).toEqual(['evt_0003']);
 
   // Only the sweep removes them from the store; it leaves the rest, every tenant's.
@@ -97,6 +97,27 @@ test('a window bounds createdAt, each side exclusive or inclusive, and never rea
   expect(await ids(log.list(window(iso(T0 - 100 * DAY))))).toHaveLength(5);
   now = T0 + 30 * DAY - 3000; // the cut-off is now T0 - 3000: exclusive, so evt_0003 is gone
   expect(await ids(log.list(window(iso(T0 - 100 * DAY))))).toEqual(['evt_0001', 'evt_0002']);
+});
+
+test('forEachPage visits the types asked for, oldest first, in pages, and an empty window once', async () => {
+  const types = ['project.created', 'project.deleted', 'user.created'];
+  await record(...Array.from({ length: 450 }, (_, i) => event(i, T0 - 100_000 + i, { type: types[i % 3] })));
+  const pages: string[][] = [];
+  await log.forEachPage('ten_a', ['project.deleted', 'user.created'], {}, async (page) => void pages.push(page.map((e) => e.id)));
+  expect(pages.length).toBeGreaterThan(1);
+  const want = Array.from({ length: 450 }, (_, i) => i)
+    .filter((i) => i % 3 !== 0)
+    .map((i) => `evt_${String(i).padStart(4, '0')}`);
+  expect(pages.flat()).toEqual(want);
+  const single: string[] = [];
+  await log.forEachPage('ten_a', ['user.created'], {}, async (page) => void single.push(...page.map((e) => e.id)));
+  expect(single).toEqual(want.filter((id) => Number(id.slice(4)) % 3 === 2));
+  let visits = 0;
+  await log.forEachPage('ten_a', ['user.created'], { lower: { op: 'gt', iso: iso(T0) } }, async (page) => {
+    visits++;
+    expect(page).toEqual([]);
+  });
+  expect(visits).toBe(1);
 });
 
 test('tighter keeps the later lower bound and the earlier upper one; on a tie the exclusive one', () => {

@@ -95,15 +95,16 @@ export class EventLog {
   }
 
   /**
-   * Every event of the tenant in the window, oldest first, a page at a time: `visit` runs once per page (recovery
-   * queues each page in one transaction).
+   * Every event of the tenant of one of `types` in the window, oldest first, a page at a time: `visit` runs once per
+   * page, even an empty one (recovery queues each page in one transaction).
    */
-  async forEachPage(tenantId: string, window: Window, visit: (page: EventDoc[]) => Promise<void>): Promise<void> {
+  async forEachPage(tenantId: string, types: string[], window: Window, visit: (page: EventDoc[]) => Promise<void>): Promise<void> {
+    const where = types.length === 1 ? { tenantId, type: types[0] } : { tenantId };
     const range = this.range(window);
     let cursor: string | null = null;
     do {
-      const page: Page<EventDoc> = await this.store.collection(events).find({ tenantId }, { order: 'asc', limit: 200, cursor, range });
-      await visit(page.items);
+      const page: Page<EventDoc> = await this.store.collection(events).find(where, { order: 'asc', limit: 200, cursor, range });
+      await visit(page.items.filter((e) => types.includes(e.type)));
       cursor = page.nextCursor;
     } while (cursor);
   }

@@ -83,20 +83,17 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
       c.done();
       // Enabling again starts with a clean record; disabling by hand carries no service reason.
       if (req.active !== undefined) Object.assign(patch, { active: req.active, disabledReason: null, failingSince: null });
-      // Enabling a disabled registration announces it (webhook.endpoint_recovered), once: the change is a
-      // compare-and-set on the state it was read in, so of two enables at once one wins and the other is a conflict.
-      const enabling = req.active === true && !before.active;
-      const updated = await store.transaction(async (tx) => {
-        const u = await tx
-          .collection(webhooks)
-          .update(req.id, enabling ? { tenantId: auth.tid, active: false } : { tenantId: auth.tid }, patch);
-        if (u && enabling) await emitEndpointEvent(tx, 'webhook.endpoint_recovered', u);
-        return u;
+      // Enabling a disabled registration announces it (webhook.endpoint_recovered), once: a compare-and-set on its
+      // being disabled decides which of two enables at the same moment does.
+      const { updated, announced } = await store.transaction(async (tx) => {
+        const col = tx.collection(webhooks);
+        const enabled =
+          req.active === true && !before.active ? await col.update(req.id, { tenantId: auth.tid, active: false }, patch) : null;
+        if (enabled) await emitEndpointEvent(tx, 'webhook.endpoint_recovered', enabled);
+        return { updated: enabled ?? (await col.update(req.id, { tenantId: auth.tid }, patch)), announced: enabled !== null };
       });
-      if (!updated && enabling && (await hooks.get(req.id, { tenantId: auth.tid })))
-        throw errors.conflict('The webhook changed meanwhile; read it and try again', { active: true });
       if (!updated) throw errors.notFound('webhook', req.id);
-      if (enabling) onOutbox();
+      if (announced) onOutbox();
       return { webhook: toWebhook(updated) };
     },
 

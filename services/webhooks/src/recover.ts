@@ -13,7 +13,7 @@
 import { DuplicateKeyError, nowIso, type Store, type StoreSession } from '@svc/kit';
 import { deliveries, webhooks, type EventDoc, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';
-import type { EventLog, Window } from './event-log';
+import { tighter, type EventLog, type Window } from './event-log';
 import { enqueue, enqueueExisting } from './fanout';
 
 /** A page whose transaction met a delivery the fan-out made meanwhile is read again this often at most. */
@@ -33,8 +33,9 @@ export async function recover(deps: RecoverDeps, hook: WebhookDoc, window: Windo
   const { store, log } = deps;
   let queued = 0;
   let enabled = hook.active;
-  await log.forEachPage(hook.tenantId, window, async (page) => {
-    const missed = page.filter((e) => hook.events.includes(e.type) && e.createdAt >= hook.createdAt);
+  // As in the fan-out, a registration never gets events from before it existed.
+  const since = tighter(window, { lower: { op: 'gte', iso: hook.createdAt } });
+  await log.forEachPage(hook.tenantId, hook.events, since, async (missed) => {
     if (missed.length === 0 && enabled) return;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -64,6 +65,7 @@ async function enable(tx: StoreSession, hook: WebhookDoc): Promise<boolean> {
   return updated !== null;
 }
 
+/** Queues each event that has no delivery to `hook`, or a failed one; returns how many. */
 async function queueMissed(tx: StoreSession, hook: WebhookDoc, missed: EventDoc[]): Promise<number> {
   const col = tx.collection(deliveries);
   let n = 0;
