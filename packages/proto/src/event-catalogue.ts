@@ -15,694 +15,410 @@ export interface EventTypeSpec {
 export const PUBLIC_EVENT_TYPES = ["agent.completed","agent.failed","agent.started","audit.entry_created","billing.threshold_crossed","project.created","project.deleted","project.updated","tenant.created","user.created","webhook.endpoint_disabled","webhook.endpoint_recovered"] as const;
 export type PublicEventType = (typeof PUBLIC_EVENT_TYPES)[number];
 
-export const EVENT_TYPES: readonly EventTypeSpec[] = [
-  {
-    "type": "agent.completed",
-    "description": "An agent run finished with an answer.",
-    "version": 1,
-    "message": "events.v1.AgentRunPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.AgentRunPayload",
-      "description": "The data of agent.started, agent.completed and agent.failed: the run as GET /agents/:id/runs/:run_id shows its summary (the bus carries AgentRunData).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "description": "The run id.",
-          "type": "string"
-        },
-        "agentId": {
-          "type": "string"
-        },
-        "projectId": {
-          "type": "string"
-        },
-        "status": {
-          "description": "queued, running, requires_approval, completed, failed, cancelled",
-          "type": "string"
-        },
-        "output": {
-          "description": "The final answer; null until the run completes.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "error": {
-          "description": "Why the run failed; null otherwise.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "usage": {
-          "title": "events.v1.AgentRunUsage",
-          "description": "Tokens a run spent so far, over all its model calls.",
-          "type": "object",
-          "properties": {
-            "inputTokens": {
-              "type": "integer"
-            },
-            "outputTokens": {
-              "type": "integer"
-            }
+/** The JSON Schema of each message that defines the data of a public type. */
+const SCHEMAS: Record<string, Record<string, unknown>> = {
+  "events.v1.AgentRunPayload": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.AgentRunPayload",
+    "description": "The data of agent.started, agent.completed and agent.failed: the run as GET /agents/:id/runs/:run_id shows its summary (the bus carries AgentRunData).",
+    "type": "object",
+    "properties": {
+      "id": {
+        "description": "The run id.",
+        "type": "string"
+      },
+      "agentId": {
+        "type": "string"
+      },
+      "projectId": {
+        "type": "string"
+      },
+      "status": {
+        "description": "queued, running, requires_approval, completed, failed, cancelled",
+        "type": "string"
+      },
+      "output": {
+        "description": "The final answer; null until the run completes.",
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "error": {
+        "description": "Why the run failed; null otherwise.",
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "usage": {
+        "title": "events.v1.AgentRunUsage",
+        "description": "Tokens a run spent so far, over all its model calls.",
+        "type": "object",
+        "properties": {
+          "inputTokens": {
+            "type": "integer"
           },
-          "required": [
-            "inputTokens",
-            "outputTokens"
-          ],
-          "additionalProperties": false
+          "outputTokens": {
+            "type": "integer"
+          }
         },
-        "startedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "completedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        }
+        "required": [
+          "inputTokens",
+          "outputTokens"
+        ],
+        "additionalProperties": false
       },
-      "required": [
-        "id",
-        "agentId",
-        "projectId",
-        "status",
-        "usage"
-      ],
-      "additionalProperties": false
-    }
+      "startedAt": {
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "completedAt": {
+        "type": [
+          "string",
+          "null"
+        ]
+      }
+    },
+    "required": [
+      "id",
+      "agentId",
+      "projectId",
+      "status",
+      "usage"
+    ],
+    "additionalProperties": false
   },
-  {
-    "type": "agent.failed",
-    "description": "An agent run ended without an answer (an error, a refusal, cancelled or out of credits).",
-    "version": 1,
-    "message": "events.v1.AgentRunPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.AgentRunPayload",
-      "description": "The data of agent.started, agent.completed and agent.failed: the run as GET /agents/:id/runs/:run_id shows its summary (the bus carries AgentRunData).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "description": "The run id.",
-          "type": "string"
-        },
-        "agentId": {
-          "type": "string"
-        },
-        "projectId": {
-          "type": "string"
-        },
-        "status": {
-          "description": "queued, running, requires_approval, completed, failed, cancelled",
-          "type": "string"
-        },
-        "output": {
-          "description": "The final answer; null until the run completes.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "error": {
-          "description": "Why the run failed; null otherwise.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "usage": {
-          "title": "events.v1.AgentRunUsage",
-          "description": "Tokens a run spent so far, over all its model calls.",
-          "type": "object",
-          "properties": {
-            "inputTokens": {
-              "type": "integer"
-            },
-            "outputTokens": {
-              "type": "integer"
-            }
+  "events.v1.AuditEntryData": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.AuditEntryData",
+    "description": "audit.entry_created (public): one entry of the tenant's audit log, as GET /audit-log shows it, secrets redacted.",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      },
+      "at": {
+        "type": "string"
+      },
+      "actor": {
+        "title": "events.v1.AuditActor",
+        "description": "Who did it.",
+        "type": "object",
+        "properties": {
+          "type": {
+            "description": "user, api_key, admin, system",
+            "type": "string"
           },
-          "required": [
-            "inputTokens",
-            "outputTokens"
-          ],
-          "additionalProperties": false
-        },
-        "startedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "completedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        }
-      },
-      "required": [
-        "id",
-        "agentId",
-        "projectId",
-        "status",
-        "usage"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "agent.started",
-    "description": "An agent run started working (its first step began).",
-    "version": 1,
-    "message": "events.v1.AgentRunPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.AgentRunPayload",
-      "description": "The data of agent.started, agent.completed and agent.failed: the run as GET /agents/:id/runs/:run_id shows its summary (the bus carries AgentRunData).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "description": "The run id.",
-          "type": "string"
-        },
-        "agentId": {
-          "type": "string"
-        },
-        "projectId": {
-          "type": "string"
-        },
-        "status": {
-          "description": "queued, running, requires_approval, completed, failed, cancelled",
-          "type": "string"
-        },
-        "output": {
-          "description": "The final answer; null until the run completes.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "error": {
-          "description": "Why the run failed; null otherwise.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "usage": {
-          "title": "events.v1.AgentRunUsage",
-          "description": "Tokens a run spent so far, over all its model calls.",
-          "type": "object",
-          "properties": {
-            "inputTokens": {
-              "type": "integer"
-            },
-            "outputTokens": {
-              "type": "integer"
-            }
+          "id": {
+            "type": "string"
           },
-          "required": [
-            "inputTokens",
-            "outputTokens"
-          ],
-          "additionalProperties": false
-        },
-        "startedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "completedAt": {
-          "type": [
-            "string",
-            "null"
-          ]
-        }
-      },
-      "required": [
-        "id",
-        "agentId",
-        "projectId",
-        "status",
-        "usage"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "audit.entry_created",
-    "description": "A security action of the tenant was appended to its audit log.",
-    "version": 1,
-    "message": "events.v1.AuditEntryData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.AuditEntryData",
-      "description": "audit.entry_created (public): one entry of the tenant's audit log, as GET /audit-log shows it, secrets redacted.",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "at": {
-          "type": "string"
-        },
-        "actor": {
-          "title": "events.v1.AuditActor",
-          "description": "Who did it.",
-          "type": "object",
-          "properties": {
-            "type": {
-              "description": "user, api_key, admin, system",
-              "type": "string"
-            },
-            "id": {
-              "type": "string"
-            },
-            "email": {
-              "type": [
-                "string",
-                "null"
-              ]
-            },
-            "keyPrefix": {
-              "type": [
-                "string",
-                "null"
-              ]
-            }
+          "email": {
+            "type": [
+              "string",
+              "null"
+            ]
           },
-          "required": [
-            "type",
-            "id"
-          ],
-          "additionalProperties": false
+          "keyPrefix": {
+            "type": [
+              "string",
+              "null"
+            ]
+          }
         },
-        "action": {
-          "description": "A dotted name: api_key.created, member.role_changed, session.signed_in, ...",
-          "type": "string"
-        },
-        "target": {
-          "title": "events.v1.AuditTarget",
-          "description": "What it was done to.",
-          "type": "object",
-          "properties": {
-            "type": {
-              "type": "string"
-            },
-            "id": {
-              "type": "string"
-            }
+        "required": [
+          "type",
+          "id"
+        ],
+        "additionalProperties": false
+      },
+      "action": {
+        "description": "A dotted name: api_key.created, member.role_changed, session.signed_in, ...",
+        "type": "string"
+      },
+      "target": {
+        "title": "events.v1.AuditTarget",
+        "description": "What it was done to.",
+        "type": "object",
+        "properties": {
+          "type": {
+            "type": "string"
           },
-          "required": [
-            "type",
-            "id"
-          ],
-          "additionalProperties": false
-        },
-        "ip": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "userAgent": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "requestId": {
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "changes": {
-          "title": "events.v1.AuditChanges",
-          "description": "The target before and after the change (null where there was or is none), secrets redacted.",
-          "type": "object",
-          "properties": {
-            "before": {
-              "type": [
-                "object",
-                "null"
-              ]
-            },
-            "after": {
-              "type": [
-                "object",
-                "null"
-              ]
-            }
-          },
-          "required": [],
-          "additionalProperties": false
-        },
-        "prevHash": {
-          "description": "The previous entry's hash in the tenant's chain; null for the first entry.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "hash": {
-          "description": "SHA-256 (hex) of the entry's canonical JSON without `hash`.",
-          "type": "string"
-        }
-      },
-      "required": [
-        "id",
-        "at",
-        "actor",
-        "action",
-        "target",
-        "changes",
-        "hash"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "billing.threshold_crossed",
-    "description": "A change moved a value past one of the tenant's billing alert thresholds (GET /billing/alerts).",
-    "version": 1,
-    "message": "events.v1.ThresholdCrossedPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.ThresholdCrossedPayload",
-      "description": "The data of billing.threshold_crossed (the bus carries ThresholdCrossedData).",
-      "type": "object",
-      "properties": {
-        "kind": {
-          "description": "balance_below, key_budget, daily_credits",
-          "type": "string"
-        },
-        "threshold": {
-          "description": "The threshold crossed: credits (balance_below, daily_credits) or a percent of the key's budget (key_budget).",
-          "type": "integer"
-        },
-        "value": {
-          "description": "The new value: the balance, the key's percent of its budget spent (rounded down), or the day's debits.",
-          "type": "integer"
-        },
-        "apiKeyId": {
-          "description": "The API key (key_budget only).",
-          "type": [
-            "string",
-            "null"
-          ]
-        }
-      },
-      "required": [
-        "kind",
-        "threshold",
-        "value"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "project.created",
-    "description": "A project was created.",
-    "version": 1,
-    "message": "events.v1.ProjectPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.ProjectPayload",
-      "description": "The data of project.created and project.updated: the project as GET /projects/:id shows it (the bus carries ProjectData).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "name": {
-          "type": "string"
-        },
-        "description": {
-          "type": "string"
-        },
-        "language": {
-          "type": "string"
-        },
-        "created_at": {
-          "type": "string"
-        },
-        "updated_at": {
-          "type": "string"
-        }
-      },
-      "required": [
-        "id",
-        "name",
-        "description",
-        "language",
-        "created_at",
-        "updated_at"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "project.deleted",
-    "description": "A project was deleted.",
-    "version": 1,
-    "message": "events.v1.DeletedData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.DeletedData",
-      "description": "The id of a resource that no longer exists (project.deleted).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        }
-      },
-      "required": [
-        "id"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "project.updated",
-    "description": "A project's name, description or language changed.",
-    "version": 1,
-    "message": "events.v1.ProjectPayload",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.ProjectPayload",
-      "description": "The data of project.created and project.updated: the project as GET /projects/:id shows it (the bus carries ProjectData).",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "name": {
-          "type": "string"
-        },
-        "description": {
-          "type": "string"
-        },
-        "language": {
-          "type": "string"
-        },
-        "created_at": {
-          "type": "string"
-        },
-        "updated_at": {
-          "type": "string"
-        }
-      },
-      "required": [
-        "id",
-        "name",
-        "description",
-        "language",
-        "created_at",
-        "updated_at"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "tenant.created",
-    "description": "A tenant was registered (sign-up, or a first sign-in through an identity provider).",
-    "version": 1,
-    "message": "events.v1.TenantData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.TenantData",
-      "description": "A tenant as GET /tenant shows it.",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "name": {
-          "type": "string"
-        },
-        "plan": {
-          "description": "free, starter, growth, enterprise",
-          "type": "string"
-        },
-        "createdAt": {
-          "type": "string"
-        }
-      },
-      "required": [
-        "id",
-        "name",
-        "plan",
-        "createdAt"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "user.created",
-    "description": "A user joined the tenant (its owner at sign-up, or a member added by an owner or admin).",
-    "version": 1,
-    "message": "events.v1.UserData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.UserData",
-      "description": "A member as GET /auth/me shows the user.",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "email": {
-          "type": "string"
-        },
-        "name": {
-          "type": "string"
-        },
-        "role": {
-          "description": "owner, admin, member",
-          "type": "string"
-        },
-        "createdAt": {
-          "type": "string"
-        }
-      },
-      "required": [
-        "id",
-        "email",
-        "name",
-        "role",
-        "createdAt"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "webhook.endpoint_disabled",
-    "description": "The service disabled an endpoint: a delivery ran out of its retry schedule and every attempt since it began failed.",
-    "version": 1,
-    "message": "events.v1.WebhookEndpointData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.WebhookEndpointData",
-      "description": "webhook.endpoint_disabled and webhook.endpoint_recovered (public, made by the webhooks service): the endpoint as GET /webhooks/:id shows it after the change.",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "url": {
-          "type": "string"
-        },
-        "events": {
-          "type": "array",
-          "items": {
+          "id": {
             "type": "string"
           }
         },
-        "active": {
-          "type": "boolean"
-        },
-        "disabledReason": {
-          "description": "Why the service disabled it; null when active.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "createdAt": {
-          "type": "string"
-        },
-        "updatedAt": {
-          "type": "string"
-        }
+        "required": [
+          "type",
+          "id"
+        ],
+        "additionalProperties": false
       },
-      "required": [
-        "id",
-        "url",
-        "events",
-        "active",
-        "createdAt",
-        "updatedAt"
-      ],
-      "additionalProperties": false
-    }
-  },
-  {
-    "type": "webhook.endpoint_recovered",
-    "description": "A disabled endpoint was enabled again (PATCH active true, or POST /webhooks/:id/recover).",
-    "version": 1,
-    "message": "events.v1.WebhookEndpointData",
-    "schema": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "events.v1.WebhookEndpointData",
-      "description": "webhook.endpoint_disabled and webhook.endpoint_recovered (public, made by the webhooks service): the endpoint as GET /webhooks/:id shows it after the change.",
-      "type": "object",
-      "properties": {
-        "id": {
-          "type": "string"
-        },
-        "url": {
-          "type": "string"
-        },
-        "events": {
-          "type": "array",
-          "items": {
-            "type": "string"
+      "ip": {
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "userAgent": {
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "requestId": {
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "changes": {
+        "title": "events.v1.AuditChanges",
+        "description": "The target before and after the change (null where there was or is none), secrets redacted.",
+        "type": "object",
+        "properties": {
+          "before": {
+            "type": [
+              "object",
+              "null"
+            ]
+          },
+          "after": {
+            "type": [
+              "object",
+              "null"
+            ]
           }
         },
-        "active": {
-          "type": "boolean"
-        },
-        "disabledReason": {
-          "description": "Why the service disabled it; null when active.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "createdAt": {
-          "type": "string"
-        },
-        "updatedAt": {
+        "required": [],
+        "additionalProperties": false
+      },
+      "prevHash": {
+        "description": "The previous entry's hash in the tenant's chain; null for the first entry.",
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "hash": {
+        "description": "SHA-256 (hex) of the entry's canonical JSON without `hash`.",
+        "type": "string"
+      }
+    },
+    "required": [
+      "id",
+      "at",
+      "actor",
+      "action",
+      "target",
+      "changes",
+      "hash"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.DeletedData": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.DeletedData",
+    "description": "The id of a resource that no longer exists (project.deleted).",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "id"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.ProjectPayload": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.ProjectPayload",
+    "description": "The data of project.created and project.updated: the project as GET /projects/:id shows it (the bus carries ProjectData).",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      },
+      "name": {
+        "type": "string"
+      },
+      "description": {
+        "type": "string"
+      },
+      "language": {
+        "type": "string"
+      },
+      "created_at": {
+        "type": "string"
+      },
+      "updated_at": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "id",
+      "name",
+      "description",
+      "language",
+      "created_at",
+      "updated_at"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.TenantData": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.TenantData",
+    "description": "A tenant as GET /tenant shows it.",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      },
+      "name": {
+        "type": "string"
+      },
+      "plan": {
+        "description": "free, starter, growth, enterprise",
+        "type": "string"
+      },
+      "createdAt": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "id",
+      "name",
+      "plan",
+      "createdAt"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.ThresholdCrossedPayload": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.ThresholdCrossedPayload",
+    "description": "The data of billing.threshold_crossed (the bus carries ThresholdCrossedData).",
+    "type": "object",
+    "properties": {
+      "kind": {
+        "description": "balance_below, key_budget, daily_credits",
+        "type": "string"
+      },
+      "threshold": {
+        "description": "The threshold crossed: credits (balance_below, daily_credits) or a percent of the key's budget (key_budget).",
+        "type": "integer"
+      },
+      "value": {
+        "description": "The new value: the balance, the key's percent of its budget spent (rounded down), or the day's debits.",
+        "type": "integer"
+      },
+      "apiKeyId": {
+        "description": "The API key (key_budget only).",
+        "type": [
+          "string",
+          "null"
+        ]
+      }
+    },
+    "required": [
+      "kind",
+      "threshold",
+      "value"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.UserData": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.UserData",
+    "description": "A member as GET /auth/me shows the user.",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      },
+      "email": {
+        "type": "string"
+      },
+      "name": {
+        "type": "string"
+      },
+      "role": {
+        "description": "owner, admin, member",
+        "type": "string"
+      },
+      "createdAt": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "id",
+      "email",
+      "name",
+      "role",
+      "createdAt"
+    ],
+    "additionalProperties": false
+  },
+  "events.v1.WebhookEndpointData": {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "events.v1.WebhookEndpointData",
+    "description": "webhook.endpoint_disabled and webhook.endpoint_recovered (public, made by the webhooks service): the endpoint as GET /webhooks/:id shows it after the change.",
+    "type": "object",
+    "properties": {
+      "id": {
+        "type": "string"
+      },
+      "url": {
+        "type": "string"
+      },
+      "events": {
+        "type": "array",
+        "items": {
           "type": "string"
         }
       },
-      "required": [
-        "id",
-        "url",
-        "events",
-        "active",
-        "createdAt",
-        "updatedAt"
-      ],
-      "additionalProperties": false
-    }
+      "active": {
+        "type": "boolean"
+      },
+      "disabledReason": {
+        "description": "Why the service disabled it; null when active.",
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "createdAt": {
+        "type": "string"
+      },
+      "updatedAt": {
+        "type": "string"
+      }
+    },
+    "required": [
+      "id",
+      "url",
+      "events",
+      "active",
+      "createdAt",
+      "updatedAt"
+    ],
+    "additionalProperties": false
   }
+};
+
+export const EVENT_TYPES: readonly EventTypeSpec[] = [
+  { type: "agent.completed", description: "An agent run finished with an answer.", version: 1, message: "events.v1.AgentRunPayload", schema: SCHEMAS["events.v1.AgentRunPayload"] },
+  { type: "agent.failed", description: "An agent run ended without an answer: it failed, was cancelled, or its agent was deleted.", version: 1, message: "events.v1.AgentRunPayload", schema: SCHEMAS["events.v1.AgentRunPayload"] },
+  { type: "agent.started", description: "An agent run started: a worker took it up for the first time.", version: 1, message: "events.v1.AgentRunPayload", schema: SCHEMAS["events.v1.AgentRunPayload"] },
+  { type: "audit.entry_created", description: "A security action of the tenant was appended to its audit log.", version: 1, message: "events.v1.AuditEntryData", schema: SCHEMAS["events.v1.AuditEntryData"] },
+  { type: "billing.threshold_crossed", description: "A change moved a value past one of the tenant's billing alert thresholds (GET /billing/alerts).", version: 1, message: "events.v1.ThresholdCrossedPayload", schema: SCHEMAS["events.v1.ThresholdCrossedPayload"] },
+  { type: "project.created", description: "A project was created.", version: 1, message: "events.v1.ProjectPayload", schema: SCHEMAS["events.v1.ProjectPayload"] },
+  { type: "project.deleted", description: "A project was deleted.", version: 1, message: "events.v1.DeletedData", schema: SCHEMAS["events.v1.DeletedData"] },
+  { type: "project.updated", description: "A project's name, description or language changed.", version: 1, message: "events.v1.ProjectPayload", schema: SCHEMAS["events.v1.ProjectPayload"] },
+  { type: "tenant.created", description: "A tenant was registered (sign-up, or a first sign-in through an identity provider).", version: 1, message: "events.v1.TenantData", schema: SCHEMAS["events.v1.TenantData"] },
+  { type: "user.created", description: "A user joined the tenant (its owner at sign-up, or a member added by an owner or admin).", version: 1, message: "events.v1.UserData", schema: SCHEMAS["events.v1.UserData"] },
+  { type: "webhook.endpoint_disabled", description: "The service disabled an endpoint: a delivery ran out of its retry schedule and every attempt since it began failed.", version: 1, message: "events.v1.WebhookEndpointData", schema: SCHEMAS["events.v1.WebhookEndpointData"] },
+  { type: "webhook.endpoint_recovered", description: "A disabled endpoint was enabled again (PATCH active true, or POST /webhooks/:id/recover).", version: 1, message: "events.v1.WebhookEndpointData", schema: SCHEMAS["events.v1.WebhookEndpointData"] },
 ];
