@@ -1,4 +1,4 @@
-import { createKey, type Account, type Client } from './http';
+import { createKey, eventually, type Account, type Client } from './http';
 import type { Operation } from './openapi';
 
 /**
@@ -30,6 +30,10 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
   ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, t)).body.data.name;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, t);
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, t);
+  // An event of the tenant's log (its own tenant.created), once the bus has brought it there.
+  const created = () => api.get('/api/v1/events?type=tenant.created', t);
+  await eventually(async () => (await created()).body.data.length === 1, 10_000);
+  ids['events:id'] = (await created()).body.data[0].id;
   return ids;
 }
 

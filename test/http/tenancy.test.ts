@@ -1,4 +1,4 @@
-import { client, createKey, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
 // Every route that takes an id, from the OpenAPI document: another tenant's id is a 404 naming the id (never a
@@ -40,6 +40,9 @@ beforeAll(async () => {
   theirIds.featureKey = 'agents';
   await api.post('/api/v1/secrets', { name: 'THEIR_TOKEN', value: 'their-secret-value' }, t);
   theirIds['/api/v1/secrets'] = 'THEIR_TOKEN';
+  // Their events reach the event log through the bus: their tenant.created, once it is there.
+  await eventually(async () => (await api.get('/api/v1/events?type=tenant.created', t)).body.data.length === 1, 10_000);
+  theirIds['/api/v1/events'] = (await api.get('/api/v1/events?type=tenant.created', t)).body.data[0].id;
 });
 afterAll(() => stack.stop());
 
@@ -52,6 +55,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /api/v1/agents/{id}/execute': { goal: 'take over', projectId: 'prj_none' },
   'POST /api/v1/agents/{id}/runs/{run_id}/reject': {},
   'PATCH /api/v1/webhooks/{id}': { url: 'http://127.0.0.1:9/hijacked' },
+  'POST /api/v1/webhooks/{id}/recover': { since: '2020-01-01T00:00:00.000Z' },
   'POST /api/v1/chat/sessions/{id}/messages': { content: 'take over' },
   'PATCH /api/v1/regions/preferences/{tenantId}': { primaryRegion: 'eu-west' },
   'PUT /api/v1/regions/storage/{tenantId}': { storageMode: 'platform', platformRegion: 'eu-west' },
@@ -104,6 +108,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/agents/{id}/runs/{run_id}',
       'POST /api/v1/webhooks/{id}/test',
       'POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
+      'POST /api/v1/webhooks/{id}/recover',
+      'GET /api/v1/events/{id}',
       'GET /api/v1/chat/sessions/{id}/stream',
       'POST /api/v1/chat/sessions/{id}/messages',
       'GET /api/v1/regions/preferences/{tenantId}',
@@ -125,7 +131,7 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect(team.find((m: { userId: string }) => m.userId === theirIds['/api/v1/tenant/team/members']).role).toBe('member');
   expect((await api.get(`/api/v1/agents/${theirIds['/api/v1/agents']}`, t)).body.data.name).toBe('theirs');
   const hook = (await api.get(`/api/v1/webhooks/${theirIds['/api/v1/webhooks']}`, t)).body.data;
-  expect(hook.url).toBe('http://127.0.0.1:9/theirs');
+  expect(hook).toMatchObject({ url: 'http://127.0.0.1:9/theirs', active: true });
   const deliveries = (await api.get(`/api/v1/webhooks/${hook.id}/deliveries`, t)).body.data;
   expect(deliveries).toHaveLength(1); // only their own test event: no test event or re-send from us
   const chat = `/api/v1/chat/sessions/${theirIds['/api/v1/chat/sessions']}`;
@@ -144,6 +150,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/webhooks',
     '/api/v1/chat/sessions',
     '/api/v1/secrets',
+    '/api/v1/events',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

@@ -46,7 +46,7 @@ beforeAll(async () => {
   const login = (await api.post('/api/v1/auth/login', { email, password: 'member password 1' })).body.data;
   member = { ...owner, email, accessToken: login.accessToken, userId: login.user.id };
   ownerKey = (await createKey(api, owner.accessToken)).key;
-  for (const scope of ['projects:read', 'agents:read', 'secrets:read', 'billing:read'])
+  for (const scope of ['projects:read', 'agents:read', 'secrets:read', 'billing:read', 'events:read'])
     keyScopedTo[scope] = (await createKey(api, owner.accessToken, { scopes: [scope] })).key;
 
   // Tokens carrying the owner's real claims (so only the one named flaw can be why they are refused).
@@ -114,6 +114,7 @@ const POLICIES = [
   'billing:read',
   'billing:write',
   'billing:read:manager',
+  'events:read',
   'unscoped',
   'manager',
   'sessionManager',
@@ -213,6 +214,7 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
     'agents:read': keyScopedTo['agents:read'],
     'secrets:read': keyScopedTo['secrets:read'],
     'billing:read': keyScopedTo['billing:read'],
+    'events:read': keyScopedTo['events:read'],
     operator: ADMIN,
   };
   const failures: string[] = [];

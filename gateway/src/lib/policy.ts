@@ -33,6 +33,7 @@ export const POLICIES = {
   'secrets:read': { authenticate: true, scope: 'secrets:read' },
   'secrets:write': { authenticate: true, scope: 'secrets:write' },
   'billing:read': { authenticate: true, scope: 'billing:read' },
+  'events:read': { authenticate: true, scope: 'events:read' },
   'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
   /** Billing settings an owner or admin reads (alerts): a scoped key needs billing:read. */
   'billing:read:manager': { authenticate: true, scope: 'billing:read', roles: MANAGERS },

@@ -7,6 +7,7 @@ import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
+import { eventRoutes } from './events';
 import { passthroughRoutes } from './passthrough';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
@@ -26,6 +27,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   projectRoutes(app, deps);
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
+  eventRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);
   adminRoutes(app, deps);

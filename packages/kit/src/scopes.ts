@@ -10,6 +10,7 @@ export const SCOPES = [
   'agents:write',
   /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
   'llm:passthrough',
+  'events:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 
