@@ -101,7 +101,8 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id).headers(SECURITY_HEADERS);
-    if (request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) reply.header('Cache-Control', 'no-store');
+    if ((request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) || request.url.startsWith('/v1/'))
+      reply.header('Cache-Control', 'no-store');
     done();
   });
 

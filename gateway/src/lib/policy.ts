@@ -15,6 +15,8 @@ export interface Policy {
   roles?: readonly Role[];
   /** Credential kinds allowed (API keys are refused where only a person should act). */
   credentials?: ReadonlyArray<Principal['type']>;
+  /** Only an API key authenticates here; any other credential is a 401 (the OpenAI-compatible API, CONTRACT.md 9). */
+  apiKeyOnly?: boolean;
 }
 
 const MANAGERS = ['owner', 'admin'] as const;
@@ -37,11 +39,17 @@ export const POLICIES = {
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
+  /** `/v1`, the OpenAI-compatible API: API keys only, with the llm:use scope or none. */
+  'llm:use': { authenticate: true, scope: 'llm:use', apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 
 export type PolicyName = keyof typeof POLICIES;
 
 export function authorize(policy: Policy, p: Principal): void {
+  if (policy.apiKeyOnly && p.type !== 'api_key')
+    throw new AppError('UNAUTHORIZED', 'This API authenticates with an API key only (Authorization: Bearer <API key>)', {
+      reason: 'api_key_required',
+    });
   if (policy.credentials && !policy.credentials.includes(p.type))
     throw new AppError('FORBIDDEN', 'This needs a signed-in user session, not an API key', { reason: 'user_session_required' });
   if (p.scopes !== undefined) {

@@ -8,6 +8,8 @@ export const SCOPES = [
   'secrets:write',
   'agents:read',
   'agents:write',
+  /** The OpenAI-compatible API under /v1 (CONTRACT.md 9). */
+  'llm:use',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

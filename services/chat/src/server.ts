@@ -13,7 +13,8 @@ import {
 } from '@svc/kit';
 import { throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
-import { messages, sessions } from './collections';
+import { messages, responses, sessions } from './collections';
+import { purgeExpiredResponses } from './purge';
 import type { CreditCheck } from './credits';
 import { chatHandlers } from './handlers';
 import { grpcPeers, type Peers } from './peers';
@@ -31,6 +32,7 @@ const chatConfig = {
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
   maxSessionsPerTenant: field('CHAT_SESSIONS_PER_TENANT', 'int', { default: '10000', min: 1, max: 10_000_000 }),
+  responsesRetentionHours: field('RESPONSES_RETENTION_HOURS', 'int', { default: '24', min: 1, max: 8760 }),
 } as const;
 
 export interface ChatOptions {
@@ -45,7 +47,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     name: 'chat',
     defaultPort: 50054,
     config: chatConfig,
-    collections: [sessions, messages, capCounters],
+    collections: [sessions, messages, responses, capCounters],
     env,
   });
   const { config } = rt;
@@ -71,6 +73,11 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),
     release: (ctx, callId) => gate!.release(ctx.token, callId),
   };
+  // Responses past RESPONSES_RETENTION_HOURS are deleted (their session's messages stay with the session).
+  const purger = setInterval(() => {
+    purgeExpiredResponses(rt.store).catch((err: unknown) => rt.logger.warn({ err }, 'purging expired responses failed; will retry'));
+  }, 60_000);
+  purger.unref();
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -86,10 +93,12 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           tenantConcurrency: config.tenantConcurrency,
           maxSessionsPerTenant: config.maxSessionsPerTenant,
           defaultMaxTokens: config.maxTokens,
+          responsesRetentionMs: config.responsesRetentionHours * 3_600_000,
         }),
       }),
     ],
     onStop: async () => {
+      clearInterval(purger);
       peers.close();
       identity.close();
       gate?.close();
