@@ -7,6 +7,7 @@ import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
+import { openAiRoutes } from './openai';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -30,4 +31,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);
+  openAiRoutes(app, deps);
 }

@@ -168,7 +168,9 @@ function toolsOf(req: chatV1.StartCallRequest): LlmTool[] {
   return req.tools.map((t, i) => ({
     name: t.name,
     description: t.description,
-    parameters: t.parametersJson ? parseJsonObject(`tools[${i}].function.parameters`, t.parametersJson) : { type: 'object', properties: {} },
+    parameters: t.parametersJson
+      ? parseJsonObject(`tools[${i}].function.parameters`, t.parametersJson)
+      : { type: 'object', properties: {} },
   }));
 }
 
@@ -216,7 +218,10 @@ export function callHandlers(deps: CallDeps) {
   }
 
   /** The session a response continues: a previous response's, a chat reply's, or a named one; null for a new one. */
-  async function sessionFor(req: chatV1.StartCallRequest, tenantId: string): Promise<{ session: SessionDoc | null; previous: ResponseDoc | null }> {
+  async function sessionFor(
+    req: chatV1.StartCallRequest,
+    tenantId: string,
+  ): Promise<{ session: SessionDoc | null; previous: ResponseDoc | null }> {
     if (req.previousResponseId && req.conversationId)
       throw errors.validation([{ field: 'previous_response_id', message: 'cannot be given with conversation' }]);
     if (req.previousResponseId) {
@@ -288,7 +293,10 @@ export function callHandlers(deps: CallDeps) {
     else await store.transaction(write);
   }
 
-  function messageDoc(auth: AuthedContext['auth'], fields: Partial<MessageDoc> & Pick<MessageDoc, 'role' | 'content' | 'sessionId'>): MessageDoc {
+  function messageDoc(
+    auth: AuthedContext['auth'],
+    fields: Partial<MessageDoc> & Pick<MessageDoc, 'role' | 'content' | 'sessionId'>,
+  ): MessageDoc {
     const now = nowIso();
     return {
       id: newId('msg'),
@@ -517,9 +525,18 @@ export function callHandlers(deps: CallDeps) {
           const firstText = turns.find((t) => t.role === 'user')?.content ?? '';
           newSession = session
             ? null
-            : { id: newId('chs'), tenantId: auth.tid, projectId: '', agentId: '', title: firstText.slice(0, 200).trim(), createdAt: nowIso() };
+            : {
+                id: newId('chs'),
+                tenantId: auth.tid,
+                projectId: '',
+                agentId: '',
+                title: firstText.slice(0, 200).trim(),
+                createdAt: nowIso(),
+              };
           sessionId = (session ?? newSession)!.id;
-          inputs = turns.map((t) => messageDoc(auth, { role: t.role as 'user' | 'assistant', content: t.content, sessionId, projectId: session?.projectId ?? '' }));
+          inputs = turns.map((t) =>
+            messageDoc(auth, { role: t.role as 'user' | 'assistant', content: t.content, sessionId, projectId: session?.projectId ?? '' }),
+          );
         }
       }
       const promptChars = prompt.reduce((n, m) => n + m.content.length + (m.toolCalls ? JSON.stringify(m.toolCalls).length : 0), 0);

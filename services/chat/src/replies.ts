@@ -217,11 +217,13 @@ export class Replies {
    */
   async failRemote(m: MessageDoc, code: string, message: string, notify = true): Promise<MessageDoc | null> {
     const done = await this.store.transaction(async (tx) => {
-      const updated = await tx.collection(messages).update(
-        m.id,
-        { status: m.status, leaseBeat: m.leaseBeat ?? null },
-        { status: 'failed', errorCode: code, errorMessage: message, completedAt: nowIso(), leaseBeat: null },
-      );
+      const updated = await tx
+        .collection(messages)
+        .update(
+          m.id,
+          { status: m.status, leaseBeat: m.leaseBeat ?? null },
+          { status: 'failed', errorCode: code, errorMessage: message, completedAt: nowIso(), leaseBeat: null },
+        );
       if (updated?.call) {
         const { usage, estimated } = recordedUsage(updated);
         await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated);
@@ -375,7 +377,8 @@ export class Replies {
         if (event.type === 'text') {
           live.append(event.delta);
           if (job.durable) this.flushSoon();
-        } else if (event.type === 'tool_call') toolCalls.push({ id: event.id, name: event.name, arguments: JSON.stringify(event.arguments) });
+        } else if (event.type === 'tool_call')
+          toolCalls.push({ id: event.id, name: event.name, arguments: JSON.stringify(event.arguments) });
         else if (event.type === 'approval') approval = event.approval;
         else if (event.type === 'usage') {
           usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
