@@ -24,6 +24,8 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
   ids['webhooks:id'] = (await api.post('/api/v1/webhooks', hook, t)).body.data.id;
   ids.deliveryId = 'dlv_none';
   ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, t)).body.data.id;
+  // No response exists (that needs a model): the OpenAI-compatible routes meet an id of the right shape.
+  ids['responses:id'] = 'resp_none';
   ids.tenantId = owner.tenantId;
   ids.featureKey = 'agents';
   ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
@@ -35,7 +37,10 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
 
 /** The value of a path parameter that names a real resource of the caller. */
 export const realParam = (ids: Record<string, string>, op: Operation, name: string) =>
-  ids[`${op.path.split('/')[3]}:${name}`] ?? ids[name] ?? 'x';
+  ids[`${op.path.split('/')[op.path.startsWith('/v1/') ? 2 : 3]}:${name}`] ?? ids[name] ?? 'x';
+
+/** The OpenAI-compatible API (/v1): API keys only, errors in OpenAI's shape. */
+export const isOpenAiOp = (op: { path: string }) => op.path.startsWith('/v1/');
 
 /** Everything a bad request could have changed, read through the API. */
 export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>) {
