@@ -42,13 +42,16 @@ export const realParam = (ids: Record<string, string>, op: Operation, name: stri
 /** The OpenAI-compatible API (/v1): API keys only, errors in OpenAI's shape. */
 export const isOpenAiOp = (op: { path: string }) => op.path.startsWith('/v1/');
 
-/** Everything a bad request could have changed, read through the API. */
-export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>) {
+/**
+ * Everything a bad request could have changed, read through the API. `usedKeyIds`: keys the suite sends its requests
+ * with (the OpenAI-compatible API takes only keys), whose last use and request count change by design.
+ */
+export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>, usedKeyIds: string[] = []) {
   const get = async (p: string) => (await api.get(p, { token: owner.accessToken })).body.data;
   return {
     tenant: await get('/api/v1/tenant'),
     projects: await get('/api/v1/projects?limit=100'),
-    keys: await get('/api/v1/api-keys?limit=100'),
+    keys: ((await get('/api/v1/api-keys?limit=100')) as Array<{ id: string }>).filter((k) => !usedKeyIds.includes(k.id)),
     members: await get('/api/v1/tenant/team/members?limit=100'),
     network: await get('/api/v1/tenant/security/network'),
     llm: await get('/api/v1/tenant/settings/llm'),

@@ -13,6 +13,7 @@ let owner: Account;
 let fuzzToken: string;
 /** The owner's API key, for the OpenAI-compatible routes (API keys only). */
 let fuzzKey: string;
+let fuzzKeyId = '';
 let ids: Record<string, string> = {};
 let ops: Operation[] = [];
 
@@ -23,12 +24,12 @@ beforeAll(async () => {
   owner = await signUp(api, 'Fuzzed');
   fuzzToken = (await api.post('/api/v1/auth/login', { email: owner.email, password: owner.password })).body.data.accessToken;
   ids = await seedTargets(api, owner);
-  fuzzKey = (await createKey(api, owner.accessToken)).key;
+  ({ key: fuzzKey, id: fuzzKeyId } = await createKey(api, owner.accessToken));
   ops = await loadOperations(api);
 });
 afterAll(() => stack.stop());
 
-const snapshot = () => tenantSnapshot(api, owner, ids);
+const snapshot = () => tenantSnapshot(api, owner, ids, [fuzzKeyId]);
 const pathWith = (op: Operation, override: Record<string, string> = {}) =>
   op.path.replace(/\{(\w+)\}/g, (_, name: string) => (name in override ? override[name] : encodeURIComponent(realParam(ids, op, name))));
 
