@@ -279,13 +279,16 @@ export class Replies {
    * Writes the text of every streaming reply that grew (and beats leases not beaten for a third of their length) in
    * one transaction: one commit per tick for all replies instead of one per reply. Runs one at a time.
    */
-  flush(): Promise<void> {
+  flush(durableOnly = false): Promise<void> {
     this.flushing = this.flushing
       .then(async () => {
-        this.flushQueued = false;
+        if (durableOnly) this.flushQueued = false;
         const now = this.now();
         const due = [...this.progress.values()].filter(
-          (p) => !p.lost && (p.live.length > p.storedLength || p.usage !== p.storedUsage || now - p.beatAt >= this.timings.leaseMs / 3),
+          (p) =>
+            !p.lost &&
+            (!durableOnly || p.durable) &&
+            (p.live.length > p.storedLength || p.usage !== p.storedUsage || now - p.beatAt >= this.timings.leaseMs / 3),
         );
         if (due.length === 0) return;
         const written = await this.store.transaction(async (tx) => {
@@ -308,10 +311,17 @@ export class Replies {
         });
         for (const { p, length, chunks, usage, ok } of written) {
           if (!ok) {
-            // Another process failed it (it saw our beat stand still, or cancelled it): stop writing, and stop the
-            // model call, whose output nobody will see.
+            // Another process failed it (it saw our beat stand still, or cancelled it): stop writing. A cancelled
+            // reply's model call is stopped too (nobody wants its output); one taken for dead goes on to be billed
+            // for what the provider reports.
             p.lost = true;
-            this.running.get(p.message.id)?.abort.abort();
+            void this.store
+              .collection(messages)
+              .get(p.message.id)
+              .then((doc) => {
+                if (doc?.errorCode === 'REPLY_CANCELLED') this.running.get(p.message.id)?.abort.abort();
+              })
+              .catch(() => undefined);
             continue;
           }
           p.live.markDurable(chunks);
@@ -330,7 +340,7 @@ export class Replies {
   private flushSoon(): void {
     if (this.flushQueued) return;
     this.flushQueued = true;
-    void this.flush();
+    void this.flush(true);
   }
 
   get size(): number {
