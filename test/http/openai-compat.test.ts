@@ -175,6 +175,19 @@ describe('chat completions', () => {
     ).rejects.toBeInstanceOf(OpenAI.APIError);
     await settled();
   });
+
+  it('answers a call that fails before its first token with an HTTP error, streamed or not', async () => {
+    for (const stream of [false, true]) {
+      fake.script({ type: 'error', status: 503, times: 3 });
+      const err = (await ai.chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'fail' }], stream })
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      expect(err).toBeInstanceOf(OpenAI.InternalServerError);
+      expect(err.status).toBe(503);
+      expect(err.error).toMatchObject({ type: 'server_error', code: 'llm_unavailable' });
+    }
+    await settled();
+  });
 });
 
 describe('responses', () => {
@@ -229,6 +242,25 @@ describe('responses', () => {
     const done = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
     expect(done.response.output_text ?? done.response.output).toBeDefined();
     expect((done.response.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0]).toMatchObject({ text: 'a b c' });
+    await settled();
+  });
+
+  it('keeps a response with store: false only while it runs: no session, not retrievable, not continued', async () => {
+    const r = await ai.responses.create({ model: MODEL, input: 'forget me', store: false });
+    expect(r).toMatchObject({ status: 'completed', output_text: echoText('forget me'), store: false });
+    expect((r as unknown as { conversation: unknown }).conversation).toBeNull();
+    expect(await ai.responses.retrieve(r.id).catch((e: unknown) => e)).toBeInstanceOf(OpenAI.NotFoundError);
+    const next = (await ai.responses
+      .create({ model: MODEL, input: 'again', previous_response_id: r.id })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect(next).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(next.error).toMatchObject({ param: 'previous_response_id' });
+    const bg = (await ai.responses
+      .create({ model: MODEL, input: 'x', store: false, background: true })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect(bg).toBeInstanceOf(OpenAI.BadRequestError);
+    const sessions = (await api.get('/api/v1/chat/sessions?limit=100', { token: owner.accessToken })).body.data;
+    expect(sessions.some((s: { title: string | null }) => s.title === 'forget me')).toBe(false);
     await settled();
   });
 
@@ -352,6 +384,26 @@ describe('responses', () => {
     expect((await api.post(`/api/v1/agents/${agent.id}/runs/${runId}/approve`, undefined, t)).status).toBe(200);
     const next = await ai.responses.create({ model: `agent:${agent.id}`, input: 'continue', previous_response_id: r.id });
     expect(next.output_text).toBe('Done: the description is updated.');
+    expect((await api.get(`/api/v1/projects/${project.id}`, t)).body.data.description).toBe('new text');
+
+    // The decision may also come as the next response's input: rejected here, and the agent answers.
+    fake.script(
+      { type: 'tool_calls', toolCalls: [{ name: 'update_project', arguments: { description: 'unwanted' } }] },
+      { type: 'text', text: 'Left it as it was.' },
+    );
+    const asked = await ai.responses.create({ model: `agent:${agent.id}`, input: 'Change it again', metadata: { project_id: project.id } });
+    const request = asked.output.find((o) => (o as { type: string }).type === 'agent_approval_request') as unknown as Record<
+      string,
+      string
+    >;
+    const decided = await ai.responses.create({
+      model: `agent:${agent.id}`,
+      previous_response_id: asked.id,
+      input: [{ type: 'agent_approval_response', approval_request_id: request.id, approve: false, reason: 'Keep it' }] as never,
+    });
+    expect(decided.output_text).toBe('Left it as it was.');
+    const run = (await api.get(`/api/v1/agents/${agent.id}/runs/${request.run_id}`, t)).body.data;
+    expect(run.steps.find((s: { toolName: string }) => s.toolName === 'update_project')).toMatchObject({ status: 'rejected' });
     expect((await api.get(`/api/v1/projects/${project.id}`, t)).body.data.description).toBe('new text');
     await settled();
   });

@@ -421,11 +421,33 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       }
       const includeUsage = b.stream_options?.include_usage === true;
       const data = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
+      // The answer starts with the first token (or the end): a call that fails before any is an HTTP error, as
+      // OpenAI answers it; one cut after its first token ends the stream with an error event.
+      let first: IteratorResult<{ event?: chatV1.CallEvent }>;
+      try {
+        first = await events.next();
+      } catch (err) {
+        stream.cancel();
+        throw err;
+      }
+      const e0 = first.done ? undefined : first.value.event;
+      if (!e0 || (e0.type === 'done' && (e0.call!.status === 'failed' || e0.call!.status === 'cancelled'))) {
+        stream.cancel();
+        throw e0 ? callFailure(e0.call!) : new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call before it finished');
+      }
+      let replayed = false;
+      const rest: AsyncIterator<{ event?: chatV1.CallEvent }> = {
+        next: () => {
+          if (replayed) return events.next();
+          replayed = true;
+          return Promise.resolve(first);
+        },
+      };
       await sse(
         request,
         reply,
         stream,
-        events,
+        rest,
         started.servedModel || started.model,
         (e, write) => {
           if (e.type === 'delta') write(data(completionChunk(started, { content: e.delta }, null, includeUsage)));
