@@ -409,6 +409,47 @@ describe('responses', () => {
   });
 });
 
+describe('agents', () => {
+  it('cancelling a response on an agent cancels its run', async () => {
+    const t = { token: owner.accessToken };
+    const project = (await api.post('/api/v1/projects', { name: 'Cancelled agent' }, t)).body.data;
+    const agent = (await api.post('/api/v1/agents', { name: 'Slow', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body.data;
+    fake.script({ type: 'hang' });
+    const r = await ai.responses.create({
+      model: `agent:${agent.id}`,
+      input: 'Think forever',
+      background: true,
+      metadata: { project_id: project.id },
+    });
+    const runs = async () => (await api.get(`/api/v1/agents/${agent.id}/runs`, t)).body.data;
+    // Cancelled while its model call is under way (the provider hangs).
+    await eventually(async () => (await runs())[0]?.status === 'running' && fake.requests.length > 0);
+    expect((await ai.responses.cancel(r.id)).status).toBe('cancelled');
+    await eventually(async () => (await runs())[0].status === 'cancelled');
+    expect((await ai.responses.cancel(r.id)).status).toBe('cancelled');
+    await settled();
+  });
+
+  it('needs a project for a new run, and answers only on Responses', async () => {
+    const agent = (await api.post('/api/v1/agents', { name: 'Lost', systemPrompt: 'p', config: {} }, { token: owner.accessToken })).body
+      .data;
+    const noProject = (await ai.responses.create({ model: `agent:${agent.id}`, input: 'go' }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect(noProject).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(noProject.error).toMatchObject({ code: 'project_required', param: 'metadata.project_id' });
+    const completion = (await ai.chat.completions
+      .create({ model: `agent:${agent.id}`, messages: [{ role: 'user', content: 'go' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect(completion).toBeInstanceOf(OpenAI.BadRequestError);
+    const unknown = (await ai.responses.create({ model: 'agent:agt_nope', input: 'go' }).catch((e: unknown) => e)) as InstanceType<
+      typeof OpenAI.APIError
+    >;
+    expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(unknown.error).toMatchObject({ code: 'model_not_found' });
+  });
+});
+
 describe('access and errors in OpenAI shape', () => {
   it('refuses a user token with 401', async () => {
     const asUser = openaiFor(owner.accessToken);

@@ -367,6 +367,8 @@ export function callHandlers(deps: CallDeps) {
         if (run.status === 'cancelled') throw new ReplyFailure('AGENT_RUN_CANCELLED', 'The agent run was cancelled');
         await sleep(deps.pollMs, signal);
       }
+      // Stopped before the run ended (a cancel, or this process stopping): never a completed reply.
+      throw new ReplyFailure('REPLY_INTERRUPTED', 'The chat service stopped following the agent run before it ended');
     };
   }
 
@@ -609,10 +611,19 @@ export function callHandlers(deps: CallDeps) {
     },
 
     async cancelResponse(req: chatV1.CancelResponseRequest, ctx: CallContext): Promise<chatV1.CancelResponseResponse> {
-      const { auth } = authed(ctx, 'llm:use');
+      const { auth, token } = authed(ctx, 'llm:use');
       const { resp, message } = await responseOf(req.id, auth.tid);
       if (TERMINAL.has(message.status)) return { call: recordOf(resp, message) };
+      // A response on an agent stops its run too, once the response is cancelled (a run that ended meanwhile is
+      // left as it is).
+      const cancelRun = async () => {
+        if (resp.agentId && resp.runId)
+          await peers.cancelRun(resp.agentId, resp.runId, token).catch((err: unknown) => {
+            if ((err as { code?: string }).code !== 'CONFLICT') throw err;
+          });
+      };
       if (await replies.cancel(message.id)) {
+        await cancelRun();
         const doc = (await messagesCol.get(message.id)) ?? { ...message, status: 'failed' as const, errorCode: 'REPLY_CANCELLED' };
         return { call: recordOf(resp, doc) };
       }
@@ -623,7 +634,10 @@ export function callHandlers(deps: CallDeps) {
         if (!doc) throw errors.notFound('response', req.id);
         if (TERMINAL.has(doc.status)) return { call: recordOf(resp, doc) };
         const updated = await replies.failRemote(doc, 'REPLY_CANCELLED', 'The reply was cancelled');
-        if (updated) return { call: recordOf(resp, updated) };
+        if (updated) {
+          await cancelRun();
+          return { call: recordOf(resp, updated) };
+        }
         await new Promise((r) => setTimeout(r, 20));
       }
       throw errors.conflict('The response is changing too fast to cancel; try again');

@@ -28,6 +28,7 @@ export interface Peers {
   executeAgent(req: agentsV1.ExecuteAgentRequest, token: string): Promise<agentsV1.Run>;
   getRun(agentId: string, runId: string, token: string): Promise<agentsV1.Run>;
   decideRun(agentId: string, runId: string, approve: boolean, reason: string, token: string): Promise<agentsV1.Run>;
+  cancelRun(agentId: string, runId: string, token: string): Promise<void>;
   close(): void;
 }
 
@@ -78,6 +79,9 @@ export function grpcPeers(
       return approve
         ? (await agents.approveRun({ agentId, runId }, { token })).run!
         : (await agents.rejectRun({ agentId, runId, reason }, { token })).run!;
+    },
+    async cancelRun(agentId, runId, token) {
+      await agents.cancelRun({ agentId, runId }, { token });
     },
     close() {
       if (!identity) id.close();
