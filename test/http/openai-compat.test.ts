@@ -495,6 +495,41 @@ describe('access and errors in OpenAI shape', () => {
     expect(err.requestID ?? err.headers?.get('x-request-id')).toBeTruthy();
   });
 
+  it("applies the key's limits: concurrency, requests and tokens per minute (429 in OpenAI shape)", async () => {
+    const one = openaiFor((await createKey(api, owner.accessToken, { limits: { concurrency: 1 } })).key);
+    fake.script({ type: 'hang' });
+    const busy = await one.responses.create({ model: MODEL, input: 'hold the place', background: true });
+    await eventually(async () => fake.requests.length > 0);
+    const refused = (await one.chat.completions
+      .create({ model: MODEL, messages: [{ role: 'user', content: 'second' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(refused.error).toMatchObject({ type: 'rate_limit_error', code: 'key_concurrency' });
+    await one.responses.cancel(busy.id);
+    expect(
+      (await one.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'now' }] })).choices[0].message.content,
+    ).toBe(echoText('now'));
+
+    const rpm = (await createKey(api, owner.accessToken, { limits: { requestsPerMinute: 1 } })).key;
+    expect((await openaiFor(rpm).models.list()).data.length).toBeGreaterThan(0);
+    const limited = await fetch(`${stack.url}/v1/models`, { headers: { authorization: `Bearer ${rpm}` } });
+    expect(limited.status).toBe(429);
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect((await limited.json()).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+
+    const tpm = openaiFor((await createKey(api, owner.accessToken, { limits: { tokensPerMinute: 1 } })).key);
+    await tpm.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'spend' }] });
+    // Usage is counted when billing records the call: the next call of the minute is refused.
+    await eventually(async () => {
+      const e = await tpm.responses.create({ model: MODEL, input: 'more' }).then(
+        () => null,
+        (err: unknown) => err as InstanceType<typeof OpenAI.APIError>,
+      );
+      return e instanceof OpenAI.RateLimitError && (e.error as { code: string }).code === 'tokens_per_minute';
+    });
+    await settled();
+  });
+
   it('answers an unknown model, a bad body and an unknown response in OpenAI shape', async () => {
     const unknown = (await ai.chat.completions
       .create({ model: 'gpt-nope', messages: [{ role: 'user', content: 'hi' }] })
