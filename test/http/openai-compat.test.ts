@@ -515,7 +515,7 @@ describe('access and errors in OpenAI shape', () => {
     const limited = await fetch(`${stack.url}/v1/models`, { headers: { authorization: `Bearer ${rpm}` } });
     expect(limited.status).toBe(429);
     expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
-    expect((await limited.json()).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+    expect(((await limited.json()) as { error: unknown }).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
 
     const tpm = openaiFor((await createKey(api, owner.accessToken, { limits: { tokensPerMinute: 1 } })).key);
     await tpm.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'spend' }] });
