@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**', 'dist/**'] },
+  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**', 'dist/**', 'gateway/public/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

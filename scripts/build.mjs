@@ -15,6 +15,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statS
 import { isBuiltin, createRequire } from 'node:module';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildConsole, CONSOLE_OUT } from './build-console.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = join(ROOT, 'dist');
@@ -37,10 +38,11 @@ const SOURCE_DIRS = ['packages', 'services', 'gateway', 'scripts'];
 
 function sourceFiles(dir, out = []) {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    if (entry.name === 'node_modules' || entry.name === 'dist' || entry.name.startsWith('.')) continue;
+    // gateway/public is this build's own output (the console bundle).
+    if (entry.name === 'node_modules' || entry.name === 'dist' || entry.name === 'public' || entry.name.startsWith('.')) continue;
     const path = join(dir, entry.name);
     if (entry.isDirectory()) sourceFiles(path, out);
-    else if (/\.(ts|js|mjs|json|css)$/.test(entry.name) && !entry.name.endsWith('.test.ts')) out.push(path);
+    else if (/\.(tsx?|js|mjs|json|css)$/.test(entry.name) && !entry.name.endsWith('.test.ts')) out.push(path);
   }
   return out;
 }
@@ -85,7 +87,8 @@ function externalPackages(outdir) {
 export async function build({ force = false, quiet = false } = {}) {
   const print = quiet ? () => {} : (msg) => process.stderr.write(`${msg}\n`);
   const current = fingerprint();
-  if (!force && existsSync(STAMP) && readFileSync(STAMP, 'utf8') === current) return false;
+  const fresh = existsSync(STAMP) && readFileSync(STAMP, 'utf8') === current && existsSync(join(CONSOLE_OUT, 'main.js'));
+  if (!force && fresh) return false;
   const started = Date.now();
   const esbuild = await import('esbuild');
   rmSync(OUT, { recursive: true, force: true });
@@ -111,6 +114,10 @@ export async function build({ force = false, quiet = false } = {}) {
   }
   // The gateway's pages read their script and stylesheet next to the code (dist/assets for the bundle).
   cpSync(join(ROOT, 'gateway/src/pages/assets'), join(OUT, 'assets'), { recursive: true });
+  // The console's browser bundle: built into gateway/public (where the gateway finds it when run from source) and
+  // copied beside the pages' assets.
+  await buildConsole();
+  cpSync(join(ROOT, 'gateway/public'), join(OUT, 'assets'), { recursive: true });
   writeFileSync(STAMP, current);
   print(`build: dist/ compiled in ${Date.now() - started} ms`);
   return true;

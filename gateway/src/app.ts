@@ -9,7 +9,8 @@ import type { ReadCaches } from './lib/read-cache';
 import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import type { RateLimiter } from './lib/rate-limiter';
-import { fieldErrors, validatorCompiler } from './lib/validation';
+import { validatorCompiler } from './lib/validation';
+import { BODY_LIMIT, toAppError } from './lib/app-error';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
@@ -38,7 +39,7 @@ const SECURITY_HEADERS = {
   'cross-origin-resource-policy': 'same-origin',
   'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
 };
-export const BODY_LIMIT = 1024 * 1024;
+export { BODY_LIMIT };
 
 /** The whole gateway as a Fastify instance: testable with real listeners, started by server.ts. */
 export function buildApp(deps: GatewayDeps): FastifyInstance {
@@ -140,29 +141,6 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
 
   return app;
-}
-
-/** Framework and transport errors -> AppError. Unknown errors are logged and hidden behind a 500. */
-function toAppError(err: FastifyError | AppError, log: { error: (o: object, m: string) => void }, requestId: string): AppError {
-  if (err instanceof AppError) return err;
-  if (err.validation) {
-    return new AppError('VALIDATION_ERROR', 'Invalid request parameters', {
-      fields: fieldErrors(err.validation as never, err.validationContext ?? 'body'),
-    });
-  }
-  switch (err.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new AppError('PAYLOAD_TOO_LARGE', `Request body is larger than ${BODY_LIMIT} bytes`, { limit: BODY_LIMIT });
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new AppError('UNSUPPORTED_MEDIA_TYPE', 'Request bodies must be application/json', { reason: 'unsupported_media_type' });
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new AppError('VALIDATION_ERROR', 'Request body is empty', { reason: 'empty_body' });
-  }
-  if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
-    return new AppError('VALIDATION_ERROR', 'Malformed request', { reason: 'malformed_request' });
-  }
-  log.error({ err, reqId: requestId }, 'unhandled error');
-  return new AppError('INTERNAL_ERROR', 'Internal server error');
 }
 
 function frameworkError(err: FastifyError): AppError {

@@ -19,6 +19,18 @@ export const gatewaySpec = {
   sseKeepAliveMs: field('SSE_KEEPALIVE_MS', 'int', { default: '15000', min: 10, max: 300_000 }),
   /** Reply streams one tenant may hold open on one gateway (each holds a socket and a gRPC stream). */
   sseStreamsPerTenant: field('SSE_STREAMS_PER_TENANT', 'int', { default: '64', min: 1, max: 100_000 }),
+  /** /v1/passthrough: largest request body forwarded, largest response passed back, wait for the provider. */
+  passthroughMaxRequestBytes: field('PASSTHROUGH_MAX_REQUEST_BYTES', 'int', {
+    default: String(1024 * 1024),
+    min: 1024,
+    max: 100 * 1024 * 1024,
+  }),
+  passthroughMaxResponseBytes: field('PASSTHROUGH_MAX_RESPONSE_BYTES', 'int', {
+    default: String(10 * 1024 * 1024),
+    min: 1024,
+    max: 1024 * 1024 * 1024,
+  }),
+  passthroughTimeoutMs: field('PASSTHROUGH_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
 } as const;
 
 export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };

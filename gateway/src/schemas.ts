@@ -1,4 +1,4 @@
-import { Type, type TObject, type TProperties, type TSchema } from '@sinclair/typebox';
+import { type SchemaOptions, Type, type TObject, type TProperties, type TSchema } from '@sinclair/typebox';
 
 /** Objects refuse unknown fields everywhere: no mass assignment, typos answered with a 400. */
 export const Obj = <P extends TProperties>(props: P, description?: string): TObject<P> =>
@@ -6,7 +6,7 @@ export const Obj = <P extends TProperties>(props: P, description?: string): TObj
 
 export const Str = (min: number, max: number, extra: object = {}) => Type.String({ minLength: min, maxLength: max, ...extra });
 export const Timestamp = Type.String({ description: 'ISO 8601 UTC timestamp with milliseconds' });
-export const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+export const Nullable = <T extends TSchema>(t: T, options?: SchemaOptions) => Type.Union([t, Type.Null()], options);
 
 export const PageQuery = Obj({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),

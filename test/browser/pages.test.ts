@@ -54,7 +54,8 @@ it('signs up, then signs in with the labelled form, and signs out', async () => 
     await page.getByLabel('Password').fill('correct horse battery staple');
     await page.getByLabel('Organization').fill('Pages Inc');
     await page.getByRole('button', { name: 'Create account' }).click();
-    await page.waitForURL('**/settings/security/api-keys');
+    // With no page asked for, signing up lands in the console.
+    await page.waitForURL('**/projects');
     await page.getByText(`${email} · Pages Inc`).waitFor();
 
     await page.getByRole('button', { name: 'Sign out' }).click();

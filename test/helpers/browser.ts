@@ -58,3 +58,13 @@ export async function step(page: Page, name: string, fn: () => Promise<void>): P
     throw err;
   }
 }
+
+/** A page in a fresh context carrying `cookie` (an Account's `svc_session=...`): a signed-in browser. */
+export async function signedInPage(browser: Browser, baseUrl: string, cookie: string) {
+  const opened = await browser.newPage();
+  await opened.context.addCookies([{ name: 'svc_session', value: cookie.split('=').slice(1).join('='), url: baseUrl }]);
+  return opened;
+}
+
+/** Console and settings pages: one `nav` landmark with these links (CONTRACT.md 7). */
+export const CONSOLE_NAV = ['Projects', 'Agents', 'Chat', 'Webhooks', 'Usage', 'API keys', 'Network', 'Team', 'Billing'];

@@ -349,7 +349,9 @@ describe('provider trouble', () => {
     // The partial text of the cut attempt is not kept: one model step, the whole reply.
     expect(ok.steps).toHaveLength(1);
 
-    anthropic.script({ type: 'cut', afterChunks: 2 }, { type: 'cut', afterChunks: 2 });
+    // Cut after the first text (message_start, ping, content_block_start, a delta): a cut before any text would be a
+    // failure before the first token, which the model chain retries (or passes to a fallback) itself.
+    anthropic.script({ type: 'cut', afterChunks: 4 }, { type: 'cut', afterChunks: 4 });
     const second = await execute(t, agentId, 'Cut twice');
     const failed = await until(t, agentId, second.id, 'completed', 'failed');
     expect(failed.status).toBe('failed');

@@ -17,9 +17,25 @@ let owner: Account;
 let hookId: string;
 let listener: Server;
 let hits = 0;
+let port: number;
 
 beforeAll(async () => {
-  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'false' } });
+  listener = createServer((req, res) => {
+    hits++;
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"internal":"answer"}');
+  });
+  await new Promise<void>((resolve) => listener.listen(0, '0.0.0.0', resolve));
+  port = (listener.address() as AddressInfo).port;
+  // The platform default LLM (an operator's setting, not judged when saved) names this machine: what a tenant can no
+  // longer save is still refused by the guard when a call connects.
+  stack = await startStack({
+    env: {
+      EGRESS_ALLOW_PRIVATE: 'false',
+      LLM_PROVIDER: 'openai-compatible',
+      LLM_MODEL: 'm',
+      LLM_BASE_URL: `http://${hostname()}:${port}/v1`,
+    },
+  });
   api = client(stack.url);
   owner = await signUp(api, 'SSRF');
   // A public address literal: registration does not connect.
@@ -30,11 +46,6 @@ beforeAll(async () => {
       { token: owner.accessToken },
     )
   ).body.data.id;
-  listener = createServer((req, res) => {
-    hits++;
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{"internal":"answer"}');
-  });
-  await new Promise<void>((resolve) => listener.listen(0, '0.0.0.0', resolve));
 });
 afterAll(async () => {
   await stack.stop();
@@ -107,20 +118,52 @@ describe.each(REFUSED_HOSTS)('http://%s', (host) => {
   });
 });
 
+describe('an LLM base URL is judged by the addresses its name resolves to when it is saved', () => {
+  // `localhost.` (a trailing dot: not the name `localhost` to a string check, loopback to the resolver) and the
+  // machine's own name (its loopback or private address) were accepted when saved, refused only at the first call.
+  const names = () => [`http://localhost.:${port}/v1`, `http://${hostname()}:${port}/v1`];
+
+  it('is refused in the settings and in every fallback entry, with the field named', async () => {
+    const t = { token: owner.accessToken };
+    for (const url of names()) {
+      const main = await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai-compatible', model: 'm', baseUrl: url }, t);
+      expect(expectError(main, 400, 'VALIDATION_ERROR').details.fields).toEqual([
+        { field: 'baseUrl', message: expect.stringMatching(/loopback name|resolves to .* not a global unicast/) },
+      ]);
+      const fallback = await api.patch(
+        '/api/v1/tenant/settings/llm',
+        {
+          provider: 'openai',
+          model: 'm',
+          apiKey: 'sk-test-key-1234',
+          fallbacks: [
+            { provider: 'openai', model: 'public' },
+            { provider: 'openai-compatible', model: 'm', baseUrl: url },
+          ],
+        },
+        t,
+      );
+      expect(expectError(fallback, 400, 'VALIDATION_ERROR').details.fields).toEqual([
+        { field: 'fallbacks[1].baseUrl', message: expect.stringMatching(/loopback name|resolves to .* not a global unicast/) },
+      ]);
+    }
+    // Nothing was saved: the tenant still uses the platform default.
+    expect((await api.get('/api/v1/tenant/settings/llm', t)).body.data).toMatchObject({ source: 'platform', fallbacks: [] });
+  });
+});
+
 it('judges a host name by its address at call time: a model call to a name of this machine never leaves', async () => {
   // The machine's own name resolves to one of its addresses (loopback or the host's private one), which the guard
-  // refuses; the listener answers on every interface, so a call that got through would be counted.
-  const name = hostname();
-  const addresses = await lookup(name, { all: true });
+  // refuses; the listener answers on every interface, so a call that got through would be counted. A tenant cannot
+  // save that name any more; the platform default (LLM_BASE_URL) names it here.
+  const addresses = await lookup(hostname(), { all: true });
   expect(addresses.some((a) => !isGlobalUnicast(a.address))).toBe(true);
-  const port = (listener.address() as AddressInfo).port;
-  const t = { token: owner.accessToken };
-  const saved = await api.patch(
-    '/api/v1/tenant/settings/llm',
-    { provider: 'openai-compatible', model: 'm', baseUrl: `http://${name}:${port}/v1` },
-    t,
-  );
-  expect(saved.status).toBe(200);
+  const other = await signUp(api, 'SSRF default');
+  const t = { token: other.accessToken };
+  expect((await api.get('/api/v1/tenant/settings/llm', t)).body.data).toMatchObject({
+    source: 'platform',
+    baseUrl: `http://${hostname()}:${port}/v1`,
+  });
   const session = (await api.post('/api/v1/chat/sessions', {}, t)).body.data.id;
   const posted = await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'what is inside?' }, t);
   expect(posted.status).toBe(202);

@@ -15,7 +15,7 @@ export interface Policy {
   roles?: readonly Role[];
   /** Credential kinds allowed (API keys are refused where only a person should act). */
   credentials?: ReadonlyArray<Principal['type']>;
-  /** Only an API key authenticates here; any other credential is a 401 (the OpenAI-compatible API, CONTRACT.md 9). */
+  /** Only an API key authenticates here (the OpenAI-compatible /v1): any other credential is 401 (CONTRACT.md 9). */
   apiKeyOnly?: boolean;
 }
 
@@ -41,15 +41,14 @@ export const POLICIES = {
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
   /** `/v1`, the OpenAI-compatible API: API keys only, with the llm:use scope or none. */
   'llm:use': { authenticate: true, scope: 'llm:use', apiKeyOnly: true },
+  'llm:passthrough': { authenticate: true, scope: 'llm:passthrough', apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 
 export type PolicyName = keyof typeof POLICIES;
 
 export function authorize(policy: Policy, p: Principal): void {
   if (policy.apiKeyOnly && p.type !== 'api_key')
-    throw new AppError('UNAUTHORIZED', 'This API authenticates with an API key only (Authorization: Bearer <API key>)', {
-      reason: 'api_key_required',
-    });
+    throw new AppError('UNAUTHORIZED', 'This API takes a tenant API key as "Authorization: Bearer <key>"', { reason: 'api_key_required' });
   if (policy.credentials && !policy.credentials.includes(p.type))
     throw new AppError('FORBIDDEN', 'This needs a signed-in user session, not an API key', { reason: 'user_session_required' });
   if (p.scopes !== undefined) {

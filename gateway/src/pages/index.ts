@@ -1,20 +1,55 @@
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { extname, join, relative, sep } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/kit';
+import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
+import { CONSOLE_PAGES, consolePage } from './console';
 import { apiKeysPage, billingPage, cliLoginPage, loginPage, networkPage, oauthCallbackPage, PAGE_CSP } from './layout';
 
-/** The stylesheet and the script, read once; served with an ETag so a change is picked up at once. */
-function asset(file: string, type: string) {
-  const body = readFileSync(join(__dirname, 'assets', file));
-  return { url: `/assets/${file}`, body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"` };
+const TYPES: Record<string, string> = {
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+};
+
+interface Asset {
+  body: Buffer;
+  type: string;
+  etag: string;
+  /** Content-hashed chunk names never change content: cache them for a year. */
+  immutable: boolean;
 }
 
 /**
- * The web pages (CONTRACT.md 7): sign in / sign up, the CLI approval, API keys, the network allowlist and the sandbox
- * billing portal. Pages are public shells; their script reads the API with the session cookie, and a visitor who is
- * not signed in is sent to /login and back.
+ * Every static file the pages use, read once at start-up: the hand-written script and stylesheet beside this module
+ * (`assets/`), and the console's bundle that scripts/build.mjs writes (`gateway/public` when the gateway runs from
+ * source; copied into dist/assets for the compiled gateway, where `assets/` holds both).
+ */
+function loadAssets(): Map<string, Asset> {
+  const assets = new Map<string, Asset>();
+  for (const dir of [join(__dirname, 'assets'), join(__dirname, '../../public')]) {
+    if (!existsSync(dir)) continue;
+    const walk = (d: string) => {
+      for (const name of readdirSync(d)) {
+        const path = join(d, name);
+        if (statSync(path).isDirectory()) walk(path);
+        else if (TYPES[extname(name)]) {
+          const body = readFileSync(path);
+          const url = `/assets/${relative(dir, path).split(sep).join('/')}`;
+          const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`;
+          assets.set(url, { body, type: TYPES[extname(name)], etag, immutable: /\/chunk-[A-Z0-9]+\.js$/.test(url) });
+        }
+      }
+    };
+    walk(dir);
+  }
+  return assets;
+}
+
+/**
+ * The web pages (CONTRACT.md 7): sign in / sign up, the CLI approval, the settings pages, and the console. Pages are
+ * public shells; their script reads the API with the session cookie, and a visitor who is not signed in is sent to
+ * /login and back.
  */
 export function registerPages(app: FastifyInstance): void {
   const html = (render: (request: FastifyRequest) => string) => async (request: FastifyRequest, reply: FastifyReply) =>
@@ -34,13 +69,26 @@ export function registerPages(app: FastifyInstance): void {
     // Where an OpenID Connect provider sends the browser back; the script completes the sign-in.
     '/oauth/:provider/callback': () => oauthCallbackPage(),
   };
+  for (const [url, page] of Object.entries(CONSOLE_PAGES)) pages[url] = () => consolePage(page, url);
   for (const [url, render] of Object.entries(pages)) app.get(url, html(render));
 
-  for (const a of [asset('app.js', 'text/javascript; charset=utf-8'), asset('app.css', 'text/css; charset=utf-8')]) {
-    app.get(a.url, async (request, reply) => {
-      reply.header('content-type', a.type).header('etag', a.etag).header('cache-control', 'no-cache');
-      if (request.headers['if-none-match'] === a.etag) return reply.code(304).send();
-      return reply.send(a.body);
-    });
-  }
+  // The console's front door: a session cookie goes to the console (whose script signs in again if the session has
+  // ended), anyone else to the sign-in page, which comes back to the console.
+  app.get('/', async (request, reply) =>
+    reply
+      .header('cache-control', 'no-store')
+      .redirect(readCookie(request.headers.cookie, SESSION_COOKIE) ? '/projects' : '/login?next=%2Fprojects', 302),
+  );
+
+  const assets = loadAssets();
+  app.get('/assets/*', async (request, reply) => {
+    const a = assets.get(request.url.split('?')[0]);
+    if (!a) return reply.callNotFound();
+    reply
+      .header('content-type', a.type)
+      .header('etag', a.etag)
+      .header('cache-control', a.immutable ? 'public, max-age=31536000, immutable' : 'no-cache');
+    if (request.headers['if-none-match'] === a.etag) return reply.code(304).send();
+    return reply.send(a.body);
+  });
 }

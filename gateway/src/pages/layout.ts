@@ -17,21 +17,36 @@ export const PAGE_CSP = [
   "frame-ancestors 'none'",
 ].join('; ');
 
+/** The one navigation of every console and settings page (CONTRACT.md 7). */
 const NAV: Array<[string, string]> = [
+  ['/projects', 'Projects'],
+  ['/agents', 'Agents'],
+  ['/chat', 'Chat'],
+  ['/webhooks', 'Webhooks'],
+  ['/usage', 'Usage'],
   ['/settings/security/api-keys', 'API keys'],
   ['/settings/security/network', 'Network'],
+  ['/settings/secrets', 'Secrets'],
+  ['/settings/team', 'Team'],
   ['/settings/billing', 'Billing'],
 ];
 
-/** A page: `page` names the script's part for it; `signedIn` pages show the navigation and the sign-out button. */
-export function layout(opts: { title: string; page: string; signedIn: boolean; body: string; path?: string }): string {
+/** The nav entry a path belongs to: itself, or the section it sits under (/agents/:id is under Agents). */
+const current = (href: string, path = '') => path === href || path.startsWith(`${href}/`);
+
+/**
+ * A page: `page` names the script's part for it; `signedIn` pages show the navigation and the sign-out button.
+ * `console` pages run the console's bundle and render into #app; the others run the hand-written app.js.
+ */
+export function layout(opts: { title: string; page: string; signedIn: boolean; body: string; path?: string; console?: boolean }): string {
   const nav = opts.signedIn
-    ? `<header class="bar"><nav aria-label="Settings"><ul>${NAV.map(
-        ([href, label]) => `<li><a href="${href}"${href === opts.path ? ' aria-current="page"' : ''}>${label}</a></li>`,
+    ? `<header class="bar"><nav aria-label="Console"><ul>${NAV.map(
+        ([href, label]) => `<li><a href="${href}"${current(href, opts.path) ? ' aria-current="page"' : ''}>${label}</a></li>`,
       ).join(
         '',
       )}</ul></nav><p class="who"><span id="who"></span> <button type="button" id="sign-out" class="link">Sign out</button></p></header>`
     : '';
+  const script = opts.console ? '/assets/console/main.js' : '/assets/app.js';
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -39,7 +54,7 @@ export function layout(opts: { title: string; page: string; signedIn: boolean; b
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(opts.title)} · svc</title>
 <link rel="stylesheet" href="/assets/app.css">
-<script type="module" src="/assets/app.js"></script>
+<script type="module" src="${script}"></script>
 </head>
 <body data-page="${esc(opts.page)}">
 ${nav}

@@ -49,6 +49,9 @@ const RunStep = Type.Object(
     completedAt: Nullable(Timestamp),
     text: Type.Optional(Type.String({ description: 'model: the text it produced' })),
     usage: Type.Optional(Usage),
+    model: Type.Optional(
+      Type.String({ description: "model: the model that served the call (a fallback's when the main model failed before answering)" }),
+    ),
     toolName: Type.Optional(Type.String()),
     toolCallId: Type.Optional(Type.String()),
     arguments: Type.Optional(Type.Unknown({ description: 'tool: the arguments the model gave' })),
@@ -80,7 +83,8 @@ function parseJson(text: string): unknown {
 
 function stepView(s: agentsV1.RunStep) {
   const base = { index: s.index, type: s.type, status: s.status, startedAt: s.startedAt, completedAt: s.completedAt || null };
-  if (s.type === 'model') return { ...base, text: s.text, usage: s.usage ?? { inputTokens: 0, outputTokens: 0 } };
+  if (s.type === 'model')
+    return { ...base, text: s.text, usage: s.usage ?? { inputTokens: 0, outputTokens: 0 }, ...(s.model ? { model: s.model } : {}) };
   return {
     ...base,
     toolName: s.toolName,

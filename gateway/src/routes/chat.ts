@@ -25,6 +25,9 @@ const Message = Obj({
   status: Type.Union(['pending', 'streaming', 'completed', 'failed'].map((s) => Type.Literal(s))),
   error: Nullable(Obj({ code: Type.String(), message: Type.String() })),
   usage: Nullable(Obj({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })),
+  model: Nullable(Type.String(), {
+    description: "assistant replies: the model that served it (a fallback's when the main model failed before answering)",
+  }),
   createdAt: Timestamp,
   completedAt: Nullable(Timestamp),
 });
@@ -47,6 +50,7 @@ export function messageView(m: chatV1.Message) {
     status: m.status,
     error: m.errorCode ? { code: m.errorCode, message: m.errorMessage } : null,
     usage: m.usage ? { inputTokens: m.usage.inputTokens, outputTokens: m.usage.outputTokens } : null,
+    model: m.model || null,
     createdAt: m.createdAt,
     completedAt: m.completedAt || null,
   };
@@ -252,14 +256,26 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
     res.on('close', () => stream.cancel());
     const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+    // A reader resuming after the final event has it already: the service answers `open` and nothing more.
+    let finished = lastEventId.endsWith(':end');
     try {
       for (;;) {
         const next = await events.next();
         if (next.done || res.destroyed) break;
         lastId = next.value.id;
+        if (next.value.type === 'message.completed' || next.value.type === 'error') finished = true;
         // Backpressure: stop pulling from gRPC until the client has taken what was written.
         if (!res.write(sseOf(next.value))) await writable(res);
       }
+      // Never a silent end (CONTRACT.md 5, 9): a stream that stops before its final event says so, and the reader
+      // can resume with the last id it got.
+      if (!finished && !res.destroyed)
+        res.write(
+          sseEvent(lastId, 'error', {
+            code: 'SERVICE_UNAVAILABLE',
+            message: 'The reply stream ended before the reply finished; reconnect with Last-Event-ID to resume',
+          }),
+        );
     } catch (err) {
       if (!res.destroyed) {
         const e = isAppError(err) ? err : new AppError('INTERNAL_ERROR', 'Internal server error');

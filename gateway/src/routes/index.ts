@@ -8,6 +8,7 @@ import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
 import { openAiRoutes } from './openai';
+import { passthroughRoutes } from './passthrough';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -31,5 +32,10 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);
+  passthroughRoutes(app, deps, {
+    maxRequestBytes: deps.config.passthroughMaxRequestBytes,
+    maxResponseBytes: deps.config.passthroughMaxResponseBytes,
+    timeoutMs: deps.config.passthroughTimeoutMs,
+  });
   openAiRoutes(app, deps);
 }

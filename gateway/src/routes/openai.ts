@@ -9,7 +9,7 @@ import type { ServerResponse } from 'node:http';
 import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../app';
-import { openAiErrorBody } from '../lib/envelope';
+import { openAiErrorBody } from '../lib/openai-error';
 import { assertKeyTokens } from '../lib/key-usage';
 import {
   closingChunks,
@@ -435,6 +435,8 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         stream.cancel();
         throw e0 ? callFailure(e0.call!) : new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call before it finished');
       }
+      // The model that answered (a fallback's when the first failed before its first token).
+      const servedModel = e0.type === 'done' ? e0.call!.servedModel : e0.servedModel || started.servedModel || started.model;
       let replayed = false;
       const rest: AsyncIterator<{ event?: chatV1.CallEvent }> = {
         next: () => {
@@ -448,19 +450,19 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         reply,
         stream,
         rest,
-        started.servedModel || started.model,
+        servedModel,
         (e, write) => {
-          if (e.type === 'delta') write(data(completionChunk(started, { content: e.delta }, null, includeUsage)));
+          if (e.type === 'delta') write(data(completionChunk(served(started, e.servedModel), { content: e.delta }, null, includeUsage)));
           else if (e.type === 'done') {
             const rec = e.call!;
-            if (rec.status === 'failed' || rec.status === 'cancelled')
-              return write(data(openAiErrorBody(callFailure(rec), callFailure(rec).message)));
+            if (rec.status === 'failed' || rec.status === 'cancelled') return write(data(openAiErrorBody(callFailure(rec))));
             for (const chunk of closingChunks(rec, includeUsage)) write(data(chunk));
             write('data: [DONE]\n\n');
           }
         },
-        (err, write) => write(data(openAiErrorBody(err, err.message))),
-        (write) => write(data(completionChunk(started, { role: 'assistant', content: '', refusal: null }, null, includeUsage))),
+        (err, write) => write(data(openAiErrorBody(err))),
+        (write) =>
+          write(data(completionChunk(served(started, servedModel), { role: 'assistant', content: '', refusal: null }, null, includeUsage))),
       );
     },
   });
@@ -616,6 +618,11 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       return responseObject(rec);
     },
   });
+}
+
+/** The record with the model that served it as reported by a delta (the first-choice model until one answered). */
+function served(rec: CallRecord, model: string): CallRecord {
+  return model && model !== rec.servedModel ? { ...rec, servedModel: model } : rec;
 }
 
 /** A call that failed, as an error of the API: the provider's failure is a 503 naming its code. */

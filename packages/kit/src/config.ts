@@ -172,3 +172,13 @@ export function kafkaTopicSettings(config: {
     createTopics: config.kafkaCreateTopics ?? !production,
   };
 }
+
+/**
+ * The model calls' circuit breaker (CONTRACT.md 9), the same in every process that calls models (chat, agents, the
+ * gateway's /v1): a deployment that failed LLM_BREAKER_FAILURES times within 60 s is skipped for
+ * LLM_BREAKER_COOLDOWN_S, then tried once again.
+ */
+export const llmBreakerConfig = {
+  llmBreakerFailures: field('LLM_BREAKER_FAILURES', 'int', { default: '5', min: 1, max: 10_000 }),
+  llmBreakerCooldownS: field('LLM_BREAKER_COOLDOWN_S', 'int', { default: '30', min: 1, max: 3600 }),
+} as const;

@@ -1,5 +1,6 @@
 import { billingV1 } from '@svc/proto';
 import { createClient, type ServiceClient } from './grpc/client';
+import { metrics } from './metrics';
 
 /** A call's output bound when the tenant set none (LLM_MAX_TOKENS): its reservation counts it, the provider gets it. */
 export const DEFAULT_LLM_MAX_TOKENS = 1024;
@@ -36,8 +37,15 @@ export class CreditReservations {
 
   /** Throws AppError INSUFFICIENT_CREDITS (402) when the call does not fit in the tenant's available credits. */
   async reserve(token: string, hold: CallHold): Promise<{ status: string; available: number }> {
-    const res = await this.client.reserve({ ...hold, ttlMs: 0 }, { token });
-    return { status: res.status, available: res.available };
+    const end = metrics.reservations.startTimer();
+    try {
+      const res = await this.client.reserve({ ...hold, ttlMs: 0 }, { token });
+      end({ outcome: 'accepted' });
+      return { status: res.status, available: res.available };
+    } catch (err) {
+      end({ outcome: (err as { code?: string }).code === 'INSUFFICIENT_CREDITS' ? 'refused' : 'error' });
+      throw err;
+    }
   }
 
   async release(token: string, callId: string): Promise<void> {

@@ -131,6 +131,8 @@ describe('address rules', () => {
     expect(checkUrlShape('https://example.com/hook', closed).hostname).toBe('example.com');
     expect(() => checkUrlShape('http://[::1]:8080/', closed)).toThrow(/loopback/);
     expect(() => checkUrlShape('http://localhost:8080/', closed)).toThrow(/loopback/);
+    expect(() => checkUrlShape('http://localhost.:8080/', closed)).toThrow(/loopback/);
+    expect(() => checkUrlShape('http://api.localhost.:8080/', closed)).toThrow(/loopback/);
   });
 
   it('checks what a host name resolves to', async () => {

@@ -93,7 +93,8 @@ export function checkUrlShape(raw: string, policy: EgressPolicy): URL {
   if (isIP(host)) {
     const why = refusedAddress(host, policy);
     if (why) throw new EgressError('address', `${host} ${why}`);
-  } else if (!policy.allowPrivate && /(^|\.)localhost$/i.test(host)) {
+  } else if (!policy.allowPrivate && /(^|\.)localhost\.?$/i.test(host)) {
+    // `localhost.` (fully qualified) is the same name: refused whether or not the resolver answers for it.
     throw new EgressError('address', `${host} is a loopback name`);
   }
   return url;
@@ -147,6 +148,15 @@ function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy): Agent 
       lookup: guardedLookup(policy, options.lookup) as never,
     },
   });
+}
+
+/**
+ * The guard as an undici dispatcher, for callers that hand connections to another library (the gateway's provider
+ * pass-through, through @fastify/reply-from): a host name resolving to a refused address fails when the socket is
+ * opened. IP literals are not resolved, so check the URL with checkUrlShape before each request.
+ */
+export function egressDispatcher(options: EgressFetchOptions): Agent {
+  return guardedAgent(options, { allowPrivate: options.allowPrivate });
 }
 
 type LookupCallback = (err: NodeJS.ErrnoException | null, address?: string | LookupAddress[], family?: number) => void;

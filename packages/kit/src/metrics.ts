@@ -24,6 +24,12 @@ export const metrics = {
     buckets: SECONDS,
     registers: [registry],
   }),
+  passthroughRequests: new client.Counter({
+    name: 'llm_passthrough_requests_total',
+    help: 'Requests forwarded to a tenant provider by /v1/passthrough, by provider and upstream status (0: not answered)',
+    labelNames: ['provider', 'status'] as const,
+    registers: [registry],
+  }),
   rateLimited: new client.Counter({
     name: 'rate_limit_rejections_total',
     help: 'Requests refused with 429, by reason',
@@ -87,6 +93,14 @@ export const metrics = {
     name: 'agent_runs_finished_total',
     help: 'Agent runs that reached a final status',
     labelNames: ['status'] as const,
+    registers: [registry],
+  }),
+  reservations: new client.Histogram({
+    name: 'credit_reservation_seconds',
+    help: 'Time a model call waited for its credit reservation in billing before it was accepted or refused (what a reservation adds to accepting a chat message or an agent step), by outcome',
+    labelNames: ['outcome'] as const,
+    // Fine below 10 ms: the reservation sits on the request path of every model call.
+    buckets: [0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1, 1],
     registers: [registry],
   }),
   replies: new client.Counter({

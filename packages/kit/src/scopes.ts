@@ -10,6 +10,8 @@ export const SCOPES = [
   'agents:write',
   /** The OpenAI-compatible API under /v1 (CONTRACT.md 9). */
   'llm:use',
+  /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
+  'llm:passthrough',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

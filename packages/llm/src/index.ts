@@ -1,22 +1,15 @@
 /**
  * @svc/llm: the LLM provider port and its adapters. Fakes for tests live in `@svc/llm/src/testing`, not here.
  */
-import { AnthropicProvider } from './anthropic';
-import { OpenAIProvider } from './openai';
-import {
-  LlmError,
-  type LlmEvent,
-  type LlmFinishReason,
-  type LlmMessage,
-  type LlmProvider,
-  type LlmSettings,
-  type LlmToolCall,
-} from './types';
+import { LlmError, type LlmEvent, type LlmFinishReason, type LlmMessage, type LlmSettings, type LlmToolCall } from './types';
 
 export * from './types';
 export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
 export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
 export { throughEgress } from './egress';
+export { createProvider } from './provider';
+export * from './breaker';
+export * from './fallback';
 export { DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, MAX_RETRY_AFTER_MS, redact } from './core';
 
 /** Settings as stored and resolved by identity: empty strings where a value is not set. */
@@ -27,6 +20,8 @@ export interface StoredLlmSettings {
   apiKey: string;
   temperature?: number;
   maxTokens?: number;
+  /** The ordered fallbacks (CONTRACT.md 9), each with its key resolved by identity ('' for none). */
+  fallbacks?: Array<{ provider: string; model: string; baseUrl: string; apiKey: string }>;
 }
 
 /** Identity's resolved settings (tenant or platform default) as provider settings: unset values left out. */
@@ -41,28 +36,32 @@ export function llmSettingsFrom(s: StoredLlmSettings): LlmSettings {
   };
 }
 
-/**
- * The provider for one settings object (a tenant's or the platform's). Checks the settings at once: a missing key or
- * base URL, or a malformed one, throws an `LlmError` of kind `bad_request`. The instance holds no per-call state and
- * can be reused for any number of concurrent calls.
- */
-export function createProvider(settings: LlmSettings): LlmProvider {
-  switch (settings.provider) {
-    case 'openai':
-    case 'openai-compatible':
-      return new OpenAIProvider(settings);
-    case 'anthropic':
-      return new AnthropicProvider(settings);
-    default:
-      throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
-  }
-}
-
 export interface CollectedReply {
   text: string;
   toolCalls: LlmToolCall[];
   usage: { inputTokens: number; outputTokens: number } | undefined;
   finishReason: LlmFinishReason;
+}
+
+/**
+ * The main model and its fallbacks as provider settings, in order, for {@link createModelChain}: each fallback gets
+ * the main settings' temperature and output bound (so one reservation covers whichever model serves) and `extra`
+ * (timeouts, the egress-guarded fetch).
+ */
+export function llmCandidatesFrom(s: StoredLlmSettings, extra: Partial<LlmSettings> = {}): LlmSettings[] {
+  const main = { ...llmSettingsFrom(s), ...extra };
+  return [
+    main,
+    ...(s.fallbacks ?? []).map((f) => ({
+      ...extra,
+      provider: f.provider as LlmSettings['provider'],
+      model: f.model,
+      baseUrl: f.baseUrl || undefined,
+      apiKey: f.apiKey || undefined,
+      temperature: main.temperature,
+      maxTokens: main.maxTokens,
+    })),
+  ];
 }
 
 /**

@@ -67,6 +67,8 @@ export interface StepDoc {
   text?: string;
   toolCalls?: ToolCallDoc[];
   usage?: Usage;
+  /** model: the model that served the call (a fallback's when the main model failed before answering) */
+  model?: string;
   /** tool */
   toolName?: string;
   toolCallId?: string;

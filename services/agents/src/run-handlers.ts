@@ -54,6 +54,7 @@ function toStep(s: StepDoc): agentsV1.RunStep {
     resultJson: s.result === undefined ? '' : JSON.stringify(s.result),
     status: s.status,
     usage: s.usage,
+    model: s.model ?? '',
   };
 }
 

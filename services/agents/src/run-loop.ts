@@ -7,14 +7,15 @@
 import { decodeJwt } from 'jose';
 import { isAppError, type Logger, newId, nowIso, reservationTokens, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
 import {
+  type CircuitBreaker,
   collect,
-  createProvider,
+  createModelChain,
   isLlmError,
+  llmCandidatesFrom,
   type LlmError,
   type LlmMessage,
-  type LlmProvider,
-  llmSettingsFrom,
   type LlmRequest,
+  type ModelChain,
 } from '@svc/llm';
 import type { identityV1, projectsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, StepDoc, Usage } from './collections';
@@ -58,6 +59,8 @@ export interface LoopDeps {
   logger: Logger;
   llmTimeoutMs: number;
   llmMaxRetries: number;
+  /** The process's circuit breaker over model deployments (absent: none). */
+  breaker?: CircuitBreaker;
   /** Retries of a model call that failed in a retryable way after the provider's own retries (a cut stream). */
   stepRetries: number;
   retryBaseMs: number;
@@ -130,7 +133,7 @@ const RECORD_MS = 200;
  * releases its reservation when it produced nothing.
  */
 async function callModel(
-  provider: LlmProvider,
+  provider: ModelChain,
   request: LlmRequest,
   signal: AbortSignal,
   deps: LoopDeps,
@@ -143,7 +146,12 @@ async function callModel(
     // The first streamed event is recorded at once: a crash any time after it bills what the provider sent.
     let recordedAt = -Infinity;
     try {
-      const reply = await collect(provider.stream(request, { signal }), (e) => {
+      // The model that answers (a fallback when the main one failed before its first token) is the call's model.
+      const onServed = (served: { provider: string; model: string }) => {
+        call.provider = served.provider;
+        call.model = served.model;
+      };
+      const reply = await collect(provider.stream(request, { signal, onServed }), (e) => {
         if (e.type === 'text') call.streamed += e.delta.length;
         else if (e.type === 'tool_call') call.streamed += JSON.stringify(e.arguments).length;
         else if (e.type === 'usage') {
@@ -241,11 +249,16 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     if (isAppError(err) && err.code === 'RESOURCE_NOT_FOUND') throw new RunFailure("project_not_found: the run's project no longer exists");
     throw err;
   }
-  const provider = createProvider({
-    ...llmSettingsFrom(settings),
-    timeoutMs: deps.llmTimeoutMs,
+  // The tenant's model, then its fallbacks; an agent's own model replaces the main one only.
+  const provider = createModelChain(llmCandidatesFrom(settings, { timeoutMs: deps.llmTimeoutMs, fetch: deps.llmFetch }), {
+    breaker: deps.breaker,
+    scope: run.tenantId,
     maxRetries: deps.llmMaxRetries,
-    fetch: deps.llmFetch,
+    onAttemptFailed: (a) =>
+      deps.logger.warn(
+        { runId: run.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
+        a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
+      ),
   });
   const model = config.model ?? settings.model;
   // Every call's output is bounded, so its reservation is its most possible cost.
@@ -351,6 +364,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       text,
       toolCalls: calls,
       usage,
+      model: call.model,
     };
     const toolSteps: StepDoc[] = calls.map((c, i) => {
       const known = offered.some((t) => t.spec.name === c.name);
@@ -368,7 +382,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     });
     const totals = { inputTokens: run.usage.inputTokens + usage.inputTokens, outputTokens: run.usage.outputTokens + usage.outputTokens };
     const usageEvent = (tx: StoreSession, doc: RunDoc) =>
-      emitUsage(tx, doc, { provider: settings.provider, model: model || '', keySource: settings.source, usage, callId: call.id });
+      emitUsage(tx, doc, { provider: call.provider, model: call.model, keySource: settings.source, usage, callId: call.id });
     // The step and its usage are saved together; when the run was cancelled (or taken) in between, the call was
     // still made and paid for: its usage is recorded on its own.
     const saveStep = (patch: Partial<RunDoc>, more?: (tx: StoreSession, doc: RunDoc) => Promise<void>) =>

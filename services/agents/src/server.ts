@@ -7,12 +7,13 @@ import {
   egressPolicyFrom,
   field,
   identityVerifier,
+  llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
-import { throughEgress } from '@svc/llm';
+import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
 import { agents, runs } from './collections';
@@ -39,6 +40,7 @@ export const agentsConfig = {
   llmMaxRetries: field('AGENTS_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
   stepRetries: field('AGENTS_STEP_RETRIES', 'int', { default: '1', min: 0, max: 10 }),
   retryBaseMs: field('AGENTS_RETRY_BASE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  ...llmBreakerConfig,
 } as const;
 
 export async function startAgents(env: NodeJS.ProcessEnv = process.env, options: { credits?: CreditCheck } = {}): Promise<RunningService> {
@@ -63,6 +65,12 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       logger: rt.logger,
       llmTimeoutMs: c.llmTimeoutMs,
       llmMaxRetries: c.llmMaxRetries,
+      // Per process (docs/decisions.md): a deployment that keeps failing is skipped without an attempt.
+      breaker: new CircuitBreaker({
+        failures: c.llmBreakerFailures,
+        windowMs: DEFAULT_BREAKER_WINDOW_MS,
+        cooldownMs: c.llmBreakerCooldownS * 1000,
+      }),
       stepRetries: c.stepRetries,
       retryBaseMs: c.retryBaseMs,
     },

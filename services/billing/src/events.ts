@@ -4,6 +4,7 @@
  * at-least-once redeliveries change nothing.
  */
 import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import type { eventsV1 } from '@svc/proto';
 import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
 import { recordKeyUsage } from './key-usage';
@@ -40,44 +41,53 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
       return;
     }
     if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return;
-    const u = event.data.value;
-    const credits = usageCredits(u.inputTokens, u.outputTokens, settings.creditsPer1kTokens);
-    // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back.
-    if (u.callId && u.inputTokens + u.outputTokens <= 0) {
-      await store.transaction((tx) => closeReservation(tx, event.tenantId, u.callId, 'released'));
-      return;
-    }
-    await applyOnce(store, async (tx) => {
-      // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
-      // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
-      if (u.callId) await closeReservation(tx, event.tenantId, u.callId, 'settled');
-      const applied = await addEntry(tx, {
-        tenantId: event.tenantId,
-        sourceKey: u.callId ? `usage:call:${u.callId}` : `usage:${event.id}`,
-        kind: 'usage',
-        credits: -credits,
-        description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,
-        usage: {
-          model: `${u.provider}/${u.model}`,
-          apiKeyId: u.credentialType === 'api_key' ? u.credentialId : '',
-          projectId: u.projectId,
-          agentId: u.agentId,
-          inputTokens: u.inputTokens,
-          outputTokens: u.outputTokens,
-        },
-      });
-      if (!applied) return;
-      await recordUsageRollups(tx, applied.entry);
-      const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
-      await addUsage(tx, event.tenantId, 'model', `${u.provider}/${u.model}`, '', line);
-      await addUsage(tx, event.tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
-      if (u.credentialType === 'api_key' && u.credentialId) {
-        await recordKeyUsage(tx, event.tenantId, u.credentialId, u.inputTokens + u.outputTokens, credits);
-        await keySpendApplied(tx, event.tenantId, u.credentialId, u.callId, credits);
-      }
-    });
+    const credits = await applyUsage(store, settings.creditsPer1kTokens, event.tenantId, event.data.value, event.id);
     logger.debug({ eventId: event.id, tenantId: event.tenantId, credits }, 'usage applied');
   };
+}
+
+/**
+ * One model call's usage into the ledger (an `llm.usage` event, or a call the gateway recorded itself): once per
+ * call id, settling its reservation; a call with no tokens releases its reservation instead. Returns the credits
+ * debited by this application (0 when it had been applied before).
+ */
+export async function applyUsage(store: Store, per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): Promise<number> {
+  const credits = usageCredits(u.inputTokens, u.outputTokens, per1k);
+  // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back.
+  if (u.callId && u.inputTokens + u.outputTokens <= 0) {
+    await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
+    return 0;
+  }
+  return applyOnce(store, async (tx) => {
+    // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
+    // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
+    if (u.callId) await closeReservation(tx, tenantId, u.callId, 'settled');
+    const applied = await addEntry(tx, {
+      tenantId,
+      sourceKey: u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`,
+      kind: 'usage',
+      credits: -credits,
+      description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,
+      usage: {
+        model: `${u.provider}/${u.model}`,
+        apiKeyId: u.credentialType === 'api_key' ? u.credentialId : '',
+        projectId: u.projectId,
+        agentId: u.agentId,
+        inputTokens: u.inputTokens,
+        outputTokens: u.outputTokens,
+      },
+    });
+    if (!applied) return 0;
+    await recordUsageRollups(tx, applied.entry);
+    const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
+    await addUsage(tx, tenantId, 'model', `${u.provider}/${u.model}`, '', line);
+    await addUsage(tx, tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
+    if (u.credentialType === 'api_key' && u.credentialId) {
+      await recordKeyUsage(tx, tenantId, u.credentialId, u.inputTokens + u.outputTokens, credits);
+      await keySpendApplied(tx, tenantId, u.credentialId, u.callId, credits);
+    }
+    return credits;
+  });
 }
 
 type Line = { calls: number; inputTokens: number; outputTokens: number; credits: number };

@@ -32,6 +32,7 @@ import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
 import { closeReservation, reserve, validReserve } from './reservations';
+import { applyUsage } from './events';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
 
@@ -304,6 +305,40 @@ export function billingHandlers(deps: BillingDeps) {
       await openedAccount(auth.tid);
       const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
       return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
+    },
+
+    async recordUsage(req: billingV1.RecordUsageRequest, ctx: CallContext): Promise<billingV1.RecordUsageResponse> {
+      const { auth } = authed(ctx);
+      const problems = [
+        !req.callId || req.callId.length > 200 ? { field: 'callId', message: 'must be 1 to 200 characters' } : null,
+        !Number.isSafeInteger(req.inputTokens) || req.inputTokens < 0 ? { field: 'inputTokens', message: 'must be >= 0' } : null,
+        !Number.isSafeInteger(req.outputTokens) || req.outputTokens < 0 ? { field: 'outputTokens', message: 'must be >= 0' } : null,
+      ].filter((p) => p !== null);
+      if (problems.length) throw errors.validation(problems);
+      await openedAccount(auth.tid);
+      // The credential is the caller's own (its token), never one the request names.
+      const credits = await applyUsage(
+        store,
+        deps.creditsPer1kTokens ?? 1,
+        auth.tid,
+        {
+          source: req.source.slice(0, 50) || 'passthrough',
+          sourceId: req.sourceId.slice(0, 200),
+          provider: req.provider.slice(0, 50),
+          model: req.model.slice(0, 200),
+          inputTokens: req.inputTokens,
+          outputTokens: req.outputTokens,
+          keySource: 'tenant',
+          credentialId: auth.sid ?? '',
+          credentialType: auth.typ ?? '',
+          estimated: false,
+          callId: req.callId,
+          projectId: '',
+          agentId: '',
+        },
+        req.callId,
+      );
+      return { credits };
     },
 
     async release(req: billingV1.ReleaseRequest, ctx: CallContext): Promise<billingV1.ReleaseResponse> {

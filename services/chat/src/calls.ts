@@ -98,7 +98,7 @@ export function recordOf(resp: ResponseDoc | null, m: MessageDoc): chatV1.CallRe
     messageId: m.id,
     sessionId: resp ? resp.sessionId : '',
     model: resp?.model ?? m.call?.model ?? '',
-    servedModel: m.call?.model ?? resp?.model ?? '',
+    servedModel: m.model || m.call?.model || resp?.model || '',
     createdAt: resp?.createdAt ?? m.createdAt,
     completedAt: m.completedAt ?? '',
     status: statusOf(resp, m),
@@ -133,7 +133,7 @@ export function recordOf(resp: ResponseDoc | null, m: MessageDoc): chatV1.CallRe
 }
 
 const event = (type: string, fields: Partial<chatV1.CallEvent> = {}): { event: chatV1.CallEvent } => ({
-  event: { type, call: undefined, index: 0, delta: '', ...fields },
+  event: { type, call: undefined, index: 0, delta: '', servedModel: '', ...fields },
 });
 
 function parseJsonObject(field: string, text: string): Record<string, unknown> {
@@ -189,7 +189,7 @@ async function relayLive(
   let i = from;
   while (!signal.aborted) {
     const upTo = durable ? live.durable : live.chunks.length;
-    for (; i < upTo && !signal.aborted; i++) await send(event('delta', { index: i, delta: live.chunks[i] }));
+    for (; i < upTo && !signal.aborted; i++) await send(event('delta', { index: i, delta: live.chunks[i], servedModel: live.served }));
     if (signal.aborted) return;
     const final = live.final;
     if (final) {
@@ -197,7 +197,7 @@ async function relayLive(
       const ends = final.ends ?? live.ends;
       for (; i < ends.length && !signal.aborted; i++) {
         const text = final.ends ? chunkOf(final, ends, i) : live.chunks[i];
-        await send(event('delta', { index: i, delta: text }));
+        await send(event('delta', { index: i, delta: text, servedModel: final.model ?? live.served }));
       }
       return send(event('done', { call: done(final) }));
     }
@@ -330,7 +330,8 @@ export function callHandlers(deps: CallDeps) {
     let i = from;
     while (doc && !signal.aborted) {
       const ends = endsOf(doc);
-      for (; i < ends.length && !signal.aborted; i++) await send(event('delta', { index: i, delta: chunkOf(doc, ends, i) }));
+      for (; i < ends.length && !signal.aborted; i++)
+        await send(event('delta', { index: i, delta: chunkOf(doc, ends, i), servedModel: doc.model ?? '' }));
       if (TERMINAL.has(doc.status)) return send(event('done', { call: recordOf(resp, doc) }));
       const live = replies.get(doc.id);
       if (live) return relayLive(live, i, true, send, signal, (m) => recordOf(resp, m));
@@ -483,7 +484,8 @@ export function callHandlers(deps: CallDeps) {
         if ((err as { details?: { reason?: string } }).details?.reason === 'llm_not_configured') return null;
         throw err;
       });
-      return { models: llm?.settings.model ? [llm.settings.model] : [] };
+      const models = [llm?.settings.model, ...(llm?.fallbacks ?? []).map((f) => f.model)].filter((m): m is string => Boolean(m));
+      return { models: [...new Set(models)] };
     },
 
     async startCall(req: chatV1.StartCallRequest, ctx: CallContext, send: Send, signal: AbortSignal): Promise<void> {
@@ -500,7 +502,14 @@ export function callHandlers(deps: CallDeps) {
       const [resolved, found] = await Promise.all([peers.llm(token, auth.tid), completion ? null : sessionFor(req, auth.tid)]);
       const llm: ReplyLlm = { ...resolved, settings: { ...resolved.settings } };
       // The model must be one the tenant configured (GET /v1/models); a tenant that named none lets the caller name it.
-      if (llm.settings.model && req.model !== llm.settings.model) throw modelNotFound(req.model);
+      // Naming a fallback starts the chain there (with the main model's temperature and output bound).
+      if (llm.settings.model && req.model !== llm.settings.model) {
+        const at = (llm.fallbacks ?? []).findIndex((f) => f.model === req.model);
+        if (at < 0) throw modelNotFound(req.model);
+        const { temperature, maxTokens } = llm.settings;
+        llm.settings = { ...llm.fallbacks![at], temperature, maxTokens };
+        llm.fallbacks = llm.fallbacks!.slice(at + 1);
+      }
       llm.settings.model ||= req.model;
       if (req.temperature !== undefined) llm.settings.temperature = req.temperature;
       llm.settings.maxTokens = req.maxOutputTokens ?? llm.settings.maxTokens ?? deps.defaultMaxTokens;

@@ -43,6 +43,8 @@ export interface MessageDoc {
    * replies stored before reservations).
    */
   call?: ReplyCall;
+  /** The model that served the reply (a fallback's when the main model failed before answering); absent before. */
+  model?: string | null;
   createdAt: string;
   completedAt: string | null;
   /**

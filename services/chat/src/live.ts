@@ -10,6 +10,8 @@ export class LiveReply {
   /** ends[i] = length of the text after chunks[i] (UTF-16 code units). */
   readonly ends: number[] = [];
   length = 0;
+  /** The model serving the reply, once one answers (a fallback's when the first failed before its first token). */
+  served = '';
   /** Chunks written to the store (replies whose streams resume by chunk write each before any reader sends it). */
   durable = 0;
   /** The stored message once the reply is completed or failed. */

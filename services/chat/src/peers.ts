@@ -1,5 +1,5 @@
 import { createClient, errors, type ServiceClient } from '@svc/kit';
-import { llmSettingsFrom } from '@svc/llm';
+import { llmCandidatesFrom } from '@svc/llm';
 import { agentsV1, identityV1, projectsV1 } from '@svc/proto';
 import type { ReplyLlm } from './replies';
 
@@ -32,7 +32,11 @@ export interface Peers {
   close(): void;
 }
 
-const copy = (v: ReplyLlm): ReplyLlm => ({ settings: { ...v.settings }, keySource: v.keySource });
+const copy = (v: ReplyLlm): ReplyLlm => ({
+  settings: { ...v.settings },
+  fallbacks: (v.fallbacks ?? []).map((f) => ({ ...f })),
+  keySource: v.keySource,
+});
 
 export function grpcPeers(
   addresses: { identity: string; projects: string; agents: string },
@@ -59,10 +63,8 @@ export function grpcPeers(
       if (cached && cached.until > Date.now()) return copy(cached.value);
       const { settings: s } = await id.resolveLlmSettings({}, { token });
       if (!s) throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
-      const value: ReplyLlm = {
-        settings: llmSettingsFrom(s),
-        keySource: s.source,
-      };
+      const [settings, ...fallbacks] = llmCandidatesFrom(s);
+      const value: ReplyLlm = { settings, fallbacks, keySource: s.source };
       if (llmCacheMs > 0) {
         if (llmCache.size >= 10_000) llmCache.clear();
         llmCache.set(tenantId, { value, until: Date.now() + llmCacheMs });

@@ -12,7 +12,17 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { createProvider, estimateUsage, isLlmError, type LlmEvent, type LlmMessage, type LlmSettings, type LlmTool } from '@svc/llm';
+import {
+  type CircuitBreaker,
+  createModelChain,
+  estimateUsage,
+  isLlmError,
+  type LlmEvent,
+  type LlmMessage,
+  type LlmSettings,
+  type LlmTool,
+  type ServedModel,
+} from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
 import { LiveReply } from './live';
 
@@ -30,9 +40,20 @@ export interface ReplyTimings {
   now?: () => number;
 }
 
+/** How replies call models: the process's circuit breaker, and each call's idle timeout and retries. */
+export interface ReplyModels {
+  breaker?: CircuitBreaker;
+  /** Wait for the provider's headers and then between chunks (a hang moves on to the next model). Default 60 s. */
+  timeoutMs?: number;
+  /** Retries of the last model that can be tried. Default 2. */
+  maxRetries?: number;
+}
+
 /** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
 export interface ReplyLlm {
   settings: LlmSettings;
+  /** Tried in order when the model fails before its first token; temperature and maxTokens come from `settings`. */
+  fallbacks?: LlmSettings[];
   /** tenant or platform: whose API key pays. */
   keySource: string;
 }
@@ -137,6 +158,7 @@ export class Replies {
     private readonly logger: Logger,
     private readonly fetch: typeof globalThis.fetch,
     private readonly timings: ReplyTimings,
+    private readonly models: ReplyModels = {},
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
@@ -288,28 +310,40 @@ export class Replies {
           (p) =>
             !p.lost &&
             (!durableOnly || p.durable) &&
-            (p.live.length > p.storedLength || p.usage !== p.storedUsage || now - p.beatAt >= this.timings.leaseMs / 3),
+            (p.live.length > p.storedLength ||
+              p.usage !== p.storedUsage ||
+              p.served !== p.storedServed ||
+              now - p.beatAt >= this.timings.leaseMs / 3),
         );
         if (due.length === 0) return;
         const written = await this.store.transaction(async (tx) => {
           const col = tx.collection(messages);
-          const out: Array<{ p: Progress; length: number; chunks: number; usage: Tokens | undefined; ok: boolean }> = [];
+          const out: Array<{
+            p: Progress;
+            length: number;
+            chunks: number;
+            usage: Tokens | undefined;
+            served: ServedModel | undefined;
+            ok: boolean;
+          }> = [];
           for (const p of due) {
             const content = p.live.text();
             const chunks = p.live.chunks.length;
-            const { usage } = p;
+            const { usage, served } = p;
             const doc = await col.update(p.message.id, this.fence(p), {
               content,
               status: 'streaming',
               leaseBeat: p.beat + 1,
               ...(p.durable ? { ends: p.live.ends.slice(0, chunks) } : {}),
               ...(usage ? { inputTokens: usage.inputTokens, outputTokens: usage.outputTokens } : {}),
+              // Stored with the first text: a crash from here on bills the model that served, at its price.
+              ...(served ? servedFields(p.message, served) : {}),
             });
-            out.push({ p, length: content.length, chunks, usage, ok: doc !== null });
+            out.push({ p, length: content.length, chunks, usage, served, ok: doc !== null });
           }
           return out;
         });
-        for (const { p, length, chunks, usage, ok } of written) {
+        for (const { p, length, chunks, usage, served, ok } of written) {
           if (!ok) {
             // Another process failed it (it saw our beat stand still, or cancelled it): stop writing. A cancelled
             // reply's model call is stopped too (nobody wants its output); one taken for dead goes on to be billed
@@ -328,6 +362,7 @@ export class Replies {
           p.stored = 'streaming';
           p.storedLength = length;
           p.storedUsage = usage;
+          p.storedServed = served;
           p.beat += 1;
           p.beatAt = now;
         }
@@ -367,6 +402,8 @@ export class Replies {
       usage: undefined,
       storedUsage: undefined,
       durable: job.durable ?? false,
+      served: undefined,
+      storedServed: undefined,
     };
     this.progress.set(message.id, progress);
     this.ensureFlusher();
@@ -377,12 +414,33 @@ export class Replies {
     let finishReason: string | null = null;
     let approval: StoredApproval | null = null;
     try {
-      const events: AsyncIterable<ReplySourceEvent> = job.source
-        ? job.source(signal)
-        : createProvider({ ...job.llm.settings, fetch: this.fetch }).stream(
-            { messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) },
-            { signal },
-          );
+      let events: AsyncIterable<ReplySourceEvent>;
+      if (job.source) events = job.source(signal);
+      else {
+        const main = job.llm.settings;
+        const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
+        // Fallbacks answer with the main settings' temperature and output bound: the reply's one reservation covers
+        // whichever model serves it (every model is priced alike per token).
+        const candidates = [
+          { ...main, ...extra },
+          ...(job.llm.fallbacks ?? []).map((f) => ({ ...f, temperature: main.temperature, maxTokens: main.maxTokens, ...extra })),
+        ];
+        const chain = createModelChain(candidates, {
+          breaker: this.models.breaker,
+          scope: tenantId,
+          maxRetries: this.models.maxRetries,
+          onAttemptFailed: (a) =>
+            this.logger.warn(
+              { messageId: message.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
+              a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
+            ),
+        });
+        const onServed = (served: ServedModel) => {
+          progress.served = served;
+          live.served = served.model;
+        };
+        events = chain.stream({ messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) }, { signal, onServed });
+      }
       for await (const event of events) {
         if (event.type === 'text') {
           live.append(event.delta);
@@ -422,6 +480,7 @@ export class Replies {
     await this.flushing;
 
     const final: Partial<MessageDoc> = {
+      ...(progress.served ? servedFields(message, progress.served) : {}),
       content: live.text(),
       status: outcome.status,
       errorCode: outcome.status === 'failed' ? outcome.code : null,
@@ -438,14 +497,16 @@ export class Replies {
     // A reply cut off midway (a provider error, a stop) is billed too: for what the provider reported, else for the
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
-    const call: ReplyCall = message.call ?? {
-      provider: job.llm.settings.provider,
-      model: job.llm.settings.model ?? '',
-      keySource: job.llm.keySource,
-      credentialId: job.credentialId ?? '',
-      credentialType: job.credentialType ?? '',
-      promptTokens: 0,
-    };
+    const call: ReplyCall = final.call ??
+      message.call ?? {
+        provider: job.llm.settings.provider,
+        model: job.llm.settings.model ?? '',
+        keySource: job.llm.keySource,
+        credentialId: job.credentialId ?? '',
+        credentialType: job.credentialType ?? '',
+        promptTokens: 0,
+        ...(progress.served ? { provider: progress.served.provider, model: progress.served.model } : {}),
+      };
     // Nothing billable (the provider refused before answering): the event with no tokens releases the reservation.
     // A reply from another source (an agent's run) made no model call of its own: its run bills its calls.
     const bill = (tx: StoreSession) =>
@@ -474,6 +535,14 @@ export class Replies {
 
 class RefusedError extends Error {}
 
+/** The served model on the reply, and on its call (what billing is told, by the generator or a sweep). */
+function servedFields(message: MessageDoc, served: ServedModel): Partial<MessageDoc> {
+  return {
+    model: served.model,
+    ...(message.call ? { call: { ...message.call, provider: served.provider, model: served.model } } : {}),
+  };
+}
+
 /** A reply source's own failure, stored with its code (an agent's run that failed: AGENT_RUN_FAILED). */
 export class ReplyFailure extends Error {
   constructor(
@@ -501,4 +570,7 @@ interface Progress {
   storedUsage: Tokens | undefined;
   /** Chunk ends are stored with the text (ReplyJob.durable). */
   durable: boolean;
+  /** The model that serves the reply, once it started answering, and the value last stored. */
+  served: ServedModel | undefined;
+  storedServed: ServedModel | undefined;
 }

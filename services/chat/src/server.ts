@@ -6,12 +6,13 @@ import {
   egressPolicyFrom,
   field,
   identityVerifier,
+  llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
-import { throughEgress } from '@svc/llm';
+import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
 import { purgeExpiredResponses } from './purge';
@@ -33,6 +34,10 @@ const chatConfig = {
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
   maxSessionsPerTenant: field('CHAT_SESSIONS_PER_TENANT', 'int', { default: '10000', min: 1, max: 10_000_000 }),
   responsesRetentionHours: field('RESPONSES_RETENTION_HOURS', 'int', { default: '24', min: 1, max: 8760 }),
+  /** A model's wait for its answer to start and then between chunks; past it the call moves to the next model. */
+  llmTimeoutMs: field('CHAT_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
+  llmMaxRetries: field('CHAT_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
+  ...llmBreakerConfig,
 } as const;
 
 export interface ChatOptions {
@@ -61,11 +66,27 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     );
   // Provider calls go to an address a tenant chose: through the egress guard. Streams keep their own idle timeout.
   const fetch = throughEgress(egressFetch(egressPolicyFrom(config)));
-  const replies = new Replies(rt.store, rt.relay, rt.logger, fetch, {
-    flushMs: config.flushMs,
-    leaseMs: config.leaseMs,
-    drainMs: config.drainMs,
-  });
+  const replies = new Replies(
+    rt.store,
+    rt.relay,
+    rt.logger,
+    fetch,
+    {
+      flushMs: config.flushMs,
+      leaseMs: config.leaseMs,
+      drainMs: config.drainMs,
+    },
+    {
+      // Per process (docs/decisions.md): a deployment that keeps failing is skipped without an attempt.
+      breaker: new CircuitBreaker({
+        failures: config.llmBreakerFailures,
+        windowMs: DEFAULT_BREAKER_WINDOW_MS,
+        cooldownMs: config.llmBreakerCooldownS * 1000,
+      }),
+      timeoutMs: config.llmTimeoutMs,
+      maxRetries: config.llmMaxRetries,
+    },
+  );
   await replies.startSweeping();
   // Every reply reserves its most possible cost in billing before it starts (kit CreditReservations).
   const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);

@@ -17,6 +17,7 @@ export function toMessage(m: MessageDoc): chatV1.Message {
     completedAt: m.completedAt ?? '',
     errorCode: m.errorCode ?? '',
     errorMessage: m.errorMessage ?? '',
+    model: m.model ?? '',
     usage:
       m.inputTokens !== null || m.outputTokens !== null
         ? { inputTokens: m.inputTokens ?? 0, outputTokens: m.outputTokens ?? 0 }

@@ -113,8 +113,19 @@ export interface LlmSettingsDoc {
   apiKeySealed: string | null;
   temperature: number | null;
   maxTokens: number | null;
+  /** Tried in order when the model fails before its first token (absent on documents of older versions). */
+  fallbacks?: LlmFallbackDoc[];
   createdAt: string;
   updatedAt: string;
+}
+
+/** A fallback model; its own API key sealed like the main one. */
+export interface LlmFallbackDoc {
+  provider: string;
+  model: string;
+  /** null: the provider's public API. */
+  baseUrl: string | null;
+  apiKeySealed: string | null;
 }
 
 /** A tenant's secret: the current value sealed with the master key (its key id inside), never stored in the clear. */

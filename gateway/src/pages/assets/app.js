@@ -49,7 +49,7 @@ function showError(err) {
 
 /** Only a path on this site: never an address elsewhere (an open redirect). */
 function safeNext(next) {
-  return typeof next === 'string' && /^\/(?![/\\])/.test(next) ? next : '/settings/security/api-keys';
+  return typeof next === 'string' && /^\/(?![/\\])/.test(next) ? next : '/projects';
 }
 
 function toLogin() {
@@ -131,7 +131,7 @@ const pages = {
         code: params.get('code') ?? '',
         state: params.get('state') ?? '',
       });
-      location.replace('/settings/security/api-keys');
+      location.replace('/projects');
     } catch (err) {
       showError(err);
     }

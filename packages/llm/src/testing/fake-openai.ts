@@ -284,6 +284,28 @@ async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<v
   }
 }
 
+/**
+ * `POST /embeddings`: one deterministic 8-dimension vector per input (a string or an array of strings), with usage
+ * (`prompt_tokens` = the fakes' token count of the inputs), as OpenAI answers.
+ */
+function embeddings(ctx: FakeContext): void {
+  const body = ctx.record.body as { input?: unknown; model?: unknown } | undefined;
+  const inputs = typeof body?.input === 'string' ? [body.input] : Array.isArray(body?.input) ? body.input : null;
+  if (!inputs || inputs.some((i) => typeof i !== 'string') || typeof body?.model !== 'string') {
+    sendError(ctx, 400, "'input' must be a string or an array of strings, and 'model' a string");
+    return;
+  }
+  const tokens = inputs.reduce((n: number, i: string) => n + estimateTokens(i), 0);
+  const vector = (text: string) =>
+    Array.from({ length: 8 }, (_, d) => Number((((text.length + 1) * (d + 3)) % 97) / 97).toFixed(6)).map(Number);
+  sendJson(ctx.res, 200, {
+    object: 'list',
+    data: (inputs as string[]).map((text, index) => ({ object: 'embedding', index, embedding: vector(text) })),
+    model: body.model,
+    usage: { prompt_tokens: tokens, total_tokens: tokens },
+  });
+}
+
 /** Starts a fake OpenAI server; `url` is `http://127.0.0.1:<port>/v1` (with `basePath`). */
 export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeProviderServer> {
   const basePath = (options.basePath ?? '/v1').replace(/\/+$/, '');
@@ -314,6 +336,10 @@ export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakePr
       }
       if (req.method === 'GET' && path === `${basePath}/models`) {
         sendJson(ctx.res, 200, { object: 'list', data: [{ id: 'fake-model', object: 'model', created: FAKE_CREATED, owned_by: 'fake' }] });
+        return;
+      }
+      if (req.method === 'POST' && path === `${basePath}/embeddings`) {
+        embeddings(ctx);
         return;
       }
       if (req.method !== 'POST' || path !== `${basePath}/chat/completions`) {

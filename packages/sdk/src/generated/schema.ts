@@ -2157,6 +2157,14 @@ export interface operations {
               /** @description where the effective settings come from */
               source: 'tenant' | 'platform' | 'none';
               updatedAt: string | null;
+              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
+              fallbacks: {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                /** @description null: the provider's public API */
+                baseUrl: string | null;
+                apiKeySet: boolean;
+              }[];
             };
             meta: {
               request_id: string;
@@ -2192,6 +2200,16 @@ export interface operations {
           apiKey?: string | null;
           temperature?: number | null;
           maxTokens?: number | null;
+          /** @description Replaces the list (at most 5); null or [] removes it */
+          fallbacks?:
+            | {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                baseUrl?: string | null;
+                /** @description Write-only. Left out: the key of the saved entry with the same provider, model and base URL is kept; without one, the main key is used when the entry has the main provider and base URL. null: no key of its own */
+                apiKey?: string | null;
+              }[]
+            | null;
         };
       };
     };
@@ -2213,6 +2231,14 @@ export interface operations {
               /** @description where the effective settings come from */
               source: 'tenant' | 'platform' | 'none';
               updatedAt: string | null;
+              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
+              fallbacks: {
+                provider: 'openai' | 'anthropic' | 'openai-compatible';
+                model: string;
+                /** @description null: the provider's public API */
+                baseUrl: string | null;
+                apiKeySet: boolean;
+              }[];
             };
             meta: {
               request_id: string;
@@ -3241,6 +3267,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3318,6 +3346,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3399,6 +3429,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3474,6 +3506,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3549,6 +3583,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -3630,6 +3666,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 };
+                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+                model?: string;
                 toolName?: string;
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
@@ -4328,6 +4366,8 @@ export interface operations {
                 inputTokens: number;
                 outputTokens: number;
               } | null;
+              /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
               completedAt: string | null;
@@ -4397,6 +4437,8 @@ export interface operations {
                   inputTokens: number;
                   outputTokens: number;
                 } | null;
+                /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+                model: string | null;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
                 createdAt: string;
                 completedAt: string | null;

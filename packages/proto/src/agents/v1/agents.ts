@@ -118,7 +118,11 @@ export interface RunStep {
   resultJson: string;
   /** completed, failed, requires_approval, rejected */
   status: string;
-  usage?: Usage | undefined;
+  usage?:
+    | Usage
+    | undefined;
+  /** model steps: the model that served the call (a fallback's when the main model failed before answering) */
+  model: string;
 }
 
 export interface Run {
@@ -1462,6 +1466,7 @@ function createBaseRunStep(): RunStep {
     resultJson: "",
     status: "",
     usage: undefined,
+    model: "",
   };
 }
 
@@ -1499,6 +1504,9 @@ export const RunStep: MessageFns<RunStep> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(90).fork()).join();
+    }
+    if (message.model !== "") {
+      writer.uint32(98).string(message.model);
     }
     return writer;
   },
@@ -1604,6 +1612,14 @@ export const RunStep: MessageFns<RunStep> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1653,6 +1669,7 @@ export const RunStep: MessageFns<RunStep> = {
         : "",
       status: isSet(object.status) ? globalThis.String(object.status) : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
     };
   },
 
@@ -1691,6 +1708,9 @@ export const RunStep: MessageFns<RunStep> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -1710,6 +1730,7 @@ export const RunStep: MessageFns<RunStep> = {
     message.resultJson = object.resultJson ?? "";
     message.status = object.status ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.model = object.model ?? "";
     return message;
   },
 };

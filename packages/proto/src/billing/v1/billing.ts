@@ -181,6 +181,22 @@ export interface ReleaseResponse {
   released: boolean;
 }
 
+export interface RecordUsageRequest {
+  callId: string;
+  provider: string;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  /** passthrough */
+  source: string;
+  sourceId: string;
+}
+
+export interface RecordUsageResponse {
+  /** Credits debited (0 when the call had no tokens, or was recorded before). */
+  credits: number;
+}
+
 export interface GetKeyUsageRequest {
   /** At most 100. */
   apiKeyIds: string[];
@@ -2795,6 +2811,254 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
   },
 };
 
+function createBaseRecordUsageRequest(): RecordUsageRequest {
+  return { callId: "", provider: "", model: "", inputTokens: 0, outputTokens: 0, source: "", sourceId: "" };
+}
+
+export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
+  encode(message: RecordUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.provider !== "") {
+      writer.uint32(18).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(26).string(message.model);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(32).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(40).int64(message.outputTokens);
+    }
+    if (message.source !== "") {
+      writer.uint32(50).string(message.source);
+    }
+    if (message.sourceId !== "") {
+      writer.uint32(58).string(message.sourceId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.sourceId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordUsageRequest {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      sourceId: isSet(object.sourceId)
+        ? globalThis.String(object.sourceId)
+        : isSet(object.source_id)
+        ? globalThis.String(object.source_id)
+        : "",
+    };
+  },
+
+  toJSON(message: RecordUsageRequest): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.sourceId !== "") {
+      obj.sourceId = message.sourceId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RecordUsageRequest>): RecordUsageRequest {
+    return RecordUsageRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecordUsageRequest>): RecordUsageRequest {
+    const message = createBaseRecordUsageRequest();
+    message.callId = object.callId ?? "";
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.source = object.source ?? "";
+    message.sourceId = object.sourceId ?? "";
+    return message;
+  },
+};
+
+function createBaseRecordUsageResponse(): RecordUsageResponse {
+  return { credits: 0 };
+}
+
+export const RecordUsageResponse: MessageFns<RecordUsageResponse> = {
+  encode(message: RecordUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.credits !== 0) {
+      writer.uint32(8).int64(message.credits);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordUsageResponse {
+    return { credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0 };
+  },
+
+  toJSON(message: RecordUsageResponse): unknown {
+    const obj: any = {};
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RecordUsageResponse>): RecordUsageResponse {
+    return RecordUsageResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecordUsageResponse>): RecordUsageResponse {
+    const message = createBaseRecordUsageResponse();
+    message.credits = object.credits ?? 0;
+    return message;
+  },
+};
+
 function createBaseGetKeyUsageRequest(): GetKeyUsageRequest {
   return { apiKeyIds: [] };
 }
@@ -4822,6 +5086,19 @@ export const BillingServiceService = {
     responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
   },
+  /**
+   * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and
+   * credential: applied once per call id as an `llm.usage` event is, settling the call's reservation when it has one.
+   */
+  recordUsage: {
+    path: "/billing.v1.BillingService/RecordUsage" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecordUsageRequest): Buffer => Buffer.from(RecordUsageRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecordUsageRequest => RecordUsageRequest.decode(value),
+    responseSerialize: (value: RecordUsageResponse): Buffer => Buffer.from(RecordUsageResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecordUsageResponse => RecordUsageResponse.decode(value),
+  },
   /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
   getAlerts: {
     path: "/billing.v1.BillingService/GetAlerts" as const,
@@ -4887,6 +5164,11 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   reserve: handleUnaryCall<ReserveRequest, ReserveResponse>;
   /** Gives back the open reservation of a call that never reached the model. Idempotent. */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+  /**
+   * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and
+   * credential: applied once per call id as an `llm.usage` event is, settling the call's reservation when it has one.
+   */
+  recordUsage: handleUnaryCall<RecordUsageRequest, RecordUsageResponse>;
   /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
   getAlerts: handleUnaryCall<GetAlertsRequest, GetAlertsResponse>;
   /** Replaces them (owner/admin; scope billing:write). Each crossing emits one billing.threshold_crossed event. */
@@ -5121,6 +5403,25 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and
+   * credential: applied once per call id as an `llm.usage` event is, settling the call's reservation when it has one.
+   */
+  recordUsage(
+    request: RecordUsageRequest,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
+  ): ClientUnaryCall;
+  recordUsage(
+    request: RecordUsageRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
+  ): ClientUnaryCall;
+  recordUsage(
+    request: RecordUsageRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecordUsageResponse) => void,
   ): ClientUnaryCall;
   /** The tenant's billing alert thresholds (owner/admin; scope billing:read). None set: all fields absent. */
   getAlerts(

@@ -48,7 +48,11 @@ export interface Message {
   errorCode: string;
   errorMessage: string;
   /** Tokens the reply cost, when the provider reported them. */
-  usage?: Usage | undefined;
+  usage?:
+    | Usage
+    | undefined;
+  /** The model that served the reply (a fallback's when the main model failed before answering); empty before any did. */
+  model: string;
 }
 
 export interface Usage {
@@ -252,6 +256,8 @@ export interface CallEvent {
   /** delta: the chunk's index (from 0) and its text */
   index: number;
   delta: string;
+  /** delta: the model serving the call (a fallback's when the first model failed before answering) */
+  servedModel: string;
 }
 
 export interface StartCallResponse {
@@ -442,6 +448,7 @@ function createBaseMessage(): Message {
     errorCode: "",
     errorMessage: "",
     usage: undefined,
+    model: "",
   };
 }
 
@@ -479,6 +486,9 @@ export const Message: MessageFns<Message> = {
     }
     if (message.usage !== undefined) {
       Usage.encode(message.usage, writer.uint32(90).fork()).join();
+    }
+    if (message.model !== "") {
+      writer.uint32(98).string(message.model);
     }
     return writer;
   },
@@ -584,6 +594,14 @@ export const Message: MessageFns<Message> = {
             message.usage = Usage.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -633,6 +651,7 @@ export const Message: MessageFns<Message> = {
         ? globalThis.String(object.error_message)
         : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
     };
   },
 
@@ -671,6 +690,9 @@ export const Message: MessageFns<Message> = {
     if (message.usage !== undefined) {
       obj.usage = Usage.toJSON(message.usage);
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -690,6 +712,7 @@ export const Message: MessageFns<Message> = {
     message.errorCode = object.errorCode ?? "";
     message.errorMessage = object.errorMessage ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.model = object.model ?? "";
     return message;
   },
 };
@@ -3559,7 +3582,7 @@ export const CallRecord: MessageFns<CallRecord> = {
 };
 
 function createBaseCallEvent(): CallEvent {
-  return { type: "", call: undefined, index: 0, delta: "" };
+  return { type: "", call: undefined, index: 0, delta: "", servedModel: "" };
 }
 
 export const CallEvent: MessageFns<CallEvent> = {
@@ -3575,6 +3598,9 @@ export const CallEvent: MessageFns<CallEvent> = {
     }
     if (message.delta !== "") {
       writer.uint32(34).string(message.delta);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(42).string(message.servedModel);
     }
     return writer;
   },
@@ -3624,6 +3650,14 @@ export const CallEvent: MessageFns<CallEvent> = {
             message.delta = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3642,6 +3676,11 @@ export const CallEvent: MessageFns<CallEvent> = {
       call: isSet(object.call) ? CallRecord.fromJSON(object.call) : undefined,
       index: isSet(object.index) ? globalThis.Number(object.index) : 0,
       delta: isSet(object.delta) ? globalThis.String(object.delta) : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
     };
   },
 
@@ -3659,6 +3698,9 @@ export const CallEvent: MessageFns<CallEvent> = {
     if (message.delta !== "") {
       obj.delta = message.delta;
     }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
     return obj;
   },
 
@@ -3673,6 +3715,7 @@ export const CallEvent: MessageFns<CallEvent> = {
       : undefined;
     message.index = object.index ?? 0;
     message.delta = object.delta ?? "";
+    message.servedModel = object.servedModel ?? "";
     return message;
   },
 };

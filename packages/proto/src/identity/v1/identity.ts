@@ -388,6 +388,29 @@ export interface LlmSettings {
   /** tenant, platform or none: where the effective settings come from */
   source: string;
   updatedAt: string;
+  /** Tried in order when the model fails before its first token (CONTRACT.md 9). */
+  fallbacks: LlmFallback[];
+}
+
+/** A fallback model as shown: its own API key never leaves, only whether one is set. */
+export interface LlmFallback {
+  provider: string;
+  model: string;
+  /** Empty: the provider's public API. */
+  baseUrl: string;
+  apiKeySet: boolean;
+}
+
+/**
+ * A fallback as written. Without api_key, an entry keeps the key of the saved entry with the same provider, model
+ * and base URL (so a list read, edited and written back keeps its keys); clear_api_key drops it.
+ */
+export interface LlmFallbackInput {
+  provider: string;
+  model: string;
+  baseUrl: string;
+  apiKey?: string | undefined;
+  clearApiKey: boolean;
 }
 
 export interface GetLlmSettingsRequest {
@@ -409,6 +432,9 @@ export interface UpdateLlmSettingsRequest {
   clearApiKey: boolean;
   clearTemperature: boolean;
   clearMaxTokens: boolean;
+  /** With set_fallbacks, the list replaces the saved one (empty: none). */
+  setFallbacks: boolean;
+  fallbacks: LlmFallbackInput[];
 }
 
 export interface UpdateLlmSettingsResponse {
@@ -426,6 +452,18 @@ export interface ResolvedLlmSettings {
   temperature?: number | undefined;
   maxTokens?: number | undefined;
   source: string;
+  /**
+   * In order; api_key resolved (an entry without its own key uses the main key when it calls the same provider at
+   * the same base URL, else none).
+   */
+  fallbacks: ResolvedLlmFallback[];
+}
+
+export interface ResolvedLlmFallback {
+  provider: string;
+  model: string;
+  baseUrl: string;
+  apiKey: string;
 }
 
 export interface ResolveLlmSettingsResponse {
@@ -6212,6 +6250,7 @@ function createBaseLlmSettings(): LlmSettings {
     maxTokens: undefined,
     source: "",
     updatedAt: "",
+    fallbacks: [],
   };
 }
 
@@ -6240,6 +6279,9 @@ export const LlmSettings: MessageFns<LlmSettings> = {
     }
     if (message.updatedAt !== "") {
       writer.uint32(66).string(message.updatedAt);
+    }
+    for (const v of message.fallbacks) {
+      LlmFallback.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -6321,6 +6363,14 @@ export const LlmSettings: MessageFns<LlmSettings> = {
             message.updatedAt = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.fallbacks.push(LlmFallback.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6359,6 +6409,9 @@ export const LlmSettings: MessageFns<LlmSettings> = {
         : isSet(object.updated_at)
         ? globalThis.String(object.updated_at)
         : "",
+      fallbacks: globalThis.Array.isArray(object?.fallbacks)
+        ? object.fallbacks.map((e: any) => LlmFallback.fromJSON(e))
+        : [],
     };
   },
 
@@ -6388,6 +6441,9 @@ export const LlmSettings: MessageFns<LlmSettings> = {
     if (message.updatedAt !== "") {
       obj.updatedAt = message.updatedAt;
     }
+    if (message.fallbacks?.length) {
+      obj.fallbacks = message.fallbacks.map((e) => LlmFallback.toJSON(e));
+    }
     return obj;
   },
 
@@ -6404,6 +6460,277 @@ export const LlmSettings: MessageFns<LlmSettings> = {
     message.maxTokens = object.maxTokens ?? undefined;
     message.source = object.source ?? "";
     message.updatedAt = object.updatedAt ?? "";
+    message.fallbacks = object.fallbacks?.map((e) => LlmFallback.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseLlmFallback(): LlmFallback {
+  return { provider: "", model: "", baseUrl: "", apiKeySet: false };
+}
+
+export const LlmFallback: MessageFns<LlmFallback> = {
+  encode(message: LlmFallback, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKeySet !== false) {
+      writer.uint32(32).bool(message.apiKeySet);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LlmFallback {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLlmFallback();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.apiKeySet = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LlmFallback {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKeySet: isSet(object.apiKeySet)
+        ? globalThis.Boolean(object.apiKeySet)
+        : isSet(object.api_key_set)
+        ? globalThis.Boolean(object.api_key_set)
+        : false,
+    };
+  },
+
+  toJSON(message: LlmFallback): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKeySet !== false) {
+      obj.apiKeySet = message.apiKeySet;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<LlmFallback>): LlmFallback {
+    return LlmFallback.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<LlmFallback>): LlmFallback {
+    const message = createBaseLlmFallback();
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKeySet = object.apiKeySet ?? false;
+    return message;
+  },
+};
+
+function createBaseLlmFallbackInput(): LlmFallbackInput {
+  return { provider: "", model: "", baseUrl: "", apiKey: undefined, clearApiKey: false };
+}
+
+export const LlmFallbackInput: MessageFns<LlmFallbackInput> = {
+  encode(message: LlmFallbackInput, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKey !== undefined) {
+      writer.uint32(34).string(message.apiKey);
+    }
+    if (message.clearApiKey !== false) {
+      writer.uint32(40).bool(message.clearApiKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LlmFallbackInput {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLlmFallbackInput();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.clearApiKey = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LlmFallbackInput {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : undefined,
+      clearApiKey: isSet(object.clearApiKey)
+        ? globalThis.Boolean(object.clearApiKey)
+        : isSet(object.clear_api_key)
+        ? globalThis.Boolean(object.clear_api_key)
+        : false,
+    };
+  },
+
+  toJSON(message: LlmFallbackInput): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== undefined) {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.clearApiKey !== false) {
+      obj.clearApiKey = message.clearApiKey;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<LlmFallbackInput>): LlmFallbackInput {
+    return LlmFallbackInput.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<LlmFallbackInput>): LlmFallbackInput {
+    const message = createBaseLlmFallbackInput();
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKey = object.apiKey ?? undefined;
+    message.clearApiKey = object.clearApiKey ?? false;
     return message;
   },
 };
@@ -6541,6 +6868,8 @@ function createBaseUpdateLlmSettingsRequest(): UpdateLlmSettingsRequest {
     clearApiKey: false,
     clearTemperature: false,
     clearMaxTokens: false,
+    setFallbacks: false,
+    fallbacks: [],
   };
 }
 
@@ -6575,6 +6904,12 @@ export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
     }
     if (message.clearMaxTokens !== false) {
       writer.uint32(80).bool(message.clearMaxTokens);
+    }
+    if (message.setFallbacks !== false) {
+      writer.uint32(88).bool(message.setFallbacks);
+    }
+    for (const v of message.fallbacks) {
+      LlmFallbackInput.encode(v!, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -6672,6 +7007,22 @@ export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
             message.clearMaxTokens = reader.bool();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.setFallbacks = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.fallbacks.push(LlmFallbackInput.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6724,6 +7075,14 @@ export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
         : isSet(object.clear_max_tokens)
         ? globalThis.Boolean(object.clear_max_tokens)
         : false,
+      setFallbacks: isSet(object.setFallbacks)
+        ? globalThis.Boolean(object.setFallbacks)
+        : isSet(object.set_fallbacks)
+        ? globalThis.Boolean(object.set_fallbacks)
+        : false,
+      fallbacks: globalThis.Array.isArray(object?.fallbacks)
+        ? object.fallbacks.map((e: any) => LlmFallbackInput.fromJSON(e))
+        : [],
     };
   },
 
@@ -6759,6 +7118,12 @@ export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
     if (message.clearMaxTokens !== false) {
       obj.clearMaxTokens = message.clearMaxTokens;
     }
+    if (message.setFallbacks !== false) {
+      obj.setFallbacks = message.setFallbacks;
+    }
+    if (message.fallbacks?.length) {
+      obj.fallbacks = message.fallbacks.map((e) => LlmFallbackInput.toJSON(e));
+    }
     return obj;
   },
 
@@ -6777,6 +7142,8 @@ export const UpdateLlmSettingsRequest: MessageFns<UpdateLlmSettingsRequest> = {
     message.clearApiKey = object.clearApiKey ?? false;
     message.clearTemperature = object.clearTemperature ?? false;
     message.clearMaxTokens = object.clearMaxTokens ?? false;
+    message.setFallbacks = object.setFallbacks ?? false;
+    message.fallbacks = object.fallbacks?.map((e) => LlmFallbackInput.fromPartial(e)) || [];
     return message;
   },
 };
@@ -6903,7 +7270,16 @@ export const ResolveLlmSettingsRequest: MessageFns<ResolveLlmSettingsRequest> = 
 };
 
 function createBaseResolvedLlmSettings(): ResolvedLlmSettings {
-  return { provider: "", model: "", baseUrl: "", apiKey: "", temperature: undefined, maxTokens: undefined, source: "" };
+  return {
+    provider: "",
+    model: "",
+    baseUrl: "",
+    apiKey: "",
+    temperature: undefined,
+    maxTokens: undefined,
+    source: "",
+    fallbacks: [],
+  };
 }
 
 export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
@@ -6928,6 +7304,9 @@ export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
     }
     if (message.source !== "") {
       writer.uint32(58).string(message.source);
+    }
+    for (const v of message.fallbacks) {
+      ResolvedLlmFallback.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -7001,6 +7380,14 @@ export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
             message.source = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.fallbacks.push(ResolvedLlmFallback.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7034,6 +7421,9 @@ export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
         ? globalThis.Number(object.max_tokens)
         : undefined,
       source: isSet(object.source) ? globalThis.String(object.source) : "",
+      fallbacks: globalThis.Array.isArray(object?.fallbacks)
+        ? object.fallbacks.map((e: any) => ResolvedLlmFallback.fromJSON(e))
+        : [],
     };
   },
 
@@ -7060,6 +7450,9 @@ export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
     if (message.source !== "") {
       obj.source = message.source;
     }
+    if (message.fallbacks?.length) {
+      obj.fallbacks = message.fallbacks.map((e) => ResolvedLlmFallback.toJSON(e));
+    }
     return obj;
   },
 
@@ -7075,6 +7468,132 @@ export const ResolvedLlmSettings: MessageFns<ResolvedLlmSettings> = {
     message.temperature = object.temperature ?? undefined;
     message.maxTokens = object.maxTokens ?? undefined;
     message.source = object.source ?? "";
+    message.fallbacks = object.fallbacks?.map((e) => ResolvedLlmFallback.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseResolvedLlmFallback(): ResolvedLlmFallback {
+  return { provider: "", model: "", baseUrl: "", apiKey: "" };
+}
+
+export const ResolvedLlmFallback: MessageFns<ResolvedLlmFallback> = {
+  encode(message: ResolvedLlmFallback, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.provider !== "") {
+      writer.uint32(10).string(message.provider);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(26).string(message.baseUrl);
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(34).string(message.apiKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolvedLlmFallback {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolvedLlmFallback();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolvedLlmFallback {
+    return {
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+    };
+  },
+
+  toJSON(message: ResolvedLlmFallback): unknown {
+    const obj: any = {};
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolvedLlmFallback>): ResolvedLlmFallback {
+    return ResolvedLlmFallback.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolvedLlmFallback>): ResolvedLlmFallback {
+    const message = createBaseResolvedLlmFallback();
+    message.provider = object.provider ?? "";
+    message.model = object.model ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKey = object.apiKey ?? "";
     return message;
   },
 };

@@ -1,0 +1,50 @@
+// The console's entry: the server sends a page shell (layout.ts) naming its page in `data-page`; this loads that
+// page's module (each its own chunk, so a page downloads only what it uses) and mounts it into #app.
+import { render } from 'preact';
+import { api, describe, toLogin, ApiError } from './api';
+import type { Me } from './ui';
+
+const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => preact.JSX.Element }>> = {
+  projects: () => import('./pages/projects'),
+  agents: () => import('./pages/agents'),
+  agent: () => import('./pages/agent'),
+  chat: () => import('./pages/chat'),
+  webhooks: () => import('./pages/webhooks'),
+  webhook: () => import('./pages/webhook'),
+  usage: () => import('./pages/usage'),
+  team: () => import('./pages/team'),
+  secrets: () => import('./pages/secrets'),
+};
+
+function showError(err: unknown) {
+  const el = document.getElementById('error')!;
+  el.textContent = describe(err);
+  el.hidden = false;
+}
+
+async function boot() {
+  document.getElementById('sign-out')?.addEventListener('click', async () => {
+    await api('POST', '/auth/logout').catch(() => undefined);
+    location.assign('/login');
+  });
+  let me: Me;
+  try {
+    me = await api<Me>('GET', '/auth/me');
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return toLogin();
+    return showError(err);
+  }
+  const who = document.getElementById('who');
+  if (who) who.textContent = `${me.user.email} · ${me.tenant.name}`;
+  const load = PAGES[document.body.dataset.page ?? ''];
+  const root = document.getElementById('app');
+  if (!load || !root) return;
+  try {
+    const Page = (await load()).default;
+    render(<Page me={me} />, root);
+  } catch (err) {
+    showError(err);
+  }
+}
+
+void boot();

@@ -1,0 +1,124 @@
+// /projects: the tenant's projects, a create form, and rename and delete per project.
+import { useState } from 'preact/hooks';
+import { api, describe, listAll } from '../api';
+import { ErrorText, Form, useLoad, when } from '../ui';
+
+export interface Project {
+  id: string;
+  name: string;
+  description: string;
+  created_at: string;
+}
+
+function ProjectRow({ project, changed }: { project: Project; changed: (message: string) => void }) {
+  const [renaming, setRenaming] = useState(false);
+  const [confirming, setConfirming] = useState(false);
+  const [error, setError] = useState<string>();
+  const act = async (fn: () => Promise<unknown>, message: string) => {
+    try {
+      await fn();
+      setError(undefined);
+      changed(message);
+    } catch (err) {
+      setError(describe(err));
+    }
+  };
+  return (
+    <tr>
+      <th scope="row">
+        {renaming ? (
+          <Form
+            submit="Save"
+            onSubmit={(f) => act(() => api('PATCH', `/projects/${project.id}`, { name: f.get('name') }), `Renamed to ${f.get('name')}.`)}
+          >
+            <label class="sr-only" for={`rename-${project.id}`}>{`New name for ${project.name}`}</label>
+            <input id={`rename-${project.id}`} name="name" required maxLength={200} defaultValue={project.name} />
+          </Form>
+        ) : (
+          project.name
+        )}
+        <ErrorText error={error} />
+      </th>
+      <td>{project.description}</td>
+      <td>{when(project.created_at)}</td>
+      <td class="actions">
+        <button type="button" class="secondary" onClick={() => setRenaming(!renaming)} aria-label={`Rename ${project.name}`}>
+          {renaming ? 'Cancel' : 'Rename'}
+        </button>{' '}
+        {confirming ? (
+          <button
+            type="button"
+            class="danger"
+            onClick={() => act(() => api('DELETE', `/projects/${project.id}`), `Deleted ${project.name}.`)}
+          >
+            {`Confirm delete of ${project.name}`}
+          </button>
+        ) : (
+          <button type="button" class="secondary" onClick={() => setConfirming(true)} aria-label={`Delete ${project.name}`}>
+            Delete
+          </button>
+        )}
+      </td>
+    </tr>
+  );
+}
+
+export default function ProjectsPage() {
+  const { data, error, reload } = useLoad(() => listAll<Project>('/projects'), []);
+  const [status, setStatus] = useState('');
+  const changed = (message: string) => {
+    setStatus(message);
+    void reload();
+  };
+  return (
+    <>
+      <h1>Projects</h1>
+      <section aria-labelledby="create-title">
+        <h2 id="create-title">Create a project</h2>
+        <Form
+          submit="Create"
+          reset
+          onSubmit={async (f) => {
+            const p = await api<Project>('POST', '/projects', { name: f.get('name'), description: f.get('description') || undefined });
+            changed(`Created ${p.name}.`);
+          }}
+        >
+          <p class="field">
+            <label for="project-name">Name</label>
+            <input id="project-name" name="name" required maxLength={200} />
+          </p>
+          <p class="field">
+            <label for="project-description">Description</label>
+            <input id="project-description" name="description" maxLength={2000} />
+          </p>
+        </Form>
+      </section>
+      <p role="status">{status}</p>
+      <ErrorText error={error} />
+      <section aria-labelledby="list-title">
+        <h2 id="list-title">Your projects</h2>
+        {data && data.length === 0 ? (
+          <p>No projects yet.</p>
+        ) : (
+          <table id="projects">
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Description</th>
+                <th scope="col">Created</th>
+                <th scope="col">
+                  <span class="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {data?.map((p) => (
+                <ProjectRow key={p.id} project={p} changed={changed} />
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+    </>
+  );
+}

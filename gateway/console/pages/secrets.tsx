@@ -1,0 +1,96 @@
+// /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version) and a
+// secret deleted; the value field is write-only.
+import { useState } from 'preact/hooks';
+import { api, describe, listAll } from '../api';
+import { ErrorText, Form, useLoad, when } from '../ui';
+
+interface Secret {
+  name: string;
+  description: string;
+  version: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export default function SecretsPage() {
+  const { data, error, reload } = useLoad(() => listAll<Secret>('/secrets'), []);
+  const [status, setStatus] = useState('');
+  const [rowError, setRowError] = useState<string>();
+  const changed = (s: string) => {
+    setStatus(s);
+    setRowError(undefined);
+    void reload();
+  };
+  return (
+    <>
+      <h1>Secrets</h1>
+      <p>Values are encrypted at rest and never shown again after they are saved.</p>
+      <section aria-labelledby="create-title">
+        <h2 id="create-title">Add a secret</h2>
+        <Form
+          submit="Add secret"
+          reset
+          onSubmit={async (f) => {
+            await api('POST', '/secrets', { name: f.get('name'), value: f.get('value'), description: f.get('description') || undefined });
+            changed(`Added ${f.get('name')}.`);
+          }}
+        >
+          <p class="field">
+            <label for="secret-name">Name</label>
+            <input id="secret-name" name="name" required maxLength={100} autoComplete="off" />
+          </p>
+          <p class="field">
+            <label for="secret-value">Value</label>
+            <input id="secret-value" name="value" type="password" required autoComplete="off" />
+          </p>
+          <p class="field">
+            <label for="secret-description">Description</label>
+            <input id="secret-description" name="description" maxLength={500} />
+          </p>
+        </Form>
+      </section>
+      <p role="status">{status}</p>
+      <ErrorText error={error ?? rowError} />
+      <table id="secrets">
+        <thead>
+          <tr>
+            <th scope="col">Name</th>
+            <th scope="col">Description</th>
+            <th scope="col">Version</th>
+            <th scope="col">Updated</th>
+            <th scope="col">
+              <span class="sr-only">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {data?.map((s) => (
+            <tr key={s.name}>
+              <th scope="row" class="mono">
+                {s.name}
+              </th>
+              <td>{s.description}</td>
+              <td>{s.version}</td>
+              <td>{when(s.updatedAt)}</td>
+              <td>
+                <button
+                  type="button"
+                  class="secondary"
+                  aria-label={`Delete ${s.name}`}
+                  onClick={() =>
+                    api('DELETE', `/secrets/${encodeURIComponent(s.name)}`).then(
+                      () => changed(`Deleted ${s.name}.`),
+                      (err) => setRowError(describe(err)),
+                    )
+                  }
+                >
+                  Delete
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
+  );
+}

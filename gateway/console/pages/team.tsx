@@ -1,0 +1,141 @@
+// /settings/team: the tenant's members and their roles; owners and admins add members, change roles and remove them.
+import { useState } from 'preact/hooks';
+import { api, describe, listAll } from '../api';
+import { ErrorText, Form, props, useLoad, when, type Me } from '../ui';
+
+interface Member {
+  userId: string;
+  email: string;
+  name: string;
+  role: string;
+  joinedAt: string;
+}
+
+function MemberRow({ member, roles, self, changed }: { member: Member; roles: string[]; self: boolean; changed: (s: string) => void }) {
+  const [error, setError] = useState<string>();
+  const act = async (fn: () => Promise<unknown>, done: string) => {
+    try {
+      await fn();
+      setError(undefined);
+      changed(done);
+    } catch (err) {
+      setError(describe(err));
+    }
+  };
+  return (
+    <tr>
+      <th scope="row">
+        {member.name} <span class="mono">{member.email}</span>
+        <ErrorText error={error} />
+      </th>
+      <td>
+        <label class="sr-only" for={`role-${member.userId}`}>{`Role of ${member.email}`}</label>
+        <select
+          id={`role-${member.userId}`}
+          value={member.role}
+          disabled={self}
+          onChange={(e) => {
+            const role = (e.target as HTMLSelectElement).value;
+            void act(() => api('PATCH', `/tenant/team/members/${member.userId}`, { role }), `${member.email} is now ${role}.`);
+          }}
+        >
+          {roles.map((r) => (
+            <option value={r}>{r}</option>
+          ))}
+        </select>
+      </td>
+      <td>{when(member.joinedAt)}</td>
+      <td>
+        {!self && (
+          <button
+            type="button"
+            class="secondary"
+            aria-label={`Remove ${member.email}`}
+            onClick={() => act(() => api('DELETE', `/tenant/team/members/${member.userId}`), `Removed ${member.email}.`)}
+          >
+            Remove
+          </button>
+        )}
+      </td>
+    </tr>
+  );
+}
+
+export default function TeamPage({ me }: { me: Me }) {
+  const roles = props<{ roles: string[] }>().roles ?? [];
+  const { data, error, reload } = useLoad(() => listAll<Member>('/tenant/team/members'), []);
+  const [status, setStatus] = useState('');
+  const changed = (s: string) => {
+    setStatus(s);
+    void reload();
+  };
+  return (
+    <>
+      <h1>Team</h1>
+      <p role="status">{status}</p>
+      <ErrorText error={error} />
+      <table id="members">
+        <thead>
+          <tr>
+            <th scope="col">Member</th>
+            <th scope="col">Role</th>
+            <th scope="col">Joined</th>
+            <th scope="col">
+              <span class="sr-only">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {data?.map((m) => (
+            <MemberRow key={m.userId} member={m} roles={roles} self={m.userId === me.user.id} changed={changed} />
+          ))}
+        </tbody>
+      </table>
+      <section aria-labelledby="add-title">
+        <h2 id="add-title">Add a member</h2>
+        <Form
+          submit="Add member"
+          reset
+          onSubmit={async (f) => {
+            await api('POST', '/tenant/team/members', {
+              email: f.get('email'),
+              name: f.get('name'),
+              role: f.get('role'),
+              password: f.get('password'),
+            });
+            changed(`Added ${f.get('email')}.`);
+          }}
+        >
+          <p class="field">
+            <label for="member-email">Email</label>
+            <input id="member-email" name="email" type="email" required maxLength={254} autoComplete="off" />
+          </p>
+          <p class="field">
+            <label for="member-name">Name</label>
+            <input id="member-name" name="name" required maxLength={200} />
+          </p>
+          <p class="field">
+            <label for="member-role">Role</label>
+            <select id="member-role" name="role">
+              {roles.map((r) => (
+                <option value={r}>{r}</option>
+              ))}
+            </select>
+          </p>
+          <p class="field">
+            <label for="member-password">Initial password</label>
+            <input
+              id="member-password"
+              name="password"
+              type="password"
+              required
+              minLength={8}
+              maxLength={200}
+              autoComplete="new-password"
+            />
+          </p>
+        </Form>
+      </section>
+    </>
+  );
+}

@@ -1,0 +1,102 @@
+// /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
+import { useState } from 'preact/hooks';
+import { api, describe, listAll } from '../api';
+import { ErrorText, useLoad, when } from '../ui';
+import type { Webhook } from './webhooks';
+
+interface Delivery {
+  id: string;
+  eventId: string;
+  eventType: string;
+  status: 'pending' | 'succeeded' | 'failed';
+  attempts: Array<{ number: number; statusCode: number | null; latencyMs: number; error: string | null; at?: string }>;
+  createdAt: string;
+}
+
+export default function WebhookPage() {
+  const id = decodeURIComponent(location.pathname.split('/')[2] ?? '');
+  const webhook = useLoad(() => api<Webhook>('GET', `/webhooks/${id}`), [id]);
+  const deliveries = useLoad(() => listAll<Delivery>(`/webhooks/${id}/deliveries`, 200), [id]);
+  const [status, setStatus] = useState('');
+  const [error, setError] = useState<string>();
+  const act = async (fn: () => Promise<unknown>, done: string) => {
+    try {
+      await fn();
+      setError(undefined);
+      setStatus(done);
+      await deliveries.reload();
+    } catch (err) {
+      setError(describe(err));
+    }
+  };
+  if (webhook.error) return <ErrorText error={webhook.error} />;
+  if (!webhook.data) return <p aria-busy="true">Loading…</p>;
+  return (
+    <>
+      <h1>{webhook.data.url}</h1>
+      <dl class="facts">
+        <dt>Events</dt>
+        <dd>{webhook.data.events.join(', ')}</dd>
+        <dt>State</dt>
+        <dd>{webhook.data.active ? 'active' : `disabled${webhook.data.disabledReason ? `: ${webhook.data.disabledReason}` : ''}`}</dd>
+      </dl>
+      <p class="actions">
+        <button type="button" onClick={() => act(() => api('POST', `/webhooks/${id}/test`), 'Test event sent.')}>
+          Send a test event
+        </button>{' '}
+        <button type="button" class="secondary" onClick={() => act(async () => undefined, 'Refreshed.')}>
+          Refresh
+        </button>
+      </p>
+      <p role="status">{status}</p>
+      <ErrorText error={error ?? deliveries.error} />
+      <section aria-labelledby="deliveries-title">
+        <h2 id="deliveries-title">Deliveries</h2>
+        {deliveries.data && deliveries.data.length === 0 ? (
+          <p>No deliveries yet.</p>
+        ) : (
+          <table id="deliveries">
+            <thead>
+              <tr>
+                <th scope="col">Event type</th>
+                <th scope="col">Status</th>
+                <th scope="col">Attempts</th>
+                <th scope="col">Last answer</th>
+                <th scope="col">Created</th>
+                <th scope="col">
+                  <span class="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {deliveries.data?.map((d) => {
+                const last = d.attempts.at(-1);
+                return (
+                  <tr key={d.id}>
+                    <th scope="row">{d.eventType}</th>
+                    <td>{d.status}</td>
+                    <td>{d.attempts.length}</td>
+                    <td>{last ? (last.statusCode ?? last.error ?? '') : ''}</td>
+                    <td>{when(d.createdAt)}</td>
+                    <td>
+                      {d.status !== 'pending' && (
+                        <button
+                          type="button"
+                          class="secondary"
+                          aria-label={`Re-send ${d.eventType} ${d.eventId}`}
+                          onClick={() => act(() => api('POST', `/webhooks/${id}/deliveries/${d.id}/retry`), 'Re-sent.')}
+                        >
+                          Re-send
+                        </button>
+                      )}
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        )}
+      </section>
+    </>
+  );
+}

@@ -1,0 +1,80 @@
+// /webhooks: the endpoints and a create form (the event types come with the page).
+import { api, listAll } from '../api';
+import { ErrorText, Form, props, useLoad, when } from '../ui';
+
+export interface Webhook {
+  id: string;
+  url: string;
+  events: string[];
+  active: boolean;
+  disabledReason: string | null;
+  createdAt: string;
+}
+
+export default function WebhooksPage() {
+  const { data, error, reload } = useLoad(() => listAll<Webhook>('/webhooks'), []);
+  const eventTypes = props<{ eventTypes: string[] }>().eventTypes ?? [];
+  return (
+    <>
+      <h1>Webhooks</h1>
+      <section aria-labelledby="create-title">
+        <h2 id="create-title">Add an endpoint</h2>
+        <Form
+          submit="Add endpoint"
+          reset
+          onSubmit={async (f) => {
+            await api('POST', '/webhooks', { url: f.get('url'), secret: f.get('secret'), events: f.getAll('events') });
+            await reload();
+          }}
+        >
+          <p class="field">
+            <label for="webhook-url">Endpoint URL</label>
+            <input id="webhook-url" name="url" type="url" required maxLength={2048} placeholder="https://example.com/hooks" />
+          </p>
+          <p class="field">
+            <label for="webhook-secret">Signing secret</label>
+            <input id="webhook-secret" name="secret" required minLength={16} maxLength={200} autoComplete="off" />
+          </p>
+          <fieldset>
+            <legend>Events</legend>
+            {eventTypes.map((t) => (
+              <label class="check">
+                <input type="checkbox" name="events" value={t} /> {t}
+              </label>
+            ))}
+          </fieldset>
+        </Form>
+      </section>
+      <ErrorText error={error} />
+      <section aria-labelledby="list-title">
+        <h2 id="list-title">Endpoints</h2>
+        {data && data.length === 0 ? (
+          <p>No endpoints yet.</p>
+        ) : (
+          <table id="webhooks">
+            <thead>
+              <tr>
+                <th scope="col">URL</th>
+                <th scope="col">Events</th>
+                <th scope="col">State</th>
+                <th scope="col">Created</th>
+              </tr>
+            </thead>
+            <tbody>
+              {data?.map((w) => (
+                <tr key={w.id}>
+                  <th scope="row">
+                    <a href={`/webhooks/${w.id}`}>{w.url}</a>
+                  </th>
+                  <td>{w.events.join(', ')}</td>
+                  <td>{w.active ? 'active' : `disabled${w.disabledReason ? `: ${w.disabledReason}` : ''}`}</td>
+                  <td>{when(w.createdAt)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+    </>
+  );
+}

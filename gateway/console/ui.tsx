@@ -1,0 +1,89 @@
+// Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
+import { useCallback, useEffect, useState } from 'preact/hooks';
+import { ApiError, describe, toLogin } from './api';
+
+export interface Me {
+  user: { id: string; email: string; name?: string };
+  tenant: { id: string; name: string };
+  role?: string;
+}
+
+/** Loads with `load` when `deps` change; `reload` runs it again. A 401 sends the visitor to sign in. */
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[]) {
+  const [state, setState] = useState<{ data?: T; error?: string; loading: boolean }>({ loading: true });
+  const run = useCallback(async () => {
+    setState((s) => ({ ...s, loading: true }));
+    try {
+      setState({ data: await load(), loading: false });
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return toLogin();
+      setState({ error: describe(err), loading: false });
+    }
+    // `deps` decide when to load again, as useEffect's list would.
+  }, deps);
+  useEffect(() => void run(), [run]);
+  return { ...state, reload: run };
+}
+
+export function ErrorText({ error }: { error?: string }) {
+  return error ? (
+    <p role="alert" class="error">
+      {error}
+    </p>
+  ) : null;
+}
+
+export const integer = (n: number) => n.toLocaleString('en-US');
+export const when = (iso?: string | null) => (iso ? new Date(iso).toLocaleString() : 'never');
+
+/**
+ * A form whose submit runs `onSubmit` with its data, the button disabled meanwhile, and any error shown under it.
+ * `reset` clears the fields after success.
+ */
+export function Form(props: {
+  submit: string;
+  reset?: boolean;
+  onSubmit: (data: FormData) => Promise<unknown>;
+  children: preact.ComponentChildren;
+}) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string>();
+  return (
+    <form
+      noValidate
+      onSubmit={async (event) => {
+        event.preventDefault();
+        const form = event.currentTarget as HTMLFormElement;
+        if (!form.reportValidity()) return;
+        setBusy(true);
+        try {
+          await props.onSubmit(new FormData(form));
+          setError(undefined);
+          if (props.reset) form.reset();
+        } catch (err) {
+          if (err instanceof ApiError && err.status === 401) return toLogin();
+          setError(describe(err));
+        } finally {
+          setBusy(false);
+        }
+      }}
+    >
+      {props.children}
+      <p>
+        <button type="submit" disabled={busy}>
+          {props.submit}
+        </button>
+      </p>
+      <ErrorText error={error} />
+    </form>
+  );
+}
+
+/** What the server put in the page for its script (`data-props` on #app: JSON, e.g. the event types). */
+export function props<T>(): Partial<T> {
+  try {
+    return JSON.parse(document.getElementById('app')?.dataset.props ?? '{}') as Partial<T>;
+  } catch {
+    return {};
+  }
+}

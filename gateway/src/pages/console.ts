@@ -1,0 +1,30 @@
+import { PUBLIC_EVENT_TYPES, ROLES } from '@svc/kit';
+import { esc, layout } from './layout';
+
+interface ConsolePage {
+  /** The console script's name for the page (gateway/console/main.tsx). */
+  page: string;
+  title: string;
+  /** What the page's script needs from the server, as JSON in #app's data-props. */
+  props?: Record<string, unknown>;
+}
+
+/** Console page path -> its page. The page itself is drawn by gateway/console. */
+export const CONSOLE_PAGES: Record<string, ConsolePage> = {
+  '/projects': { page: 'projects', title: 'Projects' },
+  '/agents': { page: 'agents', title: 'Agents' },
+  '/agents/:id': { page: 'agent', title: 'Agent' },
+  '/chat': { page: 'chat', title: 'Chat' },
+  '/chat/:sessionId': { page: 'chat', title: 'Chat' },
+  '/webhooks': { page: 'webhooks', title: 'Webhooks', props: { eventTypes: PUBLIC_EVENT_TYPES } },
+  '/webhooks/:id': { page: 'webhook', title: 'Webhook' },
+  '/usage': { page: 'usage', title: 'Usage' },
+  '/settings/team': { page: 'team', title: 'Team', props: { roles: ROLES } },
+  '/settings/secrets': { page: 'secrets', title: 'Secrets' },
+};
+
+/** A console page's shell: the navigation and an empty #app the console's script renders into. */
+export function consolePage({ page, title, props }: ConsolePage, path: string): string {
+  const data = props ? ` data-props="${esc(JSON.stringify(props))}"` : '';
+  return layout({ title, page, signedIn: true, console: true, path: path.replace(/\/:.*$/, ''), body: `<div id="app"${data}></div>` });
+}

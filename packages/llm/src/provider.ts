@@ -1,0 +1,20 @@
+import { AnthropicProvider } from './anthropic';
+import { OpenAIProvider } from './openai';
+import { LlmError, type LlmProvider, type LlmSettings } from './types';
+
+/**
+ * The provider for one settings object (a tenant's or the platform's). Checks the settings at once: a missing key or
+ * base URL, or a malformed one, throws an `LlmError` of kind `bad_request`. The instance holds no per-call state and
+ * can be reused for any number of concurrent calls.
+ */
+export function createProvider(settings: LlmSettings): LlmProvider {
+  switch (settings.provider) {
+    case 'openai':
+    case 'openai-compatible':
+      return new OpenAIProvider(settings);
+    case 'anthropic':
+      return new AnthropicProvider(settings);
+    default:
+      throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * The console (CONTRACT.md 7) in Debian's chromium: the front door, the one navigation, projects, and the usage page
+ * with its Chart.js chart drawn from GET /billing/usage (two models, two keys, through the whole stack with the fake
+ * OpenAI provider). Every page runs under the strict Content-Security-Policy with no violation.
+ */
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { CONSOLE_NAV, launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
+import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
+import { startStack, type Stack } from '../helpers/stack';
+
+jest.setTimeout(90_000);
+
+let stack: Stack;
+let api: Client;
+let browser: Browser;
+let openai: FakeProviderServer;
+let owner: Account;
+const OPENAI_KEY = 'sk-tenant-openai-' + 'c'.repeat(32);
+
+beforeAll(async () => {
+  openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
+  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', CHAT_LLM_SETTINGS_CACHE_MS: '0' } });
+  api = client(stack.url);
+  browser = await launchBrowser();
+  owner = await signUp(api, 'Console');
+});
+afterAll(async () => {
+  await browser?.close();
+  await stack?.stop();
+  await openai?.close();
+});
+
+it('sends / to the console with a session, else to sign-in, which returns to the console', async () => {
+  const front = (cookie?: string) => fetch(`${stack.url}/`, { redirect: 'manual', headers: cookie ? { cookie } : {} });
+  const anonymous = await front();
+  expect(anonymous.status).toBe(302);
+  expect(anonymous.headers.get('location')).toBe('/login?next=%2Fprojects');
+  const signedIn = await front(owner.cookie);
+  expect(signedIn.status).toBe(302);
+  expect(signedIn.headers.get('location')).toBe('/projects');
+
+  const { page, problems } = await browser.newPage();
+  await step(page, 'front-door', async () => {
+    await page.goto(`${stack.url}/`);
+    await page.waitForURL('**/login?next=%2Fprojects');
+    await page.getByLabel('Email').fill(owner.email);
+    await page.getByLabel('Password').fill(owner.password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL('**/projects');
+    await page.getByRole('heading', { name: 'Projects', level: 1 }).waitFor();
+  });
+  expect(problems).toEqual([]);
+});
+
+it('has one navigation landmark with every console link on every console and settings page', async () => {
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  for (const path of ['/projects', '/usage', '/settings/security/api-keys', '/settings/security/network', '/settings/billing']) {
+    await step(page, `nav-${path}`, async () => {
+      await page.goto(`${stack.url}${path}`);
+      const nav = page.getByRole('navigation');
+      expect(await nav.count()).toBe(1);
+      for (const label of CONSOLE_NAV) expect(await nav.getByRole('link', { name: label, exact: true }).count()).toBe(1);
+      expect(await nav.locator('[aria-current="page"]').getAttribute('href')).toBe(path);
+      await page.getByText(`${owner.email} · `).waitFor();
+    });
+  }
+  expect(problems).toEqual([]);
+});
+
+it('creates, renames and deletes a project from /projects', async () => {
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'projects', async () => {
+    await page.goto(`${stack.url}/projects`);
+    await page.getByLabel('Name', { exact: true }).fill('Made in the console');
+    await page.getByRole('button', { name: 'Create' }).click();
+    await page.getByRole('rowheader', { name: 'Made in the console' }).waitFor();
+    const listed = (await api.get('/api/v1/projects', { token: owner.accessToken })).body.data;
+    expect(listed.map((p: any) => p.name)).toContain('Made in the console');
+
+    await page.getByRole('button', { name: 'Rename Made in the console' }).click();
+    await page.getByLabel('New name for Made in the console').fill('Renamed in the console');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('rowheader', { name: 'Renamed in the console' }).waitFor();
+
+    await page.getByRole('button', { name: 'Delete Renamed in the console' }).click();
+    await page.getByRole('button', { name: 'Confirm delete of Renamed in the console' }).click();
+    await page.getByText('Deleted Renamed in the console.').waitFor();
+    await page.getByRole('rowheader', { name: 'Renamed in the console' }).waitFor({ state: 'detached' });
+  });
+  const after = (await api.get('/api/v1/projects', { token: owner.accessToken })).body.data;
+  expect(after.map((p: any) => p.name)).not.toContain('Renamed in the console');
+  expect(problems).toEqual([]);
+});
+
+it('draws credits per day by model and shows each key with its usage on /usage', async () => {
+  const tenant = await signUp(api, 'Usage page');
+  const token = tenant.accessToken;
+  const keyA = await createKey(api, token, { name: 'Key A' });
+  const keyB = await createKey(api, token, { name: 'Key B', limits: { creditBudget: { credits: 500, period: 'month' } } });
+  // Two models, so the chart stacks two series: key A's replies on one, key B's on the other.
+  for (const [key, model, n] of [
+    [keyA.key, 'gpt-fake-a', 3],
+    [keyB.key, 'gpt-fake-b', 2],
+  ] as const) {
+    const llm = { provider: 'openai', model, baseUrl: openai.url, apiKey: OPENAI_KEY };
+    expect((await api.patch('/api/v1/tenant/settings/llm', llm, { token })).status).toBe(200);
+    const session = (await api.post('/api/v1/chat/sessions', {}, { token: key })).body.data.id;
+    for (let i = 0; i < n; i++) {
+      const res = await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: `question ${i}` }, { token: key });
+      expect(res.status).toBe(202);
+      await eventually(async () => {
+        const list = await api.get(`/api/v1/chat/sessions/${session}/messages?limit=100`, { token: key });
+        return list.body.data.find((m: any) => m.id === res.body.data.responseMessageId)?.status === 'completed';
+      }, 15_000);
+    }
+  }
+  const from = new Date(Date.now() - 86_400_000).toISOString();
+  const to = new Date(Date.now() + 86_400_000).toISOString();
+  let byKey: any[] = [];
+  await eventually(async () => {
+    byKey = (await api.get(`/api/v1/billing/usage?from=${from}&to=${to}&granularity=day&groupBy=apiKey`, { token })).body.data;
+    return byKey.reduce((n, r) => n + r.calls, 0) === 5;
+  }, 10_000);
+  const credits = byKey.reduce((n, r) => n + r.credits, 0);
+  const ofKey = (id: string) => byKey.filter((r) => r.apiKeyId === id).reduce((n, r) => n + r.credits, 0);
+
+  const { page, problems } = await signedInPage(browser, stack.url, tenant.cookie);
+  await step(page, 'usage', async () => {
+    await page.goto(`${stack.url}/usage`);
+    const chart = page.getByRole('img', { name: `Credits per day by model: ${credits.toLocaleString('en-US')} credits in 30 days` });
+    await chart.waitFor();
+    // The chart has marks: pixels in each model's colour (the palette's first two), drawn by Chart.js on the canvas.
+    const painted = await chart.evaluate((canvas: any) => {
+      const { data } = canvas.getContext('2d')!.getImageData(0, 0, canvas.width, canvas.height);
+      const count = (r: number, g: number, b: number) => {
+        let n = 0;
+        for (let i = 0; i < data.length; i += 4) if (data[i] === r && data[i + 1] === g && data[i + 2] === b && data[i + 3] === 255) n++;
+        return n;
+      };
+      return { first: count(0x00, 0x72, 0xb2), second: count(0xe6, 0x9f, 0x00) };
+    });
+    expect(painted.first).toBeGreaterThan(20);
+    expect(painted.second).toBeGreaterThan(20);
+
+    const row = (name: string) => page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: new RegExp(`^${name} \\(`) }) });
+    await expect(row('Key A').getByRole('cell').allTextContents()).resolves.toEqual([
+      '3',
+      expect.any(String),
+      expect.any(String),
+      String(ofKey(keyA.id)),
+      expect.stringMatching(/^\d+$/), // requests this minute: live, and the minute may have just turned
+      String(ofKey(keyA.id)),
+    ]);
+    const b = await row('Key B').getByRole('cell').allTextContents();
+    expect(b[0]).toBe('2');
+    expect(b[3]).toBe(String(ofKey(keyB.id)));
+    expect(b[5]).toBe(`${ofKey(keyB.id)} of 500 (month)`);
+  });
+  expect(problems).toEqual([]);
+});
