@@ -20,7 +20,17 @@ const openaiFor = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${stack.url
 
 beforeAll(async () => {
   fake = await startFakeOpenAI({ apiKey: PROVIDER_KEY });
-  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true', AGENTS_POLL_MS: '50', CHAT_POLL_MS: '50', CHAT_DRAIN_MS: '0' } });
+  stack = await startStack({
+    env: {
+      EGRESS_ALLOW_PRIVATE: 'true',
+      AGENTS_POLL_MS: '50',
+      CHAT_POLL_MS: '50',
+      CHAT_DRAIN_MS: '0',
+      // This suite makes the provider fail on purpose; the model's circuit must not open on the calls after
+      // (breakers have their own suite, test/http/llm-fallbacks.test.ts).
+      LLM_BREAKER_FAILURES: '1000',
+    },
+  });
   api = client(stack.url);
   owner = await signUp(api, 'OpenAI compat');
   const llm = await api.patch(
@@ -409,6 +419,62 @@ describe('responses', () => {
   });
 });
 
+describe('fallbacks', () => {
+  it('a model that fails before its first token falls back; the model that served is reported', async () => {
+    const other = await signUp(api, 'Fallback tenant');
+    const settings = await api.patch(
+      '/api/v1/tenant/settings/llm',
+      {
+        provider: 'openai',
+        baseUrl: fake.url,
+        model: MODEL,
+        apiKey: PROVIDER_KEY,
+        fallbacks: [{ provider: 'openai', model: 'gpt-backup', baseUrl: fake.url, apiKey: PROVIDER_KEY }],
+      },
+      { token: other.accessToken },
+    );
+    expect(settings.status).toBe(200);
+    const fb = openaiFor((await createKey(api, other.accessToken)).key);
+    expect((await fb.models.list()).data.map((m) => m.id)).toEqual([MODEL, 'gpt-backup']);
+    // The main model is down: every call to it answers 503.
+    fake.setDefault((req) =>
+      req.conversation?.model === MODEL ? { type: 'error', status: 503 } : { type: 'text', text: 'from the backup' },
+    );
+    try {
+      const res = await fb.chat.completions
+        .create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true })
+        .withResponse();
+      expect(res.response.headers.get('x-served-model')).toBe('gpt-backup');
+      const chunks = [];
+      for await (const c of res.data) chunks.push(c);
+      expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('from the backup');
+      expect(new Set(chunks.map((c) => c.model))).toEqual(new Set(['gpt-backup']));
+
+      const plain = await fb.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+      expect(plain.data.model).toBe('gpt-backup');
+      expect(plain.response.headers.get('x-served-model')).toBe('gpt-backup');
+
+      const r = await fb.responses.create({ model: MODEL, input: 'hi' }).withResponse();
+      expect(r.data.model).toBe('gpt-backup');
+      expect(r.data.output_text).toBe('from the backup');
+      expect(r.response.headers.get('x-served-model')).toBe('gpt-backup');
+
+      // Naming the fallback calls it first.
+      const before = fake.requests.filter((q) => q.conversation?.model === MODEL).length;
+      expect((await fb.chat.completions.create({ model: 'gpt-backup', messages: [{ role: 'user', content: 'x' }] })).model).toBe(
+        'gpt-backup',
+      );
+      expect(fake.requests.filter((q) => q.conversation?.model === MODEL).length).toBe(before);
+    } finally {
+      fake.setDefault(undefined);
+    }
+    await eventually(
+      async () => (await api.get('/api/v1/billing/summary', { token: other.accessToken })).body.data.credits.reserved === 0,
+      10_000,
+    );
+  });
+});
+
 describe('agents', () => {
   it('cancelling a response on an agent cancels its run', async () => {
     const t = { token: owner.accessToken };
@@ -535,7 +601,7 @@ describe('access and errors in OpenAI shape', () => {
       .create({ model: 'gpt-nope', messages: [{ role: 'user', content: 'hi' }] })
       .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
     expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
-    expect(unknown.error).toMatchObject({ code: 'model_not_found', param: 'model', type: 'invalid_request_error' });
+    expect(unknown.error).toMatchObject({ code: 'model_not_found', param: 'model', type: 'not_found_error' });
     const bad = (await ai.chat.completions.create({ model: MODEL, messages: [] }).catch((e: unknown) => e)) as InstanceType<
       typeof OpenAI.APIError
     >;
