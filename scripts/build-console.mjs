@@ -1,11 +1,13 @@
 /**
  * Bundles the console (gateway/console: Preact pages in TSX) for the browser into one output folder: an entry
  * module, one chunk per page (loaded by the entry on demand, so a page downloads only what it uses), and shared
- * chunks. Minified, ES2020 modules, no source maps shipped. The gateway serves the folder under /assets/console/.
+ * chunks. Minified, ES2020 modules, no source maps shipped. Each file is also written compressed (`.br`, `.gz`, at the
+ * highest levels: once here, not at every start). The gateway serves the folder under /assets/console/.
  *
  *   node scripts/build-console.mjs [outdir]   (default gateway/public/console)
  */
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -34,6 +36,11 @@ export async function buildConsole(outdir = CONSOLE_OUT) {
     legalComments: 'none',
     logLevel: 'warning',
   });
+  for (const file of Object.keys(result.metafile.outputs)) {
+    const body = readFileSync(join(ROOT, file));
+    writeFileSync(`${join(ROOT, file)}.br`, brotliCompressSync(body, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }));
+    writeFileSync(`${join(ROOT, file)}.gz`, gzipSync(body, { level: 9 }));
+  }
   return result.metafile;
 }
 

@@ -1,4 +1,4 @@
-// Writes packages/proto/src/index.ts: one namespace export per generated proto package.
+// Writes packages/proto/src/index.ts: one namespace export per generated proto package, and the descriptor set.
 import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
@@ -19,4 +19,6 @@ for (const file of files) {
   if (!version?.startsWith('v')) continue;
   lines.push(`export * as ${pkg}${version.toUpperCase()} from './${file.replace(/\.ts$/, '')}';`);
 }
+// The descriptors of every file, for gRPC server reflection (scripts/proto-descriptors.mjs).
+if (files.includes('descriptor-set.ts')) lines.push(`export { FILE_DESCRIPTOR_SET } from './descriptor-set';`);
 writeFileSync(join(root, 'index.ts'), lines.join('\n') + '\n');

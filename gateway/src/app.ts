@@ -12,6 +12,7 @@ import type { RateLimiter } from './lib/rate-limiter';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
 import { registerAuthentication } from './plugins/authenticate';
+import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
 
@@ -121,6 +122,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
   registerRoutes(app, deps);
   registerPages(app);
+  registerDocs(app, () => deps.config.publicUrl);
 
   app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
     sendError(request, reply, toAppError(err, request.log, request.id)),

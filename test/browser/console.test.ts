@@ -158,3 +158,20 @@ it('draws credits per day by model and shows each key with its usage on /usage',
   });
   expect(problems).toEqual([]);
 });
+
+it('serves the console bundle compressed, its content-hashed chunks immutable', async () => {
+  const entry = await fetch(`${stack.url}/assets/console/main.js`, { headers: { 'accept-encoding': 'br' } });
+  expect(entry.status).toBe(200);
+  expect(entry.headers.get('content-encoding')).toBe('br');
+  expect(entry.headers.get('cache-control')).toBe('no-cache');
+  const text = await entry.text(); // fetch decodes brotli
+  const chunk = /chunk-[A-Z0-9]+\.js/.exec(text)?.[0];
+  expect(chunk).toBeDefined();
+  const got = await fetch(`${stack.url}/assets/console/${chunk}`, { headers: { 'accept-encoding': 'gzip' } });
+  expect(got.headers.get('content-encoding')).toBe('gzip');
+  expect(got.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+  const plain = await fetch(`${stack.url}/assets/console/${chunk}`, { headers: { 'accept-encoding': 'identity' } });
+  expect(plain.headers.get('content-encoding')).toBeNull();
+  expect(await plain.text()).toBe(await got.text());
+  expect((await fetch(`${stack.url}/assets/console/nope.js`)).status).toBe(404);
+});

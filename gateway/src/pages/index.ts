@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative, sep } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/kit';
+import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, AppError, SCOPES } from '@svc/kit';
 import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
 import { CONSOLE_PAGES, consolePage } from './console';
 import { apiKeysPage, billingPage, cliLoginPage, loginPage, networkPage, oauthCallbackPage, PAGE_CSP } from './layout';
@@ -14,6 +15,9 @@ const TYPES: Record<string, string> = {
 
 interface Asset {
   body: Buffer;
+  /** Brotli and gzip, sent to a browser that accepts them: written by the build beside the file, else gzipped here. */
+  br?: Buffer;
+  gzip: Buffer;
   type: string;
   etag: string;
   /** Content-hashed chunk names never change content: cache them for a year. */
@@ -37,7 +41,14 @@ function loadAssets(): Map<string, Asset> {
           const body = readFileSync(path);
           const url = `/assets/${relative(dir, path).split(sep).join('/')}`;
           const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`;
-          assets.set(url, { body, type: TYPES[extname(name)], etag, immutable: /\/chunk-[A-Z0-9]+\.js$/.test(url) });
+          assets.set(url, {
+            body,
+            br: existsSync(`${path}.br`) ? readFileSync(`${path}.br`) : undefined,
+            gzip: existsSync(`${path}.gz`) ? readFileSync(`${path}.gz`) : gzipSync(body),
+            type: TYPES[extname(name)],
+            etag,
+            immutable: /\/chunk-[A-Z0-9]+\.js$/.test(url),
+          });
         }
       }
     };
@@ -82,13 +93,19 @@ export function registerPages(app: FastifyInstance): void {
 
   const assets = loadAssets();
   app.get('/assets/*', async (request, reply) => {
-    const a = assets.get(request.url.split('?')[0]);
-    if (!a) return reply.callNotFound();
+    const path = request.url.split('?')[0];
+    const a = assets.get(path);
+    // Thrown, so the error handler answers the envelope's 404 (the not-found handler would see a GET route here).
+    if (!a) throw new AppError('RESOURCE_NOT_FOUND', 'No such route', { path: path.slice(0, 300) });
     reply
       .header('content-type', a.type)
       .header('etag', a.etag)
       .header('cache-control', a.immutable ? 'public, max-age=31536000, immutable' : 'no-cache');
+    reply.header('vary', 'accept-encoding');
     if (request.headers['if-none-match'] === a.etag) return reply.code(304).send();
+    const accepts = String(request.headers['accept-encoding'] ?? '');
+    if (a.br && /\bbr\b/.test(accepts)) return reply.header('content-encoding', 'br').send(a.br);
+    if (/\bgzip\b/.test(accepts)) return reply.header('content-encoding', 'gzip').send(a.gzip);
     return reply.send(a.body);
   });
 }

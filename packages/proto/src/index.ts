@@ -7,3 +7,4 @@ export * as identityV1 from './identity/v1/identity';
 export * as projectsV1 from './projects/v1/projects';
 export * as regionsV1 from './regions/v1/regions';
 export * as webhooksV1 from './webhooks/v1/webhooks';
+export { FILE_DESCRIPTOR_SET } from './descriptor-set';
