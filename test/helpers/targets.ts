@@ -24,6 +24,8 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
   ids['webhooks:id'] = (await api.post('/api/v1/webhooks', hook, t)).body.data.id;
   ids.deliveryId = 'dlv_none';
   ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, t)).body.data.id;
+  // No response exists (that needs a model): the OpenAI-compatible routes meet an id of the right shape.
+  ids['responses:id'] = 'resp_none';
   ids.tenantId = owner.tenantId;
   ids.featureKey = 'agents';
   ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
@@ -39,15 +41,21 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
 
 /** The value of a path parameter that names a real resource of the caller. */
 export const realParam = (ids: Record<string, string>, op: Operation, name: string) =>
-  ids[`${op.path.split('/')[3]}:${name}`] ?? ids[name] ?? 'x';
+  ids[`${op.path.split('/')[op.path.startsWith('/v1/') ? 2 : 3]}:${name}`] ?? ids[name] ?? 'x';
 
-/** Everything a bad request could have changed, read through the API. */
-export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>) {
+/** The OpenAI-compatible API (/v1): API keys only, errors in OpenAI's shape. */
+export const isOpenAiOp = (op: { path: string }) => op.path.startsWith('/v1/');
+
+/**
+ * Everything a bad request could have changed, read through the API. `usedKeyIds`: keys the suite sends its requests
+ * with (the OpenAI-compatible API takes only keys), whose last use and request count change by design.
+ */
+export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>, usedKeyIds: string[] = []) {
   const get = async (p: string) => (await api.get(p, { token: owner.accessToken })).body.data;
   return {
     tenant: await get('/api/v1/tenant'),
     projects: await get('/api/v1/projects?limit=100'),
-    keys: await get('/api/v1/api-keys?limit=100'),
+    keys: ((await get('/api/v1/api-keys?limit=100')) as Array<{ id: string }>).filter((k) => !usedKeyIds.includes(k.id)),
     members: await get('/api/v1/tenant/team/members?limit=100'),
     network: await get('/api/v1/tenant/security/network'),
     llm: await get('/api/v1/tenant/settings/llm'),

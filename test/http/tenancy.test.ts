@@ -1,4 +1,6 @@
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { isOpenAiError } from '../helpers/openapi';
 import { startStack, type Stack } from '../helpers/stack';
 
 // Every route that takes an id, from the OpenAPI document: another tenant's id is a 404 naming the id (never a
@@ -7,6 +9,7 @@ let stack: Stack;
 let api: Client;
 let mine: Account;
 let theirs: Account;
+let llm: FakeProviderServer;
 /** Ids of `theirs`, by the path parameter that names them (resolved by the route's collection). */
 const theirIds: Record<string, string> = {};
 
@@ -43,8 +46,18 @@ beforeAll(async () => {
   // Their events reach the event log through the bus: their tenant.created, once it is there.
   await eventually(async () => (await api.get('/api/v1/events?type=tenant.created', t)).body.data.length === 1, 10_000);
   theirIds['/api/v1/events'] = (await api.get('/api/v1/events?type=tenant.created', t)).body.data[0].id;
+  // A response of theirs on the OpenAI-compatible API (their model is a fake provider on loopback).
+  llm = await startFakeOpenAI();
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', baseUrl: llm.url, model: 'gpt-test', apiKey: 'sk-theirs' }, t);
+  const theirKey = (await createKey(api, theirs.accessToken)).key;
+  const created = await api.post('/v1/responses', { model: 'gpt-test', input: 'hello' }, { token: theirKey });
+  expect(created.body.status).toBe('completed');
+  theirIds['/v1/responses'] = created.body.id;
 });
-afterAll(() => stack.stop());
+afterAll(async () => {
+  await stack.stop();
+  await llm.close();
+});
 
 /** A minimal valid body for routes that take one, so that the id check is what answers. */
 const VALID_BODIES: Record<string, unknown> = {
@@ -84,6 +97,18 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       if (op.requestBody?.required) expect(body).toBeDefined();
       for (const credential of [{ token: mine.accessToken }, { token: mineKey }]) {
         if (path.startsWith('/api/v1/api-keys') && !credential.token.startsWith('ey')) continue; // keys: user sessions only
+        if (path.startsWith('/v1/')) {
+          // The OpenAI-compatible API: API keys only, and OpenAI's error shape.
+          if (credential.token.startsWith('ey')) continue;
+          const res = await api.request(method, concrete, { ...credential, body });
+          expect({ status: res.status, openAiShape: isOpenAiError(res), code: res.body?.error?.code }).toEqual({
+            status: 404,
+            openAiShape: true,
+            code: 'resource_not_found',
+          });
+          expect(res.text).not.toContain('theirs');
+          continue;
+        }
         const res = await api.request(method, concrete, { ...credential, body });
         const err = expectError(res, 404, 'RESOURCE_NOT_FOUND');
         expect(err.details).toEqual({ resource: expect.any(String), id: expect.any(String) });
@@ -121,6 +146,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/secrets/{name}',
       'PUT /api/v1/secrets/{name}',
       'DELETE /api/v1/secrets/{name}',
+      'GET /v1/responses/{id}',
+      'POST /v1/responses/{id}/cancel',
     ]),
   );
   // Nothing of theirs changed.
@@ -139,6 +166,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect((await api.get(`/api/v1/regions/preferences/${theirs.tenantId}`, t)).body.data.primaryRegion).toBe('us-east');
   expect((await api.get(`/api/v1/regions/storage/${theirs.tenantId}`, t)).body.data.platformRegion).toBe('us-east');
   expect((await api.get('/api/v1/secrets/THEIR_TOKEN', t)).body.data.version).toBe(1);
+  const theirKey = (await createKey(api, theirs.accessToken)).key;
+  expect((await api.get(`/v1/responses/${theirIds['/v1/responses']}`, { token: theirKey })).body.status).toBe('completed');
 });
 
 it('lists never show another tenant’s items', async () => {

@@ -40,6 +40,8 @@ export const POLICIES = {
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
+  /** `/v1`, the OpenAI-compatible API: API keys only, with the llm:use scope or none. */
+  'llm:use': { authenticate: true, scope: 'llm:use', apiKeyOnly: true },
   'llm:passthrough': { authenticate: true, scope: 'llm:passthrough', apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 

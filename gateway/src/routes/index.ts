@@ -8,6 +8,7 @@ import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
 import { eventRoutes } from './events';
+import { openAiRoutes } from './openai';
 import { passthroughRoutes } from './passthrough';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
@@ -38,4 +39,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     maxResponseBytes: deps.config.passthroughMaxResponseBytes,
     timeoutMs: deps.config.passthroughTimeoutMs,
   });
+  openAiRoutes(app, deps);
 }

@@ -1158,6 +1158,14 @@ export interface components {
         timestamp: string;
       };
     };
+    OpenAIError: {
+      error: {
+        message: string;
+        type: string;
+        code: string | null;
+        param: string | null;
+      };
+    };
   };
   responses: never;
   parameters: never;
