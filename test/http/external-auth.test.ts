@@ -145,7 +145,8 @@ it('completes the sign-in on the callback page in a browser, which then shows th
     await step(page, 'oauth-callback', async () => {
       // The provider sent the browser to PUBLIC_URL's callback; here that address is the stack's.
       await page.goto(`${stack.url}/oauth/acme/callback${back.search}`);
-      await page.waitForURL('**/settings/security/api-keys');
+      // Signed in, the callback page goes to the console.
+      await page.waitForURL('**/projects');
       await page.getByText('alice@idp.example · Alice Idp').waitFor();
     });
     expect(problems).toEqual([]);

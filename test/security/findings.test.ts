@@ -32,7 +32,7 @@ it('sends nosniff and the API security headers on every answer, errors and unkno
   ]) {
     expect(res.headers.get('x-content-type-options')).toBe('nosniff');
     expect(res.headers.get('x-frame-options')).toBe('DENY');
-    expect(res.headers.get('content-security-policy')).toBe("default-src 'none'; frame-ancestors 'none'");
+    expect(res.headers.get('content-security-policy')).toBe("default-src 'none';frame-ancestors 'none'");
     expect(res.headers.get('referrer-policy')).toBe('no-referrer');
   }
 });

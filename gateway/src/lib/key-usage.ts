@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import { AppError, type CallOptions } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { KEY_RATE_WINDOW_S } from '../plugins/authenticate';
 import type { Principal } from './principal';
 

@@ -2,7 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, metricsText, sha256Hex } from '@svc/kit';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
 import { route } from '../lib/route';
 import { Obj, Str } from '../schemas';

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import type { CallOptions } from '@svc/kit';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 import { keyUsageOf } from '../lib/key-usage';

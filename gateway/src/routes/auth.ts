@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { identityV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { route } from '../lib/route';
 import { SESSION_COOKIE } from '../plugins/authenticate';
 import { Obj, Str, Tenant, User } from '../schemas';

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { billingV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { usageCsv, wantsCsv } from '../lib/csv';
 import { pageOf, route } from '../lib/route';
 import { Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';

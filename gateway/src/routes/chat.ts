@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { AppError, errors, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { assertKeyTokens } from '../lib/key-usage';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';

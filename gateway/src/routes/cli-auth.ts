@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { route } from '../lib/route';
 import { Obj, Str, Tenant, Timestamp, User } from '../schemas';
 

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { EVENT_TYPES, PUBLIC_EVENT_TYPES } from '@svc/kit';
 import type { webhooksV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
 

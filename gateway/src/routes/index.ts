@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { adminRoutes } from './admin';
 import { agentRoutes } from './agents';
 import { apiKeyRoutes } from './api-keys';

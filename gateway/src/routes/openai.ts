@@ -8,7 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { openAiErrorBody } from '../lib/openai-error';
 import { assertKeyTokens } from '../lib/key-usage';
 import {

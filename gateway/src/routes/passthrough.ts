@@ -27,7 +27,7 @@ import {
   metrics,
   reservationTokens,
 } from '@svc/kit';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
 import { assertKeyTokens } from '../lib/key-usage';
 import { sendOpenAiError } from '../lib/openai-error';

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { isAppError } from '@svc/kit';
 import type { regionsV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { route } from '../lib/route';
 import { serviceHealthProbe } from '../lib/service-health';
 import { Nullable, Obj, Str } from '../schemas';

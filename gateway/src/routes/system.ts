@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { AppError, BUS_HEALTH, checkHealth, CONSUMERS_HEALTH } from '@svc/kit';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { sendError, success } from '../lib/envelope';
 import { buildOpenApi } from '../lib/openapi';
 import { routesOf } from '../lib/route';

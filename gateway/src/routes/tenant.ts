@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { ROLES } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';
 import { Obj, PageQuery, Str, Tenant, Timestamp } from '../schemas';
 

@@ -1,0 +1,21 @@
+import type { JwtVerifier, Logger } from '@svc/kit';
+import type { Clients } from './clients';
+import type { GatewayConfig } from './config';
+import type { CredentialResolver } from './lib/credentials';
+import type { RateLimiter } from './lib/rate-limiter';
+import type { ReadCaches } from './lib/read-cache';
+
+/** What the gateway's routes and plugins are built with (its own module: routes import it, app.ts imports routes). */
+export interface GatewayDeps {
+  config: GatewayConfig;
+  clients: Clients;
+  resolver: CredentialResolver;
+  /** The access token verifier: /readyz waits for its first key set. */
+  verifier: JwtVerifier;
+  /** Hot reads answered by the gateway, kept by the owners' feeds (lib/read-cache.ts). */
+  caches: ReadCaches;
+  limiter: RateLimiter;
+  logger: Logger;
+  /** Identity's revocation feed: /readyz is not ready until it has been read to its end (absent in bare test apps). */
+  revocations?: { readonly current: boolean };
+}

@@ -1,0 +1,68 @@
+/**
+ * Each workspace's package.json lists exactly the packages its code imports (issue 23): nothing used through another
+ * workspace's declaration (hoisting hides it until the package is installed alone), nothing declared and unused.
+ * Imports are read from the source as text: `from '...'`, `import('...')`, `require('...')`; tests are not code.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { isBuiltin } from 'node:module';
+import { join, resolve } from 'node:path';
+
+const ROOT = resolve(__dirname, '../..');
+const WORKSPACES = ['gateway', ...['packages', 'services'].flatMap((d) => readdirSync(join(ROOT, d)).map((n) => `${d}/${n}`))];
+
+/** Where each workspace's code lives (the console's browser code belongs to the gateway). */
+const CODE_DIRS: Record<string, string[]> = { gateway: ['src', 'console'] };
+
+/** Declared but loaded in ways the text scan does not see, each with why. */
+const LOADED_INDIRECTLY: Record<string, string[]> = {
+  // telemetry.ts loads the SDK and the instrumentations with require() only when OTEL_* asks for tracing.
+  'packages/kit': ['@opentelemetry/sdk-node', '@opentelemetry/auto-instrumentations-node'],
+  // /docs reads Swagger UI's files from the package's folder (require.resolve of its package.json).
+  gateway: ['swagger-ui-dist'],
+};
+
+function files(dir: string, out: string[] = []): string[] {
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    if (name === 'node_modules' || name === 'dist' || name === 'generated-fixtures') continue;
+    if (statSync(path).isDirectory()) files(path, out);
+    else if (/\.(ts|tsx|js|mjs|cjs)$/.test(name) && !/\.test\.tsx?$/.test(name)) out.push(path);
+  }
+  return out;
+}
+
+const packageOf = (specifier: string) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]);
+
+function imported(workspace: string): Set<string> {
+  const used = new Set<string>();
+  for (const dir of CODE_DIRS[workspace] ?? ['src']) {
+    const base = join(ROOT, workspace, dir);
+    try {
+      statSync(base);
+    } catch {
+      continue;
+    }
+    for (const file of files(base)) {
+      const text = readFileSync(file, 'utf8');
+      // Code, not prose: a template literal's text (the docs page's sample code) is left out.
+      const code = text.replace(/`[^`]*`/g, '``');
+      for (const m of code.matchAll(/(?:from\s+|import\(\s*|require\(\s*)['"]([^'".][^'"]*)['"]/g)) {
+        if (isBuiltin(m[1]) || m[1].startsWith('node:')) continue;
+        used.add(packageOf(m[1]));
+      }
+    }
+  }
+  return used;
+}
+
+describe.each(WORKSPACES.filter((w) => statSync(join(ROOT, w)).isDirectory()))('%s', (workspace) => {
+  it('declares what it imports, and imports what it declares', () => {
+    const manifest = JSON.parse(readFileSync(join(ROOT, workspace, 'package.json'), 'utf8'));
+    const declared = new Set(Object.keys({ ...manifest.dependencies, ...manifest.peerDependencies }));
+    const used = imported(workspace);
+    used.delete(manifest.name);
+    const undeclared = [...used].filter((p) => !declared.has(p)).sort();
+    const unused = [...declared].filter((p) => !used.has(p) && !(LOADED_INDIRECTLY[workspace] ?? []).includes(p)).sort();
+    expect({ undeclared, unused }).toEqual({ undeclared: [], unused: [] });
+  });
+});
