@@ -91,6 +91,7 @@ const RESOURCE_OF_SEGMENT: Record<string, string> = {
   'api-keys': 'api_key',
   sessions: 'chat_session',
   webhooks: 'webhook',
+  'mcp-servers': 'mcp_server',
 };
 
 /** [param, resource] for each id parameter of a route URL. */

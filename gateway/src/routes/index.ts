@@ -8,6 +8,7 @@ import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
 import { passthroughRoutes } from './passthrough';
+import { mcpServerRoutes } from './mcp-servers';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -25,6 +26,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
   agentRoutes(app, deps);
+  mcpServerRoutes(app, deps);
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);

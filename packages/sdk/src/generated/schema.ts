@@ -557,6 +557,60 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/mcp-servers': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** MCP servers, newest first */
+    get: operations['listMcpServers'];
+    put?: never;
+    /** Register an MCP server (Streamable HTTP): the platform connects and lists its tools; unreachable is status error */
+    post: operations['createMcpServer'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/mcp-servers/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One MCP server and its tools */
+    get: operations['getMcpServer'];
+    put?: never;
+    post?: never;
+    /** Delete an MCP server; agents that list it are offered its tools no more */
+    delete: operations['deleteMcpServer'];
+    options?: never;
+    head?: never;
+    /** Change an MCP server; a new url or auth lists its tools again; auth null removes the token */
+    patch: operations['updateMcpServer'];
+    trace?: never;
+  };
+  '/api/v1/mcp-servers/{id}/refresh': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Connect again and list the tools */
+    post: operations['refreshMcpServer'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/webhooks': {
     parameters: {
       query?: never;
@@ -2950,6 +3004,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3002,6 +3060,13 @@ export interface operations {
             /** @description overrides the tenant's model */
             model?: string;
             temperature?: number;
+            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+            tools?: {
+              /** @description One of your MCP servers */
+              serverId: string;
+              /** @description Exact names of the server's tools the agent may call */
+              allow: string[];
+            }[];
           };
         };
       };
@@ -3025,6 +3090,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3078,6 +3147,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3165,6 +3238,13 @@ export interface operations {
             timeBudgetSeconds?: number;
             model?: string | null;
             temperature?: number | null;
+            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+            tools?: {
+              /** @description One of your MCP servers */
+              serverId: string;
+              /** @description Exact names of the server's tools the agent may call */
+              allow: string[];
+            }[];
           };
         };
       };
@@ -3188,6 +3268,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3247,7 +3331,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3265,8 +3350,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3326,7 +3417,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3344,8 +3436,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3409,7 +3507,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3427,8 +3526,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3486,7 +3591,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3504,8 +3610,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3563,7 +3675,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3581,8 +3694,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3646,7 +3765,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3664,8 +3784,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3675,6 +3801,389 @@ export interface operations {
               createdAt: string;
               startedAt: string | null;
               completedAt: string | null;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listMcpServers: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          name: string;
+          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+          url: string;
+          /** @description Authentication sent to the server; the token itself is never stored in the registration */
+          auth?: {
+            /** @constant */
+            type: 'bearer';
+            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+            secret: string;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              deleted: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          name?: string;
+          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+          url?: string;
+          auth?: {
+            /** @constant */
+            type: 'bearer';
+            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+            secret: string;
+          } | null;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  refreshMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: {
+      content: {
+        'application/json': Record<string, never>;
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
             };
             meta: {
               request_id: string;
