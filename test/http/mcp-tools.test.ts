@@ -3,7 +3,9 @@
  * the official SDK in this test (test/helpers/mcp-server.ts) and the fake OpenAI provider scripting tool calls.
  */
 import { startFakeOpenAI, type FakeProviderServer, type FakeRequest } from '@svc/llm/src/testing';
-import { client, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -280,5 +282,112 @@ describe('agents calling MCP tools', () => {
     openai.script({ type: 'text', text: 'Just text.' });
     await until(t, agentId, await execute(t, agentId, goal), 'completed');
     expect(requestsFor(goal)[0].conversation!.tools).toEqual([]);
+  });
+});
+
+describe('/mcp: the platform as an MCP server', () => {
+  let t: Tenant;
+  const open: McpClient[] = [];
+  beforeAll(async () => {
+    t = await tenant('Platform');
+  });
+  afterAll(async () => {
+    for (const c of open) await c.close();
+  });
+
+  async function connect(key: string): Promise<McpClient> {
+    const c = new McpClient({ name: 'test-client', version: '1.0.0' });
+    await c.connect(
+      new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
+    );
+    open.push(c);
+    return c;
+  }
+
+  it('an unscoped key: every tool; run_agent completes a run against the fake LLM; get_run reads it', async () => {
+    const { key } = await createKey(api, t.token);
+    const c = await connect(key);
+    const tools = (await c.listTools()).tools;
+    expect(tools.map((x) => x.name).sort()).toEqual(['get_project', 'get_run', 'list_agents', 'list_projects', 'run_agent']);
+    expect(tools.find((x) => x.name === 'list_projects')!.annotations?.readOnlyHint).toBe(true);
+
+    const projects = (await c.callTool({ name: 'list_projects', arguments: {} })) as any;
+    expect(projects.structuredContent.projects.map((p: any) => p.id)).toEqual([t.projectId]);
+    const agentId = (await api.post('/api/v1/agents', { name: 'mcp driven', config: { autonomyLevel: 'autonomous' } }, { token: t.token }))
+      .body.data.id;
+    const listed = (await c.callTool({ name: 'list_agents', arguments: {} })) as any;
+    expect(listed.structuredContent.agents.map((a: any) => a.id)).toContain(agentId);
+
+    openai.script({ type: 'text', text: 'Answered over MCP.' });
+    const ran = (await c.callTool({ name: 'run_agent', arguments: { agentId, projectId: t.projectId, goal: 'Drive me over MCP' } })) as any;
+    expect(ran.isError).toBeFalsy();
+    expect(ran.structuredContent).toMatchObject({ agentId, status: 'completed', output: 'Answered over MCP.', error: null });
+    expect(JSON.parse(ran.content[0].text).runId).toBe(ran.structuredContent.runId);
+
+    const got = (await c.callTool({ name: 'get_run', arguments: { agentId, runId: ran.structuredContent.runId } })) as any;
+    expect(got.structuredContent.run).toMatchObject({ id: ran.structuredContent.runId, status: 'completed', goal: 'Drive me over MCP' });
+    // The REST API shows the same run.
+    const rest = await api.get(`/api/v1/agents/${agentId}/runs/${ran.structuredContent.runId}`, { token: t.token });
+    expect(rest.body.data.output).toBe('Answered over MCP.');
+
+    // An unknown id is the tool's error, as the REST API's 404.
+    const missing = (await c.callTool({ name: 'get_project', arguments: { projectId: 'prj_doesnotexist' } })) as any;
+    expect(missing.isError).toBe(true);
+    expect(missing.content[0].text).toContain('RESOURCE_NOT_FOUND');
+  });
+
+  it('run_agent answers with the run id and requires_approval when a tool call waits for approval', async () => {
+    const { key } = await createKey(api, t.token);
+    const c = await connect(key);
+    const agentId = await agent(t, 'supervised', ['write_note']);
+    openai.script(toolCalls(['write_note', { text: 'needs approval' }]));
+    const ran = (await c.callTool({
+      name: 'run_agent',
+      arguments: { agentId, projectId: t.projectId, goal: 'Write a note over MCP' },
+    })) as any;
+    expect(ran.structuredContent).toMatchObject({ agentId, status: 'requires_approval', output: null });
+    expect(ran.structuredContent.runId).toMatch(/^run_/);
+  });
+
+  it("a key's scopes choose the tools: the others are absent from tools/list and calling one is a JSON-RPC error", async () => {
+    const { key } = await createKey(api, t.token, { scopes: ['projects:read', 'agents:read'] });
+    const c = await connect(key);
+    expect((await c.listTools()).tools.map((x) => x.name).sort()).toEqual(['get_project', 'get_run', 'list_agents', 'list_projects']);
+    const before = openai.requests.length;
+    await expect(c.callTool({ name: 'run_agent', arguments: { agentId: 'agt_x', projectId: t.projectId, goal: 'no' } })).rejects.toThrow(
+      /agents:write/,
+    );
+    expect(openai.requests.length).toBe(before);
+
+    const projectsOnly = await connect((await createKey(api, t.token, { scopes: ['projects:read'] })).key);
+    expect((await projectsOnly.listTools()).tools.map((x) => x.name).sort()).toEqual(['get_project', 'list_projects']);
+    await expect(projectsOnly.callTool({ name: 'list_agents', arguments: {} })).rejects.toThrow(/agents:read/);
+    // Bad arguments are a JSON-RPC error too.
+    await expect(projectsOnly.callTool({ name: 'get_project', arguments: { id: 1 } })).rejects.toThrow(/Invalid arguments/);
+  });
+
+  it('a user token, no credential or a wrong key: 401', async () => {
+    const init = {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } },
+    };
+    const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+    const user = await fetch(`${stack.url}/mcp`, {
+      method: 'POST',
+      headers: { ...headers, authorization: `Bearer ${t.token}` },
+      body: JSON.stringify(init),
+    });
+    expect(user.status).toBe(401);
+    const none = await fetch(`${stack.url}/mcp`, { method: 'POST', headers, body: JSON.stringify(init) });
+    expect(none.status).toBe(401);
+    const wrong = await fetch(`${stack.url}/mcp`, {
+      method: 'POST',
+      headers: { ...headers, authorization: 'Bearer svc_sdk_' + 'x'.repeat(43) },
+      body: JSON.stringify(init),
+    });
+    expect(wrong.status).toBe(401);
+    await expect(connect(t.token)).rejects.toThrow();
   });
 });

@@ -40,6 +40,8 @@ export const POLICIES = {
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
   'llm:passthrough': { authenticate: true, scope: 'llm:passthrough', apiKeyOnly: true },
+  /** `/mcp`: API keys only; each tool checks its own scope (gateway/src/routes/mcp.ts). */
+  mcp: { authenticate: true, apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 
 export type PolicyName = keyof typeof POLICIES;

@@ -8,6 +8,7 @@ import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
 import { passthroughRoutes } from './passthrough';
+import { mcpRoutes } from './mcp';
 import { mcpServerRoutes } from './mcp-servers';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
@@ -27,6 +28,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   projectRoutes(app, deps);
   agentRoutes(app, deps);
   mcpServerRoutes(app, deps);
+  mcpRoutes(app, deps);
   webhookRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);
