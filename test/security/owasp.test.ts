@@ -7,6 +7,7 @@ import { client, createKey, eventually, expectError, signUp, type Account, type 
 import { startS3, type LocalS3 } from '../helpers/object-stores';
 import { loadOperations, type Operation } from '../helpers/openapi';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { realParam, seedTargets, tenantSnapshot } from '../helpers/targets';
 
@@ -268,13 +269,14 @@ describe('API3 and API8: secrets never leave', () => {
   let s3: LocalS3;
   let llm: FakeProviderServer;
   let receiver: Receiver;
+  let mcp: TestMcpServer;
   let keeper: Account;
   let keeperKey: string;
   let ids: Record<string, string>;
 
   beforeAll(async () => {
     const llmKey = remember('LLM apiKey', unique('sk-owasp'));
-    [s3, llm, receiver] = await Promise.all([startS3(), startFakeOpenAI({ apiKey: llmKey }), startReceiver()]);
+    [s3, llm, receiver, mcp] = await Promise.all([startS3(), startFakeOpenAI({ apiKey: llmKey }), startReceiver(), startTestMcpServer()]);
     keeper = await tenant('Keeper');
     const t = { token: keeper.accessToken };
     ids = await seedTargets(api, keeper);
@@ -310,6 +312,15 @@ describe('API3 and API8: secrets never leave', () => {
     expect((await api.put('/api/v1/secrets/OWASP_SECRET', { value: remember('secret value v2', unique('secret-v2')) }, t)).status).toBe(
       200,
     );
+
+    // An MCP server whose bearer token is that secret (its value is read at each connection, never stored).
+    const server = await api.post(
+      '/api/v1/mcp-servers',
+      { name: 'probe', url: mcp.url, auth: { type: 'bearer', secret: 'OWASP_SECRET' } },
+      t,
+    );
+    expect(server.body.data.status).toBe('ready');
+    ids['mcp-servers:id'] = server.body.data.id;
 
     // A webhook: created with a secret, tested (the secret signs a delivery), re-keyed, tested against a failing receiver.
     const hook = await api.post(
@@ -380,12 +391,13 @@ describe('API3 and API8: secrets never leave', () => {
     await eventually(async () => (await api.get('/api/v1/tenant', { token: revoked.key })).status === 401, 3000, 200);
   });
   afterAll(async () => {
-    await Promise.all([s3?.stop(), llm?.close(), receiver?.close()]);
+    await Promise.all([s3?.stop(), llm?.close(), receiver?.close(), mcp?.close()]);
   });
 
   it('the provider got the LLM key and the receiver a signature: the secrets were really used', () => {
     expect(llm.requests.some((r) => r.headers.authorization === `Bearer ${handedOver.get('LLM apiKey')}`)).toBe(true);
     expect(receiver.at('/hook').every((r) => typeof r.headers['webhook-signature'] === 'string')).toBe(true);
+    expect(mcp.authorizations).toContain(`Bearer ${handedOver.get('secret value v2')}`);
   });
 
   /** A read's query: the largest page, and a value for every required parameter (a window of time: the last day). */

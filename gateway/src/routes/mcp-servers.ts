@@ -145,8 +145,6 @@ export function mcpServerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     tag: 'mcp-servers',
     summary: 'Connect again and list the tools',
     params: IdParams,
-    optionalBody: true,
-    body: Obj({}),
     response: McpServer,
     handler: async ({ params, call }) => mcpServerView((await agents.refreshMcpServer({ id: params.id }, call)).server!),
   });

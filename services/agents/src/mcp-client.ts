@@ -32,8 +32,13 @@ export const MAX_TOOLS = 200;
 function describe(err: unknown, bearer: string | undefined): string {
   let message: string;
   if (err instanceof EgressError) message = `egress_refused: ${err.message}`;
-  else if (err instanceof Error) message = err.message || err.name;
-  else message = String(err);
+  else if (err instanceof Error) {
+    message = err.message || err.name;
+    // undici's "fetch failed" says why in its cause (ECONNREFUSED, an egress refusal at connect time...).
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    if (cause instanceof EgressError) message = `egress_refused: ${cause.message}`;
+    else if (cause) message = `${message}: ${cause.code ?? cause.message ?? 'unknown cause'}`;
+  } else message = String(err);
   // Belt and braces: whatever the transport says, the token never leaves in a message.
   if (bearer) message = message.split(bearer).join('[redacted]');
   return message.slice(0, 1000);

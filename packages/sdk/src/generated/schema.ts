@@ -4147,11 +4147,7 @@ export interface operations {
       };
       cookie?: never;
     };
-    requestBody?: {
-      content: {
-        'application/json': Record<string, never>;
-      };
-    };
+    requestBody?: never;
     responses: {
       /** @description Success */
       200: {
