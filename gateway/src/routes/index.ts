@@ -7,6 +7,8 @@ import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
+import { eventRoutes } from './events';
+import { openAiRoutes } from './openai';
 import { passthroughRoutes } from './passthrough';
 import { mcpRoutes } from './mcp';
 import { mcpServerRoutes } from './mcp-servers';
@@ -30,6 +32,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   mcpServerRoutes(app, deps);
   mcpRoutes(app, deps);
   webhookRoutes(app, deps);
+  eventRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);
   adminRoutes(app, deps);
@@ -40,4 +43,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     maxResponseBytes: deps.config.passthroughMaxResponseBytes,
     timeoutMs: deps.config.passthroughTimeoutMs,
   });
+  openAiRoutes(app, deps);
 }

@@ -8,8 +8,11 @@ export const SCOPES = [
   'secrets:write',
   'agents:read',
   'agents:write',
+  /** The OpenAI-compatible API under /v1 (CONTRACT.md 9). */
+  'llm:use',
   /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
   'llm:passthrough',
+  'events:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 
