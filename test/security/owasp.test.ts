@@ -378,6 +378,22 @@ describe('API3 and API8: secrets never leave', () => {
     const run = (await api.post(`/api/v1/agents/${agent}/execute`, { goal: 'say hi', projectId: ids.id }, t)).body.data.id;
     ids.run_id = run;
     await eventually(async () => (await api.get(`/api/v1/agents/${agent}/runs/${run}`, t)).body.data.status === 'completed', 15_000, 250);
+    // A run that calls the MCP server's tool: the bearer secret is read and sent at call time.
+    const toolAgent = (
+      await api.post(
+        '/api/v1/agents',
+        { name: 'mcp probe', config: { autonomyLevel: 'autonomous', tools: [{ serverId: ids['mcp-servers:id'], allow: ['lookup'] }] } },
+        t,
+      )
+    ).body.data.id;
+    llm.script({ type: 'tool_calls', toolCalls: [{ name: 'lookup', arguments: { q: 'probe' } }] }, { type: 'text', text: 'ok' });
+    const toolRun = (await api.post(`/api/v1/agents/${toolAgent}/execute`, { goal: 'look it up', projectId: ids.id }, t)).body.data.id;
+    await eventually(
+      async () => (await api.get(`/api/v1/agents/${toolAgent}/runs/${toolRun}`, t)).body.data.status === 'completed',
+      15_000,
+      250,
+    );
+    expect(mcp.calls.map((c) => c.tool)).toEqual(['lookup']);
 
     // BYOS keys: saved, then validated against a real S3 API that refuses them; and a config validated unsaved.
     const storage = `/api/v1/regions/storage/${keeper.tenantId}`;
