@@ -12,6 +12,7 @@ import { Ajv } from 'ajv';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isAppError, type CallOptions } from '@svc/kit';
 import type { GatewayDeps } from '../app';
+import { assertKeyTokens } from '../lib/key-usage';
 import type { Principal } from '../lib/principal';
 import { agentView, runView } from './agents';
 import { projectView } from './projects';
@@ -23,13 +24,21 @@ const FINISHED = ['completed', 'failed', 'cancelled', 'requires_approval'];
 
 type Args = Record<string, unknown>;
 
+interface ToolCtx {
+  deps: GatewayDeps;
+  call: CallOptions;
+  signal: AbortSignal;
+  principal: Principal;
+  reply: FastifyReply;
+}
+
 interface PlatformTool {
   name: string;
   description: string;
   scope: 'projects:read' | 'agents:read' | 'agents:write';
   readOnly: boolean;
   inputSchema: { type: 'object'; properties: Record<string, unknown>; required?: string[]; additionalProperties: false };
-  run(args: Args, ctx: { deps: GatewayDeps; call: CallOptions; signal: AbortSignal }): Promise<unknown>;
+  run(args: Args, ctx: ToolCtx): Promise<unknown>;
 }
 
 const page = {
@@ -97,7 +106,9 @@ export const PLATFORM_TOOLS: PlatformTool[] = [
       required: ['agentId', 'projectId', 'goal'],
       additionalProperties: false,
     },
-    async run(args, { deps, call, signal }) {
+    async run(args, { deps, call, signal, principal, reply }) {
+      // As POST /agents/:id/execute: a key whose tokens per minute are used up starts no run.
+      await assertKeyTokens(deps, principal, call, reply);
       const agentId = args.agentId as string;
       let run = (await deps.clients.agents.executeAgent({ agentId, projectId: args.projectId as string, goal: args.goal as string }, call))
         .run!;
@@ -132,7 +143,7 @@ export function toolsFor(p: Principal): PlatformTool[] {
   return PLATFORM_TOOLS.filter((t) => p.scopes === undefined || p.scopes.includes(t.scope));
 }
 
-function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions): Server {
+function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions, reply: FastifyReply): Server {
   const allowed = toolsFor(principal);
   const server = new Server({ name: 'svc-platform', version: '1.0.0' }, { capabilities: { tools: {} } });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
@@ -160,7 +171,7 @@ function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions)
         `Invalid arguments for ${name}: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
       );
     try {
-      const result = await tool.run(args, { deps, call, signal: extra.signal });
+      const result = await tool.run(args, { deps, call, signal: extra.signal, principal, reply });
       return { content: [{ type: 'text', text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
     } catch (err) {
       // The platform's own refusals (not found, credits, validation) are the tool's error, as the REST API's envelope.
@@ -176,7 +187,7 @@ export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const handler = async (request: FastifyRequest, reply: FastifyReply) => {
     const principal = request.principal!;
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
-    const server = buildServer(deps, principal, call);
+    const server = buildServer(deps, principal, call, reply);
     // Stateless: no session id, one server per request, JSON answers (no stream to keep open).
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     reply.hijack();
