@@ -30,6 +30,9 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
   ids.featureKey = 'agents';
   ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
   ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, t)).body.data.name;
+  // An MCP server on a closed loopback port (registered with status error), its bearer token from that secret.
+  const mcp = { name: 'target', url: 'http://127.0.0.1:9/mcp', auth: { type: 'bearer', secret: 'FUZZ_TARGET' } };
+  ids['mcp-servers:id'] = (await api.post('/api/v1/mcp-servers', mcp, t)).body.data.id;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, t);
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, t);
   // An event of the tenant's log (its own tenant.created), once the bus has brought it there.
@@ -61,6 +64,7 @@ export async function tenantSnapshot(api: Client, owner: Account, ids: Record<st
     llm: await get('/api/v1/tenant/settings/llm'),
     agents: await get('/api/v1/agents?limit=100'),
     webhooks: await get('/api/v1/webhooks?limit=100'),
+    mcpServers: await get('/api/v1/mcp-servers?limit=100'),
     chatSessions: await get('/api/v1/chat/sessions?limit=100'),
     chatMessages: await get(`/api/v1/chat/sessions/${ids['chat:id']}/messages?limit=100`),
     preferences: await get(`/api/v1/regions/preferences/${owner.tenantId}`),

@@ -23,7 +23,7 @@ describe('agents CRUD', () => {
       id: expect.stringMatching(/^agt_/),
       name: 'Helper',
       systemPrompt: 'You help with projects.',
-      config: { autonomyLevel: 'supervised', maxSteps: 10, timeBudgetSeconds: 300, model: null, temperature: null },
+      config: { autonomyLevel: 'supervised', maxSteps: 10, timeBudgetSeconds: 300, model: null, temperature: null, tools: [] },
       createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
       updatedAt: a.createdAt,
     });

@@ -43,6 +43,14 @@ beforeAll(async () => {
   theirIds.featureKey = 'agents';
   await api.post('/api/v1/secrets', { name: 'THEIR_TOKEN', value: 'their-secret-value' }, t);
   theirIds['/api/v1/secrets'] = 'THEIR_TOKEN';
+  // An MCP server of theirs (a closed port: registered with status error), its token from their secret.
+  theirIds['/api/v1/mcp-servers'] = (
+    await api.post(
+      '/api/v1/mcp-servers',
+      { name: 'theirs', url: 'http://127.0.0.1:9/mcp', auth: { type: 'bearer', secret: 'THEIR_TOKEN' } },
+      t,
+    )
+  ).body.data.id;
   // Their events reach the event log through the bus: their tenant.created, once it is there.
   await eventually(async () => (await api.get('/api/v1/events?type=tenant.created', t)).body.data.length === 1, 10_000);
   theirIds['/api/v1/events'] = (await api.get('/api/v1/events?type=tenant.created', t)).body.data[0].id;
@@ -73,6 +81,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'PATCH /api/v1/regions/preferences/{tenantId}': { primaryRegion: 'eu-west' },
   'PUT /api/v1/regions/storage/{tenantId}': { storageMode: 'platform', platformRegion: 'eu-west' },
   'PUT /api/v1/secrets/{name}': { value: 'hijacked' },
+  'PATCH /api/v1/mcp-servers/{id}': { name: 'hijacked' },
 };
 
 it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for another tenant’s ids', async () => {
@@ -146,6 +155,10 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/secrets/{name}',
       'PUT /api/v1/secrets/{name}',
       'DELETE /api/v1/secrets/{name}',
+      'GET /api/v1/mcp-servers/{id}',
+      'PATCH /api/v1/mcp-servers/{id}',
+      'DELETE /api/v1/mcp-servers/{id}',
+      'POST /api/v1/mcp-servers/{id}/refresh',
       'GET /v1/responses/{id}',
       'POST /v1/responses/{id}/cancel',
     ]),
@@ -166,6 +179,7 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect((await api.get(`/api/v1/regions/preferences/${theirs.tenantId}`, t)).body.data.primaryRegion).toBe('us-east');
   expect((await api.get(`/api/v1/regions/storage/${theirs.tenantId}`, t)).body.data.platformRegion).toBe('us-east');
   expect((await api.get('/api/v1/secrets/THEIR_TOKEN', t)).body.data.version).toBe(1);
+  expect((await api.get(`/api/v1/mcp-servers/${theirIds['/api/v1/mcp-servers']}`, t)).body.data.name).toBe('theirs');
   const theirKey = (await createKey(api, theirs.accessToken)).key;
   expect((await api.get(`/v1/responses/${theirIds['/v1/responses']}`, { token: theirKey })).body.status).toBe('completed');
 });
@@ -180,6 +194,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/chat/sessions',
     '/api/v1/secrets',
     '/api/v1/events',
+    '/api/v1/mcp-servers',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

@@ -5,6 +5,7 @@ import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
 import { ApiError, OPERATIONS, SvcClient, type CallOptions, type Input, type OperationId, type Output } from '@svc/sdk';
 import { eventually } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { startTestMcpServer } from '../helpers/mcp-server';
 import { startStack, type Stack } from '../helpers/stack';
 
 // The SDK against the running system: every operation of the OpenAPI document is a method, and the walk below
@@ -157,6 +158,20 @@ it('drives every endpoint through the SDK', async () => {
   expect(await sdk.listEvents({ query: { deliveryFailed: true, webhookId: hook.id } })).toEqual([]);
   const since = new Date(Date.now() - 60_000).toISOString();
   expect(await sdk.recoverWebhook({ params: { id: hook.id }, body: { since } })).toEqual({ queued: 0 });
+  // MCP servers: one built with the MCP SDK on loopback, registered, listed, renamed, refreshed and deleted.
+  const tools = await startTestMcpServer();
+  try {
+    const server = await sdk.createMcpServer({ body: { name: 'notes', url: tools.url } });
+    expect(server).toMatchObject({ status: 'ready', error: null, auth: null });
+    expect(server.tools.map((t) => t.name)).toContain('lookup');
+    expect((await sdk.getMcpServer({ params: { id: server.id } })).url).toBe(tools.url);
+    expect((await sdk.listMcpServers()).map((x) => x.id)).toEqual([server.id]);
+    expect((await sdk.updateMcpServer({ params: { id: server.id }, body: { name: 'notes 2' } })).name).toBe('notes 2');
+    expect((await sdk.refreshMcpServer({ params: { id: server.id } })).status).toBe('ready');
+    expect(await sdk.deleteMcpServer({ params: { id: server.id } })).toEqual({ id: server.id, deleted: true });
+  } finally {
+    await tools.close();
+  }
   await sdk.deleteProject({ params: { id: project.id } });
   await sdk.deleteWebhook({ params: { id: hook.id } });
   await sdk.deleteAgent({ params: { id: agent.id } });

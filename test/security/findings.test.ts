@@ -16,6 +16,9 @@ beforeAll(async () => {
       SECRETS_PER_TENANT: '2',
       MEMBERS_PER_TENANT: '2',
       CHAT_SESSIONS_PER_TENANT: '2',
+      MCP_SERVERS_PER_TENANT: '2',
+      EGRESS_ALLOW_PRIVATE: 'true',
+      MCP_CALL_TIMEOUT_S: '1',
     },
   });
   api = client(stack.url);
@@ -112,7 +115,7 @@ it('caps live API keys per tenant (API_KEYS_PER_TENANT); a revoked key frees its
   ).toBe(201);
 });
 
-it('caps every collection a tenant grows (projects, agents, secrets, members, chat sessions); deleting one frees its place', async () => {
+it('caps every collection a tenant grows (projects, agents, secrets, members, chat sessions, MCP servers); deleting one frees its place', async () => {
   const a = await signUp(api, 'Grower');
   const t = { token: a.accessToken };
   const kinds = [
@@ -120,6 +123,8 @@ it('caps every collection a tenant grows (projects, agents, secrets, members, ch
     { path: '/api/v1/agents', reason: 'agent_limit', body: (i: number) => ({ name: `a${i}`, systemPrompt: 'help' }) },
     { path: '/api/v1/secrets', reason: 'secret_limit', body: (i: number) => ({ name: `S${i}`, value: 'v' }) },
     { path: '/api/v1/chat/sessions', reason: 'chat_session_limit', body: (i: number) => ({ title: `s${i}` }) },
+    // A closed loopback port: registered with status error, counted all the same.
+    { path: '/api/v1/mcp-servers', reason: 'mcp_server_limit', body: (i: number) => ({ name: `m${i}`, url: 'http://127.0.0.1:9/mcp' }) },
   ];
   for (const k of kinds) {
     const ids: string[] = [];

@@ -7,6 +7,7 @@ import { client, createKey, eventually, expectError, signUp, type Account, type 
 import { startS3, type LocalS3 } from '../helpers/object-stores';
 import { loadOperations, type Operation } from '../helpers/openapi';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { realParam, seedTargets, tenantSnapshot } from '../helpers/targets';
 
@@ -279,13 +280,14 @@ describe('API3 and API8: secrets never leave', () => {
   let s3: LocalS3;
   let llm: FakeProviderServer;
   let receiver: Receiver;
+  let mcp: TestMcpServer;
   let keeper: Account;
   let keeperKey: string;
   let ids: Record<string, string>;
 
   beforeAll(async () => {
     const llmKey = remember('LLM apiKey', unique('sk-owasp'));
-    [s3, llm, receiver] = await Promise.all([startS3(), startFakeOpenAI({ apiKey: llmKey }), startReceiver()]);
+    [s3, llm, receiver, mcp] = await Promise.all([startS3(), startFakeOpenAI({ apiKey: llmKey }), startReceiver(), startTestMcpServer()]);
     keeper = await tenant('Keeper');
     const t = { token: keeper.accessToken };
     ids = await seedTargets(api, keeper);
@@ -321,6 +323,15 @@ describe('API3 and API8: secrets never leave', () => {
     expect((await api.put('/api/v1/secrets/OWASP_SECRET', { value: remember('secret value v2', unique('secret-v2')) }, t)).status).toBe(
       200,
     );
+
+    // An MCP server whose bearer token is that secret (its value is read at each connection, never stored).
+    const server = await api.post(
+      '/api/v1/mcp-servers',
+      { name: 'probe', url: mcp.url, auth: { type: 'bearer', secret: 'OWASP_SECRET' } },
+      t,
+    );
+    expect(server.body.data.status).toBe('ready');
+    ids['mcp-servers:id'] = server.body.data.id;
 
     // A webhook: created with a secret, tested (the secret signs a delivery), re-keyed, tested against a failing receiver.
     const hook = await api.post(
@@ -367,6 +378,22 @@ describe('API3 and API8: secrets never leave', () => {
     const run = (await api.post(`/api/v1/agents/${agent}/execute`, { goal: 'say hi', projectId: ids.id }, t)).body.data.id;
     ids.run_id = run;
     await eventually(async () => (await api.get(`/api/v1/agents/${agent}/runs/${run}`, t)).body.data.status === 'completed', 15_000, 250);
+    // A run that calls the MCP server's tool: the bearer secret is read and sent at call time.
+    const toolAgent = (
+      await api.post(
+        '/api/v1/agents',
+        { name: 'mcp probe', config: { autonomyLevel: 'autonomous', tools: [{ serverId: ids['mcp-servers:id'], allow: ['lookup'] }] } },
+        t,
+      )
+    ).body.data.id;
+    llm.script({ type: 'tool_calls', toolCalls: [{ name: 'lookup', arguments: { q: 'probe' } }] }, { type: 'text', text: 'ok' });
+    const toolRun = (await api.post(`/api/v1/agents/${toolAgent}/execute`, { goal: 'look it up', projectId: ids.id }, t)).body.data.id;
+    await eventually(
+      async () => (await api.get(`/api/v1/agents/${toolAgent}/runs/${toolRun}`, t)).body.data.status === 'completed',
+      15_000,
+      250,
+    );
+    expect(mcp.calls.map((c) => c.tool)).toEqual(['lookup']);
 
     // BYOS keys: saved, then validated against a real S3 API that refuses them; and a config validated unsaved.
     const storage = `/api/v1/regions/storage/${keeper.tenantId}`;
@@ -395,12 +422,13 @@ describe('API3 and API8: secrets never leave', () => {
     await eventually(async () => (await api.get('/api/v1/tenant', { token: revoked.key })).status === 401, 3000, 200);
   });
   afterAll(async () => {
-    await Promise.all([s3?.stop(), llm?.close(), receiver?.close()]);
+    await Promise.all([s3?.stop(), llm?.close(), receiver?.close(), mcp?.close()]);
   });
 
   it('the provider got the LLM key and the receiver a signature: the secrets were really used', () => {
     expect(llm.requests.some((r) => r.headers.authorization === `Bearer ${handedOver.get('LLM apiKey')}`)).toBe(true);
     expect(receiver.at('/hook').every((r) => typeof r.headers['webhook-signature'] === 'string')).toBe(true);
+    expect(mcp.authorizations).toContain(`Bearer ${handedOver.get('secret value v2')}`);
   });
 
   /** A read's query: the largest page, and a value for every required parameter (a window of time: the last day). */

@@ -15,6 +15,7 @@ let stack: Stack;
 let api: Client;
 let owner: Account;
 let hookId: string;
+let mcpId: string;
 let listener: Server;
 let hits = 0;
 let port: number;
@@ -34,6 +35,7 @@ beforeAll(async () => {
       LLM_PROVIDER: 'openai-compatible',
       LLM_MODEL: 'm',
       LLM_BASE_URL: `http://${hostname()}:${port}/v1`,
+      MCP_CALL_TIMEOUT_S: '1',
     },
   });
   api = client(stack.url);
@@ -46,6 +48,10 @@ beforeAll(async () => {
       { token: owner.accessToken },
     )
   ).body.data.id;
+  // An MCP server at a public address literal: allowed (whether it answers or not, it is registered).
+  const mcp = await api.post('/api/v1/mcp-servers', { name: 'public', url: 'https://93.184.215.14/mcp' }, { token: owner.accessToken });
+  expect(mcp.status).toBe(201);
+  mcpId = mcp.body.data.id;
 });
 afterAll(async () => {
   await stack.stop();
@@ -95,6 +101,15 @@ describe.each(REFUSED_HOSTS)('http://%s', (host) => {
     ])
       expect(expectError(res, 400, 'VALIDATION_ERROR').details.fields).toEqual([{ field: 'url', message: expect.any(String) }]);
     expect((await api.get(`/api/v1/webhooks/${hookId}`, t())).body.data.url).toBe('https://93.184.215.14/hook');
+  });
+
+  it('is refused as an MCP server URL, at registration and on update', async () => {
+    for (const res of [
+      await api.post('/api/v1/mcp-servers', { name: 'internal', url }, t()),
+      await api.patch(`/api/v1/mcp-servers/${mcpId}`, { url }, t()),
+    ])
+      expect(expectError(res, 400, 'VALIDATION_ERROR').details.fields).toEqual([{ field: 'url', message: expect.any(String) }]);
+    expect((await api.get(`/api/v1/mcp-servers/${mcpId}`, t())).body.data.url).toBe('https://93.184.215.14/mcp');
   });
 
   it('is refused as an LLM base URL', async () => {

@@ -9,10 +9,13 @@ import type { Project } from './projects';
 
 interface Step {
   index: number;
-  type: 'model' | 'tool';
+  type: 'model' | 'tool' | 'tool_call';
   status: string;
   text?: string;
   toolName?: string;
+  /** tool_call (an MCP server's tool): its name and why it was refused or failed */
+  tool?: string;
+  error?: string | null;
   arguments?: unknown;
   result?: unknown;
 }
@@ -50,7 +53,9 @@ function RunView({ run, acted }: { run: Run; acted: () => void }) {
       <ol aria-label="Steps">
         {run.steps.map((s) => (
           <li key={s.index}>
-            {s.type === 'model' ? `Model: ${s.text ?? ''}` : `Tool ${s.toolName} (${s.status}): ${JSON.stringify(s.arguments ?? {})}`}
+            {s.type === 'model'
+              ? `Model: ${s.text ?? ''}`
+              : `Tool ${s.toolName ?? s.tool} (${s.status}): ${JSON.stringify(s.arguments ?? {})}${s.error ? ` ${s.error}` : ''}`}
           </li>
         ))}
       </ol>

@@ -43,6 +43,8 @@ export const POLICIES = {
   /** `/v1`, the OpenAI-compatible API: API keys only, with the llm:use scope or none. */
   'llm:use': { authenticate: true, scope: 'llm:use', apiKeyOnly: true },
   'llm:passthrough': { authenticate: true, scope: 'llm:passthrough', apiKeyOnly: true },
+  /** `/mcp`: API keys only; each tool checks its own scope (gateway/src/routes/mcp.ts). */
+  mcp: { authenticate: true, apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 
 export type PolicyName = keyof typeof POLICIES;

@@ -96,6 +96,7 @@ const RESOURCE_OF_SEGMENT: Record<string, string> = {
   'api-keys': 'api_key',
   sessions: 'chat_session',
   webhooks: 'webhook',
+  'mcp-servers': 'mcp_server',
   events: 'event',
   responses: 'response',
 };

@@ -19,6 +19,13 @@ const ConfigFields = {
   timeBudgetSeconds: Type.Integer({ minimum: 10, maximum: 3600, description: 'running time per run (waiting for approval excluded)' }),
   model: Str(1, 200, { description: "overrides the tenant's model" }),
   temperature: Type.Number({ minimum: 0, maximum: 2 }),
+  tools: Type.Array(
+    Obj({
+      serverId: Str(1, 100, { description: 'One of your MCP servers' }),
+      allow: Type.Array(Str(1, 128), { minItems: 1, maxItems: 100, description: "Exact names of the server's tools the agent may call" }),
+    }),
+    { maxItems: 20, description: 'MCP tools the agent may call; only these are offered to the model (manual agents: none)' },
+  ),
 };
 
 const AgentConfig = Obj({
@@ -27,6 +34,7 @@ const AgentConfig = Obj({
   timeBudgetSeconds: Type.Integer(),
   model: Nullable(Type.String()),
   temperature: Nullable(Type.Number()),
+  tools: Type.Array(Obj({ serverId: Type.String(), allow: Type.Array(Type.String()) })),
 });
 
 const Agent = Obj({
@@ -43,7 +51,9 @@ const Usage = Obj({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })
 const RunStep = Type.Object(
   {
     index: Type.Integer(),
-    type: Type.Union([Type.Literal('model'), Type.Literal('tool')]),
+    type: Type.Union([Type.Literal('model'), Type.Literal('tool'), Type.Literal('tool_call')], {
+      description: "model; tool: a built-in tool; tool_call: an MCP server's tool",
+    }),
     status: Type.String({ description: 'model: completed; tool: pending, requires_approval, approved, completed, failed, rejected' }),
     startedAt: Timestamp,
     completedAt: Nullable(Timestamp),
@@ -55,7 +65,11 @@ const RunStep = Type.Object(
     toolName: Type.Optional(Type.String()),
     toolCallId: Type.Optional(Type.String()),
     arguments: Type.Optional(Type.Unknown({ description: 'tool: the arguments the model gave' })),
-    result: Type.Optional(Type.Unknown({ description: 'tool: what the tool returned, or {error}' })),
+    result: Type.Optional(Type.Unknown({ description: 'tool: what the tool returned, or {error}; tool_call: the MCP result, or null' })),
+    serverId: Type.Optional(Type.String({ description: 'tool_call: the MCP server' })),
+    tool: Type.Optional(Type.String({ description: "tool_call: the MCP tool's own name" })),
+    error: Type.Optional(Nullable(Type.String({ description: 'tool_call: why the call was refused or failed; null when it succeeded' }))),
+    durationMs: Type.Optional(Nullable(Type.Integer({ description: 'tool_call: how long the server took; null when it was not called' }))),
   },
   { additionalProperties: false },
 );
@@ -85,6 +99,17 @@ function stepView(s: agentsV1.RunStep) {
   const base = { index: s.index, type: s.type, status: s.status, startedAt: s.startedAt, completedAt: s.completedAt || null };
   if (s.type === 'model')
     return { ...base, text: s.text, usage: s.usage ?? { inputTokens: 0, outputTokens: 0 }, ...(s.model ? { model: s.model } : {}) };
+  if (s.type === 'tool_call')
+    return {
+      ...base,
+      serverId: s.serverId,
+      tool: s.toolName,
+      toolCallId: s.toolCallId,
+      arguments: parseJson(s.argumentsJson) ?? {},
+      result: parseJson(s.resultJson) ?? null,
+      error: s.error || null,
+      durationMs: s.durationMs ?? null,
+    };
   return {
     ...base,
     toolName: s.toolName,
@@ -126,6 +151,7 @@ export function agentView(a: agentsV1.Agent) {
       timeBudgetSeconds: c.timeBudgetSeconds,
       model: c.model || null,
       temperature: c.temperature ?? null,
+      tools: c.tools?.grants ?? [],
     },
     createdAt: a.createdAt,
     updatedAt: a.updatedAt,
@@ -141,6 +167,7 @@ function configMessage(c: Record<string, unknown> | undefined): agentsV1.AgentCo
     timeBudgetSeconds: (c.timeBudgetSeconds as number | undefined) ?? 0,
     model: (c.model as string | null | undefined) ?? '',
     temperature: (c.temperature as number | null | undefined) ?? undefined,
+    tools: c.tools ? { grants: c.tools as Array<{ serverId: string; allow: string[] }> } : undefined,
   };
 }
 
@@ -165,6 +192,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
           timeBudgetSeconds: Type.Optional(ConfigFields.timeBudgetSeconds),
           model: Type.Optional(ConfigFields.model),
           temperature: Type.Optional(ConfigFields.temperature),
+          tools: Type.Optional(ConfigFields.tools),
         }),
       ),
     }),
@@ -222,6 +250,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
           timeBudgetSeconds: Type.Optional(ConfigFields.timeBudgetSeconds),
           model: Type.Optional(Nullable(ConfigFields.model)),
           temperature: Type.Optional(Nullable(ConfigFields.temperature)),
+          tools: Type.Optional(ConfigFields.tools),
         }),
       ),
     }),

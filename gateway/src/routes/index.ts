@@ -10,6 +10,8 @@ import { cliAuthRoutes } from './cli-auth';
 import { eventRoutes } from './events';
 import { openAiRoutes } from './openai';
 import { passthroughRoutes } from './passthrough';
+import { mcpRoutes } from './mcp';
+import { mcpServerRoutes } from './mcp-servers';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { secretRoutes } from './secrets';
@@ -27,6 +29,8 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
   agentRoutes(app, deps);
+  mcpServerRoutes(app, deps);
+  mcpRoutes(app, deps);
   webhookRoutes(app, deps);
   eventRoutes(app, deps);
   chatRoutes(app, deps);

@@ -64,7 +64,8 @@ function describeStep(s: Step): string {
   if (s.type === 'model') return `• model: ${(s.text ?? '').trim() || '(tool calls)'}`;
   const args = s.arguments === undefined ? '' : ` ${JSON.stringify(s.arguments)}`;
   const result = s.result === undefined || s.result === null ? '' : ` -> ${JSON.stringify(s.result)}`;
-  return `• tool ${s.toolName}${args}: ${s.status}${result}`;
+  const error = s.error ? ` (${s.error})` : '';
+  return `• tool ${s.toolName ?? s.tool}${args}: ${s.status}${result}${error}`;
 }
 
 /** Follows a run, printing each step once as it appears or changes, and the end; answers the last run seen. */

@@ -20,6 +20,9 @@ export const DEFAULT_CONFIG: AgentConfigDoc = {
   temperature: null,
 };
 
+const MAX_GRANTS = 20;
+const MAX_ALLOW = 100;
+
 function inRange(value: number, [min, max]: readonly [number, number]): boolean {
   return value >= min && value <= max;
 }
@@ -58,6 +61,20 @@ export function mergeConfig(
       if (inRange(model.length, AGENT_LIMITS.model)) out.model = model;
       else problems.push({ field: 'config.model', message: `must be ${AGENT_LIMITS.model.join(' to ')} characters` });
     }
+    if (input.tools !== undefined) {
+      const grants = input.tools.grants;
+      const bad = (i: number, message: string) => problems.push({ field: `config.tools[${i}]`, message });
+      if (grants.length > MAX_GRANTS) problems.push({ field: 'config.tools', message: `at most ${MAX_GRANTS} servers` });
+      const seen = new Set<string>();
+      grants.forEach((g, i) => {
+        if (!/^[a-z]{2,8}_[0-9A-Za-z]{1,64}$/.test(g.serverId)) bad(i, 'serverId must be the id of one of your MCP servers');
+        else if (seen.has(g.serverId)) bad(i, 'lists a server twice');
+        seen.add(g.serverId);
+        if (g.allow.length < 1 || g.allow.length > MAX_ALLOW) bad(i, `allow must list 1 to ${MAX_ALLOW} tool names`);
+        if (g.allow.some((n) => n.length < 1 || n.length > 128)) bad(i, 'a tool name is 1 to 128 characters');
+      });
+      out.tools = grants.map((g) => ({ serverId: g.serverId, allow: [...new Set(g.allow)] }));
+    }
     if (input.temperature !== undefined) {
       if (Number.isFinite(input.temperature) && inRange(input.temperature, AGENT_LIMITS.temperature)) out.temperature = input.temperature;
       else problems.push({ field: 'config.temperature', message: `must be from ${AGENT_LIMITS.temperature.join(' to ')}` });
@@ -83,5 +100,6 @@ export function toConfigMessage(c: AgentConfigDoc): agentsV1.AgentConfig {
     timeBudgetSeconds: c.timeBudgetSeconds,
     model: c.model ?? '',
     temperature: c.temperature ?? undefined,
+    tools: { grants: (c.tools ?? []).map((g) => ({ serverId: g.serverId, allow: g.allow })) },
   };
 }

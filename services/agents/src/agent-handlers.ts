@@ -1,7 +1,7 @@
 import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import type { agentsV1 } from '@svc/proto';
 import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
-import { agentCap, agents, type AgentDoc } from './collections';
+import { agentCap, agents, mcpServers, type AgentConfigDoc, type AgentDoc } from './collections';
 
 export function toAgent(a: AgentDoc): agentsV1.Agent {
   return {
@@ -21,6 +21,16 @@ export async function loadAgent(store: Store, tenantId: string, id: string): Pro
   return doc;
 }
 
+/** Every server an agent's config names must be one of the tenant's (400 otherwise: another tenant's is unknown). */
+async function checkServers(store: Store, tenantId: string, config: AgentConfigDoc): Promise<void> {
+  const problems: Array<{ field: string; message: string }> = [];
+  for (const [i, g] of (config.tools ?? []).entries()) {
+    if (!(await store.collection(mcpServers).get(g.serverId, { tenantId })))
+      problems.push({ field: `config.tools[${i}].serverId`, message: `there is no MCP server ${g.serverId}` });
+  }
+  if (problems.length) throw errors.validation(problems);
+}
+
 /** Agent CRUD. Deleting an agent also cancels its unfinished runs and deletes its runs (see `onDelete`). */
 export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId: string) => Promise<void>, maxAgentsPerTenant = 1000) {
   const col = store.collection(agents);
@@ -32,6 +42,7 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
       const name = checkText('name', req.name);
       const systemPrompt = checkText('systemPrompt', req.systemPrompt);
       const config = mergeConfig(DEFAULT_CONFIG, req.config);
+      await checkServers(store, auth.tid, config);
       const now = nowIso();
       const doc: AgentDoc = { id: newId('agt'), tenantId: auth.tid, name, systemPrompt, config, createdAt: now, updatedAt: now };
       await cap.transaction(auth.tid, async (tx, places) => {
@@ -60,6 +71,7 @@ export function agentHandlers(store: Store, onDelete: (tenantId: string, agentId
       if (req.systemPrompt !== undefined) patch.systemPrompt = checkText('systemPrompt', req.systemPrompt);
       if (req.config || req.clearModel || req.clearTemperature)
         patch.config = mergeConfig(current.config, req.config, { model: req.clearModel, temperature: req.clearTemperature });
+      if (req.config?.tools) await checkServers(store, auth.tid, patch.config!);
       // Last writer wins on a whole field; the tenant filter keeps it to the caller's own agent.
       const updated = await col.update(req.id, { tenantId: auth.tid }, patch);
       if (!updated) throw errors.notFound('agent', req.id);

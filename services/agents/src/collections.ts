@@ -12,6 +12,13 @@ export interface AgentConfigDoc {
   /** Overrides the tenant's model; null: the tenant's (or platform's) model. */
   model: string | null;
   temperature: number | null;
+  /** MCP tools the agent may call: exact names per registered server (absent on agents stored before: none). */
+  tools?: AgentToolGrant[];
+}
+
+export interface AgentToolGrant {
+  serverId: string;
+  allow: string[];
 }
 
 export interface AgentDoc {
@@ -59,7 +66,7 @@ export type StepStatus = 'pending' | 'requires_approval' | 'approved' | 'complet
 
 export interface StepDoc {
   index: number;
-  type: 'model' | 'tool';
+  type: 'model' | 'tool' | 'tool_call';
   status: StepStatus;
   startedAt: string;
   completedAt: string | null;
@@ -69,8 +76,12 @@ export interface StepDoc {
   usage?: Usage;
   /** model: the model that served the call (a fallback's when the main model failed before answering) */
   model?: string;
-  /** tool */
+  /** tool (built-in) and tool_call (an MCP server's tool: `toolName` is the MCP tool's own name) */
   toolName?: string;
+  /** tool_call: the MCP server, the error of a refused or failed call (null when it succeeded), its duration. */
+  serverId?: string;
+  error?: string | null;
+  durationMs?: number | null;
   toolCallId?: string;
   arguments?: Record<string, unknown>;
   result?: unknown;
@@ -189,3 +200,36 @@ export const runs: CollectionDef<RunDoc> = {
     { fields: ['tenantId', 'status'] },
   ],
 };
+
+export interface McpToolDoc {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  readOnly: boolean;
+}
+
+/** A tenant's MCP server (CONTRACT.md 11). The bearer token is a secret's name, resolved at each connection. */
+export interface McpServerDoc {
+  id: string;
+  tenantId: string;
+  name: string;
+  url: string;
+  authSecret: string | null;
+  status: 'ready' | 'error';
+  error: string | null;
+  tools: McpToolDoc[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const mcpServers: CollectionDef<McpServerDoc> = { name: 'mcp_servers', indexes: [{ fields: ['tenantId'] }] };
+
+/** MCP_SERVERS_PER_TENANT (20), exact across replicas. */
+export function mcpServerCap(store: Store, limit: number): TenantCap {
+  return new TenantCap(store, {
+    kind: 'mcp_server',
+    plural: 'MCP servers',
+    limit,
+    count: (tx, tenantId) => tx.collection(mcpServers).count({ tenantId }),
+  });
+}

@@ -55,6 +55,9 @@ function toStep(s: StepDoc): agentsV1.RunStep {
     status: s.status,
     usage: s.usage,
     model: s.model ?? '',
+    serverId: s.serverId ?? '',
+    error: s.error ?? '',
+    durationMs: s.durationMs ?? undefined,
   };
 }
 
@@ -139,11 +142,17 @@ export function runHandlers(deps: RunHandlerDeps) {
       const waiting = doc.steps.find((s) => s.status === 'requires_approval');
       const patch: Partial<StepDoc> = approve
         ? { status: 'approved' }
-        : {
-            status: 'rejected',
-            completedAt: nowIso(),
-            result: { error: 'The user rejected this action.', ...(req.reason ? { reason: req.reason } : {}) },
-          };
+        : waiting?.type === 'tool_call'
+          ? {
+              status: 'rejected',
+              completedAt: nowIso(),
+              error: `rejected: the user rejected this call${req.reason ? `: ${req.reason}` : ''}`,
+            }
+          : {
+              status: 'rejected',
+              completedAt: nowIso(),
+              result: { error: 'The user rejected this action.', ...(req.reason ? { reason: req.reason } : {}) },
+            };
       return {
         status: 'queued',
         steps: doc.steps.map((s) => (s === waiting ? { ...s, ...patch } : s)),

@@ -21,6 +21,7 @@ import type { identityV1, projectsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, StepDoc, Usage } from './collections';
 import type { CreditCheck } from './credits';
 import { emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
+import { callTool, EMPTY_TOOLSET, loadToolset, toolCallStep, type McpRuntime, type McpToolset } from './mcp-tools';
 import { runTool, toolsFor, type ProjectsClient, type Tool } from './tools';
 
 /** The claimed run as the loop sees it: every save is a compare-and-set on the lease, which throws LostLease. */
@@ -64,6 +65,8 @@ export interface LoopDeps {
   /** Retries of a model call that failed in a retryable way after the provider's own retries (a cut stream). */
   stepRetries: number;
   retryBaseMs: number;
+  /** MCP servers' tools (absent: runs offer the built-in tools only). */
+  mcp?: McpRuntime;
 }
 
 /** Our own services failing to answer: the run is handed back and retried, up to AGENTS_MAX_ATTEMPTS claims. */
@@ -101,7 +104,13 @@ export function messagesOf(run: RunDoc, system: string): LlmMessage[] {
     if (s.type === 'model')
       out.push({ role: 'assistant', content: s.text ?? '', ...(s.toolCalls?.length ? { toolCalls: s.toolCalls } : {}) });
     else if (isTerminalToolStatus(s.status))
-      out.push({ role: 'tool', toolCallId: s.toolCallId!, content: JSON.stringify(s.result ?? null) });
+      out.push({
+        role: 'tool',
+        toolCallId: s.toolCallId!,
+        content: JSON.stringify(
+          s.type === 'tool_call' && s.error ? { error: s.error, ...(s.result ? { result: s.result } : {}) } : (s.result ?? null),
+        ),
+      });
   }
   return out;
 }
@@ -264,12 +273,23 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
   // Every call's output is bounded, so its reservation is its most possible cost.
   const maxTokens = settings.maxTokens ?? deps.defaultMaxTokens;
   const tools = toolsFor(config.autonomyLevel, run.delegateScopes);
+  // The agent's MCP tools as registered now (manual runs offer none); a built-in's name is never shadowed.
+  const mcp: McpToolset =
+    deps.mcp && config.autonomyLevel !== 'manual' && config.tools?.length
+      ? await loadToolset(deps.mcp, run.tenantId, config.tools, new Set(tools.map((t) => t.spec.name)))
+      : EMPTY_TOOLSET;
+  const specs = [...tools.map((t) => t.spec), ...mcp.offers.map((o) => o.spec)];
   const system = systemPrompt(run, project);
 
   for (;;) {
     if (signal.aborted) throw signal.reason ?? new Error('aborted');
 
-    const pending = run.steps.find((s) => s.type === 'tool' && (s.status === 'pending' || s.status === 'approved'));
+    const pending = run.steps.find((s) => s.type !== 'model' && (s.status === 'pending' || s.status === 'approved'));
+    if (pending?.type === 'tool_call') {
+      run = await runMcpStep(lease, pending, mcp, config.autonomyLevel, deps.mcp!, token, signal, budgetLeftMs);
+      if (run.status !== 'running') return; // waiting for approval
+      continue;
+    }
     if (pending) {
       run = await runToolStep(
         lease,
@@ -287,12 +307,12 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     if (modelCalls >= config.maxSteps)
       throw new RunFailure(`max_steps_reached: the agent made ${config.maxSteps} model calls without finishing`);
     // The last allowed call gets no tools, so the run ends with an answer rather than a dangling tool call.
-    const offered = modelCalls + 1 < config.maxSteps ? tools : [];
+    const offered = modelCalls + 1 < config.maxSteps ? specs : [];
 
     const request: LlmRequest = {
       model,
       messages: messagesOf(run, system),
-      tools: offered.length ? offered.map((t) => t.spec) : undefined,
+      tools: offered.length ? offered : undefined,
       temperature: config.temperature ?? undefined,
       maxTokens,
     };
@@ -375,7 +395,11 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       model: call.model,
     };
     const toolSteps: StepDoc[] = calls.map((c, i) => {
-      const known = offered.some((t) => t.spec.name === c.name);
+      const mcpStep = tools.some((t) => t.spec.name === c.name)
+        ? null
+        : toolCallStep({ index: index + 1 + i, startedAt: nowIso(), toolCallId: c.id, arguments: c.arguments }, c.name, mcp);
+      if (mcpStep) return mcpStep;
+      const known = offered.some((t) => t.name === c.name);
       return {
         index: index + 1 + i,
         type: 'tool',
@@ -458,6 +482,41 @@ async function runToolStep(
   const { ok, result } = await runTool(tool, step.arguments ?? {}, ctx);
   return lease.save({
     steps: withStep(lease.run.steps, step.index, { status: ok ? 'completed' : 'failed', completedAt: nowIso(), result }),
+    budgetLeftMs: budgetLeftMs(),
+  });
+}
+
+/** Runs one pending (or approved) MCP tool call, or parks the run for approval; returns the saved run. */
+async function runMcpStep(
+  lease: Lease,
+  step: StepDoc,
+  set: McpToolset,
+  level: RunDoc['agent']['config']['autonomyLevel'],
+  rt: McpRuntime,
+  token: string,
+  signal: AbortSignal,
+  budgetLeftMs: () => number,
+): Promise<RunDoc> {
+  const run = lease.run;
+  const offer = set.offers.find((o) => o.server.id === step.serverId && o.tool.name === step.toolName);
+  if (!offer)
+    return lease.save({
+      steps: withStep(run.steps, step.index, {
+        status: 'failed',
+        completedAt: nowIso(),
+        error: `tool_unavailable: the tool ${step.toolName} is no longer offered by its server or allowed for this agent`,
+      }),
+    });
+  if (step.status === 'pending' && !offer.tool.readOnly && level === 'supervised')
+    return lease.save({
+      ...RELEASED,
+      status: 'requires_approval',
+      steps: withStep(run.steps, step.index, { status: 'requires_approval' }),
+      budgetLeftMs: budgetLeftMs(),
+    });
+  const outcome = await callTool(rt, offer, step.arguments ?? {}, { token }, signal);
+  return lease.save({
+    steps: withStep(lease.run.steps, step.index, { ...outcome, completedAt: nowIso() }),
     budgetLeftMs: budgetLeftMs(),
   });
 }

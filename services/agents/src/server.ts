@@ -16,7 +16,9 @@ import {
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
-import { agents, runs } from './collections';
+import { agents, mcpServers, runs } from './collections';
+import { McpConnector } from './mcp-client';
+import { mcpHandlers } from './mcp-handlers';
 import type { CreditCheck } from './credits';
 import { runHandlers } from './run-handlers';
 import { RunWorker } from './worker';
@@ -40,17 +42,31 @@ export const agentsConfig = {
   llmMaxRetries: field('AGENTS_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
   stepRetries: field('AGENTS_STEP_RETRIES', 'int', { default: '1', min: 0, max: 10 }),
   retryBaseMs: field('AGENTS_RETRY_BASE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
+  /** One MCP operation (connect and list, or connect and call a tool): past it the step fails, not the run's worker. */
+  mcpCallTimeoutS: field('MCP_CALL_TIMEOUT_S', 'int', { default: '30', min: 1, max: 600 }),
+  /** An MCP server's answer larger than this fails the call; a result kept on a step is cut at 16,000 characters. */
+  mcpMaxResponseBytes: field('MCP_MAX_RESPONSE_BYTES', 'int', { default: String(1024 * 1024), min: 1024, max: 64 * 1024 * 1024 }),
+  maxMcpServersPerTenant: field('MCP_SERVERS_PER_TENANT', 'int', { default: '20', min: 1, max: 10_000 }),
   ...llmBreakerConfig,
 } as const;
 
 export async function startAgents(env: NodeJS.ProcessEnv = process.env, options: { credits?: CreditCheck } = {}): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'agents', defaultPort: 50053, config: agentsConfig, collections: [agents, runs, capCounters], env });
+  const rt = await openRuntime({
+    name: 'agents',
+    defaultPort: 50053,
+    config: agentsConfig,
+    collections: [agents, runs, mcpServers, capCounters],
+    env,
+  });
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
   // Every model call reserves its most possible cost in billing before it starts (kit CreditReservations).
   const gate = options.credits ? null : new CreditReservations(c.billingAddr, c.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? gate!;
+  const policy = egressPolicyFrom(c);
+  const connector = new McpConnector(egressFetch({ ...policy, maxResponseBytes: c.mcpMaxResponseBytes }));
+  const mcpTimeoutMs = c.mcpCallTimeoutS * 1000;
   const worker = new RunWorker(
     rt.store,
     rt.relay,
@@ -73,6 +89,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       }),
       stepRetries: c.stepRetries,
       retryBaseMs: c.retryBaseMs,
+      mcp: { store: rt.store, identity, connector, callTimeoutMs: mcpTimeoutMs, maxResultChars: 16_000 },
     },
     {
       workerId: c.workerId,
@@ -100,7 +117,18 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
     registrations: [
       registration({
         definition: agentsV1.AgentsServiceService,
-        implementation: { ...agentHandlers(rt.store, endRunsOf, rt.config.maxAgentsPerTenant), ...runRpcs },
+        implementation: {
+          ...agentHandlers(rt.store, endRunsOf, rt.config.maxAgentsPerTenant),
+          ...runRpcs,
+          ...mcpHandlers({
+            store: rt.store,
+            identity,
+            connector,
+            policy,
+            timeoutMs: mcpTimeoutMs,
+            maxPerTenant: c.maxMcpServersPerTenant,
+          }),
+        },
       }),
     ],
     onStop: async () => {

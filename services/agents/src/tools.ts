@@ -105,9 +105,12 @@ export function toolsFor(level: AutonomyLevel, scopes: readonly string[]): Tool[
   return TOOLS.filter((t) => scopes.includes(t.scope));
 }
 
-/** Scopes a run asks to be delegated: reading the project always (its context goes into the prompt). */
+/**
+ * Scopes a run asks to be delegated: reading the project always (its context goes into the prompt); with tools,
+ * changing it and reading secrets (the bearer tokens of MCP servers, resolved at each call).
+ */
 export function scopesFor(level: AutonomyLevel): string[] {
-  return level === 'manual' ? ['projects:read'] : ['projects:read', 'projects:write'];
+  return level === 'manual' ? ['projects:read'] : ['projects:read', 'projects:write', 'secrets:read'];
 }
 
 const MAX_RESULT_CHARS = 16_000;

@@ -84,6 +84,12 @@ export const OPERATIONS = {
     access: 'agents:write',
     stream: false,
   },
+  createMcpServer: { method: 'POST', path: '/api/v1/mcp-servers', pathParams: [], access: 'agents:write', stream: false },
+  listMcpServers: { method: 'GET', path: '/api/v1/mcp-servers', pathParams: [], access: 'agents:read', stream: false },
+  getMcpServer: { method: 'GET', path: '/api/v1/mcp-servers/{id}', pathParams: ['id'], access: 'agents:read', stream: false },
+  updateMcpServer: { method: 'PATCH', path: '/api/v1/mcp-servers/{id}', pathParams: ['id'], access: 'agents:write', stream: false },
+  deleteMcpServer: { method: 'DELETE', path: '/api/v1/mcp-servers/{id}', pathParams: ['id'], access: 'agents:write', stream: false },
+  refreshMcpServer: { method: 'POST', path: '/api/v1/mcp-servers/{id}/refresh', pathParams: ['id'], access: 'agents:write', stream: false },
   createWebhook: { method: 'POST', path: '/api/v1/webhooks', pathParams: [], access: 'unscoped', stream: false },
   listWebhooks: { method: 'GET', path: '/api/v1/webhooks', pathParams: [], access: 'unscoped', stream: false },
   getWebhook: { method: 'GET', path: '/api/v1/webhooks/{id}', pathParams: ['id'], access: 'unscoped', stream: false },
@@ -430,6 +436,36 @@ export abstract class GeneratedMethods {
   /** Refuse the tool call a supervised run waits on; the model is told and carries on (`POST /api/v1/agents/{id}/runs/{run_id}/reject`) */
   rejectAgentRun(input: Input<'rejectAgentRun'>, options?: CallOptions): Promise<Output<'rejectAgentRun'>> {
     return this.call('rejectAgentRun', input, options);
+  }
+
+  /** Register an MCP server (Streamable HTTP): the platform connects and lists its tools; unreachable is status error (`POST /api/v1/mcp-servers`) */
+  createMcpServer(input: Input<'createMcpServer'>, options?: CallOptions): Promise<Output<'createMcpServer'>> {
+    return this.call('createMcpServer', input, options);
+  }
+
+  /** MCP servers, newest first (`GET /api/v1/mcp-servers`) */
+  listMcpServers(input: Input<'listMcpServers'> = {} as Input<'listMcpServers'>, options?: CallOptions): Promise<Output<'listMcpServers'>> {
+    return this.call('listMcpServers', input, options);
+  }
+
+  /** One MCP server and its tools (`GET /api/v1/mcp-servers/{id}`) */
+  getMcpServer(input: Input<'getMcpServer'>, options?: CallOptions): Promise<Output<'getMcpServer'>> {
+    return this.call('getMcpServer', input, options);
+  }
+
+  /** Change an MCP server; a new url or auth lists its tools again; auth null removes the token (`PATCH /api/v1/mcp-servers/{id}`) */
+  updateMcpServer(input: Input<'updateMcpServer'>, options?: CallOptions): Promise<Output<'updateMcpServer'>> {
+    return this.call('updateMcpServer', input, options);
+  }
+
+  /** Delete an MCP server; agents that list it are offered its tools no more (`DELETE /api/v1/mcp-servers/{id}`) */
+  deleteMcpServer(input: Input<'deleteMcpServer'>, options?: CallOptions): Promise<Output<'deleteMcpServer'>> {
+    return this.call('deleteMcpServer', input, options);
+  }
+
+  /** Connect again and list the tools (`POST /api/v1/mcp-servers/{id}/refresh`) */
+  refreshMcpServer(input: Input<'refreshMcpServer'>, options?: CallOptions): Promise<Output<'refreshMcpServer'>> {
+    return this.call('refreshMcpServer', input, options);
   }
 
   /** Register a webhook (`POST /api/v1/webhooks`) */

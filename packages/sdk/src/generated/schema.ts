@@ -557,6 +557,60 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/mcp-servers': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** MCP servers, newest first */
+    get: operations['listMcpServers'];
+    put?: never;
+    /** Register an MCP server (Streamable HTTP): the platform connects and lists its tools; unreachable is status error */
+    post: operations['createMcpServer'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/mcp-servers/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One MCP server and its tools */
+    get: operations['getMcpServer'];
+    put?: never;
+    post?: never;
+    /** Delete an MCP server; agents that list it are offered its tools no more */
+    delete: operations['deleteMcpServer'];
+    options?: never;
+    head?: never;
+    /** Change an MCP server; a new url or auth lists its tools again; auth null removes the token */
+    patch: operations['updateMcpServer'];
+    trace?: never;
+  };
+  '/api/v1/mcp-servers/{id}/refresh': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Connect again and list the tools */
+    post: operations['refreshMcpServer'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/webhooks': {
     parameters: {
       query?: never;
@@ -3026,6 +3080,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3078,6 +3136,13 @@ export interface operations {
             /** @description overrides the tenant's model */
             model?: string;
             temperature?: number;
+            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+            tools?: {
+              /** @description One of your MCP servers */
+              serverId: string;
+              /** @description Exact names of the server's tools the agent may call */
+              allow: string[];
+            }[];
           };
         };
       };
@@ -3101,6 +3166,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3154,6 +3223,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3241,6 +3314,13 @@ export interface operations {
             timeBudgetSeconds?: number;
             model?: string | null;
             temperature?: number | null;
+            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+            tools?: {
+              /** @description One of your MCP servers */
+              serverId: string;
+              /** @description Exact names of the server's tools the agent may call */
+              allow: string[];
+            }[];
           };
         };
       };
@@ -3264,6 +3344,10 @@ export interface operations {
                 timeBudgetSeconds: number;
                 model: string | null;
                 temperature: number | null;
+                tools: {
+                  serverId: string;
+                  allow: string[];
+                }[];
               };
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
@@ -3323,7 +3407,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3341,8 +3426,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3402,7 +3493,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3420,8 +3512,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3485,7 +3583,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3503,8 +3602,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3562,7 +3667,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3580,8 +3686,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3639,7 +3751,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3657,8 +3770,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3722,7 +3841,8 @@ export interface operations {
               error: string | null;
               steps: {
                 index: number;
-                type: 'model' | 'tool';
+                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+                type: 'model' | 'tool' | 'tool_call';
                 /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
                 status: string;
                 /** @description ISO 8601 UTC timestamp with milliseconds */
@@ -3740,8 +3860,14 @@ export interface operations {
                 toolCallId?: string;
                 /** @description tool: the arguments the model gave */
                 arguments?: unknown;
-                /** @description tool: what the tool returned, or {error} */
+                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
                 result?: unknown;
+                /** @description tool_call: the MCP server */
+                serverId?: string;
+                /** @description tool_call: the MCP tool's own name */
+                tool?: string;
+                error?: string | null;
+                durationMs?: number | null;
               }[];
               usage: {
                 inputTokens: number;
@@ -3751,6 +3877,385 @@ export interface operations {
               createdAt: string;
               startedAt: string | null;
               completedAt: string | null;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listMcpServers: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          name: string;
+          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+          url: string;
+          /** @description Authentication sent to the server; the token itself is never stored in the registration */
+          auth?: {
+            /** @constant */
+            type: 'bearer';
+            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+            secret: string;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              deleted: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          name?: string;
+          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+          url?: string;
+          auth?: {
+            /** @constant */
+            type: 'bearer';
+            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+            secret: string;
+          } | null;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  refreshMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              url: string;
+              auth: {
+                /** @constant */
+                type: 'bearer';
+                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+                secret: string;
+              } | null;
+              status: 'ready' | 'error';
+              error: string | null;
+              tools: {
+                name: string;
+                description: string;
+                /** @description The tool's input JSON Schema */
+                inputSchema: unknown;
+                /** @description The server's readOnlyHint: supervised runs call it without asking */
+                readOnly: boolean;
+              }[];
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
             };
             meta: {
               request_id: string;

@@ -23,6 +23,17 @@ export const protobufPackage = "agents.v1";
 
 export const protobufFileName = "agents/v1/agents.proto";
 
+/** Tools of one MCP server an agent may call (exact names). */
+export interface AgentToolGrant {
+  serverId: string;
+  allow: string[];
+}
+
+/** A list wrapper, so that an update can tell "not given" from "empty". */
+export interface AgentToolGrants {
+  grants: AgentToolGrant[];
+}
+
 export interface AgentConfig {
   /** manual, supervised, autonomous */
   autonomyLevel: string;
@@ -30,7 +41,11 @@ export interface AgentConfig {
   timeBudgetSeconds: number;
   /** Overrides the tenant's model when set. */
   model: string;
-  temperature?: number | undefined;
+  temperature?:
+    | number
+    | undefined;
+  /** MCP tools the agent may call; absent on an update: unchanged. */
+  tools?: AgentToolGrants | undefined;
 }
 
 export interface Agent {
@@ -105,7 +120,7 @@ export interface Usage {
 /** One recorded step of a run: a model call or a tool call. */
 export interface RunStep {
   index: number;
-  /** model, tool */
+  /** model, tool (built-in), tool_call (an MCP server's tool) */
   type: string;
   startedAt: string;
   completedAt: string;
@@ -123,6 +138,10 @@ export interface RunStep {
     | undefined;
   /** model steps: the model that served the call (a fallback's when the main model failed before answering) */
   model: string;
+  /** tool_call steps (MCP): the server, the error of a refused or failed call, and how long the call took */
+  serverId: string;
+  error: string;
+  durationMs?: number | undefined;
 }
 
 export interface Run {
@@ -199,8 +218,248 @@ export interface RejectRunResponse {
   run?: Run | undefined;
 }
 
+export interface McpTool {
+  name: string;
+  description: string;
+  /** The tool's input JSON Schema, as JSON. */
+  inputSchemaJson: string;
+  /** The server's readOnlyHint: supervised runs call it without asking. */
+  readOnly: boolean;
+}
+
+export interface McpServer {
+  id: string;
+  name: string;
+  url: string;
+  /** The name of the tenant secret sent as a bearer token; "" when none. */
+  authSecret: string;
+  /** ready, error */
+  status: string;
+  error: string;
+  tools: McpTool[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface CreateMcpServerRequest {
+  name: string;
+  url: string;
+  authSecret: string;
+}
+
+export interface CreateMcpServerResponse {
+  server?: McpServer | undefined;
+}
+
+export interface GetMcpServerResponse {
+  server?: McpServer | undefined;
+}
+
+export interface UpdateMcpServerResponse {
+  server?: McpServer | undefined;
+}
+
+export interface RefreshMcpServerResponse {
+  server?: McpServer | undefined;
+}
+
+export interface ListMcpServersRequest {
+  limit: number;
+  cursor: string;
+}
+
+export interface ListMcpServersResponse {
+  servers: McpServer[];
+  nextCursor: string;
+}
+
+export interface GetMcpServerRequest {
+  id: string;
+}
+
+export interface UpdateMcpServerRequest {
+  id: string;
+  name?: string | undefined;
+  url?: string | undefined;
+  authSecret?:
+    | string
+    | undefined;
+  /** Removes the bearer token. */
+  clearAuth: boolean;
+}
+
+export interface DeleteMcpServerRequest {
+  id: string;
+}
+
+export interface DeleteMcpServerResponse {
+  id: string;
+}
+
+export interface RefreshMcpServerRequest {
+  id: string;
+}
+
+function createBaseAgentToolGrant(): AgentToolGrant {
+  return { serverId: "", allow: [] };
+}
+
+export const AgentToolGrant: MessageFns<AgentToolGrant> = {
+  encode(message: AgentToolGrant, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.serverId !== "") {
+      writer.uint32(10).string(message.serverId);
+    }
+    for (const v of message.allow) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentToolGrant {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentToolGrant();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.serverId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.allow.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentToolGrant {
+    return {
+      serverId: isSet(object.serverId)
+        ? globalThis.String(object.serverId)
+        : isSet(object.server_id)
+        ? globalThis.String(object.server_id)
+        : "",
+      allow: globalThis.Array.isArray(object?.allow) ? object.allow.map((e: any) => globalThis.String(e)) : [],
+    };
+  },
+
+  toJSON(message: AgentToolGrant): unknown {
+    const obj: any = {};
+    if (message.serverId !== "") {
+      obj.serverId = message.serverId;
+    }
+    if (message.allow?.length) {
+      obj.allow = message.allow;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentToolGrant>): AgentToolGrant {
+    return AgentToolGrant.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentToolGrant>): AgentToolGrant {
+    const message = createBaseAgentToolGrant();
+    message.serverId = object.serverId ?? "";
+    message.allow = object.allow?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseAgentToolGrants(): AgentToolGrants {
+  return { grants: [] };
+}
+
+export const AgentToolGrants: MessageFns<AgentToolGrants> = {
+  encode(message: AgentToolGrants, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.grants) {
+      AgentToolGrant.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentToolGrants {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentToolGrants();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.grants.push(AgentToolGrant.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentToolGrants {
+    return {
+      grants: globalThis.Array.isArray(object?.grants) ? object.grants.map((e: any) => AgentToolGrant.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: AgentToolGrants): unknown {
+    const obj: any = {};
+    if (message.grants?.length) {
+      obj.grants = message.grants.map((e) => AgentToolGrant.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentToolGrants>): AgentToolGrants {
+    return AgentToolGrants.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentToolGrants>): AgentToolGrants {
+    const message = createBaseAgentToolGrants();
+    message.grants = object.grants?.map((e) => AgentToolGrant.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBaseAgentConfig(): AgentConfig {
-  return { autonomyLevel: "", maxSteps: 0, timeBudgetSeconds: 0, model: "", temperature: undefined };
+  return { autonomyLevel: "", maxSteps: 0, timeBudgetSeconds: 0, model: "", temperature: undefined, tools: undefined };
 }
 
 export const AgentConfig: MessageFns<AgentConfig> = {
@@ -219,6 +478,9 @@ export const AgentConfig: MessageFns<AgentConfig> = {
     }
     if (message.temperature !== undefined) {
       writer.uint32(41).double(message.temperature);
+    }
+    if (message.tools !== undefined) {
+      AgentToolGrants.encode(message.tools, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -276,6 +538,14 @@ export const AgentConfig: MessageFns<AgentConfig> = {
             message.temperature = reader.double();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.tools = AgentToolGrants.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -307,6 +577,7 @@ export const AgentConfig: MessageFns<AgentConfig> = {
         : 0,
       model: isSet(object.model) ? globalThis.String(object.model) : "",
       temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      tools: isSet(object.tools) ? AgentToolGrants.fromJSON(object.tools) : undefined,
     };
   },
 
@@ -327,6 +598,9 @@ export const AgentConfig: MessageFns<AgentConfig> = {
     if (message.temperature !== undefined) {
       obj.temperature = floatToJson(message.temperature);
     }
+    if (message.tools !== undefined) {
+      obj.tools = AgentToolGrants.toJSON(message.tools);
+    }
     return obj;
   },
 
@@ -340,6 +614,9 @@ export const AgentConfig: MessageFns<AgentConfig> = {
     message.timeBudgetSeconds = object.timeBudgetSeconds ?? 0;
     message.model = object.model ?? "";
     message.temperature = object.temperature ?? undefined;
+    message.tools = (object.tools !== undefined && object.tools !== null)
+      ? AgentToolGrants.fromPartial(object.tools)
+      : undefined;
     return message;
   },
 };
@@ -1467,6 +1744,9 @@ function createBaseRunStep(): RunStep {
     status: "",
     usage: undefined,
     model: "",
+    serverId: "",
+    error: "",
+    durationMs: undefined,
   };
 }
 
@@ -1507,6 +1787,15 @@ export const RunStep: MessageFns<RunStep> = {
     }
     if (message.model !== "") {
       writer.uint32(98).string(message.model);
+    }
+    if (message.serverId !== "") {
+      writer.uint32(106).string(message.serverId);
+    }
+    if (message.error !== "") {
+      writer.uint32(114).string(message.error);
+    }
+    if (message.durationMs !== undefined) {
+      writer.uint32(120).int32(message.durationMs);
     }
     return writer;
   },
@@ -1620,6 +1909,30 @@ export const RunStep: MessageFns<RunStep> = {
             message.model = reader.string();
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.serverId = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.durationMs = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1670,6 +1983,17 @@ export const RunStep: MessageFns<RunStep> = {
       status: isSet(object.status) ? globalThis.String(object.status) : "",
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
       model: isSet(object.model) ? globalThis.String(object.model) : "",
+      serverId: isSet(object.serverId)
+        ? globalThis.String(object.serverId)
+        : isSet(object.server_id)
+        ? globalThis.String(object.server_id)
+        : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+      durationMs: isSet(object.durationMs)
+        ? globalThis.Number(object.durationMs)
+        : isSet(object.duration_ms)
+        ? globalThis.Number(object.duration_ms)
+        : undefined,
     };
   },
 
@@ -1711,6 +2035,15 @@ export const RunStep: MessageFns<RunStep> = {
     if (message.model !== "") {
       obj.model = message.model;
     }
+    if (message.serverId !== "") {
+      obj.serverId = message.serverId;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    if (message.durationMs !== undefined) {
+      obj.durationMs = Math.round(message.durationMs);
+    }
     return obj;
   },
 
@@ -1731,6 +2064,9 @@ export const RunStep: MessageFns<RunStep> = {
     message.status = object.status ?? "";
     message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
     message.model = object.model ?? "";
+    message.serverId = object.serverId ?? "";
+    message.error = object.error ?? "";
+    message.durationMs = object.durationMs ?? undefined;
     return message;
   },
 };
@@ -3039,6 +3375,1304 @@ export const RejectRunResponse: MessageFns<RejectRunResponse> = {
   },
 };
 
+function createBaseMcpTool(): McpTool {
+  return { name: "", description: "", inputSchemaJson: "", readOnly: false };
+}
+
+export const McpTool: MessageFns<McpTool> = {
+  encode(message: McpTool, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.inputSchemaJson !== "") {
+      writer.uint32(26).string(message.inputSchemaJson);
+    }
+    if (message.readOnly !== false) {
+      writer.uint32(32).bool(message.readOnly);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpTool {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpTool();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.inputSchemaJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.readOnly = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpTool {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      inputSchemaJson: isSet(object.inputSchemaJson)
+        ? globalThis.String(object.inputSchemaJson)
+        : isSet(object.input_schema_json)
+        ? globalThis.String(object.input_schema_json)
+        : "",
+      readOnly: isSet(object.readOnly)
+        ? globalThis.Boolean(object.readOnly)
+        : isSet(object.read_only)
+        ? globalThis.Boolean(object.read_only)
+        : false,
+    };
+  },
+
+  toJSON(message: McpTool): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.inputSchemaJson !== "") {
+      obj.inputSchemaJson = message.inputSchemaJson;
+    }
+    if (message.readOnly !== false) {
+      obj.readOnly = message.readOnly;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<McpTool>): McpTool {
+    return McpTool.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<McpTool>): McpTool {
+    const message = createBaseMcpTool();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.inputSchemaJson = object.inputSchemaJson ?? "";
+    message.readOnly = object.readOnly ?? false;
+    return message;
+  },
+};
+
+function createBaseMcpServer(): McpServer {
+  return { id: "", name: "", url: "", authSecret: "", status: "", error: "", tools: [], createdAt: "", updatedAt: "" };
+}
+
+export const McpServer: MessageFns<McpServer> = {
+  encode(message: McpServer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.url !== "") {
+      writer.uint32(26).string(message.url);
+    }
+    if (message.authSecret !== "") {
+      writer.uint32(34).string(message.authSecret);
+    }
+    if (message.status !== "") {
+      writer.uint32(42).string(message.status);
+    }
+    if (message.error !== "") {
+      writer.uint32(50).string(message.error);
+    }
+    for (const v of message.tools) {
+      McpTool.encode(v!, writer.uint32(58).fork()).join();
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(66).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(74).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpServer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpServer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.authSecret = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.tools.push(McpTool.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpServer {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      url: isSet(object.url) ? globalThis.String(object.url) : "",
+      authSecret: isSet(object.authSecret)
+        ? globalThis.String(object.authSecret)
+        : isSet(object.auth_secret)
+        ? globalThis.String(object.auth_secret)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => McpTool.fromJSON(e)) : [],
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: McpServer): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
+    if (message.authSecret !== "") {
+      obj.authSecret = message.authSecret;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => McpTool.toJSON(e));
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<McpServer>): McpServer {
+    return McpServer.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<McpServer>): McpServer {
+    const message = createBaseMcpServer();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.url = object.url ?? "";
+    message.authSecret = object.authSecret ?? "";
+    message.status = object.status ?? "";
+    message.error = object.error ?? "";
+    message.tools = object.tools?.map((e) => McpTool.fromPartial(e)) || [];
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateMcpServerRequest(): CreateMcpServerRequest {
+  return { name: "", url: "", authSecret: "" };
+}
+
+export const CreateMcpServerRequest: MessageFns<CreateMcpServerRequest> = {
+  encode(message: CreateMcpServerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.url !== "") {
+      writer.uint32(18).string(message.url);
+    }
+    if (message.authSecret !== "") {
+      writer.uint32(26).string(message.authSecret);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateMcpServerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateMcpServerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.authSecret = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateMcpServerRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      url: isSet(object.url) ? globalThis.String(object.url) : "",
+      authSecret: isSet(object.authSecret)
+        ? globalThis.String(object.authSecret)
+        : isSet(object.auth_secret)
+        ? globalThis.String(object.auth_secret)
+        : "",
+    };
+  },
+
+  toJSON(message: CreateMcpServerRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
+    if (message.authSecret !== "") {
+      obj.authSecret = message.authSecret;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateMcpServerRequest>): CreateMcpServerRequest {
+    return CreateMcpServerRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateMcpServerRequest>): CreateMcpServerRequest {
+    const message = createBaseCreateMcpServerRequest();
+    message.name = object.name ?? "";
+    message.url = object.url ?? "";
+    message.authSecret = object.authSecret ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateMcpServerResponse(): CreateMcpServerResponse {
+  return { server: undefined };
+}
+
+export const CreateMcpServerResponse: MessageFns<CreateMcpServerResponse> = {
+  encode(message: CreateMcpServerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.server !== undefined) {
+      McpServer.encode(message.server, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateMcpServerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateMcpServerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.server = McpServer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateMcpServerResponse {
+    return { server: isSet(object.server) ? McpServer.fromJSON(object.server) : undefined };
+  },
+
+  toJSON(message: CreateMcpServerResponse): unknown {
+    const obj: any = {};
+    if (message.server !== undefined) {
+      obj.server = McpServer.toJSON(message.server);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateMcpServerResponse>): CreateMcpServerResponse {
+    return CreateMcpServerResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateMcpServerResponse>): CreateMcpServerResponse {
+    const message = createBaseCreateMcpServerResponse();
+    message.server = (object.server !== undefined && object.server !== null)
+      ? McpServer.fromPartial(object.server)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseGetMcpServerResponse(): GetMcpServerResponse {
+  return { server: undefined };
+}
+
+export const GetMcpServerResponse: MessageFns<GetMcpServerResponse> = {
+  encode(message: GetMcpServerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.server !== undefined) {
+      McpServer.encode(message.server, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetMcpServerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetMcpServerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.server = McpServer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetMcpServerResponse {
+    return { server: isSet(object.server) ? McpServer.fromJSON(object.server) : undefined };
+  },
+
+  toJSON(message: GetMcpServerResponse): unknown {
+    const obj: any = {};
+    if (message.server !== undefined) {
+      obj.server = McpServer.toJSON(message.server);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetMcpServerResponse>): GetMcpServerResponse {
+    return GetMcpServerResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetMcpServerResponse>): GetMcpServerResponse {
+    const message = createBaseGetMcpServerResponse();
+    message.server = (object.server !== undefined && object.server !== null)
+      ? McpServer.fromPartial(object.server)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateMcpServerResponse(): UpdateMcpServerResponse {
+  return { server: undefined };
+}
+
+export const UpdateMcpServerResponse: MessageFns<UpdateMcpServerResponse> = {
+  encode(message: UpdateMcpServerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.server !== undefined) {
+      McpServer.encode(message.server, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateMcpServerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateMcpServerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.server = McpServer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateMcpServerResponse {
+    return { server: isSet(object.server) ? McpServer.fromJSON(object.server) : undefined };
+  },
+
+  toJSON(message: UpdateMcpServerResponse): unknown {
+    const obj: any = {};
+    if (message.server !== undefined) {
+      obj.server = McpServer.toJSON(message.server);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateMcpServerResponse>): UpdateMcpServerResponse {
+    return UpdateMcpServerResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateMcpServerResponse>): UpdateMcpServerResponse {
+    const message = createBaseUpdateMcpServerResponse();
+    message.server = (object.server !== undefined && object.server !== null)
+      ? McpServer.fromPartial(object.server)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseRefreshMcpServerResponse(): RefreshMcpServerResponse {
+  return { server: undefined };
+}
+
+export const RefreshMcpServerResponse: MessageFns<RefreshMcpServerResponse> = {
+  encode(message: RefreshMcpServerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.server !== undefined) {
+      McpServer.encode(message.server, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RefreshMcpServerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRefreshMcpServerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.server = McpServer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RefreshMcpServerResponse {
+    return { server: isSet(object.server) ? McpServer.fromJSON(object.server) : undefined };
+  },
+
+  toJSON(message: RefreshMcpServerResponse): unknown {
+    const obj: any = {};
+    if (message.server !== undefined) {
+      obj.server = McpServer.toJSON(message.server);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RefreshMcpServerResponse>): RefreshMcpServerResponse {
+    return RefreshMcpServerResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RefreshMcpServerResponse>): RefreshMcpServerResponse {
+    const message = createBaseRefreshMcpServerResponse();
+    message.server = (object.server !== undefined && object.server !== null)
+      ? McpServer.fromPartial(object.server)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListMcpServersRequest(): ListMcpServersRequest {
+  return { limit: 0, cursor: "" };
+}
+
+export const ListMcpServersRequest: MessageFns<ListMcpServersRequest> = {
+  encode(message: ListMcpServersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(18).string(message.cursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListMcpServersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListMcpServersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListMcpServersRequest {
+    return {
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+    };
+  },
+
+  toJSON(message: ListMcpServersRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListMcpServersRequest>): ListMcpServersRequest {
+    return ListMcpServersRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListMcpServersRequest>): ListMcpServersRequest {
+    const message = createBaseListMcpServersRequest();
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    return message;
+  },
+};
+
+function createBaseListMcpServersResponse(): ListMcpServersResponse {
+  return { servers: [], nextCursor: "" };
+}
+
+export const ListMcpServersResponse: MessageFns<ListMcpServersResponse> = {
+  encode(message: ListMcpServersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.servers) {
+      McpServer.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListMcpServersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListMcpServersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.servers.push(McpServer.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListMcpServersResponse {
+    return {
+      servers: globalThis.Array.isArray(object?.servers) ? object.servers.map((e: any) => McpServer.fromJSON(e)) : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListMcpServersResponse): unknown {
+    const obj: any = {};
+    if (message.servers?.length) {
+      obj.servers = message.servers.map((e) => McpServer.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListMcpServersResponse>): ListMcpServersResponse {
+    return ListMcpServersResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListMcpServersResponse>): ListMcpServersResponse {
+    const message = createBaseListMcpServersResponse();
+    message.servers = object.servers?.map((e) => McpServer.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseGetMcpServerRequest(): GetMcpServerRequest {
+  return { id: "" };
+}
+
+export const GetMcpServerRequest: MessageFns<GetMcpServerRequest> = {
+  encode(message: GetMcpServerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetMcpServerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetMcpServerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetMcpServerRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: GetMcpServerRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetMcpServerRequest>): GetMcpServerRequest {
+    return GetMcpServerRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetMcpServerRequest>): GetMcpServerRequest {
+    const message = createBaseGetMcpServerRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseUpdateMcpServerRequest(): UpdateMcpServerRequest {
+  return { id: "", name: undefined, url: undefined, authSecret: undefined, clearAuth: false };
+}
+
+export const UpdateMcpServerRequest: MessageFns<UpdateMcpServerRequest> = {
+  encode(message: UpdateMcpServerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== undefined) {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.url !== undefined) {
+      writer.uint32(26).string(message.url);
+    }
+    if (message.authSecret !== undefined) {
+      writer.uint32(34).string(message.authSecret);
+    }
+    if (message.clearAuth !== false) {
+      writer.uint32(40).bool(message.clearAuth);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateMcpServerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateMcpServerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.authSecret = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.clearAuth = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateMcpServerRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : undefined,
+      url: isSet(object.url) ? globalThis.String(object.url) : undefined,
+      authSecret: isSet(object.authSecret)
+        ? globalThis.String(object.authSecret)
+        : isSet(object.auth_secret)
+        ? globalThis.String(object.auth_secret)
+        : undefined,
+      clearAuth: isSet(object.clearAuth)
+        ? globalThis.Boolean(object.clearAuth)
+        : isSet(object.clear_auth)
+        ? globalThis.Boolean(object.clear_auth)
+        : false,
+    };
+  },
+
+  toJSON(message: UpdateMcpServerRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== undefined) {
+      obj.name = message.name;
+    }
+    if (message.url !== undefined) {
+      obj.url = message.url;
+    }
+    if (message.authSecret !== undefined) {
+      obj.authSecret = message.authSecret;
+    }
+    if (message.clearAuth !== false) {
+      obj.clearAuth = message.clearAuth;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateMcpServerRequest>): UpdateMcpServerRequest {
+    return UpdateMcpServerRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateMcpServerRequest>): UpdateMcpServerRequest {
+    const message = createBaseUpdateMcpServerRequest();
+    message.id = object.id ?? "";
+    message.name = object.name ?? undefined;
+    message.url = object.url ?? undefined;
+    message.authSecret = object.authSecret ?? undefined;
+    message.clearAuth = object.clearAuth ?? false;
+    return message;
+  },
+};
+
+function createBaseDeleteMcpServerRequest(): DeleteMcpServerRequest {
+  return { id: "" };
+}
+
+export const DeleteMcpServerRequest: MessageFns<DeleteMcpServerRequest> = {
+  encode(message: DeleteMcpServerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteMcpServerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteMcpServerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteMcpServerRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: DeleteMcpServerRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteMcpServerRequest>): DeleteMcpServerRequest {
+    return DeleteMcpServerRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteMcpServerRequest>): DeleteMcpServerRequest {
+    const message = createBaseDeleteMcpServerRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteMcpServerResponse(): DeleteMcpServerResponse {
+  return { id: "" };
+}
+
+export const DeleteMcpServerResponse: MessageFns<DeleteMcpServerResponse> = {
+  encode(message: DeleteMcpServerResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteMcpServerResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteMcpServerResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteMcpServerResponse {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: DeleteMcpServerResponse): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteMcpServerResponse>): DeleteMcpServerResponse {
+    return DeleteMcpServerResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteMcpServerResponse>): DeleteMcpServerResponse {
+    const message = createBaseDeleteMcpServerResponse();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseRefreshMcpServerRequest(): RefreshMcpServerRequest {
+  return { id: "" };
+}
+
+export const RefreshMcpServerRequest: MessageFns<RefreshMcpServerRequest> = {
+  encode(message: RefreshMcpServerRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RefreshMcpServerRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRefreshMcpServerRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RefreshMcpServerRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: RefreshMcpServerRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RefreshMcpServerRequest>): RefreshMcpServerRequest {
+    return RefreshMcpServerRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RefreshMcpServerRequest>): RefreshMcpServerRequest {
+    const message = createBaseRefreshMcpServerRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
 /** Agents and their runs (spec 2.3, 4.2; CONTRACT.md 5). The tenant comes from the caller's JWT. */
 export type AgentsServiceService = typeof AgentsServiceService;
 export const AgentsServiceService = {
@@ -3144,6 +4778,75 @@ export const AgentsServiceService = {
     responseSerialize: (value: RejectRunResponse): Buffer => Buffer.from(RejectRunResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RejectRunResponse => RejectRunResponse.decode(value),
   },
+  /**
+   * MCP servers of the tenant (CONTRACT.md 11): remote tools its agents may be allowed to call. Create and refresh
+   * connect to the server (through the egress guard) and list its tools. Scopes agents:read / agents:write.
+   */
+  createMcpServer: {
+    path: "/agents.v1.AgentsService/CreateMcpServer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateMcpServerRequest): Buffer =>
+      Buffer.from(CreateMcpServerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateMcpServerRequest => CreateMcpServerRequest.decode(value),
+    responseSerialize: (value: CreateMcpServerResponse): Buffer =>
+      Buffer.from(CreateMcpServerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateMcpServerResponse => CreateMcpServerResponse.decode(value),
+  },
+  listMcpServers: {
+    path: "/agents.v1.AgentsService/ListMcpServers" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListMcpServersRequest): Buffer =>
+      Buffer.from(ListMcpServersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListMcpServersRequest => ListMcpServersRequest.decode(value),
+    responseSerialize: (value: ListMcpServersResponse): Buffer =>
+      Buffer.from(ListMcpServersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListMcpServersResponse => ListMcpServersResponse.decode(value),
+  },
+  getMcpServer: {
+    path: "/agents.v1.AgentsService/GetMcpServer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetMcpServerRequest): Buffer => Buffer.from(GetMcpServerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetMcpServerRequest => GetMcpServerRequest.decode(value),
+    responseSerialize: (value: GetMcpServerResponse): Buffer =>
+      Buffer.from(GetMcpServerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetMcpServerResponse => GetMcpServerResponse.decode(value),
+  },
+  updateMcpServer: {
+    path: "/agents.v1.AgentsService/UpdateMcpServer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateMcpServerRequest): Buffer =>
+      Buffer.from(UpdateMcpServerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateMcpServerRequest => UpdateMcpServerRequest.decode(value),
+    responseSerialize: (value: UpdateMcpServerResponse): Buffer =>
+      Buffer.from(UpdateMcpServerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateMcpServerResponse => UpdateMcpServerResponse.decode(value),
+  },
+  deleteMcpServer: {
+    path: "/agents.v1.AgentsService/DeleteMcpServer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteMcpServerRequest): Buffer =>
+      Buffer.from(DeleteMcpServerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteMcpServerRequest => DeleteMcpServerRequest.decode(value),
+    responseSerialize: (value: DeleteMcpServerResponse): Buffer =>
+      Buffer.from(DeleteMcpServerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteMcpServerResponse => DeleteMcpServerResponse.decode(value),
+  },
+  refreshMcpServer: {
+    path: "/agents.v1.AgentsService/RefreshMcpServer" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RefreshMcpServerRequest): Buffer =>
+      Buffer.from(RefreshMcpServerRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RefreshMcpServerRequest => RefreshMcpServerRequest.decode(value),
+    responseSerialize: (value: RefreshMcpServerResponse): Buffer =>
+      Buffer.from(RefreshMcpServerResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RefreshMcpServerResponse => RefreshMcpServerResponse.decode(value),
+  },
 } as const;
 
 export interface AgentsServiceServer extends UntypedServiceImplementation {
@@ -3160,6 +4863,16 @@ export interface AgentsServiceServer extends UntypedServiceImplementation {
   /** For a run in requires_approval: run the pending tool call, or refuse it. */
   approveRun: handleUnaryCall<ApproveRunRequest, ApproveRunResponse>;
   rejectRun: handleUnaryCall<RejectRunRequest, RejectRunResponse>;
+  /**
+   * MCP servers of the tenant (CONTRACT.md 11): remote tools its agents may be allowed to call. Create and refresh
+   * connect to the server (through the egress guard) and list its tools. Scopes agents:read / agents:write.
+   */
+  createMcpServer: handleUnaryCall<CreateMcpServerRequest, CreateMcpServerResponse>;
+  listMcpServers: handleUnaryCall<ListMcpServersRequest, ListMcpServersResponse>;
+  getMcpServer: handleUnaryCall<GetMcpServerRequest, GetMcpServerResponse>;
+  updateMcpServer: handleUnaryCall<UpdateMcpServerRequest, UpdateMcpServerResponse>;
+  deleteMcpServer: handleUnaryCall<DeleteMcpServerRequest, DeleteMcpServerResponse>;
+  refreshMcpServer: handleUnaryCall<RefreshMcpServerRequest, RefreshMcpServerResponse>;
 }
 
 export interface AgentsServiceClient extends Client {
@@ -3329,6 +5042,100 @@ export interface AgentsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RejectRunResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * MCP servers of the tenant (CONTRACT.md 11): remote tools its agents may be allowed to call. Create and refresh
+   * connect to the server (through the egress guard) and list its tools. Scopes agents:read / agents:write.
+   */
+  createMcpServer(
+    request: CreateMcpServerRequest,
+    callback: (error: ServiceError | null, response: CreateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  createMcpServer(
+    request: CreateMcpServerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  createMcpServer(
+    request: CreateMcpServerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  listMcpServers(
+    request: ListMcpServersRequest,
+    callback: (error: ServiceError | null, response: ListMcpServersResponse) => void,
+  ): ClientUnaryCall;
+  listMcpServers(
+    request: ListMcpServersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListMcpServersResponse) => void,
+  ): ClientUnaryCall;
+  listMcpServers(
+    request: ListMcpServersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListMcpServersResponse) => void,
+  ): ClientUnaryCall;
+  getMcpServer(
+    request: GetMcpServerRequest,
+    callback: (error: ServiceError | null, response: GetMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  getMcpServer(
+    request: GetMcpServerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  getMcpServer(
+    request: GetMcpServerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  updateMcpServer(
+    request: UpdateMcpServerRequest,
+    callback: (error: ServiceError | null, response: UpdateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  updateMcpServer(
+    request: UpdateMcpServerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  updateMcpServer(
+    request: UpdateMcpServerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  deleteMcpServer(
+    request: DeleteMcpServerRequest,
+    callback: (error: ServiceError | null, response: DeleteMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  deleteMcpServer(
+    request: DeleteMcpServerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  deleteMcpServer(
+    request: DeleteMcpServerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  refreshMcpServer(
+    request: RefreshMcpServerRequest,
+    callback: (error: ServiceError | null, response: RefreshMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  refreshMcpServer(
+    request: RefreshMcpServerRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RefreshMcpServerResponse) => void,
+  ): ClientUnaryCall;
+  refreshMcpServer(
+    request: RefreshMcpServerRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RefreshMcpServerResponse) => void,
   ): ClientUnaryCall;
 }
 
