@@ -10,6 +10,8 @@ export const SCOPES = [
   'agents:write',
   /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
   'llm:passthrough',
+  /** The audit log (CONTRACT.md 10); owners and admins only. */
+  'audit:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -18,5 +18,6 @@ export const PUBLIC_EVENT_TYPES = [
   'tenant.created',
   'user.created',
   'billing.threshold_crossed',
+  'audit.entry_created',
 ] as const;
 export type PublicEventType = (typeof PUBLIC_EVENT_TYPES)[number];

@@ -31,6 +31,7 @@ export interface Event {
     | { $case: "usage"; value: UsageData }
     | { $case: "plan"; value: PlanData }
     | { $case: "thresholdCrossed"; value: ThresholdCrossedData }
+    | { $case: "auditEntry"; value: AuditEntryData }
     | undefined;
 }
 
@@ -140,6 +141,29 @@ export interface ThresholdCrossedData {
   apiKeyId: string;
 }
 
+/**
+ * An audit log entry (audit.entry_created, CONTRACT.md 10), and what another service records for identity to add to
+ * the tenant's chain (audit.recorded, internal: prev_hash and hash empty). `changes_json` is the JSON of
+ * {before, after} with secrets redacted.
+ */
+export interface AuditEntryData {
+  id: string;
+  at: string;
+  actorType: string;
+  actorId: string;
+  actorEmail: string;
+  actorKeyPrefix: string;
+  action: string;
+  targetType: string;
+  targetId: string;
+  ip: string;
+  userAgent: string;
+  requestId: string;
+  changesJson: string;
+  prevHash: string;
+  hash: string;
+}
+
 function createBaseEvent(): Event {
   return { id: "", type: "", tenantId: "", createdAt: "", data: undefined };
 }
@@ -185,6 +209,9 @@ export const Event: MessageFns<Event> = {
         break;
       case "thresholdCrossed":
         ThresholdCrossedData.encode(message.data.value, writer.uint32(146).fork()).join();
+        break;
+      case "auditEntry":
+        AuditEntryData.encode(message.data.value, writer.uint32(322).fork()).join();
         break;
     }
     return writer;
@@ -307,6 +334,14 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.decode(reader, reader.uint32()) };
             continue;
           }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.data = { $case: "auditEntry", value: AuditEntryData.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -355,6 +390,10 @@ export const Event: MessageFns<Event> = {
         ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.thresholdCrossed) }
         : isSet(object.threshold_crossed)
         ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.threshold_crossed) }
+        : isSet(object.auditEntry)
+        ? { $case: "auditEntry", value: AuditEntryData.fromJSON(object.auditEntry) }
+        : isSet(object.audit_entry)
+        ? { $case: "auditEntry", value: AuditEntryData.fromJSON(object.audit_entry) }
         : undefined,
     };
   },
@@ -391,6 +430,8 @@ export const Event: MessageFns<Event> = {
       obj.plan = PlanData.toJSON(message.data.value);
     } else if (message.data?.$case === "thresholdCrossed") {
       obj.thresholdCrossed = ThresholdCrossedData.toJSON(message.data.value);
+    } else if (message.data?.$case === "auditEntry") {
+      obj.auditEntry = AuditEntryData.toJSON(message.data.value);
     }
     return obj;
   },
@@ -456,6 +497,12 @@ export const Event: MessageFns<Event> = {
       case "thresholdCrossed": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "auditEntry": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "auditEntry", value: AuditEntryData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -1860,6 +1907,355 @@ export const ThresholdCrossedData: MessageFns<ThresholdCrossedData> = {
     message.threshold = object.threshold ?? 0;
     message.value = object.value ?? 0;
     message.apiKeyId = object.apiKeyId ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditEntryData(): AuditEntryData {
+  return {
+    id: "",
+    at: "",
+    actorType: "",
+    actorId: "",
+    actorEmail: "",
+    actorKeyPrefix: "",
+    action: "",
+    targetType: "",
+    targetId: "",
+    ip: "",
+    userAgent: "",
+    requestId: "",
+    changesJson: "",
+    prevHash: "",
+    hash: "",
+  };
+}
+
+export const AuditEntryData: MessageFns<AuditEntryData> = {
+  encode(message: AuditEntryData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.at !== "") {
+      writer.uint32(18).string(message.at);
+    }
+    if (message.actorType !== "") {
+      writer.uint32(26).string(message.actorType);
+    }
+    if (message.actorId !== "") {
+      writer.uint32(34).string(message.actorId);
+    }
+    if (message.actorEmail !== "") {
+      writer.uint32(42).string(message.actorEmail);
+    }
+    if (message.actorKeyPrefix !== "") {
+      writer.uint32(50).string(message.actorKeyPrefix);
+    }
+    if (message.action !== "") {
+      writer.uint32(58).string(message.action);
+    }
+    if (message.targetType !== "") {
+      writer.uint32(66).string(message.targetType);
+    }
+    if (message.targetId !== "") {
+      writer.uint32(74).string(message.targetId);
+    }
+    if (message.ip !== "") {
+      writer.uint32(82).string(message.ip);
+    }
+    if (message.userAgent !== "") {
+      writer.uint32(90).string(message.userAgent);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(98).string(message.requestId);
+    }
+    if (message.changesJson !== "") {
+      writer.uint32(106).string(message.changesJson);
+    }
+    if (message.prevHash !== "") {
+      writer.uint32(114).string(message.prevHash);
+    }
+    if (message.hash !== "") {
+      writer.uint32(122).string(message.hash);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntryData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditEntryData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.actorType = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.actorId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.actorEmail = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.actorKeyPrefix = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.targetType = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.targetId = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.ip = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.userAgent = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.changesJson = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.prevHash = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.hash = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditEntryData {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      at: isSet(object.at) ? globalThis.String(object.at) : "",
+      actorType: isSet(object.actorType)
+        ? globalThis.String(object.actorType)
+        : isSet(object.actor_type)
+        ? globalThis.String(object.actor_type)
+        : "",
+      actorId: isSet(object.actorId)
+        ? globalThis.String(object.actorId)
+        : isSet(object.actor_id)
+        ? globalThis.String(object.actor_id)
+        : "",
+      actorEmail: isSet(object.actorEmail)
+        ? globalThis.String(object.actorEmail)
+        : isSet(object.actor_email)
+        ? globalThis.String(object.actor_email)
+        : "",
+      actorKeyPrefix: isSet(object.actorKeyPrefix)
+        ? globalThis.String(object.actorKeyPrefix)
+        : isSet(object.actor_key_prefix)
+        ? globalThis.String(object.actor_key_prefix)
+        : "",
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      targetType: isSet(object.targetType)
+        ? globalThis.String(object.targetType)
+        : isSet(object.target_type)
+        ? globalThis.String(object.target_type)
+        : "",
+      targetId: isSet(object.targetId)
+        ? globalThis.String(object.targetId)
+        : isSet(object.target_id)
+        ? globalThis.String(object.target_id)
+        : "",
+      ip: isSet(object.ip) ? globalThis.String(object.ip) : "",
+      userAgent: isSet(object.userAgent)
+        ? globalThis.String(object.userAgent)
+        : isSet(object.user_agent)
+        ? globalThis.String(object.user_agent)
+        : "",
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      changesJson: isSet(object.changesJson)
+        ? globalThis.String(object.changesJson)
+        : isSet(object.changes_json)
+        ? globalThis.String(object.changes_json)
+        : "",
+      prevHash: isSet(object.prevHash)
+        ? globalThis.String(object.prevHash)
+        : isSet(object.prev_hash)
+        ? globalThis.String(object.prev_hash)
+        : "",
+      hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
+    };
+  },
+
+  toJSON(message: AuditEntryData): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.at !== "") {
+      obj.at = message.at;
+    }
+    if (message.actorType !== "") {
+      obj.actorType = message.actorType;
+    }
+    if (message.actorId !== "") {
+      obj.actorId = message.actorId;
+    }
+    if (message.actorEmail !== "") {
+      obj.actorEmail = message.actorEmail;
+    }
+    if (message.actorKeyPrefix !== "") {
+      obj.actorKeyPrefix = message.actorKeyPrefix;
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.targetType !== "") {
+      obj.targetType = message.targetType;
+    }
+    if (message.targetId !== "") {
+      obj.targetId = message.targetId;
+    }
+    if (message.ip !== "") {
+      obj.ip = message.ip;
+    }
+    if (message.userAgent !== "") {
+      obj.userAgent = message.userAgent;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.changesJson !== "") {
+      obj.changesJson = message.changesJson;
+    }
+    if (message.prevHash !== "") {
+      obj.prevHash = message.prevHash;
+    }
+    if (message.hash !== "") {
+      obj.hash = message.hash;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditEntryData>): AuditEntryData {
+    return AuditEntryData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditEntryData>): AuditEntryData {
+    const message = createBaseAuditEntryData();
+    message.id = object.id ?? "";
+    message.at = object.at ?? "";
+    message.actorType = object.actorType ?? "";
+    message.actorId = object.actorId ?? "";
+    message.actorEmail = object.actorEmail ?? "";
+    message.actorKeyPrefix = object.actorKeyPrefix ?? "";
+    message.action = object.action ?? "";
+    message.targetType = object.targetType ?? "";
+    message.targetId = object.targetId ?? "";
+    message.ip = object.ip ?? "";
+    message.userAgent = object.userAgent ?? "";
+    message.requestId = object.requestId ?? "";
+    message.changesJson = object.changesJson ?? "";
+    message.prevHash = object.prevHash ?? "";
+    message.hash = object.hash ?? "";
     return message;
   },
 };
