@@ -72,8 +72,10 @@ export interface AuditHeadDoc {
   at: string;
 }
 
+// Chained in the order of the changes' times (ties by id): a replica's own entries in the order it made them.
 export const auditPending: CollectionDef<AuditPendingDoc> = {
   name: 'audit_pending',
+  sortField: 'at',
   indexes: [{ fields: [] }, { fields: ['tenantId'] }],
 };
 export const auditLog: CollectionDef<AuditEntryDoc> = {
