@@ -41,6 +41,7 @@ import {
   viewOf,
   type VerifyResult,
 } from './chain';
+import { apiKeys, users } from '../collections';
 
 export interface AuditPendingDoc {
   id: string;
@@ -92,7 +93,7 @@ export const auditLog: CollectionDef<AuditEntryDoc> = {
 };
 export const auditHeads: CollectionDef<AuditHeadDoc> = { name: 'audit_heads', sortField: 'id' };
 
-export const AUDIT_COLLECTIONS = [auditPending, auditLog, auditHeads];
+export const AUDIT_COLLECTIONS: Array<CollectionDef<any>> = [auditPending, auditLog, auditHeads];
 
 export const AUDIT_ACTIONS = [
   'api_key.created',
@@ -393,10 +394,10 @@ export function auditChange(
 export async function actorWithDetails(tx: StoreSession, ctx: CallContext): Promise<AuditActor> {
   const actor = actorOf(ctx);
   if (actor.type === 'user') {
-    const user = await tx.collection<{ id: string; email: string }>({ name: 'users' }).get(actor.id);
+    const user = await tx.collection(users).get(actor.id);
     if (user) actor.email = user.email;
   } else if (actor.type === 'api_key') {
-    const key = await tx.collection<{ id: string; start: string }>({ name: 'api_keys' }).get(actor.id);
+    const key = await tx.collection(apiKeys).get(actor.id);
     if (key) actor.keyPrefix = key.start;
   }
   return actor;
