@@ -114,6 +114,16 @@ it('drops entries past the retention, oldest first, and verifies the rest from t
   expect(await chainer.verify('ten_a')).toEqual({ valid: true, entries: 4, firstBrokenId: null });
 });
 
+it('reports the oldest kept entry when entries were cut from the start outside retention', async () => {
+  const store = await replica();
+  const chainer = new AuditChainer(store, logger, 365);
+  for (let i = 0; i < 3; i++) await record(store, 'ten_a', i);
+  await chainer.drain(null);
+  const [first, second] = (await store.collection(auditLog).find({ tenantId: 'ten_a' }, { order: 'asc' })).items;
+  await store.collection(auditLog).delete(first.id);
+  expect(await chainer.verify('ten_a')).toEqual({ valid: false, entries: 2, firstBrokenId: second.id });
+});
+
 it('reports the last entry when entries were cut from the end (the head remembers)', async () => {
   const store = await replica();
   const chainer = new AuditChainer(store, logger, 365);

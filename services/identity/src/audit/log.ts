@@ -13,7 +13,8 @@
  * - Time: `at` is the change's time, raised to the previous entry's `at` when a replica's clock lags, so the log's
  *   time order is its chain order (the list sorts on `order` = at + seq).
  * - Retention: entries older than AUDIT_RETENTION_DAYS are deleted oldest first; the chain then starts at the oldest
- *   kept entry, whose prevHash (the hash of the last deleted one) verification takes as given.
+ *   kept entry, whose prevHash is the hash of the last deleted one, which the head keeps (`prunedSeq`, `prunedHash`):
+ *   verification checks the kept chain from there, so entries cut from its start, middle or end all show.
  */
 import {
   type CallContext,
@@ -71,6 +72,9 @@ export interface AuditHeadDoc {
   seq: number;
   hash: string;
   at: string;
+  /** The last entry retention deleted (absent before the first): where the kept chain must start. */
+  prunedSeq?: number;
+  prunedHash?: string;
 }
 
 // Chained in the order of the changes' times (ties by id): a replica's own entries in the order it made them.
@@ -304,7 +308,17 @@ export class AuditChainer {
     for (;;) {
       const page = await col.find({}, { order: 'asc', limit: 200 });
       const old = page.items.filter((e) => e.at < cutoff);
-      for (const e of old) if (await col.delete(e.id)) deleted++;
+      for (const e of old) {
+        const gone = await this.store.transaction(async (tx) => {
+          if (!(await tx.collection(auditLog).delete(e.id))) return false;
+          // The head remembers where the kept chain starts, so entries cut from the start show as well.
+          const head = await tx.collection(auditHeads).get(e.tenantId);
+          if (head && (head.prunedSeq ?? 0) < e.seq)
+            await tx.collection(auditHeads).update(e.tenantId, {}, { prunedSeq: e.seq, prunedHash: e.hash });
+          return true;
+        });
+        if (gone) deleted++;
+      }
       if (old.length < page.items.length || page.items.length === 0) return deleted;
     }
   }
@@ -341,9 +355,12 @@ export class AuditChainer {
     let lastId: string | null = null;
     let lastSeq: number | null = null;
     let seqGap: string | null = null;
+    let startBroken: string | null = null;
     do {
       const page = await col.find({ tenantId }, { order: 'asc', limit: 500, cursor });
       for (const e of page.items) {
+        // The oldest kept entry follows the last one retention deleted (or starts the chain).
+        if (lastSeq === null && (e.seq !== (head?.prunedSeq ?? 0) + 1 || e.prevHash !== (head?.prunedHash ?? null))) startBroken = e.id;
         if (lastSeq !== null && e.seq !== lastSeq + 1 && !seqGap) seqGap = e.id;
         verifier.add(e);
         lastId = e.id;
@@ -351,9 +368,12 @@ export class AuditChainer {
       }
       cursor = page.nextCursor;
     } while (cursor);
-    // With every entry dropped by retention the head still holds the last hash: nothing left to check.
-    const result = verifier.result(lastId === null ? undefined : (head?.hash ?? null), lastId);
-    if (result.valid && seqGap) return { ...result, valid: false, firstBrokenId: seqGap };
+    // With every entry dropped by retention nothing is left to check; entries missing otherwise have no id to name.
+    if (lastId === null) return { valid: !head || head.seq === (head.prunedSeq ?? 0), entries: 0, firstBrokenId: null };
+    const result = verifier.result(head?.hash ?? null, lastId);
+    // The first break in chain order: the start, else the first bad hash, link or gap in seq.
+    const first = startBroken ?? (result.valid ? seqGap : result.firstBrokenId);
+    if (first) return { ...result, valid: false, firstBrokenId: first };
     return result;
   }
 }
