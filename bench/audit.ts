@@ -22,7 +22,9 @@ runBench(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'bench-audit-'));
   const store = await openSqliteStore({ path: join(dir, 'identity.db') });
   try {
-    for (const def of [apiKeys, users, ...AUDIT_COLLECTIONS]) await store.ensure(def);
+    await store.ensure(apiKeys);
+    await store.ensure(users);
+    for (const def of AUDIT_COLLECTIONS) await store.ensure(def);
     const tenantId = newId('ten');
     const userId = newId('usr');
     await store.collection(users).insert({
