@@ -341,7 +341,8 @@ describe('every audited action', () => {
 
   it('the whole log: one entry per action, no secret anywhere in the raw answer, a chain that verifies', async () => {
     const { items, raw } = await allEntries(owner.accessToken);
-    for (const s of [...secrets, owner.password, ADMIN_TOKEN]) expect(raw).not.toContain(s);
+    for (const s of [...secrets, owner.password, owner.accessToken, owner.refreshToken, owner.cookie.split('=')[1], ADMIN_TOKEN])
+      expect(raw).not.toContain(s);
     expect(raw).not.toMatch(/svc_(sdk|cli|ci|int|mkt)_[0-9A-Za-z]{20,}/);
     expect(raw).not.toMatch(/svc_(rt|sess)_/);
     const count = (action: string) => items.filter((e) => e.action === action).length;
