@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**', 'dist/**', 'gateway/public/**'] },
+  { ignores: ['**/node_modules/**', 'packages/proto/src/**', '.data/**', 'coverage/**', '**/dist/**', 'gateway/public/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {
@@ -25,5 +25,23 @@ export default tseslint.config(
       '**/logger.ts',
     ],
     rules: { 'no-restricted-properties': 'off' },
+  },
+  {
+    // The SDK runs in browsers too (its browser entry is bundled for platform=browser): no Node built-in.
+    files: ['packages/sdk/src/**/*.ts'],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^node:|^(fs|path|os|crypto|http|https|net|stream|url|util|buffer|events|child_process)(/|$)',
+              message: 'The SDK uses web APIs only (fetch, web streams): it runs in browsers.',
+            },
+          ],
+        },
+      ],
+    },
   },
 );

@@ -4,6 +4,9 @@
  * - project create and list throughput through the gateway (autocannon, separate process);
  * - deliveries per second and event-to-delivery latency (the event's `createdAt`, stamped at the write, to its
  *   arrival at a local receiver): at a steady offered rate, and draining a burst;
+ * - recovery (POST /webhooks/:id/recover) of RECOVERY_EVENTS missed events to a local receiver: the call's time,
+ *   deliveries per second and the queue wait (p50, p99), beside the steady figures; the missed events are seeded
+ *   straight into the webhooks service's event log (an outage's worth of writes would measure nothing else);
  * - the cost of a list page with 1,000 and with 100,000 projects in the tenant (seeded straight into the projects
  *   store: 100,000 HTTP calls would measure nothing else).
  *
@@ -17,6 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { newId, openStore } from '@svc/kit';
 import { projects, type ProjectDoc } from '../services/projects/src/collections';
+import { events, type EventDoc } from '../services/webhooks/src/collections';
 import { call, load, ROOT, runBench, startProcess, stopAll, UNCAPPED } from './lib';
 
 const RESULTS = resolve(ROOT, 'bench/results/webhooks.json');
@@ -27,6 +31,7 @@ const FAN_OUT = 8;
 const STEADY_DELIVERIES_PER_S = Number(process.env.BENCH_DELIVERY_RATE ?? 600);
 const STEADY_SECONDS = 10;
 const BURST_EVENTS = 500;
+const RECOVERY_EVENTS = Number(process.env.BENCH_RECOVERY_EVENTS ?? 10_000);
 
 const percentile = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -58,11 +63,14 @@ async function startSystem(dataDir: string) {
   // BENCH_PROFILE=<dir>: a V8 CPU profile of the webhooks process, written there when it stops.
   const profile = process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : [];
   const webhooks = await startProcess('services/webhooks/src/main.ts', { ...peers, WEBHOOKS_PORT: '0' }, profile);
+  // The API key view shows the key's usage, which the gateway asks billing for.
+  const billing = await startProcess('services/billing/src/main.ts', { ...peers, BILLING_PORT: '0' });
   const gateway = await startProcess('gateway/src/main.ts', {
     ...peers,
     PORT: '0',
     PROJECTS_ADDR: `127.0.0.1:${projectsSvc.port}`,
     WEBHOOKS_ADDR: `127.0.0.1:${webhooks.port}`,
+    BILLING_ADDR: `127.0.0.1:${billing.port}`,
   });
   Object.assign(pids, {
     identity: identity.proc.pid!,
@@ -213,6 +221,62 @@ async function deliveryScenarios(
   return { steady, burst };
 }
 
+/**
+ * Recovery of an endpoint that missed RECOVERY_EVENTS events: they are written into the webhooks service's event log
+ * (the service reads the same file) as the fan-out would have while the endpoint was disabled, then one POST
+ * /webhooks/:id/recover queues them all and the receiver counts them in.
+ */
+async function recoveryScenario(base: string, dataDir: string, receiverUrl: string, receiver: Awaited<ReturnType<typeof startReceiver>>) {
+  const t = await tenant(base);
+  const hook = await call(base, 'POST', '/webhooks', t.token, {
+    url: `${receiverUrl}/recover`,
+    events: ['project.created'],
+    secret: 'bench-recovery-secret',
+  });
+  const from = Date.parse(hook.createdAt as string);
+  const store = await openStore({ dbName: 'svc_webhooks', sqlitePath: join(dataDir, 'webhooks.db') });
+  for (let i = 0; i < RECOVERY_EVENTS; i += 2000) {
+    await store.transaction(async (tx) => {
+      for (let j = i; j < Math.min(i + 2000, RECOVERY_EVENTS); j++) {
+        const id = newId('evt');
+        const createdAt = new Date(from + Math.floor(j / 10)).toISOString();
+        const data = {
+          id: newId('prj'),
+          name: `missed ${j}`,
+          description: '',
+          language: 'ts',
+          created_at: createdAt,
+          updated_at: createdAt,
+        };
+        const body = JSON.stringify({ id, type: 'project.created', createdAt, tenantId: t.id, data });
+        const doc: EventDoc = { id, tenantId: t.id, type: 'project.created', createdAt, body };
+        await tx.collection(events).insert(doc);
+      }
+    });
+  }
+  await store.close();
+  await sleep(Math.max(0, from + RECOVERY_EVENTS / 10 + 10 - Date.now())); // every seeded event is in the past
+  receiver.arrivals.length = 0;
+  receiver.eventTimes.clear();
+  const cpu = cpuSnapshot();
+  const started = Date.now();
+  const { queued } = await call(base, 'POST', `/webhooks/${hook.id}/recover`, t.token, { since: hook.createdAt });
+  const callMs = Date.now() - started;
+  if (queued !== RECOVERY_EVENTS) throw new Error(`recover queued ${queued} of ${RECOVERY_EVENTS}`);
+  await until(() => receiver.arrivals.length >= RECOVERY_EVENTS, 600_000);
+  const last = Math.max(...receiver.arrivals.map((a) => a.at));
+  const sinceCall = receiver.arrivals.map((a) => a.at - started);
+  return {
+    events: RECOVERY_EVENTS,
+    recoverCallMs: callMs,
+    deliveriesPerSecond: Math.round(RECOVERY_EVENTS / ((last - started) / 1000)),
+    lastDeliveryAfterMs: last - started,
+    arrivalAfterCallMs: { p50: percentile(sinceCall, 50), p99: percentile(sinceCall, 99) },
+    cpuSeconds: cpuSince(cpu),
+    breakdown: (await breakdown(base, t.token, hook.id as string, receiver.eventTimes)).recordToFirstAttemptMs,
+  };
+}
+
 /** Seeds `count` projects for a tenant straight into the projects store (the service reads the same file). */
 async function seed(dataDir: string, tenantId: string, count: number) {
   const store = await openStore({ dbName: 'svc_projects', sqlitePath: join(dataDir, 'projects.db') });
@@ -250,6 +314,8 @@ async function main() {
   const deliveries = await deliveryScenarios(base, receiver.url, receiver.arrivals, receiver.eventTimes);
   console.log('deliveries, steady', deliveries.steady);
   console.log('deliveries, burst ', deliveries.burst);
+  const recovery = await recoveryScenario(base, dataDir, receiver.url, receiver);
+  console.log('recovery          ', recovery);
   if (process.env.BENCH_PART === 'deliveries') return; // while tuning the delivery path: nothing written
 
   // Gateway throughput: a tenant without webhooks, so the numbers are the API's alone.
@@ -308,6 +374,7 @@ async function main() {
     date: new Date().toISOString(),
     node: process.version,
     deliveries,
+    recovery,
     gateway: {
       connections: CONNECTIONS,
       seconds: SECONDS,

@@ -91,8 +91,9 @@ export async function build({ force = false, quiet = false } = {}) {
   if (!force && fresh) return false;
   const started = Date.now();
   const esbuild = await import('esbuild');
-  rmSync(OUT, { recursive: true, force: true });
+  // Everything but the release tarballs (npm run release:pack writes them to dist/release).
   mkdirSync(OUT, { recursive: true });
+  for (const entry of readdirSync(OUT)) if (entry !== 'release') rmSync(join(OUT, entry), { recursive: true, force: true });
   // One esbuild run per output folder, so that relative requires are right for every bundle in it.
   const byFolder = new Map();
   for (const entry of Object.entries(ENTRIES)) byFolder.set(dirname(entry[0]), [...(byFolder.get(dirname(entry[0])) ?? []), entry]);
@@ -118,6 +119,8 @@ export async function build({ force = false, quiet = false } = {}) {
   // copied beside the pages' assets.
   await buildConsole();
   cpSync(join(ROOT, 'gateway/public'), join(OUT, 'assets'), { recursive: true });
+  // And the API reference's (/docs; Swagger UI's own files are read from node_modules).
+  cpSync(join(ROOT, 'gateway/src/docs/assets'), join(OUT, 'assets'), { recursive: true });
   writeFileSync(STAMP, current);
   print(`build: dist/ compiled in ${Date.now() - started} ms`);
   return true;

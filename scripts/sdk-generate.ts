@@ -40,7 +40,11 @@ async function openApiDocument() {
     logger: createLogger('sdk-generate', 'silent'),
   });
   await app.ready();
-  const doc = buildOpenApi(routesOf(app), 'http://localhost:8080');
+  // The OpenAI-compatible API under /v1 speaks OpenAI's wire format, not the envelope: its client is an OpenAI SDK.
+  const doc = buildOpenApi(
+    routesOf(app).filter((r) => !r.url.startsWith('/v1/')),
+    'http://localhost:8080',
+  );
   await app.close();
   closeClients(clients);
   return JSON.parse(JSON.stringify(doc)) as { paths: Record<string, Record<string, Operation>> };

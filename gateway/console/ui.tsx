@@ -87,3 +87,42 @@ export function props<T>(): Partial<T> {
     return {};
   }
 }
+
+/**
+ * An action from a button: `act(fn, done)` runs `fn`, then reports `done` through `changed`; a failure is kept in
+ * `error` for the row or section to show (a 401 sends the visitor to sign in).
+ */
+export function useAction(changed: (message: string) => void) {
+  const [error, setError] = useState<string>();
+  const act = async (fn: () => Promise<unknown>, done: string) => {
+    try {
+      await fn();
+      setError(undefined);
+      changed(done);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return toLogin();
+      setError(describe(err));
+    }
+  };
+  return { error, act };
+}
+
+/**
+ * A data table with column headers; a column named '' is the actions column (labelled for screen readers only).
+ * With no rows it says `empty` instead.
+ */
+export function Table(props: { id: string; columns: string[]; empty: string; rows?: unknown[]; children: preact.ComponentChildren }) {
+  if (props.rows && props.rows.length === 0) return <p>{props.empty}</p>;
+  return (
+    <table id={props.id}>
+      <thead>
+        <tr>
+          {props.columns.map((c) => (
+            <th scope="col">{c || <span class="sr-only">Actions</span>}</th>
+          ))}
+        </tr>
+      </thead>
+      <tbody>{props.children}</tbody>
+    </table>
+  );
+}

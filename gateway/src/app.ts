@@ -12,6 +12,7 @@ import type { RateLimiter } from './lib/rate-limiter';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
 import { registerAuthentication } from './plugins/authenticate';
+import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
 
@@ -102,7 +103,8 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id).headers(SECURITY_HEADERS);
-    if (request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) reply.header('Cache-Control', 'no-store');
+    if ((request.url.startsWith('/api/v1/') && !request.url.startsWith('/api/v1/openapi.json')) || request.url.startsWith('/v1/'))
+      reply.header('Cache-Control', 'no-store');
     done();
   });
 
@@ -120,6 +122,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   });
   registerRoutes(app, deps);
   registerPages(app);
+  registerDocs(app, () => deps.config.publicUrl);
 
   app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
     sendError(request, reply, toAppError(err, request.log, request.id)),
@@ -150,7 +153,7 @@ function frameworkError(err: FastifyError): AppError {
   return new AppError('VALIDATION_ERROR', 'Malformed request', { reason: 'malformed_request' });
 }
 
-function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   if (socket.writable) {
     const requestId = randomUUID();
@@ -160,10 +163,17 @@ function answerClientError(err: Error & { code?: string }, socket: Duplex): void
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? ['request_timeout', 'The request was not received in time']
           : ['malformed_request', 'Malformed HTTP request'];
-    const body = JSON.stringify({
-      error: { code: 'VALIDATION_ERROR', message, details: { reason } },
-      meta: { request_id: requestId, timestamp: new Date().toISOString() },
-    });
+    // The OpenAI-compatible API answers in OpenAI's shape, here too (the request line is all there is to go by).
+    const head = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.subarray(0, 16).toString('latin1') : '';
+    const openAi = /^[A-Z]{3,7} \/v1[/? ]/.test(head);
+    const body = JSON.stringify(
+      openAi
+        ? { error: { message, type: 'invalid_request_error', code: reason, param: null } }
+        : {
+            error: { code: 'VALIDATION_ERROR', message, details: { reason } },
+            meta: { request_id: requestId, timestamp: new Date().toISOString() },
+          },
+    );
     socket.write(
       `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
         `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,

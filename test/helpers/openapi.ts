@@ -113,3 +113,16 @@ export function isErrorEnvelope(res: { status: number; headers: Headers; body: a
     res.body.meta?.request_id === res.headers.get('x-request-id')
   );
 }
+
+/** OpenAI's error shape (the /v1 routes): message, type, code and param, and the request id in the header. */
+export function isOpenAiError(res: { status: number; headers: Headers; body: any }): boolean {
+  const e = res.body?.error;
+  return (
+    typeof e?.message === 'string' &&
+    typeof e.type === 'string' &&
+    (typeof e.code === 'string' || e.code === null) &&
+    (typeof e.param === 'string' || e.param === null) &&
+    Object.keys(res.body).length === 1 &&
+    Boolean(res.headers.get('x-request-id'))
+  );
+}

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';
 import { startAgents } from '@svc/agents';
-import { startWebhooks } from '@svc/webhooks';
+import { startWebhooks, type WebhooksOptions } from '@svc/webhooks';
 import { startChat } from '@svc/chat';
 import { startRegions } from '@svc/regions';
 import { startBilling } from '@svc/billing';
@@ -31,6 +31,8 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** Gateway instances sharing the same services (default 1). */
   gateways?: number;
+  /** The webhooks service's injected parts (the event log's clock). */
+  webhooks?: WebhooksOptions;
 }
 
 /**
@@ -83,7 +85,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     identity,
     billing,
     projects: await startProjects(env),
-    webhooks: await startWebhooks(env),
+    webhooks: await startWebhooks(env, options.webhooks),
   };
   env.PROJECTS_ADDR = `127.0.0.1:${services.projects.port}`;
   services.agents = await startAgents(env);

@@ -1,4 +1,4 @@
-import { createKey, type Account, type Client } from './http';
+import { createKey, eventually, type Account, type Client } from './http';
 import type { Operation } from './openapi';
 
 /**
@@ -24,26 +24,38 @@ export async function seedTargets(api: Client, owner: Account): Promise<Record<s
   ids['webhooks:id'] = (await api.post('/api/v1/webhooks', hook, t)).body.data.id;
   ids.deliveryId = 'dlv_none';
   ids['chat:id'] = (await api.post('/api/v1/chat/sessions', { title: 'target' }, t)).body.data.id;
+  // No response exists (that needs a model): the OpenAI-compatible routes meet an id of the right shape.
+  ids['responses:id'] = 'resp_none';
   ids.tenantId = owner.tenantId;
   ids.featureKey = 'agents';
   ids.provider = 'acme'; // an OAuth provider name (none configured here: its routes answer 404)
   ids.name = (await api.post('/api/v1/secrets', { name: 'FUZZ_TARGET', value: 'fuzz-value' }, t)).body.data.name;
   await api.put('/api/v1/tenant/security/network', { ipAllowlist: ['127.0.0.1'] }, t);
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-test' }, t);
+  // An event of the tenant's log (its own tenant.created), once the bus has brought it there.
+  const created = () => api.get('/api/v1/events?type=tenant.created', t);
+  await eventually(async () => (await created()).body.data.length === 1, 10_000);
+  ids['events:id'] = (await created()).body.data[0].id;
   return ids;
 }
 
 /** The value of a path parameter that names a real resource of the caller. */
 export const realParam = (ids: Record<string, string>, op: Operation, name: string) =>
-  ids[`${op.path.split('/')[3]}:${name}`] ?? ids[name] ?? 'x';
+  ids[`${op.path.split('/')[op.path.startsWith('/v1/') ? 2 : 3]}:${name}`] ?? ids[name] ?? 'x';
 
-/** Everything a bad request could have changed, read through the API. */
-export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>) {
+/** The OpenAI-compatible API (/v1): API keys only, errors in OpenAI's shape. */
+export const isOpenAiOp = (op: { path: string }) => op.path.startsWith('/v1/');
+
+/**
+ * Everything a bad request could have changed, read through the API. `usedKeyIds`: keys the suite sends its requests
+ * with (the OpenAI-compatible API takes only keys), whose last use and request count change by design.
+ */
+export async function tenantSnapshot(api: Client, owner: Account, ids: Record<string, string>, usedKeyIds: string[] = []) {
   const get = async (p: string) => (await api.get(p, { token: owner.accessToken })).body.data;
   return {
     tenant: await get('/api/v1/tenant'),
     projects: await get('/api/v1/projects?limit=100'),
-    keys: await get('/api/v1/api-keys?limit=100'),
+    keys: ((await get('/api/v1/api-keys?limit=100')) as Array<{ id: string }>).filter((k) => !usedKeyIds.includes(k.id)),
     members: await get('/api/v1/tenant/team/members?limit=100'),
     network: await get('/api/v1/tenant/security/network'),
     llm: await get('/api/v1/tenant/settings/llm'),

@@ -1,4 +1,6 @@
-import { client, createKey, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { isOpenAiError } from '../helpers/openapi';
 import { startStack, type Stack } from '../helpers/stack';
 
 // Every route that takes an id, from the OpenAPI document: another tenant's id is a 404 naming the id (never a
@@ -7,6 +9,7 @@ let stack: Stack;
 let api: Client;
 let mine: Account;
 let theirs: Account;
+let llm: FakeProviderServer;
 /** Ids of `theirs`, by the path parameter that names them (resolved by the route's collection). */
 const theirIds: Record<string, string> = {};
 
@@ -40,8 +43,21 @@ beforeAll(async () => {
   theirIds.featureKey = 'agents';
   await api.post('/api/v1/secrets', { name: 'THEIR_TOKEN', value: 'their-secret-value' }, t);
   theirIds['/api/v1/secrets'] = 'THEIR_TOKEN';
+  // Their events reach the event log through the bus: their tenant.created, once it is there.
+  await eventually(async () => (await api.get('/api/v1/events?type=tenant.created', t)).body.data.length === 1, 10_000);
+  theirIds['/api/v1/events'] = (await api.get('/api/v1/events?type=tenant.created', t)).body.data[0].id;
+  // A response of theirs on the OpenAI-compatible API (their model is a fake provider on loopback).
+  llm = await startFakeOpenAI();
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', baseUrl: llm.url, model: 'gpt-test', apiKey: 'sk-theirs' }, t);
+  const theirKey = (await createKey(api, theirs.accessToken)).key;
+  const created = await api.post('/v1/responses', { model: 'gpt-test', input: 'hello' }, { token: theirKey });
+  expect(created.body.status).toBe('completed');
+  theirIds['/v1/responses'] = created.body.id;
 });
-afterAll(() => stack.stop());
+afterAll(async () => {
+  await stack.stop();
+  await llm.close();
+});
 
 /** A minimal valid body for routes that take one, so that the id check is what answers. */
 const VALID_BODIES: Record<string, unknown> = {
@@ -52,6 +68,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'POST /api/v1/agents/{id}/execute': { goal: 'take over', projectId: 'prj_none' },
   'POST /api/v1/agents/{id}/runs/{run_id}/reject': {},
   'PATCH /api/v1/webhooks/{id}': { url: 'http://127.0.0.1:9/hijacked' },
+  'POST /api/v1/webhooks/{id}/recover': { since: '2020-01-01T00:00:00.000Z' },
   'POST /api/v1/chat/sessions/{id}/messages': { content: 'take over' },
   'PATCH /api/v1/regions/preferences/{tenantId}': { primaryRegion: 'eu-west' },
   'PUT /api/v1/regions/storage/{tenantId}': { storageMode: 'platform', platformRegion: 'eu-west' },
@@ -80,6 +97,18 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       if (op.requestBody?.required) expect(body).toBeDefined();
       for (const credential of [{ token: mine.accessToken }, { token: mineKey }]) {
         if (path.startsWith('/api/v1/api-keys') && !credential.token.startsWith('ey')) continue; // keys: user sessions only
+        if (path.startsWith('/v1/')) {
+          // The OpenAI-compatible API: API keys only, and OpenAI's error shape.
+          if (credential.token.startsWith('ey')) continue;
+          const res = await api.request(method, concrete, { ...credential, body });
+          expect({ status: res.status, openAiShape: isOpenAiError(res), code: res.body?.error?.code }).toEqual({
+            status: 404,
+            openAiShape: true,
+            code: 'resource_not_found',
+          });
+          expect(res.text).not.toContain('theirs');
+          continue;
+        }
         const res = await api.request(method, concrete, { ...credential, body });
         const err = expectError(res, 404, 'RESOURCE_NOT_FOUND');
         expect(err.details).toEqual({ resource: expect.any(String), id: expect.any(String) });
@@ -104,6 +133,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/agents/{id}/runs/{run_id}',
       'POST /api/v1/webhooks/{id}/test',
       'POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
+      'POST /api/v1/webhooks/{id}/recover',
+      'GET /api/v1/events/{id}',
       'GET /api/v1/chat/sessions/{id}/stream',
       'POST /api/v1/chat/sessions/{id}/messages',
       'GET /api/v1/regions/preferences/{tenantId}',
@@ -115,6 +146,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /api/v1/secrets/{name}',
       'PUT /api/v1/secrets/{name}',
       'DELETE /api/v1/secrets/{name}',
+      'GET /v1/responses/{id}',
+      'POST /v1/responses/{id}/cancel',
     ]),
   );
   // Nothing of theirs changed.
@@ -125,7 +158,7 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect(team.find((m: { userId: string }) => m.userId === theirIds['/api/v1/tenant/team/members']).role).toBe('member');
   expect((await api.get(`/api/v1/agents/${theirIds['/api/v1/agents']}`, t)).body.data.name).toBe('theirs');
   const hook = (await api.get(`/api/v1/webhooks/${theirIds['/api/v1/webhooks']}`, t)).body.data;
-  expect(hook.url).toBe('http://127.0.0.1:9/theirs');
+  expect(hook).toMatchObject({ url: 'http://127.0.0.1:9/theirs', active: true });
   const deliveries = (await api.get(`/api/v1/webhooks/${hook.id}/deliveries`, t)).body.data;
   expect(deliveries).toHaveLength(1); // only their own test event: no test event or re-send from us
   const chat = `/api/v1/chat/sessions/${theirIds['/api/v1/chat/sessions']}`;
@@ -133,6 +166,8 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect((await api.get(`/api/v1/regions/preferences/${theirs.tenantId}`, t)).body.data.primaryRegion).toBe('us-east');
   expect((await api.get(`/api/v1/regions/storage/${theirs.tenantId}`, t)).body.data.platformRegion).toBe('us-east');
   expect((await api.get('/api/v1/secrets/THEIR_TOKEN', t)).body.data.version).toBe(1);
+  const theirKey = (await createKey(api, theirs.accessToken)).key;
+  expect((await api.get(`/v1/responses/${theirIds['/v1/responses']}`, { token: theirKey })).body.status).toBe('completed');
 });
 
 it('lists never show another tenant’s items', async () => {
@@ -144,6 +179,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/webhooks',
     '/api/v1/chat/sessions',
     '/api/v1/secrets',
+    '/api/v1/events',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

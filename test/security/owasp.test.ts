@@ -82,9 +82,16 @@ afterAll(async () => {
 /** A concrete path for an operation, its parameters naming the caller's own resources. */
 const pathFor = (op: Operation, ids: Record<string, string>, query = '') =>
   op.path.replace(/\{(\w+)\}/g, (_, name: string) => encodeURIComponent(realParam(ids, op, name))) + query;
+/** An API key of each tenant, for the OpenAI-compatible API (API keys only). */
+const keysOf = new Map<string, { key: string; id: string }>();
 /** The credential an operation's policy admits, in the tenant `a`. */
-const credentialFor = (op: Operation, a: Account) =>
-  op.access === 'public' ? undefined : op.access === 'operator' ? ADMIN : a.accessToken;
+async function credentialFor(op: Operation, a: Account): Promise<string | undefined> {
+  if (op.access === 'public') return undefined;
+  if (op.access === 'operator') return ADMIN;
+  if (op.access !== 'llm:use') return a.accessToken;
+  if (!keysOf.has(a.tenantId)) keysOf.set(a.tenantId, await createKey(api, a.accessToken));
+  return keysOf.get(a.tenantId)!.key;
+}
 
 describe('API6 business flows: credits', () => {
   it.each([
@@ -227,7 +234,7 @@ describe('API4 unrestricted consumption', () => {
     totals.lists = lists.length;
     const failures: string[] = [];
     for (const op of lists) {
-      const token = credentialFor(op, a);
+      const token = await credentialFor(op, a);
       const ok = await api.get(pathFor(op, ids, '?limit=100'), { token });
       if (ok.status !== 200) failures.push(`${op.operationId} limit=100: ${ok.status}`);
       for (const limit of ['101', '1000', '0', '-1']) {
@@ -243,7 +250,10 @@ describe('API4 unrestricted consumption', () => {
   it('answers 413 to a body over 1 MiB on every operation that takes a body, and changes nothing', async () => {
     const a = await tenant('Heavy');
     const ids = await seedTargets(api, a);
-    const before = await tenantSnapshot(api, a, ids);
+    // The key the /v1 operations are sent with exists before the snapshot; its last use changes by design.
+    await credentialFor({ access: 'llm:use' } as Operation, a);
+    const used = [keysOf.get(a.tenantId)!.id];
+    const before = await tenantSnapshot(api, a, ids, used);
     const withBody = ops.filter((op) => op.body);
     expect(withBody.length).toBeGreaterThan(30);
     totals.bodies = withBody.length;
@@ -251,16 +261,17 @@ describe('API4 unrestricted consumption', () => {
     const failures: string[] = [];
     for (const op of withBody) {
       const res = await api.request(op.method, pathFor(op, ids), {
-        token: credentialFor(op, a),
+        token: await credentialFor(op, a),
         raw: huge,
         headers: { 'content-type': 'application/json' },
       });
       totals.cases++;
-      if (res.status !== 413 || res.body?.error?.code !== 'PAYLOAD_TOO_LARGE')
+      // The OpenAI-compatible API names it in OpenAI's shape (code in lower case).
+      if (res.status !== 413 || String(res.body?.error?.code).toUpperCase() !== 'PAYLOAD_TOO_LARGE')
         failures.push(`${op.operationId}: ${res.status} ${res.text.slice(0, 120)}`);
     }
     expect(failures).toEqual([]);
-    expect(await tenantSnapshot(api, a, ids)).toEqual(before);
+    expect(await tenantSnapshot(api, a, ids, used)).toEqual(before);
   });
 });
 
@@ -346,6 +357,10 @@ describe('API3 and API8: secrets never leave', () => {
     expect((await settings(llmKey)).status).toBe(200);
     expect((await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'second' }, t)).status).toBe(202);
     await eventually(async () => (await replies('completed')) === 1, 15_000, 250);
+    // And a response of the OpenAI-compatible API, with the tenant's key.
+    const response = await api.post('/v1/responses', { model: 'gpt-test', input: 'probe' }, { token: keeperKey });
+    expect(response.body.status).toBe('completed');
+    ids['responses:id'] = response.body.id;
     const agent = (await api.post('/api/v1/agents', { name: 'probe', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body.data
       .id;
     ids['agents:id'] = agent;
@@ -411,6 +426,7 @@ describe('API3 and API8: secrets never leave', () => {
     for (const op of sweep) {
       const query = readQuery(op);
       for (const token of [keeper.accessToken, keeperKey]) {
+        if (op.access === 'llm:use' && token === keeper.accessToken) continue; // /v1: API keys only
         const res = await api.get(pathFor(op, ids, query), { token });
         totals.cases++;
         if (res.status === 200) answered++;

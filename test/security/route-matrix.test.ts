@@ -46,7 +46,7 @@ beforeAll(async () => {
   const login = (await api.post('/api/v1/auth/login', { email, password: 'member password 1' })).body.data;
   member = { ...owner, email, accessToken: login.accessToken, userId: login.user.id };
   ownerKey = (await createKey(api, owner.accessToken)).key;
-  for (const scope of ['projects:read', 'agents:read', 'secrets:read', 'billing:read'])
+  for (const scope of ['projects:read', 'agents:read', 'secrets:read', 'billing:read', 'events:read', 'llm:use'])
     keyScopedTo[scope] = (await createKey(api, owner.accessToken, { scopes: [scope] })).key;
 
   // Tokens carrying the owner's real claims (so only the one named flaw can be why they are refused).
@@ -114,10 +114,12 @@ const POLICIES = [
   'billing:read',
   'billing:write',
   'billing:read:manager',
+  'events:read',
   'audit:read',
   'unscoped',
   'manager',
   'sessionManager',
+  'llm:use',
 ];
 
 /** The callers each policy must refuse, and how. An operation with no policy, or one unknown here, is an error. */
@@ -164,6 +166,8 @@ function refusals(op: Op): Refusal[] {
   if (['manager', 'sessionManager', 'billing:write', 'billing:read:manager', 'audit:read'].includes(op.access))
     out.push(['a member', member.accessToken, 403]);
   if (op.access === 'sessionManager') out.push(['an API key (not a person)', ownerKey, 403]);
+  // The OpenAI-compatible API: API keys only, whoever the person is.
+  if (op.access === 'llm:use') out.push(["the owner's session (not an API key)", owner.accessToken, 401, 'api_key_required']);
   return out;
 }
 
@@ -187,11 +191,15 @@ it('refuses, on every operation, every caller its policy excludes', async () => 
     for (const [caller, token, status, reason] of cases) {
       const res = await api.request(op.method, op.path, { token });
       checked++;
-      if (
-        res.status !== status ||
-        res.body?.error?.code !== (status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN') ||
-        (reason && res.body.error.details?.reason !== reason)
-      )
+      // The OpenAI-compatible API answers in OpenAI's shape: its type says which refusal, its code the reason.
+      const openAi = op.path.startsWith('/v1/');
+      const wrongShape = openAi
+        ? res.body?.error?.type !== (status === 401 ? 'authentication_error' : 'permission_error') ||
+          (reason !== undefined && res.body.error.code !== reason) ||
+          !('param' in res.body.error)
+        : res.body?.error?.code !== (status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN') ||
+          (reason !== undefined && res.body.error.details?.reason !== reason);
+      if (res.status !== status || wrongShape)
         failures.push(
           `${op.method} ${op.path} (${op.access}) with ${caller}: ${res.status} ${JSON.stringify(res.body?.error ?? res.text.slice(0, 80))}`,
         );
@@ -214,6 +222,8 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
     'agents:read': keyScopedTo['agents:read'],
     'secrets:read': keyScopedTo['secrets:read'],
     'billing:read': keyScopedTo['billing:read'],
+    'events:read': keyScopedTo['events:read'],
+    'llm:use': keyScopedTo['llm:use'],
     operator: ADMIN,
   };
   const failures: string[] = [];

@@ -1,6 +1,6 @@
 // /agents: the tenant's agents and a create form; each links to its page (/agents/:id).
 import { api, listAll } from '../api';
-import { ErrorText, Form, useLoad, when } from '../ui';
+import { ErrorText, Form, Table, useLoad, when } from '../ui';
 
 export interface Agent {
   id: string;
@@ -68,30 +68,17 @@ export default function AgentsPage() {
       <ErrorText error={error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Your agents</h2>
-        {data && data.length === 0 ? (
-          <p>No agents yet.</p>
-        ) : (
-          <table id="agents">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Autonomy</th>
-                <th scope="col">Updated</th>
-              </tr>
-            </thead>
-            <tbody>
-              {data?.map((a) => (
-                <tr key={a.id}>
-                  <th scope="row">
-                    <a href={`/agents/${a.id}`}>{a.name}</a>
-                  </th>
-                  <td>{a.config.autonomyLevel}</td>
-                  <td>{when(a.updatedAt)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        )}
+        <Table id="agents" columns={['Name', 'Autonomy', 'Updated']} empty="No agents yet." rows={data}>
+          {data?.map((a) => (
+            <tr key={a.id}>
+              <th scope="row">
+                <a href={`/agents/${a.id}`}>{a.name}</a>
+              </th>
+              <td>{a.config.autonomyLevel}</td>
+              <td>{when(a.updatedAt)}</td>
+            </tr>
+          ))}
+        </Table>
       </section>
     </>
   );

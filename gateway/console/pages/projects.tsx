@@ -1,7 +1,7 @@
 // /projects: the tenant's projects, a create form, and rename and delete per project.
 import { useState } from 'preact/hooks';
-import { api, describe, listAll } from '../api';
-import { ErrorText, Form, useLoad, when } from '../ui';
+import { api, listAll } from '../api';
+import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
 
 export interface Project {
   id: string;
@@ -13,16 +13,7 @@ export interface Project {
 function ProjectRow({ project, changed }: { project: Project; changed: (message: string) => void }) {
   const [renaming, setRenaming] = useState(false);
   const [confirming, setConfirming] = useState(false);
-  const [error, setError] = useState<string>();
-  const act = async (fn: () => Promise<unknown>, message: string) => {
-    try {
-      await fn();
-      setError(undefined);
-      changed(message);
-    } catch (err) {
-      setError(describe(err));
-    }
-  };
+  const { error, act } = useAction(changed);
   return (
     <tr>
       <th scope="row">
@@ -97,27 +88,11 @@ export default function ProjectsPage() {
       <ErrorText error={error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Your projects</h2>
-        {data && data.length === 0 ? (
-          <p>No projects yet.</p>
-        ) : (
-          <table id="projects">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Description</th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {data?.map((p) => (
-                <ProjectRow key={p.id} project={p} changed={changed} />
-              ))}
-            </tbody>
-          </table>
-        )}
+        <Table id="projects" columns={['Name', 'Description', 'Created', '']} empty="No projects yet." rows={data}>
+          {data?.map((p) => (
+            <ProjectRow key={p.id} project={p} changed={changed} />
+          ))}
+        </Table>
       </section>
     </>
   );

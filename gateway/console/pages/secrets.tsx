@@ -1,8 +1,8 @@
 // /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version) and a
 // secret deleted; the value field is write-only.
 import { useState } from 'preact/hooks';
-import { api, describe, listAll } from '../api';
-import { ErrorText, Form, useLoad, when } from '../ui';
+import { api, listAll } from '../api';
+import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
 
 interface Secret {
   name: string;
@@ -15,12 +15,11 @@ interface Secret {
 export default function SecretsPage() {
   const { data, error, reload } = useLoad(() => listAll<Secret>('/secrets'), []);
   const [status, setStatus] = useState('');
-  const [rowError, setRowError] = useState<string>();
   const changed = (s: string) => {
     setStatus(s);
-    setRowError(undefined);
     void reload();
   };
+  const { error: rowError, act } = useAction(changed);
   return (
     <>
       <h1>Secrets</h1>
@@ -51,46 +50,28 @@ export default function SecretsPage() {
       </section>
       <p role="status">{status}</p>
       <ErrorText error={error ?? rowError} />
-      <table id="secrets">
-        <thead>
-          <tr>
-            <th scope="col">Name</th>
-            <th scope="col">Description</th>
-            <th scope="col">Version</th>
-            <th scope="col">Updated</th>
-            <th scope="col">
-              <span class="sr-only">Actions</span>
+      <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={data}>
+        {data?.map((s) => (
+          <tr key={s.name}>
+            <th scope="row" class="mono">
+              {s.name}
             </th>
+            <td>{s.description}</td>
+            <td>{s.version}</td>
+            <td>{when(s.updatedAt)}</td>
+            <td>
+              <button
+                type="button"
+                class="secondary"
+                aria-label={`Delete ${s.name}`}
+                onClick={() => act(() => api('DELETE', `/secrets/${encodeURIComponent(s.name)}`), `Deleted ${s.name}.`)}
+              >
+                Delete
+              </button>
+            </td>
           </tr>
-        </thead>
-        <tbody>
-          {data?.map((s) => (
-            <tr key={s.name}>
-              <th scope="row" class="mono">
-                {s.name}
-              </th>
-              <td>{s.description}</td>
-              <td>{s.version}</td>
-              <td>{when(s.updatedAt)}</td>
-              <td>
-                <button
-                  type="button"
-                  class="secondary"
-                  aria-label={`Delete ${s.name}`}
-                  onClick={() =>
-                    api('DELETE', `/secrets/${encodeURIComponent(s.name)}`).then(
-                      () => changed(`Deleted ${s.name}.`),
-                      (err) => setRowError(describe(err)),
-                    )
-                  }
-                >
-                  Delete
-                </button>
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+        ))}
+      </Table>
     </>
   );
 }

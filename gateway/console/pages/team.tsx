@@ -1,7 +1,7 @@
 // /settings/team: the tenant's members and their roles; owners and admins add members, change roles and remove them.
 import { useState } from 'preact/hooks';
-import { api, describe, listAll } from '../api';
-import { ErrorText, Form, props, useLoad, when, type Me } from '../ui';
+import { api, listAll } from '../api';
+import { ErrorText, Form, props, Table, useAction, useLoad, when, type Me } from '../ui';
 
 interface Member {
   userId: string;
@@ -12,16 +12,7 @@ interface Member {
 }
 
 function MemberRow({ member, roles, self, changed }: { member: Member; roles: string[]; self: boolean; changed: (s: string) => void }) {
-  const [error, setError] = useState<string>();
-  const act = async (fn: () => Promise<unknown>, done: string) => {
-    try {
-      await fn();
-      setError(undefined);
-      changed(done);
-    } catch (err) {
-      setError(describe(err));
-    }
-  };
+  const { error, act } = useAction(changed);
   return (
     <tr>
       <th scope="row">
@@ -74,23 +65,11 @@ export default function TeamPage({ me }: { me: Me }) {
       <h1>Team</h1>
       <p role="status">{status}</p>
       <ErrorText error={error} />
-      <table id="members">
-        <thead>
-          <tr>
-            <th scope="col">Member</th>
-            <th scope="col">Role</th>
-            <th scope="col">Joined</th>
-            <th scope="col">
-              <span class="sr-only">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {data?.map((m) => (
-            <MemberRow key={m.userId} member={m} roles={roles} self={m.userId === me.user.id} changed={changed} />
-          ))}
-        </tbody>
-      </table>
+      <Table id="members" columns={['Member', 'Role', 'Joined', '']} empty="No members." rows={data}>
+        {data?.map((m) => (
+          <MemberRow key={m.userId} member={m} roles={roles} self={m.userId === me.user.id} changed={changed} />
+        ))}
+      </Table>
       <section aria-labelledby="add-title">
         <h2 id="add-title">Add a member</h2>
         <Form

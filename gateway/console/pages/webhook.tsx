@@ -1,7 +1,7 @@
 // /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
 import { useState } from 'preact/hooks';
-import { api, describe, listAll } from '../api';
-import { ErrorText, useLoad, when } from '../ui';
+import { api, listAll } from '../api';
+import { ErrorText, Table, useAction, useLoad, when } from '../ui';
 import type { Webhook } from './webhooks';
 
 interface Delivery {
@@ -18,17 +18,10 @@ export default function WebhookPage() {
   const webhook = useLoad(() => api<Webhook>('GET', `/webhooks/${id}`), [id]);
   const deliveries = useLoad(() => listAll<Delivery>(`/webhooks/${id}/deliveries`, 200), [id]);
   const [status, setStatus] = useState('');
-  const [error, setError] = useState<string>();
-  const act = async (fn: () => Promise<unknown>, done: string) => {
-    try {
-      await fn();
-      setError(undefined);
-      setStatus(done);
-      await deliveries.reload();
-    } catch (err) {
-      setError(describe(err));
-    }
-  };
+  const { error, act } = useAction((done) => {
+    setStatus(done);
+    void deliveries.reload();
+  });
   if (webhook.error) return <ErrorText error={webhook.error} />;
   if (!webhook.data) return <p aria-busy="true">Loading…</p>;
   return (
@@ -52,50 +45,37 @@ export default function WebhookPage() {
       <ErrorText error={error ?? deliveries.error} />
       <section aria-labelledby="deliveries-title">
         <h2 id="deliveries-title">Deliveries</h2>
-        {deliveries.data && deliveries.data.length === 0 ? (
-          <p>No deliveries yet.</p>
-        ) : (
-          <table id="deliveries">
-            <thead>
-              <tr>
-                <th scope="col">Event type</th>
-                <th scope="col">Status</th>
-                <th scope="col">Attempts</th>
-                <th scope="col">Last answer</th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
+        <Table
+          id="deliveries"
+          columns={['Event type', 'Status', 'Attempts', 'Last answer', 'Created', '']}
+          empty="No deliveries yet."
+          rows={deliveries.data}
+        >
+          {deliveries.data?.map((d) => {
+            const last = d.attempts.at(-1);
+            return (
+              <tr key={d.id}>
+                <th scope="row">{d.eventType}</th>
+                <td>{d.status}</td>
+                <td>{d.attempts.length}</td>
+                <td>{last ? (last.statusCode ?? last.error ?? '') : ''}</td>
+                <td>{when(d.createdAt)}</td>
+                <td>
+                  {d.status !== 'pending' && (
+                    <button
+                      type="button"
+                      class="secondary"
+                      aria-label={`Re-send ${d.eventType} ${d.eventId}`}
+                      onClick={() => act(() => api('POST', `/webhooks/${id}/deliveries/${d.id}/retry`), 'Re-sent.')}
+                    >
+                      Re-send
+                    </button>
+                  )}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {deliveries.data?.map((d) => {
-                const last = d.attempts.at(-1);
-                return (
-                  <tr key={d.id}>
-                    <th scope="row">{d.eventType}</th>
-                    <td>{d.status}</td>
-                    <td>{d.attempts.length}</td>
-                    <td>{last ? (last.statusCode ?? last.error ?? '') : ''}</td>
-                    <td>{when(d.createdAt)}</td>
-                    <td>
-                      {d.status !== 'pending' && (
-                        <button
-                          type="button"
-                          class="secondary"
-                          aria-label={`Re-send ${d.eventType} ${d.eventId}`}
-                          onClick={() => act(() => api('POST', `/webhooks/${id}/deliveries/${d.id}/retry`), 'Re-sent.')}
-                        >
-                          Re-send
-                        </button>
-                      )}
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        )}
+            );
+          })}
+        </Table>
       </section>
     </>
   );

@@ -1,6 +1,6 @@
 // /webhooks: the endpoints and a create form (the event types come with the page).
 import { api, listAll } from '../api';
-import { ErrorText, Form, props, useLoad, when } from '../ui';
+import { ErrorText, Form, props, Table, useLoad, when } from '../ui';
 
 export interface Webhook {
   id: string;
@@ -48,32 +48,18 @@ export default function WebhooksPage() {
       <ErrorText error={error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Endpoints</h2>
-        {data && data.length === 0 ? (
-          <p>No endpoints yet.</p>
-        ) : (
-          <table id="webhooks">
-            <thead>
-              <tr>
-                <th scope="col">URL</th>
-                <th scope="col">Events</th>
-                <th scope="col">State</th>
-                <th scope="col">Created</th>
-              </tr>
-            </thead>
-            <tbody>
-              {data?.map((w) => (
-                <tr key={w.id}>
-                  <th scope="row">
-                    <a href={`/webhooks/${w.id}`}>{w.url}</a>
-                  </th>
-                  <td>{w.events.join(', ')}</td>
-                  <td>{w.active ? 'active' : `disabled${w.disabledReason ? `: ${w.disabledReason}` : ''}`}</td>
-                  <td>{when(w.createdAt)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        )}
+        <Table id="webhooks" columns={['URL', 'Events', 'State', 'Created']} empty="No endpoints yet." rows={data}>
+          {data?.map((w) => (
+            <tr key={w.id}>
+              <th scope="row">
+                <a href={`/webhooks/${w.id}`}>{w.url}</a>
+              </th>
+              <td>{w.events.join(', ')}</td>
+              <td>{w.active ? 'active' : `disabled${w.disabledReason ? `: ${w.disabledReason}` : ''}`}</td>
+              <td>{when(w.createdAt)}</td>
+            </tr>
+          ))}
+        </Table>
       </section>
     </>
   );

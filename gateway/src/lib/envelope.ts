@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, metrics } from '@svc/kit';
+import { type AppError, metrics } from '@svc/kit';
+import { openAiErrorBody } from './openai-error';
 
 export interface Pagination {
   limit: number;
@@ -15,6 +16,9 @@ export function success(request: FastifyRequest, data: unknown, pagination?: Pag
   return { data, meta: meta(request, pagination ? { pagination } : {}) };
 }
 
+/** Paths of the OpenAI-compatible API: their errors use OpenAI's shape (CONTRACT.md 9). */
+export const isOpenAiPath = (url: string) => url === '/v1' || url.startsWith('/v1/') || url.startsWith('/v1?');
+
 /** The error envelope. 5xx messages never carry internals. */
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: AppError): FastifyReply {
   const status = err.httpStatus;
@@ -24,6 +28,7 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, err: App
   // A service that asks the client to come back later says when (429 and 503 from a backing service).
   if ((status === 429 || status === 503) && typeof details.retryAfterS === 'number' && !reply.hasHeader('retry-after'))
     reply.header('Retry-After', String(details.retryAfterS));
+  if (isOpenAiPath(request.url)) return reply.code(status).type('application/json').send(openAiErrorBody(err));
   return reply
     .code(status)
     .type('application/json')

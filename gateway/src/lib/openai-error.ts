@@ -13,24 +13,29 @@ function typeFor(status: number): string {
 }
 
 /**
- * Errors under /v1 in OpenAI's shape (CONTRACT.md 9): `{error: {message, type, code, param}}`, with the statuses of
- * the rest of the API. `code` is the reason when there is one (`key_budget_exhausted`, `api_key_required`...), else
- * our error code in lower case; `param` names the first bad field. 5xx messages carry no internals.
+ * OpenAI's error shape (CONTRACT.md 9): `{error: {message, type, code, param}}`. `code` is the reason when there is
+ * one (`key_budget_exhausted`, `api_key_required`, `model_not_found`...), else our error code in lower case; `param`
+ * names the field at fault (`details.param`, else the first bad field). 5xx messages carry no internals.
  */
+export function openAiErrorBody(err: AppError) {
+  const status = err.httpStatus;
+  const details = err.details as { reason?: unknown; fields?: Array<{ field?: unknown }>; param?: unknown };
+  const param = typeof details.param === 'string' ? details.param : details.fields?.[0]?.field;
+  return {
+    error: {
+      message: status === 500 ? 'Internal server error' : err.message,
+      type: typeFor(status),
+      code: typeof details.reason === 'string' ? details.reason : err.code.toLowerCase(),
+      param: typeof param === 'string' ? param : null,
+    },
+  };
+}
+
+/** Errors under /v1 in OpenAI's shape, with the statuses of the rest of the API. */
 export function sendOpenAiError(request: FastifyRequest, reply: FastifyReply, err: AppError): FastifyReply {
   const status = err.httpStatus;
-  const details = err.details as { reason?: unknown; fields?: Array<{ field: string }>; retryAfterS?: unknown };
+  const details = err.details as { retryAfterS?: unknown };
   if ((status === 429 || status === 503) && typeof details.retryAfterS === 'number' && !reply.hasHeader('retry-after'))
     reply.header('Retry-After', String(details.retryAfterS));
-  return reply
-    .code(status)
-    .type('application/json')
-    .send({
-      error: {
-        message: status === 500 ? 'Internal server error' : err.message,
-        type: typeFor(status),
-        code: typeof details.reason === 'string' ? details.reason : err.code.toLowerCase(),
-        param: details.fields?.[0]?.field ?? null,
-      },
-    });
+  return reply.code(status).type('application/json').send(openAiErrorBody(err));
 }

@@ -14,6 +14,16 @@ const ErrorEnvelope = Type.Object({
   meta: Meta,
 });
 
+/** OpenAI's error shape, used by the OpenAI-compatible API under /v1 (CONTRACT.md 9). */
+const OpenAiError = Type.Object({
+  error: Type.Object({
+    message: Type.String(),
+    type: Type.String(),
+    code: Type.Union([Type.String(), Type.Null()]),
+    param: Type.Union([Type.String(), Type.Null()]),
+  }),
+});
+
 /** OpenAPI 3.1 from the same TypeBox schemas that validate requests. */
 export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -21,9 +31,12 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const parameters = [...paramsOf(r.params, 'path'), ...paramsOf(r.query, 'query')];
     const data: TSchema = r.response ?? Type.Object({});
-    const successBody = r.list
-      ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
-      : Type.Object({ data, meta: Meta });
+    const successBody =
+      r.envelope === false
+        ? data
+        : r.list
+          ? Type.Object({ data: Type.Array(data), meta: Type.Intersect([Meta, Type.Object({ pagination: Pagination })]) })
+          : Type.Object({ data, meta: Meta });
     const successContent = r.produces
       ? { [r.produces]: { schema: Type.String() } }
       : { 'application/json': { schema: successBody }, ...(r.alsoProduces ? { [r.alsoProduces]: { schema: Type.String() } } : {}) };
@@ -38,7 +51,10 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
       'x-access': r.access,
       responses: {
         [String(r.status ?? 200)]: { description: 'Success', content: successContent },
-        default: { description: 'Error', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } },
+        default: {
+          description: 'Error',
+          content: { 'application/json': { schema: { $ref: `#/components/schemas/${r.envelope === false ? 'OpenAIError' : 'Error'}` } } },
+        },
       },
     };
   }
@@ -56,7 +72,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
         bearer: { type: 'http', scheme: 'bearer', description: 'An API key (svc_sdk_..., svc_cli_..., ...) or an access token (JWT)' },
         session: { type: 'apiKey', in: 'cookie', name: 'svc_session' },
       },
-      schemas: { Error: ErrorEnvelope },
+      schemas: { Error: ErrorEnvelope, OpenAIError: OpenAiError },
     },
     paths,
   };

@@ -33,6 +33,7 @@ export const POLICIES = {
   'secrets:read': { authenticate: true, scope: 'secrets:read' },
   'secrets:write': { authenticate: true, scope: 'secrets:write' },
   'billing:read': { authenticate: true, scope: 'billing:read' },
+  'events:read': { authenticate: true, scope: 'events:read' },
   'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
   /** Billing settings an owner or admin reads (alerts): a scoped key needs billing:read. */
   'billing:read:manager': { authenticate: true, scope: 'billing:read', roles: MANAGERS },
@@ -41,6 +42,8 @@ export const POLICIES = {
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },
+  /** `/v1`, the OpenAI-compatible API: API keys only, with the llm:use scope or none. */
+  'llm:use': { authenticate: true, scope: 'llm:use', apiKeyOnly: true },
   'llm:passthrough': { authenticate: true, scope: 'llm:passthrough', apiKeyOnly: true },
 } as const satisfies Record<string, Policy>;
 

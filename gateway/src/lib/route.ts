@@ -45,8 +45,13 @@ export interface RouteSpec {
   list?: boolean;
   /** Media type of a success answer that is not the JSON envelope (the handler writes it itself). */
   produces?: 'text/event-stream';
+  /**
+   * False: the answer is the handler's value itself, not the `{data, meta}` envelope, and errors use OpenAI's shape
+   * (the OpenAI-compatible API under /v1).
+   */
+  envelope?: false;
   /** Another media type the handler answers in when the request's Accept asks for it (documentation). */
-  alsoProduces?: 'text/csv';
+  alsoProduces?: 'text/csv' | 'text/event-stream';
   /** Default: rate limited when authenticated, except the auth, CLI-login and OAuth routes. */
   rateLimited?: boolean;
   /** The JSON body is handed over unparsed, as the Buffer received (a signature covers its exact bytes). */
@@ -91,6 +96,8 @@ const RESOURCE_OF_SEGMENT: Record<string, string> = {
   'api-keys': 'api_key',
   sessions: 'chat_session',
   webhooks: 'webhook',
+  events: 'event',
+  responses: 'response',
 };
 
 /** [param, resource] for each id parameter of a route URL. */
@@ -163,6 +170,7 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       });
       if (reply.sent) return reply;
       reply.code(status);
+      if (spec.envelope === false) return result;
       if (spec.list) {
         const { items, pagination } = result as ListResult;
         return success(request, items, pagination);

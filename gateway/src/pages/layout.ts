@@ -44,7 +44,7 @@ export function layout(opts: { title: string; page: string; signedIn: boolean; b
         ([href, label]) => `<li><a href="${href}"${current(href, opts.path) ? ' aria-current="page"' : ''}>${label}</a></li>`,
       ).join(
         '',
-      )}</ul></nav><p class="who"><span id="who"></span> <button type="button" id="sign-out" class="link">Sign out</button></p></header>`
+      )}</ul></nav><p class="who"><a href="/docs">API reference</a> · <span id="who"></span> <button type="button" id="sign-out" class="link">Sign out</button></p></header>`
     : '';
   const script = opts.console ? '/assets/console/main.js' : '/assets/app.js';
   return `<!doctype html>

@@ -2,7 +2,7 @@ import { BlockList, isIP } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { CredentialResolver } from '../lib/credentials';
-import { authorize, POLICIES } from '../lib/policy';
+import { authorize, POLICIES, type Policy } from '../lib/policy';
 import type { Principal } from '../lib/principal';
 import type { RateDecision, RateLimiter } from '../lib/rate-limiter';
 
@@ -56,6 +56,11 @@ export function registerAuthentication(app: FastifyInstance, options: AuthOption
     let credential: Credential;
     try {
       credential = credentialOf(request, options);
+      // A route for API keys only: a token or a cookie is refused before anything is resolved (401, not 403).
+      if ((POLICIES[access] as Policy).apiKeyOnly && credential.kind !== 'api_key')
+        throw new AppError('UNAUTHORIZED', 'This API authenticates with an API key only (Authorization: Bearer <API key>)', {
+          reason: 'api_key_required',
+        });
       const known = options.resolver.cached(credential.value, credential.kind);
       if (known && (!rateLimited || canDecideSync(options.limiter, known))) {
         admit(request, reply, known, rateLimited ? decideSync(options.limiter, known) : null);

@@ -8,6 +8,8 @@ import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
 import { cliAuthRoutes } from './cli-auth';
+import { eventRoutes } from './events';
+import { openAiRoutes } from './openai';
 import { passthroughRoutes } from './passthrough';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
@@ -27,6 +29,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   projectRoutes(app, deps);
   agentRoutes(app, deps);
   webhookRoutes(app, deps);
+  eventRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);
   adminRoutes(app, deps);
@@ -38,4 +41,5 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     maxResponseBytes: deps.config.passthroughMaxResponseBytes,
     timeoutMs: deps.config.passthroughTimeoutMs,
   });
+  openAiRoutes(app, deps);
 }

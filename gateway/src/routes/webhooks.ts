@@ -200,6 +200,26 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
 
   route(app, {
     method: 'POST',
+    url: '/api/v1/webhooks/:id/recover',
+    operationId: 'recoverWebhook',
+    access: 'unscoped',
+    tag: 'webhooks',
+    summary:
+      'Deliver once more every subscribed event of a window that did not reach the webhook (original ids, usual retry schedule, oldest first); enables a disabled one',
+    status: 202,
+    params: IdParams,
+    body: Obj({
+      since: Str(1, 40, { description: 'ISO 8601 date-time with a zone: events created at or after it' }),
+      until: Type.Optional(Str(1, 40, { description: 'ISO 8601 date-time with a zone: events created before it (default: now)' })),
+    }),
+    response: Obj({ queued: Type.Integer({ description: 'Deliveries queued' }) }),
+    handler: async ({ params, body, call }) => ({
+      queued: (await webhooks.recoverWebhook({ id: params.id, since: body.since, until: body.until ?? '' }, call)).queued,
+    }),
+  });
+
+  route(app, {
+    method: 'POST',
     url: '/api/v1/webhooks/:id/deliveries/:deliveryId/retry',
     operationId: 'retryWebhookDelivery',
     access: 'unscoped',

@@ -1,9 +1,12 @@
 /** What every command gets: the SDK client for the chosen base URL and credentials, and how to print. */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { ApiError, NetworkError, SvcClient } from '@svc/sdk';
 import { readCredentials, writeCredentials, type Credentials } from './credentials';
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
-export const VERSION = '0.1.0';
+/** The CLI's version: its package's, read beside src/ or dist/ (the release script stamps it there). */
+export const VERSION: string = (JSON.parse(readFileSync(join(__dirname, '../package.json'), 'utf8')) as { version: string }).version;
 
 export class UsageError extends Error {}
 

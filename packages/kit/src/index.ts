@@ -2,6 +2,7 @@ export * from './errors';
 export * from './config';
 export * from './logger';
 export * from './ids';
+export * from './times';
 export * from './crypto';
 export * from './jwt';
 export * from './grpc';

@@ -8,8 +8,11 @@ export const SCOPES = [
   'secrets:write',
   'agents:read',
   'agents:write',
+  /** The OpenAI-compatible API under /v1 (CONTRACT.md 9). */
+  'llm:use',
   /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
   'llm:passthrough',
+  'events:read',
   /** The audit log (CONTRACT.md 10); owners and admins only. */
   'audit:read',
 ] as const;

@@ -5,19 +5,11 @@ export const TOPICS = {
   agents: 'svc.agents.events',
   chat: 'svc.chat.events',
   billing: 'svc.billing.events',
+  webhooks: 'svc.webhooks.events',
 } as const;
 
-/** Event types a webhook can subscribe to (spec part 6). */
-export const PUBLIC_EVENT_TYPES = [
-  'project.created',
-  'project.updated',
-  'project.deleted',
-  'agent.started',
-  'agent.completed',
-  'agent.failed',
-  'tenant.created',
-  'user.created',
-  'billing.threshold_crossed',
-  'audit.entry_created',
-] as const;
-export type PublicEventType = (typeof PUBLIC_EVENT_TYPES)[number];
+/**
+ * Event types a webhook can subscribe to (spec part 6, CONTRACT.md 10): generated from the `public_event` options of
+ * the messages in proto/events/v1/events.proto, with the JSON Schema of each type's data (EVENT_TYPES).
+ */
+export { EVENT_TYPES, PUBLIC_EVENT_TYPES, type EventTypeSpec, type PublicEventType } from '@svc/proto';

@@ -2,6 +2,8 @@
 export * as agentsV1 from './agents/v1/agents';
 export * as billingV1 from './billing/v1/billing';
 export * as chatV1 from './chat/v1/chat';
+export * from './descriptor-set';
+export * from './event-catalogue';
 export * as eventsV1 from './events/v1/events';
 export * as identityV1 from './identity/v1/identity';
 export * as projectsV1 from './projects/v1/projects';

@@ -47,7 +47,66 @@ export interface MessageDoc {
   model?: string | null;
   createdAt: string;
   completedAt: string | null;
+  /**
+   * Replies of the OpenAI-compatible API (CONTRACT.md 9) keep where each streamed chunk ends (`ends[i]`, the text's
+   * length after chunk i), so a resumed stream sends exactly the chunks the first reader got, numbered alike.
+   */
+  ends?: number[];
+  /** The tool calls the model made (arguments as JSON text). */
+  toolCalls?: StoredToolCall[];
+  /** stop, length, tool_calls: how a completed reply ended. */
+  finishReason?: string | null;
+  /** A run of an agent waiting for approval, which ended this reply (a response on an agent). */
+  approval?: StoredApproval | null;
+  /** Not kept once it ends: a chat completion, or a response with `store: false` (no session). */
+  ephemeral?: boolean;
 }
+
+export interface StoredToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+export interface StoredApproval {
+  runId: string;
+  agentId: string;
+  toolName: string;
+  toolCallId: string;
+  arguments: string;
+}
+
+/**
+ * A response of the OpenAI-compatible API: the request as given and the reply (a message) that answers it. Kept
+ * until `expiresAt` (RESPONSES_RETENTION_HOURS); the session's messages stay with the session.
+ */
+export interface ResponseDoc {
+  id: string;
+  tenantId: string;
+  messageId: string;
+  /** '' when not stored (`store: false`). */
+  sessionId: string;
+  model: string;
+  background: boolean;
+  store: boolean;
+  previousResponseId: string;
+  instructions: string;
+  metadata: string;
+  /** The request parameters echoed on the response object (JSON). */
+  echo: string;
+  /** A response on an agent (`agent:<id>`): the run it reports. */
+  agentId?: string;
+  runId?: string;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** Purged oldest first by `expiresAt`. */
+export const responses: CollectionDef<ResponseDoc> = {
+  name: 'chat_responses',
+  sortField: 'expiresAt',
+  indexes: [{ fields: [] }, { fields: ['messageId'] }],
+};
 
 export interface ReplyCall {
   provider: string;

@@ -2,6 +2,7 @@ import { AppError, authed, type CallContext, errors, newId, nowIso, reservationT
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
+import { callHandlers } from './calls';
 import type { CreditCheck } from './credits';
 import { keyReplySlots } from './key-concurrency';
 import type { Peers } from './peers';
@@ -36,6 +37,8 @@ export interface ChatDeps {
   maxSessionsPerTenant: number;
   /** LLM_MAX_TOKENS: a reply's output bound when the tenant set none (its reservation counts it). */
   defaultMaxTokens: number;
+  /** RESPONSES_RETENTION_HOURS in ms: how long a response of the OpenAI-compatible API is kept. */
+  responsesRetentionMs: number;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -79,6 +82,21 @@ export function chatHandlers(deps: ChatDeps) {
   }
 
   return {
+    ...callHandlers({
+      store,
+      replies,
+      peers,
+      credits,
+      pollMs: deps.pollMs,
+      defaultMaxTokens: deps.defaultMaxTokens,
+      retentionMs: deps.responsesRetentionMs,
+      cap,
+      keySlots,
+      sessionOf,
+      history,
+      assertReplySlot,
+    }),
+
     async createSession(req: chatV1.CreateSessionRequest, ctx: CallContext): Promise<chatV1.CreateSessionResponse> {
       const { auth, token } = authed(ctx, 'agents:write');
       checkLength('title', req.title, LIMITS.title);

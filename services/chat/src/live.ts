@@ -10,6 +10,10 @@ export class LiveReply {
   /** ends[i] = length of the text after chunks[i] (UTF-16 code units). */
   readonly ends: number[] = [];
   length = 0;
+  /** The model serving the reply, once one answers (a fallback's when the first failed before its first token). */
+  served = '';
+  /** Chunks written to the store (replies whose streams resume by chunk write each before any reader sends it). */
+  durable = 0;
   /** The stored message once the reply is completed or failed. */
   final: MessageDoc | null = null;
   private waiters = new Set<() => void>();
@@ -23,6 +27,13 @@ export class LiveReply {
     this.chunks.push(delta);
     this.length += delta.length;
     this.ends.push(this.length);
+    this.wake();
+  }
+
+  /** The first `chunks` chunks are in the store. */
+  markDurable(chunks: number): void {
+    if (chunks <= this.durable) return;
+    this.durable = chunks;
     this.wake();
   }
 

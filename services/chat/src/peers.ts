@@ -24,6 +24,11 @@ export interface Peers {
    * Kept for `llmCacheMs` per tenant (a settings change reaches chat within that time); refusals are not kept.
    */
   llm(token: string, tenantId: string): Promise<ReplyLlm>;
+  /** An agent's runs (responses on `agent:<id>`), on the caller's behalf. */
+  executeAgent(req: agentsV1.ExecuteAgentRequest, token: string): Promise<agentsV1.Run>;
+  getRun(agentId: string, runId: string, token: string): Promise<agentsV1.Run>;
+  decideRun(agentId: string, runId: string, approve: boolean, reason: string, token: string): Promise<agentsV1.Run>;
+  cancelRun(agentId: string, runId: string, token: string): Promise<void>;
   close(): void;
 }
 
@@ -65,6 +70,20 @@ export function grpcPeers(
         llmCache.set(tenantId, { value, until: Date.now() + llmCacheMs });
       }
       return copy(value);
+    },
+    async executeAgent(req, token) {
+      return (await agents.executeAgent(req, { token })).run!;
+    },
+    async getRun(agentId, runId, token) {
+      return (await agents.getRun({ agentId, runId }, { token })).run!;
+    },
+    async decideRun(agentId, runId, approve, reason, token) {
+      return approve
+        ? (await agents.approveRun({ agentId, runId }, { token })).run!
+        : (await agents.rejectRun({ agentId, runId, reason }, { token })).run!;
+    },
+    async cancelRun(agentId, runId, token) {
+      await agents.cancelRun({ agentId, runId }, { token });
     },
     close() {
       if (!identity) id.close();

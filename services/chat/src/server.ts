@@ -14,7 +14,8 @@ import {
 } from '@svc/kit';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
-import { messages, sessions } from './collections';
+import { messages, responses, sessions } from './collections';
+import { purgeExpiredResponses } from './purge';
 import type { CreditCheck } from './credits';
 import { chatHandlers } from './handlers';
 import { grpcPeers, type Peers } from './peers';
@@ -32,6 +33,7 @@ const chatConfig = {
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
   maxSessionsPerTenant: field('CHAT_SESSIONS_PER_TENANT', 'int', { default: '10000', min: 1, max: 10_000_000 }),
+  responsesRetentionHours: field('RESPONSES_RETENTION_HOURS', 'int', { default: '24', min: 1, max: 8760 }),
   /** A model's wait for its answer to start and then between chunks; past it the call moves to the next model. */
   llmTimeoutMs: field('CHAT_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
   llmMaxRetries: field('CHAT_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
@@ -50,7 +52,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     name: 'chat',
     defaultPort: 50054,
     config: chatConfig,
-    collections: [sessions, messages, capCounters],
+    collections: [sessions, messages, responses, capCounters],
     env,
   });
   const { config } = rt;
@@ -92,6 +94,11 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),
     release: (ctx, callId) => gate!.release(ctx.token, callId),
   };
+  // Responses past RESPONSES_RETENTION_HOURS are deleted (their session's messages stay with the session).
+  const purger = setInterval(() => {
+    purgeExpiredResponses(rt.store).catch((err: unknown) => rt.logger.warn({ err }, 'purging expired responses failed; will retry'));
+  }, 60_000);
+  purger.unref();
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -107,10 +114,12 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           tenantConcurrency: config.tenantConcurrency,
           maxSessionsPerTenant: config.maxSessionsPerTenant,
           defaultMaxTokens: config.maxTokens,
+          responsesRetentionMs: config.responsesRetentionHours * 3_600_000,
         }),
       }),
     ],
     onStop: async () => {
+      clearInterval(purger);
       peers.close();
       identity.close();
       gate?.close();

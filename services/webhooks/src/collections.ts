@@ -47,6 +47,18 @@ export interface DeliveryDoc {
   updatedAt: string;
 }
 
+/** One public event as the service received it from the bus: the event log of GET /events and of recovery. */
+export interface EventDoc {
+  /** The event id: the `webhook-id` of its deliveries. */
+  id: string;
+  tenantId: string;
+  type: string;
+  /** When it happened (its producer's clock): the order of GET /events and the field its filters and retention read. */
+  createdAt: string;
+  /** The exact JSON body its deliveries send, `{id, type, createdAt, tenantId, data}`. */
+  body: string;
+}
+
 /** Work waiting for the delivery loop; one entry per pending delivery, same id. */
 export interface QueueDoc {
   id: string;
@@ -95,6 +107,15 @@ export function webhookCap(store: Store, limit: number): TenantCap {
 export const deliveries: CollectionDef<DeliveryDoc> = {
   name: 'deliveries',
   indexes: [{ fields: ['webhookId', 'eventId'], unique: true }, { fields: ['webhookId'] }],
+};
+
+/**
+ * The event log, kept EVENTS_RETENTION_DAYS. Lists read a tenant's events newest first (of one type, or all), in a
+ * window of `createdAt`; the sort-only index serves the retention sweep (oldest first, every tenant).
+ */
+export const events: CollectionDef<EventDoc> = {
+  name: 'events',
+  indexes: [{ fields: ['tenantId'] }, { fields: ['tenantId', 'type'] }, { fields: [] }],
 };
 
 /** Ordered by due time: the loop reads the head; per registration for its in-order drain and for deletes. */

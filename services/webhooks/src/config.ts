@@ -12,6 +12,8 @@ export const webhooksConfig = {
   tenantConcurrency: field('WEBHOOK_TENANT_CONCURRENCY', 'int', { default: '8', min: 1, max: 1000 }),
   /** Registrations a tenant may keep (400 `too_many_webhooks` past it); fan-out reads every one of them. */
   maxWebhooksPerTenant: field('WEBHOOKS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
+  /** Days the event log keeps an event (GET /events, recovery); older ones are gone at once and swept hourly. */
+  eventsRetentionDays: field('EVENTS_RETENTION_DAYS', 'int', { default: '30', min: 1, max: 3650 }),
 } as const;
 
 /** `5,300,1800` -> [5000, 300000, 1800000] ms; an empty schedule means one attempt and no retry. */

@@ -1,10 +1,12 @@
 /**
- * The bus consumer: every public event of every publishing service becomes one delivery per active registration of
- * its tenant subscribed to its type. Idempotent by (webhookId, eventId): the bus delivers at least once, and a
- * message seen again (a crash before the offset moved) finds its deliveries already there.
+ * The bus consumer: every public event of every publishing service joins the event log (GET /events, recovery) and
+ * becomes one delivery per active registration of its tenant subscribed to its type. Idempotent by event id and by
+ * (webhookId, eventId): the bus delivers at least once, and a message seen again (a crash before the offset moved)
+ * finds its log entry and deliveries already there.
  */
 import { decodeDomainEvent, newId, nowIso, PUBLIC_EVENT_TYPES, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
-import { deliveries, queue, webhooks, type DeliveryDoc } from './collections';
+import { deliveries, queue, webhooks, type DeliveryDoc, type EventDoc } from './collections';
+import type { EventLog } from './event-log';
 import { eventBody } from './payload';
 import { nextDueUs } from './worker';
 
@@ -34,7 +36,12 @@ export async function enqueue(
   return doc;
 }
 
-export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
+/** Queues one more attempt of an existing delivery (a re-send, a recovery). */
+export async function enqueueExisting(tx: StoreSession, id: string, webhookId: string, now: string): Promise<void> {
+  await tx.collection(queue).insert({ id, webhookId, dueUs: nextDueUs(), claimed: false, createdAt: now });
+}
+
+export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string) => void) {
   return async (message: ReceivedMessage): Promise<void> => {
     // The type travels in a header: internal events (usage, plan changes) are skipped without decoding.
     const headerType = message.headers['event-type'];
@@ -42,8 +49,10 @@ export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
     const event = decodeDomainEvent(message.value);
     if (!PUBLIC.has(event.type) || !event.tenantId) return;
     const body = eventBody(event);
+    const doc: EventDoc = { id: event.id, tenantId: event.tenantId, type: event.type, createdAt: event.createdAt, body };
     // A transaction per page: a crash between two leaves the message unacknowledged, and the bus's redelivery finds
-    // the first page's deliveries already there.
+    // the first page's deliveries already there. The event joins the log in the first transaction that writes.
+    let recorded = false;
     let cursor: string | null = null;
     do {
       const page = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor });
@@ -51,8 +60,9 @@ export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
       // A registration gets the events created after it (CONTRACT 10), also when the bus brings an older one late
       // (a consumer catching up after an outage). Times of two services' clocks: exact to their skew, no more.
       const targets = page.items.filter((h) => h.events.includes(event.type) && !(event.createdAt < h.createdAt));
-      if (targets.length === 0) continue;
+      if (targets.length === 0 && (recorded || cursor)) continue;
       const created = await store.transaction(async (tx) => {
+        if (!recorded) await log.record(tx, doc);
         const ids: string[] = [];
         for (const hook of targets) {
           if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
@@ -68,6 +78,7 @@ export function fanOut(store: Store, onQueued: (webhookId: string) => void) {
         }
         return ids;
       });
+      recorded = true;
       for (const id of created) onQueued(id);
     } while (cursor);
   };

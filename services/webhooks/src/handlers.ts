@@ -1,21 +1,13 @@
-import {
-  authed,
-  errors,
-  newId,
-  nowIso,
-  type CallContext,
-  type EgressPolicy,
-  type SecretBox,
-  type Store,
-  type StoreSession,
-} from '@svc/kit';
+import { authed, errors, isoBound, newId, nowIso, type CallContext, type EgressPolicy, type SecretBox, type Store } from '@svc/kit';
 import { eventsV1, type webhooksV1 } from '@svc/proto';
 import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
-import { enqueue } from './fanout';
+import { emitEndpointEvent } from './endpoint-events';
+import type { EventLog, Window } from './event-log';
+import { enqueue, enqueueExisting } from './fanout';
 import { eventBody } from './payload';
+import { recover } from './recover';
 import { Checks } from './validate';
-import { toDelivery, toWebhook } from './views';
-import { nextDueUs } from './worker';
+import { toDelivery, toStoredEvent, toWebhook } from './views';
 
 export interface HandlerDeps {
   store: Store;
@@ -23,11 +15,14 @@ export interface HandlerDeps {
   policy: EgressPolicy;
   /** New work was queued: the delivery loop looks at once. */
   onQueued: (webhookId: string) => void;
+  /** A commit recorded an event in the outbox: the relay publishes it now. */
+  onOutbox: () => void;
+  log: EventLog;
   /** Registrations a tenant may keep (WEBHOOKS_PER_TENANT). */
   maxPerTenant: number;
 }
 
-export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: HandlerDeps) {
+export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, maxPerTenant }: HandlerDeps) {
   const hooks = store.collection(webhooks);
   const cap = webhookCap(store, maxPerTenant);
 
@@ -79,7 +74,7 @@ export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: 
 
     async updateWebhook(req: webhooksV1.UpdateWebhookRequest, ctx: CallContext): Promise<webhooksV1.UpdateWebhookResponse> {
       const { auth } = authed(ctx, 'unscoped');
-      await own(req.id, auth.tid);
+      const before = await own(req.id, auth.tid);
       const c = new Checks();
       const patch: Partial<WebhookDoc> = { updatedAt: nowIso() };
       if (req.setEvents) patch.events = c.events(req.events);
@@ -88,8 +83,17 @@ export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: 
       c.done();
       // Enabling again starts with a clean record; disabling by hand carries no service reason.
       if (req.active !== undefined) Object.assign(patch, { active: req.active, disabledReason: null, failingSince: null });
-      const updated = await hooks.update(req.id, { tenantId: auth.tid }, patch);
+      // Enabling a disabled registration announces it (webhook.endpoint_recovered), once: a compare-and-set on its
+      // being disabled decides which of two enables at the same moment does.
+      const { updated, announced } = await store.transaction(async (tx) => {
+        const col = tx.collection(webhooks);
+        const enabled =
+          req.active === true && !before.active ? await col.update(req.id, { tenantId: auth.tid, active: false }, patch) : null;
+        if (enabled) await emitEndpointEvent(tx, 'webhook.endpoint_recovered', enabled);
+        return { updated: enabled ?? (await col.update(req.id, { tenantId: auth.tid }, patch)), announced: enabled !== null };
+      });
       if (!updated) throw errors.notFound('webhook', req.id);
+      if (announced) onOutbox();
       return { webhook: toWebhook(updated) };
     },
 
@@ -133,6 +137,47 @@ export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: 
       return { delivery: toDelivery(delivery) };
     },
 
+    async recoverWebhook(req: webhooksV1.RecoverWebhookRequest, ctx: CallContext): Promise<webhooksV1.RecoverWebhookResponse> {
+      const { auth } = authed(ctx, 'unscoped');
+      const hook = await own(req.id, auth.tid);
+      const c = new Checks();
+      const since = c.time('since', req.since, { required: true });
+      const until = req.until ? c.time('until', req.until) : null;
+      if (since && until && until.ms < since.ms) c.fail('until', 'must not be before since');
+      c.done();
+      const window: Window = {
+        lower: isoBound(since!, 'atOrAfter'),
+        upper: until ? isoBound(until, 'before') : { op: 'lt', iso: nowIso() },
+      };
+      return { queued: await recover({ store, log, onQueued, onOutbox }, hook, window) };
+    },
+
+    async listEvents(req: webhooksV1.ListEventsRequest, ctx: CallContext): Promise<webhooksV1.ListEventsResponse> {
+      const { auth } = authed(ctx, 'events:read');
+      const c = new Checks();
+      const type = req.type ? c.eventType('type', req.type) : undefined;
+      const after = req.after ? c.time('after', req.after) : null;
+      const before = req.before ? c.time('before', req.before) : null;
+      if (after && before && before.ms <= after.ms) c.fail('before', 'must be later than after');
+      if (req.deliveryFailed && !req.webhookId) c.fail('webhookId', 'is required with deliveryFailed=true');
+      if (!req.deliveryFailed && req.webhookId) c.fail('webhookId', 'filters only with deliveryFailed=true');
+      c.done();
+      const window: Window = {
+        ...(after ? { lower: isoBound(after, 'after') } : {}),
+        ...(before ? { upper: isoBound(before, 'before') } : {}),
+      };
+      const query = { tenantId: auth.tid, type, window, limit: req.limit || 20, cursor: req.cursor || null };
+      const page = req.deliveryFailed ? await log.undelivered(await own(req.webhookId, auth.tid), query) : await log.list(query);
+      return { events: page.items.map(toStoredEvent), nextCursor: page.nextCursor ?? '' };
+    },
+
+    async getEvent(req: webhooksV1.GetEventRequest, ctx: CallContext): Promise<webhooksV1.GetEventResponse> {
+      const { auth } = authed(ctx, 'events:read');
+      const doc = await log.get(auth.tid, req.id);
+      if (!doc) throw errors.notFound('event', req.id);
+      return { event: toStoredEvent(doc) };
+    },
+
     async retryDelivery(req: webhooksV1.RetryDeliveryRequest, ctx: CallContext): Promise<webhooksV1.RetryDeliveryResponse> {
       const { auth } = authed(ctx, 'unscoped');
       await own(req.webhookId, auth.tid);
@@ -154,9 +199,4 @@ export function webhookHandlers({ store, box, policy, onQueued, maxPerTenant }: 
       return { delivery: toDelivery(updated) };
     },
   };
-}
-
-/** Queues one more attempt of an existing delivery. */
-async function enqueueExisting(tx: StoreSession, id: string, webhookId: string, now: string) {
-  await tx.collection(queue).insert({ id, webhookId, dueUs: nextDueUs(), claimed: false, createdAt: now });
 }

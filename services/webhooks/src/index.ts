@@ -1,1 +1,1 @@
-export { startWebhooks } from './server';
+export { startWebhooks, type WebhooksOptions } from './server';

@@ -3,28 +3,45 @@ import type { eventsV1 } from '@svc/proto';
 
 /**
  * The JSON form of `events.v1.Event` that receivers get: `{id, type, createdAt, tenantId, data}`, with `data` in
- * the shape of the API's own resources (a project as GET /projects/:id shows it, a user as /auth/me does).
+ * the shape of the API's own resources (a project as GET /projects/:id shows it, a user as /auth/me does). Each public
+ * type's `data` is the message its `public_event` option sits on (proto/events/v1/events.proto), which is also where
+ * its JSON Schema in GET /event-types comes from: the bus message is mapped to it here.
  */
 export function eventBody(event: eventsV1.Event): string {
   return JSON.stringify({ id: event.id, type: event.type, createdAt: event.createdAt, tenantId: event.tenantId, data: dataOf(event.data) });
 }
 
-function dataOf(data: eventsV1.Event['data']): Record<string, unknown> {
+/** A message as JSON `data`: its `optional` fields may be null (the API's "none") or left out, as its schema says. */
+type Json<T> = { [K in keyof T]: undefined extends T[K] ? JsonValue<Exclude<T[K], undefined>> | null | undefined : JsonValue<T[K]> };
+type JsonValue<V> = V extends readonly unknown[] ? V : V extends object ? Json<V> : V;
+
+const orNull = (value: string) => value || null;
+
+function dataOf(data: eventsV1.Event['data']): object {
   switch (data?.$case) {
     case 'project': {
       const p = data.value;
-      return { id: p.id, name: p.name, description: p.description, language: p.language, created_at: p.createdAt, updated_at: p.updatedAt };
+      return {
+        id: p.id,
+        name: p.name,
+        description: p.description,
+        language: p.language,
+        created_at: p.createdAt,
+        updated_at: p.updatedAt,
+      } satisfies Json<eventsV1.ProjectPayload>;
     }
-    case 'tenant':
-      return { id: data.value.id, name: data.value.name, plan: data.value.plan, createdAt: data.value.createdAt };
+    case 'tenant': {
+      const t = data.value;
+      return { id: t.id, name: t.name, plan: t.plan, createdAt: t.createdAt } satisfies Json<eventsV1.TenantData>;
+    }
     case 'user': {
       const u = data.value;
-      return { id: u.id, email: u.email, name: u.name, role: u.role, createdAt: u.createdAt };
+      return { id: u.id, email: u.email, name: u.name, role: u.role, createdAt: u.createdAt } satisfies Json<eventsV1.UserData>;
     }
     case 'deleted':
-      return { id: data.value.id };
+      return { id: data.value.id } satisfies Json<eventsV1.DeletedData>;
     case 'test':
-      return { webhookId: data.value.webhookId, message: data.value.message };
+      return { webhookId: data.value.webhookId, message: data.value.message } satisfies Json<eventsV1.TestData>;
     case 'agentRun': {
       const r = data.value;
       return {
@@ -32,17 +49,36 @@ function dataOf(data: eventsV1.Event['data']): Record<string, unknown> {
         agentId: r.agentId,
         projectId: r.projectId,
         status: r.status,
-        output: r.output || null,
-        error: r.error || null,
+        output: orNull(r.output),
+        error: orNull(r.error),
         usage: { inputTokens: r.inputTokens, outputTokens: r.outputTokens },
-        startedAt: r.startedAt || null,
-        completedAt: r.completedAt || null,
-      };
+        startedAt: orNull(r.startedAt),
+        completedAt: orNull(r.completedAt),
+      } satisfies Json<eventsV1.AgentRunPayload>;
     }
     case 'thresholdCrossed': {
       const t = data.value;
-      return { kind: t.kind, threshold: t.threshold, value: t.value, ...(t.apiKeyId ? { apiKeyId: t.apiKeyId } : {}) };
+      return {
+        kind: t.kind,
+        threshold: t.threshold,
+        value: t.value,
+        ...(t.apiKeyId ? { apiKeyId: t.apiKeyId } : {}),
+      } satisfies Json<eventsV1.ThresholdCrossedPayload>;
     }
+    case 'webhookEndpoint': {
+      const w = data.value;
+      return {
+        id: w.id,
+        url: w.url,
+        events: w.events,
+        active: w.active,
+        disabledReason: w.disabledReason || null,
+        createdAt: w.createdAt,
+        updatedAt: w.updatedAt,
+      } satisfies Json<eventsV1.WebhookEndpointData>;
+    }
+    case 'auditEntry':
+      return data.value satisfies Json<eventsV1.AuditEntryData>;
     default:
       return {};
   }

@@ -1,7 +1,8 @@
 import { capCounters, egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
 import { webhooksV1 } from '@svc/proto';
-import { deliveries, queue, webhooks } from './collections';
+import { deliveries, events, queue, webhooks } from './collections';
 import { parseRetrySchedule, webhooksConfig } from './config';
+import { EventLog } from './event-log';
 import { fanOut } from './fanout';
 import { webhookHandlers } from './handlers';
 import { DeliveryWorker } from './worker';
@@ -9,12 +10,17 @@ import { DeliveryWorker } from './worker';
 /** This service's consumer group on the bus: its position survives restarts. */
 export const CONSUMER_GROUP = 'webhooks';
 
-export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+export interface WebhooksOptions {
+  /** The event log's clock (epoch ms): what its retention counts from; for tests. */
+  now?: () => number;
+}
+
+export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, options: WebhooksOptions = {}): Promise<RunningService> {
   const rt = await openRuntime({
     name: 'webhooks',
     defaultPort: 50057,
     config: webhooksConfig,
-    collections: [webhooks, deliveries, queue, capCounters],
+    collections: [webhooks, deliveries, queue, events, capCounters],
     env,
   });
   const scheduleMs = parseRetrySchedule(rt.config.retrySchedule);
@@ -29,10 +35,13 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     timeoutMs: rt.config.deliveryTimeoutMs,
     concurrency: rt.config.concurrency,
     tenantConcurrency: rt.config.tenantConcurrency,
+    onOutbox: () => rt.relay.notify(),
   });
   const onQueued = (webhookId: string) => worker.wake(webhookId);
   await worker.start();
-  const handle = fanOut(rt.store, onQueued);
+  const log = new EventLog(rt.store, { retentionDays: rt.config.eventsRetentionDays, logger: rt.logger, now: options.now });
+  log.start();
+  const handle = fanOut(rt.store, log, onQueued);
   return serve(rt, {
     verifier,
     healthNames: ['webhooks.v1.WebhooksService'],
@@ -51,10 +60,19 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env): Promi
     registrations: [
       registration({
         definition: webhooksV1.WebhooksServiceService,
-        implementation: webhookHandlers({ store: rt.store, box: rt.box, policy, onQueued, maxPerTenant: rt.config.maxWebhooksPerTenant }),
+        implementation: webhookHandlers({
+          store: rt.store,
+          box: rt.box,
+          policy,
+          onQueued,
+          onOutbox: () => rt.relay.notify(),
+          log,
+          maxPerTenant: rt.config.maxWebhooksPerTenant,
+        }),
       }),
     ],
     onStop: async () => {
+      await log.stop();
       await worker.stop();
       identity.close();
     },

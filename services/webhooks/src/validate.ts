@@ -1,4 +1,13 @@
-import { EgressError, errors, PUBLIC_EVENT_TYPES, resolveAndCheck, type EgressPolicy, type FieldError } from '@svc/kit';
+import {
+  EgressError,
+  errors,
+  parseIsoInstant,
+  PUBLIC_EVENT_TYPES,
+  resolveAndCheck,
+  type EgressPolicy,
+  type FieldError,
+  type IsoInstant,
+} from '@svc/kit';
 
 export const LIMITS = { url: 2048, secretMin: 8, secretMax: 512 } as const;
 const KNOWN = new Set<string>(PUBLIC_EVENT_TYPES);
@@ -30,6 +39,27 @@ export class Checks {
         this.problems.push({ field: `events[${i}]`, message: `is not a known event; one of ${PUBLIC_EVENT_TYPES.join(', ')}` });
     });
     return [...new Set(values)];
+  }
+
+  /** One known event type (a filter). */
+  eventType(field: string, value: string): string {
+    if (!KNOWN.has(value)) this.fail(field, `is not a known event; one of ${PUBLIC_EVENT_TYPES.join(', ')}`);
+    return value;
+  }
+
+  /** An ISO 8601 date or date-time with a zone; null (and a problem) when it is not one. */
+  time(field: string, value: string, { required = false } = {}): IsoInstant | null {
+    if (!value) {
+      if (required) this.fail(field, 'is required');
+      return null;
+    }
+    const instant = parseIsoInstant(value);
+    if (!instant) this.fail(field, 'must be an ISO 8601 date-time with a time zone (2025-01-31T12:00:00.000Z)');
+    return instant;
+  }
+
+  fail(field: string, message: string): void {
+    this.problems.push({ field, message });
   }
 
   secret(value: string): string {

@@ -1,5 +1,5 @@
 import type { webhooksV1 } from '@svc/proto';
-import type { DeliveryDoc, WebhookDoc } from './collections';
+import type { DeliveryDoc, EventDoc, WebhookDoc } from './collections';
 
 export function toWebhook(w: WebhookDoc): webhooksV1.Webhook {
   return {
@@ -25,4 +25,8 @@ export function toDelivery(d: DeliveryDoc): webhooksV1.Delivery {
     createdAt: d.createdAt,
     updatedAt: d.updatedAt,
   };
+}
+
+export function toStoredEvent(e: EventDoc): webhooksV1.StoredEvent {
+  return { id: e.id, type: e.type, createdAt: e.createdAt, bodyJson: e.body };
 }

@@ -20,7 +20,6 @@ import {
   monotonicNow,
   newHolderId,
   nowIso,
-  type Collection,
   type EgressRequest,
   type EgressPolicy,
   type Logger,
@@ -30,6 +29,7 @@ import {
   type Where,
 } from '@svc/kit';
 import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
+import { emitEndpointEvent } from './endpoint-events';
 import { deliveryHeaders } from './payload';
 
 interface PendingWrite {
@@ -51,6 +51,8 @@ export interface WorkerOptions {
   tenantConcurrency: number;
   /** Monotonic clock (ms) on which other processes' claims are judged; for tests. */
   now?: () => number;
+  /** A commit recorded an event in the outbox (a registration disabled): the relay publishes it now. */
+  onOutbox?: () => void;
 }
 
 /** A commit refused because the claim was taken over. */
@@ -438,9 +440,12 @@ export class DeliveryWorker {
         },
       );
       if (status === 'pending') this.scanAt(dueUs / 1000);
-      return this.health(tx.collection(webhooks), hook, d, ok, status === 'failed' && !d.manual, attempt.at, firstAttemptAt);
+      return this.health(tx, hook, d, ok, status === 'failed' && !d.manual, attempt.at, firstAttemptAt);
     });
-    if (recorded !== LOST) return recorded;
+    if (recorded !== LOST) {
+      if (hook.active && recorded && !recorded.active) this.o.onOutbox?.(); // disabled: its event is in the outbox
+      return recorded;
+    }
     this.o.logger.warn(
       { deliveryId: d.id, webhookId: hook.id },
       'delivery claim taken over by another process; this attempt is not recorded',
@@ -452,10 +457,10 @@ export class DeliveryWorker {
    * The disable rule: `failingSince` marks the first failed attempt after the last success. A registration is
    * disabled when a delivery runs out of its retry schedule and every attempt to it since that delivery's first
    * attempt has failed (with the default schedule: about 27.6 hours of failures). Manual sends clear it on success
-   * but never disable.
+   * but never disable. Disabling records `webhook.endpoint_disabled` in the same transaction.
    */
   private async health(
-    hooks: Collection<WebhookDoc>,
+    tx: StoreSession,
     hook: WebhookDoc,
     d: DeliveryDoc,
     ok: boolean,
@@ -463,6 +468,7 @@ export class DeliveryWorker {
     at: string,
     firstAttemptAt: string,
   ): Promise<WebhookDoc | null> {
+    const hooks = tx.collection(webhooks);
     if (ok) {
       if (hook.failingSince === null) return hook;
       return hooks.update(hook.id, {}, { failingSince: null });
@@ -473,7 +479,10 @@ export class DeliveryWorker {
     if (!current || !exhausted || !current.active || current.failingSince === null || current.failingSince > firstAttemptAt) return current;
     const disabledReason = `Every delivery attempt since ${current.failingSince} failed and delivery ${d.id} ran out of retries`;
     this.o.logger.warn({ webhookId: hook.id, tenantId: hook.tenantId }, 'webhook disabled after failing past the retry schedule');
-    return (await hooks.update(hook.id, { active: true }, { active: false, disabledReason, updatedAt: nowIso() })) ?? current;
+    const disabled = await hooks.update(hook.id, { active: true }, { active: false, disabledReason, updatedAt: nowIso() });
+    if (!disabled) return current;
+    await emitEndpointEvent(tx, 'webhook.endpoint_disabled', disabled);
+    return disabled;
   }
 
   /**

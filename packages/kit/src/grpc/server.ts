@@ -6,6 +6,7 @@ import type { JwtVerifier } from '../jwt';
 import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
 import { metrics } from '../metrics';
+import { addReflection, HEALTH_SERVICE } from './reflection';
 import type { CallContext, Implementation } from './types';
 
 /**
@@ -53,6 +54,8 @@ export class GrpcServer {
   readonly server = new grpc.Server({ 'grpc.max_receive_message_length': 4 * 1024 * 1024 });
   readonly health: HealthImplementation;
   port = 0;
+  /** Fully qualified names of the services added (`chat.v1.ChatService`): what reflection lists. */
+  private readonly services = new Set<string>();
 
   constructor(private readonly options: GrpcServerOptions) {
     const statuses: Record<string, 'SERVING'> = { '': 'SERVING' };
@@ -90,10 +93,13 @@ export class GrpcServer {
         : this.wrapUnary(def.path, isPublic, impl as never);
     }
     this.server.addService(registration.definition as unknown as grpc.ServiceDefinition, handlers);
+    for (const def of Object.values(registration.definition) as Array<{ path: string }>) this.services.add(def.path.split('/')[1]);
     return this;
   }
 
+  /** Binds the port, with server reflection listing the health service and every service added. */
   async start(): Promise<number> {
+    addReflection(this.server, [HEALTH_SERVICE, ...this.services]);
     this.port = await new Promise<number>((resolve, reject) =>
       this.server.bindAsync(`${this.options.host}:${this.options.port}`, grpc.ServerCredentials.createInsecure(), (err, port) =>
         err ? reject(err) : resolve(port),

@@ -43,6 +43,28 @@ export function whereEntries(where: object | undefined): Array<[string, Scalar]>
   });
 }
 
+export type RangeOp = 'gt' | 'gte' | 'lt' | 'lte';
+
+/**
+ * A `FindOptions.range` as validated [operator, value] pairs: strings or finite numbers only (like `where` values, an
+ * object could be a MongoDB operator), one lower and one upper bound at most.
+ */
+export function rangeEntries(range: object | undefined): Array<[RangeOp, string | number]> {
+  if (range === undefined) return [];
+  if (range === null || typeof range !== 'object' || Array.isArray(range)) throw new Error('range must be an object');
+  const out: Array<[RangeOp, string | number]> = [];
+  for (const [op, value] of Object.entries(range)) {
+    if (value === undefined) continue;
+    if (op !== 'gt' && op !== 'gte' && op !== 'lt' && op !== 'lte') throw new Error(`unknown range bound ${JSON.stringify(op)}`);
+    if (typeof value !== 'string' && !(typeof value === 'number' && Number.isFinite(value)))
+      throw new Error(`range.${op} must be a string or a finite number`);
+    out.push([op, value]);
+  }
+  const count = (ops: RangeOp[]) => out.filter(([op]) => ops.includes(op)).length;
+  if (count(['gt', 'gte']) > 1 || count(['lt', 'lte']) > 1) throw new Error('range takes one lower and one upper bound at most');
+  return out;
+}
+
 /** Patch fields that are set, names validated; an attempt to change the id is refused. */
 export function patchEntries(id: string, patch: object): Array<[string, unknown]> {
   const entries = Object.entries(patch).filter(([, value]) => value !== undefined);

@@ -34,7 +34,18 @@ export interface PageSegment {
   after?: { sortValue: Scalar; id: string };
 }
 
-export function pageSegments(order: 'asc' | 'desc', cursor: { sortValue: Scalar; id: string } | null): PageSegment[] {
+export function pageSegments(
+  order: 'asc' | 'desc',
+  cursor: { sortValue: Scalar; id: string } | null,
+  /** A range on the sort value is set: no null sort value is in it. */
+  ranged = false,
+): PageSegment[] {
+  if (ranged) {
+    if (cursor === null) return [{ nulls: false }];
+    // A cursor among the nulls (a page of the same query without the range): what is left of them is out of range.
+    if (cursor.sortValue === null) return order === 'asc' ? [{ nulls: false }] : [];
+    return [{ nulls: false, after: cursor }];
+  }
   const values: PageSegment = { nulls: false };
   const nulls: PageSegment = { nulls: true };
   if (cursor === null) return order === 'desc' ? [values, nulls] : [nulls, values];

@@ -300,6 +300,21 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
     expect(commandsNamed('find').find((c) => c.body.find === 'outbox_lease')?.body.readConcern).toBeUndefined();
   });
 
+  test('a range on the sort field reaches the server as bounds on it, with the nulls segment left out', async () => {
+    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    const after = '2024-01-02T00:00:00.000Z';
+    const before = '2024-01-05T00:00:00.000Z';
+    await store.collection(def).find({ tenantId: 't' }, { limit: 5, range: { gt: after, lte: before } });
+    const reads = commandsNamed('find').filter((c) => c.body.find === 'rows');
+    // One query only: a document without a sort value is never in a range, so its segment is not read.
+    expect(reads).toHaveLength(1);
+    expect(reads[0].body.filter).toEqual({
+      tenantId: 't',
+      $and: [{ createdAt: { $gt: after } }, { createdAt: { $lte: before } }, { createdAt: { $ne: null } }],
+    });
+    expect(reads[0].body.sort).toEqual({ createdAt: -1, _id: -1 });
+  });
+
   test('a change feed is read with majority read concern', async () => {
     store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
     await readFeed(store, feedCollection('revocations'), 0);

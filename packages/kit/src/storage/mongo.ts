@@ -25,6 +25,7 @@ import {
   assertNoNullInUnique,
   incrementEntries,
   patchEntries,
+  rangeEntries,
   schemaOf,
   sortValueOf,
   whereEntries,
@@ -339,8 +340,9 @@ function findQueries(schema: Schema, where: object, options: FindOptions): Segme
   const sortKey = key(schema.sortField);
   const dir = order === 'desc' ? -1 : 1;
   const beyond = order === 'desc' ? '$lt' : '$gt';
-  return pageSegments(order, cursor).map((segment) => {
-    const extra: Filter[] = [];
+  const range = rangeEntries(options.range).map(([op, value]): Filter => ({ [sortKey]: { [`$${op}`]: value } }));
+  return pageSegments(order, cursor, options.range !== undefined).map((segment) => {
+    const extra: Filter[] = [...range];
     if (segment.nulls) {
       extra.push({ [sortKey]: null }); // null matches missing too
       if (segment.after) extra.push({ _id: { [beyond]: segment.after.id } });

@@ -64,6 +64,12 @@ describe('sqlite store', () => {
         expect(text).not.toMatch(/SCAN notes|TEMP B-TREE/);
       }
     }
+    // A range on the sort field is a seek on the same index (a window of time, a sweep of old entries).
+    for (const options of [{ range: { gt: '2024-01-12', lt: '2024-01-15' } }, { range: { lt: '2024-01-12' }, order: 'asc' as const }]) {
+      const [plan] = sqliteFindPlan(store, notes, { tenantId: 't1' }, options);
+      expect(plan.join('\n')).toMatch(/USING (COVERING )?INDEX notes_f_\w+ \(<expr>=\? AND <expr>[<>]\?/);
+      expect(plan.join('\n')).not.toMatch(/SCAN notes|TEMP B-TREE/);
+    }
     // The keyset condition seeks the index to the cursor rather than filtering from the first row.
     expect(sqliteFindPlan(store, notes, { tenantId: 't1' }, { cursor: nextCursor })[0].join()).toMatch(/<expr>=\? AND <expr><\?/);
     await store.close();

@@ -18,6 +18,7 @@ import {
   assertNoNullInUnique,
   incrementEntries,
   patchEntries,
+  rangeEntries,
   schemaOf,
   sortValueOf,
   whereEntries,
@@ -69,6 +70,18 @@ function conditions(where: object | undefined): Conditions {
     }
   }
   return { parts, params };
+}
+
+const RANGE_SQL = { gt: '>', gte: '>=', lt: '<', lte: '<=' } as const;
+
+/** The `where` conditions of a find plus its range on the sort field (a range excludes the null segments). */
+function findConditions(schema: Schema, where: object | undefined, range: FindOptions['range']): Conditions {
+  const conds = conditions(where);
+  for (const [op, value] of rangeEntries(range)) {
+    conds.parts.push(`${expr(schema.sortField)} ${RANGE_SQL[op]} ?`);
+    conds.params.push(value);
+  }
+  return conds;
 }
 
 const clause = (parts: string[]) => (parts.length ? ` WHERE ${parts.join(' AND ')}` : '');
@@ -354,8 +367,8 @@ class SqliteStore implements Store {
     this.ready(table);
     const cursor = options.cursor ? decodeCursor(options.cursor) : null;
     const order = options.order === 'asc' ? 'asc' : 'desc';
-    const conds = conditions(where);
-    return pageSegments(order, cursor).map((segment) => {
+    const conds = findConditions(table.schema, where, options.range);
+    return pageSegments(order, cursor, options.range !== undefined).map((segment) => {
       const { sql, params } = segmentQuery(table.schema, conds, segment, order);
       const plan = this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params, 1) as Array<{ detail: string }>;
       return plan.map((row) => row.detail);
@@ -422,11 +435,11 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     const limit = clampLimit(options.limit);
     const order = options.order === 'asc' ? 'asc' : 'desc';
     const cursor = options.cursor ? decodeCursor(options.cursor) : null;
-    const conds = conditions(where);
+    const conds = findConditions(this.table.schema, where, options.range);
     const { sortField } = this.table.schema;
     return this.run(() => {
       const rows: T[] = [];
-      for (const segment of pageSegments(order, cursor)) {
+      for (const segment of pageSegments(order, cursor, options.range !== undefined)) {
         const { sql, params } = segmentQuery(this.table.schema, conds, segment, order);
         const found = this.store.statement(sql).all(...params, limit + 1 - rows.length) as Array<{ doc: string }>;
         for (const row of found) rows.push(JSON.parse(row.doc) as T);

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { encodeCursor } from './cursor';
-import { DuplicateKeyError, InvalidCursorError, type CollectionDef, type Store, type Where } from './types';
+import { DuplicateKeyError, InvalidCursorError, type CollectionDef, type FindOptions, type Page, type Store, type Where } from './types';
 
 interface Item {
   id: string;
@@ -327,6 +327,57 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
         expect((await items.find({ tenantId: 't1' }, { limit: -5 })).items).toHaveLength(1);
         expect((await items.find({ tenantId: 't1' }, { limit: 2.9 })).items).toHaveLength(2);
         expect((await items.find({ tenantId: 't1' }, { limit: Number.NaN })).items).toHaveLength(20);
+      });
+
+      test('a range on the sort field bounds the pages, exclusive or inclusive, in both orders and with filters', async () => {
+        const at = (day: number) => `2024-01-0${day}T00:00:00.000Z`;
+        const inDays = (ids: string[], from: number, to: number) =>
+          ids.filter((id) => {
+            const c = t1.find((d) => d.id === id)!.createdAt;
+            return typeof c === 'string' && c >= at(from) && c <= at(to);
+          });
+        const items = store.collection(def);
+        const pages = async (where: Where<Item>, options: FindOptions) => {
+          const ids: string[] = [];
+          let cursor = options.cursor ?? null;
+          do {
+            const page: Page<Item> = await items.find(where, { ...options, cursor });
+            ids.push(...page.items.map((d) => d.id));
+            cursor = page.nextCursor;
+          } while (cursor);
+          return ids;
+        };
+        for (const limit of [1, 4, 100]) {
+          expect(await pages({ tenantId: 't1' }, { limit, range: { gt: at(2), lt: at(5) } })).toEqual(inDays(desc, 3, 4));
+          expect(await pages({ tenantId: 't1' }, { limit, range: { gte: at(2), lte: at(5) } })).toEqual(inDays(desc, 2, 5));
+          expect(await pages({ tenantId: 't1' }, { limit, order: 'asc', range: { gt: at(4) } })).toEqual(inDays([...desc].reverse(), 5, 6));
+        }
+        // One bound alone; a filter beside it; nothing without a sort value is ever in a range.
+        expect(await pages({ tenantId: 't1' }, { limit: 3, range: { lt: at(2) } })).toEqual(inDays(desc, 1, 1));
+        const odd = inDays(desc, 2, 3).filter((id) => Number(id.slice(3)) % 2 === 1);
+        expect(await pages({ tenantId: 't1', tag: 'odd' }, { limit: 2, range: { gte: at(2), lt: at(4) } })).toEqual(odd);
+        expect(await pages({ tenantId: 't1' }, { limit: 50, range: { gte: '' } })).toHaveLength(30);
+        expect(await pages({ tenantId: 't1' }, { limit: 5, range: { gt: at(6) } })).toEqual([]);
+        // A cursor of the unbounded query goes on within the range.
+        const first = await items.find({ tenantId: 't1' }, { limit: 7 });
+        const rest = await pages({ tenantId: 't1' }, { limit: 4, cursor: first.nextCursor, range: { gte: at(2) } });
+        expect(rest).toEqual(inDays(desc.slice(7), 2, 6));
+      });
+
+      test('a range must be one lower and one upper bound of strings or numbers', async () => {
+        const items = store.collection(def);
+        const bad: unknown[] = [
+          { gt: null },
+          { gt: { $gt: '' } },
+          { lt: ['x'] },
+          { gt: 'a', gte: 'a' },
+          { lt: 1, lte: 2 },
+          { after: 'x' },
+          { gt: Number.NaN },
+          'gt',
+        ];
+        for (const range of bad)
+          await expect(items.find({ tenantId: 't1' }, { range: range as FindOptions['range'] })).rejects.toThrow(/range/);
       });
 
       test('an invalid cursor throws InvalidCursorError', async () => {

@@ -54,6 +54,20 @@ export interface FindOptions {
    * transaction (its snapshot is majority-committed) and on SQLite (one copy).
    */
   durable?: boolean;
+  /**
+   * Bounds on the sort field (each exclusive or inclusive), served by the same index as the page: a window of time
+   * (`{ gt: after, lt: before }`), or everything older than a cut-off for a sweep. A document without a sort value
+   * is never in a range. Give values of the type the sort field holds (engines order mixed types differently).
+   */
+  range?: SortRange;
+}
+
+/** At most one lower bound (`gt` or `gte`) and one upper bound (`lt` or `lte`), none of them null. */
+export interface SortRange {
+  gt?: string | number;
+  gte?: string | number;
+  lt?: string | number;
+  lte?: string | number;
 }
 
 export interface Page<T> {

@@ -91,6 +91,7 @@ export const OPERATIONS = {
   deleteWebhook: { method: 'DELETE', path: '/api/v1/webhooks/{id}', pathParams: ['id'], access: 'unscoped', stream: false },
   listWebhookDeliveries: { method: 'GET', path: '/api/v1/webhooks/{id}/deliveries', pathParams: ['id'], access: 'unscoped', stream: false },
   testWebhook: { method: 'POST', path: '/api/v1/webhooks/{id}/test', pathParams: ['id'], access: 'unscoped', stream: false },
+  recoverWebhook: { method: 'POST', path: '/api/v1/webhooks/{id}/recover', pathParams: ['id'], access: 'unscoped', stream: false },
   retryWebhookDelivery: {
     method: 'POST',
     path: '/api/v1/webhooks/{id}/deliveries/{deliveryId}/retry',
@@ -98,6 +99,9 @@ export const OPERATIONS = {
     access: 'unscoped',
     stream: false,
   },
+  listEvents: { method: 'GET', path: '/api/v1/events', pathParams: [], access: 'events:read', stream: false },
+  getEvent: { method: 'GET', path: '/api/v1/events/{id}', pathParams: ['id'], access: 'events:read', stream: false },
+  listEventTypes: { method: 'GET', path: '/api/v1/event-types', pathParams: [], access: 'events:read', stream: false },
   createChatSession: { method: 'POST', path: '/api/v1/chat/sessions', pathParams: [], access: 'agents:write', stream: false },
   listChatSessions: { method: 'GET', path: '/api/v1/chat/sessions', pathParams: [], access: 'agents:read', stream: false },
   getChatSession: { method: 'GET', path: '/api/v1/chat/sessions/{id}', pathParams: ['id'], access: 'agents:read', stream: false },
@@ -465,9 +469,29 @@ export abstract class GeneratedMethods {
     return this.call('testWebhook', input, options);
   }
 
+  /** Deliver once more every subscribed event of a window that did not reach the webhook (original ids, usual retry schedule, oldest first); enables a disabled one (`POST /api/v1/webhooks/{id}/recover`) */
+  recoverWebhook(input: Input<'recoverWebhook'>, options?: CallOptions): Promise<Output<'recoverWebhook'>> {
+    return this.call('recoverWebhook', input, options);
+  }
+
   /** Send a finished delivery again: one more attempt, same webhook-id (409 while one is scheduled) (`POST /api/v1/webhooks/{id}/deliveries/{deliveryId}/retry`) */
   retryWebhookDelivery(input: Input<'retryWebhookDelivery'>, options?: CallOptions): Promise<Output<'retryWebhookDelivery'>> {
     return this.call('retryWebhookDelivery', input, options);
+  }
+
+  /** The tenant's events, newest first, as webhooks deliver them; kept EVENTS_RETENTION_DAYS (30) (`GET /api/v1/events`) */
+  listEvents(input: Input<'listEvents'> = {} as Input<'listEvents'>, options?: CallOptions): Promise<Output<'listEvents'>> {
+    return this.call('listEvents', input, options);
+  }
+
+  /** One event, as its webhook deliveries send it (`GET /api/v1/events/{id}`) */
+  getEvent(input: Input<'getEvent'>, options?: CallOptions): Promise<Output<'getEvent'>> {
+    return this.call('getEvent', input, options);
+  }
+
+  /** Every event type a webhook can subscribe to, with the JSON Schema of its data (not paginated) (`GET /api/v1/event-types`) */
+  listEventTypes(input: Input<'listEventTypes'> = {} as Input<'listEventTypes'>, options?: CallOptions): Promise<Output<'listEventTypes'>> {
+    return this.call('listEventTypes', input, options);
   }
 
   /** Create a chat session, optionally about a project and with an agent (its system prompt leads the conversation) (`POST /api/v1/chat/sessions`) */

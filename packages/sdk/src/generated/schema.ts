@@ -628,6 +628,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/webhooks/{id}/recover': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Deliver once more every subscribed event of a window that did not reach the webhook (original ids, usual retry schedule, oldest first); enables a disabled one */
+    post: operations['recoverWebhook'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/webhooks/{id}/deliveries/{deliveryId}/retry': {
     parameters: {
       query?: never;
@@ -639,6 +656,57 @@ export interface paths {
     put?: never;
     /** Send a finished delivery again: one more attempt, same webhook-id (409 while one is scheduled) */
     post: operations['retryWebhookDelivery'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/events': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's events, newest first, as webhooks deliver them; kept EVENTS_RETENTION_DAYS (30) */
+    get: operations['listEvents'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/events/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One event, as its webhook deliveries send it */
+    get: operations['getEvent'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/event-types': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Every event type a webhook can subscribe to, with the JSON Schema of its data (not paginated) */
+    get: operations['listEventTypes'];
+    put?: never;
+    post?: never;
     delete?: never;
     options?: never;
     head?: never;
@@ -1122,6 +1190,14 @@ export interface components {
       meta: {
         request_id: string;
         timestamp: string;
+      };
+    };
+    OpenAIError: {
+      error: {
+        message: string;
+        type: string;
+        code: string | null;
+        param: string | null;
       };
     };
   };
@@ -3794,7 +3870,7 @@ export interface operations {
         'application/json': {
           /** @description http(s) address that receives the events */
           url: string;
-          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created, billing.threshold_crossed, audit.entry_created */
+          /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events: string[];
           /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
           secret: string;
@@ -3939,7 +4015,7 @@ export interface operations {
         'application/json': {
           /** @description http(s) address that receives the events */
           url?: string;
-          /** @description Event names: project.created, project.updated, project.deleted, agent.started, agent.completed, agent.failed, tenant.created, user.created, billing.threshold_crossed, audit.entry_created */
+          /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events?: string[];
           /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
           secret?: string;
@@ -4111,6 +4187,55 @@ export interface operations {
       };
     };
   };
+  recoverWebhook: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /** @description ISO 8601 date-time with a zone: events created at or after it */
+          since: string;
+          /** @description ISO 8601 date-time with a zone: events created before it (default: now) */
+          until?: string;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      202: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description Deliveries queued */
+              queued: number;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
   retryWebhookDelivery: {
     parameters: {
       query?: never;
@@ -4153,6 +4278,159 @@ export interface operations {
               /** @description ISO 8601 UTC timestamp with milliseconds */
               updatedAt: string;
             };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listEvents: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+        type?: string;
+        after?: string;
+        before?: string;
+        deliveryFailed?: boolean;
+        webhookId?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description Also the webhook-id of its deliveries */
+              id: string;
+              type: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              tenantId: string;
+              /** @description Shaped by the type: its JSON Schema is in GET /event-types */
+              data: {
+                [key: string]: unknown;
+              };
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getEvent: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description Also the webhook-id of its deliveries */
+              id: string;
+              type: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              tenantId: string;
+              /** @description Shaped by the type: its JSON Schema is in GET /event-types */
+              data: {
+                [key: string]: unknown;
+              };
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listEventTypes: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              type: string;
+              /** @description When the event is emitted */
+              description: string;
+              /** @description Raised when `data` changes in a way a receiver must know about */
+              version: number;
+              /** @description JSON Schema (draft 2020-12) of `data` */
+              schema: {
+                [key: string]: unknown;
+              };
+            }[];
             meta: {
               request_id: string;
               timestamp: string;

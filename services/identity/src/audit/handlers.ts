@@ -73,13 +73,7 @@ export function auditRecordedHandler(store: Store, chainer: AuditChainer) {
     const event = decodeDomainEvent(message.value);
     if (event.type !== 'audit.recorded' || event.data?.$case !== 'auditEntry' || !event.tenantId) return;
     const d = event.data.value;
-    if (!(AUDIT_ACTIONS as readonly string[]).includes(d.action) || !ACTOR_TYPES.includes(d.actorType)) return;
-    let changes: { before?: unknown; after?: unknown } = {};
-    try {
-      changes = JSON.parse(d.changesJson || '{}') as typeof changes;
-    } catch {
-      changes = {};
-    }
+    if (!(AUDIT_ACTIONS as readonly string[]).includes(d.action) || !d.actor || !ACTOR_TYPES.includes(d.actor.type) || !d.target) return;
     try {
       await store.transaction((tx) =>
         recordAudit(
@@ -90,10 +84,10 @@ export function auditRecordedHandler(store: Store, chainer: AuditChainer) {
             at: d.at || event.createdAt,
             tenantId: event.tenantId,
             action: d.action as AuditAction,
-            target: { type: d.targetType, id: d.targetId },
-            changes,
+            target: { type: d.target!.type, id: d.target!.id },
+            changes: { before: d.changes?.before ?? null, after: d.changes?.after ?? null },
           },
-          { type: d.actorType as ActorType, id: d.actorId },
+          { type: d.actor!.type as ActorType, id: d.actor!.id },
         ),
       );
     } catch (err) {

@@ -42,6 +42,7 @@ import {
   viewOf,
   type VerifyResult,
 } from './chain';
+import type { eventsV1 } from '@svc/proto';
 import { apiKeys, users } from '../collections';
 
 export interface AuditPendingDoc {
@@ -423,23 +424,22 @@ export async function actorWithDetails(tx: StoreSession, ctx: CallContext): Prom
   return actor;
 }
 
-/** An entry as the `audit.entry_created` event (and billing's `audit.recorded`) carries it. */
-export function eventDataOf(e: Omit<AuditEntryView, 'prevHash' | 'hash'> & { prevHash?: string | null; hash?: string }) {
+/** An entry as the `audit.entry_created` event (and billing's `audit.recorded`) carries it: as the API shows it. */
+export function eventDataOf(
+  e: Omit<AuditEntryView, 'prevHash' | 'hash'> & { prevHash?: string | null; hash?: string },
+): eventsV1.AuditEntryData {
+  const struct = (v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
   return {
     id: e.id,
     at: e.at,
-    actorType: e.actor.type,
-    actorId: e.actor.id,
-    actorEmail: e.actor.email ?? '',
-    actorKeyPrefix: e.actor.keyPrefix ?? '',
+    actor: { type: e.actor.type, id: e.actor.id, email: e.actor.email, keyPrefix: e.actor.keyPrefix },
     action: e.action,
-    targetType: e.target.type,
-    targetId: e.target.id,
-    ip: e.ip ?? '',
-    userAgent: e.userAgent ?? '',
-    requestId: e.requestId ?? '',
-    changesJson: JSON.stringify(e.changes),
-    prevHash: e.prevHash ?? '',
+    target: { type: e.target.type, id: e.target.id },
+    ip: e.ip ?? undefined,
+    userAgent: e.userAgent ?? undefined,
+    requestId: e.requestId ?? undefined,
+    changes: { before: struct(e.changes.before), after: struct(e.changes.after) },
+    prevHash: e.prevHash ?? undefined,
     hash: e.hash ?? '',
   };
 }

@@ -140,6 +140,156 @@ export interface StreamReplyResponse {
   errorMessage: string;
 }
 
+export interface ListModelsRequest {
+}
+
+export interface ListModelsResponse {
+  models: string[];
+}
+
+/** A tool the model may call: `parameters_json` is its JSON Schema. */
+export interface ToolSpec {
+  name: string;
+  description: string;
+  parametersJson: string;
+}
+
+/** A tool call the model made: `arguments_json` is a JSON object. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  argumentsJson: string;
+}
+
+export interface InputMessage {
+  /** system, user, assistant, tool */
+  role: string;
+  content: string;
+  /** assistant: the tool calls that turn made */
+  toolCalls: ToolCall[];
+  /** tool: the call this message answers */
+  toolCallId: string;
+}
+
+export interface StartCallRequest {
+  /** completion (POST /v1/chat/completions: stateless, kept only while it runs) or response (POST /v1/responses) */
+  kind: string;
+  /** The model the caller named: one of ListModels, or "agent:<agentId>". */
+  model: string;
+  /** completion: the whole conversation; response: the new turn (it follows the session's transcript). */
+  input: InputMessage[];
+  /** response: system instructions for this call only (not stored in the session). */
+  instructions: string;
+  tools: ToolSpec[];
+  temperature?: number | undefined;
+  maxOutputTokens?:
+    | number
+    | undefined;
+  /** response: continue the session of this response (or of this chat reply, a message id). */
+  previousResponseId: string;
+  /** response: continue this chat session (the Responses API's `conversation`). */
+  conversationId: string;
+  /** response: false keeps it only while it runs (no session, not retrievable afterwards). */
+  store: boolean;
+  background: boolean;
+  /** The caller's metadata, a JSON object of strings; `project_id` names the project of an agent's run. */
+  metadataJson: string;
+  /** Request parameters echoed on the response object (JSON), as given. */
+  echoJson: string;
+  /** response: an agent approval request of the previous response, approved (or rejected) before continuing. */
+  approvalRequestId: string;
+  approve: boolean;
+  approvalReason: string;
+}
+
+/** A run of an agent waiting for its approver (the `agent_approval_request` output item). */
+export interface AgentApproval {
+  runId: string;
+  agentId: string;
+  toolName: string;
+  argumentsJson: string;
+  toolCallId: string;
+}
+
+/** One model call of the OpenAI-compatible API as stored. */
+export interface CallRecord {
+  /** resp_... for a response; the message id for a completion. */
+  id: string;
+  messageId: string;
+  /** The chat session it belongs to ('' when not stored). */
+  sessionId: string;
+  /** As named by the caller, and the model that served. */
+  model: string;
+  servedModel: string;
+  createdAt: string;
+  completedAt: string;
+  /** queued, in_progress, completed, incomplete, failed, cancelled */
+  status: string;
+  background: boolean;
+  store: boolean;
+  previousResponseId: string;
+  metadataJson: string;
+  echoJson: string;
+  instructions: string;
+  /** The text and the number of chunks (deltas) it streamed in. */
+  content: string;
+  chunks: number;
+  toolCalls: ToolCall[];
+  usage?:
+    | Usage
+    | undefined;
+  /** stop, length, tool_calls (completed calls) */
+  finishReason: string;
+  errorCode: string;
+  errorMessage: string;
+  approval?: AgentApproval | undefined;
+  agentRunId: string;
+  expiresAt: string;
+}
+
+export interface CallEvent {
+  /** started (first: the call as stored when it started), delta, done (last: the call as it ended) */
+  type: string;
+  call?:
+    | CallRecord
+    | undefined;
+  /** delta: the chunk's index (from 0) and its text */
+  index: number;
+  delta: string;
+  /** delta: the model serving the call (a fallback's when the first model failed before answering) */
+  servedModel: string;
+}
+
+export interface StartCallResponse {
+  event?: CallEvent | undefined;
+}
+
+export interface StreamResponseResponse {
+  event?: CallEvent | undefined;
+}
+
+export interface StreamResponseRequest {
+  id: string;
+  /** The first chunk to send (0: all of them). */
+  fromChunk: number;
+}
+
+export interface GetResponseRequest {
+  id: string;
+}
+
+export interface GetResponseResponse {
+  call?: CallRecord | undefined;
+}
+
+export interface CancelResponseRequest {
+  id: string;
+}
+
+export interface CancelResponseResponse {
+  call?: CallRecord | undefined;
+}
+
 function createBaseSession(): Session {
   return { id: "", projectId: "", agentId: "", title: "", createdAt: "" };
 }
@@ -1948,6 +2098,2127 @@ export const StreamReplyResponse: MessageFns<StreamReplyResponse> = {
   },
 };
 
+function createBaseListModelsRequest(): ListModelsRequest {
+  return {};
+}
+
+export const ListModelsRequest: MessageFns<ListModelsRequest> = {
+  encode(_: ListModelsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListModelsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListModelsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListModelsRequest {
+    return {};
+  },
+
+  toJSON(_: ListModelsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListModelsRequest>): ListModelsRequest {
+    return ListModelsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ListModelsRequest>): ListModelsRequest {
+    const message = createBaseListModelsRequest();
+    return message;
+  },
+};
+
+function createBaseListModelsResponse(): ListModelsResponse {
+  return { models: [] };
+}
+
+export const ListModelsResponse: MessageFns<ListModelsResponse> = {
+  encode(message: ListModelsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.models) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListModelsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListModelsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.models.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListModelsResponse {
+    return {
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => globalThis.String(e)) : [],
+    };
+  },
+
+  toJSON(message: ListModelsResponse): unknown {
+    const obj: any = {};
+    if (message.models?.length) {
+      obj.models = message.models;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListModelsResponse>): ListModelsResponse {
+    return ListModelsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListModelsResponse>): ListModelsResponse {
+    const message = createBaseListModelsResponse();
+    message.models = object.models?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseToolSpec(): ToolSpec {
+  return { name: "", description: "", parametersJson: "" };
+}
+
+export const ToolSpec: MessageFns<ToolSpec> = {
+  encode(message: ToolSpec, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.parametersJson !== "") {
+      writer.uint32(26).string(message.parametersJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolSpec {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolSpec();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.parametersJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolSpec {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      parametersJson: isSet(object.parametersJson)
+        ? globalThis.String(object.parametersJson)
+        : isSet(object.parameters_json)
+        ? globalThis.String(object.parameters_json)
+        : "",
+    };
+  },
+
+  toJSON(message: ToolSpec): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.parametersJson !== "") {
+      obj.parametersJson = message.parametersJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ToolSpec>): ToolSpec {
+    return ToolSpec.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ToolSpec>): ToolSpec {
+    const message = createBaseToolSpec();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.parametersJson = object.parametersJson ?? "";
+    return message;
+  },
+};
+
+function createBaseToolCall(): ToolCall {
+  return { id: "", name: "", argumentsJson: "" };
+}
+
+export const ToolCall: MessageFns<ToolCall> = {
+  encode(message: ToolCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(26).string(message.argumentsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolCall {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      argumentsJson: isSet(object.argumentsJson)
+        ? globalThis.String(object.argumentsJson)
+        : isSet(object.arguments_json)
+        ? globalThis.String(object.arguments_json)
+        : "",
+    };
+  },
+
+  toJSON(message: ToolCall): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.argumentsJson !== "") {
+      obj.argumentsJson = message.argumentsJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ToolCall>): ToolCall {
+    return ToolCall.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ToolCall>): ToolCall {
+    const message = createBaseToolCall();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.argumentsJson = object.argumentsJson ?? "";
+    return message;
+  },
+};
+
+function createBaseInputMessage(): InputMessage {
+  return { role: "", content: "", toolCalls: [], toolCallId: "" };
+}
+
+export const InputMessage: MessageFns<InputMessage> = {
+  encode(message: InputMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.role !== "") {
+      writer.uint32(10).string(message.role);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    for (const v of message.toolCalls) {
+      ToolCall.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.toolCallId !== "") {
+      writer.uint32(34).string(message.toolCallId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): InputMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInputMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): InputMessage {
+    return {
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
+        : [],
+      toolCallId: isSet(object.toolCallId)
+        ? globalThis.String(object.toolCallId)
+        : isSet(object.tool_call_id)
+        ? globalThis.String(object.tool_call_id)
+        : "",
+    };
+  },
+
+  toJSON(message: InputMessage): unknown {
+    const obj: any = {};
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
+    }
+    if (message.toolCallId !== "") {
+      obj.toolCallId = message.toolCallId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<InputMessage>): InputMessage {
+    return InputMessage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<InputMessage>): InputMessage {
+    const message = createBaseInputMessage();
+    message.role = object.role ?? "";
+    message.content = object.content ?? "";
+    message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
+    message.toolCallId = object.toolCallId ?? "";
+    return message;
+  },
+};
+
+function createBaseStartCallRequest(): StartCallRequest {
+  return {
+    kind: "",
+    model: "",
+    input: [],
+    instructions: "",
+    tools: [],
+    temperature: undefined,
+    maxOutputTokens: undefined,
+    previousResponseId: "",
+    conversationId: "",
+    store: false,
+    background: false,
+    metadataJson: "",
+    echoJson: "",
+    approvalRequestId: "",
+    approve: false,
+    approvalReason: "",
+  };
+}
+
+export const StartCallRequest: MessageFns<StartCallRequest> = {
+  encode(message: StartCallRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== "") {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    for (const v of message.input) {
+      InputMessage.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.instructions !== "") {
+      writer.uint32(34).string(message.instructions);
+    }
+    for (const v of message.tools) {
+      ToolSpec.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.temperature !== undefined) {
+      writer.uint32(49).double(message.temperature);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      writer.uint32(56).int32(message.maxOutputTokens);
+    }
+    if (message.previousResponseId !== "") {
+      writer.uint32(66).string(message.previousResponseId);
+    }
+    if (message.conversationId !== "") {
+      writer.uint32(74).string(message.conversationId);
+    }
+    if (message.store !== false) {
+      writer.uint32(80).bool(message.store);
+    }
+    if (message.background !== false) {
+      writer.uint32(88).bool(message.background);
+    }
+    if (message.metadataJson !== "") {
+      writer.uint32(98).string(message.metadataJson);
+    }
+    if (message.echoJson !== "") {
+      writer.uint32(106).string(message.echoJson);
+    }
+    if (message.approvalRequestId !== "") {
+      writer.uint32(114).string(message.approvalRequestId);
+    }
+    if (message.approve !== false) {
+      writer.uint32(120).bool(message.approve);
+    }
+    if (message.approvalReason !== "") {
+      writer.uint32(130).string(message.approvalReason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartCallRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartCallRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.input.push(InputMessage.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.instructions = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tools.push(ToolSpec.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 49) {
+              break;
+            }
+
+            message.temperature = reader.double();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.previousResponseId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.conversationId = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.store = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.background = reader.bool();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.metadataJson = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.echoJson = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.approvalRequestId = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.approve = reader.bool();
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.approvalReason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartCallRequest {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      input: globalThis.Array.isArray(object?.input) ? object.input.map((e: any) => InputMessage.fromJSON(e)) : [],
+      instructions: isSet(object.instructions) ? globalThis.String(object.instructions) : "",
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => ToolSpec.fromJSON(e)) : [],
+      temperature: isSet(object.temperature) ? globalThis.Number(object.temperature) : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : undefined,
+      previousResponseId: isSet(object.previousResponseId)
+        ? globalThis.String(object.previousResponseId)
+        : isSet(object.previous_response_id)
+        ? globalThis.String(object.previous_response_id)
+        : "",
+      conversationId: isSet(object.conversationId)
+        ? globalThis.String(object.conversationId)
+        : isSet(object.conversation_id)
+        ? globalThis.String(object.conversation_id)
+        : "",
+      store: isSet(object.store) ? globalThis.Boolean(object.store) : false,
+      background: isSet(object.background) ? globalThis.Boolean(object.background) : false,
+      metadataJson: isSet(object.metadataJson)
+        ? globalThis.String(object.metadataJson)
+        : isSet(object.metadata_json)
+        ? globalThis.String(object.metadata_json)
+        : "",
+      echoJson: isSet(object.echoJson)
+        ? globalThis.String(object.echoJson)
+        : isSet(object.echo_json)
+        ? globalThis.String(object.echo_json)
+        : "",
+      approvalRequestId: isSet(object.approvalRequestId)
+        ? globalThis.String(object.approvalRequestId)
+        : isSet(object.approval_request_id)
+        ? globalThis.String(object.approval_request_id)
+        : "",
+      approve: isSet(object.approve) ? globalThis.Boolean(object.approve) : false,
+      approvalReason: isSet(object.approvalReason)
+        ? globalThis.String(object.approvalReason)
+        : isSet(object.approval_reason)
+        ? globalThis.String(object.approval_reason)
+        : "",
+    };
+  },
+
+  toJSON(message: StartCallRequest): unknown {
+    const obj: any = {};
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.input?.length) {
+      obj.input = message.input.map((e) => InputMessage.toJSON(e));
+    }
+    if (message.instructions !== "") {
+      obj.instructions = message.instructions;
+    }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => ToolSpec.toJSON(e));
+    }
+    if (message.temperature !== undefined) {
+      obj.temperature = floatToJson(message.temperature);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    if (message.previousResponseId !== "") {
+      obj.previousResponseId = message.previousResponseId;
+    }
+    if (message.conversationId !== "") {
+      obj.conversationId = message.conversationId;
+    }
+    if (message.store !== false) {
+      obj.store = message.store;
+    }
+    if (message.background !== false) {
+      obj.background = message.background;
+    }
+    if (message.metadataJson !== "") {
+      obj.metadataJson = message.metadataJson;
+    }
+    if (message.echoJson !== "") {
+      obj.echoJson = message.echoJson;
+    }
+    if (message.approvalRequestId !== "") {
+      obj.approvalRequestId = message.approvalRequestId;
+    }
+    if (message.approve !== false) {
+      obj.approve = message.approve;
+    }
+    if (message.approvalReason !== "") {
+      obj.approvalReason = message.approvalReason;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartCallRequest>): StartCallRequest {
+    return StartCallRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartCallRequest>): StartCallRequest {
+    const message = createBaseStartCallRequest();
+    message.kind = object.kind ?? "";
+    message.model = object.model ?? "";
+    message.input = object.input?.map((e) => InputMessage.fromPartial(e)) || [];
+    message.instructions = object.instructions ?? "";
+    message.tools = object.tools?.map((e) => ToolSpec.fromPartial(e)) || [];
+    message.temperature = object.temperature ?? undefined;
+    message.maxOutputTokens = object.maxOutputTokens ?? undefined;
+    message.previousResponseId = object.previousResponseId ?? "";
+    message.conversationId = object.conversationId ?? "";
+    message.store = object.store ?? false;
+    message.background = object.background ?? false;
+    message.metadataJson = object.metadataJson ?? "";
+    message.echoJson = object.echoJson ?? "";
+    message.approvalRequestId = object.approvalRequestId ?? "";
+    message.approve = object.approve ?? false;
+    message.approvalReason = object.approvalReason ?? "";
+    return message;
+  },
+};
+
+function createBaseAgentApproval(): AgentApproval {
+  return { runId: "", agentId: "", toolName: "", argumentsJson: "", toolCallId: "" };
+}
+
+export const AgentApproval: MessageFns<AgentApproval> = {
+  encode(message: AgentApproval, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.runId !== "") {
+      writer.uint32(10).string(message.runId);
+    }
+    if (message.agentId !== "") {
+      writer.uint32(18).string(message.agentId);
+    }
+    if (message.toolName !== "") {
+      writer.uint32(26).string(message.toolName);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(34).string(message.argumentsJson);
+    }
+    if (message.toolCallId !== "") {
+      writer.uint32(42).string(message.toolCallId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentApproval {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentApproval();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.agentId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.toolName = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentApproval {
+    return {
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      agentId: isSet(object.agentId)
+        ? globalThis.String(object.agentId)
+        : isSet(object.agent_id)
+        ? globalThis.String(object.agent_id)
+        : "",
+      toolName: isSet(object.toolName)
+        ? globalThis.String(object.toolName)
+        : isSet(object.tool_name)
+        ? globalThis.String(object.tool_name)
+        : "",
+      argumentsJson: isSet(object.argumentsJson)
+        ? globalThis.String(object.argumentsJson)
+        : isSet(object.arguments_json)
+        ? globalThis.String(object.arguments_json)
+        : "",
+      toolCallId: isSet(object.toolCallId)
+        ? globalThis.String(object.toolCallId)
+        : isSet(object.tool_call_id)
+        ? globalThis.String(object.tool_call_id)
+        : "",
+    };
+  },
+
+  toJSON(message: AgentApproval): unknown {
+    const obj: any = {};
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.agentId !== "") {
+      obj.agentId = message.agentId;
+    }
+    if (message.toolName !== "") {
+      obj.toolName = message.toolName;
+    }
+    if (message.argumentsJson !== "") {
+      obj.argumentsJson = message.argumentsJson;
+    }
+    if (message.toolCallId !== "") {
+      obj.toolCallId = message.toolCallId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentApproval>): AgentApproval {
+    return AgentApproval.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentApproval>): AgentApproval {
+    const message = createBaseAgentApproval();
+    message.runId = object.runId ?? "";
+    message.agentId = object.agentId ?? "";
+    message.toolName = object.toolName ?? "";
+    message.argumentsJson = object.argumentsJson ?? "";
+    message.toolCallId = object.toolCallId ?? "";
+    return message;
+  },
+};
+
+function createBaseCallRecord(): CallRecord {
+  return {
+    id: "",
+    messageId: "",
+    sessionId: "",
+    model: "",
+    servedModel: "",
+    createdAt: "",
+    completedAt: "",
+    status: "",
+    background: false,
+    store: false,
+    previousResponseId: "",
+    metadataJson: "",
+    echoJson: "",
+    instructions: "",
+    content: "",
+    chunks: 0,
+    toolCalls: [],
+    usage: undefined,
+    finishReason: "",
+    errorCode: "",
+    errorMessage: "",
+    approval: undefined,
+    agentRunId: "",
+    expiresAt: "",
+  };
+}
+
+export const CallRecord: MessageFns<CallRecord> = {
+  encode(message: CallRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.messageId !== "") {
+      writer.uint32(18).string(message.messageId);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(26).string(message.sessionId);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(42).string(message.servedModel);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(50).string(message.createdAt);
+    }
+    if (message.completedAt !== "") {
+      writer.uint32(58).string(message.completedAt);
+    }
+    if (message.status !== "") {
+      writer.uint32(66).string(message.status);
+    }
+    if (message.background !== false) {
+      writer.uint32(72).bool(message.background);
+    }
+    if (message.store !== false) {
+      writer.uint32(80).bool(message.store);
+    }
+    if (message.previousResponseId !== "") {
+      writer.uint32(90).string(message.previousResponseId);
+    }
+    if (message.metadataJson !== "") {
+      writer.uint32(98).string(message.metadataJson);
+    }
+    if (message.echoJson !== "") {
+      writer.uint32(106).string(message.echoJson);
+    }
+    if (message.instructions !== "") {
+      writer.uint32(114).string(message.instructions);
+    }
+    if (message.content !== "") {
+      writer.uint32(122).string(message.content);
+    }
+    if (message.chunks !== 0) {
+      writer.uint32(128).int32(message.chunks);
+    }
+    for (const v of message.toolCalls) {
+      ToolCall.encode(v!, writer.uint32(138).fork()).join();
+    }
+    if (message.usage !== undefined) {
+      Usage.encode(message.usage, writer.uint32(146).fork()).join();
+    }
+    if (message.finishReason !== "") {
+      writer.uint32(154).string(message.finishReason);
+    }
+    if (message.errorCode !== "") {
+      writer.uint32(162).string(message.errorCode);
+    }
+    if (message.errorMessage !== "") {
+      writer.uint32(170).string(message.errorMessage);
+    }
+    if (message.approval !== undefined) {
+      AgentApproval.encode(message.approval, writer.uint32(178).fork()).join();
+    }
+    if (message.agentRunId !== "") {
+      writer.uint32(186).string(message.agentRunId);
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(194).string(message.expiresAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CallRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCallRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.messageId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.completedAt = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.background = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.store = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.previousResponseId = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.metadataJson = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.echoJson = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.instructions = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.chunks = reader.int32();
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.usage = Usage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.finishReason = reader.string();
+            continue;
+          }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.errorCode = reader.string();
+            continue;
+          }
+          case 21: {
+            if (tag !== 170) {
+              break;
+            }
+
+            message.errorMessage = reader.string();
+            continue;
+          }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.approval = AgentApproval.decode(reader, reader.uint32());
+            continue;
+          }
+          case 23: {
+            if (tag !== 186) {
+              break;
+            }
+
+            message.agentRunId = reader.string();
+            continue;
+          }
+          case 24: {
+            if (tag !== 194) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CallRecord {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      messageId: isSet(object.messageId)
+        ? globalThis.String(object.messageId)
+        : isSet(object.message_id)
+        ? globalThis.String(object.message_id)
+        : "",
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      completedAt: isSet(object.completedAt)
+        ? globalThis.String(object.completedAt)
+        : isSet(object.completed_at)
+        ? globalThis.String(object.completed_at)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      background: isSet(object.background) ? globalThis.Boolean(object.background) : false,
+      store: isSet(object.store) ? globalThis.Boolean(object.store) : false,
+      previousResponseId: isSet(object.previousResponseId)
+        ? globalThis.String(object.previousResponseId)
+        : isSet(object.previous_response_id)
+        ? globalThis.String(object.previous_response_id)
+        : "",
+      metadataJson: isSet(object.metadataJson)
+        ? globalThis.String(object.metadataJson)
+        : isSet(object.metadata_json)
+        ? globalThis.String(object.metadata_json)
+        : "",
+      echoJson: isSet(object.echoJson)
+        ? globalThis.String(object.echoJson)
+        : isSet(object.echo_json)
+        ? globalThis.String(object.echo_json)
+        : "",
+      instructions: isSet(object.instructions) ? globalThis.String(object.instructions) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+      chunks: isSet(object.chunks) ? globalThis.Number(object.chunks) : 0,
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
+        : [],
+      usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+      finishReason: isSet(object.finishReason)
+        ? globalThis.String(object.finishReason)
+        : isSet(object.finish_reason)
+        ? globalThis.String(object.finish_reason)
+        : "",
+      errorCode: isSet(object.errorCode)
+        ? globalThis.String(object.errorCode)
+        : isSet(object.error_code)
+        ? globalThis.String(object.error_code)
+        : "",
+      errorMessage: isSet(object.errorMessage)
+        ? globalThis.String(object.errorMessage)
+        : isSet(object.error_message)
+        ? globalThis.String(object.error_message)
+        : "",
+      approval: isSet(object.approval) ? AgentApproval.fromJSON(object.approval) : undefined,
+      agentRunId: isSet(object.agentRunId)
+        ? globalThis.String(object.agentRunId)
+        : isSet(object.agent_run_id)
+        ? globalThis.String(object.agent_run_id)
+        : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+    };
+  },
+
+  toJSON(message: CallRecord): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.messageId !== "") {
+      obj.messageId = message.messageId;
+    }
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.completedAt !== "") {
+      obj.completedAt = message.completedAt;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.background !== false) {
+      obj.background = message.background;
+    }
+    if (message.store !== false) {
+      obj.store = message.store;
+    }
+    if (message.previousResponseId !== "") {
+      obj.previousResponseId = message.previousResponseId;
+    }
+    if (message.metadataJson !== "") {
+      obj.metadataJson = message.metadataJson;
+    }
+    if (message.echoJson !== "") {
+      obj.echoJson = message.echoJson;
+    }
+    if (message.instructions !== "") {
+      obj.instructions = message.instructions;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    if (message.chunks !== 0) {
+      obj.chunks = Math.round(message.chunks);
+    }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
+    }
+    if (message.usage !== undefined) {
+      obj.usage = Usage.toJSON(message.usage);
+    }
+    if (message.finishReason !== "") {
+      obj.finishReason = message.finishReason;
+    }
+    if (message.errorCode !== "") {
+      obj.errorCode = message.errorCode;
+    }
+    if (message.errorMessage !== "") {
+      obj.errorMessage = message.errorMessage;
+    }
+    if (message.approval !== undefined) {
+      obj.approval = AgentApproval.toJSON(message.approval);
+    }
+    if (message.agentRunId !== "") {
+      obj.agentRunId = message.agentRunId;
+    }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CallRecord>): CallRecord {
+    return CallRecord.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CallRecord>): CallRecord {
+    const message = createBaseCallRecord();
+    message.id = object.id ?? "";
+    message.messageId = object.messageId ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.model = object.model ?? "";
+    message.servedModel = object.servedModel ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.completedAt = object.completedAt ?? "";
+    message.status = object.status ?? "";
+    message.background = object.background ?? false;
+    message.store = object.store ?? false;
+    message.previousResponseId = object.previousResponseId ?? "";
+    message.metadataJson = object.metadataJson ?? "";
+    message.echoJson = object.echoJson ?? "";
+    message.instructions = object.instructions ?? "";
+    message.content = object.content ?? "";
+    message.chunks = object.chunks ?? 0;
+    message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
+    message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    message.finishReason = object.finishReason ?? "";
+    message.errorCode = object.errorCode ?? "";
+    message.errorMessage = object.errorMessage ?? "";
+    message.approval = (object.approval !== undefined && object.approval !== null)
+      ? AgentApproval.fromPartial(object.approval)
+      : undefined;
+    message.agentRunId = object.agentRunId ?? "";
+    message.expiresAt = object.expiresAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCallEvent(): CallEvent {
+  return { type: "", call: undefined, index: 0, delta: "", servedModel: "" };
+}
+
+export const CallEvent: MessageFns<CallEvent> = {
+  encode(message: CallEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.call !== undefined) {
+      CallRecord.encode(message.call, writer.uint32(18).fork()).join();
+    }
+    if (message.index !== 0) {
+      writer.uint32(24).int32(message.index);
+    }
+    if (message.delta !== "") {
+      writer.uint32(34).string(message.delta);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(42).string(message.servedModel);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CallEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCallEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.call = CallRecord.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.index = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.delta = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CallEvent {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      call: isSet(object.call) ? CallRecord.fromJSON(object.call) : undefined,
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      delta: isSet(object.delta) ? globalThis.String(object.delta) : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
+    };
+  },
+
+  toJSON(message: CallEvent): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.call !== undefined) {
+      obj.call = CallRecord.toJSON(message.call);
+    }
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.delta !== "") {
+      obj.delta = message.delta;
+    }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CallEvent>): CallEvent {
+    return CallEvent.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CallEvent>): CallEvent {
+    const message = createBaseCallEvent();
+    message.type = object.type ?? "";
+    message.call = (object.call !== undefined && object.call !== null)
+      ? CallRecord.fromPartial(object.call)
+      : undefined;
+    message.index = object.index ?? 0;
+    message.delta = object.delta ?? "";
+    message.servedModel = object.servedModel ?? "";
+    return message;
+  },
+};
+
+function createBaseStartCallResponse(): StartCallResponse {
+  return { event: undefined };
+}
+
+export const StartCallResponse: MessageFns<StartCallResponse> = {
+  encode(message: StartCallResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.event !== undefined) {
+      CallEvent.encode(message.event, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartCallResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartCallResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = CallEvent.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StartCallResponse {
+    return { event: isSet(object.event) ? CallEvent.fromJSON(object.event) : undefined };
+  },
+
+  toJSON(message: StartCallResponse): unknown {
+    const obj: any = {};
+    if (message.event !== undefined) {
+      obj.event = CallEvent.toJSON(message.event);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StartCallResponse>): StartCallResponse {
+    return StartCallResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StartCallResponse>): StartCallResponse {
+    const message = createBaseStartCallResponse();
+    message.event = (object.event !== undefined && object.event !== null)
+      ? CallEvent.fromPartial(object.event)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseStreamResponseResponse(): StreamResponseResponse {
+  return { event: undefined };
+}
+
+export const StreamResponseResponse: MessageFns<StreamResponseResponse> = {
+  encode(message: StreamResponseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.event !== undefined) {
+      CallEvent.encode(message.event, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StreamResponseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStreamResponseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = CallEvent.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StreamResponseResponse {
+    return { event: isSet(object.event) ? CallEvent.fromJSON(object.event) : undefined };
+  },
+
+  toJSON(message: StreamResponseResponse): unknown {
+    const obj: any = {};
+    if (message.event !== undefined) {
+      obj.event = CallEvent.toJSON(message.event);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StreamResponseResponse>): StreamResponseResponse {
+    return StreamResponseResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StreamResponseResponse>): StreamResponseResponse {
+    const message = createBaseStreamResponseResponse();
+    message.event = (object.event !== undefined && object.event !== null)
+      ? CallEvent.fromPartial(object.event)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseStreamResponseRequest(): StreamResponseRequest {
+  return { id: "", fromChunk: 0 };
+}
+
+export const StreamResponseRequest: MessageFns<StreamResponseRequest> = {
+  encode(message: StreamResponseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.fromChunk !== 0) {
+      writer.uint32(16).int32(message.fromChunk);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StreamResponseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStreamResponseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.fromChunk = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StreamResponseRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      fromChunk: isSet(object.fromChunk)
+        ? globalThis.Number(object.fromChunk)
+        : isSet(object.from_chunk)
+        ? globalThis.Number(object.from_chunk)
+        : 0,
+    };
+  },
+
+  toJSON(message: StreamResponseRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.fromChunk !== 0) {
+      obj.fromChunk = Math.round(message.fromChunk);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StreamResponseRequest>): StreamResponseRequest {
+    return StreamResponseRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StreamResponseRequest>): StreamResponseRequest {
+    const message = createBaseStreamResponseRequest();
+    message.id = object.id ?? "";
+    message.fromChunk = object.fromChunk ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetResponseRequest(): GetResponseRequest {
+  return { id: "" };
+}
+
+export const GetResponseRequest: MessageFns<GetResponseRequest> = {
+  encode(message: GetResponseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetResponseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetResponseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetResponseRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: GetResponseRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetResponseRequest>): GetResponseRequest {
+    return GetResponseRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetResponseRequest>): GetResponseRequest {
+    const message = createBaseGetResponseRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseGetResponseResponse(): GetResponseResponse {
+  return { call: undefined };
+}
+
+export const GetResponseResponse: MessageFns<GetResponseResponse> = {
+  encode(message: GetResponseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.call !== undefined) {
+      CallRecord.encode(message.call, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetResponseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetResponseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.call = CallRecord.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetResponseResponse {
+    return { call: isSet(object.call) ? CallRecord.fromJSON(object.call) : undefined };
+  },
+
+  toJSON(message: GetResponseResponse): unknown {
+    const obj: any = {};
+    if (message.call !== undefined) {
+      obj.call = CallRecord.toJSON(message.call);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetResponseResponse>): GetResponseResponse {
+    return GetResponseResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetResponseResponse>): GetResponseResponse {
+    const message = createBaseGetResponseResponse();
+    message.call = (object.call !== undefined && object.call !== null)
+      ? CallRecord.fromPartial(object.call)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCancelResponseRequest(): CancelResponseRequest {
+  return { id: "" };
+}
+
+export const CancelResponseRequest: MessageFns<CancelResponseRequest> = {
+  encode(message: CancelResponseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelResponseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelResponseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelResponseRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: CancelResponseRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CancelResponseRequest>): CancelResponseRequest {
+    return CancelResponseRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelResponseRequest>): CancelResponseRequest {
+    const message = createBaseCancelResponseRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseCancelResponseResponse(): CancelResponseResponse {
+  return { call: undefined };
+}
+
+export const CancelResponseResponse: MessageFns<CancelResponseResponse> = {
+  encode(message: CancelResponseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.call !== undefined) {
+      CallRecord.encode(message.call, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CancelResponseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCancelResponseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.call = CallRecord.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CancelResponseResponse {
+    return { call: isSet(object.call) ? CallRecord.fromJSON(object.call) : undefined };
+  },
+
+  toJSON(message: CancelResponseResponse): unknown {
+    const obj: any = {};
+    if (message.call !== undefined) {
+      obj.call = CallRecord.toJSON(message.call);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CancelResponseResponse>): CancelResponseResponse {
+    return CancelResponseResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CancelResponseResponse>): CancelResponseResponse {
+    const message = createBaseCancelResponseResponse();
+    message.call = (object.call !== undefined && object.call !== null)
+      ? CallRecord.fromPartial(object.call)
+      : undefined;
+    return message;
+  },
+};
+
 /** Chat sessions and streamed assistant replies (spec 2.4, 4.4; CONTRACT.md 5). */
 export type ChatServiceService = typeof ChatServiceService;
 export const ChatServiceService = {
@@ -2021,6 +4292,65 @@ export const ChatServiceService = {
     responseSerialize: (value: StreamReplyResponse): Buffer => Buffer.from(StreamReplyResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): StreamReplyResponse => StreamReplyResponse.decode(value),
   },
+  /** The OpenAI-compatible API (CONTRACT.md 9). The models the caller may name (the tenant's configured ones). */
+  listModels: {
+    path: "/chat.v1.ChatService/ListModels" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListModelsRequest): Buffer => Buffer.from(ListModelsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListModelsRequest => ListModelsRequest.decode(value),
+    responseSerialize: (value: ListModelsResponse): Buffer => Buffer.from(ListModelsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
+  },
+  /**
+   * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
+   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   */
+  startCall: {
+    path: "/chat.v1.ChatService/StartCall" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: StartCallRequest): Buffer => Buffer.from(StartCallRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StartCallRequest => StartCallRequest.decode(value),
+    responseSerialize: (value: StartCallResponse): Buffer => Buffer.from(StartCallResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): StartCallResponse => StartCallResponse.decode(value),
+  },
+  /**
+   * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
+   * finished response from the store.
+   */
+  streamResponse: {
+    path: "/chat.v1.ChatService/StreamResponse" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: StreamResponseRequest): Buffer =>
+      Buffer.from(StreamResponseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StreamResponseRequest => StreamResponseRequest.decode(value),
+    responseSerialize: (value: StreamResponseResponse): Buffer =>
+      Buffer.from(StreamResponseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): StreamResponseResponse => StreamResponseResponse.decode(value),
+  },
+  getResponse: {
+    path: "/chat.v1.ChatService/GetResponse" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetResponseRequest): Buffer => Buffer.from(GetResponseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetResponseRequest => GetResponseRequest.decode(value),
+    responseSerialize: (value: GetResponseResponse): Buffer => Buffer.from(GetResponseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetResponseResponse => GetResponseResponse.decode(value),
+  },
+  /** Stops a response still in progress (any process may be generating it); a finished one is returned as it is. */
+  cancelResponse: {
+    path: "/chat.v1.ChatService/CancelResponse" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CancelResponseRequest): Buffer =>
+      Buffer.from(CancelResponseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CancelResponseRequest => CancelResponseRequest.decode(value),
+    responseSerialize: (value: CancelResponseResponse): Buffer =>
+      Buffer.from(CancelResponseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CancelResponseResponse => CancelResponseResponse.decode(value),
+  },
 } as const;
 
 export interface ChatServiceServer extends UntypedServiceImplementation {
@@ -2034,6 +4364,21 @@ export interface ChatServiceServer extends UntypedServiceImplementation {
   postMessage: handleUnaryCall<PostMessageRequest, PostMessageResponse>;
   /** The reply to the latest user message as it is generated, resumable after an event id; replays a finished one. */
   streamReply: handleServerStreamingCall<StreamReplyRequest, StreamReplyResponse>;
+  /** The OpenAI-compatible API (CONTRACT.md 9). The models the caller may name (the tenant's configured ones). */
+  listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
+  /**
+   * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
+   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   */
+  startCall: handleServerStreamingCall<StartCallRequest, StartCallResponse>;
+  /**
+   * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
+   * finished response from the store.
+   */
+  streamResponse: handleServerStreamingCall<StreamResponseRequest, StreamResponseResponse>;
+  getResponse: handleUnaryCall<GetResponseRequest, GetResponseResponse>;
+  /** Stops a response still in progress (any process may be generating it); a finished one is returned as it is. */
+  cancelResponse: handleUnaryCall<CancelResponseRequest, CancelResponseResponse>;
 }
 
 export interface ChatServiceClient extends Client {
@@ -2136,6 +4481,76 @@ export interface ChatServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<StreamReplyResponse>;
+  /** The OpenAI-compatible API (CONTRACT.md 9). The models the caller may name (the tenant's configured ones). */
+  listModels(
+    request: ListModelsRequest,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  listModels(
+    request: ListModelsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  listModels(
+    request: ListModelsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
+   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   */
+  startCall(request: StartCallRequest, options?: Partial<CallOptions>): ClientReadableStream<StartCallResponse>;
+  startCall(
+    request: StartCallRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<StartCallResponse>;
+  /**
+   * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
+   * finished response from the store.
+   */
+  streamResponse(
+    request: StreamResponseRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<StreamResponseResponse>;
+  streamResponse(
+    request: StreamResponseRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<StreamResponseResponse>;
+  getResponse(
+    request: GetResponseRequest,
+    callback: (error: ServiceError | null, response: GetResponseResponse) => void,
+  ): ClientUnaryCall;
+  getResponse(
+    request: GetResponseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetResponseResponse) => void,
+  ): ClientUnaryCall;
+  getResponse(
+    request: GetResponseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetResponseResponse) => void,
+  ): ClientUnaryCall;
+  /** Stops a response still in progress (any process may be generating it); a finished one is returned as it is. */
+  cancelResponse(
+    request: CancelResponseRequest,
+    callback: (error: ServiceError | null, response: CancelResponseResponse) => void,
+  ): ClientUnaryCall;
+  cancelResponse(
+    request: CancelResponseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CancelResponseResponse) => void,
+  ): ClientUnaryCall;
+  cancelResponse(
+    request: CancelResponseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CancelResponseResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const ChatServiceClient = makeGenericClientConstructor(ChatServiceService, "chat.v1.ChatService") as unknown as {
@@ -2143,6 +4558,10 @@ export const ChatServiceClient = makeGenericClientConstructor(ChatServiceService
   service: typeof ChatServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

@@ -6,10 +6,31 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
+import { Struct } from "../../google/protobuf/struct";
 
 export const protobufPackage = "events.v1";
 
 export const protobufFileName = "events/v1/events.proto";
+
+/**
+ * The public event catalogue is declared here, on the messages themselves: a message carrying a `public_event` option
+ * is the `data` of that type as webhooks deliver it and GET /events shows it (its fields' JSON names, an `optional`
+ * field null or left out). `npm run proto` generates each type's JSON Schema from its message
+ * (scripts/event-catalogue.mjs, into packages/proto/src/event-catalogue.ts): GET /event-types serves them and a
+ * webhook may subscribe to exactly these types. Messages named `...Payload` only describe that JSON shape; the bus
+ * carries the `...Data` message in `Event.data` and the webhooks service maps it (services/webhooks/src/payload.ts).
+ */
+export interface PublicEventType {
+  /** The event type, `<resource>.<happening>`. */
+  type: string;
+  /**
+   * Raised when `data` changes in a way a receiver must know about (a field removed or retyped); adding a field does
+   * not raise it.
+   */
+  version: number;
+  /** One sentence: when the event is emitted. */
+  description: string;
+}
 
 /**
  * One domain event as it travels on the bus. The webhook payload is its JSON form:
@@ -31,21 +52,26 @@ export interface Event {
     | { $case: "usage"; value: UsageData }
     | { $case: "plan"; value: PlanData }
     | { $case: "thresholdCrossed"; value: ThresholdCrossedData }
+    | { $case: "webhookEndpoint"; value: WebhookEndpointData }
     | { $case: "auditEntry"; value: AuditEntryData }
     | undefined;
 }
 
+/** A tenant as GET /tenant shows it. */
 export interface TenantData {
   id: string;
   name: string;
+  /** free, starter, growth, enterprise */
   plan: string;
   createdAt: string;
 }
 
+/** A member as GET /auth/me shows the user. */
 export interface UserData {
   id: string;
   email: string;
   name: string;
+  /** owner, admin, member */
   role: string;
   createdAt: string;
 }
@@ -82,6 +108,119 @@ export interface AgentRunData {
   outputTokens: number;
   startedAt: string;
   completedAt: string;
+}
+
+/**
+ * The data of project.created and project.updated: the project as GET /projects/:id shows it (the bus carries
+ * ProjectData).
+ */
+export interface ProjectPayload {
+  id: string;
+  name: string;
+  description: string;
+  language: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/**
+ * The data of agent.started, agent.completed and agent.failed: the run as GET /agents/:id/runs/:run_id shows its
+ * summary (the bus carries AgentRunData).
+ */
+export interface AgentRunPayload {
+  /** The run id. */
+  id: string;
+  agentId: string;
+  projectId: string;
+  /** queued, running, requires_approval, completed, failed, cancelled */
+  status: string;
+  /** The final answer; null until the run completes. */
+  output?:
+    | string
+    | undefined;
+  /** Why the run failed; null otherwise. */
+  error?: string | undefined;
+  usage?: AgentRunUsage | undefined;
+  startedAt?: string | undefined;
+  completedAt?: string | undefined;
+}
+
+/** Tokens a run spent so far, over all its model calls. */
+export interface AgentRunUsage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/** The data of billing.threshold_crossed (the bus carries ThresholdCrossedData). */
+export interface ThresholdCrossedPayload {
+  /** balance_below, key_budget, daily_credits */
+  kind: string;
+  /** The threshold crossed: credits (balance_below, daily_credits) or a percent of the key's budget (key_budget). */
+  threshold: number;
+  /** The new value: the balance, the key's percent of its budget spent (rounded down), or the day's debits. */
+  value: number;
+  /** The API key (key_budget only). */
+  apiKeyId?: string | undefined;
+}
+
+/**
+ * webhook.endpoint_disabled and webhook.endpoint_recovered (public, made by the webhooks service): the endpoint as
+ * GET /webhooks/:id shows it after the change.
+ */
+export interface WebhookEndpointData {
+  id: string;
+  url: string;
+  events: string[];
+  active: boolean;
+  /** Why the service disabled it; null when active. */
+  disabledReason?: string | undefined;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** audit.entry_created (public): one entry of the tenant's audit log, as GET /audit-log shows it, secrets redacted. */
+export interface AuditEntryData {
+  id: string;
+  at: string;
+  actor?:
+    | AuditActor
+    | undefined;
+  /** A dotted name: api_key.created, member.role_changed, session.signed_in, ... */
+  action: string;
+  target?: AuditTarget | undefined;
+  ip?: string | undefined;
+  userAgent?: string | undefined;
+  requestId?: string | undefined;
+  changes?:
+    | AuditChanges
+    | undefined;
+  /** The previous entry's hash in the tenant's chain; null for the first entry. */
+  prevHash?:
+    | string
+    | undefined;
+  /** SHA-256 (hex) of the entry's canonical JSON without `hash`. */
+  hash: string;
+}
+
+/** Who did it. */
+export interface AuditActor {
+  /** user, api_key, admin, system */
+  type: string;
+  id: string;
+  email?: string | undefined;
+  keyPrefix?: string | undefined;
+}
+
+/** What it was done to. */
+export interface AuditTarget {
+  type: string;
+  id: string;
+}
+
+/** The target before and after the change (null where there was or is none), secrets redacted. */
+export interface AuditChanges {
+  before?: { [key: string]: any } | undefined;
+  after?: { [key: string]: any } | undefined;
 }
 
 /** llm.usage (internal, for billing): tokens spent by a run or a chat reply. */
@@ -141,28 +280,106 @@ export interface ThresholdCrossedData {
   apiKeyId: string;
 }
 
-/**
- * An audit log entry (audit.entry_created, CONTRACT.md 10), and what another service records for identity to add to
- * the tenant's chain (audit.recorded, internal: prev_hash and hash empty). `changes_json` is the JSON of
- * {before, after} with secrets redacted.
- */
-export interface AuditEntryData {
-  id: string;
-  at: string;
-  actorType: string;
-  actorId: string;
-  actorEmail: string;
-  actorKeyPrefix: string;
-  action: string;
-  targetType: string;
-  targetId: string;
-  ip: string;
-  userAgent: string;
-  requestId: string;
-  changesJson: string;
-  prevHash: string;
-  hash: string;
+function createBasePublicEventType(): PublicEventType {
+  return { type: "", version: 0, description: "" };
 }
+
+export const PublicEventType: MessageFns<PublicEventType> = {
+  encode(message: PublicEventType, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.version !== 0) {
+      writer.uint32(16).int32(message.version);
+    }
+    if (message.description !== "") {
+      writer.uint32(26).string(message.description);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PublicEventType {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePublicEventType();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.version = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PublicEventType {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      version: isSet(object.version) ? globalThis.Number(object.version) : 0,
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+    };
+  },
+
+  toJSON(message: PublicEventType): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.version !== 0) {
+      obj.version = Math.round(message.version);
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<PublicEventType>): PublicEventType {
+    return PublicEventType.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<PublicEventType>): PublicEventType {
+    const message = createBasePublicEventType();
+    message.type = object.type ?? "";
+    message.version = object.version ?? 0;
+    message.description = object.description ?? "";
+    return message;
+  },
+};
 
 function createBaseEvent(): Event {
   return { id: "", type: "", tenantId: "", createdAt: "", data: undefined };
@@ -210,8 +427,11 @@ export const Event: MessageFns<Event> = {
       case "thresholdCrossed":
         ThresholdCrossedData.encode(message.data.value, writer.uint32(146).fork()).join();
         break;
+      case "webhookEndpoint":
+        WebhookEndpointData.encode(message.data.value, writer.uint32(154).fork()).join();
+        break;
       case "auditEntry":
-        AuditEntryData.encode(message.data.value, writer.uint32(322).fork()).join();
+        AuditEntryData.encode(message.data.value, writer.uint32(162).fork()).join();
         break;
     }
     return writer;
@@ -334,8 +554,16 @@ export const Event: MessageFns<Event> = {
             message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.decode(reader, reader.uint32()) };
             continue;
           }
-          case 40: {
-            if (tag !== 322) {
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.data = { $case: "webhookEndpoint", value: WebhookEndpointData.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 20: {
+            if (tag !== 162) {
               break;
             }
 
@@ -390,6 +618,10 @@ export const Event: MessageFns<Event> = {
         ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.thresholdCrossed) }
         : isSet(object.threshold_crossed)
         ? { $case: "thresholdCrossed", value: ThresholdCrossedData.fromJSON(object.threshold_crossed) }
+        : isSet(object.webhookEndpoint)
+        ? { $case: "webhookEndpoint", value: WebhookEndpointData.fromJSON(object.webhookEndpoint) }
+        : isSet(object.webhook_endpoint)
+        ? { $case: "webhookEndpoint", value: WebhookEndpointData.fromJSON(object.webhook_endpoint) }
         : isSet(object.auditEntry)
         ? { $case: "auditEntry", value: AuditEntryData.fromJSON(object.auditEntry) }
         : isSet(object.audit_entry)
@@ -430,6 +662,8 @@ export const Event: MessageFns<Event> = {
       obj.plan = PlanData.toJSON(message.data.value);
     } else if (message.data?.$case === "thresholdCrossed") {
       obj.thresholdCrossed = ThresholdCrossedData.toJSON(message.data.value);
+    } else if (message.data?.$case === "webhookEndpoint") {
+      obj.webhookEndpoint = WebhookEndpointData.toJSON(message.data.value);
     } else if (message.data?.$case === "auditEntry") {
       obj.auditEntry = AuditEntryData.toJSON(message.data.value);
     }
@@ -497,6 +731,12 @@ export const Event: MessageFns<Event> = {
       case "thresholdCrossed": {
         if (object.data?.value !== undefined && object.data?.value !== null) {
           message.data = { $case: "thresholdCrossed", value: ThresholdCrossedData.fromPartial(object.data.value) };
+        }
+        break;
+      }
+      case "webhookEndpoint": {
+        if (object.data?.value !== undefined && object.data?.value !== null) {
+          message.data = { $case: "webhookEndpoint", value: WebhookEndpointData.fromPartial(object.data.value) };
         }
         break;
       }
@@ -1334,6 +1574,1321 @@ export const AgentRunData: MessageFns<AgentRunData> = {
   },
 };
 
+function createBaseProjectPayload(): ProjectPayload {
+  return { id: "", name: "", description: "", language: "", created_at: "", updated_at: "" };
+}
+
+export const ProjectPayload: MessageFns<ProjectPayload> = {
+  encode(message: ProjectPayload, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(26).string(message.description);
+    }
+    if (message.language !== "") {
+      writer.uint32(34).string(message.language);
+    }
+    if (message.created_at !== "") {
+      writer.uint32(42).string(message.created_at);
+    }
+    if (message.updated_at !== "") {
+      writer.uint32(50).string(message.updated_at);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProjectPayload {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProjectPayload();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.created_at = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.updated_at = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProjectPayload {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      language: isSet(object.language) ? globalThis.String(object.language) : "",
+      created_at: isSet(object.created_at) ? globalThis.String(object.created_at) : "",
+      updated_at: isSet(object.updated_at) ? globalThis.String(object.updated_at) : "",
+    };
+  },
+
+  toJSON(message: ProjectPayload): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.language !== "") {
+      obj.language = message.language;
+    }
+    if (message.created_at !== "") {
+      obj.created_at = message.created_at;
+    }
+    if (message.updated_at !== "") {
+      obj.updated_at = message.updated_at;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ProjectPayload>): ProjectPayload {
+    return ProjectPayload.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ProjectPayload>): ProjectPayload {
+    const message = createBaseProjectPayload();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.language = object.language ?? "";
+    message.created_at = object.created_at ?? "";
+    message.updated_at = object.updated_at ?? "";
+    return message;
+  },
+};
+
+function createBaseAgentRunPayload(): AgentRunPayload {
+  return {
+    id: "",
+    agentId: "",
+    projectId: "",
+    status: "",
+    output: undefined,
+    error: undefined,
+    usage: undefined,
+    startedAt: undefined,
+    completedAt: undefined,
+  };
+}
+
+export const AgentRunPayload: MessageFns<AgentRunPayload> = {
+  encode(message: AgentRunPayload, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.agentId !== "") {
+      writer.uint32(18).string(message.agentId);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(26).string(message.projectId);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    if (message.output !== undefined) {
+      writer.uint32(42).string(message.output);
+    }
+    if (message.error !== undefined) {
+      writer.uint32(50).string(message.error);
+    }
+    if (message.usage !== undefined) {
+      AgentRunUsage.encode(message.usage, writer.uint32(58).fork()).join();
+    }
+    if (message.startedAt !== undefined) {
+      writer.uint32(66).string(message.startedAt);
+    }
+    if (message.completedAt !== undefined) {
+      writer.uint32(74).string(message.completedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentRunPayload {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentRunPayload();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.agentId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.output = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.usage = AgentRunUsage.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.startedAt = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.completedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentRunPayload {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      agentId: isSet(object.agentId)
+        ? globalThis.String(object.agentId)
+        : isSet(object.agent_id)
+        ? globalThis.String(object.agent_id)
+        : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      output: isSet(object.output) ? globalThis.String(object.output) : undefined,
+      error: isSet(object.error) ? globalThis.String(object.error) : undefined,
+      usage: isSet(object.usage) ? AgentRunUsage.fromJSON(object.usage) : undefined,
+      startedAt: isSet(object.startedAt)
+        ? globalThis.String(object.startedAt)
+        : isSet(object.started_at)
+        ? globalThis.String(object.started_at)
+        : undefined,
+      completedAt: isSet(object.completedAt)
+        ? globalThis.String(object.completedAt)
+        : isSet(object.completed_at)
+        ? globalThis.String(object.completed_at)
+        : undefined,
+    };
+  },
+
+  toJSON(message: AgentRunPayload): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.agentId !== "") {
+      obj.agentId = message.agentId;
+    }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.output !== undefined) {
+      obj.output = message.output;
+    }
+    if (message.error !== undefined) {
+      obj.error = message.error;
+    }
+    if (message.usage !== undefined) {
+      obj.usage = AgentRunUsage.toJSON(message.usage);
+    }
+    if (message.startedAt !== undefined) {
+      obj.startedAt = message.startedAt;
+    }
+    if (message.completedAt !== undefined) {
+      obj.completedAt = message.completedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentRunPayload>): AgentRunPayload {
+    return AgentRunPayload.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentRunPayload>): AgentRunPayload {
+    const message = createBaseAgentRunPayload();
+    message.id = object.id ?? "";
+    message.agentId = object.agentId ?? "";
+    message.projectId = object.projectId ?? "";
+    message.status = object.status ?? "";
+    message.output = object.output ?? undefined;
+    message.error = object.error ?? undefined;
+    message.usage = (object.usage !== undefined && object.usage !== null)
+      ? AgentRunUsage.fromPartial(object.usage)
+      : undefined;
+    message.startedAt = object.startedAt ?? undefined;
+    message.completedAt = object.completedAt ?? undefined;
+    return message;
+  },
+};
+
+function createBaseAgentRunUsage(): AgentRunUsage {
+  return { inputTokens: 0, outputTokens: 0 };
+}
+
+export const AgentRunUsage: MessageFns<AgentRunUsage> = {
+  encode(message: AgentRunUsage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.inputTokens !== 0) {
+      writer.uint32(8).int32(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(16).int32(message.outputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AgentRunUsage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAgentRunUsage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.inputTokens = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.outputTokens = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AgentRunUsage {
+    return {
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: AgentRunUsage): unknown {
+    const obj: any = {};
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AgentRunUsage>): AgentRunUsage {
+    return AgentRunUsage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AgentRunUsage>): AgentRunUsage {
+    const message = createBaseAgentRunUsage();
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    return message;
+  },
+};
+
+function createBaseThresholdCrossedPayload(): ThresholdCrossedPayload {
+  return { kind: "", threshold: 0, value: 0, apiKeyId: undefined };
+}
+
+export const ThresholdCrossedPayload: MessageFns<ThresholdCrossedPayload> = {
+  encode(message: ThresholdCrossedPayload, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== "") {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.threshold !== 0) {
+      writer.uint32(16).int64(message.threshold);
+    }
+    if (message.value !== 0) {
+      writer.uint32(24).int64(message.value);
+    }
+    if (message.apiKeyId !== undefined) {
+      writer.uint32(34).string(message.apiKeyId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ThresholdCrossedPayload {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseThresholdCrossedPayload();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.threshold = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.value = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ThresholdCrossedPayload {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      threshold: isSet(object.threshold) ? globalThis.Number(object.threshold) : 0,
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ThresholdCrossedPayload): unknown {
+    const obj: any = {};
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.threshold !== 0) {
+      obj.threshold = Math.round(message.threshold);
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    if (message.apiKeyId !== undefined) {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ThresholdCrossedPayload>): ThresholdCrossedPayload {
+    return ThresholdCrossedPayload.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ThresholdCrossedPayload>): ThresholdCrossedPayload {
+    const message = createBaseThresholdCrossedPayload();
+    message.kind = object.kind ?? "";
+    message.threshold = object.threshold ?? 0;
+    message.value = object.value ?? 0;
+    message.apiKeyId = object.apiKeyId ?? undefined;
+    return message;
+  },
+};
+
+function createBaseWebhookEndpointData(): WebhookEndpointData {
+  return { id: "", url: "", events: [], active: false, disabledReason: undefined, createdAt: "", updatedAt: "" };
+}
+
+export const WebhookEndpointData: MessageFns<WebhookEndpointData> = {
+  encode(message: WebhookEndpointData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.url !== "") {
+      writer.uint32(18).string(message.url);
+    }
+    for (const v of message.events) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.active !== false) {
+      writer.uint32(32).bool(message.active);
+    }
+    if (message.disabledReason !== undefined) {
+      writer.uint32(42).string(message.disabledReason);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(50).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(58).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WebhookEndpointData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWebhookEndpointData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.events.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.active = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.disabledReason = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WebhookEndpointData {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      url: isSet(object.url) ? globalThis.String(object.url) : "",
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => globalThis.String(e)) : [],
+      active: isSet(object.active) ? globalThis.Boolean(object.active) : false,
+      disabledReason: isSet(object.disabledReason)
+        ? globalThis.String(object.disabledReason)
+        : isSet(object.disabled_reason)
+        ? globalThis.String(object.disabled_reason)
+        : undefined,
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: WebhookEndpointData): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.url !== "") {
+      obj.url = message.url;
+    }
+    if (message.events?.length) {
+      obj.events = message.events;
+    }
+    if (message.active !== false) {
+      obj.active = message.active;
+    }
+    if (message.disabledReason !== undefined) {
+      obj.disabledReason = message.disabledReason;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WebhookEndpointData>): WebhookEndpointData {
+    return WebhookEndpointData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WebhookEndpointData>): WebhookEndpointData {
+    const message = createBaseWebhookEndpointData();
+    message.id = object.id ?? "";
+    message.url = object.url ?? "";
+    message.events = object.events?.map((e) => e) || [];
+    message.active = object.active ?? false;
+    message.disabledReason = object.disabledReason ?? undefined;
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditEntryData(): AuditEntryData {
+  return {
+    id: "",
+    at: "",
+    actor: undefined,
+    action: "",
+    target: undefined,
+    ip: undefined,
+    userAgent: undefined,
+    requestId: undefined,
+    changes: undefined,
+    prevHash: undefined,
+    hash: "",
+  };
+}
+
+export const AuditEntryData: MessageFns<AuditEntryData> = {
+  encode(message: AuditEntryData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.at !== "") {
+      writer.uint32(18).string(message.at);
+    }
+    if (message.actor !== undefined) {
+      AuditActor.encode(message.actor, writer.uint32(26).fork()).join();
+    }
+    if (message.action !== "") {
+      writer.uint32(34).string(message.action);
+    }
+    if (message.target !== undefined) {
+      AuditTarget.encode(message.target, writer.uint32(42).fork()).join();
+    }
+    if (message.ip !== undefined) {
+      writer.uint32(50).string(message.ip);
+    }
+    if (message.userAgent !== undefined) {
+      writer.uint32(58).string(message.userAgent);
+    }
+    if (message.requestId !== undefined) {
+      writer.uint32(66).string(message.requestId);
+    }
+    if (message.changes !== undefined) {
+      AuditChanges.encode(message.changes, writer.uint32(74).fork()).join();
+    }
+    if (message.prevHash !== undefined) {
+      writer.uint32(82).string(message.prevHash);
+    }
+    if (message.hash !== "") {
+      writer.uint32(90).string(message.hash);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntryData {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditEntryData();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.actor = AuditActor.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.target = AuditTarget.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.ip = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.userAgent = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.changes = AuditChanges.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.prevHash = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.hash = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditEntryData {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      at: isSet(object.at) ? globalThis.String(object.at) : "",
+      actor: isSet(object.actor) ? AuditActor.fromJSON(object.actor) : undefined,
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      target: isSet(object.target) ? AuditTarget.fromJSON(object.target) : undefined,
+      ip: isSet(object.ip) ? globalThis.String(object.ip) : undefined,
+      userAgent: isSet(object.userAgent)
+        ? globalThis.String(object.userAgent)
+        : isSet(object.user_agent)
+        ? globalThis.String(object.user_agent)
+        : undefined,
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : undefined,
+      changes: isSet(object.changes) ? AuditChanges.fromJSON(object.changes) : undefined,
+      prevHash: isSet(object.prevHash)
+        ? globalThis.String(object.prevHash)
+        : isSet(object.prev_hash)
+        ? globalThis.String(object.prev_hash)
+        : undefined,
+      hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
+    };
+  },
+
+  toJSON(message: AuditEntryData): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.at !== "") {
+      obj.at = message.at;
+    }
+    if (message.actor !== undefined) {
+      obj.actor = AuditActor.toJSON(message.actor);
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.target !== undefined) {
+      obj.target = AuditTarget.toJSON(message.target);
+    }
+    if (message.ip !== undefined) {
+      obj.ip = message.ip;
+    }
+    if (message.userAgent !== undefined) {
+      obj.userAgent = message.userAgent;
+    }
+    if (message.requestId !== undefined) {
+      obj.requestId = message.requestId;
+    }
+    if (message.changes !== undefined) {
+      obj.changes = AuditChanges.toJSON(message.changes);
+    }
+    if (message.prevHash !== undefined) {
+      obj.prevHash = message.prevHash;
+    }
+    if (message.hash !== "") {
+      obj.hash = message.hash;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditEntryData>): AuditEntryData {
+    return AuditEntryData.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditEntryData>): AuditEntryData {
+    const message = createBaseAuditEntryData();
+    message.id = object.id ?? "";
+    message.at = object.at ?? "";
+    message.actor = (object.actor !== undefined && object.actor !== null)
+      ? AuditActor.fromPartial(object.actor)
+      : undefined;
+    message.action = object.action ?? "";
+    message.target = (object.target !== undefined && object.target !== null)
+      ? AuditTarget.fromPartial(object.target)
+      : undefined;
+    message.ip = object.ip ?? undefined;
+    message.userAgent = object.userAgent ?? undefined;
+    message.requestId = object.requestId ?? undefined;
+    message.changes = (object.changes !== undefined && object.changes !== null)
+      ? AuditChanges.fromPartial(object.changes)
+      : undefined;
+    message.prevHash = object.prevHash ?? undefined;
+    message.hash = object.hash ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditActor(): AuditActor {
+  return { type: "", id: "", email: undefined, keyPrefix: undefined };
+}
+
+export const AuditActor: MessageFns<AuditActor> = {
+  encode(message: AuditActor, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    if (message.email !== undefined) {
+      writer.uint32(26).string(message.email);
+    }
+    if (message.keyPrefix !== undefined) {
+      writer.uint32(34).string(message.keyPrefix);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditActor {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditActor();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.keyPrefix = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditActor {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : undefined,
+      keyPrefix: isSet(object.keyPrefix)
+        ? globalThis.String(object.keyPrefix)
+        : isSet(object.key_prefix)
+        ? globalThis.String(object.key_prefix)
+        : undefined,
+    };
+  },
+
+  toJSON(message: AuditActor): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.email !== undefined) {
+      obj.email = message.email;
+    }
+    if (message.keyPrefix !== undefined) {
+      obj.keyPrefix = message.keyPrefix;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditActor>): AuditActor {
+    return AuditActor.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditActor>): AuditActor {
+    const message = createBaseAuditActor();
+    message.type = object.type ?? "";
+    message.id = object.id ?? "";
+    message.email = object.email ?? undefined;
+    message.keyPrefix = object.keyPrefix ?? undefined;
+    return message;
+  },
+};
+
+function createBaseAuditTarget(): AuditTarget {
+  return { type: "", id: "" };
+}
+
+export const AuditTarget: MessageFns<AuditTarget> = {
+  encode(message: AuditTarget, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditTarget {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditTarget();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditTarget {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+    };
+  },
+
+  toJSON(message: AuditTarget): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditTarget>): AuditTarget {
+    return AuditTarget.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditTarget>): AuditTarget {
+    const message = createBaseAuditTarget();
+    message.type = object.type ?? "";
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditChanges(): AuditChanges {
+  return { before: undefined, after: undefined };
+}
+
+export const AuditChanges: MessageFns<AuditChanges> = {
+  encode(message: AuditChanges, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.before !== undefined) {
+      Struct.encode(Struct.wrap(message.before), writer.uint32(10).fork()).join();
+    }
+    if (message.after !== undefined) {
+      Struct.encode(Struct.wrap(message.after), writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditChanges {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditChanges();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.before = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.after = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditChanges {
+    return {
+      before: isObject(object.before) ? object.before : undefined,
+      after: isObject(object.after) ? object.after : undefined,
+    };
+  },
+
+  toJSON(message: AuditChanges): unknown {
+    const obj: any = {};
+    if (message.before !== undefined) {
+      obj.before = message.before;
+    }
+    if (message.after !== undefined) {
+      obj.after = message.after;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditChanges>): AuditChanges {
+    return AuditChanges.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditChanges>): AuditChanges {
+    const message = createBaseAuditChanges();
+    message.before = object.before ?? undefined;
+    message.after = object.after ?? undefined;
+    return message;
+  },
+};
+
 function createBaseUsageData(): UsageData {
   return {
     source: "",
@@ -1911,355 +3466,6 @@ export const ThresholdCrossedData: MessageFns<ThresholdCrossedData> = {
   },
 };
 
-function createBaseAuditEntryData(): AuditEntryData {
-  return {
-    id: "",
-    at: "",
-    actorType: "",
-    actorId: "",
-    actorEmail: "",
-    actorKeyPrefix: "",
-    action: "",
-    targetType: "",
-    targetId: "",
-    ip: "",
-    userAgent: "",
-    requestId: "",
-    changesJson: "",
-    prevHash: "",
-    hash: "",
-  };
-}
-
-export const AuditEntryData: MessageFns<AuditEntryData> = {
-  encode(message: AuditEntryData, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    if (message.id !== "") {
-      writer.uint32(10).string(message.id);
-    }
-    if (message.at !== "") {
-      writer.uint32(18).string(message.at);
-    }
-    if (message.actorType !== "") {
-      writer.uint32(26).string(message.actorType);
-    }
-    if (message.actorId !== "") {
-      writer.uint32(34).string(message.actorId);
-    }
-    if (message.actorEmail !== "") {
-      writer.uint32(42).string(message.actorEmail);
-    }
-    if (message.actorKeyPrefix !== "") {
-      writer.uint32(50).string(message.actorKeyPrefix);
-    }
-    if (message.action !== "") {
-      writer.uint32(58).string(message.action);
-    }
-    if (message.targetType !== "") {
-      writer.uint32(66).string(message.targetType);
-    }
-    if (message.targetId !== "") {
-      writer.uint32(74).string(message.targetId);
-    }
-    if (message.ip !== "") {
-      writer.uint32(82).string(message.ip);
-    }
-    if (message.userAgent !== "") {
-      writer.uint32(90).string(message.userAgent);
-    }
-    if (message.requestId !== "") {
-      writer.uint32(98).string(message.requestId);
-    }
-    if (message.changesJson !== "") {
-      writer.uint32(106).string(message.changesJson);
-    }
-    if (message.prevHash !== "") {
-      writer.uint32(114).string(message.prevHash);
-    }
-    if (message.hash !== "") {
-      writer.uint32(122).string(message.hash);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntryData {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseAuditEntryData();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
-              break;
-            }
-
-            message.id = reader.string();
-            continue;
-          }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.at = reader.string();
-            continue;
-          }
-          case 3: {
-            if (tag !== 26) {
-              break;
-            }
-
-            message.actorType = reader.string();
-            continue;
-          }
-          case 4: {
-            if (tag !== 34) {
-              break;
-            }
-
-            message.actorId = reader.string();
-            continue;
-          }
-          case 5: {
-            if (tag !== 42) {
-              break;
-            }
-
-            message.actorEmail = reader.string();
-            continue;
-          }
-          case 6: {
-            if (tag !== 50) {
-              break;
-            }
-
-            message.actorKeyPrefix = reader.string();
-            continue;
-          }
-          case 7: {
-            if (tag !== 58) {
-              break;
-            }
-
-            message.action = reader.string();
-            continue;
-          }
-          case 8: {
-            if (tag !== 66) {
-              break;
-            }
-
-            message.targetType = reader.string();
-            continue;
-          }
-          case 9: {
-            if (tag !== 74) {
-              break;
-            }
-
-            message.targetId = reader.string();
-            continue;
-          }
-          case 10: {
-            if (tag !== 82) {
-              break;
-            }
-
-            message.ip = reader.string();
-            continue;
-          }
-          case 11: {
-            if (tag !== 90) {
-              break;
-            }
-
-            message.userAgent = reader.string();
-            continue;
-          }
-          case 12: {
-            if (tag !== 98) {
-              break;
-            }
-
-            message.requestId = reader.string();
-            continue;
-          }
-          case 13: {
-            if (tag !== 106) {
-              break;
-            }
-
-            message.changesJson = reader.string();
-            continue;
-          }
-          case 14: {
-            if (tag !== 114) {
-              break;
-            }
-
-            message.prevHash = reader.string();
-            continue;
-          }
-          case 15: {
-            if (tag !== 122) {
-              break;
-            }
-
-            message.hash = reader.string();
-            continue;
-          }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  fromJSON(object: any): AuditEntryData {
-    return {
-      id: isSet(object.id) ? globalThis.String(object.id) : "",
-      at: isSet(object.at) ? globalThis.String(object.at) : "",
-      actorType: isSet(object.actorType)
-        ? globalThis.String(object.actorType)
-        : isSet(object.actor_type)
-        ? globalThis.String(object.actor_type)
-        : "",
-      actorId: isSet(object.actorId)
-        ? globalThis.String(object.actorId)
-        : isSet(object.actor_id)
-        ? globalThis.String(object.actor_id)
-        : "",
-      actorEmail: isSet(object.actorEmail)
-        ? globalThis.String(object.actorEmail)
-        : isSet(object.actor_email)
-        ? globalThis.String(object.actor_email)
-        : "",
-      actorKeyPrefix: isSet(object.actorKeyPrefix)
-        ? globalThis.String(object.actorKeyPrefix)
-        : isSet(object.actor_key_prefix)
-        ? globalThis.String(object.actor_key_prefix)
-        : "",
-      action: isSet(object.action) ? globalThis.String(object.action) : "",
-      targetType: isSet(object.targetType)
-        ? globalThis.String(object.targetType)
-        : isSet(object.target_type)
-        ? globalThis.String(object.target_type)
-        : "",
-      targetId: isSet(object.targetId)
-        ? globalThis.String(object.targetId)
-        : isSet(object.target_id)
-        ? globalThis.String(object.target_id)
-        : "",
-      ip: isSet(object.ip) ? globalThis.String(object.ip) : "",
-      userAgent: isSet(object.userAgent)
-        ? globalThis.String(object.userAgent)
-        : isSet(object.user_agent)
-        ? globalThis.String(object.user_agent)
-        : "",
-      requestId: isSet(object.requestId)
-        ? globalThis.String(object.requestId)
-        : isSet(object.request_id)
-        ? globalThis.String(object.request_id)
-        : "",
-      changesJson: isSet(object.changesJson)
-        ? globalThis.String(object.changesJson)
-        : isSet(object.changes_json)
-        ? globalThis.String(object.changes_json)
-        : "",
-      prevHash: isSet(object.prevHash)
-        ? globalThis.String(object.prevHash)
-        : isSet(object.prev_hash)
-        ? globalThis.String(object.prev_hash)
-        : "",
-      hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
-    };
-  },
-
-  toJSON(message: AuditEntryData): unknown {
-    const obj: any = {};
-    if (message.id !== "") {
-      obj.id = message.id;
-    }
-    if (message.at !== "") {
-      obj.at = message.at;
-    }
-    if (message.actorType !== "") {
-      obj.actorType = message.actorType;
-    }
-    if (message.actorId !== "") {
-      obj.actorId = message.actorId;
-    }
-    if (message.actorEmail !== "") {
-      obj.actorEmail = message.actorEmail;
-    }
-    if (message.actorKeyPrefix !== "") {
-      obj.actorKeyPrefix = message.actorKeyPrefix;
-    }
-    if (message.action !== "") {
-      obj.action = message.action;
-    }
-    if (message.targetType !== "") {
-      obj.targetType = message.targetType;
-    }
-    if (message.targetId !== "") {
-      obj.targetId = message.targetId;
-    }
-    if (message.ip !== "") {
-      obj.ip = message.ip;
-    }
-    if (message.userAgent !== "") {
-      obj.userAgent = message.userAgent;
-    }
-    if (message.requestId !== "") {
-      obj.requestId = message.requestId;
-    }
-    if (message.changesJson !== "") {
-      obj.changesJson = message.changesJson;
-    }
-    if (message.prevHash !== "") {
-      obj.prevHash = message.prevHash;
-    }
-    if (message.hash !== "") {
-      obj.hash = message.hash;
-    }
-    return obj;
-  },
-
-  create(base?: DeepPartial<AuditEntryData>): AuditEntryData {
-    return AuditEntryData.fromPartial(base ?? {});
-  },
-  fromPartial(object: DeepPartial<AuditEntryData>): AuditEntryData {
-    const message = createBaseAuditEntryData();
-    message.id = object.id ?? "";
-    message.at = object.at ?? "";
-    message.actorType = object.actorType ?? "";
-    message.actorId = object.actorId ?? "";
-    message.actorEmail = object.actorEmail ?? "";
-    message.actorKeyPrefix = object.actorKeyPrefix ?? "";
-    message.action = object.action ?? "";
-    message.targetType = object.targetType ?? "";
-    message.targetId = object.targetId ?? "";
-    message.ip = object.ip ?? "";
-    message.userAgent = object.userAgent ?? "";
-    message.requestId = object.requestId ?? "";
-    message.changesJson = object.changesJson ?? "";
-    message.prevHash = object.prevHash ?? "";
-    message.hash = object.hash ?? "";
-    return message;
-  },
-};
-
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
 export type DeepPartial<T> = T extends Builtin ? T
@@ -2278,6 +3484,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {

@@ -140,6 +140,53 @@ export interface RetryDeliveryResponse {
   delivery?: Delivery | undefined;
 }
 
+export interface RecoverWebhookRequest {
+  id: string;
+  /** ISO 8601: events created at or after this time. */
+  since: string;
+  /** ISO 8601: events created before this time; empty: now. */
+  until: string;
+}
+
+export interface RecoverWebhookResponse {
+  /** Deliveries queued (events already delivered, or still being delivered, are not counted). */
+  queued: number;
+}
+
+/** One stored event: the exact JSON body webhooks deliver, `{id, type, createdAt, tenantId, data}`. */
+export interface StoredEvent {
+  id: string;
+  type: string;
+  createdAt: string;
+  bodyJson: string;
+}
+
+export interface ListEventsRequest {
+  /** One event type; empty: every type. */
+  type: string;
+  /** ISO 8601 times, both exclusive; empty: unbounded. */
+  after: string;
+  before: string;
+  limit: number;
+  cursor: string;
+  /** Only events of this registration's types, created after it, not yet delivered to it successfully. */
+  deliveryFailed: boolean;
+  webhookId: string;
+}
+
+export interface ListEventsResponse {
+  events: StoredEvent[];
+  nextCursor: string;
+}
+
+export interface GetEventRequest {
+  id: string;
+}
+
+export interface GetEventResponse {
+  event?: StoredEvent | undefined;
+}
+
 function createBaseWebhook(): Webhook {
   return { id: "", url: "", events: [], active: false, disabledReason: "", createdAt: "", updatedAt: "" };
 }
@@ -2041,6 +2088,697 @@ export const RetryDeliveryResponse: MessageFns<RetryDeliveryResponse> = {
   },
 };
 
+function createBaseRecoverWebhookRequest(): RecoverWebhookRequest {
+  return { id: "", since: "", until: "" };
+}
+
+export const RecoverWebhookRequest: MessageFns<RecoverWebhookRequest> = {
+  encode(message: RecoverWebhookRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.since !== "") {
+      writer.uint32(18).string(message.since);
+    }
+    if (message.until !== "") {
+      writer.uint32(26).string(message.until);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecoverWebhookRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecoverWebhookRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.since = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.until = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecoverWebhookRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      since: isSet(object.since) ? globalThis.String(object.since) : "",
+      until: isSet(object.until) ? globalThis.String(object.until) : "",
+    };
+  },
+
+  toJSON(message: RecoverWebhookRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.since !== "") {
+      obj.since = message.since;
+    }
+    if (message.until !== "") {
+      obj.until = message.until;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RecoverWebhookRequest>): RecoverWebhookRequest {
+    return RecoverWebhookRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecoverWebhookRequest>): RecoverWebhookRequest {
+    const message = createBaseRecoverWebhookRequest();
+    message.id = object.id ?? "";
+    message.since = object.since ?? "";
+    message.until = object.until ?? "";
+    return message;
+  },
+};
+
+function createBaseRecoverWebhookResponse(): RecoverWebhookResponse {
+  return { queued: 0 };
+}
+
+export const RecoverWebhookResponse: MessageFns<RecoverWebhookResponse> = {
+  encode(message: RecoverWebhookResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.queued !== 0) {
+      writer.uint32(8).int32(message.queued);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecoverWebhookResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecoverWebhookResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.queued = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecoverWebhookResponse {
+    return { queued: isSet(object.queued) ? globalThis.Number(object.queued) : 0 };
+  },
+
+  toJSON(message: RecoverWebhookResponse): unknown {
+    const obj: any = {};
+    if (message.queued !== 0) {
+      obj.queued = Math.round(message.queued);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RecoverWebhookResponse>): RecoverWebhookResponse {
+    return RecoverWebhookResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecoverWebhookResponse>): RecoverWebhookResponse {
+    const message = createBaseRecoverWebhookResponse();
+    message.queued = object.queued ?? 0;
+    return message;
+  },
+};
+
+function createBaseStoredEvent(): StoredEvent {
+  return { id: "", type: "", createdAt: "", bodyJson: "" };
+}
+
+export const StoredEvent: MessageFns<StoredEvent> = {
+  encode(message: StoredEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.type !== "") {
+      writer.uint32(18).string(message.type);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(26).string(message.createdAt);
+    }
+    if (message.bodyJson !== "") {
+      writer.uint32(34).string(message.bodyJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StoredEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStoredEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.bodyJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StoredEvent {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      bodyJson: isSet(object.bodyJson)
+        ? globalThis.String(object.bodyJson)
+        : isSet(object.body_json)
+        ? globalThis.String(object.body_json)
+        : "",
+    };
+  },
+
+  toJSON(message: StoredEvent): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.bodyJson !== "") {
+      obj.bodyJson = message.bodyJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StoredEvent>): StoredEvent {
+    return StoredEvent.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StoredEvent>): StoredEvent {
+    const message = createBaseStoredEvent();
+    message.id = object.id ?? "";
+    message.type = object.type ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.bodyJson = object.bodyJson ?? "";
+    return message;
+  },
+};
+
+function createBaseListEventsRequest(): ListEventsRequest {
+  return { type: "", after: "", before: "", limit: 0, cursor: "", deliveryFailed: false, webhookId: "" };
+}
+
+export const ListEventsRequest: MessageFns<ListEventsRequest> = {
+  encode(message: ListEventsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.after !== "") {
+      writer.uint32(18).string(message.after);
+    }
+    if (message.before !== "") {
+      writer.uint32(26).string(message.before);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(32).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(42).string(message.cursor);
+    }
+    if (message.deliveryFailed !== false) {
+      writer.uint32(48).bool(message.deliveryFailed);
+    }
+    if (message.webhookId !== "") {
+      writer.uint32(58).string(message.webhookId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEventsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEventsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.after = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.before = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.deliveryFailed = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.webhookId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEventsRequest {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      after: isSet(object.after) ? globalThis.String(object.after) : "",
+      before: isSet(object.before) ? globalThis.String(object.before) : "",
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+      deliveryFailed: isSet(object.deliveryFailed)
+        ? globalThis.Boolean(object.deliveryFailed)
+        : isSet(object.delivery_failed)
+        ? globalThis.Boolean(object.delivery_failed)
+        : false,
+      webhookId: isSet(object.webhookId)
+        ? globalThis.String(object.webhookId)
+        : isSet(object.webhook_id)
+        ? globalThis.String(object.webhook_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ListEventsRequest): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.after !== "") {
+      obj.after = message.after;
+    }
+    if (message.before !== "") {
+      obj.before = message.before;
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    if (message.deliveryFailed !== false) {
+      obj.deliveryFailed = message.deliveryFailed;
+    }
+    if (message.webhookId !== "") {
+      obj.webhookId = message.webhookId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListEventsRequest>): ListEventsRequest {
+    return ListEventsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListEventsRequest>): ListEventsRequest {
+    const message = createBaseListEventsRequest();
+    message.type = object.type ?? "";
+    message.after = object.after ?? "";
+    message.before = object.before ?? "";
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    message.deliveryFailed = object.deliveryFailed ?? false;
+    message.webhookId = object.webhookId ?? "";
+    return message;
+  },
+};
+
+function createBaseListEventsResponse(): ListEventsResponse {
+  return { events: [], nextCursor: "" };
+}
+
+export const ListEventsResponse: MessageFns<ListEventsResponse> = {
+  encode(message: ListEventsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.events) {
+      StoredEvent.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEventsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEventsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.events.push(StoredEvent.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEventsResponse {
+    return {
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => StoredEvent.fromJSON(e)) : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListEventsResponse): unknown {
+    const obj: any = {};
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => StoredEvent.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListEventsResponse>): ListEventsResponse {
+    return ListEventsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListEventsResponse>): ListEventsResponse {
+    const message = createBaseListEventsResponse();
+    message.events = object.events?.map((e) => StoredEvent.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseGetEventRequest(): GetEventRequest {
+  return { id: "" };
+}
+
+export const GetEventRequest: MessageFns<GetEventRequest> = {
+  encode(message: GetEventRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetEventRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetEventRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetEventRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: GetEventRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetEventRequest>): GetEventRequest {
+    return GetEventRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetEventRequest>): GetEventRequest {
+    const message = createBaseGetEventRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseGetEventResponse(): GetEventResponse {
+  return { event: undefined };
+}
+
+export const GetEventResponse: MessageFns<GetEventResponse> = {
+  encode(message: GetEventResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.event !== undefined) {
+      StoredEvent.encode(message.event, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetEventResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetEventResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = StoredEvent.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetEventResponse {
+    return { event: isSet(object.event) ? StoredEvent.fromJSON(object.event) : undefined };
+  },
+
+  toJSON(message: GetEventResponse): unknown {
+    const obj: any = {};
+    if (message.event !== undefined) {
+      obj.event = StoredEvent.toJSON(message.event);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetEventResponse>): GetEventResponse {
+    return GetEventResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetEventResponse>): GetEventResponse {
+    const message = createBaseGetEventResponse();
+    message.event = (object.event !== undefined && object.event !== null)
+      ? StoredEvent.fromPartial(object.event)
+      : undefined;
+    return message;
+  },
+};
+
 /** Webhook registrations and their deliveries (spec 2.7, 4.7, 6). The tenant comes from the caller's JWT. */
 export type WebhooksServiceService = typeof WebhooksServiceService;
 export const WebhooksServiceService = {
@@ -2127,6 +2865,40 @@ export const WebhooksServiceService = {
       Buffer.from(RetryDeliveryResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RetryDeliveryResponse => RetryDeliveryResponse.decode(value),
   },
+  /**
+   * Queues every subscribed event of a window not yet delivered to the registration (original ids, the usual
+   * retry schedule, oldest first), and enables it again if it was disabled.
+   */
+  recoverWebhook: {
+    path: "/webhooks.v1.WebhooksService/RecoverWebhook" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecoverWebhookRequest): Buffer =>
+      Buffer.from(RecoverWebhookRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecoverWebhookRequest => RecoverWebhookRequest.decode(value),
+    responseSerialize: (value: RecoverWebhookResponse): Buffer =>
+      Buffer.from(RecoverWebhookResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecoverWebhookResponse => RecoverWebhookResponse.decode(value),
+  },
+  /** The tenant's public events, newest first, kept EVENTS_RETENTION_DAYS (scope events:read). */
+  listEvents: {
+    path: "/webhooks.v1.WebhooksService/ListEvents" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListEventsRequest): Buffer => Buffer.from(ListEventsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListEventsRequest => ListEventsRequest.decode(value),
+    responseSerialize: (value: ListEventsResponse): Buffer => Buffer.from(ListEventsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListEventsResponse => ListEventsResponse.decode(value),
+  },
+  getEvent: {
+    path: "/webhooks.v1.WebhooksService/GetEvent" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetEventRequest): Buffer => Buffer.from(GetEventRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetEventRequest => GetEventRequest.decode(value),
+    responseSerialize: (value: GetEventResponse): Buffer => Buffer.from(GetEventResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetEventResponse => GetEventResponse.decode(value),
+  },
 } as const;
 
 export interface WebhooksServiceServer extends UntypedServiceImplementation {
@@ -2141,6 +2913,14 @@ export interface WebhooksServiceServer extends UntypedServiceImplementation {
   sendTestEvent: handleUnaryCall<SendTestEventRequest, SendTestEventResponse>;
   /** Sends a failed delivery again (a new attempt, same webhook-id). */
   retryDelivery: handleUnaryCall<RetryDeliveryRequest, RetryDeliveryResponse>;
+  /**
+   * Queues every subscribed event of a window not yet delivered to the registration (original ids, the usual
+   * retry schedule, oldest first), and enables it again if it was disabled.
+   */
+  recoverWebhook: handleUnaryCall<RecoverWebhookRequest, RecoverWebhookResponse>;
+  /** The tenant's public events, newest first, kept EVENTS_RETENTION_DAYS (scope events:read). */
+  listEvents: handleUnaryCall<ListEventsRequest, ListEventsResponse>;
+  getEvent: handleUnaryCall<GetEventRequest, GetEventResponse>;
 }
 
 export interface WebhooksServiceClient extends Client {
@@ -2266,6 +3046,56 @@ export interface WebhooksServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RetryDeliveryResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Queues every subscribed event of a window not yet delivered to the registration (original ids, the usual
+   * retry schedule, oldest first), and enables it again if it was disabled.
+   */
+  recoverWebhook(
+    request: RecoverWebhookRequest,
+    callback: (error: ServiceError | null, response: RecoverWebhookResponse) => void,
+  ): ClientUnaryCall;
+  recoverWebhook(
+    request: RecoverWebhookRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecoverWebhookResponse) => void,
+  ): ClientUnaryCall;
+  recoverWebhook(
+    request: RecoverWebhookRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecoverWebhookResponse) => void,
+  ): ClientUnaryCall;
+  /** The tenant's public events, newest first, kept EVENTS_RETENTION_DAYS (scope events:read). */
+  listEvents(
+    request: ListEventsRequest,
+    callback: (error: ServiceError | null, response: ListEventsResponse) => void,
+  ): ClientUnaryCall;
+  listEvents(
+    request: ListEventsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListEventsResponse) => void,
+  ): ClientUnaryCall;
+  listEvents(
+    request: ListEventsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListEventsResponse) => void,
+  ): ClientUnaryCall;
+  getEvent(
+    request: GetEventRequest,
+    callback: (error: ServiceError | null, response: GetEventResponse) => void,
+  ): ClientUnaryCall;
+  getEvent(
+    request: GetEventRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetEventResponse) => void,
+  ): ClientUnaryCall;
+  getEvent(
+    request: GetEventRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetEventResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,131 @@
+/**
+ * The OpenAI-compatible API through the whole system (gateway, identity, billing, projects, agents and chat as
+ * separate processes, embedded store and bus) against the fake OpenAI server in a process of its own.
+ *
+ * Time to first token added by the platform (issue 21: p50 under 5 ms, p99 under 15 ms): each round times the fake
+ * provider called directly (a streamed chat completion, request sent -> first content delta), then
+ * `POST /v1/chat/completions` streamed (-> first content delta) and `POST /v1/responses` streamed (-> first
+ * `response.output_text.delta`), each through the system with a tenant API key. Added = system - direct of the same
+ * round. A response stores each chunk before sending it (so any stream can be resumed): its figure includes that.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
+
+const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 300);
+const WARMUP = 20;
+const RESULTS = resolve(ROOT, 'bench/results/openai.json');
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+const round2 = (x: number) => Math.round(x * 100) / 100;
+const stats = (xs: number[]) => ({ p50: round2(pct(xs, 50)), p99: round2(pct(xs, 99)), n: xs.length });
+const now = () => performance.now();
+
+/** Time from sending `init` to `url` until `first` matches the text streamed so far; the stream is then dropped. */
+async function ttft(url: string, init: RequestInit, first: RegExp): Promise<number> {
+  const t0 = now();
+  const res = await fetch(url, init);
+  if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`${url}: the stream ended without content`);
+    text += decoder.decode(value, { stream: true });
+    if (first.test(text)) {
+      const ms = now() - t0;
+      await reader.cancel();
+      return ms;
+    }
+  }
+}
+
+const post = (authorization: string, body: unknown): RequestInit => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json', authorization },
+  body: JSON.stringify(body),
+});
+
+async function main() {
+  const llm = await startProcess('bench/fixtures/fake-llm.ts');
+  const llmUrl = `http://127.0.0.1:${llm.port}/v1`;
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-openai-'));
+  const env = { DATA_DIR: dataDir, ...UNCAPPED, EGRESS_ALLOW_PRIVATE: 'true' };
+  const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
+  const peers: Record<string, string> = { IDENTITY_ADDR: `127.0.0.1:${identity.port}` };
+  const billing = await startProcess('services/billing/src/main.ts', { ...env, ...peers, BILLING_PORT: '0' });
+  peers.BILLING_ADDR = `127.0.0.1:${billing.port}`;
+  const projects = await startProcess('services/projects/src/main.ts', { ...env, ...peers, PROJECTS_PORT: '0' });
+  peers.PROJECTS_ADDR = `127.0.0.1:${projects.port}`;
+  const agents = await startProcess('services/agents/src/main.ts', { ...env, ...peers, AGENTS_PORT: '0' });
+  peers.AGENTS_ADDR = `127.0.0.1:${agents.port}`;
+  const chat = await startProcess('services/chat/src/main.ts', { ...env, ...peers, CHAT_PORT: '0' });
+  peers.CHAT_ADDR = `127.0.0.1:${chat.port}`;
+  const gateway = await startProcess('gateway/src/main.ts', { ...env, ...peers, PORT: '0' });
+  const base = `http://127.0.0.1:${gateway.port}`;
+  const api = (method: string, path: string, token: string | null, body?: unknown) => call(`${base}/api/v1`, method, path, token, body);
+  const reg = await api('POST', '/auth/register', null, {
+    email: `bench${Date.now()}@example.com`,
+    password: 'bench-password',
+    name: 'Bench',
+    tenantName: 'Bench',
+  });
+  const { key } = await api('POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+  await api('PATCH', '/tenant/settings/llm', reg.accessToken, {
+    provider: 'openai',
+    model: 'gpt-bench',
+    baseUrl: llmUrl,
+    apiKey: 'sk-bench',
+  });
+  const bearer = `Bearer ${key}`;
+  const messages = (i: number) => [{ role: 'user', content: `ttft probe ${i}` }];
+
+  const direct: number[] = [];
+  const completions: number[] = [];
+  const responses: number[] = [];
+  for (let i = 0; i < ROUNDS + WARMUP; i++) {
+    const d = await ttft(
+      `${llmUrl}/chat/completions`,
+      post('Bearer sk-bench', { model: 'gpt-bench', stream: true, stream_options: { include_usage: true }, messages: messages(i) }),
+      /"content":"[^"]/,
+    );
+    const c = await ttft(
+      `${base}/v1/chat/completions`,
+      post(bearer, { model: 'gpt-bench', stream: true, messages: messages(i) }),
+      /"content":"[^"]/,
+    );
+    // store: false keeps the bench from filling sessions; the chunks are stored all the same.
+    const r = await ttft(
+      `${base}/v1/responses`,
+      post(bearer, { model: 'gpt-bench', stream: true, store: false, input: `ttft probe ${i}` }),
+      /response\.output_text\.delta/,
+    );
+    if (i < WARMUP) continue;
+    direct.push(d);
+    completions.push(c);
+    responses.push(r);
+  }
+  const ttftResult = {
+    directMs: stats(direct),
+    chatCompletionsMs: stats(completions),
+    responsesMs: stats(responses),
+    chatCompletionsAddedMs: stats(completions.map((c, i) => c - direct[i])),
+    responsesAddedMs: stats(responses.map((r, i) => r - direct[i])),
+    targetAddedMs: { p50: 5, p99: 15 },
+  };
+  const verdict = (s: { p50: number; p99: number }) => (s.p50 < 5 && s.p99 < 15 ? 'target met' : 'TARGET MISSED');
+  console.log('TTFT direct               ', ttftResult.directMs);
+  console.log('TTFT /v1/chat/completions ', ttftResult.chatCompletionsMs);
+  console.log('TTFT /v1/responses        ', ttftResult.responsesMs);
+  console.log('added, chat completions   ', ttftResult.chatCompletionsAddedMs, verdict(ttftResult.chatCompletionsAddedMs));
+  console.log('added, responses          ', ttftResult.responsesAddedMs, verdict(ttftResult.responsesAddedMs));
+  writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), node: process.version, ttft: ttftResult }, null, 2) + '\n');
+  console.log(`\nwritten to ${RESULTS}`);
+}
+
+runBench(main);

@@ -1,0 +1,204 @@
+/**
+ * `/docs`, the API reference (CONTRACT.md 7): public, every operation of the OpenAPI document (`/api/v1/openapi.json`)
+ * rendered by Swagger UI (swagger-ui-dist, served from node_modules by the gateway: no CDN), with its schemas,
+ * generated examples and auth schemes, plus the error codes and the SDK and CLI quick starts.
+ *
+ * The page has its own Content-Security-Policy, as strict as Swagger UI allows: scripts and styles from this origin
+ * only (no inline code, no eval), fetches to this origin only. One addition to the pages' policy (PAGE_CSP):
+ * `img-src data:`, as Swagger UI's stylesheet draws its icons and arrows as data: SVG images.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { brotliCompress, constants as zlib, gzip } from 'node:zlib';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, ERROR_CODES, type ErrorCode } from '@svc/kit';
+
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "form-action 'self'",
+  "base-uri 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+/** What each error code means, for the reference's table (every code must have a line: the type says so). */
+const ERROR_MEANINGS: Record<ErrorCode, string> = {
+  VALIDATION_ERROR: 'The request is malformed or a field is invalid; details.fields lists each field and why.',
+  UNAUTHORIZED: 'No credential, or it is invalid, expired or revoked.',
+  INSUFFICIENT_CREDITS: 'The account (or the API key\u2019s budget) has no credits left for this call.',
+  FORBIDDEN: 'The credential is valid but may not do this (role, scope, network allowlist).',
+  RESOURCE_NOT_FOUND: 'No such resource in your tenant (another tenant\u2019s resources are never visible).',
+  METHOD_NOT_ALLOWED: 'The path exists with other methods; the Allow header lists them.',
+  CONFLICT: 'The resource already exists, or its state does not allow the change.',
+  PAYLOAD_TOO_LARGE: 'The request body is larger than 1 MiB.',
+  UNSUPPORTED_MEDIA_TYPE: 'Request bodies must be application/json in UTF-8.',
+  RATE_LIMIT_EXCEEDED: 'Too many requests; retry after the Retry-After header.',
+  INTERNAL_ERROR: 'Something failed on our side; the request id helps us find it.',
+  SERVICE_UNAVAILABLE: 'A part of the platform is unavailable for a moment; retry after Retry-After.',
+  GATEWAY_TIMEOUT: 'A service did not answer in time; the call may or may not have taken effect.',
+};
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ESCAPES[c]);
+
+const SDK_QUICK_START = `mkdir hello-svc && cd hello-svc && npm init -y
+npm install /path/to/svc/dist/release/svc-sdk-0.1.0.tgz   # from npm run release:pack (or: npm install @svc/sdk)
+
+// hello.mjs  (SVC_API_KEY=svc_sdk_... node hello.mjs)
+import { SvcClient } from '@svc/sdk';
+const svc = new SvcClient({ baseUrl: '{{origin}}', apiKey: process.env.SVC_API_KEY });
+const session = await svc.createChatSession({ body: { title: 'hello' } });
+await svc.sendChatMessage({ params: { id: session.id }, body: { content: 'Hi!' } });
+for await (const e of svc.streamChatReply(session.id)) if (e.type === 'delta') process.stdout.write(e.delta);`;
+
+const CLI_QUICK_START = `npm install -g /path/to/svc/dist/release/svc-sdk-0.1.0.tgz /path/to/svc/dist/release/svc-cli-0.1.0.tgz
+export SVC_BASE_URL={{origin}}
+svc login                 # prints an address and a code: approve in the browser
+svc whoami
+svc projects create "Docs bot"
+svc chat "Hello there"    # streams the reply`;
+
+/**
+ * The page: a server-rendered shell (no user data), Swagger UI fills #reference from the document. The page's own
+ * in-page links carry `noZensmooth`: Swagger UI's bundle (zenscroll) otherwise takes over every fragment link.
+ */
+export function docsPage(origin: string): string {
+  const fill = (s: string) => esc(s.replaceAll('{{origin}}', origin));
+  const errors = (Object.keys(ERROR_CODES) as ErrorCode[])
+    .map((code) => `<tr><td><code>${code}</code></td><td>${ERROR_CODES[code].http}</td><td>${esc(ERROR_MEANINGS[code])}</td></tr>`)
+    .join('\n');
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>API reference · svc</title>
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
+<link rel="stylesheet" href="/docs/assets/docs.css">
+<script src="/docs/assets/swagger-ui-bundle.js" defer></script>
+<script src="/docs/assets/docs.js" defer></script>
+</head>
+<body class="docs">
+<a class="skip noZensmooth" href="#reference">Skip to the operations</a>
+<header class="docs-header">
+<h1>svc API reference</h1>
+<nav aria-label="Reference">
+<ul>
+<li><a href="#sdk-quick-start" class="noZensmooth">SDK quick start</a></li>
+<li><a href="#cli-quick-start" class="noZensmooth">CLI quick start</a></li>
+<li><a href="#authentication" class="noZensmooth">Authentication</a></li>
+<li><a href="#error-codes" class="noZensmooth">Error codes</a></li>
+<li><a href="/api/v1/openapi.json">OpenAPI document (JSON)</a></li>
+<li><a href="/">Console</a></li>
+</ul>
+</nav>
+</header>
+<main>
+<div class="docs-intro">
+<p>Every operation of the API, from its OpenAPI 3.1 document: paths, parameters, request and response schemas with
+examples, and who may call it (<code>x-access</code>). Answers use the envelope <code>{"data", "meta"}</code>; errors
+<code>{"error": {"code", "message", "details"}, "meta"}</code>. Lists page with <code>limit</code> and
+<code>cursor</code> (<code>meta.pagination.next_cursor</code>).</p>
+<div class="quick-starts">
+<section aria-labelledby="sdk-quick-start">
+<h2 id="sdk-quick-start">SDK quick start</h2>
+<p>The JavaScript and TypeScript SDK (<code>@svc/sdk</code>: ES module, CommonJS and a browser build, typed methods
+for every operation below).</p>
+<pre tabindex="0"><code>${fill(SDK_QUICK_START)}</code></pre>
+</section>
+<section aria-labelledby="cli-quick-start">
+<h2 id="cli-quick-start">CLI quick start</h2>
+<p>The <code>svc</code> command (<code>@svc/cli</code>): browser login, projects, agents, chat; <code>--json</code>
+on every command.</p>
+<pre tabindex="0"><code>${fill(CLI_QUICK_START)}</code></pre>
+</section>
+</div>
+<section aria-labelledby="authentication">
+<h2 id="authentication">Authentication</h2>
+<p>Send <code>Authorization: Bearer &lt;credential&gt;</code> with an API key (<code>svc_sdk_…</code>,
+<code>svc_cli_…</code>, …, created under Settings, API keys) or an access token from
+<code>POST /api/v1/auth/login</code>. The console's pages use the <code>svc_session</code> cookie instead. Use
+<em>Authorize</em> below to try operations with a key; calls made here never send the console's cookie.</p>
+</section>
+<section aria-labelledby="error-codes">
+<h2 id="error-codes">Error codes</h2>
+<table class="error-codes">
+<thead><tr><th scope="col">code</th><th scope="col">HTTP status</th><th scope="col">meaning</th></tr></thead>
+<tbody>
+${errors}
+</tbody>
+</table>
+</section>
+<h2 id="api-operations">Operations</h2>
+</div>
+<p id="reference-status" role="status" aria-live="polite">Loading the operations…</p>
+<div id="reference" data-spec="/api/v1/openapi.json" aria-busy="true" aria-labelledby="api-operations"></div>
+</main>
+</body>
+</html>
+`;
+}
+
+interface Asset {
+  body: Buffer;
+  type: string;
+  etag: string;
+  encoded: Partial<Record<'br' | 'gzip', Promise<Buffer>>>;
+}
+
+function asset(path: string, type: string): Asset {
+  const body = readFileSync(path);
+  return { body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`, encoded: {} };
+}
+
+const brotli = promisify(brotliCompress);
+const gzipped = promisify(gzip);
+
+/**
+ * Brotli (quality 9) or gzip, else none. Compressed once per process on the first request that asks, off the event
+ * loop (zlib's thread pool: the 1.7 MB bundle takes about half a second), then served from memory.
+ */
+async function encodedBody(a: Asset, acceptEncoding: string | undefined): Promise<{ body: Buffer; encoding?: 'br' | 'gzip' }> {
+  if (a.body.length < 1024 || !acceptEncoding) return { body: a.body };
+  if (/\bbr\b/.test(acceptEncoding)) {
+    const params = { [zlib.BROTLI_PARAM_QUALITY]: 9, [zlib.BROTLI_PARAM_SIZE_HINT]: a.body.length };
+    return { body: await (a.encoded.br ??= brotli(a.body, { params })), encoding: 'br' };
+  }
+  if (/\bgzip\b/.test(acceptEncoding)) return { body: await (a.encoded.gzip ??= gzipped(a.body, { level: 9 })), encoding: 'gzip' };
+  return { body: a.body };
+}
+
+/** Registers `/docs` and its assets (public: no credential needed). */
+export function registerDocs(app: FastifyInstance, publicUrl: () => string): void {
+  const swagger = dirname(require.resolve('swagger-ui-dist/package.json'));
+  const own = join(__dirname, 'assets');
+  const assets: Record<string, Asset> = {
+    'swagger-ui-bundle.js': asset(join(swagger, 'swagger-ui-bundle.js'), 'text/javascript; charset=utf-8'),
+    'swagger-ui.css': asset(join(swagger, 'swagger-ui.css'), 'text/css; charset=utf-8'),
+    'docs.js': asset(join(own, 'docs.js'), 'text/javascript; charset=utf-8'),
+    'docs.css': asset(join(own, 'docs.css'), 'text/css; charset=utf-8'),
+  };
+  let page: string | null = null;
+
+  app.get('/docs', async (_request: FastifyRequest, reply: FastifyReply) =>
+    reply
+      .header('content-type', 'text/html; charset=utf-8')
+      .header('content-security-policy', DOCS_CSP)
+      .header('cache-control', 'no-cache')
+      .send((page ??= docsPage(new URL(publicUrl()).origin))),
+  );
+  app.get('/docs/assets/:file', async (request: FastifyRequest<{ Params: { file: string } }>, reply: FastifyReply) => {
+    const a = Object.hasOwn(assets, request.params.file) ? assets[request.params.file] : undefined;
+    if (!a) throw new AppError('RESOURCE_NOT_FOUND', 'No such file', { file: request.params.file.slice(0, 100) });
+    reply.header('content-type', a.type).header('etag', a.etag).header('cache-control', 'no-cache').header('vary', 'accept-encoding');
+    if (request.headers['if-none-match'] === a.etag) return reply.code(304).send();
+    const { body, encoding } = await encodedBody(a, request.headers['accept-encoding']);
+    if (encoding) reply.header('content-encoding', encoding);
+    return reply.send(body);
+  });
+}

@@ -1,0 +1,158 @@
+/**
+ * The event log (CONTRACT.md 10): every public event the fan-out consumer reads is kept here with the exact body its
+ * deliveries send, for `GET /events` and for recovery. An event older than the retention is out of every read at once
+ * (reads bound `createdAt` by the cut-off) and deleted by an hourly sweep, oldest first.
+ */
+import { encodeCursor, type Logger, type Page, type SortRange, type Store, type StoreSession } from '@svc/kit';
+import { deliveries, events, type EventDoc, type WebhookDoc } from './collections';
+
+const DAY_MS = 86_400_000;
+/** How often the sweep runs; each run deletes in batches until nothing is past the retention. */
+const SWEEP_EVERY_MS = 3_600_000;
+const SWEEP_BATCH = 500;
+/** Events read per store page while looking for undelivered ones. */
+const SCAN_PAGE = 100;
+/**
+ * Events one page of `deliveryFailed` looks at, at most: an endpoint that received nearly everything could otherwise
+ * make one page read the whole log. A page that stops there carries a cursor and may hold fewer items than asked.
+ */
+export const SCAN_MAX = 1000;
+
+/** A lower and an upper bound on `createdAt`, as the store takes them (`FindOptions.range`). */
+export interface Window {
+  lower?: { op: 'gt' | 'gte'; iso: string };
+  upper?: { op: 'lt' | 'lte'; iso: string };
+}
+
+export interface ListQuery {
+  tenantId: string;
+  /** One type, or every type. */
+  type?: string;
+  window: Window;
+  limit: number;
+  cursor: string | null;
+}
+
+export class EventLog {
+  private timer: NodeJS.Timeout | null = null;
+  private sweeping: Promise<void> | null = null;
+
+  constructor(
+    private readonly store: Store,
+    private readonly o: { retentionDays: number; logger: Logger; now?: () => number },
+  ) {}
+
+  /** The oldest `createdAt` still kept (exclusive). */
+  cutoff(): string {
+    return new Date((this.o.now ?? Date.now)() - this.o.retentionDays * DAY_MS).toISOString();
+  }
+
+  /** Keeps an event (in the caller's transaction); one seen before (the bus delivers at least once) is left as it is. */
+  async record(tx: StoreSession, doc: EventDoc): Promise<void> {
+    const col = tx.collection(events);
+    if (!(await col.get(doc.id))) await col.insert(doc);
+  }
+
+  /** The tenant's event, unless it is past the retention; another tenant's is null, like a missing one. */
+  async get(tenantId: string, id: string): Promise<EventDoc | null> {
+    const doc = id ? await this.store.collection(events).get(id, { tenantId }) : null;
+    return doc && doc.createdAt > this.cutoff() ? doc : null;
+  }
+
+  /** A page of the tenant's events, newest first. */
+  list(q: ListQuery): Promise<Page<EventDoc>> {
+    const where = q.type ? { tenantId: q.tenantId, type: q.type } : { tenantId: q.tenantId };
+    return this.store.collection(events).find(where, { limit: q.limit, cursor: q.cursor, range: this.range(q.window) });
+  }
+
+  /**
+   * A page of the events of `hook`'s types, created at or after it, that did not reach it: their delivery failed or
+   * is still pending, or there is none (sent while the registration was disabled). Reads at most SCAN_MAX events.
+   */
+  async undelivered(hook: WebhookDoc, q: ListQuery): Promise<Page<EventDoc>> {
+    const types = q.type ? hook.events.filter((t) => t === q.type) : hook.events;
+    if (types.length === 0) return { items: [], nextCursor: null };
+    const where = types.length === 1 ? { tenantId: q.tenantId, type: types[0] } : { tenantId: q.tenantId };
+    const range = this.range(tighter(q.window, { lower: { op: 'gte', iso: hook.createdAt } }));
+    const items: EventDoc[] = [];
+    let cursor = q.cursor;
+    let last: EventDoc | null = null;
+    for (let scanned = 0; scanned < SCAN_MAX;) {
+      const page = await this.store.collection(events).find(where, { limit: SCAN_PAGE, cursor, range });
+      for (const doc of page.items) {
+        scanned++;
+        last = doc;
+        if (!types.includes(doc.type)) continue;
+        const delivery = await this.store.collection(deliveries).findOne({ webhookId: hook.id, eventId: doc.id });
+        if (delivery?.status === 'succeeded') continue;
+        items.push(doc);
+        if (items.length === q.limit) return { items, nextCursor: encodeCursor(doc.createdAt, doc.id) };
+      }
+      if (!page.nextCursor) return { items, nextCursor: null };
+      cursor = page.nextCursor;
+    }
+    return { items, nextCursor: last ? encodeCursor(last.createdAt, last.id) : null };
+  }
+
+  /**
+   * Every event of the tenant of one of `types` in the window, oldest first, a page at a time: `visit` runs once per
+   * page, even an empty one (recovery queues each page in one transaction).
+   */
+  async forEachPage(tenantId: string, types: string[], window: Window, visit: (page: EventDoc[]) => Promise<void>): Promise<void> {
+    const where = types.length === 1 ? { tenantId, type: types[0] } : { tenantId };
+    const range = this.range(window);
+    let cursor: string | null = null;
+    do {
+      const page: Page<EventDoc> = await this.store.collection(events).find(where, { order: 'asc', limit: 200, cursor, range });
+      await visit(page.items.filter((e) => types.includes(e.type)));
+      cursor = page.nextCursor;
+    } while (cursor);
+  }
+
+  /** The store range of a window, never reaching past the retention. */
+  private range(window: Window): SortRange {
+    const w = tighter(window, { lower: { op: 'gt', iso: this.cutoff() } });
+    return { ...(w.lower ? { [w.lower.op]: w.lower.iso } : {}), ...(w.upper ? { [w.upper.op]: w.upper.iso } : {}) };
+  }
+
+  /** Deletes every event past the retention, oldest first; returns how many. */
+  async sweep(): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const { items } = await this.store.collection(events).find({}, { order: 'asc', limit: SWEEP_BATCH, range: { lte: this.cutoff() } });
+      if (items.length === 0) return deleted;
+      await this.store.transaction(async (tx) => {
+        for (const doc of items) if (await tx.collection(events).delete(doc.id)) deleted++;
+      });
+    }
+  }
+
+  /** Sweeps now and then hourly, until stopped. */
+  start(): void {
+    const run = () => {
+      this.sweeping ??= this.sweep()
+        .then((n) => {
+          if (n > 0) this.o.logger.info({ deleted: n }, 'event log: events past the retention deleted');
+        })
+        .catch((err: unknown) => this.o.logger.warn({ err }, 'event log sweep failed; next hour'))
+        .finally(() => (this.sweeping = null));
+    };
+    run();
+    this.timer = setInterval(run, SWEEP_EVERY_MS).unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.sweeping;
+  }
+}
+
+/** The later of two lower bounds and the earlier of two upper ones (exclusive wins a tie). */
+export function tighter(a: Window, b: Window): Window {
+  const lower = [a.lower, b.lower].filter((x) => x !== undefined);
+  const upper = [a.upper, b.upper].filter((x) => x !== undefined);
+  lower.sort((x, y) => (x.iso !== y.iso ? (x.iso < y.iso ? 1 : -1) : x.op === 'gt' ? -1 : 1));
+  upper.sort((x, y) => (x.iso !== y.iso ? (x.iso < y.iso ? -1 : 1) : x.op === 'lt' ? -1 : 1));
+  return { ...(lower[0] ? { lower: lower[0] } : {}), ...(upper[0] ? { upper: upper[0] } : {}) };
+}
