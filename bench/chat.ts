@@ -19,6 +19,7 @@
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createParser } from 'eventsource-parser';
 import { reservablePort } from '@svc/kit/src/ports';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
@@ -68,32 +69,22 @@ interface SseEvent {
   data: any;
 }
 
-/** Reads an SSE response; calls `onEvent` per event (return true to stop reading). */
+/** Reads an SSE response (eventsource-parser); calls `onEvent` per event (return true to stop reading). */
 async function readEvents(res: Response, onEvent: (e: SseEvent) => boolean | void): Promise<void> {
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
-  let buffer = '';
-  for (;;) {
+  let stop = false;
+  const parser = createParser({
+    onEvent: (m) => {
+      if (!stop && onEvent({ id: m.id ?? '', event: m.event ?? '', data: JSON.parse(m.data) })) stop = true;
+    },
+  });
+  while (!stop) {
     const { value, done } = await reader.read();
     if (done) return;
-    buffer += decoder.decode(value, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf('\n\n')) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      if (block.startsWith(':')) continue;
-      const e: SseEvent = { id: '', event: '', data: null };
-      for (const line of block.split('\n')) {
-        if (line.startsWith('id: ')) e.id = line.slice(4);
-        else if (line.startsWith('event: ')) e.event = line.slice(7);
-        else if (line.startsWith('data: ')) e.data = JSON.parse(line.slice(6));
-      }
-      if (onEvent(e)) {
-        await reader.cancel();
-        return;
-      }
-    }
+    parser.feed(decoder.decode(value, { stream: true }));
   }
+  await reader.cancel();
 }
 
 /** TTFT straight from the provider: the same streamed request the chat service makes, minus the system. */

@@ -1,4 +1,5 @@
-/** A server-sent events reader for tests: real fetch, the stream parsed as the EventSource spec reads it. */
+/** A server-sent events reader for tests: real fetch, the stream parsed by eventsource-parser (as the SDK does). */
+import { createParser } from 'eventsource-parser';
 export interface SseEvent {
   id: string | undefined;
   event: string;
@@ -37,35 +38,15 @@ export async function readSse(url: string, options: SseOptions = {}): Promise<Ss
   }
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
-  let buffer = '';
-  let current: { id?: string; event?: string; data: string[] } = { data: [] };
+  const parser = createParser({
+    onEvent: (e) => void result.events.push({ id: e.id, event: e.event || 'message', data: JSON.parse(e.data) }),
+    onComment: () => void result.comments++,
+  });
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const line = buffer.slice(0, nl).replace(/\r$/, '');
-        buffer = buffer.slice(nl + 1);
-        if (line === '') {
-          if (current.data.length || current.event) {
-            result.events.push({ id: current.id, event: current.event ?? 'message', data: JSON.parse(current.data.join('\n')) });
-          }
-          current = { data: [] };
-          continue;
-        }
-        if (line.startsWith(':')) {
-          result.comments++;
-          continue;
-        }
-        const colon = line.indexOf(':');
-        const field = colon < 0 ? line : line.slice(0, colon);
-        const val = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
-        if (field === 'id') current.id = val;
-        else if (field === 'event') current.event = val;
-        else if (field === 'data') current.data.push(val);
-      }
+      parser.feed(decoder.decode(value, { stream: true }));
       if (options.stopAfter?.(result.events)) {
         result.hungUp = true;
         controller.abort();

@@ -118,7 +118,8 @@ it('packs both packages with the stamped version: JavaScript and declarations, n
   expect(sdk).toMatchObject({ version: VERSION, license: expect.any(String), files: expect.any(Array) });
   expect(sdk.private).toBeUndefined();
   expect(sdk.exports['.']).toMatchObject({ import: { default: './dist/index.mjs' }, require: { default: './dist/index.cjs' } });
-  expect(sdk.dependencies ?? {}).toEqual({});
+  // One runtime dependency: the SSE parser the whole repository shares (browser-safe, no dependencies of its own).
+  expect(sdk.dependencies ?? {}).toEqual({ 'eventsource-parser': '3.1.1' });
   expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'bin/svc.js' }, dependencies: { '@svc/sdk': VERSION } });
   // One SDK, the installed tarball, serves the app and the CLI; no TypeScript runner came along.
   expect(existsSync(join(app, 'node_modules/@svc/cli/node_modules/@svc/sdk'))).toBe(false);

@@ -1,8 +1,10 @@
 /**
- * A server-sent events decoder (the WHATWG event-stream format): bytes in, messages out.
- * Lines end in CRLF, LF or CR; `data:` lines of one event are joined with "\n"; comments (`:`) are skipped;
- * an event is dispatched at a blank line, and a last event with no blank line after it is dropped, as the spec says.
+ * Server-sent events in (the WHATWG event-stream format), for the providers' streams: bytes in, messages out, on
+ * `eventsource-parser` (the one SSE parser of the repository: the SDK and the test and bench readers use it too).
+ * Lines end in CRLF, LF or CR; `data:` lines of one event are joined with "\n"; comments (`:`) are skipped; an event
+ * is dispatched at a blank line, and a last event with no blank line after it is dropped, as the spec says.
  */
+import { createParser, type EventSourceParser } from 'eventsource-parser';
 
 export interface SseMessage {
   /** The `event:` field, or `message` when the event named none. */
@@ -13,12 +15,17 @@ export interface SseMessage {
 
 export class SseDecoder {
   private readonly text = new TextDecoder('utf-8');
-  private buffer = '';
-  private pendingCr = false;
-  private event = '';
-  private data: string[] = [];
-  private hasData = false;
-  private id: string | undefined;
+  private readonly parser: EventSourceParser;
+  private out: SseMessage[] = [];
+
+  constructor() {
+    this.parser = createParser({
+      onEvent: (e) =>
+        this.out.push(
+          e.id === undefined ? { event: e.event || 'message', data: e.data } : { event: e.event || 'message', data: e.data, id: e.id },
+        ),
+    });
+  }
 
   /** Feeds bytes; returns the messages completed by them. */
   push(chunk: Uint8Array): SseMessage[] {
@@ -28,76 +35,15 @@ export class SseDecoder {
   /** Ends the input. Returns nothing: an event not closed by a blank line is incomplete and dropped. */
   end(): SseMessage[] {
     const out = this.feed(this.text.decode());
-    this.buffer = '';
-    this.reset();
+    this.parser.reset();
     return out;
   }
 
   private feed(input: string): SseMessage[] {
-    const out: SseMessage[] = [];
-    let s = input;
-    if (this.pendingCr && s.startsWith('\n')) s = s.slice(1);
-    this.pendingCr = false;
-    this.buffer += s;
-    let start = 0;
-    for (let i = 0; i < this.buffer.length; i++) {
-      const c = this.buffer.charCodeAt(i);
-      if (c !== 10 && c !== 13) continue;
-      const line = this.buffer.slice(start, i);
-      if (c === 13) {
-        if (i + 1 < this.buffer.length) {
-          if (this.buffer.charCodeAt(i + 1) === 10) i++;
-        } else {
-          this.pendingCr = true;
-        }
-      }
-      start = i + 1;
-      const message = this.line(line);
-      if (message) out.push(message);
-    }
-    this.buffer = this.buffer.slice(start);
+    if (input) this.parser.feed(input);
+    const out = this.out;
+    this.out = [];
     return out;
-  }
-
-  private line(line: string): SseMessage | undefined {
-    if (line === '') {
-      if (!this.hasData) {
-        this.reset();
-        return undefined;
-      }
-      const message: SseMessage = { event: this.event || 'message', data: this.data.join('\n') };
-      if (this.id !== undefined) message.id = this.id;
-      this.reset();
-      return message;
-    }
-    if (line.startsWith(':')) return undefined;
-    const colon = line.indexOf(':');
-    const field = colon === -1 ? line : line.slice(0, colon);
-    let value = colon === -1 ? '' : line.slice(colon + 1);
-    if (value.startsWith(' ')) value = value.slice(1);
-    switch (field) {
-      case 'event':
-        this.event = value;
-        break;
-      case 'data':
-        this.data.push(value);
-        this.hasData = true;
-        break;
-      case 'id':
-        if (!value.includes('\0')) this.id = value;
-        break;
-      default:
-        // `retry` and unknown fields do not matter to a one-shot stream.
-        break;
-    }
-    return undefined;
-  }
-
-  private reset(): void {
-    this.event = '';
-    this.data = [];
-    this.hasData = false;
-    this.id = undefined;
   }
 }
 

@@ -1,4 +1,6 @@
-/** A server-sent events reader (the EventSource parsing rules) over a fetch body. */
+/** A server-sent events reader over a fetch body, on `eventsource-parser` (browser-safe: web streams only). */
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
+
 export interface SseEvent<T = unknown> {
   id: string | undefined;
   event: string;
@@ -8,41 +10,26 @@ export interface SseEvent<T = unknown> {
 export async function* readSse(body: ReadableStream<Uint8Array>): AsyncGenerator<SseEvent> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
-  let buffer = '';
+  let ready: EventSourceMessage[] = [];
+  // The last id seen is the id of every later event that names none (the EventSource rule).
   let id: string | undefined;
-  let event = 'message';
-  let data: string[] = [];
+  const parser = createParser({ onEvent: (e) => void ready.push(e) });
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let nl: number;
-      while ((nl = buffer.search(/\r?\n/)) >= 0) {
-        const line = buffer.slice(0, nl);
-        buffer = buffer.slice(nl + (buffer[nl] === '\r' ? 2 : 1));
-        if (line === '') {
-          if (data.length) {
-            const text = data.join('\n');
-            let parsed: unknown = text;
-            try {
-              parsed = JSON.parse(text);
-            } catch {
-              parsed = text;
-            }
-            yield { id, event, data: parsed };
-          }
-          event = 'message';
-          data = [];
-          continue;
+      parser.feed(decoder.decode(value, { stream: true }));
+      const events = ready;
+      ready = [];
+      for (const e of events) {
+        if (e.id !== undefined) id = e.id;
+        let data: unknown = e.data;
+        try {
+          data = JSON.parse(e.data);
+        } catch {
+          data = e.data;
         }
-        if (line.startsWith(':')) continue; // a comment (keep-alive)
-        const colon = line.indexOf(':');
-        const field = colon < 0 ? line : line.slice(0, colon);
-        const val = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
-        if (field === 'data') data.push(val);
-        else if (field === 'event') event = val;
-        else if (field === 'id') id = val;
+        yield { id, event: e.event || 'message', data };
       }
     }
   } finally {

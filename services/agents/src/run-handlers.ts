@@ -15,7 +15,7 @@ import {
 } from '@svc/kit';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
-import { queuedRun, runs, type RunDoc, type RunStatus, type StepDoc } from './collections';
+import { queuedRun, runs, type RunCall, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
 import { keyRunSlots } from './key-concurrency';
 import { emitRunEvent, settleRecordedCall } from './run-events';
@@ -82,6 +82,9 @@ async function delegate(deps: RunHandlerDeps, ctx: AuthedContext, scopes: string
   return { sealed: deps.box.encrypt(res.token), scopes: Array.isArray(granted) ? granted.map(String) : [] };
 }
 
+/** A call that left for the provider (or produced something): billed by whoever ends it, never just released. */
+const callSent = (c: RunCall) => Boolean(c.sent || c.streamed > 0 || c.usage);
+
 export function runHandlers(deps: RunHandlerDeps) {
   const { store, relay } = deps;
   const col = store.collection(runs);
@@ -112,9 +115,10 @@ export function runHandlers(deps: RunHandlerDeps) {
       const updated = await store.transaction(async (tx) => {
         const u = await tx.collection(runs).update(doc.id, { status: doc.status, rev: doc.rev }, patch);
         if (u && event) await emitRunEvent(tx, event, u);
-        // A queued run that ends holds its first call's reservation: given back (no worker will settle it). A running
-        // run's worker settles its own call when it stops.
-        if (u && doc.status === 'queued' && doc.call && u.call === null) await settleRecordedCall(tx, u, doc.call);
+        // A queued run that ends holds its first call's reservation: given back (no worker will settle it).
+        // So does a running run's call that was never sent (the worker has not reached the provider yet); a sent call
+        // is its worker's to bill, cut.
+        if (u && doc.call && u.call === null && (doc.status === 'queued' || !callSent(doc.call))) await settleRecordedCall(tx, u, doc.call);
         return u;
       });
       if (updated) {
@@ -255,7 +259,8 @@ export function runHandlers(deps: RunHandlerDeps) {
           error: 'cancelled: the run was cancelled by a user',
           completedAt: nowIso(),
           ...RELEASED,
-          ...(doc.status === 'queued' ? { call: null } : {}),
+          // Its reservation is given back here when no worker will bill the call: queued, or not sent yet.
+          ...(doc.status === 'queued' || (doc.call && !callSent(doc.call)) ? { call: null } : {}),
         }),
         'agent.failed',
       );

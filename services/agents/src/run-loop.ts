@@ -337,7 +337,15 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       // Stored as sent before the request leaves: a crash from here on bills the call rather than reusing its id.
       const held = { ...call!, promptTokens: Math.ceil(promptChars / 4), sent: true };
       const stored = lease.run.call;
-      if (stored?.id !== held.id || stored.promptTokens !== held.promptTokens || !stored.sent) run = await lease.save({ call: held });
+      if (stored?.id !== held.id || stored.promptTokens !== held.promptTokens || !stored.sent) {
+        try {
+          run = await lease.save({ call: held });
+        } catch (err) {
+          // Cancelled (or taken) while reserving: the call will not be sent, and no run holds it to bill it.
+          if (err instanceof LostLease) await deps.credits.release(token, held.id).catch(() => undefined);
+          throw err;
+        }
+      }
       return held;
     };
     const startedAt = nowIso();
