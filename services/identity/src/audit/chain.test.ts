@@ -92,6 +92,30 @@ describe('ChainVerifier', () => {
 });
 
 describe('redact', () => {
+  it('keeps fields that only look alike (limits, prefixes, flags)', () => {
+    const limits = {
+      tokensPerMinute: 5,
+      requestsPerMinute: 7,
+      start: 'svc_sdk_abcd',
+      hasApiKey: true,
+      keyPrefix: 'svc_sdk_abcd',
+      version: 2,
+    };
+    expect(redact({ limits })).toEqual({ limits });
+  });
+
+  it('hides keys and secrets under any of their usual names', () => {
+    const out = redact({
+      apiKeySealed: 's',
+      refreshToken: 'r',
+      byosSecretKey: 'b',
+      passwordHash: 'h',
+      client_secret: 'c',
+      privateKey: 'p',
+    });
+    expect(Object.values(out as object).every((v) => v === '[redacted]')).toBe(true);
+  });
+
   it('hides values of secret-looking fields at any depth and keeps the rest', () => {
     expect(
       redact({ name: 'n', value: 's3cr3t', nested: { apiKey: 'sk-1', password: 'p', hasApiKey: true, list: [{ token: 't' }] } }),

@@ -120,7 +120,8 @@ export class ChainVerifier {
 }
 
 /** Field names whose values are never shown in `changes` (secret values, keys, passwords, tokens). */
-const SECRET_FIELD = /(secret|password|passwd|token|apikey|api_key|sealed|^value$|^key$|hash|credential|private)/i;
+const SECRET_FIELD =
+  /^(value|key|secret|password|passwd|token|hash|credential|credentials|api_?key|private_?key|client_?secret)$|(Secret|Password|Token|Sealed|Hash|ApiKey|Key|Credential)$|_(secret|password|token|key|hash)$/i;
 
 /** Replaces every value under a secret-looking field name with "[redacted]", at any depth. */
 export function redact(value: unknown): unknown {
