@@ -115,6 +115,7 @@ const POLICIES = [
   'billing:write',
   'billing:read:manager',
   'events:read',
+  'audit:read',
   'unscoped',
   'manager',
   'sessionManager',
@@ -162,7 +163,7 @@ function refusals(op: Op): Refusal[] {
   }
   if (['unscoped', 'manager', 'sessionManager'].includes(op.access))
     out.push(['a key with a scope list', keyScopedTo['projects:read'], 403]);
-  if (['manager', 'sessionManager', 'billing:write', 'billing:read:manager'].includes(op.access))
+  if (['manager', 'sessionManager', 'billing:write', 'billing:read:manager', 'audit:read'].includes(op.access))
     out.push(['a member', member.accessToken, 403]);
   if (op.access === 'sessionManager') out.push(['an API key (not a person)', ownerKey, 403]);
   // The OpenAI-compatible API: API keys only, whoever the person is.

@@ -37,6 +37,8 @@ export const POLICIES = {
   'billing:write': { authenticate: true, scope: 'billing:write', roles: MANAGERS },
   /** Billing settings an owner or admin reads (alerts): a scoped key needs billing:read. */
   'billing:read:manager': { authenticate: true, scope: 'billing:read', roles: MANAGERS },
+  /** The audit log (CONTRACT.md 10): owners and admins; a scoped key needs audit:read. */
+  'audit:read': { authenticate: true, scope: 'audit:read', roles: MANAGERS },
   unscoped: { authenticate: true, unscoped: true },
   manager: { authenticate: true, unscoped: true, roles: MANAGERS },
   sessionManager: { authenticate: true, unscoped: true, roles: MANAGERS, credentials: ['user', 'cli'] },

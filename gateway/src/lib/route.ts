@@ -153,7 +153,13 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       const principal = request.principal!;
       const timing = { upstreamMs: 0 };
       request.upstream = timing;
-      const call: CallOptions = { token: principal?.token, requestId: request.id, clientIp: request.ip, timing };
+      const call: CallOptions = {
+        token: principal?.token,
+        requestId: request.id,
+        clientIp: request.ip,
+        userAgent: request.headers['user-agent'] ?? null,
+        timing,
+      };
       const result = await spec.handler({
         body: request.body,
         query: request.query,

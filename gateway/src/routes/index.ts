@@ -3,6 +3,7 @@ import type { GatewayDeps } from '../deps';
 import { adminRoutes } from './admin';
 import { agentRoutes } from './agents';
 import { apiKeyRoutes } from './api-keys';
+import { auditRoutes } from './audit';
 import { authRoutes } from './auth';
 import { billingRoutes } from './billing';
 import { chatRoutes } from './chat';
@@ -38,6 +39,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);
+  auditRoutes(app, deps);
   passthroughRoutes(app, deps, {
     maxRequestBytes: deps.config.passthroughMaxRequestBytes,
     maxResponseBytes: deps.config.passthroughMaxResponseBytes,

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { agentsV1 } from '@svc/proto';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 

@@ -11,7 +11,7 @@ import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } fr
 import { Ajv } from 'ajv';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isAppError, type CallOptions } from '@svc/kit';
-import type { GatewayDeps } from '../app';
+import type { GatewayDeps } from '../deps';
 import { assertKeyTokens } from '../lib/key-usage';
 import type { Principal } from '../lib/principal';
 import { agentView, runView } from './agents';

@@ -13,6 +13,8 @@ export const SCOPES = [
   /** The provider pass-through under /v1/passthrough (CONTRACT.md 9). */
   'llm:passthrough',
   'events:read',
+  /** The audit log (CONTRACT.md 10); owners and admins only. */
+  'audit:read',
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

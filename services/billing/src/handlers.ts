@@ -496,17 +496,21 @@ export function billingHandlers(deps: BillingDeps) {
       return { codes };
     },
 
-    async adminSetPlan(req: billingV1.AdminSetPlanRequest): Promise<billingV1.AdminSetPlanResponse> {
+    async adminSetPlan(req: billingV1.AdminSetPlanRequest, ctx?: CallContext): Promise<billingV1.AdminSetPlanResponse> {
       adminOnly(req.adminToken);
       if (!isPlan(req.plan)) throw errors.validation([{ field: 'plan', message: 'must be one of free, starter, growth, enterprise' }]);
       const plan = req.plan;
       await knownTenant(req.tenantId);
-      await store.transaction((tx) => changePlan(tx, req.tenantId, plan));
+      await store.transaction(async (tx) => {
+        const before = (await accountOf(tx, req.tenantId)).plan;
+        await changePlan(tx, req.tenantId, plan);
+        await addToOutbox(tx, operatorAudit(ctx, req.tenantId, 'admin.plan_changed', { before: { plan: before }, after: { plan } }));
+      });
       relay.notify();
       return { tenantId: req.tenantId, plan };
     },
 
-    async adminAdjustCredits(req: billingV1.AdminAdjustCreditsRequest): Promise<billingV1.AdminAdjustCreditsResponse> {
+    async adminAdjustCredits(req: billingV1.AdminAdjustCreditsRequest, ctx?: CallContext): Promise<billingV1.AdminAdjustCreditsResponse> {
       adminOnly(req.adminToken);
       if (!Number.isInteger(req.delta) || req.delta === 0 || Math.abs(req.delta) > MAX_CREDITS)
         throw errors.validation([{ field: 'delta', message: `must be a non-zero integer from -${MAX_CREDITS} to ${MAX_CREDITS}` }]);
@@ -523,9 +527,45 @@ export function billingHandlers(deps: BillingDeps) {
           credits: req.delta,
           description: reason,
         });
-        return applied ? applied.balance : ((await tx.collection(accounts).get(req.tenantId))?.balance ?? 0);
+        if (!applied) return (await tx.collection(accounts).get(req.tenantId))?.balance ?? 0;
+        await addToOutbox(
+          tx,
+          operatorAudit(ctx, req.tenantId, 'admin.credits_adjusted', {
+            before: { balance: applied.balance - req.delta },
+            after: { balance: applied.balance, delta: req.delta, reason },
+          }),
+        );
+        return applied.balance;
       });
+      relay.notify();
       return { balance };
     },
   };
+}
+
+/**
+ * An operator action for the tenant's audit log (CONTRACT.md 10): an `audit.recorded` event in the action's own
+ * transaction, which identity adds to the tenant's chain (services/identity/src/audit).
+ */
+function operatorAudit(
+  ctx: CallContext | undefined,
+  tenantId: string,
+  action: 'admin.plan_changed' | 'admin.credits_adjusted',
+  changes: { before: Record<string, unknown>; after: Record<string, unknown> },
+) {
+  return domainEvent(TOPICS.billing, 'audit.recorded', tenantId, {
+    $case: 'auditEntry',
+    value: {
+      id: newId('aud'),
+      at: nowIso(),
+      actor: { type: 'admin', id: 'operator' },
+      action,
+      target: { type: 'tenant', id: tenantId },
+      ip: ctx?.clientIp ?? undefined,
+      userAgent: ctx?.userAgent ?? undefined,
+      requestId: ctx?.requestId,
+      changes: { before: changes.before, after: changes.after },
+      hash: '',
+    },
+  });
 }

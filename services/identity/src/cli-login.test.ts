@@ -23,7 +23,7 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const handlers = () => cliLoginHandlers({ store } as IdentityDeps, () => clock);
+const handlers = () => cliLoginHandlers({ store, audit: { kick: () => undefined } } as unknown as IdentityDeps, () => clock);
 const userCtx = { auth: { sub: 'usr_1', tid: 'ten_1', typ: 'user', sid: 'ses_1' }, token: 't' } as unknown as CallContext;
 
 async function started() {

@@ -1,4 +1,5 @@
 import type { EgressPolicy, EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
+import type { AuditChainer } from './audit/log';
 import type { FailureThrottle } from './login-guard';
 import type { SigningKeys } from './signing-keys';
 
@@ -39,6 +40,8 @@ export interface IdentityDeps {
   egress: EgressPolicy;
   /** Sign-in attempts per address and per (account, address), checked before any password hashing. */
   loginThrottle: FailureThrottle;
+  /** Appends recorded audit entries to their tenants' chains: `kick()` after a change's transaction commits. */
+  audit: AuditChainer;
   /** Tells gateways at once (Redis pub/sub) that a revocation was recorded; they also poll. */
   announceRevocation: () => void;
 }

@@ -12,6 +12,9 @@ import {
 } from '@svc/kit';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
+import { AUDIT_COLLECTIONS, AuditChainer } from './audit/log';
+import { auditHandlers, auditRecordedHandler } from './audit/handlers';
+import { signInFailures } from './audit/sign-in-failures';
 import type { IdentityDeps } from './context';
 import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
@@ -55,10 +58,18 @@ const config = {
   oauthProviders: field('OAUTH_PROVIDERS', 'string', { secret: true }),
   // How often a replica watched by gateways looks for revocations that other replicas recorded.
   revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
+  // The audit log keeps entries this long (CONTRACT.md 10); the chain then starts at the oldest kept entry.
+  auditRetentionDays: field('AUDIT_RETENTION_DAYS', 'int', { default: '365', min: 1, max: 36_500 }),
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
-  const rt = await openRuntime({ name: 'identity', defaultPort: 50051, config, collections: ALL_COLLECTIONS, env });
+  const rt = await openRuntime({
+    name: 'identity',
+    defaultPort: 50051,
+    config,
+    collections: [...ALL_COLLECTIONS, ...AUDIT_COLLECTIONS, signInFailures],
+    env,
+  });
   const keys = new SigningKeys(rt.store, rt.box);
   await keys.load();
   const redis = rt.config.redisUrl ? new Redis(rt.config.redisUrl, { lazyConnect: false, maxRetriesPerRequest: 2 }) : null;
@@ -70,7 +81,9 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashMaxWaitMs,
   );
   const feed = await FeedNotifier.open(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
+  const audit = new AuditChainer(rt.store, rt.logger, rt.config.auditRetentionDays, rt.relay);
   const deps: IdentityDeps = {
+    audit,
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({
       perAddress: rt.config.loginAttemptsPerAddress,
@@ -110,6 +123,8 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   };
   const verifier = new JwtVerifier({ issuer: rt.config.jwtIssuer, audience: rt.config.jwtAudience, fetchJwks: () => keys.getJwks() });
   const applyPlanChange = planChangeHandler(rt.store, rt.logger, deps.announceRevocation);
+  const applyAuditRecord = auditRecordedHandler(rt.store, audit);
+  audit.start(rt.wake);
   return serve(rt, {
     verifier,
     healthNames: ['identity.v1.IdentityService'],
@@ -118,10 +133,13 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
         group: 'identity',
         topics: [TOPICS.billing],
         handler: (message) =>
-          applyPlanChange(message).catch((err: unknown) => {
-            rt.logger.warn({ err, eventId: message.id }, 'plan change failed; the bus will retry');
-            throw err;
-          }),
+          Promise.all([applyPlanChange(message), applyAuditRecord(message)]).then(
+            () => undefined,
+            (err: unknown) => {
+              rt.logger.warn({ err, eventId: message.id }, 'plan change failed; the bus will retry');
+              throw err;
+            },
+          ),
       },
     ],
     registrations: [
@@ -135,6 +153,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
           ...cliLoginHandlers(deps),
+          ...auditHandlers(deps),
           watchRevocations: feed.serveWatch,
           ...externalAuthHandlers(deps, {
             exchange: rt.config.oidcIssuer ? { issuer: rt.config.oidcIssuer, audience: rt.config.oidcAudience ?? '' } : null,
@@ -158,8 +177,12 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
         ],
       }),
     ],
-    beforeStop: () => feed.stop(),
+    beforeStop: () => {
+      audit.halt();
+      feed.stop();
+    },
     onStop: async () => {
+      await audit.stop();
       await redis?.quit().catch(() => undefined);
     },
   });

@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import { AppError, type ErrorCode, ERROR_CODES } from '../errors';
-import { APP_ERROR_KEY, LEGACY_APP_ERROR_KEY, TOKEN_METADATA_KEY } from './server';
+import { APP_ERROR_KEY, LEGACY_APP_ERROR_KEY, safeUserAgent, TOKEN_METADATA_KEY, USER_AGENT_METADATA_KEY } from './server';
 import type { ReqOf, ResOf } from './types';
 
 export interface CallOptions {
@@ -8,6 +8,8 @@ export interface CallOptions {
   token?: string | null;
   requestId?: string;
   clientIp?: string | null;
+  /** The client's User-Agent as the gateway saw it (x-client-user-agent), for the audit log. */
+  userAgent?: string | null;
   /** Overrides the client's default deadline. Every call has one. */
   deadlineMs?: number;
   /** Milliseconds spent waiting for services are added here (the gateway's Server-Timing `upstream`). */
@@ -62,6 +64,7 @@ function metadataFor(options: CallOptions | undefined): grpc.Metadata {
   if (options?.token) md.set(TOKEN_METADATA_KEY, options.token);
   if (options?.requestId) md.set('x-request-id', options.requestId);
   if (options?.clientIp) md.set('x-client-ip', options.clientIp);
+  if (options?.userAgent) md.set(USER_AGENT_METADATA_KEY, safeUserAgent(options.userAgent));
   return md;
 }
 

@@ -71,10 +71,20 @@ afterAll(async () => {
   await server.stop();
 });
 
-it('passes the verified claims, request id and client address to the handler', async () => {
-  const res = await client.getTenant({}, { token, requestId: 'req-1', clientIp: '10.1.2.3' });
+it('passes the verified claims, request id, client address and user agent to the handler', async () => {
+  const res = await client.getTenant({}, { token, requestId: 'req-1', clientIp: '10.1.2.3', userAgent: 'curl/8.0 \u00e9\n' });
   expect(res.tenant?.id).toBe('ten_1');
-  expect(seen).toMatchObject({ auth: { sub: 'usr_1', tid: 'ten_1', role: 'owner' }, requestId: 'req-1', clientIp: '10.1.2.3' });
+  expect(seen).toMatchObject({
+    auth: { sub: 'usr_1', tid: 'ten_1', role: 'owner' },
+    requestId: 'req-1',
+    clientIp: '10.1.2.3',
+    // Printable ASCII only (metadata values are ASCII), at most 256 characters.
+    userAgent: 'curl/8.0 ??',
+  });
+  await client.getTenant({}, { token, userAgent: 'x'.repeat(1000) });
+  expect(seen!.userAgent).toBe('x'.repeat(256));
+  await client.getTenant({}, { token });
+  expect(seen!.userAgent).toBeNull();
 });
 
 it('also accepts the standard authorization header (for tools such as grpcurl)', async () => {

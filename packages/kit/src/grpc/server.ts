@@ -19,6 +19,12 @@ export const LEGACY_APP_ERROR_KEY = 'x-app-error';
 /** Request ids travel in metadata and logs: anything else is replaced (the gateway applies the same rule). */
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const SAFE_CLIENT_IP = /^[0-9A-Fa-f:.]{2,45}$/;
+/** Metadata key of the client's User-Agent (the gateway passes it on for the audit log). */
+export const USER_AGENT_METADATA_KEY = 'x-client-user-agent';
+/** A User-Agent as metadata may carry it: printable ASCII, at most 256 characters. */
+export function safeUserAgent(value: string): string {
+  return value.replace(/[^\x20-\x7e]/g, '?').slice(0, 256);
+}
 /** Counts a finished call and its duration (grpc_server_handled_total, grpc_server_handling_seconds). */
 function observe(path: string, started: number, code: grpc.status | undefined): void {
   metrics.grpcHandled.inc({ method: path, code: grpc.status[code ?? grpc.status.OK] });
@@ -126,17 +132,19 @@ export class GrpcServer {
     const requestId = typeof rawId === 'string' && SAFE_REQUEST_ID.test(rawId) ? rawId : randomUUID();
     const rawIp = md.get('x-client-ip')[0];
     const clientIp = typeof rawIp === 'string' && SAFE_CLIENT_IP.test(rawIp) ? rawIp : null;
+    const rawUa = md.get(USER_AGENT_METADATA_KEY)[0];
+    const userAgent = typeof rawUa === 'string' && rawUa ? safeUserAgent(rawUa) : null;
     const header = md.get('authorization')[0] as string | undefined;
     const token = (md.get(TOKEN_METADATA_KEY)[0] as string | undefined) ?? (header?.startsWith('Bearer ') ? header.slice(7) : null);
     if (!token) {
-      if (isPublic) return { auth: null, token: null, requestId, clientIp, metadata: md };
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, metadata: md };
       throw new AppError('UNAUTHORIZED', 'Authentication required');
     }
     try {
       const auth = await this.options.verifier.verify(token);
-      return { auth, token, requestId, clientIp, metadata: md };
+      return { auth, token, requestId, clientIp, userAgent, metadata: md };
     } catch (err) {
-      if (isPublic) return { auth: null, token: null, requestId, clientIp, metadata: md };
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, metadata: md };
       throw err;
     }
   }

@@ -10,6 +10,8 @@ export interface CallContext {
   requestId: string;
   /** Client address as the gateway saw it (x-client-ip), for audit and allowlists. */
   clientIp: string | null;
+  /** Client User-Agent as the gateway saw it (x-client-user-agent), for audit. */
+  userAgent?: string | null;
   metadata: Metadata;
 }
 

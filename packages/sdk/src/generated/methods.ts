@@ -195,6 +195,8 @@ export const OPERATIONS = {
   getSecret: { method: 'GET', path: '/api/v1/secrets/{name}', pathParams: ['name'], access: 'secrets:read', stream: false },
   updateSecret: { method: 'PUT', path: '/api/v1/secrets/{name}', pathParams: ['name'], access: 'secrets:write', stream: false },
   deleteSecret: { method: 'DELETE', path: '/api/v1/secrets/{name}', pathParams: ['name'], access: 'secrets:write', stream: false },
+  listAuditLog: { method: 'GET', path: '/api/v1/audit-log', pathParams: [], access: 'audit:read', stream: false },
+  verifyAuditLog: { method: 'GET', path: '/api/v1/audit-log/verify', pathParams: [], access: 'audit:read', stream: false },
 } as const;
 
 /** One typed method per operationId; the client implements `call`. */
@@ -707,5 +709,15 @@ export abstract class GeneratedMethods {
   /** Delete a secret and its value (`DELETE /api/v1/secrets/{name}`) */
   deleteSecret(input: Input<'deleteSecret'>, options?: CallOptions): Promise<Output<'deleteSecret'>> {
     return this.call('deleteSecret', input, options);
+  }
+
+  /** The tenant's audit log, newest first (owner or admin; a limited key needs audit:read) (`GET /api/v1/audit-log`) */
+  listAuditLog(input: Input<'listAuditLog'> = {} as Input<'listAuditLog'>, options?: CallOptions): Promise<Output<'listAuditLog'>> {
+    return this.call('listAuditLog', input, options);
+  }
+
+  /** Recomputes the tenant's hash chain from its oldest kept entry (`GET /api/v1/audit-log/verify`) */
+  verifyAuditLog(input: Input<'verifyAuditLog'> = {} as Input<'verifyAuditLog'>, options?: CallOptions): Promise<Output<'verifyAuditLog'>> {
+    return this.call('verifyAuditLog', input, options);
   }
 }

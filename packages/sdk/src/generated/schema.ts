@@ -1184,6 +1184,40 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/audit-log': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's audit log, newest first (owner or admin; a limited key needs audit:read) */
+    get: operations['listAuditLog'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/audit-log/verify': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Recomputes the tenant's hash chain from its oldest kept entry */
+    get: operations['verifyAuditLog'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -6608,6 +6642,122 @@ export interface operations {
             data: {
               name: string;
               deleted: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listAuditLog: {
+    parameters: {
+      query?: {
+        actor?: string;
+        action?: string;
+        after?: string;
+        before?: string;
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              at: string;
+              actor: {
+                type: 'user' | 'api_key' | 'admin' | 'system';
+                id: string;
+                email?: string;
+                /** @description First 12 characters of the acting API key (never the key) */
+                keyPrefix?: string;
+              };
+              /** @description Dotted name: api_key.created, member.role_changed, session.signed_in, ... */
+              action: string;
+              target: {
+                type: string;
+                id: string;
+              };
+              ip: string | null;
+              userAgent: string | null;
+              requestId: string | null;
+              /** @description What the action changed; secret values, keys and passwords are never shown */
+              changes: {
+                before: unknown;
+                after: unknown;
+              };
+              prevHash: string | null;
+              /** @description SHA-256 (hex) of the entry's canonical JSON (sorted keys, no spaces) without `hash` */
+              hash: string;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  verifyAuditLog: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              valid: boolean;
+              /** @description How many entries were checked */
+              entries: number;
+              firstBrokenId: string | null;
             };
             meta: {
               request_id: string;

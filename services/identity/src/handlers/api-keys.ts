@@ -20,6 +20,7 @@ import { Checks } from '../validate';
 import { requireAuth } from './auth';
 import { requireManager } from './team';
 import { toApiKey } from './views';
+import { auditChange } from '../audit/log';
 
 /**
  * Keys are managed by an owner or admin from a person's session (signed in on the web or through the CLI login),
@@ -81,7 +82,9 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       await cap.transaction(auth.tid, async (tx, places) => {
         await places.take();
         await tx.collection(apiKeys).insert(doc);
+        await auditChange(tx, ctx, auth.tid, 'api_key.created', { type: 'api_key', id: doc.id }, { after: keyAudit(doc) });
       });
+      deps.audit.kick();
       return { apiKey: toApiKey(doc), key };
     },
 
@@ -105,9 +108,21 @@ export function apiKeyHandlers(deps: IdentityDeps) {
         if (!doc) return null;
         await places.free();
         await recordRevocation(tx, 'api_key', doc.id);
+        await auditChange(
+          tx,
+          ctx,
+          auth.tid,
+          'api_key.revoked',
+          { type: 'api_key', id: doc.id },
+          {
+            before: { revokedAt: null },
+            after: { revokedAt: doc.revokedAt },
+          },
+        );
         return doc;
       });
       if (!revoked) throw errors.notFound('api_key', req.id);
+      deps.audit.kick();
       deps.announceRevocation();
       return { apiKey: toApiKey(revoked) };
     },
@@ -144,10 +159,19 @@ export function apiKeyHandlers(deps: IdentityDeps) {
           if (JSON.stringify(doc.limits ?? {}) !== JSON.stringify(current.limits ?? {})) return 'changed' as const;
           const next = await tx.collection(apiKeys).update(doc.id, { tenantId: auth.tid, revokedAt: null }, { name, limits });
           await recordRevocation(tx, 'api_key_changed', doc.id);
+          if (next) {
+            const before: Record<string, unknown> = {};
+            const after: Record<string, unknown> = {};
+            if (next.name !== doc.name) [before.name, after.name] = [doc.name, next.name];
+            before.limits = doc.limits ?? {};
+            after.limits = next.limits ?? {};
+            await auditChange(tx, ctx, auth.tid, 'api_key.limits_changed', { type: 'api_key', id: doc.id }, { before, after });
+          }
           return next;
         });
         if (updated === 'changed') continue;
         if (!updated) throw errors.notFound('api_key', req.id);
+        deps.audit.kick();
         deps.announceRevocation();
         return { apiKey: toApiKey(updated) };
       }
@@ -181,12 +205,40 @@ export function apiKeyHandlers(deps: IdentityDeps) {
           },
         );
         // Cached principals of either secret are dropped everywhere: the old one is then asked about afresh.
-        if (next) await recordRevocation(tx, 'api_key_changed', doc.id);
+        if (next) {
+          await recordRevocation(tx, 'api_key_changed', doc.id);
+          await auditChange(
+            tx,
+            ctx,
+            auth.tid,
+            'api_key.rotated',
+            { type: 'api_key', id: doc.id },
+            {
+              before: { start: doc.start },
+              after: { start: next.start, gracePeriodSeconds: grace, previousValidUntil: next.previousValidUntil ?? null },
+            },
+          );
+        }
         return next;
       });
       if (!rotated) throw errors.notFound('api_key', req.id);
+      deps.audit.kick();
       deps.announceRevocation();
       return { apiKey: toApiKey(rotated), key };
     },
+  };
+}
+
+/** What the audit log shows of a key: never its secret or hash. */
+function keyAudit(doc: ApiKeyDoc) {
+  return {
+    name: doc.name,
+    type: doc.type,
+    environment: doc.environment,
+    scopes: doc.scopes,
+    scoped: doc.scoped,
+    start: doc.start,
+    expiresAt: doc.expiresAt,
+    limits: doc.limits ?? {},
   };
 }

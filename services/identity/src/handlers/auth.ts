@@ -23,6 +23,8 @@ import { apiKeyClaims, issueRefreshToken, signAccessToken, startSession, userCla
 import { Checks } from '../validate';
 import { toLimits } from '../key-limits';
 import { toTenant, toUser } from './views';
+import { auditChange, recordAudit } from '../audit/log';
+import { countSignInFailure, forgetSignInFailures } from '../audit/sign-in-failures';
 
 export function requireAuth(ctx: CallContext): asserts ctx is AuthedContext {
   if (!ctx.auth || !ctx.token) throw errors.unauthorized();
@@ -81,6 +83,16 @@ export async function createTenantWithOwner(tx: StoreSession, tenant: TenantDoc,
   await userCreated(tx, user);
 }
 
+/** `session.signed_in` for a new session, in its transaction. */
+export function signedIn(tx: StoreSession, ctx: CallContext, user: UserDoc, sessionId: string, method: string): Promise<void> {
+  return recordAudit(
+    tx,
+    ctx,
+    { tenantId: user.tenantId, action: 'session.signed_in', target: { type: 'session', id: sessionId }, changes: { after: { method } } },
+    { type: 'user', id: user.id, email: user.email },
+  );
+}
+
 export function authHandlers(deps: IdentityDeps) {
   const { store } = deps;
 
@@ -116,17 +128,25 @@ export function authHandlers(deps: IdentityDeps) {
         await burnPasswordCheck(req.password, ctx.clientIp ?? '');
         throw errors.unauthorized('Invalid email or password');
       }
-      if (!(await verifyPassword(req.password, user.passwordHash, ctx.clientIp ?? '')))
+      if (!(await verifyPassword(req.password, user.passwordHash, ctx.clientIp ?? ''))) {
+        if (await countSignInFailure(store, ctx, user)) deps.audit.kick();
         throw errors.unauthorized('Invalid email or password');
+      }
       forgive();
       if (user.disabled) throw errors.forbidden('Account is disabled', { reason: 'account_disabled' });
       const tenant = await store.collection(tenants).get(user.tenantId);
       if (!tenant) throw errors.unauthorized('Invalid email or password');
-      const { tokens } = await store.transaction((tx) => startSession(deps, tx, user));
+      const { tokens } = await store.transaction(async (tx) => {
+        const started = await startSession(deps, tx, user);
+        await signedIn(tx, ctx, user, started.session.id, 'password');
+        await forgetSignInFailures(tx, user.id);
+        return started;
+      });
+      deps.audit.kick();
       return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens };
     },
 
-    async refresh(req: identityV1.RefreshRequest): Promise<identityV1.RefreshResponse> {
+    async refresh(req: identityV1.RefreshRequest, ctx: CallContext): Promise<identityV1.RefreshResponse> {
       const id = sha256Hex(req.refreshToken);
       const result = await store.transaction(async (tx) => {
         const token = await tx.collection(refreshTokens).get(id);
@@ -138,6 +158,17 @@ export function authHandlers(deps: IdentityDeps) {
         if (!used) {
           await tx.collection(sessions).update(session.id, { revokedAt: null }, { revokedAt: nowIso() });
           await recordRevocation(tx, 'session', session.id);
+          await recordAudit(
+            tx,
+            ctx,
+            {
+              tenantId: session.tenantId,
+              action: 'session.refresh_reuse_detected',
+              target: { type: 'session', id: session.id },
+              changes: { before: { revokedAt: null, userId: session.userId }, after: { revokedAt: nowIso(), userId: session.userId } },
+            },
+            { type: 'system', id: 'identity' },
+          );
           return { error: 'reuse' as const };
         }
         const { user, tenant } = await loadUserAndTenant(tx, session.userId, session.tenantId);
@@ -148,6 +179,7 @@ export function authHandlers(deps: IdentityDeps) {
       });
       if ('error' in result) {
         if (result.error === 'reuse') {
+          deps.audit.kick();
           deps.announceRevocation();
           deps.logger.warn({ event: 'refresh_token_reuse' }, 'refresh token reused; session revoked');
         }
@@ -161,9 +193,24 @@ export function authHandlers(deps: IdentityDeps) {
       if (ctx.auth.typ === 'api_key')
         throw errors.badRequest('not_a_session', 'API keys are not sessions: revoke a key with DELETE /api-keys/:id');
       await store.transaction(async (tx) => {
-        await tx.collection(sessions).update(ctx.auth.sid, { tenantId: ctx.auth.tid, revokedAt: null }, { revokedAt: nowIso() });
+        const ended = await tx
+          .collection(sessions)
+          .update(ctx.auth.sid, { tenantId: ctx.auth.tid, revokedAt: null }, { revokedAt: nowIso() });
         await recordRevocation(tx, 'session', ctx.auth.sid);
+        if (ended)
+          await auditChange(
+            tx,
+            ctx,
+            ctx.auth.tid,
+            'session.signed_out',
+            { type: 'session', id: ctx.auth.sid },
+            {
+              before: { revokedAt: null },
+              after: { revokedAt: ended.revokedAt },
+            },
+          );
       });
+      deps.audit.kick();
       deps.announceRevocation();
       return {};
     },

@@ -5,6 +5,7 @@
  * status, so concurrent token requests (or approve and deny at once), on any number of replicas, have one winner.
  * Status polls are plain reads: polling faster than `interval` costs the store nothing.
  */
+import { auditChange } from '../audit/log';
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { type CallContext, errors, randomBase62, sha256Hex } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
@@ -99,7 +100,24 @@ export function cliLoginHandlers(deps: IdentityDeps, now: () => number = Date.no
       const patch: Partial<CliLoginDoc> = req.approve
         ? { status: 'approved', userId: ctx.auth.sub, tenantId: ctx.auth.tid }
         : { status: 'denied' };
-      const done = await col.update(doc.id, { status: 'pending' }, patch);
+      const auth = ctx.auth;
+      const done = await deps.store.transaction(async (tx) => {
+        const next = await tx.collection(cliLogins).update(doc.id, { status: 'pending' }, patch);
+        if (next)
+          await auditChange(
+            tx,
+            ctx,
+            auth.tid,
+            req.approve ? 'cli_login.approved' : 'cli_login.denied',
+            { type: 'cli_login', id: doc.id },
+            {
+              before: { status: 'pending' },
+              after: { status: next.status, cliVersion: doc.cliVersion, platform: doc.platform },
+            },
+          );
+        return next;
+      });
+      if (done) deps.audit.kick();
       if (!done) throw errors.conflict('This login is no longer pending', { status: statusOf((await col.get(doc.id)) ?? doc, now()) });
       return { status: statusOf(done, now()) };
     },

@@ -4,13 +4,13 @@
  * A verified email signs in the user who has it; an email not seen before gets a new tenant and owner.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { DuplicateKeyError, errors, nowIso, sha256Hex } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, nowIso, sha256Hex } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { oauthStates, tenants, users } from '../collections';
 import type { IdentityDeps } from '../context';
 import { OidcIssuer, type ExternalIdentity, type OAuthClient } from '../oidc';
 import { startSession } from '../tokens';
-import { createTenantWithOwner, ownerOfNewTenant } from './auth';
+import { createTenantWithOwner, ownerOfNewTenant, signedIn } from './auth';
 import { toTenant, toUser } from './views';
 
 export interface ExternalAuthSettings {
@@ -56,14 +56,19 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
   };
 
   /** Signs in the user with this verified email, or creates their tenant; concurrent first sign-ins make one. */
-  async function signIn(who: ExternalIdentity): Promise<identityV1.ExchangeExternalTokenResponse> {
+  async function signIn(who: ExternalIdentity, ctx: CallContext): Promise<identityV1.ExchangeExternalTokenResponse> {
     for (let attempt = 0; ; attempt++) {
       const user = await store.collection(users).findOne({ email: who.email });
       if (user) {
         if (user.disabled) throw errors.forbidden('Account is disabled', { reason: 'account_disabled' });
         const tenant = await store.collection(tenants).get(user.tenantId);
         if (!tenant) throw errors.unauthorized('The identity token is not valid');
-        const { tokens } = await store.transaction((tx) => startSession(deps, tx, user));
+        const { tokens } = await store.transaction(async (tx) => {
+          const started = await startSession(deps, tx, user);
+          await signedIn(tx, ctx, user, started.session.id, 'external');
+          return started;
+        });
+        deps.audit.kick();
         return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens };
       }
       const fresh = ownerOfNewTenant({ email: who.email, name: who.name, tenantName: who.name, passwordHash: NO_PASSWORD });
@@ -82,10 +87,13 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
   }
 
   return {
-    async exchangeExternalToken(req: identityV1.ExchangeExternalTokenRequest): Promise<identityV1.ExchangeExternalTokenResponse> {
+    async exchangeExternalToken(
+      req: identityV1.ExchangeExternalTokenRequest,
+      ctx: CallContext,
+    ): Promise<identityV1.ExchangeExternalTokenResponse> {
       if (!settings.exchange) throw errors.notFound('identity_provider', 'oidc');
       if (!req.token || req.token.length > 16_384) throw errors.validation([{ field: 'token', message: 'must be a JWT' }]);
-      return signIn(await issuerFor(settings.exchange.issuer).verify(req.token, settings.exchange.audience));
+      return signIn(await issuerFor(settings.exchange.issuer).verify(req.token, settings.exchange.audience), ctx);
     },
 
     async startOAuth(req: identityV1.StartOAuthRequest): Promise<identityV1.StartOAuthResponse> {
@@ -111,7 +119,7 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
       return { url: url.toString() };
     },
 
-    async completeOAuth(req: identityV1.CompleteOAuthRequest): Promise<identityV1.CompleteOAuthResponse> {
+    async completeOAuth(req: identityV1.CompleteOAuthRequest, ctx: CallContext): Promise<identityV1.CompleteOAuthResponse> {
       const client = provider(req.provider);
       if (!req.code || req.code.length > 2048) throw errors.validation([{ field: 'code', message: 'must be 1 to 2048 characters' }]);
       const flow = openState(req.state);
@@ -127,7 +135,7 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
         if (err instanceof DuplicateKeyError) throw errors.badRequest('invalid_state', 'This sign-in was already completed: start again');
         throw err;
       }
-      return signIn(who);
+      return signIn(who, ctx);
     },
   };
 }

@@ -1,3 +1,4 @@
+import { auditChange } from '../audit/log';
 import { type CallContext, EgressError, type EgressPolicy, errors, type FieldError, nowIso, resolveAndCheck } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { type LlmFallbackDoc, llmSettings, type LlmSettingsDoc } from '../collections';
@@ -150,8 +151,22 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
         createdAt: current?.createdAt ?? now,
         updatedAt: now,
       };
-      if (current) await col.update(auth.tid, {}, doc);
-      else await col.insert(doc);
+      await deps.store.transaction(async (tx) => {
+        if (current) await tx.collection(llmSettings).update(auth.tid, {}, doc);
+        else await tx.collection(llmSettings).insert(doc);
+        await auditChange(
+          tx,
+          ctx,
+          auth.tid,
+          'llm_settings.changed',
+          { type: 'llm_settings', id: auth.tid },
+          {
+            before: current ? llmAudit(current) : null,
+            after: llmAudit(doc),
+          },
+        );
+      });
+      deps.audit.kick();
       return { settings: view(doc) };
     },
 
@@ -197,5 +212,23 @@ export function llmSettingsHandlers(deps: IdentityDeps) {
         };
       throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
     },
+  };
+}
+
+/** What the audit log shows of LLM settings: whether keys are set, never a key. */
+function llmAudit(doc: LlmSettingsDoc) {
+  return {
+    provider: doc.provider,
+    model: doc.model,
+    baseUrl: doc.baseUrl,
+    hasApiKey: doc.apiKeySealed !== null,
+    temperature: doc.temperature,
+    maxTokens: doc.maxTokens,
+    fallbacks: (doc.fallbacks ?? []).map((f) => ({
+      provider: f.provider,
+      model: f.model,
+      baseUrl: f.baseUrl,
+      hasApiKey: f.apiKeySealed !== null,
+    })),
   };
 }

@@ -1,3 +1,4 @@
+import { auditChange } from '../audit/log';
 import { BlockList, isIP } from 'node:net';
 import { type CallContext, errors, nowIso } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
@@ -52,11 +53,26 @@ export function networkHandlers(deps: IdentityDeps) {
       }
       if (fields.length) throw errors.validation(fields);
       const updated = await deps.store.transaction(async (tx) => {
+        const before = await tx.collection(tenants).get(auth.tid);
         const doc = await tx.collection(tenants).update(auth.tid, {}, { ipAllowlist: list, updatedAt: nowIso() });
-        if (doc) await recordRevocation(tx, 'tenant', auth.tid);
+        if (doc) {
+          await recordRevocation(tx, 'tenant', auth.tid);
+          await auditChange(
+            tx,
+            ctx,
+            auth.tid,
+            'network.allowlist_changed',
+            { type: 'tenant', id: auth.tid },
+            {
+              before: { ipAllowlist: before?.ipAllowlist ?? [] },
+              after: { ipAllowlist: list },
+            },
+          );
+        }
         return doc;
       });
       if (!updated) throw errors.notFound('tenant', auth.tid);
+      deps.audit.kick();
       deps.announceRevocation();
       return { ipAllowlist: updated.ipAllowlist };
     },

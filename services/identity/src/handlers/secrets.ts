@@ -4,6 +4,7 @@
  * writes use the newest key). The value never leaves through the public RPCs, nor through logs (the kit's logger
  * redacts `value`) or errors; only ResolveSecret, for services, returns it.
  */
+import { auditChange } from '../audit/log';
 import { authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { secrets, type SecretDoc } from '../collections';
@@ -63,11 +64,22 @@ export function secretHandlers(deps: IdentityDeps) {
         await cap.transaction(auth.tid, async (tx, places) => {
           await places.take();
           await tx.collection(secrets).insert(doc);
+          await auditChange(
+            tx,
+            ctx,
+            auth.tid,
+            'secret.created',
+            { type: 'secret', id: doc.id },
+            {
+              after: { name: doc.name, description: doc.description, version: 1 },
+            },
+          );
         });
       } catch (err) {
         if (err instanceof DuplicateKeyError) throw errors.conflict(`A secret named ${req.name} exists`, { name: req.name });
         throw err;
       }
+      deps.audit.kick();
       return { secret: toSecret(doc) };
     },
 
@@ -91,16 +103,34 @@ export function secretHandlers(deps: IdentityDeps) {
       // Compare-and-set on the version: concurrent updates each get a version of their own, none is lost.
       for (let attempt = 0; attempt < UPDATE_ATTEMPTS; attempt++) {
         const doc = await find(auth.tid, req.name);
-        const updated = await col.update(
-          doc.id,
-          { tenantId: auth.tid, version: doc.version },
-          {
-            version: doc.version + 1,
-            valueSealed,
-            updatedAt: nowIso(),
-          },
-        );
-        if (updated) return { secret: toSecret(updated) };
+        const updated = await deps.store.transaction(async (tx) => {
+          const next = await tx.collection(secrets).update(
+            doc.id,
+            { tenantId: auth.tid, version: doc.version },
+            {
+              version: doc.version + 1,
+              valueSealed,
+              updatedAt: nowIso(),
+            },
+          );
+          if (next)
+            await auditChange(
+              tx,
+              ctx,
+              auth.tid,
+              'secret.versioned',
+              { type: 'secret', id: doc.id },
+              {
+                before: { name: doc.name, version: doc.version },
+                after: { name: doc.name, version: next.version },
+              },
+            );
+          return next;
+        });
+        if (updated) {
+          deps.audit.kick();
+          return { secret: toSecret(updated) };
+        }
       }
       throw errors.conflict('The secret changed concurrently; try again', { name: req.name });
     },
@@ -110,10 +140,23 @@ export function secretHandlers(deps: IdentityDeps) {
       const doc = await find(auth.tid, req.name);
       const deleted = await cap.transaction(auth.tid, async (tx, places) => {
         const ok = await tx.collection(secrets).delete(doc.id, { tenantId: auth.tid });
-        if (ok) await places.free();
+        if (ok) {
+          await places.free();
+          await auditChange(
+            tx,
+            ctx,
+            auth.tid,
+            'secret.deleted',
+            { type: 'secret', id: doc.id },
+            {
+              before: { name: doc.name, version: doc.version },
+            },
+          );
+        }
         return ok;
       });
       if (!deleted) throw errors.notFound('secret', req.name);
+      deps.audit.kick();
       return { name: req.name };
     },
 

@@ -8,6 +8,7 @@ import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
 import { requireAuth, userCreated } from './auth';
 import { toMember } from './views';
+import { auditChange } from '../audit/log';
 
 /** Owners and admins manage the team, keys and security settings. The gateway checks this too. */
 export function requireManager(ctx: CallContext) {
@@ -79,12 +80,14 @@ export function teamHandlers(deps: IdentityDeps) {
           await places.take();
           await tx.collection(users).insert(user);
           await userCreated(tx, user);
+          await auditChange(tx, ctx, auth.tid, 'member.added', { type: 'user', id: user.id }, { after: { email, name, role } });
         });
       } catch (err) {
         if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
         throw err;
       }
       deps.relay.notify();
+      deps.audit.kick();
       return { member: toMember(user) };
     },
 
@@ -102,8 +105,20 @@ export function teamHandlers(deps: IdentityDeps) {
         if (!doc) throw errors.conflict('Member changed meanwhile; retry');
         // Tokens carry the role: end the member's current sessions so the new role applies at once.
         await recordRevocation(tx, 'user', doc.id);
+        await auditChange(
+          tx,
+          ctx,
+          auth.tid,
+          'member.role_changed',
+          { type: 'user', id: doc.id },
+          {
+            before: { role: target.role },
+            after: { role },
+          },
+        );
         return doc;
       });
+      deps.audit.kick();
       deps.announceRevocation();
       return { member: toMember(updated) };
     },
@@ -118,7 +133,18 @@ export function teamHandlers(deps: IdentityDeps) {
         await keepAnOwner(tx, auth.tid, target, null);
         if (await tx.collection(users).delete(target.id, { tenantId: auth.tid })) await places.free();
         await recordRevocation(tx, 'user', target.id);
+        await auditChange(
+          tx,
+          ctx,
+          auth.tid,
+          'member.removed',
+          { type: 'user', id: target.id },
+          {
+            before: { email: target.email, name: target.name, role: target.role },
+          },
+        );
       });
+      deps.audit.kick();
       deps.announceRevocation();
       return {};
     },

@@ -631,6 +631,60 @@ export interface CompleteOAuthResponse {
   tokens?: SessionTokens | undefined;
 }
 
+/** Who did an audited action: type user, api_key, admin or system. */
+export interface AuditActor {
+  type: string;
+  id: string;
+  email?: string | undefined;
+  keyPrefix?: string | undefined;
+}
+
+export interface AuditTarget {
+  type: string;
+  id: string;
+}
+
+/**
+ * One entry of a tenant's audit log. `changes_json` is the canonical JSON of {before, after} (secrets redacted);
+ * `hash` is the SHA-256 of the canonical JSON of the entry (as the HTTP API shows it) without `hash`.
+ */
+export interface AuditEntry {
+  id: string;
+  at: string;
+  actor?: AuditActor | undefined;
+  action: string;
+  target?: AuditTarget | undefined;
+  ip?: string | undefined;
+  userAgent?: string | undefined;
+  requestId?: string | undefined;
+  changesJson: string;
+  prevHash?: string | undefined;
+  hash: string;
+}
+
+export interface ListAuditLogRequest {
+  actor: string;
+  action: string;
+  after: string;
+  before: string;
+  limit: number;
+  cursor: string;
+}
+
+export interface ListAuditLogResponse {
+  entries: AuditEntry[];
+  nextCursor: string;
+}
+
+export interface VerifyAuditLogRequest {
+}
+
+export interface VerifyAuditLogResponse {
+  valid: boolean;
+  entries: number;
+  firstBrokenId?: string | undefined;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -10366,6 +10420,868 @@ export const CompleteOAuthResponse: MessageFns<CompleteOAuthResponse> = {
   },
 };
 
+function createBaseAuditActor(): AuditActor {
+  return { type: "", id: "", email: undefined, keyPrefix: undefined };
+}
+
+export const AuditActor: MessageFns<AuditActor> = {
+  encode(message: AuditActor, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    if (message.email !== undefined) {
+      writer.uint32(26).string(message.email);
+    }
+    if (message.keyPrefix !== undefined) {
+      writer.uint32(34).string(message.keyPrefix);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditActor {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditActor();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.keyPrefix = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditActor {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : undefined,
+      keyPrefix: isSet(object.keyPrefix)
+        ? globalThis.String(object.keyPrefix)
+        : isSet(object.key_prefix)
+        ? globalThis.String(object.key_prefix)
+        : undefined,
+    };
+  },
+
+  toJSON(message: AuditActor): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.email !== undefined) {
+      obj.email = message.email;
+    }
+    if (message.keyPrefix !== undefined) {
+      obj.keyPrefix = message.keyPrefix;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditActor>): AuditActor {
+    return AuditActor.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditActor>): AuditActor {
+    const message = createBaseAuditActor();
+    message.type = object.type ?? "";
+    message.id = object.id ?? "";
+    message.email = object.email ?? undefined;
+    message.keyPrefix = object.keyPrefix ?? undefined;
+    return message;
+  },
+};
+
+function createBaseAuditTarget(): AuditTarget {
+  return { type: "", id: "" };
+}
+
+export const AuditTarget: MessageFns<AuditTarget> = {
+  encode(message: AuditTarget, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== "") {
+      writer.uint32(10).string(message.type);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditTarget {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditTarget();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditTarget {
+    return {
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+    };
+  },
+
+  toJSON(message: AuditTarget): unknown {
+    const obj: any = {};
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditTarget>): AuditTarget {
+    return AuditTarget.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditTarget>): AuditTarget {
+    const message = createBaseAuditTarget();
+    message.type = object.type ?? "";
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseAuditEntry(): AuditEntry {
+  return {
+    id: "",
+    at: "",
+    actor: undefined,
+    action: "",
+    target: undefined,
+    ip: undefined,
+    userAgent: undefined,
+    requestId: undefined,
+    changesJson: "",
+    prevHash: undefined,
+    hash: "",
+  };
+}
+
+export const AuditEntry: MessageFns<AuditEntry> = {
+  encode(message: AuditEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.at !== "") {
+      writer.uint32(18).string(message.at);
+    }
+    if (message.actor !== undefined) {
+      AuditActor.encode(message.actor, writer.uint32(26).fork()).join();
+    }
+    if (message.action !== "") {
+      writer.uint32(34).string(message.action);
+    }
+    if (message.target !== undefined) {
+      AuditTarget.encode(message.target, writer.uint32(42).fork()).join();
+    }
+    if (message.ip !== undefined) {
+      writer.uint32(50).string(message.ip);
+    }
+    if (message.userAgent !== undefined) {
+      writer.uint32(58).string(message.userAgent);
+    }
+    if (message.requestId !== undefined) {
+      writer.uint32(66).string(message.requestId);
+    }
+    if (message.changesJson !== "") {
+      writer.uint32(74).string(message.changesJson);
+    }
+    if (message.prevHash !== undefined) {
+      writer.uint32(82).string(message.prevHash);
+    }
+    if (message.hash !== "") {
+      writer.uint32(90).string(message.hash);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuditEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuditEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.actor = AuditActor.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.target = AuditTarget.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.ip = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.userAgent = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.changesJson = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.prevHash = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.hash = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuditEntry {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      at: isSet(object.at) ? globalThis.String(object.at) : "",
+      actor: isSet(object.actor) ? AuditActor.fromJSON(object.actor) : undefined,
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      target: isSet(object.target) ? AuditTarget.fromJSON(object.target) : undefined,
+      ip: isSet(object.ip) ? globalThis.String(object.ip) : undefined,
+      userAgent: isSet(object.userAgent)
+        ? globalThis.String(object.userAgent)
+        : isSet(object.user_agent)
+        ? globalThis.String(object.user_agent)
+        : undefined,
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : undefined,
+      changesJson: isSet(object.changesJson)
+        ? globalThis.String(object.changesJson)
+        : isSet(object.changes_json)
+        ? globalThis.String(object.changes_json)
+        : "",
+      prevHash: isSet(object.prevHash)
+        ? globalThis.String(object.prevHash)
+        : isSet(object.prev_hash)
+        ? globalThis.String(object.prev_hash)
+        : undefined,
+      hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
+    };
+  },
+
+  toJSON(message: AuditEntry): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.at !== "") {
+      obj.at = message.at;
+    }
+    if (message.actor !== undefined) {
+      obj.actor = AuditActor.toJSON(message.actor);
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.target !== undefined) {
+      obj.target = AuditTarget.toJSON(message.target);
+    }
+    if (message.ip !== undefined) {
+      obj.ip = message.ip;
+    }
+    if (message.userAgent !== undefined) {
+      obj.userAgent = message.userAgent;
+    }
+    if (message.requestId !== undefined) {
+      obj.requestId = message.requestId;
+    }
+    if (message.changesJson !== "") {
+      obj.changesJson = message.changesJson;
+    }
+    if (message.prevHash !== undefined) {
+      obj.prevHash = message.prevHash;
+    }
+    if (message.hash !== "") {
+      obj.hash = message.hash;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AuditEntry>): AuditEntry {
+    return AuditEntry.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AuditEntry>): AuditEntry {
+    const message = createBaseAuditEntry();
+    message.id = object.id ?? "";
+    message.at = object.at ?? "";
+    message.actor = (object.actor !== undefined && object.actor !== null)
+      ? AuditActor.fromPartial(object.actor)
+      : undefined;
+    message.action = object.action ?? "";
+    message.target = (object.target !== undefined && object.target !== null)
+      ? AuditTarget.fromPartial(object.target)
+      : undefined;
+    message.ip = object.ip ?? undefined;
+    message.userAgent = object.userAgent ?? undefined;
+    message.requestId = object.requestId ?? undefined;
+    message.changesJson = object.changesJson ?? "";
+    message.prevHash = object.prevHash ?? undefined;
+    message.hash = object.hash ?? "";
+    return message;
+  },
+};
+
+function createBaseListAuditLogRequest(): ListAuditLogRequest {
+  return { actor: "", action: "", after: "", before: "", limit: 0, cursor: "" };
+}
+
+export const ListAuditLogRequest: MessageFns<ListAuditLogRequest> = {
+  encode(message: ListAuditLogRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.actor !== "") {
+      writer.uint32(10).string(message.actor);
+    }
+    if (message.action !== "") {
+      writer.uint32(18).string(message.action);
+    }
+    if (message.after !== "") {
+      writer.uint32(26).string(message.after);
+    }
+    if (message.before !== "") {
+      writer.uint32(34).string(message.before);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(40).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(50).string(message.cursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListAuditLogRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListAuditLogRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.actor = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.after = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.before = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListAuditLogRequest {
+    return {
+      actor: isSet(object.actor) ? globalThis.String(object.actor) : "",
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      after: isSet(object.after) ? globalThis.String(object.after) : "",
+      before: isSet(object.before) ? globalThis.String(object.before) : "",
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+    };
+  },
+
+  toJSON(message: ListAuditLogRequest): unknown {
+    const obj: any = {};
+    if (message.actor !== "") {
+      obj.actor = message.actor;
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.after !== "") {
+      obj.after = message.after;
+    }
+    if (message.before !== "") {
+      obj.before = message.before;
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListAuditLogRequest>): ListAuditLogRequest {
+    return ListAuditLogRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListAuditLogRequest>): ListAuditLogRequest {
+    const message = createBaseListAuditLogRequest();
+    message.actor = object.actor ?? "";
+    message.action = object.action ?? "";
+    message.after = object.after ?? "";
+    message.before = object.before ?? "";
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    return message;
+  },
+};
+
+function createBaseListAuditLogResponse(): ListAuditLogResponse {
+  return { entries: [], nextCursor: "" };
+}
+
+export const ListAuditLogResponse: MessageFns<ListAuditLogResponse> = {
+  encode(message: ListAuditLogResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.entries) {
+      AuditEntry.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListAuditLogResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListAuditLogResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.entries.push(AuditEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListAuditLogResponse {
+    return {
+      entries: globalThis.Array.isArray(object?.entries) ? object.entries.map((e: any) => AuditEntry.fromJSON(e)) : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListAuditLogResponse): unknown {
+    const obj: any = {};
+    if (message.entries?.length) {
+      obj.entries = message.entries.map((e) => AuditEntry.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListAuditLogResponse>): ListAuditLogResponse {
+    return ListAuditLogResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListAuditLogResponse>): ListAuditLogResponse {
+    const message = createBaseListAuditLogResponse();
+    message.entries = object.entries?.map((e) => AuditEntry.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseVerifyAuditLogRequest(): VerifyAuditLogRequest {
+  return {};
+}
+
+export const VerifyAuditLogRequest: MessageFns<VerifyAuditLogRequest> = {
+  encode(_: VerifyAuditLogRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VerifyAuditLogRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerifyAuditLogRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): VerifyAuditLogRequest {
+    return {};
+  },
+
+  toJSON(_: VerifyAuditLogRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<VerifyAuditLogRequest>): VerifyAuditLogRequest {
+    return VerifyAuditLogRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<VerifyAuditLogRequest>): VerifyAuditLogRequest {
+    const message = createBaseVerifyAuditLogRequest();
+    return message;
+  },
+};
+
+function createBaseVerifyAuditLogResponse(): VerifyAuditLogResponse {
+  return { valid: false, entries: 0, firstBrokenId: undefined };
+}
+
+export const VerifyAuditLogResponse: MessageFns<VerifyAuditLogResponse> = {
+  encode(message: VerifyAuditLogResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.valid !== false) {
+      writer.uint32(8).bool(message.valid);
+    }
+    if (message.entries !== 0) {
+      writer.uint32(16).int32(message.entries);
+    }
+    if (message.firstBrokenId !== undefined) {
+      writer.uint32(26).string(message.firstBrokenId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VerifyAuditLogResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerifyAuditLogResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.valid = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.entries = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.firstBrokenId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VerifyAuditLogResponse {
+    return {
+      valid: isSet(object.valid) ? globalThis.Boolean(object.valid) : false,
+      entries: isSet(object.entries) ? globalThis.Number(object.entries) : 0,
+      firstBrokenId: isSet(object.firstBrokenId)
+        ? globalThis.String(object.firstBrokenId)
+        : isSet(object.first_broken_id)
+        ? globalThis.String(object.first_broken_id)
+        : undefined,
+    };
+  },
+
+  toJSON(message: VerifyAuditLogResponse): unknown {
+    const obj: any = {};
+    if (message.valid !== false) {
+      obj.valid = message.valid;
+    }
+    if (message.entries !== 0) {
+      obj.entries = Math.round(message.entries);
+    }
+    if (message.firstBrokenId !== undefined) {
+      obj.firstBrokenId = message.firstBrokenId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<VerifyAuditLogResponse>): VerifyAuditLogResponse {
+    return VerifyAuditLogResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<VerifyAuditLogResponse>): VerifyAuditLogResponse {
+    const message = createBaseVerifyAuditLogResponse();
+    message.valid = object.valid ?? false;
+    message.entries = object.entries ?? 0;
+    message.firstBrokenId = object.firstBrokenId ?? undefined;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -10810,6 +11726,29 @@ export const IdentityServiceService = {
       Buffer.from(CompleteOAuthResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CompleteOAuthResponse => CompleteOAuthResponse.decode(value),
   },
+  /** The tenant's audit log, newest first (owner or admin): CONTRACT.md 10. */
+  listAuditLog: {
+    path: "/identity.v1.IdentityService/ListAuditLog" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListAuditLogRequest): Buffer => Buffer.from(ListAuditLogRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListAuditLogRequest => ListAuditLogRequest.decode(value),
+    responseSerialize: (value: ListAuditLogResponse): Buffer =>
+      Buffer.from(ListAuditLogResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListAuditLogResponse => ListAuditLogResponse.decode(value),
+  },
+  /** Recomputes the tenant's hash chain from its oldest kept entry. */
+  verifyAuditLog: {
+    path: "/identity.v1.IdentityService/VerifyAuditLog" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: VerifyAuditLogRequest): Buffer =>
+      Buffer.from(VerifyAuditLogRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): VerifyAuditLogRequest => VerifyAuditLogRequest.decode(value),
+    responseSerialize: (value: VerifyAuditLogResponse): Buffer =>
+      Buffer.from(VerifyAuditLogResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): VerifyAuditLogResponse => VerifyAuditLogResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -10895,6 +11834,10 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   startOAuth: handleUnaryCall<StartOAuthRequest, StartOAuthResponse>;
   /** The provider's code and our state: the code is redeemed once, its ID token verified, the user signed in. */
   completeOAuth: handleUnaryCall<CompleteOAuthRequest, CompleteOAuthResponse>;
+  /** The tenant's audit log, newest first (owner or admin): CONTRACT.md 10. */
+  listAuditLog: handleUnaryCall<ListAuditLogRequest, ListAuditLogResponse>;
+  /** Recomputes the tenant's hash chain from its oldest kept entry. */
+  verifyAuditLog: handleUnaryCall<VerifyAuditLogRequest, VerifyAuditLogResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -11533,6 +12476,38 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CompleteOAuthResponse) => void,
+  ): ClientUnaryCall;
+  /** The tenant's audit log, newest first (owner or admin): CONTRACT.md 10. */
+  listAuditLog(
+    request: ListAuditLogRequest,
+    callback: (error: ServiceError | null, response: ListAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  listAuditLog(
+    request: ListAuditLogRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  listAuditLog(
+    request: ListAuditLogRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  /** Recomputes the tenant's hash chain from its oldest kept entry. */
+  verifyAuditLog(
+    request: VerifyAuditLogRequest,
+    callback: (error: ServiceError | null, response: VerifyAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  verifyAuditLog(
+    request: VerifyAuditLogRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: VerifyAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  verifyAuditLog(
+    request: VerifyAuditLogRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: VerifyAuditLogResponse) => void,
   ): ClientUnaryCall;
 }
 
