@@ -158,6 +158,11 @@ it('drives every endpoint through the SDK', async () => {
   expect(await sdk.listEvents({ query: { deliveryFailed: true, webhookId: hook.id } })).toEqual([]);
   const since = new Date(Date.now() - 60_000).toISOString();
   expect(await sdk.recoverWebhook({ params: { id: hook.id }, body: { since } })).toEqual({ queued: 0 });
+  // The audit log: the key created above is in it, and the chain verifies.
+  let audit: Output<'listAuditLog'> = [];
+  await eventually(async () => (audit = await sdk.listAuditLog({ query: { action: 'api_key.created' } })).length >= 1);
+  expect(audit[0]).toMatchObject({ action: 'api_key.created', target: { type: 'api_key' } });
+  expect(await sdk.verifyAuditLog()).toMatchObject({ valid: true, firstBrokenId: null });
   // MCP servers: one built with the MCP SDK on loopback, registered, listed, renamed, refreshed and deleted.
   const tools = await startTestMcpServer();
   try {
