@@ -26,7 +26,32 @@ function packageDefinition(): protoLoader.PackageDefinition {
   });
 }
 
-/** Adds the reflection service to a server, listing `services` (fully qualified names, e.g. `chat.v1.ChatService`). */
+type Handler = (stream: grpc.ServerDuplexStream<unknown, unknown>) => void;
+
+/** The reflection services' definitions and handlers, as a ReflectionService would add them to a server. */
+function handlersOf(reflection: ReflectionService): Array<{ definition: grpc.ServiceDefinition; handler: Handler }> {
+  const out: Array<{ definition: grpc.ServiceDefinition; handler: Handler }> = [];
+  reflection.addToServer({
+    addService: (definition: grpc.ServiceDefinition, implementation: grpc.UntypedServiceImplementation) =>
+      void out.push({ definition, handler: implementation.ServerReflectionInfo as Handler }),
+  });
+  return out;
+}
+
+/**
+ * Adds the reflection service to a server, listing `services` (fully qualified names, e.g. `chat.v1.ChatService`).
+ * Indexing every descriptor costs about a second per server, so it waits for the first reflection call: start-up
+ * (and every test stack) does not pay for what only an operator's tool asks for.
+ */
 export function addReflection(server: Pick<grpc.Server, 'addService'>, services: string[]): void {
-  new ReflectionService(packageDefinition(), { services }).addToServer(server);
+  let real: ReturnType<typeof handlersOf> | undefined;
+  // An empty package gives the same service definitions (v1 and v1alpha) at no cost; the handlers are the real ones.
+  handlersOf(new ReflectionService({}, { services })).forEach(({ definition }, i) =>
+    server.addService(definition, {
+      ServerReflectionInfo: (stream: grpc.ServerDuplexStream<unknown, unknown>) => {
+        real ??= handlersOf(new ReflectionService(packageDefinition(), { services }));
+        real[i].handler(stream);
+      },
+    }),
+  );
 }
