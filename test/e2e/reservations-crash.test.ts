@@ -131,7 +131,9 @@ it('after SIGKILL of chat and agents mid-call, every reservation closes in time 
   expect(Date.now() - killedAt).toBeLessThan(TTL_MS);
   // Replies and runs have all ended (so no call is still on its way).
   await eventually(async () => {
-    const runs = (await api.get(`/api/v1/agents/${agent}/runs`, t)).body.data as Array<{ status: string }>;
+    const res = await api.get(`/api/v1/agents/${agent}/runs`, t);
+    if (res.status !== 200) return false; // agents is still coming back from its SIGKILL (the gateway answers 503)
+    const runs = res.body.data as Array<{ status: string }>;
     return runs.length === runLabels.length && runs.every((r) => ['completed', 'failed'].includes(r.status));
   }, 20_000);
   const summary = (await api.get('/api/v1/billing/summary', t)).body.data;
