@@ -5,14 +5,11 @@
  * rendered), and the compressed bytes of JavaScript and CSS it fetched. Baseline in the same run: the sign-in page,
  * which is server HTML with the small hand-written script and no toolkit. Results go to bench/results/console.json.
  */
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { chromium } from 'playwright-core';
-import { reservablePort } from '@svc/kit/src/ports';
 import { CHROMIUM } from '../test/helpers/browser';
-import { ROOT, runBench, UNCAPPED } from './lib';
+import { ROOT, runBench, startNpmStart } from './lib';
 
 const LOADS = Number(process.env.BENCH_CONSOLE_LOADS ?? 15);
 const RESULTS = resolve(ROOT, 'bench/results/console.json');
@@ -20,38 +17,7 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
 const round = (x: number) => Math.round(x * 10) / 10;
 
 async function main() {
-  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
-  const port = await reservablePort();
-  const proc = spawn(process.execPath, ['dist/start.js'], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      PORT: String(port),
-      DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-console-')),
-      ...UNCAPPED,
-      LOG_LEVEL: 'warn',
-    },
-    stdio: ['ignore', 'inherit', 'inherit'],
-    detached: true,
-  });
-  process.on('exit', () => {
-    try {
-      process.kill(-proc.pid!, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-  });
-  const base = `http://127.0.0.1:${port}`;
-  for (
-    const deadline = Date.now() + 60_000;
-    !(await fetch(`${base}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    ));
-  ) {
-    if (Date.now() > deadline) throw new Error('not ready within 60 s');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const base = `http://127.0.0.1:${await startNpmStart()}`;
   const reg = await fetch(`${base}/api/v1/auth/register`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

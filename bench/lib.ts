@@ -1,5 +1,8 @@
-import { fork, spawn, type ChildProcess } from 'node:child_process';
-import { resolve } from 'node:path';
+import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { reservablePort } from '@svc/kit/src/ports';
 
 export const ROOT = resolve(__dirname, '..');
 const children: ChildProcess[] = [];
@@ -113,3 +116,34 @@ export const UNCAPPED = {
   SSE_STREAMS_PER_TENANT: '100000',
   CHAT_TENANT_CONCURRENCY: '10000',
 } as const;
+
+/**
+ * The whole system as `npm start` runs it (the compiled launcher, every service and its workers), on a fresh data
+ * directory, with the per-tenant guards lifted; resolves with its port once `/readyz` answers 200.
+ */
+export async function startNpmStart(): Promise<number> {
+  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
+  const port = await reservablePort();
+  const proc = spawn(process.execPath, ['dist/start.js'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: String(port), DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), ...UNCAPPED, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'inherit', 'inherit'],
+    detached: true,
+  });
+  process.on('exit', () => {
+    try {
+      process.kill(-proc.pid!, 'SIGTERM');
+    } catch {
+      // already gone
+    }
+  });
+  for (const deadline = Date.now() + 60_000; ;) {
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ready) return port;
+    if (Date.now() > deadline) throw new Error('the system was not ready within 60 s');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

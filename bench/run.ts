@@ -8,12 +8,10 @@
  * smaller layout puts identity and the gateway in one process beside a one-process baseline. Results go to
  * bench/results/gateway-read.json, compared with the previous run's.
  */
-import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { reservablePort } from '@svc/kit/src/ports';
-import { call, load, ROOT, runBench, startProcess, type LoadResult, UNCAPPED } from './lib';
+import { call, load, ROOT, runBench, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -62,36 +60,7 @@ async function credentials(port: number, withProject = true) {
 
 /** The whole system as `npm start` runs it (compiled launcher, every service), embedded store, in-memory limits. */
 async function startWholeSystem() {
-  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
-  const port = await reservablePort();
-  const proc = spawn(process.execPath, ['dist/start.js'], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      PORT: String(port),
-      DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')),
-      ...UNCAPPED,
-      LOG_LEVEL: 'warn',
-    },
-    stdio: ['ignore', 'inherit', 'inherit'],
-    detached: true,
-  });
-  process.on('exit', () => {
-    try {
-      process.kill(-proc.pid!, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-  });
-  for (const deadline = Date.now() + 60_000; ;) {
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ready) break;
-    if (Date.now() > deadline) throw new Error('the system was not ready within 60 s');
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  const port = await startNpmStart();
   return credentials(port);
 }
 
