@@ -17,7 +17,7 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
 const round = (x: number) => Math.round(x * 10) / 10;
 
 async function main() {
-  const base = `http://127.0.0.1:${await startNpmStart()}`;
+  const base = `http://127.0.0.1:${(await startNpmStart()).port}`;
   const reg = await fetch(`${base}/api/v1/auth/register`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

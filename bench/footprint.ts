@@ -10,56 +10,17 @@
  *   (shared pages divided among their users: what the tree really costs the machine).
  * Results go to bench/results/footprint.json, printed beside the previous run's.
  */
-import { spawn, execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { ROOT, runBench } from './lib';
+import { processTree as tree, ROOT, runBench, TICKS } from './lib';
 import { freePort } from '../test/helpers/redis';
 
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 20);
 const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_FOOTPRINT_ROUNDS ?? 2);
 const RESULTS = resolve(ROOT, 'bench/results/footprint.json');
-const TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
-
-interface Proc {
-  pid: number;
-  ppid: number;
-  cpuTicks: number;
-  command: string;
-}
-
-function readProcs(): Proc[] {
-  const out: Proc[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      // fields after the command: state ppid ... utime(14th overall = index 11 here) stime cutime cstime
-      const cpuTicks = Number(f[11]) + Number(f[12]);
-      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim();
-      out.push({ pid: Number(entry), ppid: Number(f[1]), cpuTicks, command });
-    } catch {
-      // ended while we looked
-    }
-  }
-  return out;
-}
-
-/** `root` and all its descendants. */
-function tree(root: number): Proc[] {
-  const all = readProcs();
-  const found = new Map<number, Proc>();
-  let frontier = all.filter((p) => p.pid === root);
-  while (frontier.length) {
-    for (const p of frontier) found.set(p.pid, p);
-    frontier = all.filter((p) => !found.has(p.pid) && found.has(p.ppid));
-  }
-  return [...found.values()];
-}
-
 function memoryKb(pid: number): { rss: number; pss: number } {
   try {
     const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');

@@ -1,5 +1,5 @@
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { reservablePort } from '@svc/kit/src/ports';
@@ -121,7 +121,7 @@ export const UNCAPPED = {
  * The whole system as `npm start` runs it (the compiled launcher, every service and its workers), on a fresh data
  * directory, with the per-tenant guards lifted; resolves with its port once `/readyz` answers 200.
  */
-export async function startNpmStart(): Promise<number> {
+export async function startNpmStart(): Promise<{ port: number; pid: number }> {
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
   const port = await reservablePort();
   const proc = spawn(process.execPath, ['dist/start.js'], {
@@ -142,8 +142,56 @@ export async function startNpmStart(): Promise<number> {
       (r) => r.status === 200,
       () => false,
     );
-    if (ready) return port;
+    if (ready) return { port, pid: proc.pid! };
     if (Date.now() > deadline) throw new Error('the system was not ready within 60 s');
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+const TICKS = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+export interface Proc {
+  pid: number;
+  ppid: number;
+  /** user + system CPU time, in clock ticks */
+  cpuTicks: number;
+  command: string;
+}
+
+/** Every process on the machine, from /proc. */
+export function readProcs(): Proc[] {
+  const out: Proc[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // fields after the command: state ppid ... utime(14th overall = index 11 here) stime cutime cstime
+      const cpuTicks = Number(f[11]) + Number(f[12]);
+      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      out.push({ pid: Number(entry), ppid: Number(f[1]), cpuTicks, command });
+    } catch {
+      // ended while we looked
+    }
+  }
+  return out;
+}
+
+/** The processes `roots` and all their descendants. */
+export function processTree(...roots: number[]): Proc[] {
+  const all = readProcs();
+  const found = new Map<number, Proc>();
+  let frontier = all.filter((p) => roots.includes(p.pid));
+  while (frontier.length) {
+    for (const p of frontier) found.set(p.pid, p);
+    frontier = all.filter((p) => !found.has(p.pid) && found.has(p.ppid));
+  }
+  return [...found.values()];
+}
+
+/** CPU-seconds used so far by the trees rooted at `roots` (processes still running). */
+export function cpuSeconds(...roots: number[]): number {
+  return processTree(...roots).reduce((sum, p) => sum + p.cpuTicks, 0) / TICKS;
+}
+
+export { TICKS };

@@ -60,7 +60,7 @@ async function credentials(port: number, withProject = true) {
 
 /** The whole system as `npm start` runs it (compiled launcher, every service), embedded store, in-memory limits. */
 async function startWholeSystem() {
-  const port = await startNpmStart();
+  const { port } = await startNpmStart();
   return credentials(port);
 }
 

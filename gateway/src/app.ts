@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import helmet from '@fastify/helmet';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { AppError, metrics } from '@svc/kit';
 import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
+import { securityHeaders } from './lib/security-headers';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerDocs } from './docs';
 import { registerPages } from './pages';
@@ -18,17 +18,16 @@ export type { GatewayDeps };
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 /**
- * @fastify/helmet's headers, set to fit a JSON API: nothing to sniff, frame, refer or load (pages and /docs send
+ * Helmet's headers, set to fit a JSON API: nothing to sniff, frame, refer or load (pages and /docs send
  * their own CSP), resources for this origin only. HSTS stays off: TLS ends in front of the gateway, which sets it.
  */
-const HELMET = {
-  global: true,
+const SECURITY_HEADERS = securityHeaders({
   contentSecurityPolicy: { useDefaults: false, directives: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] } },
   frameguard: { action: 'deny' as const },
   referrerPolicy: { policy: 'no-referrer' as const },
   crossOriginResourcePolicy: { policy: 'same-origin' as const },
   strictTransportSecurity: false,
-};
+});
 export { BODY_LIMIT };
 
 /** The whole gateway as a Fastify instance: testable with real listeners, started by server.ts. */
@@ -57,7 +56,10 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     clientErrorHandler: (err, socket) => answerClientError(err, socket),
   });
 
-  void app.register(helmet, HELMET);
+  app.addHook('onRequest', (_request, reply, done) => {
+    reply.headers(SECURITY_HEADERS);
+    done();
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {

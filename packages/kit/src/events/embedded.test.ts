@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { busContract, message, unique, waitFor } from './bus.contract';
-import { openEmbeddedBus, type EmbeddedBus } from './embedded';
+import Database from 'better-sqlite3';
+import { openEmbeddedBus, TOPICS_AFTER_SQL, type EmbeddedBus } from './embedded';
 import { PoisonMessageError } from './poison';
 import type { ReceivedMessage } from './types';
 
@@ -11,6 +12,20 @@ const dir = mkdtempSync(join(tmpdir(), 'embedded-bus-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 busContract('embedded', async (options) => openEmbeddedBus({ path: join(dir, 'contract.db'), ...options }));
+
+test('waking consumers reads only the messages past the last seq announced, not the whole log', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'bus-plan-'));
+  const bus = openEmbeddedBus({ path: join(dir, 'bus.db') });
+  const db = new Database(join(dir, 'bus.db'), { readonly: true });
+  try {
+    const plan = (db.prepare(`EXPLAIN QUERY PLAN ${TOPICS_AFTER_SQL}`).all(0) as Array<{ detail: string }>).map((r) => r.detail);
+    expect(plan).toEqual([expect.stringMatching(/^SEARCH messages USING INTEGER PRIMARY KEY \(rowid>\?\)$/)]);
+  } finally {
+    db.close();
+    await bus.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test('an operator lists a dead letter and replays it to its group, which then handles it', async () => {
   const bus = openEmbeddedBus({ path: join(dir, 'dead-letters.db'), maxAttempts: 2 });

@@ -86,6 +86,12 @@ CREATE TABLE IF NOT EXISTS state.leases (
 );
 `;
 
+/**
+ * The topics of the messages past a seq, for waking consumers. A range on the rowid, read in seq order: the obvious
+ * `GROUP BY topic` makes SQLite scan the whole (topic, seq) index instead (tested in embedded.test.ts).
+ */
+export const TOPICS_AFTER_SQL = `SELECT seq, topic FROM messages WHERE seq > ? ORDER BY seq`;
+
 interface Row {
   seq: number;
   id: string;
@@ -141,6 +147,12 @@ export class EmbeddedBus implements EventBus {
   private readonly renewOwnLease: Database.Statement;
   private readonly releaseLease: Database.Statement;
   private readonly advanceOffset: Database.Statement;
+  private readonly topicsAfter: Database.Statement;
+  private readonly groupsWithReplays: Database.Statement;
+  private readonly replayStatements = new Map<number, Database.Statement>();
+  private readonly deleteReplay: Database.Statement;
+  /** The highest seq whose topic has been announced to this process's subscriptions (see `announce`). */
+  private announcedSeq: number;
   private readonly insertMany: (messages: BusMessage[], ts: number) => void;
   private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
 
@@ -183,6 +195,11 @@ export class EmbeddedBus implements EventBus {
     this.releaseLease = this.db.prepare(`DELETE FROM state.leases WHERE grp = ? AND topic = ? AND owner = ?`);
     // Never move a group backwards (a stale owner finishing late must not rewind the new owner).
     this.advanceOffset = this.db.prepare(`UPDATE offsets SET seq = ? WHERE grp = ? AND topic = ? AND seq < ?`);
+
+    this.topicsAfter = this.db.prepare(TOPICS_AFTER_SQL);
+    this.groupsWithReplays = this.db.prepare(`SELECT DISTINCT grp FROM replays`).pluck();
+    this.deleteReplay = this.db.prepare(`DELETE FROM replays WHERE grp = ? AND topic = ? AND seq = ?`);
+    this.announcedSeq = (this.db.prepare(`SELECT COALESCE(MAX(seq), 0) FROM messages`).pluck().get() as number) ?? 0;
 
     this.insertMany = this.db.transaction((messages: BusMessage[], ts: number) => {
       for (const m of messages) {
@@ -227,7 +244,7 @@ export class EmbeddedBus implements EventBus {
 
   /** Queues a dead letter for its group again (delivered before the group's next messages); false if unknown. */
   replayDeadLetter(group: string, topic: string, seq: number): boolean {
-    return this.db
+    const queued = this.db
       .transaction(() => {
         const removed = this.db.prepare(`DELETE FROM dead_letters WHERE grp = ? AND topic = ? AND seq = ?`).run(group, topic, seq);
         if (removed.changes !== 1) return false;
@@ -235,21 +252,25 @@ export class EmbeddedBus implements EventBus {
         return true;
       })
       .immediate();
+    if (queued) this.announce();
+    return queued;
   }
 
   /** Replays queued for a group's topics, with their messages. */
   readReplays(group: string, topics: string[]): Array<ReceivedMessage & { seq: number }> {
-    const rows = this.db
-      .prepare(
+    let statement = this.replayStatements.get(topics.length);
+    if (!statement) {
+      statement = this.db.prepare(
         `SELECT m.seq, m.id, m.topic, m.key, m.value, m.headers, m.ts FROM replays r JOIN messages m ON m.seq = r.seq
          WHERE r.grp = ? AND r.topic IN (${topics.map(() => '?').join(',')}) ORDER BY r.seq LIMIT 50`,
-      )
-      .all(group, ...topics) as Row[];
-    return rows.map(received);
+      );
+      this.replayStatements.set(topics.length, statement);
+    }
+    return (statement.all(group, ...topics) as Row[]).map(received);
   }
 
   replayDone(group: string, topic: string, seq: number): void {
-    this.db.prepare(`DELETE FROM replays WHERE grp = ? AND topic = ? AND seq = ?`).run(group, topic, seq);
+    this.deleteReplay.run(group, topic, seq);
     for (const s of this.subscriptions) s.wake();
   }
 
@@ -258,7 +279,33 @@ export class EmbeddedBus implements EventBus {
     if (messages.length === 0) return;
     // A duplicate id is ignored: the outbox relay may publish the same record again after a crash.
     this.insertMany(messages, Date.now());
-    for (const s of this.subscriptions) s.wake();
+    // This process's consumers of these topics start now, not when the watch reports the write.
+    this.announce();
+  }
+
+  /**
+   * Wakes the subscriptions that have something to read: those of a topic with messages past `announcedSeq`, and
+   * those of a group with replays queued. Called on every write hint (any process's commit to the log, a consumer's
+   * offset included) and after a publish here: one indexed query instead of every subscription reading its topics
+   * on every write. Seqs are given in commit order, so nothing committed below the highest seq seen can appear later.
+   */
+  private announce(): void {
+    if (this.closed || this.subscriptions.size === 0) return;
+    let topics: Set<string>;
+    let groups: Set<string>;
+    try {
+      const rows = this.topicsAfter.all(this.announcedSeq) as Array<{ topic: string; seq: number }>;
+      topics = new Set(rows.map((r) => r.topic));
+      if (rows.length) this.announcedSeq = rows[rows.length - 1].seq;
+      groups = new Set(this.groupsWithReplays.all() as string[]);
+    } catch (err) {
+      // The log could not be read (locked past busy_timeout): every subscription looks for itself.
+      this.onError(err);
+      for (const sub of this.subscriptions) sub.wake();
+      return;
+    }
+    if (topics.size === 0 && groups.size === 0) return;
+    for (const sub of this.subscriptions) if (groups.has(sub.group) || sub.topics.some((t) => topics.has(t))) sub.wake();
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
@@ -289,9 +336,7 @@ export class EmbeddedBus implements EventBus {
    * the log's WAL (or the file itself) changes. inotify on Linux: nothing runs while nothing is written.
    */
   private watchWrites(): void {
-    this.unwatchWrites ??= watchWrites(this.dbPath, () => {
-      for (const sub of this.subscriptions) sub.wake();
-    });
+    this.unwatchWrites ??= watchWrites(this.dbPath, () => this.announce());
   }
 
   private unwatch(): void {
@@ -397,8 +442,8 @@ class EmbeddedSubscription {
 
   constructor(
     private readonly bus: EmbeddedBus,
-    private readonly group: string,
-    private readonly topics: string[],
+    readonly group: string,
+    readonly topics: string[],
     private readonly handler: (message: ReceivedMessage) => Promise<void>,
   ) {
     this.stalls = new Stalls(group);

@@ -1,0 +1,171 @@
+/**
+ * `npm run bench:uncached` (part of `npm run bench`): the paths the gateway's caches do not answer, on the whole
+ * system as `npm start` runs it (compiled launcher, every service and its background workers), beside the baseline
+ * of bare Fastify making one unary grpc-js call, in alternating rounds of one run:
+ * - `GET /projects?limit=20` in a tenant holding 201 projects (one gRPC call to projects and a store query a request);
+ * - `POST /projects` (a transaction with the tenant's cap, the outbox, then the relay) in a tenant of its own;
+ * - `PATCH /projects/:id` (a transaction, the outbox, the change feed, the cache eviction);
+ * - `GET /projects/:id` and `GET /tenant`, answered from the gateway's caches, so that a change here cannot lower them
+ *   unseen.
+ * Beside req/s and latency, each scenario reports the server's CPU time per request: the CPU-seconds of every
+ * process of the system's tree (or of the baseline's two processes) over the window, divided by the requests
+ * served. Results go to bench/results/uncached.json, printed beside the previous run's.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { call, cpuSeconds, load, ROOT, runBench, startNpmStart, startProcess, type LoadResult } from './lib';
+
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const RESULTS = resolve(ROOT, 'bench/results/uncached.json');
+/** BENCH_ONLY=baseline,list: these scenarios only (a quick look; nothing is written). */
+const ONLY = process.env.BENCH_ONLY?.split(',');
+
+interface Scenario {
+  key: string;
+  name: string;
+  url: string;
+  method?: string;
+  body?: string;
+  headers: Record<string, string>;
+  /** processes whose CPU counts as the server's */
+  pids: number[];
+  runs: Array<LoadResult & { cpuUsPerRequest: number }>;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function measure(s: Scenario, seconds: number) {
+  const before = cpuSeconds(...s.pids);
+  const r = await load(s.url, { connections: CONNECTIONS, seconds, headers: s.headers, method: s.method, body: s.body });
+  const cpu = cpuSeconds(...s.pids) - before;
+  if (r.errors || r.non2xx) throw new Error(`${s.name}: ${r.errors} errors, ${r.non2xx} non-2xx answers`);
+  return { ...r, cpuUsPerRequest: (cpu * 1e6) / r.requests };
+}
+
+async function main() {
+  console.log(`connections ${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per scenario, alternating; node ${process.version}\n`);
+  const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
+  const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
+  const system = await startNpmStart();
+  const base = `http://127.0.0.1:${system.port}/api/v1`;
+
+  // Two tenants: one whose list stays at 201 projects, one that takes the creates.
+  const tenant = async () => {
+    const reg = await call(base, 'POST', '/auth/register', null, {
+      email: `bench${Date.now()}${Math.random()}@example.com`,
+      password: 'bench-password',
+      name: 'Bench',
+      tenantName: 'Bench',
+    });
+    const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+    return { accessToken: reg.accessToken as string, auth: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' } };
+  };
+  const lister = await tenant();
+  const writer = await tenant();
+  let last = '';
+  for (let i = 0; i < 201; i++) last = (await call(base, 'POST', '/projects', lister.accessToken, { name: `project ${i}` })).id;
+  const patched = (await call(base, 'POST', '/projects', writer.accessToken, { name: 'patched' })).id;
+
+  const baselinePids = [grpcServer.proc.pid!, front.proc.pid!];
+  const scenarios: Scenario[] = [
+    {
+      key: 'baseline',
+      name: 'Fastify + 1 grpc-js call',
+      url: `http://127.0.0.1:${front.port}/api/v1/tenant`,
+      headers: {},
+      pids: baselinePids,
+      runs: [],
+    },
+    {
+      key: 'list',
+      name: 'GET /projects?limit=20 (201)',
+      url: `${base}/projects?limit=20`,
+      headers: lister.auth,
+      pids: [system.pid],
+      runs: [],
+    },
+    {
+      key: 'create',
+      name: 'POST /projects',
+      url: `${base}/projects`,
+      method: 'POST',
+      body: JSON.stringify({ name: 'created by the bench', description: 'a project', language: 'en' }),
+      headers: writer.auth,
+      pids: [system.pid],
+      runs: [],
+    },
+    {
+      key: 'update',
+      name: 'PATCH /projects/:id',
+      url: `${base}/projects/${patched}`,
+      method: 'PATCH',
+      body: JSON.stringify({ description: 'changed by the bench' }),
+      headers: writer.auth,
+      pids: [system.pid],
+      runs: [],
+    },
+    {
+      key: 'getCached',
+      name: 'GET /projects/:id (cached)',
+      url: `${base}/projects/${last}`,
+      headers: lister.auth,
+      pids: [system.pid],
+      runs: [],
+    },
+    { key: 'tenantCached', name: 'GET /tenant (cached)', url: `${base}/tenant`, headers: lister.auth, pids: [system.pid], runs: [] },
+  ].filter((s) => !ONLY || ONLY.includes(s.key));
+
+  for (const s of scenarios) await measure(s, 2); // warm-up
+  for (let round = 1; round <= ROUNDS; round++) for (const s of scenarios) s.runs.push(await measure(s, SECONDS));
+
+  const summaries = Object.fromEntries(
+    scenarios.map((s) => [
+      s.key,
+      {
+        rps: Math.round(median(s.runs.map((r) => r.rps))),
+        p50: median(s.runs.map((r) => r.p50)),
+        p99: median(s.runs.map((r) => r.p99)),
+        cpuUsPerRequest: Math.round(median(s.runs.map((r) => r.cpuUsPerRequest))),
+        rounds: s.runs.map((r) => Math.round(r.rps)),
+      },
+    ]),
+  );
+  const baseline = scenarios.find((s) => s.key === 'baseline');
+  // Rounds run back to back, so a round's ratio compares under the same background load.
+  const vsBaseline = (s: Scenario) =>
+    baseline
+      ? {
+          rps: Number(median(s.runs.map((r, i) => r.rps / baseline.runs[i].rps)).toFixed(3)),
+          cpu: Number(median(s.runs.map((r, i) => r.cpuUsPerRequest / baseline.runs[i].cpuUsPerRequest)).toFixed(2)),
+        }
+      : null;
+  console.log('scenario                          req/s    p50    p99   CPU µs/req   vs baseline: req/s, CPU');
+  for (const s of scenarios) {
+    const m = summaries[s.key];
+    const v = vsBaseline(s);
+    console.log(
+      `${s.name.padEnd(32)} ${String(m.rps).padStart(6)} ${String(m.p50).padStart(5)} ${String(m.p99).padStart(6)} ${String(m.cpuUsPerRequest).padStart(12)}   ${v ? `${v.rps} x, ${v.cpu} x` : ''}`,
+    );
+  }
+  if (ONLY) return;
+  const result = {
+    date: new Date().toISOString(),
+    node: process.version,
+    connections: CONNECTIONS,
+    seconds: SECONDS,
+    rounds: ROUNDS,
+    scenarios: summaries,
+    vsBaseline: Object.fromEntries(scenarios.map((s) => [s.key, vsBaseline(s)])),
+  };
+  console.log("\ntargets: list >= 0.85 x and create >= 0.7 x the baseline's req/s; CPU per request within 1.3 x");
+  if (existsSync(RESULTS)) {
+    const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
+    console.log(`previous run (${previous.date}):`, previous.vsBaseline);
+  }
+  writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
+  console.log(`written to ${RESULTS}`);
+}
+
+runBench(main);
