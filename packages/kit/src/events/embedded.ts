@@ -12,6 +12,7 @@
  */
 import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
+import { FALLBACK_AUTOCHECKPOINT_PAGES, walClosed, walWritten } from '../storage/checkpointer';
 import { watchWrites } from '../storage/watch-writes';
 import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import { isPoison } from './poison';
@@ -168,6 +169,8 @@ export class EmbeddedBus implements EventBus {
     this.db.pragma('busy_timeout = 5000');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
+    // Checkpoints of the log run in the checkpointer's thread (publishes and offset commits tell it); this is the bound.
+    this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
     this.db.exec(SCHEMA);
     this.db.prepare('ATTACH DATABASE ? AS state').run(options.path === ':memory:' ? ':memory:' : leasesPath(options.path));
     this.db.exec('PRAGMA state.journal_mode = WAL; PRAGMA state.synchronous = NORMAL;');
@@ -279,6 +282,7 @@ export class EmbeddedBus implements EventBus {
     if (messages.length === 0) return;
     // A duplicate id is ignored: the outbox relay may publish the same record again after a crash.
     this.insertMany(messages, Date.now());
+    this.wrote();
     // This process's consumers of these topics start now, not when the watch reports the write.
     this.announce();
   }
@@ -360,6 +364,7 @@ export class EmbeddedBus implements EventBus {
     this.unwatch();
     this.closed = true;
     this.db.close();
+    if (this.dbPath !== ':memory:') walClosed(this.dbPath);
   }
 
   /** Deletes messages older than `olderThanMs`, whatever the consumers' positions (like Kafka retention). */
@@ -417,7 +422,13 @@ export class EmbeddedBus implements EventBus {
   }
 
   commit(grp: string, topic: string, seq: number, owner: string): boolean {
-    return this.commitTx(grp, topic, seq, owner, Date.now() + this.leaseMs);
+    const moved = this.commitTx(grp, topic, seq, owner, Date.now() + this.leaseMs);
+    this.wrote();
+    return moved;
+  }
+
+  private wrote(): void {
+    if (this.dbPath !== ':memory:') walWritten(this.dbPath);
   }
 
   private assertOpen(): void {

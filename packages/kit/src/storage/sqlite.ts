@@ -26,6 +26,7 @@ import {
   type Schema,
 } from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
+import { FALLBACK_AUTOCHECKPOINT_PAGES, walClosed, walWritten } from './checkpointer';
 import { watchWrites } from './watch-writes';
 import {
   DuplicateKeyError,
@@ -189,7 +190,17 @@ class SqliteStore implements Store {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('busy_timeout = 5000');
+    this.onDisk = path !== ':memory:' && path !== '';
+    // Checkpoints run in the checkpointer's thread; this connection's own is the bound should that fall behind.
+    if (this.onDisk) this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
     this.atomic = this.db.transaction((fn: () => unknown) => fn());
+  }
+
+  private readonly onDisk: boolean;
+
+  /** A write committed (a transaction, or a statement outside one): its WAL is checkpointed soon, off this thread. */
+  wrote(): void {
+    if (this.onDisk) walWritten(this.path);
   }
 
   statement(sql: string): Database.Statement {
@@ -303,6 +314,7 @@ class SqliteStore implements Store {
       const result = await this.context.run(tx, () => fn(tx.session));
       if (tx.failure) throw tx.failure; // the callback caught it: the transaction still rolls back, as on MongoDB
       this.db.exec('COMMIT');
+      this.wrote();
       return result;
     } catch (err) {
       if (begun && this.db.inTransaction) this.db.exec('ROLLBACK');
@@ -356,6 +368,7 @@ class SqliteStore implements Store {
     try {
       this.statements.clear();
       this.db.close();
+      if (this.onDisk) walClosed(this.path);
     } finally {
       this.release();
     }
@@ -386,6 +399,16 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     this.name = table.schema.name;
   }
 
+  /** `run` for a write: outside a transaction the statement commits by itself, so the store hears of it. */
+  private write<R>(op: () => R): R | Promise<R> {
+    if (this.tx) return this.run(op);
+    return this.run(() => {
+      const result = op();
+      this.store.wrote();
+      return result;
+    });
+  }
+
   /** Every operation body is synchronous; this decides whether it runs now or after the open transaction. */
   private run<R>(op: () => R): R | Promise<R> {
     const body = () => {
@@ -410,7 +433,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     assertId(doc.id);
     assertNoNullInUnique(this.table.schema, Object.entries(doc));
     const json = JSON.stringify(doc);
-    return this.run(() => {
+    return this.write(() => {
       try {
         this.store.statement(`INSERT INTO "${this.name}" (id, doc) VALUES (?, ?)`).run(doc.id, json);
       } catch (err) {
@@ -459,7 +482,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     const sets = fields.map(([field]) => `'$.${field}', json(?)`).join(', ');
     const sql = `UPDATE "${this.name}" SET doc = json_set(doc, ${sets})${clause(['id = ?', ...conds.parts])} RETURNING doc`;
     const params = [...fields.map(([, value]) => JSON.stringify(value)), id, ...conds.params];
-    return this.run(() => {
+    return this.write(() => {
       try {
         return this.one(sql, params);
       } catch (err) {
@@ -476,7 +499,7 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     const write = `UPDATE "${this.name}" SET doc = ? WHERE id = ?`;
     // The sum is computed in JS (SQLite would print doubles with 15 digits and integers as 6.0); reading and
     // writing inside one immediate transaction (or savepoint) keeps it atomic against other connections too.
-    return this.run(
+    return this.write(
       () =>
         this.store.atomic.immediate(() => {
           const doc = this.one(select, [id, ...conds.params]) as Record<string, unknown> | null;
@@ -500,13 +523,13 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     assertId(id, { allowEmpty: true });
     const conds = conditions(where);
     const sql = `DELETE FROM "${this.name}"${clause(['id = ?', ...conds.parts])}`;
-    return this.run(() => this.store.statement(sql).run(id, ...conds.params).changes > 0);
+    return this.write(() => this.store.statement(sql).run(id, ...conds.params).changes > 0);
   }
 
   async deleteMany(where: Where<T>): Promise<number> {
     const conds = conditions(where);
     const sql = `DELETE FROM "${this.name}"${clause(conds.parts)}`;
-    return this.run(() => this.store.statement(sql).run(...conds.params).changes);
+    return this.write(() => this.store.statement(sql).run(...conds.params).changes);
   }
 
   async count(where: Where<T>): Promise<number> {
