@@ -16,7 +16,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
-import { CreditReservations, domainEvent, openEmbeddedBus, TOPICS, type BusMessage } from '@svc/kit';
+import { openEmbeddedBus, type BusMessage } from '@svc/kit';
+import { CreditReservations, domainEvent, TOPICS } from '@svc/contracts';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const EVENTS = Number(process.env.BENCH_USAGE_EVENTS ?? 20_000);

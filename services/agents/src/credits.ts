@@ -1,4 +1,4 @@
-import type { CallHold } from '@svc/kit';
+import type { CallHold } from '@svc/contracts';
 
 /**
  * Where a run asks billing for credits (CONTRACT.md 8): at execute, the first model call's reservation (a refusal

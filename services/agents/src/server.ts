@@ -1,18 +1,16 @@
 import {
   capCounters,
   createClient,
-  CreditReservations,
-  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
-  identityVerifier,
   llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';

@@ -1,17 +1,15 @@
 import {
   capCounters,
-  CreditReservations,
-  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
-  identityVerifier,
   llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';

@@ -6,7 +6,8 @@
  * Each change applied is also recorded in the revocation feed as `tenant_changed` (it revokes nothing), in the same
  * transaction, and announced: gateways drop their cached copy of the tenant when they read it.
  */
-import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { nowIso, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, planChangeIsNewer } from '@svc/contracts';
 import { tenants, type Plan } from './collections';
 import { recordRevocation } from './revocations';
 

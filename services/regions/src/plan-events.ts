@@ -7,7 +7,8 @@
  * replayed, or an older copy republished after a relay take-over, arrives after later changes. A tenant not heard
  * of yet is on `free`.
  */
-import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { nowIso, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, planChangeIsNewer } from '@svc/contracts';
 import { isPlan, type Plan } from '@svc/plans';
 import { appliedEvents, tenantPlans } from './collections';
 
