@@ -6,7 +6,7 @@
  *   every one is in the ledger. Baseline in the same run: the same messages read by a consumer that does nothing
  *   (the bus alone). Checked: the ledger holds exactly one entry per event. (The embedded log drops a second publish
  *   of an id, so redelivery is exercised by the tests, not here.)
- * - credit check: the kit's CreditReservations (what agents' execute and chat's post call) against the live billing
+ * - credit check: the contracts package's CreditReservations (what agents' execute and chat's post call) against the live billing
  *   process, timed per call: one reservation and its release (a transaction each in billing), the cost a request
  *   pays.
  * Results go to bench/results/billing.json.

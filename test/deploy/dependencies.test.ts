@@ -2,7 +2,7 @@
  * Each workspace's package.json lists exactly the packages its code imports (issue 23): nothing used through another
  * workspace's declaration (hoisting hides it until the package is installed alone), nothing declared and unused.
  * Imports are read from the source as text: `from '...'`, `import('...')`, `require('...')`; tests are not code.
- * And each workspace says what it offers with an `exports` map: nobody reaches into another's `src/` (decision 82).
+ * And each workspace says what it offers with an `exports` map: nobody reaches into another's `src/` (decision 80).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isBuiltin } from 'node:module';

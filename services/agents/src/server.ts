@@ -59,7 +59,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
-  // Every model call reserves its most possible cost in billing before it starts (kit CreditReservations).
+  // Every model call reserves its most possible cost in billing before it starts (contracts CreditReservations).
   const gate = options.credits ? null : new CreditReservations(c.billingAddr, c.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? gate!;
   const policy = egressPolicyFrom(c);

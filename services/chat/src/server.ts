@@ -86,7 +86,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     },
   );
   await replies.startSweeping();
-  // Every reply reserves its most possible cost in billing before it starts (kit CreditReservations).
+  // Every reply reserves its most possible cost in billing before it starts (contracts CreditReservations).
   const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? {
     reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),
