@@ -13,7 +13,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { startFakeOpenAI } from '@svc/llm/src/testing';
+import { startFakeOpenAI } from '@svc/llm/testing';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL_RUNS ?? 100);

@@ -6,7 +6,7 @@
  *   every one is in the ledger. Baseline in the same run: the same messages read by a consumer that does nothing
  *   (the bus alone). Checked: the ledger holds exactly one entry per event. (The embedded log drops a second publish
  *   of an id, so redelivery is exercised by the tests, not here.)
- * - credit check: the kit's CreditReservations (what agents' execute and chat's post call) against the live billing
+ * - credit check: the contracts package's CreditReservations (what agents' execute and chat's post call) against the live billing
  *   process, timed per call: one reservation and its release (a transaction each in billing), the cost a request
  *   pays.
  * Results go to bench/results/billing.json.
@@ -16,7 +16,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
-import { CreditReservations, domainEvent, openEmbeddedBus, TOPICS, type BusMessage } from '@svc/kit';
+import { openEmbeddedBus, type BusMessage } from '@svc/kit';
+import { CreditReservations, domainEvent, TOPICS } from '@svc/contracts';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const EVENTS = Number(process.env.BENCH_USAGE_EVENTS ?? 20_000);

@@ -20,7 +20,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createParser } from 'eventsource-parser';
-import { reservablePort } from '@svc/kit/src/ports';
+import { reservablePort } from '@svc/kit/ports';
 import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const TTFT_ROUNDS = Number(process.env.BENCH_CHAT_TTFT ?? 300);

@@ -2,7 +2,7 @@ import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { reservablePort } from '@svc/kit/src/ports';
+import { reservablePort } from '@svc/kit/ports';
 
 export const ROOT = resolve(__dirname, '..');
 const children: ChildProcess[] = [];

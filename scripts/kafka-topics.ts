@@ -7,9 +7,10 @@
  * reported, never changed: see docs/runbooks/distributed.md); 2 for bad settings.
  */
 import { Kafka, logLevel } from 'kafkajs';
-import { commonConfig, ConfigError, kafkaTopicSettings, loadConfig } from '@svc/kit/src/config';
-import { absentTopics, createKafkaTopics, SERVICE_TOPICS, topicProblems } from '@svc/kit/src/events/kafka-topics';
-import { namespaced } from '@svc/kit/src/events/namespace';
+import { commonConfig, ConfigError, kafkaTopicSettings, loadConfig } from '@svc/kit/config';
+import { absentTopics, createKafkaTopics, topicProblems } from '@svc/kit/events/kafka-topics';
+import { SERVICE_TOPICS } from '@svc/contracts/topics';
+import { namespaced } from '@svc/kit/events/namespace';
 
 async function main(): Promise<number> {
   let brokers: string[];

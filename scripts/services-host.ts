@@ -5,7 +5,7 @@
  * timers). `node dist/services.js identity projects ...` (no names: all of them). docs/decisions.md (41) has the
  * figures behind it; deploy/ and `SVC_LAYOUT=per-service` keep one process per service.
  */
-import '@svc/kit/src/telemetry';
+import '@svc/kit/telemetry';
 import { runMain, serveMetrics, type RunningService } from '@svc/kit';
 import { startIdentity } from '@svc/identity';
 import { startProjects } from '@svc/projects';

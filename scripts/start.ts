@@ -19,9 +19,9 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { createLogger } from '@svc/kit/src/logger';
-import { EXIT_PORT_IN_USE, reservablePort } from '@svc/kit/src/ports';
-import { tracesExported } from '@svc/kit/src/telemetry-config';
+import { createLogger } from '@svc/kit/logger';
+import { EXIT_PORT_IN_USE, reservablePort } from '@svc/kit/ports';
+import { tracesExported } from '@svc/kit/telemetry-config';
 import { SupervisedChild } from './supervisor';
 
 const compiled = __filename.endsWith('.js');

@@ -5,7 +5,7 @@
  * on failure (step), and no CSP violation anywhere.
  */
 import { readFileSync } from 'node:fs';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
 import { client, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';

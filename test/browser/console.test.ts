@@ -3,7 +3,7 @@
  * with its Chart.js chart drawn from GET /billing/usage (two models, two keys, through the whole stack with the fake
  * OpenAI provider). Every page runs under the strict Content-Security-Policy with no violation.
  */
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { CONSOLE_NAV, launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';

@@ -1,6 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { cliHome, startCli, svc } from '../helpers/cli';
 import { client, createKey, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';

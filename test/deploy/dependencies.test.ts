@@ -2,8 +2,9 @@
  * Each workspace's package.json lists exactly the packages its code imports (issue 23): nothing used through another
  * workspace's declaration (hoisting hides it until the package is installed alone), nothing declared and unused.
  * Imports are read from the source as text: `from '...'`, `import('...')`, `require('...')`; tests are not code.
+ * And each workspace says what it offers with an `exports` map: nobody reaches into another's `src/` (decision 80).
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { isBuiltin } from 'node:module';
 import { join, resolve } from 'node:path';
 
@@ -21,12 +22,12 @@ const LOADED_INDIRECTLY: Record<string, string[]> = {
   gateway: ['swagger-ui-dist'],
 };
 
-function files(dir: string, out: string[] = []): string[] {
+function files(dir: string, out: string[] = [], withTests = false): string[] {
   for (const name of readdirSync(dir)) {
     const path = join(dir, name);
-    if (name === 'node_modules' || name === 'dist' || name === 'generated-fixtures') continue;
-    if (statSync(path).isDirectory()) files(path, out);
-    else if (/\.(ts|tsx|js|mjs|cjs)$/.test(name) && !/\.test\.tsx?$/.test(name)) out.push(path);
+    if (name === 'node_modules' || name === 'dist' || name === 'generated-fixtures' || name === 'public') continue;
+    if (statSync(path).isDirectory()) files(path, out, withTests);
+    else if (/\.(ts|tsx|js|mjs|cjs)$/.test(name) && (withTests || !/\.test\.tsx?$/.test(name))) out.push(path);
   }
   return out;
 }
@@ -81,5 +82,28 @@ describe.each(WORKSPACES.filter((w) => statSync(join(ROOT, w)).isDirectory()))('
     const peers = new Set([...used].flatMap((p) => peerDependenciesOf(p, join(ROOT, workspace))));
     const unused = [...declared].filter((p) => !used.has(p) && !peers.has(p) && !(LOADED_INDIRECTLY[workspace] ?? []).includes(p)).sort();
     expect({ undeclared, unused }).toEqual({ undeclared: [], unused: [] });
+  });
+});
+
+describe('exports maps', () => {
+  it.each(WORKSPACES.filter((w) => statSync(join(ROOT, w)).isDirectory()))('%s has one, and each target exists', (workspace) => {
+    const exportsMap = JSON.parse(readFileSync(join(ROOT, workspace, 'package.json'), 'utf8')).exports;
+    expect(typeof exportsMap).toBe('object');
+    expect(Object.keys(exportsMap ?? {})).toContain('.');
+    const targets = Object.values<unknown>(exportsMap ?? {}).filter((t): t is string => typeof t === 'string');
+    expect(targets.filter((t) => !existsSync(join(ROOT, workspace, t)))).toEqual([]);
+  });
+
+  it("no code, test, benchmark or script imports another workspace's src/ (only what its exports map names)", () => {
+    const offenders: string[] = [];
+    for (const dir of [...WORKSPACES, 'test', 'bench', 'scripts']) {
+      for (const file of files(join(ROOT, dir), [], true)) {
+        const text = readFileSync(file, 'utf8');
+        for (const m of text.matchAll(/(?:from\s+|import\s*\(?\s*|require\(\s*)['"](@svc\/[^/'"]+\/src(?:\/[^'"]*)?)['"]/g)) {
+          offenders.push(`${file.slice(ROOT.length + 1)}: ${m[1]}`);
+        }
+      }
+    }
+    expect(offenders).toEqual([]);
   });
 });

@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { parse, parseAllDocuments } from 'yaml';
 import { loadGatewayConfig } from '../../gateway/src/config';
-import { commonConfig, kafkaTopicSettings, loadConfig } from '../../packages/kit/src/config';
+import { commonConfig, kafkaTopicSettings, loadConfig } from '@svc/kit/config';
 import { processFacts, root, servicePorts, stopBudgetMs, type ProcessFacts } from './code-facts';
 import { K8S_SHAPES } from './k8s-shapes';
 import { allows, type Endpoint, type NetworkPolicy } from './network-policy';

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { echoText, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { echoText, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 import { joinedDeltas, readSse } from '../helpers/sse';

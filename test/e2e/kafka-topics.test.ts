@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ConfigResourceTypes, Kafka, logLevel, type Admin } from 'kafkajs';
-import { BUS_HEALTH, checkHealth, createClient, reservablePort, TOPICS } from '@svc/kit';
+import { BUS_HEALTH, checkHealth, createClient, reservablePort } from '@svc/kit';
+import { TOPICS } from '@svc/contracts';
 import { regionsV1 } from '@svc/proto';
 import { startKafkaBroker, type KafkaBroker } from '../kafka/broker';
 

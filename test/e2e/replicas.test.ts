@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { decodeDomainEvent, openEmbeddedBus, TOPICS, type EmbeddedBus } from '@svc/kit';
+import { openEmbeddedBus, type EmbeddedBus } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
 import { client, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 import { startReceiver, type Receiver } from '../helpers/receiver';

@@ -10,7 +10,7 @@ import {
   type FakeBehaviour,
   type FakeProviderServer,
   type FakeRequest,
-} from '@svc/llm/src/testing';
+} from '@svc/llm/testing';
 import { client, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { startIdentity } from '@svc/identity';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, eventually, signUp, type Client } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { client, createKey, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
-import { startFakeOpenAI } from '@svc/llm/src/testing';
+import { startFakeOpenAI } from '@svc/llm/testing';
 
 jest.setTimeout(90_000);
 

@@ -1,4 +1,4 @@
-import { domainEvent, TOPICS } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { BusMessage } from '@svc/kit';
 import { stackBus, type Stack } from './stack';
 

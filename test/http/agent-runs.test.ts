@@ -3,8 +3,9 @@
  * Anthropic wire protocols over real HTTP (packages/llm/src/testing), configured per tenant with
  * PATCH /tenant/settings/llm as a user would.
  */
-import { decodeDomainEvent, TOPICS, type EventBus, type Subscription } from '@svc/kit';
-import { startFakeAnthropic, startFakeOpenAI, echoText, type FakeProviderServer, type FakeRequest } from '@svc/llm/src/testing';
+import { type EventBus, type Subscription } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
+import { startFakeAnthropic, startFakeOpenAI, echoText, type FakeProviderServer, type FakeRequest } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { stackBus, startStack, type Stack } from '../helpers/stack';
 

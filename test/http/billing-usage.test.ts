@@ -3,7 +3,7 @@
  * and project) and agent runs in two projects, through the whole stack with the fake OpenAI provider. Every
  * grouping, by hour and by day, sums to the ledger's usage debits (the summary's totals, and the balance's drop).
  */
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 

@@ -1,5 +1,6 @@
-import { decodeDomainEvent, TOPICS, type EventBus } from '@svc/kit';
-import { echoText, startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { type EventBus } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
+import { echoText, startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { joinedDeltas, readSse, type SseEvent } from '../helpers/sse';
 import { stackBus, startStack, type Stack } from '../helpers/stack';

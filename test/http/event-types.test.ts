@@ -1,4 +1,4 @@
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import Ajv2020 from 'ajv/dist/2020';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, verifyWithStandardWebhooks, type Received, type Receiver } from '../helpers/receiver';

@@ -12,7 +12,7 @@ import {
   type FakeBehaviour,
   type FakeProviderServer,
   type FakeRequest,
-} from '@svc/llm/src/testing';
+} from '@svc/llm/testing';
 import { client, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { joinedDeltas, readSse } from '../helpers/sse';
 import { startStack, type Stack } from '../helpers/stack';

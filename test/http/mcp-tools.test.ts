@@ -2,7 +2,7 @@
  * MCP servers as agent tools (CONTRACT.md 11), through the real gateway and services: a real MCP server built with
  * the official SDK in this test (test/helpers/mcp-server.ts) and the fake OpenAI provider scripting tool calls.
  */
-import { startFakeOpenAI, type FakeProviderServer, type FakeRequest } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer, type FakeRequest } from '@svc/llm/testing';
 import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';

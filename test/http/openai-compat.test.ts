@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { echoText, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { echoText, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 

@@ -5,7 +5,7 @@
  */
 import { hostname } from 'node:os';
 import { startGateway, type RunningGateway } from '@svc/gateway';
-import { startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 

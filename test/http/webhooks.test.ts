@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
-import { decodeDomainEvent, TOPICS, type ReceivedMessage } from '@svc/kit';
+import { type ReceivedMessage } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
 import { join } from 'node:path';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, verifyByHand, verifyWithStandardWebhooks, type Receiver } from '../helpers/receiver';

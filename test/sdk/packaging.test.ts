@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import * as esbuild from 'esbuild';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { SvcClient } from '@svc/sdk';
 import { startStack, type Stack } from '../helpers/stack';
 

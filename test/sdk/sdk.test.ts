@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { ApiError, OPERATIONS, SvcClient, type CallOptions, type Input, type OperationId, type Output } from '@svc/sdk';
 import { eventually } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';

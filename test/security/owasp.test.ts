@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startS3, type LocalS3 } from '../helpers/object-stores';
 import { loadOperations, type Operation } from '../helpers/openapi';

@@ -1,4 +1,5 @@
-import { PUBLIC_EVENT_TYPES, ROLES } from '@svc/kit';
+import { ROLES } from '@svc/kit';
+import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import { esc, layout } from './layout';
 
 interface ConsolePage {

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { EVENT_TYPES, PUBLIC_EVENT_TYPES } from '@svc/kit';
+import { EVENT_TYPES, PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';

@@ -25,8 +25,8 @@ import {
   errors,
   isAppError,
   metrics,
-  reservationTokens,
 } from '@svc/kit';
+import { reservationTokens } from '@svc/contracts';
 import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
 import { assertKeyTokens } from '../lib/key-usage';

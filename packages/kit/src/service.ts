@@ -5,9 +5,7 @@ import { loadSecretBox, type SecretBox } from './crypto';
 import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import { feedHeads } from './feed';
 import type { EventBus, SubscribeOptions } from './events/types';
-import { createClient } from './grpc/client';
 import { GrpcServer, type ServiceRegistration } from './grpc/server';
-import { identityV1 } from '@svc/proto';
 import { JwtVerifier } from './jwt';
 import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
@@ -261,20 +259,6 @@ export async function serve<S extends ConfigSpec>(
 /** Adapts a JWKS-as-JSON fetcher (identity's GetJwks) to the verifier's key source. */
 export function jwksFrom(fetch: () => Promise<string>): () => Promise<JSONWebKeySet> {
   return async () => JSON.parse(await fetch()) as JSONWebKeySet;
-}
-
-/**
- * The token verifier of every service other than identity: public keys come from identity's GetJwks over gRPC.
- * Returns the identity client too, for services that call identity on a caller's behalf.
- */
-export function identityVerifier(config: { identityAddr: string; grpcDeadlineMs: number; jwtIssuer: string; jwtAudience: string }) {
-  const identity = createClient(identityV1.IdentityServiceService, config.identityAddr, { deadlineMs: config.grpcDeadlineMs });
-  const verifier = new JwtVerifier({
-    issuer: config.jwtIssuer,
-    audience: config.jwtAudience,
-    fetchJwks: jwksFrom(async () => (await identity.getJwks({})).jwksJson),
-  });
-  return { verifier, identity };
 }
 
 /**

@@ -1,5 +1,5 @@
 /**
- * @svc/llm: the LLM provider port and its adapters. Fakes for tests live in `@svc/llm/src/testing`, not here.
+ * @svc/llm: the LLM provider port and its adapters. Fakes for tests live in `@svc/llm/testing`, not here.
  */
 import { LlmError, type LlmEvent, type LlmFinishReason, type LlmMessage, type LlmSettings, type LlmToolCall } from './types';
 

@@ -1,4 +1,4 @@
-import { raceForPlaces, storePerTest } from '@svc/kit/src/caps.testing';
+import { raceForPlaces, storePerTest } from '@svc/kit/testing';
 import { DEFAULT_CONFIG } from './agent-config';
 import { agentCap, agents, type AgentDoc } from './collections';
 

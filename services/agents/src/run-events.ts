@@ -1,4 +1,5 @@
-import { addToOutbox, domainEvent, metrics, type StoreSession, TOPICS } from '@svc/kit';
+import { addToOutbox, metrics, type StoreSession } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, Usage } from './collections';
 

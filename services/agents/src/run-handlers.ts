@@ -7,12 +7,12 @@ import {
   errors,
   newId,
   nowIso,
-  reservationTokens,
   type OutboxRelay,
   type SecretBox,
   type ServiceClient,
   type Store,
 } from '@svc/kit';
+import { reservationTokens } from '@svc/contracts';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
 import { queuedRun, runs, type RunCall, type RunDoc, type RunStatus, type StepDoc } from './collections';

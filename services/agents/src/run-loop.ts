@@ -5,7 +5,8 @@
  * runs out. Every step is saved as it happens, so a run taken over after a crash continues from its recorded steps.
  */
 import { decodeJwt } from 'jose';
-import { isAppError, type Logger, newId, nowIso, reservationTokens, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
+import { isAppError, type Logger, newId, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
+import { reservationTokens } from '@svc/contracts';
 import {
   type CircuitBreaker,
   collect,

@@ -1,18 +1,16 @@
 import {
   capCounters,
   createClient,
-  CreditReservations,
-  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
-  identityVerifier,
   llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
@@ -61,7 +59,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
-  // Every model call reserves its most possible cost in billing before it starts (kit CreditReservations).
+  // Every model call reserves its most possible cost in billing before it starts (contracts CreditReservations).
   const gate = options.credits ? null : new CreditReservations(c.billingAddr, c.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? gate!;
   const policy = egressPolicyFrom(c);

@@ -10,19 +10,8 @@ import { hostname, tmpdir } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
-import {
-  createClient,
-  createLogger,
-  decodeDomainEvent,
-  nowIso,
-  openBus,
-  openSqliteStore,
-  OutboxRelay,
-  SecretBox,
-  TOPICS,
-  type EventBus,
-  type Store,
-} from '@svc/kit';
+import { createClient, createLogger, nowIso, openBus, openSqliteStore, OutboxRelay, SecretBox, type EventBus, type Store } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
 import { identityV1, projectsV1 } from '@svc/proto';
 import { DEFAULT_CONFIG } from './agent-config';
 import { queuedRun, runs, type RunDoc } from './collections';

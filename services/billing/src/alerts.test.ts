@@ -1,16 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  createLogger,
-  decodeDomainEvent,
-  domainEvent,
-  outboxCollection,
-  openSqliteStore,
-  TOPICS,
-  type ReceivedMessage,
-  type Store,
-} from '@svc/kit';
+import { createLogger, outboxCollection, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, domainEvent, TOPICS } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import { alertsProblems, billingAlerts, THRESHOLD_CROSSED } from './alerts';
 import { accounts, ALL_COLLECTIONS } from './collections';

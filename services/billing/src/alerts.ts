@@ -17,14 +17,13 @@ import {
   DuplicateKeyError,
   type CallContext,
   type CollectionDef,
-  domainEvent,
   errors,
   type FieldError,
   nowIso,
   type Store,
   type StoreSession,
-  TOPICS,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { accounts, reservations, type EntryKind } from './collections';
 import { spentIn } from './key-budget';

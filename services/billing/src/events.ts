@@ -3,7 +3,8 @@
  * chat, one event per model call) spends them. Both apply once per source (the ledger's unique key), so the bus's
  * at-least-once redeliveries change nothing.
  */
-import { decodeDomainEvent, nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { decodeDomainEvent } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';

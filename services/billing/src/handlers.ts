@@ -4,7 +4,6 @@ import {
   AppError,
   authed,
   type CallContext,
-  domainEvent,
   errors,
   newId,
   nowIso,
@@ -13,8 +12,8 @@ import {
   type OutboxRelay,
   type Store,
   type StoreSession,
-  TOPICS,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import { isPlan, type Plan } from '@svc/plans';
 import type { billingV1, identityV1 } from '@svc/proto';
 import {

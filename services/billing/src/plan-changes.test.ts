@@ -1,16 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  decodeDomainEvent,
-  openEmbeddedBus,
-  openSqliteStore,
-  OUTBOX_COLLECTIONS,
-  OutboxRelay,
-  TOPICS,
-  type EmbeddedBus,
-  type Store,
-} from '@svc/kit';
+import { openEmbeddedBus, openSqliteStore, OUTBOX_COLLECTIONS, OutboxRelay, type EmbeddedBus, type Store } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import { ALL_COLLECTIONS } from './collections';
 import { billingHandlers } from './handlers';

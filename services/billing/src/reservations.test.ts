@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, domainEvent, isAppError, openSqliteStore, TOPICS, type ReceivedMessage, type Store } from '@svc/kit';
+import { createLogger, isAppError, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import { accounts, ALL_COLLECTIONS, ledger, reservations } from './collections';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce } from './ledger';

@@ -1,4 +1,5 @@
-import { identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { identityVerifier, TOPICS } from '@svc/contracts';
 import { billingV1 } from '@svc/proto';
 import { alertsHandlers } from './alerts';
 import { ALL_COLLECTIONS } from './collections';

@@ -1,16 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  domainEvent,
-  openEmbeddedBus,
-  openSqliteStore,
-  OutboxRelay,
-  TOPICS,
-  type EventBus,
-  type ReceivedMessage,
-  type Store,
-} from '@svc/kit';
+import { openEmbeddedBus, openSqliteStore, OutboxRelay, type EventBus, type ReceivedMessage, type Store } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import { ALL_COLLECTIONS, ledger } from './collections';
 import { billingEventHandler } from './events';
 import { callAs } from './fixtures/call';

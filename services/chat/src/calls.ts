@@ -14,11 +14,11 @@ import {
   type KeySlots,
   newId,
   nowIso,
-  reservationTokens,
   type Store,
   type StoreSession,
   type TenantCap,
 } from '@svc/kit';
+import { reservationTokens } from '@svc/contracts';
 import type { LlmMessage, LlmTool, LlmToolCall } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import {

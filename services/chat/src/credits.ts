@@ -1,4 +1,5 @@
-import type { AuthedContext, CallHold } from '@svc/kit';
+import type { AuthedContext } from '@svc/kit';
+import type { CallHold } from '@svc/contracts';
 
 /**
  * Where a reply asks billing for credits (CONTRACT.md 8): after validation (llm_not_configured included), before

@@ -1,4 +1,5 @@
-import { AppError, authed, type CallContext, errors, newId, nowIso, reservationTokens, type Store } from '@svc/kit';
+import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { reservationTokens } from '@svc/contracts';
 import type { LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';

@@ -6,19 +6,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  createLogger,
-  decodeDomainEvent,
-  newId,
-  nowIso,
-  openBus,
-  openSqliteStore,
-  OutboxRelay,
-  TOPICS,
-  type EventBus,
-  type Store,
-} from '@svc/kit';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/src/testing';
+import { createLogger, newId, nowIso, openBus, openSqliteStore, OutboxRelay, type EventBus, type Store } from '@svc/kit';
+import { decodeDomainEvent, TOPICS } from '@svc/contracts';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { messages, nextSeq, type MessageDoc } from './collections';
 import { Replies, type ReplyTimings } from './replies';
 

@@ -1,17 +1,16 @@
 import {
   addToOutbox,
   isAppError,
-  domainEvent,
   LeaseWatch,
   metrics,
   monotonicNow,
   nowIso,
-  TOPICS,
   type Logger,
   type OutboxRelay,
   type Store,
   type StoreSession,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import {
   type CircuitBreaker,
   createModelChain,

@@ -1,17 +1,15 @@
 import {
   capCounters,
-  CreditReservations,
-  DEFAULT_LLM_MAX_TOKENS,
   egressFetch,
   egressPolicyFrom,
   field,
-  identityVerifier,
   llmBreakerConfig,
   openRuntime,
   registration,
   serve,
   type RunningService,
 } from '@svc/kit';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
@@ -88,7 +86,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     },
   );
   await replies.startSweeping();
-  // Every reply reserves its most possible cost in billing before it starts (kit CreditReservations).
+  // Every reply reserves its most possible cost in billing before it starts (contracts CreditReservations).
   const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);
   const credits: CreditCheck = options.credits ?? {
     reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),

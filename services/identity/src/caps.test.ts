@@ -1,4 +1,4 @@
-import { raceForPlaces, storePerTest } from '@svc/kit/src/caps.testing';
+import { raceForPlaces, storePerTest } from '@svc/kit/testing';
 import { identityCaps } from './caps';
 import { apiKeys, secrets, users, type ApiKeyDoc, type SecretDoc, type UserDoc } from './collections';
 import type { IdentitySettings } from './context';

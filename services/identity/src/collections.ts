@@ -11,7 +11,7 @@ export interface TenantDoc {
   plan: Plan;
   /** Billing's time of the last plan change applied (tenant.plan_changed); absent before the first. */
   planChangedAt?: string;
-  /** Billing's version of the last plan change applied (kit planChangeIsNewer); absent before a numbered one. */
+  /** Billing's version of the last plan change applied (contracts planChangeIsNewer); absent before a numbered one. */
   planVersion?: number;
   /** Bumped by every team change that can take an owner away (compare-and-set): such changes never pass together. */
   teamRev?: number;

@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, domainEvent, openSqliteStore, TOPICS, type ReceivedMessage, type Store } from '@svc/kit';
+import { createLogger, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import { ALL_COLLECTIONS, revocations, tenants } from './collections';
 import { planChangeHandler } from './plan-changes';
 

@@ -1,12 +1,13 @@
 /**
  * The tenant's plan is set by billing (subscriptions, the operator API), which publishes `tenant.plan_changed` on its
  * topic; identity keeps the copy that `GET /tenant` and tokens show. A change applies only when it is newer than the
- * one applied last (kit `planChangeIsNewer`: billing's per-tenant version of the change, or for an event without
+ * one applied last (contracts `planChangeIsNewer`: billing's per-tenant version of the change, or for an event without
  * one billing's time of it), so a redelivered or replayed older event changes nothing, whatever billing's clocks say.
  * Each change applied is also recorded in the revocation feed as `tenant_changed` (it revokes nothing), in the same
  * transaction, and announced: gateways drop their cached copy of the tenant when they read it.
  */
-import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { nowIso, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, planChangeIsNewer } from '@svc/contracts';
 import { tenants, type Plan } from './collections';
 import { recordRevocation } from './revocations';
 

@@ -1,15 +1,6 @@
 import Redis from 'ioredis';
-import {
-  egressPolicyFrom,
-  FeedNotifier,
-  field,
-  JwtVerifier,
-  openRuntime,
-  registration,
-  serve,
-  TOPICS,
-  type RunningService,
-} from '@svc/kit';
+import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
 import { AUDIT_COLLECTIONS, AuditChainer } from './audit/log';

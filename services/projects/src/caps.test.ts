@@ -1,4 +1,4 @@
-import { raceForPlaces, storePerTest } from '@svc/kit/src/caps.testing';
+import { raceForPlaces, storePerTest } from '@svc/kit/testing';
 import { projectCap, projects, type ProjectDoc } from './collections';
 
 // PROJECTS_PER_TENANT: the counter starts from the data already there (written before counters existed), and creates racing

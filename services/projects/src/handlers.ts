@@ -2,7 +2,6 @@ import {
   addToOutbox,
   authed,
   type CallContext,
-  domainEvent,
   errors,
   type FieldError,
   newId,
@@ -12,9 +11,9 @@ import {
   type FeedNotifier,
   type Store,
   type StoreSession,
-  TOPICS,
   type OutboxRelay,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { eventsV1, projectsV1 } from '@svc/proto';
 import { projectCap, projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
 

@@ -1,4 +1,5 @@
-import { capCounters, FeedNotifier, field, identityVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { capCounters, FeedNotifier, field, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { identityVerifier } from '@svc/contracts';
 import { projectsV1 } from '@svc/proto';
 import { projectChanges, projects } from './collections';
 import { projectHandlers } from './handlers';

@@ -7,7 +7,7 @@ export interface TenantPlanDoc {
   plan: Plan;
   /** The event that set it. */
   eventId: string;
-  /** Of the last plan change applied (kit planChangeIsNewer): billing's version, and its time of the change. */
+  /** Of the last plan change applied (contracts planChangeIsNewer): billing's version, and its time of the change. */
   version?: number;
   changedAt?: string;
   createdAt: string;

@@ -1,4 +1,4 @@
-import '@svc/kit/src/telemetry';
+import '@svc/kit/telemetry';
 import { runMain } from '@svc/kit';
 import { startRegions } from './server';
 

@@ -3,11 +3,12 @@
  * (billing; PlanData). Applied once per event id (the bus delivers at least once) in the same transaction as the
  * change. The two come on different topics, so their order is not known: `tenant.created` only fills in a plan
  * that is missing and never overwrites one set by a plan change. A plan change applies only when it is newer than
- * the one held (kit `planChangeIsNewer`: billing's per-tenant version), not because it came last: a dead letter
+ * the one held (contracts `planChangeIsNewer`: billing's per-tenant version), not because it came last: a dead letter
  * replayed, or an older copy republished after a relay take-over, arrives after later changes. A tenant not heard
  * of yet is on `free`.
  */
-import { decodeDomainEvent, nowIso, planChangeIsNewer, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { nowIso, type Logger, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, planChangeIsNewer } from '@svc/contracts';
 import { isPlan, type Plan } from '@svc/plans';
 import { appliedEvents, tenantPlans } from './collections';
 

@@ -1,4 +1,5 @@
-import { egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { egressPolicyFrom, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { identityVerifier, TOPICS } from '@svc/contracts';
 import { regionsV1 } from '@svc/proto';
 import { ALL_COLLECTIONS } from './collections';
 import { parseCatalogue, regionsConfig } from './config';

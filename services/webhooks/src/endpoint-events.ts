@@ -1,4 +1,5 @@
-import { addToOutbox, domainEvent, TOPICS, type StoreSession } from '@svc/kit';
+import { addToOutbox, type StoreSession } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { WebhookDoc } from './collections';
 
 /**

@@ -4,7 +4,8 @@
  * (webhookId, eventId): the bus delivers at least once, and a message seen again (a crash before the offset moved)
  * finds its log entry and deliveries already there.
  */
-import { decodeDomainEvent, newId, nowIso, PUBLIC_EVENT_TYPES, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { newId, nowIso, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
+import { decodeDomainEvent, PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import { deliveries, queue, webhooks, type DeliveryDoc, type EventDoc } from './collections';
 import type { EventLog } from './event-log';
 import { eventBody } from './payload';

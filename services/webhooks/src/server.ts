@@ -1,4 +1,5 @@
-import { capCounters, egressPolicyFrom, identityVerifier, openRuntime, registration, serve, TOPICS, type RunningService } from '@svc/kit';
+import { capCounters, egressPolicyFrom, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { identityVerifier, TOPICS } from '@svc/contracts';
 import { webhooksV1 } from '@svc/proto';
 import { deliveries, events, queue, webhooks } from './collections';
 import { parseRetrySchedule, webhooksConfig } from './config';

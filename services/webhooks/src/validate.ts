@@ -1,13 +1,5 @@
-import {
-  EgressError,
-  errors,
-  parseIsoInstant,
-  PUBLIC_EVENT_TYPES,
-  resolveAndCheck,
-  type EgressPolicy,
-  type FieldError,
-  type IsoInstant,
-} from '@svc/kit';
+import { EgressError, errors, parseIsoInstant, resolveAndCheck, type EgressPolicy, type FieldError, type IsoInstant } from '@svc/kit';
+import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
 
 export const LIMITS = { url: 2048, secretMin: 8, secretMax: 512 } as const;
 const KNOWN = new Set<string>(PUBLIC_EVENT_TYPES);

@@ -1,16 +1,13 @@
 /**
- * Kafka topics as this platform deploys them: every service topic and its `.dead-letters` topic, with the configured
- * partitions, replication factor and min.insync.replicas. Used by the bus when it may create a missing topic (not in
+ * Kafka topics as this platform deploys them: each topic asked for (the services' list is contracts' `SERVICE_TOPICS`,
+ * every topic with its `.dead-letters` topic), with the configured partitions, replication factor and
+ * min.insync.replicas. Used by the bus when it may create a missing topic (not in
  * production) and by `npm run kafka:topics`, which the deployment runs to create them (deploy/k8s: kafka-topics Job).
  */
 import { ConfigResourceTypes, type Admin } from 'kafkajs';
-import { TOPICS } from '../topics';
 
 /** Where a group's poison messages go: read them with any Kafka tool, replay by publishing them again. */
 export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
-
-/** Every topic the services publish to or consume from, dead letters included. */
-export const SERVICE_TOPICS: readonly string[] = Object.values(TOPICS).flatMap((t) => [t, deadLetterTopic(t)]);
 
 export interface TopicSettings {
   numPartitions: number;

@@ -1,4 +1,5 @@
-import { type CallContext, decodeDomainEvent, DuplicateKeyError, errors, type ReceivedMessage, type Store } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import type { IdentityDeps } from '../context';
 import { requireManager } from '../handlers/team';

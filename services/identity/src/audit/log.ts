@@ -22,15 +22,14 @@ import {
   DuplicateKeyError,
   errors,
   addToOutbox,
-  domainEvent,
   type Logger,
   newId,
   type OutboxRelay,
-  TOPICS,
   nowIso,
   type Store,
   type StoreSession,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import {
   type AuditActor,
   type AuditChanges,

@@ -2,7 +2,6 @@ import {
   addToOutbox,
   type AuthedContext,
   type CallContext,
-  domainEvent,
   DuplicateKeyError,
   readFeed,
   errors,
@@ -11,9 +10,9 @@ import {
   SCOPES,
   SESSION_COOKIE_PREFIX,
   sha256Hex,
-  TOPICS,
   type StoreSession,
 } from '@svc/kit';
+import { domainEvent, TOPICS } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, revocations, sessions, tenants, users, refreshTokens, type TenantDoc, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';

@@ -1,3 +1,5 @@
+import { deadLetterTopic } from '@svc/kit/events/kafka-topics';
+
 /** Bus topics: one per publishing service, keyed by tenant id. */
 export const TOPICS = {
   identity: 'svc.identity.events',
@@ -7,6 +9,9 @@ export const TOPICS = {
   billing: 'svc.billing.events',
   webhooks: 'svc.webhooks.events',
 } as const;
+
+/** Every topic the services publish to or consume from, dead letters included (`npm run kafka:topics` creates them). */
+export const SERVICE_TOPICS: readonly string[] = Object.values(TOPICS).flatMap((t) => [t, deadLetterTopic(t)]);
 
 /**
  * Event types a webhook can subscribe to (spec part 6, CONTRACT.md 10): generated from the `public_event` options of

@@ -1,6 +1,5 @@
 import { billingV1 } from '@svc/proto';
-import { createClient, type ServiceClient } from './grpc/client';
-import { metrics } from './metrics';
+import { createClient, metrics, type ServiceClient } from '@svc/kit';
 
 /** A call's output bound when the tenant set none (LLM_MAX_TOKENS): its reservation counts it, the provider gets it. */
 export const DEFAULT_LLM_MAX_TOKENS = 1024;

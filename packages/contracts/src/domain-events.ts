@@ -1,8 +1,6 @@
 import { eventsV1 } from '@svc/proto';
 import { context, propagation } from '@opentelemetry/api';
-import { PoisonMessageError } from './events/poison';
-import type { BusMessage } from './events/types';
-import { newId, nowIso } from './ids';
+import { newId, nowIso, PoisonMessageError, type BusMessage } from '@svc/kit';
 
 type EventData = eventsV1.Event['data'];
 

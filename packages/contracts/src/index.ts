@@ -1,0 +1,5 @@
+export * from './topics';
+export * from './domain-events';
+export * from './identity';
+export * from './credits';
+export * from './plan-order';
