@@ -16,6 +16,7 @@ import { isBuiltin, createRequire } from 'node:module';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildConsole, CONSOLE_OUT } from './build-console.mjs';
+import { buildDocs, DOCS_OUT } from './build-docs.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = join(ROOT, 'dist');
@@ -38,7 +39,7 @@ const SOURCE_DIRS = ['packages', 'services', 'gateway', 'scripts'];
 
 function sourceFiles(dir, out = []) {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    // gateway/public is this build's own output (the console bundle).
+    // gateway/public is this build's own output (the console bundle, the API reference's files).
     if (entry.name === 'node_modules' || entry.name === 'dist' || entry.name === 'public' || entry.name.startsWith('.')) continue;
     const path = join(dir, entry.name);
     if (entry.isDirectory()) sourceFiles(path, out);
@@ -87,7 +88,11 @@ function externalPackages(outdir) {
 export async function build({ force = false, quiet = false } = {}) {
   const print = quiet ? () => {} : (msg) => process.stderr.write(`${msg}\n`);
   const current = fingerprint();
-  const fresh = existsSync(STAMP) && readFileSync(STAMP, 'utf8') === current && existsSync(join(CONSOLE_OUT, 'main.js'));
+  const fresh =
+    existsSync(STAMP) &&
+    readFileSync(STAMP, 'utf8') === current &&
+    existsSync(join(CONSOLE_OUT, 'main.js')) &&
+    existsSync(join(DOCS_OUT, 'swagger-ui-bundle.js.br'));
   if (!force && fresh) return false;
   const started = Date.now();
   const esbuild = await import('esbuild');
@@ -115,12 +120,12 @@ export async function build({ force = false, quiet = false } = {}) {
   }
   // The gateway's pages read their script and stylesheet next to the code (dist/assets for the bundle).
   cpSync(join(ROOT, 'gateway/src/pages/assets'), join(OUT, 'assets'), { recursive: true });
-  // The console's browser bundle: built into gateway/public (where the gateway finds it when run from source) and
-  // copied beside the pages' assets.
+  // The console's browser bundle and the API reference's files (/docs: Swagger UI and the page's own), compressed
+  // here: built into gateway/public (where the gateway finds them when run from source) and copied beside the pages'
+  // assets.
   await buildConsole();
+  buildDocs();
   cpSync(join(ROOT, 'gateway/public'), join(OUT, 'assets'), { recursive: true });
-  // And the API reference's (/docs; Swagger UI's own files are read from node_modules).
-  cpSync(join(ROOT, 'gateway/src/docs/assets'), join(OUT, 'assets'), { recursive: true });
   writeFileSync(STAMP, current);
   print(`build: dist/ compiled in ${Date.now() - started} ms`);
   return true;

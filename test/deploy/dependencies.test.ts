@@ -18,7 +18,7 @@ const CODE_DIRS: Record<string, string[]> = { gateway: ['src', 'console'] };
 const LOADED_INDIRECTLY: Record<string, string[]> = {
   // telemetry.ts loads the SDK and the instrumentations with require() only when OTEL_* asks for tracing.
   'packages/kit': ['@opentelemetry/sdk-node', '@opentelemetry/auto-instrumentations-node'],
-  // /docs reads Swagger UI's files from the package's folder (require.resolve of its package.json).
+  // /docs serves Swagger UI's files, which scripts/build-docs.mjs copies (and compresses) from the package's folder.
   gateway: ['swagger-ui-dist'],
 };
 

@@ -1,19 +1,19 @@
 /**
  * `/docs`, the API reference (CONTRACT.md 7): public, every operation of the OpenAPI document (`/api/v1/openapi.json`)
- * rendered by Swagger UI (swagger-ui-dist, served from node_modules by the gateway: no CDN), with its schemas,
- * generated examples and auth schemes, plus the error codes and the SDK and CLI quick starts.
+ * rendered by Swagger UI (swagger-ui-dist: no CDN), with its schemas, generated examples and auth schemes, plus the
+ * error codes and the SDK and CLI quick starts.
+ *
+ * Its files are built, not read here: scripts/build-docs.mjs copies Swagger UI's bundle and stylesheet and this
+ * page's script and stylesheet (`assets/`: the accessibility mends and colours, decision 81) into gateway/public/docs
+ * with brotli and gzip copies, and the pages' asset route serves them under /assets/docs/ (ETag, `vary:
+ * accept-encoding`, the pre-built encoding as it is: no compression at run time).
  *
  * The page has its own Content-Security-Policy, as strict as Swagger UI allows: scripts and styles from this origin
  * only (no inline code, no eval), fetches to this origin only. One addition to the pages' policy (PAGE_CSP):
  * `img-src data:`, as Swagger UI's stylesheet draws its icons and arrows as data: SVG images.
  */
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
-import { brotliCompress, constants as zlib, gzip } from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, ERROR_CODES, type ErrorCode } from '@svc/kit';
+import { ERROR_CODES, type ErrorCode } from '@svc/kit';
 
 export const DOCS_CSP = [
   "default-src 'none'",
@@ -78,10 +78,10 @@ export function docsPage(origin: string): string {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>API reference · svc</title>
-<link rel="stylesheet" href="/docs/assets/swagger-ui.css">
-<link rel="stylesheet" href="/docs/assets/docs.css">
-<script src="/docs/assets/swagger-ui-bundle.js" defer></script>
-<script src="/docs/assets/docs.js" defer></script>
+<link rel="stylesheet" href="/assets/docs/swagger-ui.css">
+<link rel="stylesheet" href="/assets/docs/docs.css">
+<script src="/assets/docs/swagger-ui-bundle.js" defer></script>
+<script src="/assets/docs/docs.js" defer></script>
 </head>
 <body class="docs">
 <a class="skip noZensmooth" href="#reference">Skip to the operations</a>
@@ -144,47 +144,9 @@ ${errors}
 `;
 }
 
-interface Asset {
-  body: Buffer;
-  type: string;
-  etag: string;
-  encoded: Partial<Record<'br' | 'gzip', Promise<Buffer>>>;
-}
-
-function asset(path: string, type: string): Asset {
-  const body = readFileSync(path);
-  return { body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`, encoded: {} };
-}
-
-const brotli = promisify(brotliCompress);
-const gzipped = promisify(gzip);
-
-/**
- * Brotli (quality 9) or gzip, else none. Compressed once per process on the first request that asks, off the event
- * loop (zlib's thread pool: the 1.7 MB bundle takes about half a second), then served from memory.
- */
-async function encodedBody(a: Asset, acceptEncoding: string | undefined): Promise<{ body: Buffer; encoding?: 'br' | 'gzip' }> {
-  if (a.body.length < 1024 || !acceptEncoding) return { body: a.body };
-  if (/\bbr\b/.test(acceptEncoding)) {
-    const params = { [zlib.BROTLI_PARAM_QUALITY]: 9, [zlib.BROTLI_PARAM_SIZE_HINT]: a.body.length };
-    return { body: await (a.encoded.br ??= brotli(a.body, { params })), encoding: 'br' };
-  }
-  if (/\bgzip\b/.test(acceptEncoding)) return { body: await (a.encoded.gzip ??= gzipped(a.body, { level: 9 })), encoding: 'gzip' };
-  return { body: a.body };
-}
-
-/** Registers `/docs` and its assets (public: no credential needed). */
+/** Registers `/docs` (public: no credential needed); its files are served by registerPages under /assets/docs/. */
 export function registerDocs(app: FastifyInstance, publicUrl: () => string): void {
-  const swagger = dirname(require.resolve('swagger-ui-dist/package.json'));
-  const own = join(__dirname, 'assets');
-  const assets: Record<string, Asset> = {
-    'swagger-ui-bundle.js': asset(join(swagger, 'swagger-ui-bundle.js'), 'text/javascript; charset=utf-8'),
-    'swagger-ui.css': asset(join(swagger, 'swagger-ui.css'), 'text/css; charset=utf-8'),
-    'docs.js': asset(join(own, 'docs.js'), 'text/javascript; charset=utf-8'),
-    'docs.css': asset(join(own, 'docs.css'), 'text/css; charset=utf-8'),
-  };
   let page: string | null = null;
-
   app.get('/docs', async (_request: FastifyRequest, reply: FastifyReply) =>
     reply
       .header('content-type', 'text/html; charset=utf-8')
@@ -192,13 +154,4 @@ export function registerDocs(app: FastifyInstance, publicUrl: () => string): voi
       .header('cache-control', 'no-cache')
       .send((page ??= docsPage(new URL(publicUrl()).origin))),
   );
-  app.get('/docs/assets/:file', async (request: FastifyRequest<{ Params: { file: string } }>, reply: FastifyReply) => {
-    const a = Object.hasOwn(assets, request.params.file) ? assets[request.params.file] : undefined;
-    if (!a) throw new AppError('RESOURCE_NOT_FOUND', 'No such file', { file: request.params.file.slice(0, 100) });
-    reply.header('content-type', a.type).header('etag', a.etag).header('cache-control', 'no-cache').header('vary', 'accept-encoding');
-    if (request.headers['if-none-match'] === a.etag) return reply.code(304).send();
-    const { body, encoding } = await encodedBody(a, request.headers['accept-encoding']);
-    if (encoding) reply.header('content-encoding', encoding);
-    return reply.send(body);
-  });
 }
