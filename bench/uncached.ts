@@ -21,6 +21,11 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const RESULTS = resolve(ROOT, 'bench/results/uncached.json');
 /** BENCH_ONLY=baseline,list: these scenarios only (a quick look; nothing is written). */
 const ONLY = process.env.BENCH_ONLY?.split(',');
+/**
+ * BENCH_BEFORE=<another checkout of this repository, built and installed>: its system is started too and measured in
+ * the same rounds (scenario keys prefixed `before.`), to compare a change with the commit before it.
+ */
+const BEFORE = process.env.BENCH_BEFORE;
 
 interface Scenario {
   key: string;
@@ -44,14 +49,9 @@ async function measure(s: Scenario, seconds: number) {
   return { ...r, cpuUsPerRequest: (cpu * 1e6) / r.requests };
 }
 
-async function main() {
-  console.log(`connections ${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per scenario, alternating; node ${process.version}\n`);
-  const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
-  const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
-  const system = await startNpmStart();
+/** The scenarios of one running system: two tenants (one keeps 201 projects to list, one takes the writes). */
+async function systemScenarios(system: { port: number; pid: number }, key: string, name: string): Promise<Scenario[]> {
   const base = `http://127.0.0.1:${system.port}/api/v1`;
-
-  // Two tenants: one whose list stays at 201 projects, one that takes the creates.
   const tenant = async () => {
     const reg = await call(base, 'POST', '/auth/register', null, {
       email: `bench${Date.now()}${Math.random()}@example.com`,
@@ -59,15 +59,60 @@ async function main() {
       name: 'Bench',
       tenantName: 'Bench',
     });
-    const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-    return { accessToken: reg.accessToken as string, auth: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' } };
+    const apiKey = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+    return { accessToken: reg.accessToken as string, auth: { authorization: `Bearer ${apiKey.key}`, 'content-type': 'application/json' } };
   };
   const lister = await tenant();
   const writer = await tenant();
   let last = '';
   for (let i = 0; i < 201; i++) last = (await call(base, 'POST', '/projects', lister.accessToken, { name: `project ${i}` })).id;
   const patched = (await call(base, 'POST', '/projects', writer.accessToken, { name: 'patched' })).id;
+  const pids = [system.pid];
+  return [
+    {
+      key: `${key}list`,
+      name: `${name}GET /projects?limit=20 (201)`,
+      url: `${base}/projects?limit=20`,
+      headers: lister.auth,
+      pids,
+      runs: [],
+    },
+    {
+      key: `${key}create`,
+      name: `${name}POST /projects`,
+      url: `${base}/projects`,
+      method: 'POST',
+      body: JSON.stringify({ name: 'created by the bench', description: 'a project', language: 'en' }),
+      headers: writer.auth,
+      pids,
+      runs: [],
+    },
+    {
+      key: `${key}update`,
+      name: `${name}PATCH /projects/:id`,
+      url: `${base}/projects/${patched}`,
+      method: 'PATCH',
+      body: JSON.stringify({ description: 'changed by the bench' }),
+      headers: writer.auth,
+      pids,
+      runs: [],
+    },
+    {
+      key: `${key}getCached`,
+      name: `${name}GET /projects/:id (cached)`,
+      url: `${base}/projects/${last}`,
+      headers: lister.auth,
+      pids,
+      runs: [],
+    },
+    { key: `${key}tenantCached`, name: `${name}GET /tenant (cached)`, url: `${base}/tenant`, headers: lister.auth, pids, runs: [] },
+  ];
+}
 
+async function main() {
+  console.log(`connections ${CONNECTIONS}, ${ROUNDS} rounds of ${SECONDS} s per scenario, alternating; node ${process.version}\n`);
+  const grpcServer = await startProcess('bench/fixtures/trivial-grpc.ts');
+  const front = await startProcess('bench/fixtures/fastify-grpc.ts', { TARGET: `127.0.0.1:${grpcServer.port}` });
   const baselinePids = [grpcServer.proc.pid!, front.proc.pid!];
   const scenarios: Scenario[] = [
     {
@@ -78,44 +123,9 @@ async function main() {
       pids: baselinePids,
       runs: [],
     },
-    {
-      key: 'list',
-      name: 'GET /projects?limit=20 (201)',
-      url: `${base}/projects?limit=20`,
-      headers: lister.auth,
-      pids: [system.pid],
-      runs: [],
-    },
-    {
-      key: 'create',
-      name: 'POST /projects',
-      url: `${base}/projects`,
-      method: 'POST',
-      body: JSON.stringify({ name: 'created by the bench', description: 'a project', language: 'en' }),
-      headers: writer.auth,
-      pids: [system.pid],
-      runs: [],
-    },
-    {
-      key: 'update',
-      name: 'PATCH /projects/:id',
-      url: `${base}/projects/${patched}`,
-      method: 'PATCH',
-      body: JSON.stringify({ description: 'changed by the bench' }),
-      headers: writer.auth,
-      pids: [system.pid],
-      runs: [],
-    },
-    {
-      key: 'getCached',
-      name: 'GET /projects/:id (cached)',
-      url: `${base}/projects/${last}`,
-      headers: lister.auth,
-      pids: [system.pid],
-      runs: [],
-    },
-    { key: 'tenantCached', name: 'GET /tenant (cached)', url: `${base}/tenant`, headers: lister.auth, pids: [system.pid], runs: [] },
-  ].filter((s) => !ONLY || ONLY.includes(s.key));
+    ...(await systemScenarios(await startNpmStart(), '', '')),
+    ...(BEFORE ? await systemScenarios(await startNpmStart(resolve(BEFORE)), 'before.', 'before: ') : []),
+  ].filter((s) => !ONLY || ONLY.includes(s.key.replace(/^before\./, '')));
 
   for (const s of scenarios) await measure(s, 2); // warm-up
   for (let round = 1; round <= ROUNDS; round++) for (const s of scenarios) s.runs.push(await measure(s, SECONDS));
