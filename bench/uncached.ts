@@ -7,6 +7,8 @@
  * - `PATCH /projects/:id` (a transaction, the outbox, the change feed, the cache eviction);
  * - `GET /projects/:id` and `GET /tenant`, answered from the gateway's caches, so that a change here cannot lower them
  *   unseen.
+ * A second baseline answers the list's payload (a constant page of 20 projects through the same Fastify + grpc-js
+ * pair): the list's distance from it is what the system adds, apart from the size of the answer.
  * Beside req/s and latency, each scenario reports the server's CPU time per request: the CPU-seconds of every
  * process of the system's tree (or of the baseline's two processes) over the window, divided by the requests
  * served. Results go to bench/results/uncached.json, printed beside the previous run's.
@@ -119,6 +121,15 @@ async function main() {
       key: 'baseline',
       name: 'Fastify + 1 grpc-js call',
       url: `http://127.0.0.1:${front.port}/api/v1/tenant`,
+      headers: {},
+      pids: baselinePids,
+      runs: [],
+    },
+    // The same, answering the list's payload (20 projects, mapped to the view): what the list costs by its size alone.
+    {
+      key: 'baselineList',
+      name: 'the same, 20 projects',
+      url: `http://127.0.0.1:${front.port}/api/v1/projects`,
       headers: {},
       pids: baselinePids,
       runs: [],

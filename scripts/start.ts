@@ -6,7 +6,7 @@
  *   (decision 41: a laptop pays for two Node runtimes instead of eight);
  * - `per-service`: one process per service, as deploy/ runs them (the default of `npm run start:cluster`, and when
  *   OTEL_* exports traces).
- * The services start at once (addresses are chosen before anything starts), then the gateways; every part is
+ * The services and the gateways start at once (addresses are chosen before anything starts); every part is
  * supervised: a part that exits is restarted (scripts/supervisor.ts). Children stop when this process stops or dies.
  *
  * `npm run start:cluster` (REPLICAS=2, GATEWAYS=2): what a Kubernetes deployment runs, here: several replicas of each
@@ -64,12 +64,14 @@ async function launch(
   entry: { entry: string; execArgv: string[] },
   env: NodeJS.ProcessEnv,
   args: string[] = [],
+  peers?: Promise<unknown>,
 ): Promise<number> {
   const child = new SupervisedChild(
     {
       name,
       ...entry,
       args,
+      peers,
       cwd: root,
       // Each process names itself in traces unless the operator already did.
       env: { ...env, OTEL_SERVICE_NAME: process.env.OTEL_SERVICE_NAME ?? `svc-${name}` },
@@ -156,8 +158,8 @@ async function choosePorts(
 }
 
 /**
- * Starts every replica of every service at once, in the layout's processes; resolves when all are ready, with the
- * settings (addresses) the gateways need.
+ * Starts every replica of every service at once, in the layout's processes, and `alongside` (the gateways) with the
+ * addresses chosen; resolves when all are ready, with those settings. A retry on new ports starts both again.
  */
 async function startServices(
   env: NodeJS.ProcessEnv,
@@ -165,6 +167,7 @@ async function startServices(
   host: string,
   replicas: number,
   replicated: string[],
+  alongside: (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => Promise<unknown>,
 ): Promise<NodeJS.ProcessEnv> {
   // A port picked here can be taken by another program before the service binds it (another launcher on the same
   // machine picking at the same moment): the service then exits with EXIT_PORT_IN_USE and this tries new ports.
@@ -202,11 +205,18 @@ async function startServices(
             }),
           );
     }
+    // The gateways load their code and build while the services start (most of either's start-up is loading code),
+    // and make their first calls once told that the services listen (kit peers.ts).
+    const beside = alongside(withAddrs, Promise.all(parts));
     const outcomes = await Promise.allSettled(parts);
     const failures = outcomes
       .filter((o): o is PromiseRejectedResult => o.status === 'rejected')
       .map((o) => o.reason as Error & { exitCode?: number });
-    if (failures.length === 0) return withAddrs;
+    if (failures.length === 0) {
+      await beside;
+      return withAddrs;
+    }
+    beside.catch(() => undefined); // held for the services, it is stopped with them below
     if (stopping) throw failures[0];
     // Stop what did start before trying again (or giving up).
     const started = children.splice(0);
@@ -230,16 +240,17 @@ async function main(): Promise<void> {
   let env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   if (gateways > 1 && !env.REDIS_URL) env.REDIS_URL = await startRedis(host);
   nodeFlags = [...nodeFlags, ...(await idleGcFlags)];
-  env = await startServices(env, mode, host, replicas, replicated);
-  // Gateways once the services listen: a gateway's first calls then find them (a channel that met a closed port
-  // would sit in reconnect backoff and answer 503 for a moment after "ready").
-  const urls = await Promise.all(
-    Array.from({ length: gateways }, async (_, i) => {
-      const gwEnv = { ...env, INSTANCE_ID: `gateway-${i + 1}`, ...(i > 0 ? { PORT: '0' } : {}) };
-      const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', entryOf({ kind: 'gateway' }), gwEnv);
-      return `http://${process.env.HOST || '127.0.0.1'}:${port}`;
-    }),
-  );
+  let urls: string[] = [];
+  const startGateways = async (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => {
+    urls = await Promise.all(
+      Array.from({ length: gateways }, async (_, i) => {
+        const gwEnv = { ...withAddrs, INSTANCE_ID: `gateway-${i + 1}`, SVC_WAIT_FOR_PEERS: '1', ...(i > 0 ? { PORT: '0' } : {}) };
+        const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', entryOf({ kind: 'gateway' }), gwEnv, [], servicesUp);
+        return `http://${process.env.HOST || '127.0.0.1'}:${port}`;
+      }),
+    );
+  };
+  env = await startServices(env, mode, host, replicas, replicated, startGateways);
   logger.info(
     { url: urls[0], gateways: urls, dataDir, layout: mode, services: SERVICES, replicas, startupMs: Date.now() - started },
     `system ready at ${urls[0]}`,

@@ -5,6 +5,7 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import type { Logger } from '@svc/kit';
+import { PEERS_READY_MESSAGE } from '@svc/kit/peers';
 
 export interface ChildSpec {
   name: string;
@@ -15,6 +16,11 @@ export interface ChildSpec {
   env: NodeJS.ProcessEnv;
   execArgv: string[];
   cwd: string;
+  /**
+   * Started with SVC_WAIT_FOR_PEERS=1 alongside the services (kit peers.ts): told `peers-ready` once this settles,
+   * a restarted child at once.
+   */
+  peers?: Promise<unknown>;
 }
 
 export interface BackoffPolicy {
@@ -87,6 +93,10 @@ export class SupervisedChild {
     const { entry, args = [], env, execArgv, cwd } = this.spec;
     const proc = fork(entry, args, { cwd, env, execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     this.proc = proc;
+    this.spec.peers?.then(
+      () => proc.connected && proc.send(PEERS_READY_MESSAGE),
+      () => undefined, // the services failed: the launcher stops everything
+    );
     this.startedAt = Date.now();
     return proc;
   }

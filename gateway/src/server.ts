@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { createLogger, JwtVerifier, jwksFrom, serveMetrics, type Logger } from '@svc/kit';
+import { createLogger, JwtVerifier, jwksFrom, peersReady, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { buildApp } from './app';
 import { closeClients, createClients, serviceAddresses, type Clients } from './clients';
@@ -15,6 +15,7 @@ import { RevocationWatcher } from './lib/revocations';
  * GET /tenant and GET /projects/:id from the gateway: identity records every change to a tenant (a plan applied, a
  * tenant closed) in the feed the gateway already follows; projects records every change and deletion in its own.
  */
+/** Not yet following the projects feed: `projectFeed.start()` once the services are up. */
 function readCaches(
   clients: Clients,
   watcher: RevocationWatcher,
@@ -39,7 +40,6 @@ function readCaches(
   );
   const projects = new ReadCache<unknown>({ name: 'projects', ttlMs: 60_000, maxEntries: 50_000, current: () => projectFeed.current });
   projectFeed.onEntry((e) => projects.drop(e.subjectId));
-  projectFeed.start();
   return { tenants, projects, projectFeed };
 }
 
@@ -92,10 +92,13 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   // first request is decided on it. Bounded: with identity unreachable the gateway still comes up (health answers;
   // a bearer token is refused with 503 until the feed is read, see CredentialResolver). The token key set is fetched
   // meanwhile rather than at the first request; /readyz reports not ready until it is loaded.
+  const app = buildApp({ config, clients, resolver, verifier, limiter, logger, caches, revocations: watcher });
+  await app.ready(); // routes and their validators compiled while the services may still be starting
+  await peersReady(env);
   verifier.load().catch((err: Error) => logger.warn({ err: err.message }, 'token keys not loaded yet; will retry'));
   watcher.start();
+  caches.projectFeed.start();
   await watcher.untilCurrent(FIRST_READ_WAIT_MS);
-  const app = buildApp({ config, clients, resolver, verifier, limiter, logger, caches, revocations: watcher });
   await app.listen({ port: config.port, host: config.httpHost });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;

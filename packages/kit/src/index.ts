@@ -12,6 +12,7 @@ export * from './key-slots';
 export * from './events';
 export * from './scopes';
 export * from './service';
+export * from './peers';
 export * from './untraced';
 export * from './egress';
 export * from './metrics';
