@@ -3,7 +3,7 @@
  * size limit: that commit copies the WAL into the database file and fsyncs both, on the event loop, while every
  * request of the process waits (most of a commit's ~150 µs on average, milliseconds at the spikes). Here one worker
  * thread per process, with its own connection to each file, runs a PASSIVE checkpoint (it never blocks a writer or
- * a reader) shortly after a process wrote to it. The WAL stays short, which also keeps reads fast: a page rewritten
+ * a reader) shortly after a process wrote to it a few times. The WAL stays short, which also keeps reads fast: a page rewritten
  * by every commit (a counter, the outbox) is looked up through every copy of it in the WAL.
  *
  * The connection's own automatic checkpoint stays on at a larger size, as a bound should the worker fall behind.
@@ -12,6 +12,12 @@ import { Worker } from 'node:worker_threads';
 
 /** How soon after a write its file is checkpointed; a burst of commits is one checkpoint. */
 const CHECKPOINT_DELAY_MS = 100;
+/**
+ * Commits to a file before it is worth a checkpoint. An idle system still writes now and then (a relay's lease
+ * heartbeat every few seconds): those wait for a few more rather than cost a checkpoint (and the wake-ups its write
+ * to the file causes) each.
+ */
+const CHECKPOINT_AFTER_COMMITS = 16;
 /** The writing connection's own automatic checkpoint, in pages: the bound if the worker falls behind. */
 export const FALLBACK_AUTOCHECKPOINT_PAGES = 4000;
 
@@ -42,7 +48,10 @@ parentPort.on('message', ({ checkpoint = [], close = [] }) => {
 `;
 
 let worker: Worker | null = null;
+/** Files with enough commits since their last checkpoint, waiting for the timer. */
 const dirty = new Set<string>();
+/** Commits since the last checkpoint, per file. */
+const commits = new Map<string, number>();
 let timer: NodeJS.Timeout | null = null;
 
 function post(message: { checkpoint?: string[]; close?: string[] }): void {
@@ -67,6 +76,12 @@ function startWorker(): Worker | null {
 /** A commit went to the database at `path`: checkpoint it soon, off the event loop. */
 export function walWritten(path: string): void {
   if (dirty.has(path)) return;
+  const n = (commits.get(path) ?? 0) + 1;
+  if (n < CHECKPOINT_AFTER_COMMITS) {
+    commits.set(path, n);
+    return;
+  }
+  commits.delete(path);
   dirty.add(path);
   timer ??= setTimeout(() => {
     timer = null;
@@ -79,5 +94,6 @@ export function walWritten(path: string): void {
 /** The database at `path` is closed here: the worker closes its connection too (and forgets a pending checkpoint). */
 export function walClosed(path: string): void {
   dirty.delete(path);
+  commits.delete(path);
   if (worker) worker.postMessage({ close: [path] });
 }
