@@ -1,5 +1,5 @@
 /**
- * Start-up loads only what the configuration uses (decision 82). `npm start`'s compiled processes (dist/, built by
+ * Start-up loads only what the configuration uses (decision 85). `npm start`'s compiled processes (dist/, built by
  * the jest global set-up) in the embedded default (SQLite, embedded bus, no Redis, no Stripe, no provider called)
  * must not load the packages only other configurations or later calls need: loading them cost the services process
  * ~700 ms and the gateway ~600 ms of start-up. Each process writes what it has loaded when asked
