@@ -1,4 +1,4 @@
-import Redis from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { createLogger, JwtVerifier, jwksFrom, peersReady, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
@@ -57,13 +57,23 @@ export interface RunningGateway {
 }
 
 /** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
+/**
+ * A Redis client when REDIS_URL is set (several gateways share the rate limits and hear revocations at once);
+ * ioredis is required only then, so a lone gateway (the embedded default) does not load it.
+ */
+function redisClient(url: string, options: RedisOptions = {}): Redis {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+  return new Client(url, options);
+}
+
 export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
   const config = loadGatewayConfig(env);
   const logger = createLogger('gateway', config.logLevel);
   const clients = createClients(serviceAddresses(env), config.grpcDeadlineMs);
 
-  const redis = config.redisUrl ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
-  const subscriber = config.redisUrl ? new Redis(config.redisUrl) : null;
+  const redis = config.redisUrl ? redisClient(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
+  const subscriber = config.redisUrl ? redisClient(config.redisUrl) : null;
   for (const r of [redis, subscriber]) r?.on('error', (err) => logger.warn({ err: err.message }, 'redis error'));
 
   const verifier = new JwtVerifier({

@@ -4,10 +4,12 @@
  * cookie: 401). Each tool mirrors a REST route and needs its scope: a tool outside the key's scopes is absent from
  * tools/list, and calling it is a JSON-RPC error. The tools call the services with the key's own credential, so
  * tenancy, limits and credits apply as they do on the REST API.
+ *
+ * The route is registered at start-up like every other (route table, OpenAPI, 405s), but the SDK (its server, the
+ * Streamable HTTP transport and zod: ~300 ms to load) is required by the first `/mcp` request: the gateway starts
+ * without it, and that one request pays for the load once (accepted: most gateways never serve MCP).
  */
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { Ajv } from 'ajv';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isAppError, type CallOptions } from '@svc/kit';
@@ -143,7 +145,30 @@ export function toolsFor(p: Principal): PlatformTool[] {
   return PLATFORM_TOOLS.filter((t) => p.scopes === undefined || p.scopes.includes(t.scope));
 }
 
+interface McpSdk {
+  Server: typeof import('@modelcontextprotocol/sdk/server/index.js').Server;
+  StreamableHTTPServerTransport: typeof import('@modelcontextprotocol/sdk/server/streamableHttp.js').StreamableHTTPServerTransport;
+  types: typeof import('@modelcontextprotocol/sdk/types.js');
+}
+
+let sdk: McpSdk | undefined;
+
+/** The SDK's modules, required by the first `/mcp` request and kept (see the top of this file). */
+function mcpSdk(): McpSdk {
+  /* eslint-disable @typescript-eslint/no-require-imports -- deliberate lazy load */
+  return (sdk ??= {
+    Server: (require('@modelcontextprotocol/sdk/server/index.js') as typeof import('@modelcontextprotocol/sdk/server/index.js')).Server,
+    StreamableHTTPServerTransport: (
+      require('@modelcontextprotocol/sdk/server/streamableHttp.js') as typeof import('@modelcontextprotocol/sdk/server/streamableHttp.js')
+    ).StreamableHTTPServerTransport,
+    types: require('@modelcontextprotocol/sdk/types.js') as typeof import('@modelcontextprotocol/sdk/types.js'),
+  });
+  /* eslint-enable @typescript-eslint/no-require-imports */
+}
+
 function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions, reply: FastifyReply): Server {
+  const { Server } = mcpSdk();
+  const { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } = mcpSdk().types;
   const allowed = toolsFor(principal);
   const server = new Server({ name: 'svc-platform', version: '1.0.0' }, { capabilities: { tools: {} } });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
@@ -189,7 +214,7 @@ export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
     const server = buildServer(deps, principal, call, reply);
     // Stateless: no session id, one server per request, JSON answers (no stream to keep open).
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    const transport = new (mcpSdk().StreamableHTTPServerTransport)({ sessionIdGenerator: undefined, enableJsonResponse: true });
     reply.hijack();
     reply.raw.setHeader('x-request-id', request.id);
     reply.raw.on('close', () => {

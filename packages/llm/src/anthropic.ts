@@ -3,7 +3,7 @@
  * (`x-api-key`, `anthropic-version`, error statuses); the SSE body is read here so that a stream that stops before
  * `message_stop` is an error rather than a short, silent success.
  */
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import type {
   ContentBlockParam,
   MessageCreateParamsStreaming,
@@ -35,6 +35,16 @@ import {
   type LlmStreamOptions,
 } from './types';
 
+/**
+ * The Anthropic SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
+ * that never calls Anthropic never loads it.
+ */
+let sdk: typeof import('@anthropic-ai/sdk') | undefined;
+function anthropicSdk(): typeof import('@anthropic-ai/sdk') {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  return (sdk ??= require('@anthropic-ai/sdk') as typeof import('@anthropic-ai/sdk'));
+}
+
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
 /** Anthropic requires `max_tokens`; used when neither the request nor the settings give one. */
 export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
@@ -52,7 +62,7 @@ export class AnthropicProvider implements LlmProvider {
     // The SDK appends /v1/messages itself; accept a base URL written with the version path too.
     this.settings = { ...resolved, baseUrl: resolved.baseUrl.replace(/\/v1$/, '') };
     const s = this.settings;
-    this.client = new Anthropic({
+    this.client = new (anthropicSdk().Anthropic)({
       // Given in code, the key is the client's only credential: the SDK then reads no ANTHROPIC_* credential.
       apiKey: s.apiKey,
       baseURL: s.baseUrl,
@@ -152,17 +162,17 @@ function errorBody(err: { error?: unknown }): { type?: string; message?: unknown
 function classifyAnthropicError(settings: ResolvedSettings, err: unknown): Classified {
   const provider = settings.provider;
   if (err instanceof LlmError) return { error: err, retry: false };
-  if (err instanceof Anthropic.APIConnectionTimeoutError) {
+  if (err instanceof anthropicSdk().APIConnectionTimeoutError) {
     return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
   }
-  if (err instanceof Anthropic.APIConnectionError) return connectionFailure(provider, err);
-  if (err instanceof Anthropic.APIError && typeof err.status === 'number') {
+  if (err instanceof anthropicSdk().APIConnectionError) return connectionFailure(provider, err);
+  if (err instanceof anthropicSdk().APIError && typeof err.status === 'number') {
     const body = errorBody(err);
     return classifyHttpFailure(provider, { status: err.status, headers: err.headers, providerMessage: body.message, code: body.type }, [
       settings.apiKey,
     ]);
   }
-  if (err instanceof Anthropic.AnthropicError) {
+  if (err instanceof anthropicSdk().AnthropicError) {
     return { error: new LlmError('bad_request', 'the request could not be sent', { provider, cause: sanitizedCause(err) }), retry: false };
   }
   return connectionFailure(provider, err);

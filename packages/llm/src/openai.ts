@@ -3,7 +3,7 @@
  * The official SDK builds and sends the request (URL, auth header, error statuses); the SSE body is read here so that a
  * stream that stops before `data: [DONE]` is an error rather than a short, silent success.
  */
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import type {
   ChatCompletionChunk,
   ChatCompletionCreateParamsStreaming,
@@ -33,6 +33,16 @@ import {
   type LlmStreamOptions,
 } from './types';
 
+/**
+ * The OpenAI SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
+ * that never calls OpenAI never loads it.
+ */
+let sdk: typeof import('openai') | undefined;
+function openaiSdk(): typeof import('openai') {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  return (sdk ??= require('openai') as typeof import('openai'));
+}
+
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 
 export class OpenAIProvider implements LlmProvider {
@@ -46,7 +56,7 @@ export class OpenAIProvider implements LlmProvider {
     this.settings = resolveSettings(settings, settings.provider === 'openai' ? OPENAI_DEFAULT_BASE_URL : undefined);
     if (settings.provider === 'openai' && !this.settings.apiKey) throw new LlmError('bad_request', 'the openai provider needs an apiKey');
     const s = this.settings;
-    this.client = new OpenAI({
+    this.client = new (openaiSdk().OpenAI)({
       // Everything explicit, so the SDK reads no OPENAI_* variable of this process (a tenant's server must never
       // receive the platform's key, organization or project).
       apiKey: s.apiKey ?? 'unused',
@@ -141,16 +151,16 @@ function classifyOpenAIError(settings: ResolvedSettings, err: unknown): Classifi
   const secrets = [settings.apiKey];
   const provider = settings.provider;
   if (err instanceof LlmError) return { error: err, retry: false };
-  if (err instanceof OpenAI.APIConnectionTimeoutError) {
+  if (err instanceof openaiSdk().APIConnectionTimeoutError) {
     return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
   }
-  if (err instanceof OpenAI.APIConnectionError) return connectionFailure(provider, err);
-  if (err instanceof OpenAI.APIError && typeof err.status === 'number') {
+  if (err instanceof openaiSdk().APIConnectionError) return connectionFailure(provider, err);
+  if (err instanceof openaiSdk().APIError && typeof err.status === 'number') {
     const body = err.error as { message?: unknown; code?: unknown; type?: unknown } | undefined;
     const code = typeof body?.code === 'string' ? body.code : typeof body?.type === 'string' ? body.type : undefined;
     return classifyHttpFailure(provider, { status: err.status, headers: err.headers, providerMessage: body?.message, code }, secrets);
   }
-  if (err instanceof OpenAI.OpenAIError) {
+  if (err instanceof openaiSdk().OpenAIError) {
     return { error: new LlmError('bad_request', 'the request could not be sent', { provider, cause: sanitizedCause(err) }), retry: false };
   }
   return connectionFailure(provider, err);

@@ -3,9 +3,11 @@
  * guard (the address checked when each socket opens, no redirects, a response size cap). One short connection per
  * operation (initialise, then list or call, then close): no session state to lose when a worker dies, and a server
  * that hangs holds nothing but its own call, which the per-call timeout ends.
+ *
+ * The SDK (its client, the Streamable HTTP transport and zod: ~300 ms to load) is required by the first connection:
+ * the agents service starts without it, and a deployment whose agents use no MCP server never loads it.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { EgressError, type EgressFetch } from '@svc/kit';
 
 export interface McpToolInfo {
@@ -48,6 +50,11 @@ export class McpConnector {
   constructor(private readonly fetch: EgressFetch) {}
 
   private async open(target: McpTarget, timeoutMs: number, signal?: AbortSignal): Promise<Client> {
+    /* eslint-disable @typescript-eslint/no-require-imports -- deliberate lazy load */
+    const { Client } = require('@modelcontextprotocol/sdk/client/index.js') as typeof import('@modelcontextprotocol/sdk/client/index.js');
+    const { StreamableHTTPClientTransport } =
+      require('@modelcontextprotocol/sdk/client/streamableHttp.js') as typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    /* eslint-enable @typescript-eslint/no-require-imports */
     const transport = new StreamableHTTPClientTransport(new URL(target.url), {
       fetch: this.fetch as never,
       requestInit: target.bearer ? { headers: { authorization: `Bearer ${target.bearer}` } } : undefined,

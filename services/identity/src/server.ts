@@ -1,4 +1,4 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
@@ -20,6 +20,13 @@ import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
 import { parseOAuthProviders } from './oidc';
 import { SigningKeys } from './signing-keys';
+
+/** The Redis client that pokes gateways; ioredis is required only when REDIS_URL is set (not in the embedded default). */
+function revocationPublisher(url: string): Redis {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+  return new Client(url, { lazyConnect: false, maxRetriesPerRequest: 2 });
+}
 
 /** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
 export const REVOCATION_CHANNEL = 'svc:revocations';
@@ -63,7 +70,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   });
   const keys = new SigningKeys(rt.store, rt.box);
   await keys.load();
-  const redis = rt.config.redisUrl ? new Redis(rt.config.redisUrl, { lazyConnect: false, maxRetriesPerRequest: 2 }) : null;
+  const redis = rt.config.redisUrl ? revocationPublisher(rt.config.redisUrl) : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
   configurePasswordHashing(
     rt.config.passwordHashConcurrency,

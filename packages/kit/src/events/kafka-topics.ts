@@ -4,10 +4,19 @@
  * min.insync.replicas. Used by the bus when it may create a missing topic (not in
  * production) and by `npm run kafka:topics`, which the deployment runs to create them (deploy/k8s: kafka-topics Job).
  */
-import { ConfigResourceTypes, type Admin } from 'kafkajs';
+import type { Admin } from 'kafkajs';
 
 /** Where a group's poison messages go: read them with any Kafka tool, replay by publishing them again. */
 export const deadLetterTopic = (topic: string) => `${topic}.dead-letters`;
+
+/**
+ * kafkajs's enum, required when a topic's settings are read: contracts imports `deadLetterTopic` from here, so a
+ * value import of kafkajs would load it (~70 ms) in every process, Kafka bus or not.
+ */
+function configResourceTypes(): typeof import('kafkajs').ConfigResourceTypes {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  return (require('kafkajs') as typeof import('kafkajs')).ConfigResourceTypes;
+}
 
 export interface TopicSettings {
   numPartitions: number;
@@ -63,7 +72,7 @@ export async function topicProblems(admin: Admin, topics: readonly string[], set
   }
   const { resources } = await admin.describeConfigs({
     includeSynonyms: false,
-    resources: topics.map((name) => ({ type: ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas'] })),
+    resources: topics.map((name) => ({ type: configResourceTypes().TOPIC, name, configNames: ['min.insync.replicas'] })),
   });
   for (const r of resources) {
     const value = Number(r.configEntries.find((e) => e.configName === 'min.insync.replicas')?.configValue);

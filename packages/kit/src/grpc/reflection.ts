@@ -8,23 +8,31 @@
  * (docs/runbooks/grpc.md).
  */
 import type * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
-import { ReflectionService } from '@grpc/reflection';
-import { protoPath as healthProtoPath } from 'grpc-health-check';
+import type * as protoLoader from '@grpc/proto-loader';
+import type { ReflectionService } from '@grpc/reflection';
 import { FILE_DESCRIPTOR_SET } from '@svc/proto';
 
 /** The health service every server has (grpc-health-check). */
 export const HEALTH_SERVICE = 'grpc.health.v1.Health';
 
+/* eslint-disable @typescript-eslint/no-require-imports -- deliberate lazy loads (see reflectionDefinitions) */
 let definitions: protoLoader.PackageDefinition | null = null;
 
 /** Every message and service of /proto and of the health protocol, as proto-loader describes them (read once). */
 function packageDefinition(): protoLoader.PackageDefinition {
+  const loader = require('@grpc/proto-loader') as typeof import('@grpc/proto-loader');
+  const { protoPath: healthProtoPath } = require('grpc-health-check') as typeof import('grpc-health-check');
   return (definitions ??= {
-    ...protoLoader.loadFileDescriptorSetFromBuffer(Buffer.from(FILE_DESCRIPTOR_SET, 'base64')),
-    ...protoLoader.loadSync(healthProtoPath),
+    ...loader.loadFileDescriptorSetFromBuffer(Buffer.from(FILE_DESCRIPTOR_SET, 'base64')),
+    ...loader.loadSync(healthProtoPath),
   });
 }
+
+/** @grpc/reflection itself: it reads its own .proto files with proto-loader when it loads (~120 ms). */
+function reflectionService(): typeof ReflectionService {
+  return (require('@grpc/reflection') as typeof import('@grpc/reflection')).ReflectionService;
+}
+/* eslint-enable @typescript-eslint/no-require-imports */
 
 type Handler = (stream: grpc.ServerDuplexStream<unknown, unknown>) => void;
 
@@ -38,18 +46,50 @@ function handlersOf(reflection: ReflectionService): Array<{ definition: grpc.Ser
   return out;
 }
 
+/** The services @grpc/reflection serves, in the order it adds them (v1, then v1alpha), each with one bidi method. */
+export const REFLECTION_SERVICES = ['grpc.reflection.v1.ServerReflection', 'grpc.reflection.v1alpha.ServerReflection'];
+
+let packaged: grpc.ServiceDefinition[] | undefined;
+
+/** The reflection services' definitions as @grpc/reflection builds them (an empty package costs nothing more). */
+export function reflectionDefinitions(): grpc.ServiceDefinition[] {
+  return (packaged ??= handlersOf(new (reflectionService())({}, { services: [] })).map(({ definition }) => definition));
+}
+
+/**
+ * The definitions grpc-js registers at start-up without loading @grpc/reflection: each method's path and kind are
+ * fixed by the protocol, and its (de)serialisers are the package's, looked up when the first message passes.
+ */
+export function lazyReflectionDefinitions(): grpc.ServiceDefinition[] {
+  return REFLECTION_SERVICES.map((service, i) => {
+    const method = () => reflectionDefinitions()[i].ServerReflectionInfo;
+    return {
+      ServerReflectionInfo: {
+        path: `/${service}/ServerReflectionInfo`,
+        requestStream: true,
+        responseStream: true,
+        originalName: 'serverReflectionInfo',
+        requestSerialize: (value: unknown) => method().requestSerialize(value),
+        requestDeserialize: (bytes: Buffer) => method().requestDeserialize(bytes),
+        responseSerialize: (value: unknown) => method().responseSerialize(value),
+        responseDeserialize: (bytes: Buffer) => method().responseDeserialize(bytes),
+      },
+    };
+  });
+}
+
 /**
  * Adds the reflection service to a server, listing `services` (fully qualified names, e.g. `chat.v1.ChatService`).
- * Indexing every descriptor costs about a second per server, so it waits for the first reflection call: start-up
- * (and every test stack) does not pay for what only an operator's tool asks for.
+ * Indexing every descriptor costs about a second per server, and loading @grpc/reflection another ~120 ms per
+ * process, so both wait for the first reflection call: start-up (and every test stack) does not pay for what only an
+ * operator's tool asks for.
  */
 export function addReflection(server: Pick<grpc.Server, 'addService'>, services: string[]): void {
   let real: ReturnType<typeof handlersOf> | undefined;
-  // An empty package gives the same service definitions (v1 and v1alpha) at no cost; the handlers are the real ones.
-  handlersOf(new ReflectionService({}, { services })).forEach(({ definition }, i) =>
+  lazyReflectionDefinitions().forEach((definition, i) =>
     server.addService(definition, {
       ServerReflectionInfo: (stream: grpc.ServerDuplexStream<unknown, unknown>) => {
-        real ??= handlersOf(new ReflectionService(packageDefinition(), { services }));
+        real ??= handlersOf(new (reflectionService())(packageDefinition(), { services }));
         real[i].handler(stream);
       },
     }),

@@ -1,4 +1,4 @@
-import Stripe from 'stripe';
+import type Stripe from 'stripe';
 import { errors } from '@svc/kit';
 import type { Checkout, CheckoutRequest, PaymentProvider, ProviderEvent } from './port';
 
@@ -10,10 +10,15 @@ export interface StripeSettings {
   publicUrl: string;
 }
 
-/** Stripe through its official package: Checkout sessions, the billing portal, webhook signatures. */
+/**
+ * Stripe through its official package: Checkout sessions, the billing portal, webhook signatures. The package (~100
+ * ms to load) is required here, when Stripe is configured: the sandbox default never loads it.
+ */
 export function stripeProvider(s: StripeSettings): PaymentProvider {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+  const StripeClient = require('stripe') as typeof import('stripe');
   const api = s.apiUrl ? new URL(s.apiUrl) : null;
-  const stripe = new Stripe(s.secretKey, {
+  const stripe = new StripeClient(s.secretKey, {
     maxNetworkRetries: 2,
     timeout: 10_000,
     ...(api ? { host: api.hostname, port: api.port || undefined, protocol: api.protocol === 'http:' ? 'http' : 'https' } : {}),
@@ -25,7 +30,7 @@ export function stripeProvider(s: StripeSettings): PaymentProvider {
     try {
       return await fn();
     } catch (err) {
-      const status = err instanceof Stripe.errors.StripeError ? err.statusCode : undefined;
+      const status = err instanceof StripeClient.errors.StripeError ? err.statusCode : undefined;
       throw errors.unavailable(`The payment provider failed to ${what}; try again`, {
         provider: 'stripe',
         ...(status ? { providerStatus: status } : {}),
