@@ -17,7 +17,7 @@
  * from source through tsx it starts the sources the same way.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createLogger } from '@svc/kit/logger';
 import { EXIT_PORT_IN_USE, reservablePort } from '@svc/kit/ports';
@@ -34,14 +34,17 @@ const logger = createLogger('launcher');
 /**
  * V8's memory reducer compacts an idle heap once start-up has calmed, in up to three full collections (about 70 ms of
  * CPU per process some seconds after start); one is enough for a process that then idles. Passed only where this
- * Node's V8 has the flag (an unknown flag would stop the child); looked up while ports are chosen.
+ * Node's V8 has the flag (an unknown flag would stop the child). Compiled, the build recorded the answer
+ * (dist/node-flags.json); from source it is asked here, while ports are chosen.
  */
 const IDLE_GC_FLAG = '--memory-reducer-single-gc';
-const idleGcFlags: Promise<string[]> = new Promise((done) =>
-  execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 1024 * 1024 }, (err, out) =>
-    done(!err && out.includes(IDLE_GC_FLAG) ? [IDLE_GC_FLAG] : []),
-  ),
-);
+const idleGcFlags: Promise<string[]> = compiled
+  ? Promise.resolve(JSON.parse(readFileSync(resolve(__dirname, 'node-flags.json'), 'utf8')) as string[])
+  : new Promise((done) =>
+      execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 1024 * 1024 }, (err, out) =>
+        done(!err && out.includes(IDLE_GC_FLAG) ? [IDLE_GC_FLAG] : []),
+      ),
+    );
 let nodeFlags = ['--enable-source-maps'];
 
 /** Entry file and Node flags of a part, compiled or from source. */
