@@ -1,5 +1,5 @@
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { reservablePort } from '@svc/kit/ports';
@@ -87,6 +87,28 @@ export async function call(base: string, method: string, path: string, token: st
   const json = (await res.json()) as { data: any };
   if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
   return json.data;
+}
+
+/** A new tenant on the system at `base` (`http://host:port/api/v1`): its owner's access token and an SDK API key. */
+export async function benchTenant(base: string): Promise<{ accessToken: string; apiKey: string }> {
+  const reg = await call(base, 'POST', '/auth/register', null, {
+    email: `bench${Date.now()}${Math.random()}@example.com`,
+    password: 'bench-password',
+    name: 'Bench',
+    tenantName: 'Bench',
+  });
+  const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
+  return { accessToken: reg.accessToken as string, apiKey: key.key as string };
+}
+
+/** Writes a bench's results to `file`, after printing `pick` of the previous run's beside them. */
+export function saveResults<R extends { date: string }>(file: string, result: R, pick: (r: R) => unknown): void {
+  if (existsSync(file)) {
+    const previous = JSON.parse(readFileSync(file, 'utf8')) as R;
+    console.log(`previous run (${previous.date}):`, pick(previous));
+  }
+  writeFileSync(file, JSON.stringify(result, null, 2) + '\n');
+  console.log(`written to ${file}`);
 }
 
 /** Runs a bench's main: failures set the exit code; every child process is stopped either way. */

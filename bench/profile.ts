@@ -13,7 +13,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { call, load, ROOT, runBench, startProcess, UNCAPPED } from './lib';
+import { benchTenant, call, load, ROOT, runBench, startProcess, UNCAPPED } from './lib';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const TOP = Number(process.env.BENCH_TOP ?? 25);
@@ -153,14 +153,8 @@ async function main() {
   });
   const base = `http://127.0.0.1:${system.port}/api/v1`;
   const tenant = async () => {
-    const reg = await call(base, 'POST', '/auth/register', null, {
-      email: `profile${Date.now()}${Math.random()}@example.com`,
-      password: 'bench-password',
-      name: 'Bench',
-      tenantName: 'Bench',
-    });
-    const { key } = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-    return { token: reg.accessToken as string, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } };
+    const { accessToken, apiKey } = await benchTenant(base);
+    return { token: accessToken, headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' } };
   };
   const lister = await tenant();
   const writer = await tenant();

@@ -8,10 +8,10 @@
  * smaller layout puts identity and the gateway in one process beside a one-process baseline. Results go to
  * bench/results/gateway-read.json, compared with the previous run's.
  */
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { call, load, ROOT, runBench, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
+import { call, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -165,12 +165,7 @@ async function main() {
     '(targets: /tenant >= 0.85, /projects/:id >= 0.9 of Fastify+gRPC; both answered from the gateway cache, the list is not)',
   );
   console.log('per-round ratios (median, min, max)', result.pairedRatios);
-  if (existsSync(RESULTS)) {
-    const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
-    console.log(`previous run (${previous.date}):`, previous.ratios);
-  }
-  writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
-  console.log(`written to ${RESULTS}`);
+  saveResults(RESULTS, result, (previous) => previous.ratios);
 }
 
 runBench(main);

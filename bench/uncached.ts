@@ -13,9 +13,8 @@
  * process of the system's tree (or of the baseline's two processes) over the window, divided by the requests
  * served. Results go to bench/results/uncached.json, printed beside the previous run's.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { call, cpuSeconds, load, ROOT, runBench, startNpmStart, startProcess, type LoadResult } from './lib';
+import { benchTenant, call, cpuSeconds, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -55,14 +54,8 @@ async function measure(s: Scenario, seconds: number) {
 async function systemScenarios(system: { port: number; pid: number }, key: string, name: string): Promise<Scenario[]> {
   const base = `http://127.0.0.1:${system.port}/api/v1`;
   const tenant = async () => {
-    const reg = await call(base, 'POST', '/auth/register', null, {
-      email: `bench${Date.now()}${Math.random()}@example.com`,
-      password: 'bench-password',
-      name: 'Bench',
-      tenantName: 'Bench',
-    });
-    const apiKey = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-    return { accessToken: reg.accessToken as string, auth: { authorization: `Bearer ${apiKey.key}`, 'content-type': 'application/json' } };
+    const { accessToken, apiKey } = await benchTenant(base);
+    return { accessToken, auth: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' } };
   };
   const lister = await tenant();
   const writer = await tenant();
@@ -181,12 +174,7 @@ async function main() {
     vsBaseline: Object.fromEntries(scenarios.map((s) => [s.key, vsBaseline(s)])),
   };
   console.log("\ntargets: list >= 0.85 x and create >= 0.7 x the baseline's req/s; CPU per request within 1.3 x");
-  if (existsSync(RESULTS)) {
-    const previous = JSON.parse(readFileSync(RESULTS, 'utf8')) as typeof result;
-    console.log(`previous run (${previous.date}):`, previous.vsBaseline);
-  }
-  writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
-  console.log(`written to ${RESULTS}`);
+  saveResults(RESULTS, result, (previous) => previous.vsBaseline);
 }
 
 runBench(main);
