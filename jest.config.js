@@ -1,20 +1,10 @@
 /** One jest run for the whole monorepo; TypeScript through SWC (type-checking is `npm run typecheck`). */
-/** HTTP suites whose outcome travels over the bus: events and their consumers (webhooks, billing, audit, regions). */
-const KAFKA_SUITES = [
-  'agent-runs',
-  'audit-log',
-  'billing',
-  'billing-alerts',
-  'billing-usage',
-  'chat',
-  'event-types',
-  'events-api',
-  'openai-compat',
-  'regions',
-  'webhook-fairness',
-  'webhook-recover',
-  'webhooks',
-];
+/**
+ * HTTP suites run a second time with the bus on the real Kafka broker: one per way an outcome travels over the bus
+ * (decision 79, narrowed in 86): a webhook delivery, the event log, an agent run and its billing, billing's grant on
+ * tenant.created, and the audit entry billing's outbox sends to identity.
+ */
+const KAFKA_SUITES = ['agent-runs', 'audit-log', 'billing', 'events-api', 'webhooks'];
 
 const project = {
   testEnvironment: 'node',
@@ -40,6 +30,7 @@ module.exports = {
   // a fresh machine; starts a real Kafka broker; compiles dist/ as `npm start` does (the process-level suites run it).
   globalSetup: '<rootDir>/test/setup/global.ts',
   globalTeardown: '<rootDir>/test/setup/global-teardown.ts',
-  // Integration suites start real servers: two workers suit the 2-core CI machine.
-  maxWorkers: 2,
+  // Three workers on the 2-core CI machine: most suites spend their time waiting (on a broker's timeouts, a crash
+  // being recovered, a key refresh), so a third overlaps them: the whole run took 628 s instead of 807 s (decision 86).
+  maxWorkers: 3,
 };
