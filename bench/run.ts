@@ -11,7 +11,7 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { call, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
+import { benchTenant, call, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -42,19 +42,13 @@ function summary(s: Scenario) {
 /** A tenant with an access token, an API key and (where projects runs) a project on the system at `port`. */
 async function credentials(port: number, withProject = true) {
   const base = `http://127.0.0.1:${port}/api/v1`;
-  const reg = await call(base, 'POST', '/auth/register', null, {
-    email: `bench${Date.now()}${Math.random()}@example.com`,
-    password: 'bench-password',
-    name: 'Bench',
-    tenantName: 'Bench',
-  });
-  const key = await call(base, 'POST', '/api-keys', reg.accessToken, { name: 'bench', type: 'sdk', environment: 'production' });
-  const project = withProject ? await call(base, 'POST', '/projects', reg.accessToken, { name: 'bench project' }) : null;
+  const { accessToken, apiKey } = await benchTenant(base);
+  const project = withProject ? await call(base, 'POST', '/projects', accessToken, { name: 'bench project' }) : null;
   return {
     url: `${base}/tenant`,
     projectUrl: project ? `${base}/projects/${project.id}` : '',
-    accessToken: reg.accessToken as string,
-    apiKey: key.key as string,
+    accessToken,
+    apiKey,
   };
 }
 
