@@ -42,6 +42,9 @@ beforeAll(async () => {
     CHAT_TENANT_CONCURRENCY: '100',
     AGENTS_TENANT_CONCURRENCY: '100',
     AGENTS_POLL_MS: '200',
+    // Sixteen processes on a 2-core machine beside other suites: forty reservations serialised on one SQLite file
+    // can take longer than the default 5 s deadline, which this suite (about exactness, not latency) does not test.
+    GRPC_DEADLINE_MS: '30000',
   });
   const urls = /"gateways":(\[[^\]]*\])/.exec(system.output())?.[1];
   gateways = (JSON.parse(urls ?? '[]') as string[]).map((url) => client(url));
