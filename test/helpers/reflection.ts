@@ -28,7 +28,8 @@ export class ReflectionClient {
   }
 
   /** One request on its own stream, its one answer (an error answer or a failed call rejects). */
-  private ask(request: object, timeoutMs = 5000): Promise<ReflectionResponse> {
+  // Generous: the first reflection call of a server builds its descriptors (and loads @grpc/reflection) on a busy CI machine.
+  private ask(request: object, timeoutMs = 20_000): Promise<ReflectionResponse> {
     return new Promise((resolve, reject) => {
       const call = this.stub.ServerReflectionInfo();
       const timer = setTimeout(() => {
