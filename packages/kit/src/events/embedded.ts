@@ -12,7 +12,7 @@
  */
 import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
-import { FALLBACK_AUTOCHECKPOINT_PAGES, walClosed, walWritten } from '../storage/checkpointer';
+import { checkpointElsewhere, walClosed, walWritten } from '../storage/checkpointer';
 import { watchWrites } from '../storage/watch-writes';
 import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import { isPoison } from './poison';
@@ -169,8 +169,8 @@ export class EmbeddedBus implements EventBus {
     this.db.pragma('busy_timeout = 5000');
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
-    // Checkpoints of the log run in the checkpointer's thread (publishes and offset commits tell it); this is the bound.
-    this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+    // Checkpoints of the log run in the checkpointer's thread (publishes and offset commits tell it).
+    checkpointElsewhere(this.db, options.path);
     this.db.exec(SCHEMA);
     this.db.prepare('ATTACH DATABASE ? AS state').run(options.path === ':memory:' ? ':memory:' : leasesPath(options.path));
     this.db.exec('PRAGMA state.journal_mode = WAL; PRAGMA state.synchronous = NORMAL;');
@@ -282,7 +282,7 @@ export class EmbeddedBus implements EventBus {
     if (messages.length === 0) return;
     // A duplicate id is ignored: the outbox relay may publish the same record again after a crash.
     this.insertMany(messages, Date.now());
-    this.wrote();
+    walWritten(this.dbPath);
     // This process's consumers of these topics start now, not when the watch reports the write.
     this.announce();
   }
@@ -364,7 +364,7 @@ export class EmbeddedBus implements EventBus {
     this.unwatch();
     this.closed = true;
     this.db.close();
-    if (this.dbPath !== ':memory:') walClosed(this.dbPath);
+    walClosed(this.dbPath);
   }
 
   /** Deletes messages older than `olderThanMs`, whatever the consumers' positions (like Kafka retention). */
@@ -423,12 +423,8 @@ export class EmbeddedBus implements EventBus {
 
   commit(grp: string, topic: string, seq: number, owner: string): boolean {
     const moved = this.commitTx(grp, topic, seq, owner, Date.now() + this.leaseMs);
-    this.wrote();
+    walWritten(this.dbPath);
     return moved;
-  }
-
-  private wrote(): void {
-    if (this.dbPath !== ':memory:') walWritten(this.dbPath);
   }
 
   private assertOpen(): void {

@@ -19,7 +19,7 @@ const CHECKPOINT_DELAY_MS = 100;
  */
 const CHECKPOINT_AFTER_COMMITS = 16;
 /** The writing connection's own automatic checkpoint, in pages: the bound if the worker falls behind. */
-export const FALLBACK_AUTOCHECKPOINT_PAGES = 4000;
+const FALLBACK_AUTOCHECKPOINT_PAGES = 4000;
 
 // CommonJS run by the worker: it opens each file once and checkpoints the ones it is sent.
 const WORKER_SOURCE = `
@@ -73,9 +73,20 @@ function startWorker(): Worker | null {
   }
 }
 
+/** An in-memory database (`:memory:`, or '' for a temporary one) has no WAL to checkpoint. */
+const inMemory = (path: string) => path === ':memory:' || path === '';
+
+/**
+ * Hands the checkpoints of the database `db` opened at `path` to this module: its own automatic checkpoint stays only
+ * as the bound should the worker fall behind. Its owner then reports commits (`walWritten`) and the close (`walClosed`).
+ */
+export function checkpointElsewhere(db: { pragma(source: string): unknown }, path: string): void {
+  if (!inMemory(path)) db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+}
+
 /** A commit went to the database at `path`: checkpoint it soon, off the event loop. */
 export function walWritten(path: string): void {
-  if (dirty.has(path)) return;
+  if (inMemory(path) || dirty.has(path)) return;
   const n = (commits.get(path) ?? 0) + 1;
   if (n < CHECKPOINT_AFTER_COMMITS) {
     commits.set(path, n);
@@ -93,6 +104,7 @@ export function walWritten(path: string): void {
 
 /** The database at `path` is closed here: the worker closes its connection too (and forgets a pending checkpoint). */
 export function walClosed(path: string): void {
+  if (inMemory(path)) return;
   dirty.delete(path);
   commits.delete(path);
   if (worker) worker.postMessage({ close: [path] });

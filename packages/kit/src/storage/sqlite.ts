@@ -26,7 +26,7 @@ import {
   type Schema,
 } from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
-import { FALLBACK_AUTOCHECKPOINT_PAGES, walClosed, walWritten } from './checkpointer';
+import { checkpointElsewhere, walClosed, walWritten } from './checkpointer';
 import { watchWrites } from './watch-writes';
 import {
   DuplicateKeyError,
@@ -191,28 +191,17 @@ class SqliteStore implements Store {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('busy_timeout = 5000');
-    this.onDisk = path !== ':memory:' && path !== '';
-    // Checkpoints run in the checkpointer's thread; this connection's own is the bound should that fall behind.
-    if (this.onDisk) this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+    checkpointElsewhere(this.db, path);
     this.atomic = this.db.transaction((fn: () => unknown) => fn());
   }
 
-  private readonly onDisk: boolean;
-
   /** A write committed (a transaction, or a statement outside one): its WAL is checkpointed soon, off this thread. */
   wrote(): void {
-    if (this.onDisk) walWritten(this.path);
+    walWritten(this.path);
   }
 
   statement(sql: string): Database.Statement {
-    let statement = this.statements.get(sql);
-    if (!statement) {
-      // Shapes come from code, so this stays small; the bound only guards against a caller building names.
-      if (this.statements.size >= 2000) this.statements.clear();
-      statement = this.db.prepare(sql);
-      this.statements.set(sql, statement);
-    }
-    return statement;
+    return this.prepared(this.statements, sql, false);
   }
 
   /**
@@ -220,11 +209,17 @@ class SqliteStore implements Store {
    * (better-sqlite3's pluck), which halves the cost of reading a page of 20 (~8 µs of ~18).
    */
   docsStatement(sql: string): Database.Statement {
-    let statement = this.docStatements.get(sql);
+    return this.prepared(this.docStatements, sql, true);
+  }
+
+  /** Prepared once per SQL text (pluck is a statement's mode, so plucking statements have a cache of their own). */
+  private prepared(cache: Map<string, Database.Statement>, sql: string, pluck: boolean): Database.Statement {
+    let statement = cache.get(sql);
     if (!statement) {
-      if (this.docStatements.size >= 2000) this.docStatements.clear();
-      statement = this.db.prepare(sql).pluck();
-      this.docStatements.set(sql, statement);
+      // Shapes come from code, so this stays small; the bound only guards against a caller building names.
+      if (cache.size >= 2000) cache.clear();
+      statement = pluck ? this.db.prepare(sql).pluck() : this.db.prepare(sql);
+      cache.set(sql, statement);
     }
     return statement;
   }
@@ -384,7 +379,7 @@ class SqliteStore implements Store {
       this.statements.clear();
       this.docStatements.clear();
       this.db.close();
-      if (this.onDisk) walClosed(this.path);
+      walClosed(this.path);
     } finally {
       this.release();
     }
