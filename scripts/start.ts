@@ -162,16 +162,17 @@ async function choosePorts(
 
 /**
  * Starts every replica of every service at once, in the layout's processes, and `alongside` (the gateways) with the
- * addresses chosen; resolves when all are ready, with those settings. A retry on new ports starts both again.
+ * addresses chosen; resolves when all are ready, with what `alongside` resolved. A retry on new ports starts both
+ * again.
  */
-async function startServices(
+async function startServices<T>(
   env: NodeJS.ProcessEnv,
   mode: 'combined' | 'per-service',
   host: string,
   replicas: number,
   replicated: string[],
-  alongside: (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => Promise<unknown>,
-): Promise<NodeJS.ProcessEnv> {
+  alongside: (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => Promise<T>,
+): Promise<T> {
   // A port picked here can be taken by another program before the service binds it (another launcher on the same
   // machine picking at the same moment): the service then exits with EXIT_PORT_IN_USE and this tries new ports.
   for (let attempt = 1; ; attempt++) {
@@ -215,10 +216,7 @@ async function startServices(
     const failures = outcomes
       .filter((o): o is PromiseRejectedResult => o.status === 'rejected')
       .map((o) => o.reason as Error & { exitCode?: number });
-    if (failures.length === 0) {
-      await beside;
-      return withAddrs;
-    }
+    if (failures.length === 0) return beside;
     beside.catch(() => undefined); // held for the services, it is stopped with them below
     if (stopping) throw failures[0];
     // Stop what did start before trying again (or giving up).
@@ -240,20 +238,18 @@ async function main(): Promise<void> {
   const replicas = count('REPLICAS', 1);
   const gateways = count('GATEWAYS', 1);
   const replicated = (process.env.REPLICATED_SERVICES ?? SERVICES.join(',')).split(',').map((s) => s.trim());
-  let env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
+  const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   if (gateways > 1 && !env.REDIS_URL) env.REDIS_URL = await startRedis(host);
   nodeFlags = [...nodeFlags, ...(await idleGcFlags)];
-  let urls: string[] = [];
-  const startGateways = async (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => {
-    urls = await Promise.all(
+  const startGateways = (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) =>
+    Promise.all(
       Array.from({ length: gateways }, async (_, i) => {
         const gwEnv = { ...withAddrs, INSTANCE_ID: `gateway-${i + 1}`, SVC_WAIT_FOR_PEERS: '1', ...(i > 0 ? { PORT: '0' } : {}) };
         const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', entryOf({ kind: 'gateway' }), gwEnv, [], servicesUp);
         return `http://${process.env.HOST || '127.0.0.1'}:${port}`;
       }),
     );
-  };
-  env = await startServices(env, mode, host, replicas, replicated, startGateways);
+  const urls = await startServices(env, mode, host, replicas, replicated, startGateways);
   logger.info(
     { url: urls[0], gateways: urls, dataDir, layout: mode, services: SERVICES, replicas, startupMs: Date.now() - started },
     `system ready at ${urls[0]}`,

@@ -14,8 +14,8 @@ import { RevocationWatcher } from './lib/revocations';
 /**
  * GET /tenant and GET /projects/:id from the gateway: identity records every change to a tenant (a plan applied, a
  * tenant closed) in the feed the gateway already follows; projects records every change and deletion in its own.
+ * The projects feed is not yet followed: `projectFeed.start()` once the services are up.
  */
-/** Not yet following the projects feed: `projectFeed.start()` once the services are up. */
 function readCaches(
   clients: Clients,
   watcher: RevocationWatcher,
@@ -56,7 +56,6 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-/** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
 /**
  * A Redis client when REDIS_URL is set (several gateways share the rate limits and hear revocations at once);
  * ioredis is required only then, so a lone gateway (the embedded default) does not load it.
@@ -67,6 +66,7 @@ function redisClient(url: string, options: RedisOptions = {}): Redis {
   return new Client(url, options);
 }
 
+/** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
 export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
   const config = loadGatewayConfig(env);
   const logger = createLogger('gateway', config.logLevel);

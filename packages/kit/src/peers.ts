@@ -5,6 +5,9 @@
  * a port not yet bound would wait out gRPC's reconnect backoff (hundreds of milliseconds, growing) before trying again.
  * Anywhere else (no launcher, Kubernetes) it resolves at once.
  */
+/** The message a launcher sends when the peers of a process started with SVC_WAIT_FOR_PEERS=1 are up. */
+export const PEERS_READY_MESSAGE = { type: 'peers-ready' } as const;
+
 export function peersReady(env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promise<void> {
   if (env.SVC_WAIT_FOR_PEERS !== '1' || !process.send) return Promise.resolve();
   return new Promise((resolve) => {
@@ -14,13 +17,10 @@ export function peersReady(env: NodeJS.ProcessEnv, timeoutMs = 60_000): Promise<
       resolve();
     };
     const onMessage = (m: { type?: string } | null) => {
-      if (m?.type === 'peers-ready') done();
+      if (m?.type === PEERS_READY_MESSAGE.type) done();
     };
     // Never stuck: without word from the launcher it goes on as it would have without waiting.
     const timer = setTimeout(done, timeoutMs);
     process.on('message', onMessage);
   });
 }
-
-/** The message a launcher sends when the peers of a process started with SVC_WAIT_FOR_PEERS=1 are up. */
-export const PEERS_READY_MESSAGE = { type: 'peers-ready' } as const;
