@@ -8,6 +8,7 @@ import { get, type IncomingHttpHeaders } from 'node:http';
 import { join, resolve } from 'node:path';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { ERROR_CODES } from '@svc/kit';
+import type { Page } from 'playwright-core';
 import { launchBrowser, step, type Browser } from '../helpers/browser';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -62,6 +63,17 @@ it('serves /docs publicly with a strict CSP: scripts and styles from the gateway
 });
 
 /** The bytes on the wire, undecoded (fetch would decode them). */
+/** Opens the Authorize dialog (from the first Authorize button) once it lists the bearer scheme. */
+async function openAuthorize(page: Page) {
+  await page
+    .getByRole('button', { name: /Authorize/ })
+    .first()
+    .click();
+  const dialog = page.locator('.dialog-ux .modal-ux');
+  await dialog.getByText('bearer (http, Bearer)').waitFor();
+  return dialog;
+}
+
 function rawGet(url: string, headers: Record<string, string>): Promise<{ headers: IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     get(url, { headers }, (res) => {
@@ -141,12 +153,7 @@ it('shows every operation of the OpenAPI document, with schemas, an example, aut
     await page.locator('section.models').getByText('Error', { exact: true }).first().waitFor();
 
     // The auth schemes, in the Authorize dialog.
-    await page
-      .getByRole('button', { name: /Authorize/ })
-      .first()
-      .click();
-    const dialog = page.locator('.dialog-ux .modal-ux');
-    await dialog.getByText('bearer (http, Bearer)').waitFor();
+    const dialog = await openAuthorize(page);
     await dialog.getByText('session (apiKey)').waitFor();
     await dialog.getByRole('button', { name: 'Close' }).first().click();
 
@@ -194,12 +201,7 @@ it('passes axe-core with an operation open and tried, its schema expanded, and t
     found.opened = await serious();
 
     await page.getByRole('combobox', { name: 'Servers', exact: true }).waitFor(); // the server picker, named
-    await page
-      .getByRole('button', { name: /Authorize/ })
-      .first()
-      .click();
-    const dialog = page.locator('.dialog-ux .modal-ux');
-    await dialog.getByText('bearer (http, Bearer)').waitFor();
+    const dialog = await openAuthorize(page);
     found.authorize = await serious();
     await dialog.getByRole('button', { name: 'Close' }).last().click();
 

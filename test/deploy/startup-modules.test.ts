@@ -6,12 +6,12 @@
  * (test/helpers/loaded-packages.cjs, a preload); the lazy loads are then shown to work from the bundles: the first
  * `/mcp` request loads the MCP SDK in the gateway, registering an MCP server loads its client in the services.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { client, createKey, eventually, signUp } from '../helpers/http';
 import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
-import { startSystem, type SystemProcess } from '../helpers/process';
+import { childPids, startSystem, type SystemProcess } from '../helpers/process';
 
 jest.setTimeout(120_000);
 
@@ -39,25 +39,9 @@ let loadedDir: string;
 let system: SystemProcess | null = null;
 let mcp: TestMcpServer;
 
-/** Pids of the launcher's children whose command line runs `entry`. */
-function childPids(entry: string): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (parent === system!.proc.pid && readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(entry)) out.push(Number(name));
-    } catch {
-      // gone while we looked
-    }
-  }
-  return out;
-}
-
 /** The packages the process running `entry` has loaded so far (asked with SIGUSR2, answered by the preload). */
 async function loadedBy(entry: string): Promise<string[]> {
-  const pids = childPids(entry);
+  const pids = childPids(system!.proc.pid!, entry);
   expect(pids).toHaveLength(1);
   const file = join(loadedDir, `${pids[0]}.json`);
   rmSync(file, { force: true });

@@ -24,7 +24,7 @@ export interface SystemProcess {
 }
 
 /** Pids of the direct children of `ppid` whose command line contains `match` (read from /proc). */
-function childPids(ppid: number, match: string): number[] {
+export function childPids(ppid: number, match: string): number[] {
   const out: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
