@@ -101,6 +101,11 @@ export async function benchTenant(base: string): Promise<{ accessToken: string; 
   return { accessToken: reg.accessToken as string, apiKey: key.key as string };
 }
 
+/** What every results file starts with: when, on which Node, and the load's shape. */
+export function runHeader(load: { connections: number; seconds: number; rounds: number }) {
+  return { date: new Date().toISOString(), node: process.version, ...load };
+}
+
 /** Writes a bench's results to `file`, after printing `pick` of the previous run's beside them. */
 export function saveResults<R extends { date: string }>(file: string, result: R, pick: (r: R) => unknown): void {
   if (existsSync(file)) {

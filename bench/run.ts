@@ -11,7 +11,19 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { benchTenant, call, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult, UNCAPPED } from './lib';
+import {
+  benchTenant,
+  call,
+  load,
+  ROOT,
+  runBench,
+  runHeader,
+  saveResults,
+  startNpmStart,
+  startProcess,
+  type LoadResult,
+  UNCAPPED,
+} from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -129,11 +141,7 @@ async function main() {
   };
   const ratio = (a: string, b: string) => Number((summaries[a].rps / summaries[b].rps).toFixed(3));
   const result = {
-    date: new Date().toISOString(),
-    node: process.version,
-    connections: CONNECTIONS,
-    seconds: SECONDS,
-    rounds: ROUNDS,
+    ...runHeader({ connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS }),
     scenarios: summaries,
     ratios: {
       systemApiKeyVsFastifyGrpc: ratio('systemApiKey', 'fastifyGrpc'),

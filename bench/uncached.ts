@@ -14,7 +14,19 @@
  * served. Results go to bench/results/uncached.json, printed beside the previous run's.
  */
 import { resolve } from 'node:path';
-import { benchTenant, call, cpuSeconds, load, ROOT, runBench, saveResults, startNpmStart, startProcess, type LoadResult } from './lib';
+import {
+  benchTenant,
+  call,
+  cpuSeconds,
+  load,
+  ROOT,
+  runBench,
+  runHeader,
+  saveResults,
+  startNpmStart,
+  startProcess,
+  type LoadResult,
+} from './lib';
 
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -165,11 +177,7 @@ async function main() {
   }
   if (ONLY) return;
   const result = {
-    date: new Date().toISOString(),
-    node: process.version,
-    connections: CONNECTIONS,
-    seconds: SECONDS,
-    rounds: ROUNDS,
+    ...runHeader({ connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS }),
     scenarios: summaries,
     vsBaseline: Object.fromEntries(scenarios.map((s) => [s.key, vsBaseline(s)])),
   };
