@@ -6,10 +6,10 @@
  *
  *   node scripts/build-console.mjs [outdir]   (default gateway/public/console)
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { writeCompressed } from './precompress.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 export const CONSOLE_OUT = join(ROOT, 'gateway/public/console');
@@ -36,11 +36,7 @@ export async function buildConsole(outdir = CONSOLE_OUT) {
     legalComments: 'none',
     logLevel: 'warning',
   });
-  for (const file of Object.keys(result.metafile.outputs)) {
-    const body = readFileSync(join(ROOT, file));
-    writeFileSync(`${join(ROOT, file)}.br`, brotliCompressSync(body, { params: { [constants.BROTLI_PARAM_QUALITY]: 11 } }));
-    writeFileSync(`${join(ROOT, file)}.gz`, gzipSync(body, { level: 9 }));
-  }
+  for (const file of Object.keys(result.metafile.outputs)) writeCompressed(join(ROOT, file), readFileSync(join(ROOT, file)));
   return result.metafile;
 }
 
