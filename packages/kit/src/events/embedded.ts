@@ -137,8 +137,8 @@ export class EmbeddedBus implements EventBus {
   private readonly subscriptions = new Set<EmbeddedSubscription>();
   private closed = false;
   private readonly dbPath: string;
-  /** Watches the log while there are subscriptions: a write by any process wakes them. */
-  private unwatchWrites: (() => void) | null = null;
+  /** The in-memory log's own watch (a file's is shared by the buses of the process: `LogWatch.of`). */
+  private memoryWatch: LogWatch | null = null;
 
   private readonly insert: Database.Statement;
   private readonly initOffset: Database.Statement;
@@ -152,8 +152,7 @@ export class EmbeddedBus implements EventBus {
   private readonly groupsWithReplays: Database.Statement;
   private readonly replayStatements = new Map<number, Database.Statement>();
   private readonly deleteReplay: Database.Statement;
-  /** The highest seq whose topic has been announced to this process's subscriptions (see `announce`). */
-  private announcedSeq: number;
+  private readonly lastSeq: Database.Statement;
   private readonly insertMany: (messages: BusMessage[], ts: number) => void;
   private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
 
@@ -202,7 +201,7 @@ export class EmbeddedBus implements EventBus {
     this.topicsAfter = this.db.prepare(TOPICS_AFTER_SQL);
     this.groupsWithReplays = this.db.prepare(`SELECT DISTINCT grp FROM replays`).pluck();
     this.deleteReplay = this.db.prepare(`DELETE FROM replays WHERE grp = ? AND topic = ? AND seq = ?`);
-    this.announcedSeq = (this.db.prepare(`SELECT COALESCE(MAX(seq), 0) FROM messages`).pluck().get() as number) ?? 0;
+    this.lastSeq = this.db.prepare(`SELECT COALESCE(MAX(seq), 0) FROM messages`).pluck();
 
     this.insertMany = this.db.transaction((messages: BusMessage[], ts: number) => {
       for (const m of messages) {
@@ -255,7 +254,7 @@ export class EmbeddedBus implements EventBus {
         return true;
       })
       .immediate();
-    if (queued) this.announce();
+    if (queued) this.watch(false)?.announce();
     return queued;
   }
 
@@ -284,32 +283,35 @@ export class EmbeddedBus implements EventBus {
     this.insertMany(messages, Date.now());
     walWritten(this.dbPath);
     // This process's consumers of these topics start now, not when the watch reports the write.
-    this.announce();
+    this.watch(false)?.announce();
   }
 
-  /**
-   * Wakes the subscriptions that have something to read: those of a topic with messages past `announcedSeq`, and
-   * those of a group with replays queued. Called on every write hint (any process's commit to the log, a consumer's
-   * offset included) and after a publish here: one indexed query instead of every subscription reading its topics
-   * on every write. Seqs are given in commit order, so nothing committed below the highest seq seen can appear later.
-   */
-  private announce(): void {
-    if (this.closed || this.subscriptions.size === 0) return;
-    let topics: Set<string>;
-    let groups: Set<string>;
-    try {
-      const rows = this.topicsAfter.all(this.announcedSeq) as Array<{ topic: string; seq: number }>;
-      topics = new Set(rows.map((r) => r.topic));
-      if (rows.length) this.announcedSeq = rows[rows.length - 1].seq;
-      groups = new Set(this.groupsWithReplays.all() as string[]);
-    } catch (err) {
-      // The log could not be read (locked past busy_timeout): every subscription looks for itself.
-      this.onError(err);
-      for (const sub of this.subscriptions) sub.wake();
-      return;
-    }
-    if (topics.size === 0 && groups.size === 0) return;
-    for (const sub of this.subscriptions) if (groups.has(sub.group) || sub.topics.some((t) => topics.has(t))) sub.wake();
+  /** The watch of this bus's log in this process; `create`: make it when no bus of the process has one yet. */
+  private watch(create: boolean): LogWatch | undefined {
+    if (this.dbPath === ':memory:') return (this.memoryWatch ??= new LogWatch(this.dbPath, () => undefined));
+    return LogWatch.of(this.dbPath, create);
+  }
+
+  // --- used by LogWatch ---
+
+  /** The highest seq in the log now. */
+  highestSeq(): number {
+    return (this.lastSeq.get() as number | undefined) ?? 0;
+  }
+
+  /** The topics with messages past `seq` (and the highest seq among them), and the groups with replays queued. */
+  newSince(seq: number): { seq: number; topics: Set<string>; groups: Set<string> } {
+    const rows = this.topicsAfter.all(seq) as Array<{ topic: string; seq: number }>;
+    return {
+      seq: rows.length ? rows[rows.length - 1].seq : seq,
+      topics: new Set(rows.map((r) => r.topic)),
+      groups: new Set(this.groupsWithReplays.all() as string[]),
+    };
+  }
+
+  /** Wakes this bus's subscriptions of these topics or groups; all of them when `topics` is null. */
+  wake(topics: Set<string> | null, groups: Set<string> = new Set()): void {
+    for (const sub of this.subscriptions) if (!topics || groups.has(sub.group) || sub.topics.some((t) => topics.has(t))) sub.wake();
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
@@ -324,28 +326,15 @@ export class EmbeddedBus implements EventBus {
       .immediate();
     const sub = new EmbeddedSubscription(this, options.group, topics, options.handler);
     this.subscriptions.add(sub);
-    this.watchWrites();
+    this.watch(true)!.join(this);
     sub.start();
     return {
       stop: async () => {
         await sub.stop();
         this.subscriptions.delete(sub);
-        if (this.subscriptions.size === 0) this.unwatch();
+        if (this.subscriptions.size === 0) this.watch(false)?.leave(this);
       },
     };
-  }
-
-  /**
-   * Other processes publish into the same file: instead of polling every few milliseconds, consumers sleep until
-   * the log's WAL (or the file itself) changes. inotify on Linux: nothing runs while nothing is written.
-   */
-  private watchWrites(): void {
-    this.unwatchWrites ??= watchWrites(this.dbPath, () => this.announce());
-  }
-
-  private unwatch(): void {
-    this.unwatchWrites?.();
-    this.unwatchWrites = null;
   }
 
   async ping(): Promise<void> {
@@ -361,7 +350,7 @@ export class EmbeddedBus implements EventBus {
     if (this.closed) return;
     await Promise.all([...this.subscriptions].map((s) => s.stop()));
     this.subscriptions.clear();
-    this.unwatch();
+    this.watch(false)?.leave(this);
     this.closed = true;
     this.db.close();
     walClosed(this.dbPath);
@@ -429,6 +418,65 @@ export class EmbeddedBus implements EventBus {
 
   private assertOpen(): void {
     if (this.closed) throw new Error('embedded bus is closed');
+  }
+}
+
+/**
+ * The write hints of one log file in one process, and what turns them into wake-ups. Other processes publish into
+ * the same file: instead of polling, consumers sleep until the log's WAL (or the file) changes (inotify on Linux:
+ * nothing runs while nothing is written). A hint, or a publish here, runs one indexed query, the topics of the
+ * messages past the highest seq announced (seqs are given in commit order, so nothing committed below it can appear
+ * later) and the groups with replays queued, and wakes only the subscriptions of those topics and groups. The buses of
+ * one process (each service of the combined process has its own) share it: one query per write, not one per bus.
+ */
+class LogWatch {
+  private static readonly byPath = new Map<string, LogWatch>();
+  /** Buses of this process with subscriptions on this log; the first one reads for all. */
+  private readonly buses = new Set<EmbeddedBus>();
+  /** The highest seq whose topic has been announced. */
+  private seq = 0;
+  private unwatch: (() => void) | null = null;
+
+  constructor(
+    private readonly path: string,
+    private readonly forget: () => void,
+  ) {}
+
+  static of(path: string, create: boolean): LogWatch | undefined {
+    let w = LogWatch.byPath.get(path);
+    if (!w && create) LogWatch.byPath.set(path, (w = new LogWatch(path, () => LogWatch.byPath.delete(path))));
+    return w;
+  }
+
+  join(bus: EmbeddedBus): void {
+    if (this.buses.size === 0) this.seq = bus.highestSeq();
+    this.buses.add(bus);
+    this.unwatch ??= watchWrites(this.path, () => this.announce());
+  }
+
+  leave(bus: EmbeddedBus): void {
+    this.buses.delete(bus);
+    if (this.buses.size > 0) return;
+    this.unwatch?.();
+    this.unwatch = null;
+    this.forget();
+  }
+
+  announce(): void {
+    const reader = this.buses.values().next().value;
+    if (!reader) return;
+    let found: ReturnType<EmbeddedBus['newSince']>;
+    try {
+      found = reader.newSince(this.seq);
+    } catch (err) {
+      // The log could not be read (locked past busy_timeout): every subscription looks for itself.
+      reader.onError(err);
+      for (const bus of this.buses) bus.wake(null);
+      return;
+    }
+    this.seq = found.seq;
+    if (found.topics.size === 0 && found.groups.size === 0) return;
+    for (const bus of this.buses) bus.wake(found.topics, found.groups);
   }
 }
 
