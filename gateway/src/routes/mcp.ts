@@ -151,24 +151,24 @@ interface McpSdk {
   types: typeof import('@modelcontextprotocol/sdk/types.js');
 }
 
-let sdk: McpSdk | undefined;
-
-/** The SDK's modules, required by the first `/mcp` request and kept (see the top of this file). */
+/** The SDK's modules, required by the first `/mcp` request (see the top of this file; Node's module cache keeps them). */
 function mcpSdk(): McpSdk {
   /* eslint-disable @typescript-eslint/no-require-imports -- deliberate lazy load */
-  return (sdk ??= {
+  return {
     Server: (require('@modelcontextprotocol/sdk/server/index.js') as typeof import('@modelcontextprotocol/sdk/server/index.js')).Server,
     StreamableHTTPServerTransport: (
       require('@modelcontextprotocol/sdk/server/streamableHttp.js') as typeof import('@modelcontextprotocol/sdk/server/streamableHttp.js')
     ).StreamableHTTPServerTransport,
     types: require('@modelcontextprotocol/sdk/types.js') as typeof import('@modelcontextprotocol/sdk/types.js'),
-  });
+  };
   /* eslint-enable @typescript-eslint/no-require-imports */
 }
 
 function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions, reply: FastifyReply): Server {
-  const { Server } = mcpSdk();
-  const { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } = mcpSdk().types;
+  const {
+    Server,
+    types: { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError },
+  } = mcpSdk();
   const allowed = toolsFor(principal);
   const server = new Server({ name: 'svc-platform', version: '1.0.0' }, { capabilities: { tools: {} } });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({

@@ -39,10 +39,9 @@ import {
  * The Anthropic SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
  * that never calls Anthropic never loads it.
  */
-let sdk: typeof import('@anthropic-ai/sdk') | undefined;
 function anthropicSdk(): typeof import('@anthropic-ai/sdk') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
-  return (sdk ??= require('@anthropic-ai/sdk') as typeof import('@anthropic-ai/sdk'));
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (Node's module cache keeps it)
+  return require('@anthropic-ai/sdk') as typeof import('@anthropic-ai/sdk');
 }
 
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';

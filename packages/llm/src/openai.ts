@@ -37,10 +37,9 @@ import {
  * The OpenAI SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
  * that never calls OpenAI never loads it.
  */
-let sdk: typeof import('openai') | undefined;
 function openaiSdk(): typeof import('openai') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
-  return (sdk ??= require('openai') as typeof import('openai'));
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (Node's module cache keeps it)
+  return require('openai') as typeof import('openai');
 }
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';

@@ -20,9 +20,10 @@ let definitions: protoLoader.PackageDefinition | null = null;
 
 /** Every message and service of /proto and of the health protocol, as proto-loader describes them (read once). */
 function packageDefinition(): protoLoader.PackageDefinition {
+  if (definitions) return definitions;
   const loader = require('@grpc/proto-loader') as typeof import('@grpc/proto-loader');
   const { protoPath: healthProtoPath } = require('grpc-health-check') as typeof import('grpc-health-check');
-  return (definitions ??= {
+  return (definitions = {
     ...loader.loadFileDescriptorSetFromBuffer(Buffer.from(FILE_DESCRIPTOR_SET, 'base64')),
     ...loader.loadSync(healthProtoPath),
   });
