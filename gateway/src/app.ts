@@ -6,6 +6,7 @@ import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
+import { drainRefusedBody } from './lib/refused-body';
 import { securityHeaders } from './lib/security-headers';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerDocs } from './docs';
@@ -116,9 +117,10 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
-    sendError(request, reply, toAppError(err, request.log, request.id)),
-  );
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) => {
+    drainRefusedBody(request, reply, err.code);
+    return sendError(request, reply, toAppError(err, request.log, request.id));
+  });
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];

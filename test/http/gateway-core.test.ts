@@ -1,4 +1,5 @@
 import { request as httpRequest } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -193,6 +194,42 @@ describe('bodies', () => {
       400,
       'VALIDATION_ERROR',
     );
+  });
+
+  it('a refused body is read to its end: the client gets its 413 and the connection serves the next request', async () => {
+    const url = new URL(stack.url);
+    const socket = connect(Number(url.port), url.hostname);
+    const received: Buffer[] = [];
+    socket.on('data', (c: Buffer) => received.push(c));
+    const text = () => Buffer.concat(received).toString('latin1');
+    const waitFor = (pattern: RegExp) => eventually(async () => pattern.test(text()), 10_000);
+    let socketError: Error | undefined;
+    socket.on('error', (e) => (socketError = e));
+    const length = 2 * 1024 * 1024;
+    // Headers first, body after the answer: the order a client on a slow link sees, with no race left to lose.
+    socket.write(
+      `POST /api/v1/projects HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${owner.accessToken}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${length}\r\n\r\n`,
+    );
+    await waitFor(/^HTTP\/1\.1 413 [\s\S]*PAYLOAD_TOO_LARGE/);
+    expect(text()).not.toMatch(/\r\nconnection: close\r\n/i);
+    await new Promise<void>((done) => socket.write(Buffer.alloc(length, 0x20), () => done()));
+    socket.write(`GET /healthz HTTP/1.1\r\nhost: ${url.host}\r\n\r\n`);
+    await waitFor(/HTTP\/1\.1 200 [\s\S]*$/);
+    expect(socketError).toBeUndefined();
+    socket.destroy();
+
+    // A body beyond what is worth reading still closes the connection.
+    const huge: Socket = connect(Number(url.port), url.hostname);
+    let answer = '';
+    huge.on('data', (c: Buffer) => (answer += c.toString('latin1')));
+    huge.on('error', () => undefined);
+    huge.write(
+      `POST /api/v1/projects HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${owner.accessToken}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${64 * 1024 * 1024}\r\n\r\n`,
+    );
+    await new Promise((done) => huge.on('close', done));
+    expect(answer).toMatch(/^HTTP\/1\.1 413 [\s\S]*\r\nconnection: close\r\n/i);
   });
 
   it('415 UNSUPPORTED_MEDIA_TYPE for anything but JSON; JSON with a charset is fine', async () => {
