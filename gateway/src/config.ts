@@ -13,6 +13,8 @@ export const gatewaySpec = {
   revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
   /** How often the project cache reads projects' change feed while its notice stream is down. */
   feedPollMs: field('FEED_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
+  /** Entries per read of a feed (revocations, project changes): smaller pages mean smaller answers, more reads. */
+  feedPageSize: field('FEED_PAGE_SIZE', 'int', { default: '1000', min: 1, max: 1000 }),
   instanceId: field('INSTANCE_ID', 'string'),
   region: field('REGION', 'string', { default: 'us-east' }),
   /** Comment line sent on idle server-sent event streams (chat replies) so proxies keep them open. */

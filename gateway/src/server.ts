@@ -27,13 +27,14 @@ function readCaches(
     if (e.kind === 'tenant' || e.kind === 'tenant_changed') tenants.drop(e.subjectId);
   });
   const projectFeed = new FeedFollower(
-    async (afterSeq) => {
-      const res = await clients.projects.listProjectChanges({ afterSeq }, { deadlineMs: 2000 });
+    async (afterSeq, limit) => {
+      const res = await clients.projects.listProjectChanges({ afterSeq, limit }, { deadlineMs: 2000 });
       return { entries: res.changes, lastSeq: res.lastSeq };
     },
     {
       name: 'project changes',
       pollMs: config.feedPollMs,
+      pageSize: config.feedPageSize,
       logger,
       watch: () => clients.projects.watchProjectChanges({}, { deadlineMs: Infinity }),
     },
@@ -81,12 +82,13 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
     audience: config.jwtAudience,
     fetchJwks: jwksFrom(async () => (await clients.identity.getJwks({})).jwksJson),
   });
-  const revocationsAfter = async (afterSeq: number) => {
-    const res = await clients.identity.listRevocations({ afterSeq }, { deadlineMs: 2000 });
+  const revocationsAfter = async (afterSeq: number, limit: number) => {
+    const res = await clients.identity.listRevocations({ afterSeq, limit }, { deadlineMs: 2000 });
     return { entries: res.revocations, lastSeq: res.lastSeq };
   };
   const watcher = new RevocationWatcher(revocationsAfter, {
     pollMs: config.revocationPollMs,
+    pageSize: config.feedPageSize,
     logger,
     subscriber,
     // No deadline: the stream stays open for as long as both sides run.

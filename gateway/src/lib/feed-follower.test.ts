@@ -23,7 +23,7 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const readAfter: FetchFeed = (afterSeq) => readFeed(store, feed, afterSeq);
+const readAfter: FetchFeed = (afterSeq, limit) => readFeed(store, feed, afterSeq, limit);
 
 /** Appends entries named `<prefix><i>`, `perTransaction` to a commit, as fast as the store goes. */
 async function append(prefix: string, count: number, perTransaction = 1): Promise<string[]> {
@@ -65,7 +65,7 @@ function noticeStream() {
   };
 }
 
-function follow(fetch: FetchFeed, options: { pollMs?: number; safetyReadMs?: number; watch?: WatchFeed } = {}) {
+function follow(fetch: FetchFeed, options: { pollMs?: number; safetyReadMs?: number; pageSize?: number; watch?: WatchFeed } = {}) {
   const follower = new FeedFollower(fetch, { name: 'test', pollMs: options.pollMs ?? 60_000, logger, ...options });
   followers.push(follower);
   const seen: string[] = [];
@@ -112,6 +112,23 @@ it('reads a burst of 2,000 entries to the end and the entry after it; a follower
   const late = follow(readAfter, { pollMs: 50 });
   await until(() => late.seen.length >= 2001 && late.follower.current, 10_000, `a late follower (${late.seen.length} of 2001)`);
   expect(late.seen).toEqual([...burst, after]);
+});
+
+it('asks for pages of its own size (FEED_PAGE_SIZE) and reads them to the end; a short page ends a read', async () => {
+  const appended = await append('paged', 45, 15);
+  const asked: Array<[number, number]> = [];
+  const counting: FetchFeed = (afterSeq, limit) => {
+    asked.push([afterSeq, limit]);
+    return readAfter(afterSeq, limit);
+  };
+  const { follower, seen } = follow(counting, { pollMs: 50, pageSize: 10 });
+  await until(() => follower.current, 5000, 'the end');
+  expect(seen).toEqual(appended);
+  // Five pages of 10 (the fifth, of 5, is the end), each after the last entry of the one before.
+  expect(asked.map(([, limit]) => limit)).toEqual([10, 10, 10, 10, 10]);
+  const afters = asked.map(([afterSeq]) => afterSeq);
+  expect(afters).toEqual([...afters].sort((a, b) => a - b));
+  expect(new Set(afters).size).toBe(5);
 });
 
 it('reads again after a notice that came during a read: an entry committed just after the read is delivered', async () => {

@@ -7,8 +7,8 @@ export interface FeedEntry {
   at: number;
 }
 
-/** Reads a service's feed (ListX): entries after a sequence number, oldest first, at most FEED_PAGE_SIZE. */
-export type FetchFeed = (afterSeq: number) => Promise<{ entries: Array<FeedEntry & { seq: number }>; lastSeq: number }>;
+/** Reads a service's feed (ListX): entries after a sequence number, oldest first, at most `limit`. */
+export type FetchFeed = (afterSeq: number, limit: number) => Promise<{ entries: Array<FeedEntry & { seq: number }>; lastSeq: number }>;
 /** Opens the service's notice stream (WatchX). */
 export type WatchFeed = () => AsyncIterable<unknown> & { cancel(): void };
 
@@ -22,6 +22,8 @@ export interface FeedFollowerOptions {
   pollMs: number;
   /** Between reads while the notice stream is up (default SAFETY_READ_MS). */
   safetyReadMs?: number;
+  /** Entries asked for per read (default and most: FEED_PAGE_SIZE); a shorter page is the feed's end. */
+  pageSize?: number;
   logger: Logger;
   watch?: WatchFeed;
   /** A Redis channel the service also announces on (every gateway hears at once, whichever replica it watches). */
@@ -186,14 +188,15 @@ export class FeedFollower {
   private async readToEnd(): Promise<void> {
     for (;;) {
       const afterSeq = this.lastSeq;
-      const res = await this.fetch(afterSeq);
+      const pageSize = this.options.pageSize ?? FEED_PAGE_SIZE;
+      const res = await this.fetch(afterSeq, pageSize);
       for (const e of res.entries) {
         // Never twice, never backwards (an answer from an older service version could overlap).
         if (e.seq <= this.lastSeq) continue;
         this.lastSeq = e.seq;
         for (const l of this.listeners) l(e);
       }
-      if (res.entries.length < FEED_PAGE_SIZE) return;
+      if (res.entries.length < pageSize) return;
       // A full page that moved nothing forward would be read again and again.
       if (this.lastSeq <= afterSeq) throw new Error(`feed ${this.options.name} did not advance past seq ${afterSeq}`);
     }

@@ -19,10 +19,14 @@ export class RevocationWatcher extends FeedFollower {
   private readonly users = new Map<string, number>();
   private prunedAt = 0;
 
-  constructor(fetch: FetchFeed, options: { pollMs: number; logger: Logger; subscriber?: Redis | null; watch?: WatchFeed }) {
+  constructor(
+    fetch: FetchFeed,
+    options: { pollMs: number; pageSize?: number; logger: Logger; subscriber?: Redis | null; watch?: WatchFeed },
+  ) {
     super(fetch, {
       name: 'revocations',
       pollMs: options.pollMs,
+      pageSize: options.pageSize,
       logger: options.logger,
       watch: options.watch,
       announcements: options.subscriber ? { subscriber: options.subscriber, channel: REVOCATION_CHANNEL } : undefined,

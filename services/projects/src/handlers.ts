@@ -127,7 +127,7 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
     },
 
     async listProjectChanges(req: projectsV1.ListProjectChangesRequest): Promise<projectsV1.ListProjectChangesResponse> {
-      const { entries, lastSeq } = await readFeed(store, projectChanges, req.afterSeq);
+      const { entries, lastSeq } = await readFeed(store, projectChanges, req.afterSeq, req.limit);
       return { changes: entries, lastSeq };
     },
 

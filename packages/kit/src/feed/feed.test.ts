@@ -5,7 +5,7 @@ import { createLogger } from '../logger';
 import { openStore } from '../storage';
 import { watchWrites } from '../storage/watch-writes';
 import type { Store } from '../storage/types';
-import { ensureFeedHead, FeedNotifier, feedCollection, readFeed, recordFeedEntry } from './index';
+import { ensureFeedHead, FeedNotifier, feedCollection, feedPageSize, readFeed, recordFeedEntry } from './index';
 
 const feed = feedCollection('changes');
 let dir: string;
@@ -38,6 +38,10 @@ it('reads entries after a sequence number, oldest first, only once committed', a
   expect(all.lastSeq).toBe(second.seq);
   expect((await readFeed(store, feed, first.seq)).entries.map((e) => e.subjectId)).toEqual(['t2/p2']);
   expect(await readFeed(store, feed, second.seq)).toEqual({ entries: [], lastSeq: second.seq });
+  // A reader may ask for smaller pages (ListX's limit); 0 or more than a page is a whole page.
+  expect(await readFeed(store, feed, 0, 1)).toEqual({ entries: [all.entries[0]], lastSeq: first.seq });
+  expect((await readFeed(store, feed, 0, 0)).entries).toHaveLength(2);
+  expect([feedPageSize(0), feedPageSize(-3), feedPageSize(5000), feedPageSize(250)]).toEqual([1000, 1000, 1000, 250]);
 });
 
 it('notifies a watcher at once, then on every announce, and stops with the notifier', async () => {

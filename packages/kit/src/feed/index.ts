@@ -85,16 +85,20 @@ export async function ensureFeedHead<T extends FeedEntryDoc>(store: Store, def: 
 /** The most entries one read of a feed returns: a shorter page is the feed's end (readers page until they get one). */
 export const FEED_PAGE_SIZE = 1000;
 
-/** Entries after `afterSeq`, oldest first, at most FEED_PAGE_SIZE, and the last sequence number read. */
+/** The page a reader asked for (ListX's `limit`): 0 or out of range is the largest, FEED_PAGE_SIZE. */
+export const feedPageSize = (limit = 0) => (limit > 0 && limit < FEED_PAGE_SIZE ? Math.floor(limit) : FEED_PAGE_SIZE);
+
+/** Entries after `afterSeq`, oldest first, at most `limit` (up to FEED_PAGE_SIZE), and the last sequence number read. */
 export async function readFeed<T extends FeedEntryDoc>(
   store: Store,
   def: CollectionDef<T>,
   afterSeq: number,
+  limit?: number,
 ): Promise<{ entries: FeedEntry[]; lastSeq: number }> {
   const cursor = afterSeq > 0 ? encodeCursor(afterSeq, '\uffff') : null;
   // Durable (MongoDB: majority): an entry a failover rolls back would leave readers past a seq that the next
   // entry then takes again, and they would never read that entry (a revocation no gateway enforces).
-  const page = await store.collection(def).find({}, { order: 'asc', limit: FEED_PAGE_SIZE, cursor, durable: true });
+  const page = await store.collection(def).find({}, { order: 'asc', limit: feedPageSize(limit), cursor, durable: true });
   const entries = page.items.map((r) => ({ seq: r.seq, kind: r.kind, subjectId: r.subjectId, at: r.at }));
   return { entries, lastSeq: entries.length ? entries[entries.length - 1].seq : afterSeq };
 }

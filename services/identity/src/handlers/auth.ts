@@ -321,7 +321,7 @@ export function authHandlers(deps: IdentityDeps) {
     },
 
     async listRevocations(req: identityV1.ListRevocationsRequest): Promise<identityV1.ListRevocationsResponse> {
-      const { entries, lastSeq } = await readFeed(store, revocations, req.afterSeq);
+      const { entries, lastSeq } = await readFeed(store, revocations, req.afterSeq, req.limit);
       return { revocations: entries, lastSeq };
     },
   };

@@ -167,6 +167,11 @@ export interface GetJwksResponse {
 
 export interface ListRevocationsRequest {
   afterSeq: number;
+  /**
+   * At most this many entries (a page); 0, or more than the service's page size (1000), means 1000. A page shorter
+   * than asked for is the feed's end.
+   */
+  limit: number;
 }
 
 export interface Revocation {
@@ -2823,13 +2828,16 @@ export const GetJwksResponse: MessageFns<GetJwksResponse> = {
 };
 
 function createBaseListRevocationsRequest(): ListRevocationsRequest {
-  return { afterSeq: 0 };
+  return { afterSeq: 0, limit: 0 };
 }
 
 export const ListRevocationsRequest: MessageFns<ListRevocationsRequest> = {
   encode(message: ListRevocationsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.afterSeq !== 0) {
       writer.uint32(8).int64(message.afterSeq);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(16).int32(message.limit);
     }
     return writer;
   },
@@ -2855,6 +2863,14 @@ export const ListRevocationsRequest: MessageFns<ListRevocationsRequest> = {
             message.afterSeq = longToNumber(reader.int64());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2874,6 +2890,7 @@ export const ListRevocationsRequest: MessageFns<ListRevocationsRequest> = {
         : isSet(object.after_seq)
         ? globalThis.Number(object.after_seq)
         : 0,
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
     };
   },
 
@@ -2881,6 +2898,9 @@ export const ListRevocationsRequest: MessageFns<ListRevocationsRequest> = {
     const obj: any = {};
     if (message.afterSeq !== 0) {
       obj.afterSeq = Math.round(message.afterSeq);
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
     }
     return obj;
   },
@@ -2891,6 +2911,7 @@ export const ListRevocationsRequest: MessageFns<ListRevocationsRequest> = {
   fromPartial(object: DeepPartial<ListRevocationsRequest>): ListRevocationsRequest {
     const message = createBaseListRevocationsRequest();
     message.afterSeq = object.afterSeq ?? 0;
+    message.limit = object.limit ?? 0;
     return message;
   },
 };

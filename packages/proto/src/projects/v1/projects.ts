@@ -94,6 +94,11 @@ export interface ProjectChange {
 
 export interface ListProjectChangesRequest {
   afterSeq: number;
+  /**
+   * At most this many entries (a page); 0, or more than the service's page size (1000), means 1000. A page shorter
+   * than asked for is the feed's end.
+   */
+  limit: number;
 }
 
 export interface ListProjectChangesResponse {
@@ -1188,13 +1193,16 @@ export const ProjectChange: MessageFns<ProjectChange> = {
 };
 
 function createBaseListProjectChangesRequest(): ListProjectChangesRequest {
-  return { afterSeq: 0 };
+  return { afterSeq: 0, limit: 0 };
 }
 
 export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = {
   encode(message: ListProjectChangesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.afterSeq !== 0) {
       writer.uint32(8).int64(message.afterSeq);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(16).int32(message.limit);
     }
     return writer;
   },
@@ -1220,6 +1228,14 @@ export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = 
             message.afterSeq = longToNumber(reader.int64());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1239,6 +1255,7 @@ export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = 
         : isSet(object.after_seq)
         ? globalThis.Number(object.after_seq)
         : 0,
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
     };
   },
 
@@ -1246,6 +1263,9 @@ export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = 
     const obj: any = {};
     if (message.afterSeq !== 0) {
       obj.afterSeq = Math.round(message.afterSeq);
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
     }
     return obj;
   },
@@ -1256,6 +1276,7 @@ export const ListProjectChangesRequest: MessageFns<ListProjectChangesRequest> = 
   fromPartial(object: DeepPartial<ListProjectChangesRequest>): ListProjectChangesRequest {
     const message = createBaseListProjectChangesRequest();
     message.afterSeq = object.afterSeq ?? 0;
+    message.limit = object.limit ?? 0;
     return message;
   },
 };
