@@ -192,6 +192,8 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   const dir = mkdtempSync(join(tmpdir(), 'mongo-fake-'));
   const def: CollectionDef<Row> = { name: 'rows', indexes: [{ fields: ['tenantId'] }] };
   const OP_TIMEOUT_MS = 400;
+  // The driver checks the server every 10 s by default; a URI option makes it notice the fake peer's state sooner.
+  const fastUri = () => `${peer.uri}&heartbeatFrequencyMS=500`;
   beforeEach(async () => {
     peer = await startFakeMongod();
     store = undefined;
@@ -210,7 +212,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   };
 
   test('every operation carries the time limit, and writes ask for a majority within it', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     const rows = store.collection(def);
     await rows.insert({ id: 'a', tenantId: 't' });
     await rows.get('a');
@@ -228,7 +230,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   });
 
   test('an operation, a transaction and close each end within their bound while the primary does not answer', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     const rows = store.collection(def);
     await store.ensure(def);
     peer.hang = true;
@@ -241,7 +243,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   }, 60_000);
 
   test('with the server gone, a transaction fails after server selection (mongoose does not hold it for 10 s)', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     await store.ensure(def);
     await peer.down();
     // Once the driver's monitor marks the server unknown (seconds), mongoose calls the connection disconnected.
@@ -254,7 +256,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   }, 30_000);
 
   test("a transaction that keeps meeting write conflicts gives up after its budget (not the driver's 120 s)", async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     await store.ensure(def);
     peer.answer.set('insert', () => ({
       ok: 0,
@@ -269,7 +271,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   }, 20_000);
 
   test("a commit whose outcome stays unknown is retried within the budget, then reported (not for the driver's 120 s)", async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     await store.ensure(def);
     peer.answer.set('commitTransaction', () => ({
       ok: 0,
@@ -286,7 +288,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   }, 20_000);
 
   test('the outbox relay reads pending events with majority read concern', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     const bus = openEmbeddedBus({ path: join(dir, `bus-${randomUUID()}.db`) });
     try {
       await new OutboxRelay(store, bus).flush();
@@ -301,7 +303,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   });
 
   test('a range on the sort field reaches the server as bounds on it, with the nulls segment left out', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     const after = '2024-01-02T00:00:00.000Z';
     const before = '2024-01-05T00:00:00.000Z';
     await store.collection(def).find({ tenantId: 't' }, { limit: 5, range: { gt: after, lte: before } });
@@ -316,7 +318,7 @@ describe('mongo against a primary that stops answering (a fake wire peer)', () =
   });
 
   test('a change feed is read with majority read concern', async () => {
-    store = await openMongoStore({ uri: peer.uri, opTimeoutMs: OP_TIMEOUT_MS });
+    store = await openMongoStore({ uri: fastUri(), opTimeoutMs: OP_TIMEOUT_MS });
     await readFeed(store, feedCollection('revocations'), 0);
     const reads = commandsNamed('find').filter((c) => c.body.find === 'revocations');
     expect(reads.length).toBeGreaterThan(0);
@@ -342,7 +344,10 @@ describe('mongo start-up', () => {
 
   test('against a server that never answers, opening fails within the selection timeout instead of hanging', async () => {
     const { port } = server.address() as { port: number };
-    await expect(openMongoStore({ uri: `mongodb://127.0.0.1:${port}/kit?directConnection=true` })).rejects.toThrow();
+    // With a bound of 500 ms: the default's 5 s would only make the wait longer.
+    const started = Date.now();
+    await expect(openMongoStore({ uri: `mongodb://127.0.0.1:${port}/kit?directConnection=true`, opTimeoutMs: 500 })).rejects.toThrow();
+    expect(Date.now() - started).toBeLessThan(5000);
   }, 15_000);
 });
 
