@@ -171,15 +171,17 @@ it("a claim taken over under a 30 s clock skew: the old claimer's outcome is ref
 });
 
 it('a slow receiver: every claim of a batch beats, so another replica sends none of them again (nor out of order)', async () => {
-  // 20 deliveries (one claimed batch) at about 1 s each, claims of 7 s (timeout + 5 s). A claim renewed only when
-  // its own attempt came up was taken over by the second replica some 14 s in, and the rest of the batch sent twice.
-  answer = (_n, res) => setTimeout(() => res.writeHead(200).end('ok'), 1000);
+  // 20 deliveries (one claimed batch) at about 300 ms each, claims of 2 s (timeout + 1 s of grace): the batch lasts
+  // three claims. A claim renewed only when its own attempt came up was taken over by the second replica once it
+  // had watched it unchanged for a claim, and the rest of the batch sent twice.
+  answer = (_n, res) => setTimeout(() => res.writeHead(200).end('ok'), 300);
   const owed = await owedDeliveries(20);
   const webhookId = owed[0].webhookId;
-  loop({ timeoutMs: 2000 }).wake(webhookId);
+  const claims = { timeoutMs: 1000, claimGraceMs: 1000 };
+  loop(claims).wake(webhookId);
   await until(() => received === 1, 'the first attempt');
-  const second = loop({ timeoutMs: 2000 });
-  const nudge = setInterval(() => second.wake(webhookId), 500);
+  const second = loop(claims);
+  const nudge = setInterval(() => second.wake(webhookId), 200);
   try {
     for (let i = 0; i < 3000 && (await store.collection(queue).count({ webhookId })) > 0; i++) await new Promise((r) => setTimeout(r, 10));
   } finally {

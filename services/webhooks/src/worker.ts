@@ -49,6 +49,11 @@ export interface WorkerOptions {
   concurrency: number;
   /** Registrations of one tenant drained at once: a tenant's slow or failing endpoints hold no more slots. */
   tenantConcurrency: number;
+  /**
+   * How long a claim outlasts its attempt's timeout (default CLAIM_GRACE_MS): the slack for a beat to land on a
+   * loaded store before another replica may take the claim over.
+   */
+  claimGraceMs?: number;
   /** Monotonic clock (ms) on which other processes' claims are judged; for tests. */
   now?: () => number;
   /** A commit recorded an event in the outbox (a registration disabled): the relay publishes it now. */
@@ -66,6 +71,8 @@ const MAX_ATTEMPTS_KEPT = 100;
 const IDLE_POLL_MS = 1000;
 const PAGE = 200;
 const DRAIN_BATCH = 20;
+/** Default of WorkerOptions.claimGraceMs. */
+export const CLAIM_GRACE_MS = 5000;
 
 let lastNowUs = 0;
 /**
@@ -127,7 +134,7 @@ export class DeliveryWorker {
   constructor(private readonly o: WorkerOptions) {
     // The body cap only bounds what a receiver can make us read; we keep EXCERPT_BYTES of it.
     this.request = egressRequest({ ...o.policy, timeoutMs: o.timeoutMs, maxResponseBytes: 64 * 1024 });
-    this.claimMs = o.timeoutMs + 5000;
+    this.claimMs = o.timeoutMs + (o.claimGraceMs ?? CLAIM_GRACE_MS);
     this.claimUs = this.claimMs * 1000;
     this.now = o.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
