@@ -27,6 +27,33 @@ test('waking consumers reads only the messages past the last seq announced, not 
   }
 });
 
+test('a group of several topics woken for one reads that one, and every topic at its timed look', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'bus-fresh-'));
+  const bus = openEmbeddedBus({ path: join(dir, 'bus.db'), pollIntervalMs: 2000 });
+  const [a, b, c] = [unique('a'), unique('b'), unique('c')];
+  const read = jest.spyOn(bus, 'read');
+  const replays = jest.spyOn(bus, 'readReplays');
+  const handled: string[] = [];
+  try {
+    const sub = await bus.subscribe({ group: unique('g'), topics: [a, b, c], handler: async (m) => void handled.push(m.id) });
+    await waitFor('the first look at every topic', () => read.mock.calls.some(([, topics]) => topics.length === 3));
+    // Now idle until the timed look, 2 s away: the wake for b reads b alone, with no replay query.
+    await new Promise((r) => setTimeout(r, 50));
+    read.mockClear();
+    replays.mockClear();
+    await bus.publish([message(b, 'k', 0)]);
+    await waitFor('the message on b', () => handled.includes(`${b}-0`));
+    expect(read.mock.calls[0][1]).toEqual([b]);
+    expect(replays.mock.calls.filter(([, topics]) => topics.length === 1)).toEqual([]);
+    // The timed look still reads all three (what no watch reported, say a write the watch missed).
+    await waitFor('a timed look at every topic', () => read.mock.calls.some(([, topics]) => topics.length === 3));
+    await sub.stop();
+  } finally {
+    await bus.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('an operator lists a dead letter and replays it to its group, which then handles it', async () => {
   const bus = openEmbeddedBus({ path: join(dir, 'dead-letters.db'), maxAttempts: 2 });
   const topic = unique('dead');

@@ -311,7 +311,10 @@ export class EmbeddedBus implements EventBus {
 
   /** Wakes this bus's subscriptions of these topics or groups; all of them when `topics` is null. */
   wake(topics: Set<string> | null, groups: Set<string> = new Set()): void {
-    for (const sub of this.subscriptions) if (!topics || groups.has(sub.group) || sub.topics.some((t) => topics.has(t))) sub.wake();
+    for (const sub of this.subscriptions) {
+      const replays = groups.has(sub.group);
+      if (!topics || replays || sub.topics.some((t) => topics.has(t))) sub.wake(topics, replays);
+    }
   }
 
   async subscribe(options: SubscribeOptions): Promise<Subscription> {
@@ -492,6 +495,13 @@ class EmbeddedSubscription {
   private heartbeat: NodeJS.Timeout | undefined;
   /** Something was published in this process since this round began: skip the idle wait. */
   private pending = false;
+  /**
+   * Topics with news since the round began, as the log's watch reported them (null: not known, read them all). A
+   * round reads only these: a group of six topics woken for one reads one, not six.
+   */
+  private fresh: Set<string> | null = null;
+  /** Dead letters may have been queued for replay to this group since the round began. */
+  private replaysQueued = true;
   private wakeIdle: (() => void) | null = null;
   private wakeAny: (() => void) | null = null;
 
@@ -512,9 +522,19 @@ class EmbeddedSubscription {
     this.loop = this.run();
   }
 
-  wake(): void {
+  /** News on `topics` (null: on any of them, or not known), and whether replays were queued for the group. */
+  wake(topics: Set<string> | null = null, replays = true): void {
+    if (!topics) this.fresh = null;
+    else if (this.fresh) for (const t of this.topics) if (topics.has(t)) this.fresh.add(t);
+    if (replays) this.replaysQueued = true;
     this.pending = true;
     this.wakeIdle?.();
+  }
+
+  /** The next round reads every topic and the replays (a safety read: after a timed wait, an error, a full batch). */
+  private lookEverywhere(): void {
+    this.fresh = null;
+    this.replaysQueued = true;
   }
 
   stop(): Promise<void> {
@@ -546,9 +566,15 @@ class EmbeddedSubscription {
       this.pending = false; // reset every round, standby or not, so a publish cannot make the loop spin
       try {
         this.refreshLeases(false);
-        const topics = this.topics.filter((t) => this.held.has(t));
-        if (topics.length > 0) full = await this.consumeBatch(topics);
+        const fresh = this.fresh;
+        const replays = this.replaysQueued;
+        this.fresh = new Set();
+        this.replaysQueued = false;
+        const topics = this.topics.filter((t) => this.held.has(t) && (!fresh || fresh.has(t)));
+        if (topics.length > 0) full = await this.consumeBatch(topics, replays);
+        if (full) this.lookEverywhere();
       } catch (err) {
+        this.lookEverywhere();
         this.bus.onError(err);
         await this.sleep(LOOP_ERROR_WAIT_MS, false);
         continue;
@@ -558,9 +584,9 @@ class EmbeddedSubscription {
   }
 
   /** Returns true when the batch was full, i.e. more may be waiting. */
-  private async consumeBatch(topics: string[]): Promise<boolean> {
+  private async consumeBatch(topics: string[], replays: boolean): Promise<boolean> {
     // Dead letters an operator replayed come first (out of their original order, by nature).
-    for (const { seq, ...message } of this.bus.readReplays(this.group, topics)) {
+    for (const { seq, ...message } of replays ? this.bus.readReplays(this.group, topics) : []) {
       if (!(await this.deliver(message, seq))) return false;
       this.bus.replayDone(this.group, message.topic, seq);
     }
@@ -629,6 +655,11 @@ class EmbeddedSubscription {
     try {
       const held = this.bus.tryLeases(this.group, due, this.owner);
       for (const topic of due) {
+        // A topic just taken is read whatever the watch said: the last holder may have left messages and replays.
+        if (held.has(topic) && !this.held.has(topic)) {
+          this.fresh?.add(topic);
+          this.replaysQueued = true;
+        }
         if (held.has(topic)) this.held.set(topic, now);
         else this.held.delete(topic);
       }
@@ -648,7 +679,10 @@ class EmbeddedSubscription {
         this.wakeAny = null;
         resolve();
       };
-      const timer = setTimeout(done, ms);
+      const timer = setTimeout(() => {
+        this.lookEverywhere(); // nothing said there was news: look for what no watch reported
+        done();
+      }, ms);
       this.wakeAny = done;
       if (idle) this.wakeIdle = done;
     });
