@@ -27,9 +27,10 @@ beforeAll(async () => {
   api = client(stack.url);
 });
 afterAll(async () => {
-  await stack.stop();
+  // The provider first: A's runs and replies hanging on it end at once, instead of each service waiting them out.
   await slowLlm.close();
   await fastLlm.close();
+  await stack.stop();
 });
 
 async function tenantWith(
