@@ -161,6 +161,46 @@ test('only one relay run at a time; notify during a run is not lost', async () =
   expect(got.map((m) => m.id)).toEqual(Array.from({ length: 10 }, (_, i) => `${topic}-${i}`));
 });
 
+test('the commits of one turn of the event loop go out in one batch: one read, one publish, one delete', async () => {
+  const topic = unique('project.created');
+  const got = await consume(topic);
+  const batches: number[] = [];
+  const counting: EventBus = {
+    kind: bus.kind,
+    publish: async (messages) => {
+      batches.push(messages.length);
+      await bus.publish(messages);
+    },
+    subscribe: (o) => bus.subscribe(o),
+    ping: () => bus.ping(),
+    stalled: () => bus.stalled(),
+    close: async () => {},
+  };
+  const relay = new OutboxRelay(store, counting, { intervalMs: 60_000 });
+  relay.start();
+  await waitFor('the start-up run', () => batches.length === 0 && relay.leading);
+  // Five requests handled in the same turn of the event loop, each in its own callback (as each request's I/O is),
+  // each committing and then telling the relay, as the services' handlers do.
+  await Promise.all(
+    Array.from(
+      { length: 5 },
+      (_, i) =>
+        new Promise<void>((done, fail) =>
+          setTimeout(() => {
+            createProject(`p${i}`, message(topic, 'tenant-1', i)).then(() => {
+              relay.notify();
+              done();
+            }, fail);
+          }, 0),
+        ),
+    ),
+  );
+  await waitFor('every event', () => got.length >= 5);
+  await relay.stop();
+  expect(batches).toEqual([5]);
+  expect(await pending()).toBe(0);
+});
+
 test("a key's seq follows commit order even when this machine's clock is behind the key's last event", async () => {
   const topic = unique('project.created');
   // Another replica with a clock an hour ahead committed the key's last event.
