@@ -158,7 +158,7 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
       // Evaluated through the DevTools protocol, so the page's CSP (no inline script) stays as it is.
       await page.evaluate(AXE);
       const violations: Array<{ id: string; impact: string; nodes: unknown[] }> = await page.evaluate(
-        async () => ((await (globalThis as any).axe.run((globalThis as any).document)) as any).violations,
+        async () => ((await (globalThis as any).axe.run((globalThis as any).document, { resultTypes: ['violations'] })) as any).violations,
       );
       const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
       if (bad.length) found[path] = bad.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`);
