@@ -22,6 +22,8 @@ const ENV = () => ({
   KAFKA_NAMESPACE: `restart${randomUUID().slice(0, 8)}`,
   WEBHOOK_RETRY_SCHEDULE: '0.3,0.3,0.3,0.3,0.3,0.3',
   RATE_LIMIT_MAX: '100000',
+  // The killed tree's consumers stay in their groups until their sessions end: the broker's shortest, not 30 s.
+  KAFKA_SESSION_TIMEOUT_MS: '6000',
 });
 let env: Record<string, string>;
 

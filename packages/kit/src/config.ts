@@ -115,6 +115,11 @@ export const commonConfig = {
   /** Prefix of topic and consumer-group names, for several deployments on one cluster. */
   kafkaNamespace: field('KAFKA_NAMESPACE', 'string', { pattern: /^[A-Za-z0-9_-]{1,64}$/ }),
   /**
+   * Consumer-group session: a consumer that died without leaving (SIGKILL, a lost node) holds its partitions this
+   * long. Within the broker's group.min/max.session.timeout.ms (6 s and 30 min by default).
+   */
+  kafkaSessionTimeoutMs: field('KAFKA_SESSION_TIMEOUT_MS', 'int', { default: '30000', min: 6000, max: 1_800_000 }),
+  /**
    * Handler calls a poison message (the handler says it cannot be decoded or validated) gets before it is set aside
    * as a dead letter (both buses). Other handler errors are an unavailable dependency: retried without limit.
    */

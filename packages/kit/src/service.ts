@@ -71,6 +71,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     kafkaMinInsyncReplicas: topics.minInsyncReplicas,
     kafkaCreateTopics: topics.createTopics,
     kafkaNamespace: config.kafkaNamespace,
+    kafkaSessionTimeoutMs: config.kafkaSessionTimeoutMs,
     retryMaxMs: config.busRetryMaxMs,
     // Logged and counted; a failing handler is retried: without limit on an unavailable dependency, a poison message
     // until its attempts are spent (then it is set aside as a dead letter).

@@ -78,6 +78,8 @@ export function openBus(options: {
   kafkaNamespace?: string;
   kafkaMinInsyncReplicas?: number;
   kafkaCreateTopics?: boolean;
+  /** KAFKA_SESSION_TIMEOUT_MS (default 30 s). */
+  kafkaSessionTimeoutMs?: number;
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
     const kafka = openKafkaBus({
@@ -90,6 +92,7 @@ export function openBus(options: {
       replicationFactor: options.kafkaReplicationFactor,
       minInsyncReplicas: options.kafkaMinInsyncReplicas,
       createTopics: options.kafkaCreateTopics,
+      sessionTimeoutMs: options.kafkaSessionTimeoutMs,
     });
     return withConsumerLag(withTracing(withNamespace(kafka, options.kafkaNamespace)));
   }
