@@ -174,7 +174,9 @@ it('passes axe-core with an operation open and tried, its schema expanded, and t
   const serious = async () => {
     await page.evaluate(AXE);
     const violations: Array<{ id: string; impact: string; nodes: Array<{ target: string[]; failureSummary: string }> }> =
-      await page.evaluate(async () => ((await (globalThis as any).axe.run((globalThis as any).document, { resultTypes: ['violations'] })) as any).violations);
+      await page.evaluate(
+        async () => ((await (globalThis as any).axe.run((globalThis as any).document, { resultTypes: ['violations'] })) as any).violations,
+      );
     return violations
       .filter((v) => v.impact === 'serious' || v.impact === 'critical')
       .map((v) => `${v.id} (${v.nodes.length} nodes): ${v.nodes[0].target.join(' ')}: ${v.nodes[0].failureSummary}`);
