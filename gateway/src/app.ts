@@ -61,6 +61,11 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     reply.headers(SECURITY_HEADERS);
     done();
   });
+  // Before any scope's error handler (the /v1 pass-through has its own): a refused body is read, not cut off.
+  app.addHook('onError', (request, reply, err, done) => {
+    drainRefusedBody(request, reply, err.code);
+    done();
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
@@ -117,10 +122,9 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) => {
-    drainRefusedBody(request, reply, err.code);
-    return sendError(request, reply, toAppError(err, request.log, request.id));
-  });
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
+    sendError(request, reply, toAppError(err, request.log, request.id)),
+  );
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];

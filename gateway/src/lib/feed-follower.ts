@@ -186,9 +186,9 @@ export class FeedFollower {
 
   /** Pages through every entry after the last one read; a short page is the feed's end. */
   private async readToEnd(): Promise<void> {
+    const pageSize = this.options.pageSize ?? FEED_PAGE_SIZE;
     for (;;) {
       const afterSeq = this.lastSeq;
-      const pageSize = this.options.pageSize ?? FEED_PAGE_SIZE;
       const res = await this.fetch(afterSeq, pageSize);
       for (const e of res.entries) {
         // Never twice, never backwards (an answer from an older service version could overlap).

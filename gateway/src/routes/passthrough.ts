@@ -29,7 +29,6 @@ import {
 import { reservationTokens } from '@svc/contracts';
 import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
-import { drainRefusedBody } from '../lib/refused-body';
 import { assertKeyTokens } from '../lib/key-usage';
 import { sendOpenAiError } from '../lib/openai-error';
 
@@ -291,10 +290,9 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     async (scope) => {
       scope.decorateRequest('passthrough', null);
       // Under /v1 errors are OpenAI's shape, the authentication hook's refusals (401, 403, 429) included.
-      scope.setErrorHandler((err, request, reply) => {
-        drainRefusedBody(request, reply, (err as { code?: string }).code);
-        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, request.log, request.id, limits.maxRequestBytes));
-      });
+      scope.setErrorHandler((err, request, reply) =>
+        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, request.log, request.id, limits.maxRequestBytes)),
+      );
       // Bodies are forwarded as they came, whatever their type, up to the pass-through's own limit.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limits.maxRequestBytes }, (_req, body, done) => done(null, body));

@@ -655,13 +655,16 @@ class EmbeddedSubscription {
     try {
       const held = this.bus.tryLeases(this.group, due, this.owner);
       for (const topic of due) {
+        if (!held.has(topic)) {
+          this.held.delete(topic);
+          continue;
+        }
         // A topic just taken is read whatever the watch said: the last holder may have left messages and replays.
-        if (held.has(topic) && !this.held.has(topic)) {
+        if (!this.held.has(topic)) {
           this.fresh?.add(topic);
           this.replaysQueued = true;
         }
-        if (held.has(topic)) this.held.set(topic, now);
-        else this.held.delete(topic);
+        this.held.set(topic, now);
       }
     } catch (err) {
       if (!heldOnly) throw err; // the loop reports and waits; the heartbeat just tries again later
