@@ -17,14 +17,15 @@ import { resolve } from 'node:path';
 import {
   benchTenant,
   call,
-  cpuSeconds,
   load,
+  processTree,
   ROOT,
   runBench,
   runHeader,
   saveResults,
   startNpmStart,
   startProcess,
+  TICKS,
   type LoadResult,
 } from './lib';
 
@@ -49,17 +50,34 @@ interface Scenario {
   headers: Record<string, string>;
   /** processes whose CPU counts as the server's */
   pids: number[];
-  runs: Array<LoadResult & { cpuUsPerRequest: number }>;
+  runs: Array<LoadResult & { cpuUsPerRequest: number; byProcess: Record<string, number> }>;
+}
+
+/** CPU ticks of each process of the trees, keyed by pid, with a short name (the entry script). */
+function cpuByProcess(pids: number[]): Map<number, { name: string; ticks: number }> {
+  return new Map(
+    processTree(...pids).map((p) => [
+      p.pid,
+      { name: (p.command.split(' ').find((a) => /\.(js|ts|mjs)$/.test(a)) ?? p.command).split('/').pop()!, ticks: p.cpuTicks },
+    ]),
+  );
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function measure(s: Scenario, seconds: number) {
-  const before = cpuSeconds(...s.pids);
+  const before = cpuByProcess(s.pids);
   const r = await load(s.url, { connections: CONNECTIONS, seconds, headers: s.headers, method: s.method, body: s.body });
-  const cpu = cpuSeconds(...s.pids) - before;
+  const after = cpuByProcess(s.pids);
   if (r.errors || r.non2xx) throw new Error(`${s.name}: ${r.errors} errors, ${r.non2xx} non-2xx answers`);
-  return { ...r, cpuUsPerRequest: (cpu * 1e6) / r.requests };
+  // Per process (the gateway, the services, the launcher): which one a scenario loads.
+  const byProcess: Record<string, number> = {};
+  for (const [pid, { name, ticks }] of after) {
+    const us = ((ticks - (before.get(pid)?.ticks ?? 0)) / TICKS) * (1e6 / r.requests);
+    byProcess[name] = (byProcess[name] ?? 0) + us;
+  }
+  const cpuUsPerRequest = Object.values(byProcess).reduce((sum, us) => sum + us, 0);
+  return { ...r, cpuUsPerRequest, byProcess };
 }
 
 /** The scenarios of one running system: two tenants (one keeps 201 projects to list, one takes the writes). */
@@ -154,6 +172,9 @@ async function main() {
         p50: median(s.runs.map((r) => r.p50)),
         p99: median(s.runs.map((r) => r.p99)),
         cpuUsPerRequest: Math.round(median(s.runs.map((r) => r.cpuUsPerRequest))),
+        cpuUsByProcess: Object.fromEntries(
+          Object.keys(s.runs[0].byProcess).map((name) => [name, Math.round(median(s.runs.map((r) => r.byProcess[name] ?? 0)))]),
+        ),
         rounds: s.runs.map((r) => Math.round(r.rps)),
       },
     ]),
@@ -174,6 +195,11 @@ async function main() {
     console.log(
       `${s.name.padEnd(32)} ${String(m.rps).padStart(6)} ${String(m.p50).padStart(5)} ${String(m.p99).padStart(6)} ${String(m.cpuUsPerRequest).padStart(12)}   ${v ? `${v.rps} x, ${v.cpu} x` : ''}`,
     );
+  }
+  console.log('\nCPU µs per request by process');
+  for (const s of scenarios) {
+    const parts = Object.entries(summaries[s.key].cpuUsByProcess).filter(([, us]) => us > 0);
+    console.log(`${s.name.padEnd(32)} ${parts.map(([name, us]) => `${name} ${us}`).join(', ')}`);
   }
   if (ONLY) return;
   const result = {

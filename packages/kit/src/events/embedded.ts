@@ -184,7 +184,7 @@ export class EmbeddedBus implements EventBus {
     this.readAfterOffset = this.db.prepare(
       `SELECT seq, id, topic, key, value, headers, ts FROM messages
        WHERE topic = ? AND seq > COALESCE((SELECT seq FROM offsets WHERE grp = ? AND topic = ?), 0)
-       ORDER BY seq LIMIT ?`,
+       ORDER BY seq LIMIT ${BATCH_SIZE}`, // a literal: a bound LIMIT makes SQLite prepare the statement again each run
     );
     this.readLease = this.db.prepare(`SELECT owner, expires FROM state.leases WHERE grp = ? AND topic = ?`);
     // Take the lease when it is free, ours, or expired; one statement, so two processes cannot both win.
@@ -400,7 +400,7 @@ export class EmbeddedBus implements EventBus {
     const rows: Row[] = [];
     let full = false;
     for (const topic of topics) {
-      const part = this.readAfterOffset.all(topic, grp, topic, BATCH_SIZE) as Row[];
+      const part = this.readAfterOffset.all(topic, grp, topic) as Row[];
       if (part.length === BATCH_SIZE) full = true;
       rows.push(...part);
     }

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { openSqliteStore, sqliteFindPlan } from './sqlite';
+import { openSqliteStore, sqliteFindPlan, sqliteFindSql } from './sqlite';
 import { storeContract } from './store.contract';
 import type { CollectionDef } from './types';
 
@@ -72,6 +72,25 @@ describe('sqlite store', () => {
     }
     // The keyset condition seeks the index to the cursor rather than filtering from the first row.
     expect(sqliteFindPlan(store, notes, { tenantId: 't1' }, { cursor: nextCursor })[0].join()).toMatch(/<expr>=\? AND <expr><\?/);
+    await store.close();
+  });
+
+  test("a find's LIMIT is part of its SQL, not a bound parameter", async () => {
+    // SQLite's planner reads a bound LIMIT's value: binding one expires the statement, so each run would prepare it
+    // again. Written in, a page size is one cached statement.
+    const store = openSqliteStore({ path: freshPath() });
+    const { nextCursor } = await (async () => {
+      for (let i = 0; i < 5; i++) await store.collection(notes).insert({ id: `l${i}`, tenantId: 't', text: 'x', createdAt: `${i}` });
+      return store.collection(notes).find({ tenantId: 't' }, { limit: 2 });
+    })();
+    for (const options of [{ limit: 20 }, { limit: 2, cursor: nextCursor }, { limit: 7, range: { gt: '1' } }]) {
+      const statements = sqliteFindSql(store, notes, { tenantId: 't' }, options);
+      expect(statements.length).toBeGreaterThan(0);
+      for (const sql of statements) expect(sql).toMatch(new RegExp(`LIMIT ${options.limit + 1}$`));
+    }
+    // The pages themselves are the store contract's business; one walk here with the cursor for good measure.
+    const second = await store.collection(notes).find({ tenantId: 't' }, { limit: 2, cursor: nextCursor });
+    expect(second.items.map((n) => n.id)).toEqual(['l2', 'l1']);
     await store.close();
   });
 

@@ -87,8 +87,12 @@ function findConditions(schema: Schema, where: object | undefined, range: FindOp
 
 const clause = (parts: string[]) => (parts.length ? ` WHERE ${parts.join(' AND ')}` : '');
 
-/** The SELECT for one segment of a page (see pageSegments); the LIMIT is the last parameter. */
-function segmentQuery(schema: Schema, where: Conditions, segment: PageSegment, order: 'asc' | 'desc') {
+/**
+ * The SELECT for one segment of a page (see pageSegments), at most `limit` rows. The LIMIT is written into the SQL, not
+ * bound: SQLite's planner reads a bound LIMIT's value, so each new binding expires the statement and the next run
+ * prepares it again (5-10 µs a query, measured). Limits are few (clamped page sizes), so are the cached statements.
+ */
+function segmentQuery(schema: Schema, where: Conditions, segment: PageSegment, order: 'asc' | 'desc', limit: number) {
   const sort = expr(schema.sortField);
   const dir = order === 'desc' ? 'DESC' : 'ASC';
   const beyond = order === 'desc' ? '<' : '>';
@@ -110,7 +114,8 @@ function segmentQuery(schema: Schema, where: Conditions, segment: PageSegment, o
   } else {
     parts.push(`${sort} IS NOT NULL`);
   }
-  return { sql: `SELECT doc FROM "${schema.name}"${clause(parts)} ORDER BY ${orderBy} LIMIT ?`, params };
+  if (!Number.isSafeInteger(limit) || limit < 0) throw new Error(`invalid limit ${limit}`);
+  return { sql: `SELECT doc FROM "${schema.name}"${clause(parts)} ORDER BY ${orderBy} LIMIT ${limit}`, params };
 }
 
 function indexName(table: string, kind: string, columns: string[]): string {
@@ -385,16 +390,22 @@ class SqliteStore implements Store {
     }
   }
 
-  /** EXPLAIN QUERY PLAN of the statements `find` would run: the details of each, in segment order. */
-  explainFind(def: AnyDef, where: object, options: FindOptions = {}): string[][] {
+  /** The statements `find` would run for a first fetch of each segment (for tests and diagnostics). */
+  findStatements(def: AnyDef, where: object, options: FindOptions = {}): Array<{ sql: string; params: unknown[] }> {
     const table = this.table(def);
     this.ready(table);
     const cursor = options.cursor ? decodeCursor(options.cursor) : null;
     const order = options.order === 'asc' ? 'asc' : 'desc';
     const conds = findConditions(table.schema, where, options.range);
-    return pageSegments(order, cursor, options.range !== undefined).map((segment) => {
-      const { sql, params } = segmentQuery(table.schema, conds, segment, order);
-      const plan = this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params, 1) as Array<{ detail: string }>;
+    return pageSegments(order, cursor, options.range !== undefined).map((segment) =>
+      segmentQuery(table.schema, conds, segment, order, clampLimit(options.limit) + 1),
+    );
+  }
+
+  /** EXPLAIN QUERY PLAN of the statements `find` would run: the details of each, in segment order. */
+  explainFind(def: AnyDef, where: object, options: FindOptions = {}): string[][] {
+    return this.findStatements(def, where, options).map(({ sql, params }) => {
+      const plan = this.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as Array<{ detail: string }>;
       return plan.map((row) => row.detail);
     });
   }
@@ -474,8 +485,8 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     return this.run(() => {
       const rows: T[] = [];
       for (const segment of pageSegments(order, cursor, options.range !== undefined)) {
-        const { sql, params } = segmentQuery(this.table.schema, conds, segment, order);
-        const found = this.store.docsStatement(sql).all(...params, limit + 1 - rows.length) as string[];
+        const { sql, params } = segmentQuery(this.table.schema, conds, segment, order, limit + 1 - rows.length);
+        const found = this.store.docsStatement(sql).all(...params) as string[];
         for (const doc of found) rows.push(JSON.parse(doc) as T);
         if (rows.length > limit) break;
       }
@@ -561,4 +572,10 @@ export function openSqliteStore(options: { path: string }): Store {
 export function sqliteFindPlan<T extends Doc>(store: Store, def: CollectionDef<T>, where: Where<T>, options?: FindOptions): string[][] {
   if (!(store instanceof SqliteStore)) throw new Error('not a SQLite store');
   return store.explainFind(def, where, options);
+}
+
+/** The SQL of the statements `find` would run for this definition and query (for tests and diagnostics). */
+export function sqliteFindSql<T extends Doc>(store: Store, def: CollectionDef<T>, where: Where<T>, options?: FindOptions): string[] {
+  if (!(store instanceof SqliteStore)) throw new Error('not a SQLite store');
+  return store.findStatements(def, where, options).map((s) => s.sql);
 }
