@@ -55,6 +55,12 @@ export interface DeadLetter {
 }
 
 const BATCH_SIZE = 200;
+/**
+ * A batch's handled messages are committed at its end, or after this long inside a long batch (the Kafka adapter's
+ * COMMIT_EVERY_MS): one commit (and one wake-up of every process watching the log) per batch, not per message. A crash
+ * redelivers what was handled since the last commit, which consumers must take anyway (at least once).
+ */
+const COMMIT_EVERY_MS = 1000;
 const RETRY_MIN_MS = 100;
 /** Wait after an error of the loop itself (e.g. the file stayed locked past busy_timeout). */
 const LOOP_ERROR_WAIT_MS = 1000;
@@ -154,7 +160,7 @@ export class EmbeddedBus implements EventBus {
   private readonly deleteReplay: Database.Statement;
   private readonly lastSeq: Database.Statement;
   private readonly insertMany: (messages: BusMessage[], ts: number) => void;
-  private readonly commitTx: (grp: string, topic: string, seq: number, owner: string, expires: number) => boolean;
+  private readonly commitTx: (grp: string, positions: Map<string, number>, owner: string, expires: number) => string[];
 
   constructor(options: EmbeddedBusOptions) {
     this.pollIntervalMs = options.pollIntervalMs ?? 5000;
@@ -209,11 +215,14 @@ export class EmbeddedBus implements EventBus {
         this.insert.run(m.id, m.topic, m.key, value, JSON.stringify(m.headers ?? {}), ts);
       }
     });
-    // The offset only moves while we still own the group's lease; committing also renews it.
-    const commit = this.db.transaction((grp: string, topic: string, seq: number, owner: string, expires: number) => {
-      if (this.renewOwnLease.run(expires, grp, topic, owner).changes !== 1) return false;
-      this.advanceOffset.run(seq, grp, topic, seq);
-      return true;
+    // An offset only moves while we still own its topic's lease; committing also renews it. Answers the topics lost.
+    const commit = this.db.transaction((grp: string, positions: Map<string, number>, owner: string, expires: number) => {
+      const lost: string[] = [];
+      for (const [topic, seq] of positions) {
+        if (this.renewOwnLease.run(expires, grp, topic, owner).changes !== 1) lost.push(topic);
+        else this.advanceOffset.run(seq, grp, topic, seq);
+      }
+      return lost;
     });
     this.commitTx = (...args) => commit.immediate(...args);
   }
@@ -413,10 +422,11 @@ export class EmbeddedBus implements EventBus {
     return { messages, full };
   }
 
-  commit(grp: string, topic: string, seq: number, owner: string): boolean {
-    const moved = this.commitTx(grp, topic, seq, owner, Date.now() + this.leaseMs);
+  /** Moves the group's offsets to `positions` (topic -> seq handled) in one transaction; answers the topics whose lease `owner` lost. */
+  commit(grp: string, positions: Map<string, number>, owner: string): string[] {
+    const lost = this.commitTx(grp, positions, owner, Date.now() + this.leaseMs);
     walWritten(this.dbPath);
-    return moved;
+    return lost;
   }
 
   private assertOpen(): void {
@@ -591,15 +601,34 @@ class EmbeddedSubscription {
       this.bus.replayDone(this.group, message.topic, seq);
     }
     const { messages, full } = this.bus.read(this.group, topics);
-    for (const { seq, ...message } of messages) {
-      if (!(await this.deliver(message, seq))) return false; // stopped during retries
-      if (!this.bus.commit(this.group, message.topic, seq, this.owner)) {
-        this.held.delete(message.topic); // another consumer owns the group now; it resumes from the offset
-        return false;
+    const handled = new Map<string, number>();
+    let committedAt = Date.now();
+    try {
+      for (const { seq, ...message } of messages) {
+        if (!(await this.deliver(message, seq))) return false; // stopped during retries
+        handled.set(message.topic, seq);
+        if (Date.now() - committedAt >= COMMIT_EVERY_MS) {
+          if (!this.commitHandled(handled)) return false;
+          committedAt = Date.now();
+        }
       }
-      this.held.set(message.topic, Date.now());
+      return full;
+    } finally {
+      // The end of the batch, or an early one (stopping, a lost lease): what was handled is committed either way.
+      if (handled.size > 0) this.commitHandled(handled);
     }
-    return full;
+  }
+
+  /** Commits and clears `handled`; false when a topic's lease was lost (another consumer resumes from its offset). */
+  private commitHandled(handled: Map<string, number>): boolean {
+    const lost = this.bus.commit(this.group, handled, this.owner);
+    const now = Date.now();
+    for (const topic of handled.keys()) {
+      if (lost.includes(topic)) this.held.delete(topic);
+      else this.held.set(topic, now);
+    }
+    handled.clear();
+    return lost.length === 0;
   }
 
   /**
