@@ -147,14 +147,21 @@ export const UNCAPPED = {
 /**
  * The whole system as `npm start` runs it (the compiled launcher, every service and its workers), on a fresh data
  * directory, with the per-tenant guards lifted; resolves with its port once `/readyz` answers 200. `root`: another
- * checkout of the repository (an earlier commit, to measure before and after in one run).
+ * checkout of the repository (an earlier commit, to measure before and after in one run); `env`: settings of its own.
  */
-export async function startNpmStart(root = ROOT): Promise<{ port: number; pid: number }> {
+export async function startNpmStart(root = ROOT, env: Record<string, string> = {}): Promise<{ port: number; pid: number }> {
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: root, stdio: 'inherit' });
   const port = await reservablePort();
   const proc = spawn(process.execPath, ['dist/start.js'], {
     cwd: root,
-    env: { ...process.env, PORT: String(port), DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')), ...UNCAPPED, LOG_LEVEL: 'warn' },
+    env: {
+      ...process.env,
+      PORT: String(port),
+      DATA_DIR: mkdtempSync(join(tmpdir(), 'svc-bench-')),
+      ...UNCAPPED,
+      LOG_LEVEL: 'warn',
+      ...env,
+    },
     stdio: ['ignore', 'inherit', 'inherit'],
     detached: true,
   });

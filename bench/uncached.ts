@@ -40,6 +40,16 @@ const ONLY = process.env.BENCH_ONLY?.split(',');
  * the same rounds (scenario keys prefixed `before.`), to compare a change with the commit before it.
  */
 const BEFORE = process.env.BENCH_BEFORE;
+/**
+ * BENCH_BEFORE_ENV='NAME=value ...': settings for the `before.` system only (with BENCH_BEFORE=. it is this checkout
+ * under other settings, e.g. `NODE_OPTIONS=--max-semi-space-size=64`).
+ */
+const BEFORE_ENV = Object.fromEntries(
+  (process.env.BENCH_BEFORE_ENV ?? '')
+    .split(' ')
+    .filter(Boolean)
+    .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+);
 
 interface Scenario {
   key: string;
@@ -158,7 +168,7 @@ async function main() {
       runs: [],
     },
     ...(await systemScenarios(await startNpmStart(), '', '')),
-    ...(BEFORE ? await systemScenarios(await startNpmStart(resolve(BEFORE)), 'before.', 'before: ') : []),
+    ...(BEFORE ? await systemScenarios(await startNpmStart(resolve(BEFORE), BEFORE_ENV), 'before.', 'before: ') : []),
   ].filter((s) => !ONLY || ONLY.includes(s.key.replace(/^before\./, '')));
 
   for (const s of scenarios) await measure(s, 2); // warm-up

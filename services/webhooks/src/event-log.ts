@@ -3,7 +3,7 @@
  * deliveries send, for `GET /events` and for recovery. An event older than the retention is out of every read at once
  * (reads bound `createdAt` by the cut-off) and deleted by an hourly sweep, oldest first.
  */
-import { encodeCursor, type Logger, type Page, type SortRange, type Store, type StoreSession } from '@svc/kit';
+import { DuplicateKeyError, encodeCursor, type Logger, type Page, type SortRange, type Store, type StoreSession } from '@svc/kit';
 import { deliveries, events, type EventDoc, type WebhookDoc } from './collections';
 
 const DAY_MS = 86_400_000;
@@ -51,6 +51,15 @@ export class EventLog {
   async record(tx: StoreSession, doc: EventDoc): Promise<void> {
     const col = tx.collection(events);
     if (!(await col.get(doc.id))) await col.insert(doc);
+  }
+
+  /** Keeps an event outside any transaction, in one insert; one seen before is left as it is. */
+  async recordAlone(doc: EventDoc): Promise<void> {
+    try {
+      await this.store.collection(events).insert(doc);
+    } catch (err) {
+      if (!(err instanceof DuplicateKeyError)) throw err;
+    }
   }
 
   /** The tenant's event, unless it is past the retention; another tenant's is null, like a missing one. */

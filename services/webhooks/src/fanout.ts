@@ -56,12 +56,21 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
     let recorded = false;
     let cursor: string | null = null;
     do {
-      const page = await store.collection(webhooks).find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor });
-      cursor = page.nextCursor;
       // A registration gets the events created after it (CONTRACT 10), also when the bus brings an older one late
-      // (a consumer catching up after an outage). Times of two services' clocks: exact to their skew, no more.
-      const targets = page.items.filter((h) => h.events.includes(event.type) && !(event.createdAt < h.createdAt));
+      // (a consumer catching up after an outage): the range on its createdAt says so. Times of two services' clocks:
+      // exact to their skew, no more.
+      const page = await store
+        .collection(webhooks)
+        .find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor, range: { lte: event.createdAt } });
+      cursor = page.nextCursor;
+      const targets = page.items.filter((h) => h.events.includes(event.type));
       if (targets.length === 0 && (recorded || cursor)) continue;
+      if (targets.length === 0) {
+        // Nothing to deliver: the log entry alone, one statement (a duplicate is the bus delivering it again).
+        await log.recordAlone(doc);
+        recorded = true;
+        continue;
+      }
       const created = await store.transaction(async (tx) => {
         if (!recorded) await log.record(tx, doc);
         const ids: string[] = [];
