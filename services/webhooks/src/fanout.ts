@@ -6,7 +6,7 @@
  */
 import { newId, nowIso, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
 import { decodeDomainEvent, PUBLIC_EVENT_TYPES } from '@svc/contracts';
-import { deliveries, queue, webhooks, type DeliveryDoc, type EventDoc } from './collections';
+import { deliveries, queue, webhooks, type DeliveryDoc, type EventDoc, type WebhookDoc } from './collections';
 import type { EventLog } from './event-log';
 import { eventBody } from './payload';
 import { nextDueUs } from './worker';
@@ -42,54 +42,116 @@ export async function enqueueExisting(tx: StoreSession, id: string, webhookId: s
   await tx.collection(queue).insert({ id, webhookId, dueUs: nextDueUs(), claimed: false, createdAt: now });
 }
 
+/** A public event of a tenant, as the log keeps it and its deliveries send it; null for one that is not. */
+function publicEvent(message: ReceivedMessage): EventDoc | null {
+  // The type travels in a header: internal events (usage, plan changes) are skipped without decoding.
+  const headerType = message.headers['event-type'];
+  if (headerType !== undefined && !PUBLIC.has(headerType)) return null;
+  const event = decodeDomainEvent(message.value);
+  if (!PUBLIC.has(event.type) || !event.tenantId) return null;
+  return { id: event.id, tenantId: event.tenantId, type: event.type, createdAt: event.createdAt, body: eventBody(event) };
+}
+
+/**
+ * A page of the registrations that take `event`: active, of its tenant, subscribed to its type, and older than it. A
+ * registration gets the events created after it (CONTRACT 10), also when the bus brings an older one late (a consumer
+ * catching up after an outage): the range on its createdAt says so. Times of two services' clocks: exact to their
+ * skew, no more.
+ */
+async function targetsOf(store: Store, event: EventDoc, cursor: string | null) {
+  const page = await store
+    .collection(webhooks)
+    .find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor, range: { lte: event.createdAt } });
+  return { targets: page.items.filter((h) => h.events.includes(event.type)), cursor: page.nextCursor };
+}
+
+/** The deliveries of `event` to `targets` that are not there yet (in the caller's transaction); their webhook ids. */
+async function enqueueAll(tx: StoreSession, event: EventDoc, targets: WebhookDoc[]): Promise<string[]> {
+  const ids: string[] = [];
+  for (const hook of targets) {
+    if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
+    await enqueue(tx, {
+      tenantId: event.tenantId,
+      webhookId: hook.id,
+      eventId: event.id,
+      eventType: event.type,
+      body: event.body,
+      manual: false,
+    });
+    ids.push(hook.id);
+  }
+  return ids;
+}
+
+/** Deliveries one batch's transaction writes at most; an event that would pass it is handled alone. */
+const BATCH_DELIVERIES = 500;
+
+/** The bus consumer's handlers: one message, or a batch of them in one transaction (`SubscribeOptions.handleBatch`). */
 export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string) => void) {
-  return async (message: ReceivedMessage): Promise<void> => {
-    // The type travels in a header: internal events (usage, plan changes) are skipped without decoding.
-    const headerType = message.headers['event-type'];
-    if (headerType !== undefined && !PUBLIC.has(headerType)) return;
-    const event = decodeDomainEvent(message.value);
-    if (!PUBLIC.has(event.type) || !event.tenantId) return;
-    const body = eventBody(event);
-    const doc: EventDoc = { id: event.id, tenantId: event.tenantId, type: event.type, createdAt: event.createdAt, body };
+  const handler = async (message: ReceivedMessage): Promise<void> => {
+    const event = publicEvent(message);
+    if (!event) return;
     // A transaction per page: a crash between two leaves the message unacknowledged, and the bus's redelivery finds
     // the first page's deliveries already there. The event joins the log in the first transaction that writes.
     let recorded = false;
     let cursor: string | null = null;
     do {
-      // A registration gets the events created after it (CONTRACT 10), also when the bus brings an older one late
-      // (a consumer catching up after an outage): the range on its createdAt says so. Times of two services' clocks:
-      // exact to their skew, no more.
-      const page = await store
-        .collection(webhooks)
-        .find({ tenantId: event.tenantId, active: true }, { limit: PAGE, cursor, range: { lte: event.createdAt } });
-      cursor = page.nextCursor;
-      const targets = page.items.filter((h) => h.events.includes(event.type));
-      if (targets.length === 0 && (recorded || cursor)) continue;
-      if (targets.length === 0) {
+      const page = await targetsOf(store, event, cursor);
+      cursor = page.cursor;
+      if (page.targets.length === 0 && (recorded || cursor)) continue;
+      if (page.targets.length === 0) {
         // Nothing to deliver: the log entry alone, one statement (a duplicate is the bus delivering it again).
-        await log.recordAlone(doc);
+        await log.recordAlone(event);
         recorded = true;
         continue;
       }
+      const first = !recorded;
       const created = await store.transaction(async (tx) => {
-        if (!recorded) await log.record(tx, doc);
-        const ids: string[] = [];
-        for (const hook of targets) {
-          if (await tx.collection(deliveries).findOne({ webhookId: hook.id, eventId: event.id })) continue;
-          await enqueue(tx, {
-            tenantId: event.tenantId,
-            webhookId: hook.id,
-            eventId: event.id,
-            eventType: event.type,
-            body,
-            manual: false,
-          });
-          ids.push(hook.id);
-        }
-        return ids;
+        if (first) await log.record(tx, event);
+        return enqueueAll(tx, event, page.targets);
       });
       recorded = true;
       for (const id of created) onQueued(id);
     } while (cursor);
   };
+
+  /**
+   * A batch in order: the log entries and deliveries of its events in one transaction, instead of one (or more) each.
+   * An event with more than a page of registrations, or one that would make the transaction too large, goes alone
+   * through `handler`, after what came before it is written: each registration still gets its deliveries in order.
+   */
+  const handleBatch = async (messages: ReceivedMessage[]): Promise<void> => {
+    let pending: Array<{ event: EventDoc; targets: WebhookDoc[] }> = [];
+    let queued = 0;
+    const flush = async () => {
+      if (pending.length === 0) return;
+      const items = pending;
+      pending = [];
+      queued = 0;
+      const created = await store.transaction(async (tx) => {
+        const ids: string[] = [];
+        for (const { event, targets } of items) {
+          await log.record(tx, event);
+          ids.push(...(await enqueueAll(tx, event, targets)));
+        }
+        return ids;
+      });
+      for (const id of created) onQueued(id);
+    };
+    for (const message of messages) {
+      const event = publicEvent(message);
+      if (!event) continue;
+      const page = await targetsOf(store, event, null);
+      if (page.cursor || queued + page.targets.length > BATCH_DELIVERIES) {
+        await flush();
+        await handler(message);
+        continue;
+      }
+      pending.push({ event, targets: page.targets });
+      queued += page.targets.length;
+    }
+    await flush();
+  };
+
+  return { handler, handleBatch };
 }

@@ -42,7 +42,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, option
   await worker.start();
   const log = new EventLog(rt.store, { retentionDays: rt.config.eventsRetentionDays, logger: rt.logger, now: options.now });
   log.start();
-  const handle = fanOut(rt.store, log, onQueued);
+  const consumer = fanOut(rt.store, log, onQueued);
   return serve(rt, {
     verifier,
     healthNames: ['webhooks.v1.WebhooksService'],
@@ -52,10 +52,12 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, option
         topics: Object.values(TOPICS),
         // A failure leaves the message unacknowledged: the bus retries it, and later events of the tenant wait.
         handler: (message) =>
-          handle(message).catch((err: unknown) => {
+          consumer.handler(message).catch((err: unknown) => {
             rt.logger.warn({ err, eventId: message.id }, 'fan-out failed; the bus will retry');
             throw err;
           }),
+        // A batch that fails is handled again message by message (through `handler`, which reports its failure).
+        handleBatch: consumer.handleBatch,
       },
     ],
     registrations: [

@@ -54,6 +54,62 @@ test('a group of several topics woken for one reads that one, and every topic at
   }
 });
 
+test('a batch handler gets what was read in one call, in order; a batch it fails goes through the handler one by one', async () => {
+  const bus = openEmbeddedBus({ path: join(dir, 'batches.db'), maxAttempts: 2 });
+  const topic = unique('batch');
+  const group = unique('g');
+  const backlog = Array.from({ length: 30 }, (_, i) => message(topic, `k${i % 3}`, i));
+  // Message 17 cannot be decoded: its batch fails, then its handler calls set it aside alone.
+  const poison = backlog[17].id;
+  const batches: string[][] = [];
+  const single: string[] = [];
+  const done: string[] = [];
+  await bus.publish(backlog);
+  try {
+    const sub = await bus.subscribe({
+      group,
+      topics: [topic],
+      handler: async (m) => {
+        single.push(m.id);
+        if (m.id === poison) throw new PoisonMessageError('cannot decode');
+        done.push(m.id);
+      },
+      handleBatch: async (ms) => {
+        batches.push(ms.map((m) => m.id));
+        if (ms.some((m) => m.id === poison)) throw new PoisonMessageError('a message of the batch cannot be decoded');
+        done.push(...ms.map((m) => m.id));
+      },
+    });
+    await waitFor('the backlog', () => done.length === backlog.length - 1);
+    await sub.stop();
+  } finally {
+    await bus.close();
+  }
+  // The backlog was read at once: one batch of all thirty, in order; it failed, so each went through the handler.
+  expect(batches).toEqual([backlog.map((m) => m.id)]);
+  expect(single.filter((id) => id !== poison)).toEqual(backlog.map((m) => m.id).filter((id) => id !== poison));
+  expect(done).toEqual(backlog.map((m) => m.id).filter((id) => id !== poison));
+  const reopened = openEmbeddedBus({ path: join(dir, 'batches.db') });
+  try {
+    expect(reopened.deadLetters(group).map((d) => d.id)).toEqual([poison]);
+    // Later messages come as a batch that succeeds, and the group's offsets moved past everything.
+    const later = Array.from({ length: 5 }, (_, i) => message(topic, 'k0', 100 + i));
+    const got: string[][] = [];
+    const sub = await reopened.subscribe({
+      group,
+      topics: [topic],
+      handler: async (m) => void got.push([m.id]),
+      handleBatch: async (ms) => void got.push(ms.map((m) => m.id)),
+    });
+    await reopened.publish(later);
+    await waitFor('the later messages', () => got.flat().length === later.length);
+    await sub.stop();
+    expect(got.flat()).toEqual(later.map((m) => m.id));
+  } finally {
+    await reopened.close();
+  }
+});
+
 test('an operator lists a dead letter and replays it to its group, which then handles it', async () => {
   const bus = openEmbeddedBus({ path: join(dir, 'dead-letters.db'), maxAttempts: 2 });
   const topic = unique('dead');

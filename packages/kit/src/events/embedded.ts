@@ -336,7 +336,7 @@ export class EmbeddedBus implements EventBus {
         for (const topic of topics) this.initOffset.run(options.group, topic, fromBeginning ? 1 : 0);
       })
       .immediate();
-    const sub = new EmbeddedSubscription(this, options.group, topics, options.handler);
+    const sub = new EmbeddedSubscription(this, options.group, topics, options.handler, options.handleBatch);
     this.subscriptions.add(sub);
     this.watch(true)!.join(this);
     sub.start();
@@ -520,6 +520,7 @@ class EmbeddedSubscription {
     readonly group: string,
     readonly topics: string[],
     private readonly handler: (message: ReceivedMessage) => Promise<void>,
+    private readonly handleBatch?: (messages: ReceivedMessage[]) => Promise<void>,
   ) {
     this.stalls = new Stalls(group);
   }
@@ -604,6 +605,10 @@ class EmbeddedSubscription {
     const handled = new Map<string, number>();
     let committedAt = Date.now();
     try {
+      if (messages.length > 1 && (await this.deliverBatch(messages))) {
+        for (const m of messages) handled.set(m.topic, m.seq);
+        return full;
+      }
       for (const { seq, ...message } of messages) {
         if (!(await this.deliver(message, seq))) return false; // stopped during retries
         handled.set(message.topic, seq);
@@ -629,6 +634,22 @@ class EmbeddedSubscription {
     }
     handled.clear();
     return lost.length === 0;
+  }
+
+  /**
+   * One call of the batch handler for the whole batch, when the subscription has one: true when it succeeded. When it
+   * throws, false, and the batch goes through `deliver` message by message (retries, dead letters).
+   */
+  private async deliverBatch(messages: Array<ReceivedMessage & { seq: number }>): Promise<boolean> {
+    if (!this.handleBatch || this.stopped) return false;
+    try {
+      await this.handleBatch(messages.map(({ seq: _seq, ...message }) => message));
+    } catch (err) {
+      this.bus.onError(err);
+      return false;
+    }
+    for (const m of messages) metrics.busHandled.inc({ topic: m.topic, group: this.group, outcome: 'ok' });
+    return true;
   }
 
   /**

@@ -22,7 +22,7 @@ import { withTracing } from './tracing';
 import { withNamespace } from './namespace';
 import type { KafkaBusOptions } from './kafka';
 import type { KafkaDeadLetters } from './kafka-dead-letters';
-import type { BusErrorHandler, EventBus } from './types';
+import type { BusErrorHandler, EventBus, ReceivedMessage } from './types';
 
 /** Opens the Kafka bus; kafkajs is loaded only here, so embedded-mode processes never load it. */
 export function openKafkaBus(options: KafkaBusOptions): EventBus {
@@ -42,6 +42,10 @@ export function kafkaDeadLetters(options: { brokers: string[]; clientId?: string
  * Each handler call records how old its message is (bus_consumer_lag_seconds): a consumer falling behind shows there
  * before its backlog does. On Kafka the age is measured against the producer's clock.
  */
+function lag(m: ReceivedMessage, group: string): void {
+  metrics.busLag.set({ topic: m.topic, group }, Math.max(0, Date.now() - m.timestamp) / 1000);
+}
+
 function withConsumerLag(bus: EventBus): EventBus {
   return {
     kind: bus.kind,
@@ -50,9 +54,15 @@ function withConsumerLag(bus: EventBus): EventBus {
       bus.subscribe({
         ...options,
         handler: (m) => {
-          metrics.busLag.set({ topic: m.topic, group: options.group }, Math.max(0, Date.now() - m.timestamp) / 1000);
+          lag(m, options.group);
           return options.handler(m);
         },
+        handleBatch:
+          options.handleBatch &&
+          ((ms) => {
+            for (const m of ms) lag(m, options.group);
+            return options.handleBatch!(ms);
+          }),
       }),
     ping: () => bus.ping(),
     stalled: () => bus.stalled(),

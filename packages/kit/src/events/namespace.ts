@@ -22,6 +22,7 @@ export function withNamespace(bus: EventBus, namespace: string | undefined): Eve
         group: prefix + options.group,
         topics: options.topics.map(wire),
         handler: (m) => options.handler({ ...m, topic: plain(m.topic) }),
+        handleBatch: options.handleBatch && ((ms) => options.handleBatch!(ms.map((m) => ({ ...m, topic: plain(m.topic) })))),
       }),
     ping: () => bus.ping(),
     stalled: () => bus.stalled().map((c) => ({ ...c, topic: plain(c.topic), group: plain(c.group) })),

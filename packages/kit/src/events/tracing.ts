@@ -64,11 +64,43 @@ export function tracedHandler(options: SubscribeOptions): SubscribeOptions['hand
 }
 
 /** A bus whose subscriptions run their handlers under consumer spans (both adapters). */
+/**
+ * The batch handler of `options`, if any: each message gets its CONSUMER span in its own trace, as with `handler`;
+ * they end together when the batch does (the batch's work runs outside them: one call, several traces).
+ */
+export function tracedBatchHandler(options: SubscribeOptions): SubscribeOptions['handleBatch'] {
+  const handleBatch = options.handleBatch;
+  if (!handleBatch) return undefined;
+  return async (messages: ReceivedMessage[]) => {
+    const spans = messages.map((m) =>
+      tracer.startSpan(
+        `process ${m.topic}`,
+        {
+          kind: SpanKind.CONSUMER,
+          attributes: attributes(m, {
+            'messaging.consumer.group.name': options.group,
+            'messaging.batch.message_count': String(messages.length),
+          }),
+        },
+        propagation.extract(ROOT_CONTEXT, m.headers ?? {}),
+      ),
+    );
+    try {
+      await handleBatch(messages);
+    } catch (err) {
+      for (const s of spans) s.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+      throw err;
+    } finally {
+      for (const s of spans) s.end();
+    }
+  };
+}
+
 export function withTracing(bus: EventBus): EventBus {
   return {
     kind: bus.kind,
     publish: (messages) => bus.publish(messages),
-    subscribe: (options) => bus.subscribe({ ...options, handler: tracedHandler(options) }),
+    subscribe: (options) => bus.subscribe({ ...options, handler: tracedHandler(options), handleBatch: tracedBatchHandler(options) }),
     ping: () => bus.ping(),
     stalled: () => bus.stalled(),
     close: () => bus.close(),

@@ -33,6 +33,13 @@ export interface SubscribeOptions {
    * dependency is unavailable and is retried without limit (the consumer reports itself stalled meanwhile).
    */
   handler: (message: ReceivedMessage) => Promise<void>;
+  /**
+   * Optional: handles several messages at once, in their order (one transaction for a batch instead of one each).
+   * The embedded bus hands it a batch it read; Kafka calls `handler` per message. When it throws, each message of
+   * that batch goes through `handler` instead (retries and dead letters as usual, a poison message found alone), so
+   * it must do what `handler` would do for each, and be idempotent like it.
+   */
+  handleBatch?: (messages: ReceivedMessage[]) => Promise<void>;
   /** Where a new group starts. Default `earliest`. */
   fromBeginning?: boolean;
 }
