@@ -193,6 +193,45 @@ export function busContract(name: string, open: (options?: ContractBusOptions) =
       expect(calls).toEqual([poison.id, poison.id, poison.id, next.id]);
     });
 
+    test('a batch handler handles each message once and in order; a batch it fails goes through the handler one by one', async () => {
+      const bus = await openBus({ maxAttempts: 2 });
+      const topic = unique('batches');
+      const backlog = Array.from({ length: 20 }, (_, i) => message(topic, 'k', i));
+      const poison = backlog[7].id;
+      const handled: string[] = [];
+      const batches: string[][] = [];
+      const poisonCalls: string[] = [];
+      await bus.publish(backlog);
+      const sub = await bus.subscribe({
+        group: unique('g'),
+        topics: [topic],
+        handler: async (m) => {
+          if (m.id === poison) {
+            poisonCalls.push(m.id);
+            throw new PoisonMessageError('cannot ever handle this');
+          }
+          handled.push(m.id);
+        },
+        handleBatch: async (ms) => {
+          batches.push(ids(ms));
+          if (ms.some((m) => m.id === poison)) throw new PoisonMessageError('a message of the batch cannot be handled');
+          handled.push(...ids(ms));
+        },
+      });
+      await waitFor('the backlog but the poison', () => handled.length >= backlog.length - 1);
+      await sub.stop();
+      const expected = ids(backlog).filter((id) => id !== poison);
+      expect(handled).toEqual(expected);
+      // The poison is set aside after its attempts through the handler, alone.
+      expect(poisonCalls).toEqual([poison, poison]);
+      // The bus used the batch handler, with runs of the log in order.
+      expect(batches.length).toBeGreaterThan(0);
+      for (const b of batches) {
+        const at = ids(backlog).indexOf(b[0]);
+        expect(b).toEqual(ids(backlog).slice(at, at + b.length));
+      }
+    });
+
     test('a dependency down for longer than the attempt budget dead-letters nothing: the partition waits, then flows', async () => {
       // The budget is 3 calls with backoff capped at 200 ms: a bus that counted these failures toward it would
       // dead-letter the first message within a second. The "store" is down for 3 s.

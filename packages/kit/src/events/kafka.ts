@@ -232,6 +232,18 @@ class KafkaBus implements EventBus {
   private async handleBatch(options: SubscribeOptions, retry: RetryState, payload: EachBatchPayload): Promise<void> {
     const { batch, resolveOffset, heartbeat, commitOffsetsIfNecessary, pause, isRunning, isStale } = payload;
     const { topic, partition } = batch;
+    if (await this.handledAsBatch(options, payload)) {
+      retry.succeeded(topic, partition);
+      resolveOffset(batch.messages[batch.messages.length - 1].offset);
+      try {
+        await commitOffsetsIfNecessary();
+        await heartbeat();
+      } catch (err) {
+        this.onError(err); // as below: handled, maybe delivered again; kafkajs handles its own errors
+        throw err;
+      }
+      return;
+    }
     for (const message of batch.messages) {
       if (!isRunning() || isStale()) return;
       const received = toReceived(topic, partition, message);
@@ -266,6 +278,27 @@ class KafkaBus implements EventBus {
         throw err;
       }
     }
+  }
+
+  /**
+   * A fetched batch of several messages through the subscription's batch handler, if it has one: true when it
+   * succeeded. When it throws, false: the batch goes through `handler` message by message (retries, dead letters).
+   * Messages replayed for another group are left out (that group had its turn).
+   */
+  private async handledAsBatch(options: SubscribeOptions, payload: EachBatchPayload): Promise<boolean> {
+    const { batch, isRunning, isStale } = payload;
+    if (!options.handleBatch || batch.messages.length < 2 || !isRunning() || isStale()) return false;
+    const mine = batch.messages
+      .map((m) => toReceived(batch.topic, batch.partition, m))
+      .filter((m) => [undefined, options.group].includes(m.headers[REPLAY_GROUP_HEADER]));
+    try {
+      if (mine.length > 0) await options.handleBatch(mine);
+    } catch (err) {
+      this.onError(err);
+      return false;
+    }
+    for (const m of mine) metrics.busHandled.inc({ topic: m.topic, group: options.group, outcome: 'ok' });
+    return true;
   }
 
   /** Publishes a poison message to `<topic>.dead-letters`; false (reported) when that fails, so it is retried. */

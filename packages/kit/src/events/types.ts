@@ -35,7 +35,7 @@ export interface SubscribeOptions {
   handler: (message: ReceivedMessage) => Promise<void>;
   /**
    * Optional: handles several messages at once, in their order (one transaction for a batch instead of one each).
-   * The embedded bus hands it a batch it read; Kafka calls `handler` per message. When it throws, each message of
+   * The embedded bus hands it what one read found, Kafka a fetched batch of one partition. When it throws, each message of
    * that batch goes through `handler` instead (retries and dead letters as usual, a poison message found alone), so
    * it must do what `handler` would do for each, and be idempotent like it.
    */
