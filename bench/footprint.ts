@@ -14,7 +14,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { processTree as tree, ROOT, runBench, TICKS } from './lib';
+import { processLabel, processTree as tree, ROOT, runBench, TICKS } from './lib';
 import { freePort } from '../test/helpers/redis';
 
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 20);
@@ -46,12 +46,6 @@ async function waitReady(url: string, deadline: number): Promise<void> {
   throw new Error(`${url} not 200 in time`);
 }
 
-/** Short name of a process for the breakdown: the entry it runs. */
-function label(command: string): string {
-  const m = /(services\/[a-z]+|dist\/services\.js|gateway|dist\/start|scripts\/[a-z-.]+|npm start|esbuild)/.exec(command);
-  return m ? m[1] : command.slice(0, 40);
-}
-
 /** CPU-seconds of the tree rooted at `root` over `windowSeconds`, with each process's share and memory at the end. */
 async function cpuOver(root: number, windowSeconds: number) {
   const before = tree(root);
@@ -63,7 +57,7 @@ async function cpuOver(root: number, windowSeconds: number) {
   const processes = after.map((p) => {
     const mem = memoryKb(p.pid);
     const cpuSeconds = (p.cpuTicks - (ticksBefore.get(p.pid) ?? 0)) / TICKS;
-    return { name: label(p.command), cpuSeconds, rssMb: mem.rss / 1024, pssMb: mem.pss / 1024 };
+    return { name: processLabel(p.command), cpuSeconds, rssMb: mem.rss / 1024, pssMb: mem.pss / 1024 };
   });
   return { seconds, processes, cpuSeconds: processes.reduce((a, p) => a + p.cpuSeconds, 0) };
 }

@@ -193,6 +193,14 @@ export interface Proc {
   command: string;
 }
 
+/** Short name of a process for a breakdown by process: the entry it runs. */
+export function processLabel(command: string): string {
+  const m = /(services\/[a-z]+|dist\/services\.js|gateway|dist\/start|scripts\/[a-z-.]+|bench\/fixtures\/[a-z-]+|npm start|esbuild)/.exec(
+    command,
+  );
+  return m ? m[1] : command.slice(0, 40);
+}
+
 /** Every process on the machine, from /proc. */
 export function readProcs(): Proc[] {
   const out: Proc[] = [];

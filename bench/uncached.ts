@@ -18,6 +18,7 @@ import {
   benchTenant,
   call,
   load,
+  processLabel,
   processTree,
   ROOT,
   runBench,
@@ -63,14 +64,9 @@ interface Scenario {
   runs: Array<LoadResult & { cpuUsPerRequest: number; byProcess: Record<string, number> }>;
 }
 
-/** CPU ticks of each process of the trees, keyed by pid, with a short name (the entry script). */
+/** CPU ticks of each process of the trees, keyed by pid, with its short name. */
 function cpuByProcess(pids: number[]): Map<number, { name: string; ticks: number }> {
-  return new Map(
-    processTree(...pids).map((p) => [
-      p.pid,
-      { name: (p.command.split(' ').find((a) => /\.(js|ts|mjs)$/.test(a)) ?? p.command).split('/').pop()!, ticks: p.cpuTicks },
-    ]),
-  );
+  return new Map(processTree(...pids).map((p) => [p.pid, { name: processLabel(p.command), ticks: p.cpuTicks }]));
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

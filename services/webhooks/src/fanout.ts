@@ -88,9 +88,8 @@ const BATCH_DELIVERIES = 500;
 
 /** The bus consumer's handlers: one message, or a batch of them in one transaction (`SubscribeOptions.handleBatch`). */
 export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string) => void) {
-  const handler = async (message: ReceivedMessage): Promise<void> => {
-    const event = publicEvent(message);
-    if (!event) return;
+  /** One event alone. */
+  const handleEvent = async (event: EventDoc): Promise<void> => {
     // A transaction per page: a crash between two leaves the message unacknowledged, and the bus's redelivery finds
     // the first page's deliveries already there. The event joins the log in the first transaction that writes.
     let recorded = false;
@@ -115,10 +114,15 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
     } while (cursor);
   };
 
+  const handler = async (message: ReceivedMessage): Promise<void> => {
+    const event = publicEvent(message);
+    if (event) await handleEvent(event);
+  };
+
   /**
    * A batch in order: the log entries and deliveries of its events in one transaction, instead of one (or more) each.
-   * An event with more than a page of registrations, or one that would make the transaction too large, goes alone
-   * through `handler`, after what came before it is written: each registration still gets its deliveries in order.
+   * An event with more than a page of registrations, or one that would make the transaction too large, goes alone,
+   * after what came before it is written: each registration still gets its deliveries in order.
    */
   const handleBatch = async (messages: ReceivedMessage[]): Promise<void> => {
     let pending: Array<{ event: EventDoc; targets: WebhookDoc[] }> = [];
@@ -144,7 +148,7 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
       const page = await targetsOf(store, event, null);
       if (page.cursor || queued + page.targets.length > BATCH_DELIVERIES) {
         await flush();
-        await handler(message);
+        await handleEvent(event);
         continue;
       }
       pending.push({ event, targets: page.targets });

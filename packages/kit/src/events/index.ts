@@ -22,7 +22,7 @@ import { withTracing } from './tracing';
 import { withNamespace } from './namespace';
 import type { KafkaBusOptions } from './kafka';
 import type { KafkaDeadLetters } from './kafka-dead-letters';
-import type { BusErrorHandler, EventBus, ReceivedMessage } from './types';
+import { mapReceived, type BusErrorHandler, type EventBus } from './types';
 
 /** Opens the Kafka bus; kafkajs is loaded only here, so embedded-mode processes never load it. */
 export function openKafkaBus(options: KafkaBusOptions): EventBus {
@@ -39,31 +39,20 @@ export function kafkaDeadLetters(options: { brokers: string[]; clientId?: string
 }
 
 /**
- * Each handler call records how old its message is (bus_consumer_lag_seconds): a consumer falling behind shows there
- * before its backlog does. On Kafka the age is measured against the producer's clock.
+ * Each message handed to a handler records how old it is (bus_consumer_lag_seconds): a consumer falling behind shows
+ * there before its backlog does. On Kafka the age is measured against the producer's clock.
  */
-function lag(m: ReceivedMessage, group: string): void {
-  metrics.busLag.set({ topic: m.topic, group }, Math.max(0, Date.now() - m.timestamp) / 1000);
-}
-
 function withConsumerLag(bus: EventBus): EventBus {
   return {
     kind: bus.kind,
     publish: (messages) => bus.publish(messages),
     subscribe: (options) =>
-      bus.subscribe({
-        ...options,
-        handler: (m) => {
-          lag(m, options.group);
-          return options.handler(m);
-        },
-        handleBatch:
-          options.handleBatch &&
-          ((ms) => {
-            for (const m of ms) lag(m, options.group);
-            return options.handleBatch!(ms);
-          }),
-      }),
+      bus.subscribe(
+        mapReceived(options, (m) => {
+          metrics.busLag.set({ topic: m.topic, group: options.group }, Math.max(0, Date.now() - m.timestamp) / 1000);
+          return m;
+        }),
+      ),
     ping: () => bus.ping(),
     stalled: () => bus.stalled(),
     close: () => bus.close(),

@@ -230,18 +230,11 @@ class KafkaBus implements EventBus {
    * rest of the batch stale, or when a message failed (it was sought back to and its partition paused).
    */
   private async handleBatch(options: SubscribeOptions, retry: RetryState, payload: EachBatchPayload): Promise<void> {
-    const { batch, resolveOffset, heartbeat, commitOffsetsIfNecessary, pause, isRunning, isStale } = payload;
+    const { batch, pause, isRunning, isStale } = payload;
     const { topic, partition } = batch;
     if (await this.handledAsBatch(options, payload)) {
       retry.succeeded(topic, partition);
-      resolveOffset(batch.messages[batch.messages.length - 1].offset);
-      try {
-        await commitOffsetsIfNecessary();
-        await heartbeat();
-      } catch (err) {
-        this.onError(err); // as below: handled, maybe delivered again; kafkajs handles its own errors
-        throw err;
-      }
+      await this.acknowledge(payload, batch.messages[batch.messages.length - 1].offset);
       return;
     }
     for (const message of batch.messages) {
@@ -267,16 +260,21 @@ class KafkaBus implements EventBus {
         }
       }
       retry.succeeded(topic, partition);
-      resolveOffset(message.offset);
-      try {
-        await commitOffsetsIfNecessary();
-        await heartbeat();
-      } catch (err) {
-        // Handled but not committed (e.g. a rebalance): it may be delivered again, which is allowed. kafkajs
-        // handles its own errors (rejoins the group), so they go back to it.
-        this.onError(err, received);
-        throw err;
-      }
+      await this.acknowledge(payload, message.offset, received);
+    }
+  }
+
+  /** Marks everything up to `offset` handled, and commits when the interval or threshold is reached. */
+  private async acknowledge(payload: EachBatchPayload, offset: string, received?: ReceivedMessage): Promise<void> {
+    payload.resolveOffset(offset);
+    try {
+      await payload.commitOffsetsIfNecessary();
+      await payload.heartbeat();
+    } catch (err) {
+      // Handled but not committed (e.g. a rebalance): it may be delivered again, which is allowed. kafkajs
+      // handles its own errors (rejoins the group), so they go back to it.
+      this.onError(err, received);
+      throw err;
     }
   }
 

@@ -3,7 +3,7 @@
  * parallel). Topics and consumer groups get the namespace as a prefix on the wire; services keep using the plain
  * names, and received messages carry them.
  */
-import type { EventBus } from './types';
+import { mapReceived, type EventBus } from './types';
 
 /** A topic's (or group's) name on the wire in a namespace. */
 export const namespaced = (namespace: string | undefined, name: string) => (namespace ? `${namespace}.${name}` : name);
@@ -18,11 +18,9 @@ export function withNamespace(bus: EventBus, namespace: string | undefined): Eve
     publish: (messages) => bus.publish(messages.map((m) => ({ ...m, topic: wire(m.topic) }))),
     subscribe: (options) =>
       bus.subscribe({
-        ...options,
+        ...mapReceived(options, (m) => ({ ...m, topic: plain(m.topic) })),
         group: prefix + options.group,
         topics: options.topics.map(wire),
-        handler: (m) => options.handler({ ...m, topic: plain(m.topic) }),
-        handleBatch: options.handleBatch && ((ms) => options.handleBatch!(ms.map((m) => ({ ...m, topic: plain(m.topic) })))),
       }),
     ping: () => bus.ping(),
     stalled: () => bus.stalled().map((c) => ({ ...c, topic: plain(c.topic), group: plain(c.group) })),

@@ -5,7 +5,7 @@
  * through the service, the outbox relay and the bus into each consumer, on both adapters. Attributes name the
  * topic, group and event, never payloads. Without the SDK (telemetry off) these are no-ops.
  */
-import { propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Span } from '@opentelemetry/api';
 import type { BusMessage, EventBus, ReceivedMessage, SubscribeOptions } from './types';
 
 const tracer = trace.getTracer('svc-bus');
@@ -31,8 +31,24 @@ export async function publishTraced(bus: EventBus, messages: BusMessage[]): Prom
     propagation.inject(trace.setSpan(parent, span), headers);
     return { ...m, headers };
   });
+  await within(spans, () => bus.publish(traced));
+}
+
+/** A CONSUMER span for `m` in the trace its writer started (the context in its headers), and the context it is in. */
+function consumerSpan(m: ReceivedMessage, group: string, extra: Record<string, string> = {}): { span: Span; active: Context } {
+  const parent = propagation.extract(ROOT_CONTEXT, m.headers ?? {});
+  const span = tracer.startSpan(
+    `process ${m.topic}`,
+    { kind: SpanKind.CONSUMER, attributes: attributes(m, { 'messaging.consumer.group.name': group, ...extra }) },
+    parent,
+  );
+  return { span, active: trace.setSpan(parent, span) };
+}
+
+/** Runs `work` and ends `spans` with it, marking them failed when it throws. */
+async function within(spans: Span[], work: () => Promise<void>): Promise<void> {
   try {
-    await bus.publish(traced);
+    await work();
   } catch (err) {
     for (const s of spans) s.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
     throw err;
@@ -41,29 +57,14 @@ export async function publishTraced(bus: EventBus, messages: BusMessage[]): Prom
   }
 }
 
-/** The handler of `options`, run under a CONSUMER span joined to the message's trace. */
+/** The handler of `options`, run under a CONSUMER span joined to the message's trace (and active during it). */
 export function tracedHandler(options: SubscribeOptions): SubscribeOptions['handler'] {
   return (m: ReceivedMessage) => {
-    const parent = propagation.extract(ROOT_CONTEXT, m.headers ?? {});
-    return tracer.startActiveSpan(
-      `process ${m.topic}`,
-      { kind: SpanKind.CONSUMER, attributes: attributes(m, { 'messaging.consumer.group.name': options.group }) },
-      parent,
-      async (span) => {
-        try {
-          await options.handler(m);
-        } catch (err) {
-          span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
-          throw err;
-        } finally {
-          span.end();
-        }
-      },
-    );
+    const { span, active } = consumerSpan(m, options.group);
+    return within([span], () => context.with(active, () => options.handler(m)));
   };
 }
 
-/** A bus whose subscriptions run their handlers under consumer spans (both adapters). */
 /**
  * The batch handler of `options`, if any: each message gets its CONSUMER span in its own trace, as with `handler`;
  * they end together when the batch does (the batch's work runs outside them: one call, several traces).
@@ -71,31 +72,14 @@ export function tracedHandler(options: SubscribeOptions): SubscribeOptions['hand
 export function tracedBatchHandler(options: SubscribeOptions): SubscribeOptions['handleBatch'] {
   const handleBatch = options.handleBatch;
   if (!handleBatch) return undefined;
-  return async (messages: ReceivedMessage[]) => {
-    const spans = messages.map((m) =>
-      tracer.startSpan(
-        `process ${m.topic}`,
-        {
-          kind: SpanKind.CONSUMER,
-          attributes: attributes(m, {
-            'messaging.consumer.group.name': options.group,
-            'messaging.batch.message_count': String(messages.length),
-          }),
-        },
-        propagation.extract(ROOT_CONTEXT, m.headers ?? {}),
-      ),
+  return (messages: ReceivedMessage[]) =>
+    within(
+      messages.map((m) => consumerSpan(m, options.group, { 'messaging.batch.message_count': String(messages.length) }).span),
+      () => handleBatch(messages),
     );
-    try {
-      await handleBatch(messages);
-    } catch (err) {
-      for (const s of spans) s.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
-      throw err;
-    } finally {
-      for (const s of spans) s.end();
-    }
-  };
 }
 
+/** A bus whose subscriptions run their handlers under consumer spans (both adapters). */
 export function withTracing(bus: EventBus): EventBus {
   return {
     kind: bus.kind,

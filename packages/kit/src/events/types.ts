@@ -44,6 +44,12 @@ export interface SubscribeOptions {
   fromBeginning?: boolean;
 }
 
+/** `options` with each message its handlers get (one, or each of a batch) passed through `f` first. */
+export function mapReceived(options: SubscribeOptions, f: (message: ReceivedMessage) => ReceivedMessage): SubscribeOptions {
+  const { handler, handleBatch } = options;
+  return { ...options, handler: (m) => handler(f(m)), handleBatch: handleBatch && ((ms) => handleBatch(ms.map(f))) };
+}
+
 export interface Subscription {
   stop(): Promise<void>;
 }
