@@ -1,4 +1,4 @@
-import { billingV1 } from '@svc/proto';
+import { billingV1, type eventsV1 } from '@svc/proto';
 import { createClient, metrics, type ServiceClient } from '@svc/kit';
 
 /** A call's output bound when the tenant set none (LLM_MAX_TOKENS): its reservation counts it, the provider gets it. */
@@ -18,6 +18,15 @@ export interface CallHold {
   tokens: number;
   source: 'agent_run' | 'chat_reply';
   sourceId: string;
+  /**
+   * With a price (CONTRACT.md 12): the hold is `inputTokens` (the prompt's bound) and `outputTokens` (the output bound)
+   * at that price, and `tokens` is ignored. Without: `tokens` at the default price.
+   */
+  price?: eventsV1.ModelPrice;
+  inputTokens?: number;
+  outputTokens?: number;
+  /** The model as the caller asked for it (a catalogue name, or the default model's name). */
+  model?: string;
 }
 
 /**

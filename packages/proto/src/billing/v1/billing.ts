@@ -18,6 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { ModelCallInfo, ModelPrice } from "../../events/v1/events";
 
 export const protobufPackage = "billing.v1";
 
@@ -162,6 +163,17 @@ export interface ReserveRequest {
   sourceId: string;
   /** How long the hold lasts when nothing settles or releases it (billing's clock); 0: BILLING_RESERVATION_TTL_MS. */
   ttlMs: number;
+  /**
+   * With a price: the hold is input_tokens and output_tokens (the prompt's bound and the output bound) at that price,
+   * and `tokens` is ignored. Without: `tokens` at the default price.
+   */
+  inputTokens?: number | undefined;
+  outputTokens?: number | undefined;
+  price?:
+    | ModelPrice
+    | undefined;
+  /** The model as the caller asked for it (a catalogue name or the default model's name). */
+  model?: string | undefined;
 }
 
 export interface ReserveResponse {
@@ -190,6 +202,12 @@ export interface RecordUsageRequest {
   /** passthrough */
   source: string;
   sourceId: string;
+  cachedInputTokens?:
+    | number
+    | undefined;
+  /** As on events.v1.UsageData: the price applied and what the request log keeps. */
+  price?: ModelPrice | undefined;
+  call?: ModelCallInfo | undefined;
 }
 
 export interface RecordUsageResponse {
@@ -2406,7 +2424,17 @@ export const GetBalanceResponse: MessageFns<GetBalanceResponse> = {
 };
 
 function createBaseReserveRequest(): ReserveRequest {
-  return { callId: "", tokens: 0, source: "", sourceId: "", ttlMs: 0 };
+  return {
+    callId: "",
+    tokens: 0,
+    source: "",
+    sourceId: "",
+    ttlMs: 0,
+    inputTokens: undefined,
+    outputTokens: undefined,
+    price: undefined,
+    model: undefined,
+  };
 }
 
 export const ReserveRequest: MessageFns<ReserveRequest> = {
@@ -2425,6 +2453,18 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     }
     if (message.ttlMs !== 0) {
       writer.uint32(40).int32(message.ttlMs);
+    }
+    if (message.inputTokens !== undefined) {
+      writer.uint32(48).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== undefined) {
+      writer.uint32(56).int64(message.outputTokens);
+    }
+    if (message.price !== undefined) {
+      ModelPrice.encode(message.price, writer.uint32(66).fork()).join();
+    }
+    if (message.model !== undefined) {
+      writer.uint32(74).string(message.model);
     }
     return writer;
   },
@@ -2482,6 +2522,38 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
             message.ttlMs = reader.int32();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.price = ModelPrice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2513,6 +2585,18 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
         : isSet(object.ttl_ms)
         ? globalThis.Number(object.ttl_ms)
         : 0,
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : undefined,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : undefined,
+      price: isSet(object.price) ? ModelPrice.fromJSON(object.price) : undefined,
+      model: isSet(object.model) ? globalThis.String(object.model) : undefined,
     };
   },
 
@@ -2533,6 +2617,18 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     if (message.ttlMs !== 0) {
       obj.ttlMs = Math.round(message.ttlMs);
     }
+    if (message.inputTokens !== undefined) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== undefined) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPrice.toJSON(message.price);
+    }
+    if (message.model !== undefined) {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -2546,6 +2642,12 @@ export const ReserveRequest: MessageFns<ReserveRequest> = {
     message.source = object.source ?? "";
     message.sourceId = object.sourceId ?? "";
     message.ttlMs = object.ttlMs ?? 0;
+    message.inputTokens = object.inputTokens ?? undefined;
+    message.outputTokens = object.outputTokens ?? undefined;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPrice.fromPartial(object.price)
+      : undefined;
+    message.model = object.model ?? undefined;
     return message;
   },
 };
@@ -2812,7 +2914,18 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
 };
 
 function createBaseRecordUsageRequest(): RecordUsageRequest {
-  return { callId: "", provider: "", model: "", inputTokens: 0, outputTokens: 0, source: "", sourceId: "" };
+  return {
+    callId: "",
+    provider: "",
+    model: "",
+    inputTokens: 0,
+    outputTokens: 0,
+    source: "",
+    sourceId: "",
+    cachedInputTokens: undefined,
+    price: undefined,
+    call: undefined,
+  };
 }
 
 export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
@@ -2837,6 +2950,15 @@ export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
     }
     if (message.sourceId !== "") {
       writer.uint32(58).string(message.sourceId);
+    }
+    if (message.cachedInputTokens !== undefined) {
+      writer.uint32(64).int64(message.cachedInputTokens);
+    }
+    if (message.price !== undefined) {
+      ModelPrice.encode(message.price, writer.uint32(74).fork()).join();
+    }
+    if (message.call !== undefined) {
+      ModelCallInfo.encode(message.call, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -2910,6 +3032,30 @@ export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
             message.sourceId = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.cachedInputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.price = ModelPrice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.call = ModelCallInfo.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2947,6 +3093,13 @@ export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
         : isSet(object.source_id)
         ? globalThis.String(object.source_id)
         : "",
+      cachedInputTokens: isSet(object.cachedInputTokens)
+        ? globalThis.Number(object.cachedInputTokens)
+        : isSet(object.cached_input_tokens)
+        ? globalThis.Number(object.cached_input_tokens)
+        : undefined,
+      price: isSet(object.price) ? ModelPrice.fromJSON(object.price) : undefined,
+      call: isSet(object.call) ? ModelCallInfo.fromJSON(object.call) : undefined,
     };
   },
 
@@ -2973,6 +3126,15 @@ export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
     if (message.sourceId !== "") {
       obj.sourceId = message.sourceId;
     }
+    if (message.cachedInputTokens !== undefined) {
+      obj.cachedInputTokens = Math.round(message.cachedInputTokens);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPrice.toJSON(message.price);
+    }
+    if (message.call !== undefined) {
+      obj.call = ModelCallInfo.toJSON(message.call);
+    }
     return obj;
   },
 
@@ -2988,6 +3150,13 @@ export const RecordUsageRequest: MessageFns<RecordUsageRequest> = {
     message.outputTokens = object.outputTokens ?? 0;
     message.source = object.source ?? "";
     message.sourceId = object.sourceId ?? "";
+    message.cachedInputTokens = object.cachedInputTokens ?? undefined;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPrice.fromPartial(object.price)
+      : undefined;
+    message.call = (object.call !== undefined && object.call !== null)
+      ? ModelCallInfo.fromPartial(object.call)
+      : undefined;
     return message;
   },
 };

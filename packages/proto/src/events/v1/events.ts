@@ -247,6 +247,56 @@ export interface UsageData {
   /** The project and agent the call worked for ('' when none): billing's usage analytics group by them. */
   projectId: string;
   agentId: string;
+  /**
+   * The price the caller resolved for the model that served (CONTRACT.md 12); absent: billing's default price
+   * (CREDITS_PER_1K_TOKENS), as for older senders.
+   */
+  price?:
+    | ModelPrice
+    | undefined;
+  /** Of input_tokens, those the provider read from its prompt cache (priced at price.cached_input). */
+  cachedInputTokens?:
+    | number
+    | undefined;
+  /**
+   * What the request log keeps of the call (CONTRACT.md 12). `model` above is the name as the caller asked for it
+   * (a catalogue name, or the default model's name); `call.served_model` is the provider's model that served.
+   */
+  call?: ModelCallInfo | undefined;
+}
+
+/**
+ * A model's price in credits per 1,000,000 tokens (CONTRACT.md 12), as resolved at call time from the catalogue entry
+ * that served, else the platform price list, else CREDITS_PER_1K_TOKENS.
+ */
+export interface ModelPrice {
+  input: number;
+  output: number;
+  cachedInput: number;
+  /** entry, platform, default */
+  source: string;
+}
+
+/** One model call as the request log keeps it (CONTRACT.md 12): never a prompt or an answer. */
+export interface ModelCallInfo {
+  /** chat, agent, v1, passthrough, mcp */
+  origin: string;
+  /** The HTTP request's X-Request-Id that started the call. */
+  requestId: string;
+  /** OpenAI's `user` field, or the X-End-User header (at most 200 characters). */
+  endUser: string;
+  /** ok, error, cancelled */
+  status: string;
+  errorCode: string;
+  latencyMs: number;
+  /** Time to the first token; 0 when none came. */
+  ttftMs: number;
+  /** The catalogue entry that served ('' for the tenant's default model and its fallbacks). */
+  entryId: string;
+  /** The provider's model id that served (the entry's upstream model). */
+  servedModel: string;
+  /** The user behind the call (a session's user, or the key's creator), '' when unknown. */
+  userId: string;
 }
 
 /**
@@ -2904,6 +2954,9 @@ function createBaseUsageData(): UsageData {
     callId: "",
     projectId: "",
     agentId: "",
+    price: undefined,
+    cachedInputTokens: undefined,
+    call: undefined,
   };
 }
 
@@ -2947,6 +3000,15 @@ export const UsageData: MessageFns<UsageData> = {
     }
     if (message.agentId !== "") {
       writer.uint32(106).string(message.agentId);
+    }
+    if (message.price !== undefined) {
+      ModelPrice.encode(message.price, writer.uint32(114).fork()).join();
+    }
+    if (message.cachedInputTokens !== undefined) {
+      writer.uint32(120).int32(message.cachedInputTokens);
+    }
+    if (message.call !== undefined) {
+      ModelCallInfo.encode(message.call, writer.uint32(130).fork()).join();
     }
     return writer;
   },
@@ -3068,6 +3130,30 @@ export const UsageData: MessageFns<UsageData> = {
             message.agentId = reader.string();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.price = ModelPrice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.cachedInputTokens = reader.int32();
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.call = ModelCallInfo.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3131,6 +3217,13 @@ export const UsageData: MessageFns<UsageData> = {
         : isSet(object.agent_id)
         ? globalThis.String(object.agent_id)
         : "",
+      price: isSet(object.price) ? ModelPrice.fromJSON(object.price) : undefined,
+      cachedInputTokens: isSet(object.cachedInputTokens)
+        ? globalThis.Number(object.cachedInputTokens)
+        : isSet(object.cached_input_tokens)
+        ? globalThis.Number(object.cached_input_tokens)
+        : undefined,
+      call: isSet(object.call) ? ModelCallInfo.fromJSON(object.call) : undefined,
     };
   },
 
@@ -3175,6 +3268,15 @@ export const UsageData: MessageFns<UsageData> = {
     if (message.agentId !== "") {
       obj.agentId = message.agentId;
     }
+    if (message.price !== undefined) {
+      obj.price = ModelPrice.toJSON(message.price);
+    }
+    if (message.cachedInputTokens !== undefined) {
+      obj.cachedInputTokens = Math.round(message.cachedInputTokens);
+    }
+    if (message.call !== undefined) {
+      obj.call = ModelCallInfo.toJSON(message.call);
+    }
     return obj;
   },
 
@@ -3196,6 +3298,390 @@ export const UsageData: MessageFns<UsageData> = {
     message.callId = object.callId ?? "";
     message.projectId = object.projectId ?? "";
     message.agentId = object.agentId ?? "";
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPrice.fromPartial(object.price)
+      : undefined;
+    message.cachedInputTokens = object.cachedInputTokens ?? undefined;
+    message.call = (object.call !== undefined && object.call !== null)
+      ? ModelCallInfo.fromPartial(object.call)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseModelPrice(): ModelPrice {
+  return { input: 0, output: 0, cachedInput: 0, source: "" };
+}
+
+export const ModelPrice: MessageFns<ModelPrice> = {
+  encode(message: ModelPrice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.input !== 0) {
+      writer.uint32(9).double(message.input);
+    }
+    if (message.output !== 0) {
+      writer.uint32(17).double(message.output);
+    }
+    if (message.cachedInput !== 0) {
+      writer.uint32(25).double(message.cachedInput);
+    }
+    if (message.source !== "") {
+      writer.uint32(34).string(message.source);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelPrice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelPrice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.input = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.output = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.cachedInput = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelPrice {
+    return {
+      input: isSet(object.input) ? globalThis.Number(object.input) : 0,
+      output: isSet(object.output) ? globalThis.Number(object.output) : 0,
+      cachedInput: isSet(object.cachedInput)
+        ? globalThis.Number(object.cachedInput)
+        : isSet(object.cached_input)
+        ? globalThis.Number(object.cached_input)
+        : 0,
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+    };
+  },
+
+  toJSON(message: ModelPrice): unknown {
+    const obj: any = {};
+    if (message.input !== 0) {
+      obj.input = floatToJson(message.input);
+    }
+    if (message.output !== 0) {
+      obj.output = floatToJson(message.output);
+    }
+    if (message.cachedInput !== 0) {
+      obj.cachedInput = floatToJson(message.cachedInput);
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ModelPrice>): ModelPrice {
+    return ModelPrice.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ModelPrice>): ModelPrice {
+    const message = createBaseModelPrice();
+    message.input = object.input ?? 0;
+    message.output = object.output ?? 0;
+    message.cachedInput = object.cachedInput ?? 0;
+    message.source = object.source ?? "";
+    return message;
+  },
+};
+
+function createBaseModelCallInfo(): ModelCallInfo {
+  return {
+    origin: "",
+    requestId: "",
+    endUser: "",
+    status: "",
+    errorCode: "",
+    latencyMs: 0,
+    ttftMs: 0,
+    entryId: "",
+    servedModel: "",
+    userId: "",
+  };
+}
+
+export const ModelCallInfo: MessageFns<ModelCallInfo> = {
+  encode(message: ModelCallInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.origin !== "") {
+      writer.uint32(10).string(message.origin);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(18).string(message.requestId);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(26).string(message.endUser);
+    }
+    if (message.status !== "") {
+      writer.uint32(34).string(message.status);
+    }
+    if (message.errorCode !== "") {
+      writer.uint32(42).string(message.errorCode);
+    }
+    if (message.latencyMs !== 0) {
+      writer.uint32(48).int64(message.latencyMs);
+    }
+    if (message.ttftMs !== 0) {
+      writer.uint32(56).int64(message.ttftMs);
+    }
+    if (message.entryId !== "") {
+      writer.uint32(66).string(message.entryId);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(74).string(message.servedModel);
+    }
+    if (message.userId !== "") {
+      writer.uint32(82).string(message.userId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelCallInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelCallInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.origin = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.errorCode = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.latencyMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.ttftMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.entryId = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.userId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelCallInfo {
+    return {
+      origin: isSet(object.origin) ? globalThis.String(object.origin) : "",
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      errorCode: isSet(object.errorCode)
+        ? globalThis.String(object.errorCode)
+        : isSet(object.error_code)
+        ? globalThis.String(object.error_code)
+        : "",
+      latencyMs: isSet(object.latencyMs)
+        ? globalThis.Number(object.latencyMs)
+        : isSet(object.latency_ms)
+        ? globalThis.Number(object.latency_ms)
+        : 0,
+      ttftMs: isSet(object.ttftMs)
+        ? globalThis.Number(object.ttftMs)
+        : isSet(object.ttft_ms)
+        ? globalThis.Number(object.ttft_ms)
+        : 0,
+      entryId: isSet(object.entryId)
+        ? globalThis.String(object.entryId)
+        : isSet(object.entry_id)
+        ? globalThis.String(object.entry_id)
+        : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
+      userId: isSet(object.userId)
+        ? globalThis.String(object.userId)
+        : isSet(object.user_id)
+        ? globalThis.String(object.user_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ModelCallInfo): unknown {
+    const obj: any = {};
+    if (message.origin !== "") {
+      obj.origin = message.origin;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.errorCode !== "") {
+      obj.errorCode = message.errorCode;
+    }
+    if (message.latencyMs !== 0) {
+      obj.latencyMs = Math.round(message.latencyMs);
+    }
+    if (message.ttftMs !== 0) {
+      obj.ttftMs = Math.round(message.ttftMs);
+    }
+    if (message.entryId !== "") {
+      obj.entryId = message.entryId;
+    }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
+    if (message.userId !== "") {
+      obj.userId = message.userId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ModelCallInfo>): ModelCallInfo {
+    return ModelCallInfo.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ModelCallInfo>): ModelCallInfo {
+    const message = createBaseModelCallInfo();
+    message.origin = object.origin ?? "";
+    message.requestId = object.requestId ?? "";
+    message.endUser = object.endUser ?? "";
+    message.status = object.status ?? "";
+    message.errorCode = object.errorCode ?? "";
+    message.latencyMs = object.latencyMs ?? 0;
+    message.ttftMs = object.ttftMs ?? 0;
+    message.entryId = object.entryId ?? "";
+    message.servedModel = object.servedModel ?? "";
+    message.userId = object.userId ?? "";
     return message;
   },
 };
@@ -3465,6 +3951,10 @@ export const ThresholdCrossedData: MessageFns<ThresholdCrossedData> = {
     return message;
   },
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
