@@ -30,7 +30,7 @@ import { grantStartingCredits } from './events';
 import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
-import { closeReservation, reserve, validReserve } from './reservations';
+import { closeReservation, reserve, validModelPrice, validReserve } from './reservations';
 import { applyUsage } from './events';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
@@ -292,6 +292,7 @@ export function billingHandlers(deps: BillingDeps) {
         source: req.source.slice(0, 50),
         sourceId: req.sourceId.slice(0, 200),
         ttlMs: req.ttlMs || (deps.reservationTtlMs ?? 600_000),
+        ...(req.price ? { price: req.price, inputTokens: req.inputTokens ?? 0, outputTokens: req.outputTokens ?? 0 } : {}),
       };
       const problem = validReserve(input);
       if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
@@ -312,6 +313,10 @@ export function billingHandlers(deps: BillingDeps) {
         !req.callId || req.callId.length > 200 ? { field: 'callId', message: 'must be 1 to 200 characters' } : null,
         !Number.isSafeInteger(req.inputTokens) || req.inputTokens < 0 ? { field: 'inputTokens', message: 'must be >= 0' } : null,
         !Number.isSafeInteger(req.outputTokens) || req.outputTokens < 0 ? { field: 'outputTokens', message: 'must be >= 0' } : null,
+        req.cachedInputTokens !== undefined && (!Number.isSafeInteger(req.cachedInputTokens) || req.cachedInputTokens < 0)
+          ? { field: 'cachedInputTokens', message: 'must be >= 0' }
+          : null,
+        validModelPrice(req.price) ? { field: 'price', message: validModelPrice(req.price)! } : null,
       ].filter((p) => p !== null);
       if (problems.length) throw errors.validation(problems);
       await openedAccount(auth.tid);
@@ -334,6 +339,9 @@ export function billingHandlers(deps: BillingDeps) {
           callId: req.callId,
           projectId: '',
           agentId: '',
+          price: req.price,
+          cachedInputTokens: req.cachedInputTokens,
+          call: req.call,
         },
         req.callId,
       );
