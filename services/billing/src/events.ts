@@ -12,6 +12,7 @@ import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
 import { closeReservation, validModelPrice } from './reservations';
 import { callCredits } from '@svc/llm/pricing';
+import { logCall, logReleasedCall, requestLogEntry, requestLogId } from './request-log';
 import { recordUsageRollups } from './usage-analytics';
 
 const TYPES = new Set(['tenant.created', 'llm.usage']);
@@ -60,18 +61,28 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
   const credits = price
     ? callCredits({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens }, price)
     : usageCredits(u.inputTokens, u.outputTokens, per1k);
-  // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back.
+  // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back,
+  // and the request log keeps the call when its sender described it (an error or a cancel, 0 credits).
   if (u.callId && u.inputTokens + u.outputTokens <= 0) {
-    await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
+    if (!u.call) {
+      await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
+      return 0;
+    }
+    const entry = { id: requestLogId(tenantId, `release:${u.callId}`), tenantId, credits: 0, defaultStatus: 'error' as const };
+    await applyOnce(store, async (tx) => {
+      await closeReservation(tx, tenantId, u.callId, 'released');
+      await logReleasedCall(tx, requestLogEntry(u, { ...entry, at: nowIso() }));
+    });
     return 0;
   }
+  const sourceKey = u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`;
   return applyOnce(store, async (tx) => {
     // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
     // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
     if (u.callId) await closeReservation(tx, tenantId, u.callId, 'settled');
     const applied = await addEntry(tx, {
       tenantId,
-      sourceKey: u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`,
+      sourceKey,
       kind: 'usage',
       credits: -credits,
       description: `${u.inputTokens + u.outputTokens} tokens, ${u.model} (${u.source} ${u.sourceId})`,
@@ -93,6 +104,9 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
       },
     });
     if (!applied) return 0;
+    // The entry applied once (its source is unique): the call's log entry is one insert beside it, nothing read.
+    const at = applied.entry.createdAt;
+    await logCall(tx, requestLogEntry(u, { id: requestLogId(tenantId, sourceKey), tenantId, at, credits, defaultStatus: 'ok' }));
     await recordUsageRollups(tx, applied.entry);
     const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
     await addUsage(tx, tenantId, 'model', u.model, '', line);
