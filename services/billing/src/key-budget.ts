@@ -72,8 +72,10 @@ export async function lastKeyBudget(store: Store, tenantId: string, keyId: strin
 
 /** The key has no budget now (identity says so): a later revocation must not bring back the one it had. */
 export async function forgetKeyBudget(store: Store, tenantId: string, keyId: string): Promise<void> {
-  // A conditional update that matches nothing unless a budget was remembered: no write in the steady state.
-  await store.collection(keyUsage).update(keyUsageId(tenantId, keyId), { tenantId, hasBudget: true }, { hasBudget: false });
+  // Read first: a write that matches nothing still takes SQLite's writer; in the steady state nothing is written.
+  const id = keyUsageId(tenantId, keyId);
+  const col = store.collection(keyUsage);
+  if (await col.get(id, { tenantId, hasBudget: true })) await col.update(id, { tenantId, hasBudget: true }, { hasBudget: false });
 }
 
 /** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */

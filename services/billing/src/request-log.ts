@@ -116,8 +116,25 @@ export async function logReleasedCall(tx: StoreSession, doc: RequestLogDoc): Pro
 }
 
 export function toRequestLogEntry(d: RequestLogDoc): billingV1.RequestLogEntry {
-  const { tenantId: _tenantId, ...view } = d;
-  return view;
+  return {
+    id: d.id,
+    at: d.at,
+    source: d.source,
+    requestId: d.requestId,
+    apiKeyId: d.apiKeyId,
+    userId: d.userId,
+    endUser: d.endUser,
+    model: d.model,
+    servedModel: d.servedModel,
+    provider: d.provider,
+    status: d.status,
+    errorCode: d.errorCode,
+    inputTokens: d.inputTokens,
+    outputTokens: d.outputTokens,
+    credits: d.credits,
+    latencyMs: d.latencyMs,
+    ttftMs: d.ttftMs,
+  };
 }
 
 export interface RequestLogQuery {
