@@ -170,7 +170,7 @@ test('groups name the model, the keys, the projects and the agent of each call',
     }
     return calls;
   };
-  expect([...(await by('model')).keys()]).toEqual(['openai/gpt-fake']);
+  expect([...(await by('model')).keys()]).toEqual(['gpt-fake']);
   const keys = await by('apiKey');
   expect(keys.get(t.keyB.id)).toBe(2); // two replies; key A also ran an agent (one or more calls)
   expect(keys.get(t.keyA.id)).toBeGreaterThanOrEqual(3);

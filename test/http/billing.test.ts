@@ -156,7 +156,7 @@ it('spends credits on model calls, shows usage per model and per key, and answer
   expect((await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'hello there' }, { token: key })).status).toBe(202);
   await eventually(async () => (await balanceOf(a)) === 9);
   const usage = (await api.get('/api/v1/billing/summary', t)).body.data.usage;
-  expect(usage).toMatchObject({ calls: 1, credits: 1, byModel: [{ key: 'openai/gpt-fake', calls: 1, credits: 1 }] });
+  expect(usage).toMatchObject({ calls: 1, credits: 1, byModel: [{ key: 'gpt-fake', calls: 1, credits: 1 }] });
   expect(usage.byCredential).toEqual([expect.objectContaining({ key: keyId, kind: 'api_key', calls: 1, credits: 1 })]);
 });
 
@@ -166,7 +166,7 @@ it('bills a chat reply whose reader hung up mid-stream, and the model call of an
   await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-cut', baseUrl: llm.url, apiKey: 'sk-billing' }, t);
   const usageOfModel = async () =>
     ((await api.get('/api/v1/billing/summary', t)).body.data.usage.byModel as Array<{ key: string; calls: number; credits: number }>).find(
-      (l) => l.key === 'openai/gpt-cut',
+      (l) => l.key === 'gpt-cut',
     );
 
   // Chat: 1,500 tokens reported at the end (2 credits); the reader leaves after the first delta.

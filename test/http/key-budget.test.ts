@@ -122,3 +122,43 @@ it("a lowered budget refuses an agent run's next step, which reserves under the 
   expect(run.error).toMatch(/^insufficient_credits: /);
   expect(await settled(id)).toBe(9);
 });
+
+it('a revoked key’s running agent stops at its budget: the run’s later steps reserve under the budget the key had', async () => {
+  // 30 credits: two steps (an 11-credit hold each, 9 spent each) fit, the third's hold does not (30 - 18 < 11).
+  const { key, id } = await createKey(api, owner.accessToken, { limits: { creditBudget: { credits: 30, period: 'total' } } });
+  const step = {
+    type: 'tool_calls' as const,
+    toolCalls: [{ name: 'get_project', arguments: {} }],
+    usage: { inputTokens: 50, outputTokens: 40 },
+  };
+  openai.reset(); // what an earlier test left queued
+  openai.script({ ...step, delayMs: 1000 }, step, step, step, step, step, {
+    type: 'text',
+    text: 'Done.',
+    usage: { inputTokens: 50, outputTokens: 40 },
+  });
+  const executed = await api.post(`/api/v1/agents/${agentId}/execute`, { goal: 'Look a lot', projectId }, { token: key });
+  expect(executed.status).toBe(202);
+  const runId = executed.body.data.id as string;
+  // Revoked while the first step's call runs: the run goes on under its delegated token.
+  expect((await api.del(`/api/v1/api-keys/${id}`, { token: owner.accessToken })).status).toBe(200);
+  await eventually(async () => (await api.get('/api/v1/projects', { token: key })).status === 401);
+  let run: any;
+  await eventually(
+    async () => {
+      run = (await api.get(`/api/v1/agents/${agentId}/runs/${runId}`, { token: owner.accessToken })).body.data;
+      return ['completed', 'failed', 'cancelled'].includes(run.status);
+    },
+    20_000,
+    100,
+  );
+  expect(run.status).toBe('failed');
+  expect(run.error).toMatch(/^insufficient_credits: /);
+  await eventually(async () => (await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data.credits.reserved === 0);
+  const lines = (await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data.usage.byCredential as Array<{
+    key: string;
+    credits: number;
+    calls: number;
+  }>;
+  expect(lines.find((l) => l.key === id)).toMatchObject({ calls: 2, credits: 18 });
+});

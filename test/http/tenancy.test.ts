@@ -61,6 +61,9 @@ beforeAll(async () => {
   const created = await api.post('/v1/responses', { model: 'gpt-test', input: 'hello' }, { token: theirKey });
   expect(created.body.status).toBe('completed');
   theirIds['/v1/responses'] = created.body.id;
+  // That model call in their request log, once billing has settled it.
+  await eventually(async () => (await api.get('/api/v1/requests', t)).body.data.length === 1, 10_000);
+  theirIds['/api/v1/requests'] = (await api.get('/api/v1/requests', t)).body.data[0].id;
 });
 afterAll(async () => {
   await stack.stop();
@@ -161,6 +164,7 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'POST /api/v1/mcp-servers/{id}/refresh',
       'GET /v1/responses/{id}',
       'POST /v1/responses/{id}/cancel',
+      'GET /api/v1/requests/{id}',
     ]),
   );
   // Nothing of theirs changed.
@@ -195,6 +199,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/secrets',
     '/api/v1/events',
     '/api/v1/mcp-servers',
+    '/api/v1/requests',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

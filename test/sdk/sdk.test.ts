@@ -226,6 +226,9 @@ it('drives every endpoint through the SDK', async () => {
     query: { from: new Date(day).toISOString(), to: new Date(day + 86_400_000).toISOString(), groupBy: 'model' },
   });
   expect(usage.reduce((n, r) => n + r.calls, 0)).toBeGreaterThanOrEqual(1);
+  const calls = await sdk.listRequests({ query: { limit: 100 } });
+  expect(calls.reduce((n, c) => n + c.credits, 0)).toBe(usage.reduce((n, r) => n + r.credits, 0));
+  expect((await sdk.getRequest({ params: { id: calls[0].id } })).id).toBe(calls[0].id);
   const alerts = { balanceBelow: 100, keyBudgetPercents: [50, 80], dailyCreditsAbove: 5000 };
   expect(await sdk.putBillingAlerts({ body: alerts })).toEqual(alerts);
   expect(await sdk.getBillingAlerts()).toEqual(alerts);

@@ -73,7 +73,9 @@ const UsageQuery = Obj({
 const grouped = (description: string) => Type.Optional(Nullable(Type.String({ description: `${description}; null for none` })));
 const UsageRow = Obj({
   start: Timestamp,
-  model: grouped('provider/model, present when grouped by model'),
+  model: grouped(
+    'The model as the caller asked for it (a catalogue name, or the default model’s name; calls before prices kept provider/model), present when grouped by model',
+  ),
   apiKeyId: grouped('The API key that made the call, present when grouped by apiKey'),
   projectId: grouped('Present when grouped by project'),
   agentId: grouped('Present when grouped by agent'),

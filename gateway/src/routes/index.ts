@@ -15,6 +15,7 @@ import { mcpRoutes } from './mcp';
 import { mcpServerRoutes } from './mcp-servers';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
+import { requestRoutes } from './requests';
 import { secretRoutes } from './secrets';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
@@ -36,6 +37,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   eventRoutes(app, deps);
   chatRoutes(app, deps);
   billingRoutes(app, deps);
+  requestRoutes(app, deps);
   adminRoutes(app, deps);
   regionRoutes(app, deps);
   secretRoutes(app, deps);

@@ -46,13 +46,24 @@ export interface EntryDoc {
 
 /** What usage analytics group a model call's debit by (usage-analytics.ts); '' for none. */
 export interface EntryUsage {
-  /** provider/model */
+  /**
+   * The model as the caller asked for it (a catalogue name, or the default model's name: CONTRACT.md 12); entries
+   * of older versions have `provider/model`.
+   */
   model: string;
   apiKeyId: string;
   projectId: string;
   agentId: string;
   inputTokens: number;
   outputTokens: number;
+  /** Of `inputTokens`, those read from the provider's prompt cache (absent: none). */
+  cachedInputTokens?: number;
+  /** The provider that served, the catalogue entry that served ('' or absent: the default model) and its model id. */
+  provider?: string;
+  entryId?: string;
+  servedModel?: string;
+  /** The price applied, in credits per 1,000,000 tokens (absent on entries of older versions). */
+  price?: { input: number; output: number; cachedInput: number; source: string };
 }
 
 export interface InvoiceDoc {

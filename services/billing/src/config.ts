@@ -9,6 +9,8 @@ export const billingConfig = {
    * recorded nothing): billing's sweep then gives it back, judged on its own clock.
    */
   reservationTtlMs: field('BILLING_RESERVATION_TTL_MS', 'int', { default: '600000', min: 1000, max: 86_400_000 }),
+  /** How long the request log (GET /requests) keeps a model call's entry. */
+  requestLogRetentionDays: field('REQUEST_LOG_RETENTION_DAYS', 'int', { default: '30', min: 1, max: 3650 }),
   /** Credits granted to a new tenant (from `tenant.created`). */
   startingGrant: field('BILLING_STARTING_GRANT', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
   /** The operator token; the admin API is off (404 at the gateway, refused here) when unset. */

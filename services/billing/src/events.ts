@@ -10,7 +10,9 @@ import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
 import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
-import { closeReservation } from './reservations';
+import { closeReservation, validModelPrice } from './reservations';
+import { callCredits } from '@svc/llm/pricing';
+import { logCall, logReleasedCall, requestLogEntry, requestLogId } from './request-log';
 import { recordUsageRollups } from './usage-analytics';
 
 const TYPES = new Set(['tenant.created', 'llm.usage']);
@@ -53,35 +55,61 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
  * debited by this application (0 when it had been applied before).
  */
 export async function applyUsage(store: Store, per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): Promise<number> {
-  const credits = usageCredits(u.inputTokens, u.outputTokens, per1k);
-  // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back.
+  // A price nobody could have meant (negative, not a number) is not applied: the call is billed at the default.
+  const price = u.price && validModelPrice(u.price) === null ? u.price : undefined;
+  const cachedInputTokens = Math.min(Math.max(0, u.cachedInputTokens ?? 0), Math.max(0, u.inputTokens));
+  const credits = price
+    ? callCredits({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens }, price)
+    : usageCredits(u.inputTokens, u.outputTokens, per1k);
+  // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back,
+  // and the request log keeps the call when its sender described it (an error or a cancel, 0 credits).
   if (u.callId && u.inputTokens + u.outputTokens <= 0) {
-    await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
+    if (!u.call) {
+      await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
+      return 0;
+    }
+    const entry = { id: requestLogId(tenantId, `release:${u.callId}`), tenantId, credits: 0, defaultStatus: 'error' as const };
+    await applyOnce(store, async (tx) => {
+      await closeReservation(tx, tenantId, u.callId, 'released');
+      await logReleasedCall(tx, requestLogEntry(u, { ...entry, at: nowIso() }));
+    });
     return 0;
   }
+  const sourceKey = u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`;
   return applyOnce(store, async (tx) => {
     // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
     // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
     if (u.callId) await closeReservation(tx, tenantId, u.callId, 'settled');
     const applied = await addEntry(tx, {
       tenantId,
-      sourceKey: u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`,
+      sourceKey,
       kind: 'usage',
       credits: -credits,
-      description: `${u.inputTokens + u.outputTokens} tokens, ${u.provider}/${u.model} (${u.source} ${u.sourceId})`,
+      description: `${u.inputTokens + u.outputTokens} tokens, ${u.model} (${u.source} ${u.sourceId})`,
       usage: {
-        model: `${u.provider}/${u.model}`,
+        // The model as the caller asked for it (CONTRACT.md 12): usage analytics group by it.
+        model: u.model,
         apiKeyId: u.credentialType === 'api_key' ? u.credentialId : '',
         projectId: u.projectId,
         agentId: u.agentId,
         inputTokens: u.inputTokens,
         outputTokens: u.outputTokens,
+        ...(cachedInputTokens ? { cachedInputTokens } : {}),
+        provider: u.provider,
+        ...(u.call?.entryId ? { entryId: u.call.entryId } : {}),
+        ...(u.call?.servedModel ? { servedModel: u.call.servedModel } : {}),
+        price: price
+          ? { input: price.input, output: price.output, cachedInput: price.cachedInput, source: price.source || 'entry' }
+          : { input: per1k * 1000, output: per1k * 1000, cachedInput: per1k * 1000, source: 'default' },
       },
     });
     if (!applied) return 0;
+    // The entry applied once (its source is unique): the call's log entry is one insert beside it, nothing read.
+    const at = applied.entry.createdAt;
+    await logCall(tx, requestLogEntry(u, { id: requestLogId(tenantId, sourceKey), tenantId, at, credits, defaultStatus: 'ok' }));
     await recordUsageRollups(tx, applied.entry);
     const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
-    await addUsage(tx, tenantId, 'model', `${u.provider}/${u.model}`, '', line);
+    await addUsage(tx, tenantId, 'model', u.model, '', line);
     await addUsage(tx, tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
     if (u.credentialType === 'api_key' && u.credentialId) {
       await recordKeyUsage(tx, tenantId, u.credentialId, u.inputTokens + u.outputTokens, credits);

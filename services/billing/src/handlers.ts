@@ -30,7 +30,8 @@ import { grantStartingCredits } from './events';
 import { idempotent, type Commit } from './idempotency';
 import { providerNamed, type PaymentProvider, type ProviderEvent } from './providers';
 import { accountOf, addEntry, applyOnce } from './ledger';
-import { closeReservation, reserve, validReserve } from './reservations';
+import { forgetKeyBudget, lastKeyBudget, type KeyBudget } from './key-budget';
+import { closeReservation, reserve, validModelPrice, validReserve } from './reservations';
 import { applyUsage } from './events';
 import { MONTHLY_PRICE_CENTS } from './plans';
 import { toInvoice, toSubscription, usageOf } from './views';
@@ -254,6 +255,22 @@ export function billingHandlers(deps: BillingDeps) {
     });
   }
 
+  /**
+   * The calling key's credit budget, asked of identity per reservation, not cached: a change counts from identity's
+   * commit (identity down: refused). A key identity answers no limits for (revoked, or gone) keeps the budget it last
+   * had, so the work it started stays bounded (key-budget.ts).
+   */
+  async function callerKeyBudget(tenantId: string, keyId: string, token: string): Promise<KeyBudget | undefined> {
+    const limits = await deps.keyLimits!(token);
+    if (!limits) return lastKeyBudget(store, tenantId, keyId);
+    const budget = limits.creditBudget;
+    if (!budget) {
+      await forgetKeyBudget(store, tenantId, keyId);
+      return undefined;
+    }
+    return { keyId, credits: budget.credits, period: budget.period === 'month' ? 'month' : 'total' };
+  }
+
   return {
     async getSummary(_req: billingV1.GetSummaryRequest, ctx: CallContext): Promise<billingV1.GetSummaryResponse> {
       const { auth } = authed(ctx);
@@ -292,14 +309,11 @@ export function billingHandlers(deps: BillingDeps) {
         source: req.source.slice(0, 50),
         sourceId: req.sourceId.slice(0, 200),
         ttlMs: req.ttlMs || (deps.reservationTtlMs ?? 600_000),
+        ...(req.price ? { price: req.price, inputTokens: req.inputTokens ?? 0, outputTokens: req.outputTokens ?? 0 } : {}),
       };
       const problem = validReserve(input);
       if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
-      // Asked per reservation, not cached: a budget change counts from identity's commit (identity down: refused).
-      const budget = auth.typ === 'api_key' && deps.keyLimits ? (await deps.keyLimits(ctx.token!))?.creditBudget : undefined;
-      const keyBudget = budget
-        ? ({ keyId: auth.sid, credits: budget.credits, period: budget.period === 'month' ? 'month' : 'total' } as const)
-        : undefined;
+      const keyBudget = auth.typ === 'api_key' && deps.keyLimits ? await callerKeyBudget(auth.tid, auth.sid, ctx.token!) : undefined;
       // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
       await openedAccount(auth.tid);
       const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
@@ -312,6 +326,10 @@ export function billingHandlers(deps: BillingDeps) {
         !req.callId || req.callId.length > 200 ? { field: 'callId', message: 'must be 1 to 200 characters' } : null,
         !Number.isSafeInteger(req.inputTokens) || req.inputTokens < 0 ? { field: 'inputTokens', message: 'must be >= 0' } : null,
         !Number.isSafeInteger(req.outputTokens) || req.outputTokens < 0 ? { field: 'outputTokens', message: 'must be >= 0' } : null,
+        req.cachedInputTokens !== undefined && (!Number.isSafeInteger(req.cachedInputTokens) || req.cachedInputTokens < 0)
+          ? { field: 'cachedInputTokens', message: 'must be >= 0' }
+          : null,
+        validModelPrice(req.price) ? { field: 'price', message: validModelPrice(req.price)! } : null,
       ].filter((p) => p !== null);
       if (problems.length) throw errors.validation(problems);
       await openedAccount(auth.tid);
@@ -334,6 +352,9 @@ export function billingHandlers(deps: BillingDeps) {
           callId: req.callId,
           projectId: '',
           agentId: '',
+          price: req.price,
+          cachedInputTokens: req.cachedInputTokens,
+          call: req.call,
         },
         req.callId,
       );

@@ -8,7 +8,7 @@ import { billingEventHandler } from './events';
 import { keyUsage, keyUsageId } from './key-usage';
 import { addEntry, applyOnce } from './ledger';
 import { closeReservation, creditsOf, reserve, type ReserveInput } from './reservations';
-import type { KeyBudget } from './key-budget';
+import { forgetKeyBudget, lastKeyBudget, type KeyBudget } from './key-budget';
 
 // 1,000 credits per 1,000 tokens: a token is a credit, so the sums read plainly.
 const PER_1K = 1000;
@@ -139,4 +139,18 @@ it('a key id reported under two tenants keeps two counts (never a stuck consumer
   for (const tenantId of ['ten_1', 'ten_2']) await handle({ ...usage(tenantId), offset: '0', timestamp: Date.now() });
   expect((await store.collection(keyUsage).get(keyUsageId('ten_1', 'key_shared')))?.totalCredits).toBe(20);
   expect((await store.collection(keyUsage).get(keyUsageId('ten_2', 'key_shared')))?.totalCredits).toBe(20);
+});
+
+it('remembers the budget each reservation held, for a revoked key, and forgets it when the key has none', async () => {
+  expect(await lastKeyBudget(store, 'ten_1', 'key_1')).toBeUndefined();
+  await reserve(store, hold('r1', 10, budget(100)), PER_1K);
+  expect(await lastKeyBudget(store, 'ten_1', 'key_1')).toEqual(budget(100));
+  await reserve(store, hold('r2', 10, budget(60, 'key_1', 'month')), PER_1K);
+  expect(await lastKeyBudget(store, 'ten_1', 'key_1')).toEqual(budget(60, 'key_1', 'month'));
+  expect(await lastKeyBudget(store, 'ten_1', 'key_2')).toBeUndefined();
+  expect(await lastKeyBudget(store, 'ten_2', 'key_1')).toBeUndefined();
+  // The budget removed: a later revocation must not bring it back.
+  await forgetKeyBudget(store, 'ten_1', 'key_1');
+  expect(await lastKeyBudget(store, 'ten_1', 'key_1')).toBeUndefined();
+  expect((await keyDoc())!.reserved).toBe(20);
 });

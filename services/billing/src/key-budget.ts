@@ -9,8 +9,13 @@
  * every replica, for background work holding an older delegated token of the key as well. `period: "month"` is the
  * calendar month in UTC of billing's clock at the reservation (the same clock that files each settle's credits under
  * a month): one machine decides, nothing compares clocks across machines.
+ *
+ * A revoked key's work already under way (an agent run holding a delegated token of the key) still reserves, and
+ * identity answers no limits for a revoked key: billing keeps the budget each reservation read on the key's usage
+ * document, and a key identity no longer knows reserves under the budget it last had (issue 31).
  */
 import { AppError, type StoreSession } from '@svc/kit';
+import type { Store } from '@svc/kit';
 import { keyUsage, keyUsageId, keyUsageOf, monthOf, type KeyUsageDoc } from './key-usage';
 
 export interface KeyBudget {
@@ -52,6 +57,25 @@ export async function holdKeyBudget(
       required,
     });
   await tx.collection(keyUsage).increment(doc.id, { tenantId }, { reserved: credits });
+  // Remembered for the key's work after a revocation; written only when it changed.
+  if (!doc.hasBudget || doc.budget?.credits !== budget.credits || doc.budget?.period !== budget.period)
+    await tx
+      .collection(keyUsage)
+      .update(doc.id, { tenantId }, { budget: { credits: budget.credits, period: budget.period }, hasBudget: true });
+}
+
+/** The budget the key had at its last reservation with one, for a key identity no longer answers for (revoked). */
+export async function lastKeyBudget(store: Store, tenantId: string, keyId: string): Promise<KeyBudget | undefined> {
+  const doc = await store.collection(keyUsage).get(keyUsageId(tenantId, keyId), { tenantId });
+  return doc?.hasBudget && doc.budget ? { keyId, credits: doc.budget.credits, period: doc.budget.period } : undefined;
+}
+
+/** The key has no budget now (identity says so): a later revocation must not bring back the one it had. */
+export async function forgetKeyBudget(store: Store, tenantId: string, keyId: string): Promise<void> {
+  // Read first: a write that matches nothing still takes SQLite's writer; in the steady state nothing is written.
+  const id = keyUsageId(tenantId, keyId);
+  const col = store.collection(keyUsage);
+  if (await col.get(id, { tenantId, hasBudget: true })) await col.update(id, { tenantId, hasBudget: true }, { hasBudget: false });
 }
 
 /** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */

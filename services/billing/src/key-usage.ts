@@ -20,6 +20,12 @@ export interface KeyUsageDoc {
   totalCredits: number;
   /** Credits of the key's open reservations (absent: none yet), moved with each one's opening and closing (key-budget.ts). */
   reserved?: number;
+  /**
+   * The key's credit budget as last read from identity at a reservation (key-budget.ts), and whether it still has
+   * one: a revoked key's work reserves under it, identity answering nothing for a revoked key.
+   */
+  budget?: { credits: number; period: 'total' | 'month' };
+  hasBudget?: boolean;
   createdAt: string;
 }
 

@@ -14,6 +14,7 @@ import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, now
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf, usageCredits } from './ledger';
+import { callCredits, type ModelPrice } from '@svc/llm/pricing';
 
 const MAX_TOKENS = 100_000_000;
 const MAX_TTL_MS = 24 * 3600_000;
@@ -27,7 +28,23 @@ export interface ReserveInput {
   ttlMs: number;
   /** The calling API key's credit budget, when it has one: the reservation must fit in it too (key-budget.ts). */
   keyBudget?: KeyBudget;
+  /**
+   * The model's price (CONTRACT.md 12): the hold is `inputTokens` (the prompt's bound) and `outputTokens` (the
+   * output bound) at it, and `tokens` is ignored. Absent: `tokens` at the default price.
+   */
+  price?: Omit<ModelPrice, 'source'>;
+  inputTokens?: number;
+  outputTokens?: number;
 }
+
+/** The credits a reservation holds: its bounds at the call's price, else its tokens at the default price. */
+export function holdCredits(input: ReserveInput, per1k: number): number {
+  if (!input.price) return usageCredits(input.tokens, 0, per1k);
+  return callCredits({ inputTokens: input.inputTokens ?? 0, outputTokens: input.outputTokens ?? 0 }, input.price);
+}
+
+const MAX_PRICE = 1e9;
+const validPrice = (n: number) => Number.isFinite(n) && n >= 0 && n <= MAX_PRICE;
 
 export interface Credits {
   balance: number;
@@ -47,6 +64,17 @@ export function validReserve(input: ReserveInput): string | null {
   if (!input.callId || input.callId.length > 200) return 'callId must be 1 to 200 characters';
   if (!Number.isInteger(input.tokens) || input.tokens < 0 || input.tokens > MAX_TOKENS) return `tokens must be 0 to ${MAX_TOKENS}`;
   if (!Number.isInteger(input.ttlMs) || input.ttlMs < 1 || input.ttlMs > MAX_TTL_MS) return `ttlMs must be 1 to ${MAX_TTL_MS}`;
+  for (const field of ['inputTokens', 'outputTokens'] as const) {
+    const n = input[field];
+    if (n !== undefined && (!Number.isInteger(n) || n < 0 || n > MAX_TOKENS)) return `${field} must be 0 to ${MAX_TOKENS}`;
+  }
+  return validModelPrice(input.price);
+}
+
+/** A price as callers send it, or why not: credits per million tokens, each 0 to 1e9. */
+export function validModelPrice(price: Omit<ModelPrice, 'source'> | undefined): string | null {
+  if (price && ![price.input, price.output, price.cachedInput].every(validPrice))
+    return `price must be 0 to ${MAX_PRICE} per million tokens`;
   return null;
 }
 
@@ -56,7 +84,7 @@ export function validReserve(input: ReserveInput): string | null {
  * `key_budget_exhausted`) what is left of the calling key's budget.
  */
 export async function reserve(store: Store, input: ReserveInput, per1k: number): Promise<{ doc: ReservationDoc; credits: Credits }> {
-  const credits = usageCredits(input.tokens, 0, per1k);
+  const credits = holdCredits(input, per1k);
   const id = reservationId(input.tenantId, input.callId);
   for (let attempt = 1; ; attempt++) {
     try {

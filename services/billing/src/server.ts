@@ -8,6 +8,7 @@ import { billingEventHandler } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
 import { paymentProvider } from './providers';
+import { requestLog, RequestLog, requestLogHandlers } from './request-log';
 import { ReservationSweeper } from './reservations';
 import { usageAnalyticsHandlers, usageRollups } from './usage-analytics';
 
@@ -19,7 +20,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     name: 'billing',
     defaultPort: 50056,
     config: billingConfig,
-    collections: [...ALL_COLLECTIONS, usageRollups],
+    collections: [...ALL_COLLECTIONS, usageRollups, requestLog],
     env,
   });
   const { verifier, identity } = identityVerifier(rt.config);
@@ -38,6 +39,8 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
   // Looks at least four times per TTL, at most every 5 s: an expiry comes within a quarter TTL (or 5 s) of its due.
   const sweeper = new ReservationSweeper(rt.store, rt.logger, Math.max(250, Math.min(5000, Math.floor(rt.config.reservationTtlMs / 4))));
   sweeper.start();
+  const calls = new RequestLog(rt.store, { retentionDays: rt.config.requestLogRetentionDays, logger: rt.logger });
+  calls.start();
   return serve(rt, {
     verifier,
     healthNames: ['billing.v1.BillingService'],
@@ -60,6 +63,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
           ...keyUsageHandlers(rt.store),
           ...alertsHandlers(rt.store),
           ...usageAnalyticsHandlers(rt.store),
+          ...requestLogHandlers(calls),
           ...billingHandlers({
             store: rt.store,
             relay: rt.relay,
@@ -77,7 +81,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
       }),
     ],
     onStop: async () => {
-      await sweeper.stop();
+      await Promise.all([sweeper.stop(), calls.stop()]);
       identity.close();
     },
   });

@@ -143,6 +143,8 @@ export const OPERATIONS = {
   getBillingAlerts: { method: 'GET', path: '/api/v1/billing/alerts', pathParams: [], access: 'billing:read:manager', stream: false },
   putBillingAlerts: { method: 'PUT', path: '/api/v1/billing/alerts', pathParams: [], access: 'billing:write', stream: false },
   receiveStripeWebhook: { method: 'POST', path: '/api/v1/billing/webhooks/stripe', pathParams: [], access: 'public', stream: false },
+  listRequests: { method: 'GET', path: '/api/v1/requests', pathParams: [], access: 'billing:read', stream: false },
+  getRequest: { method: 'GET', path: '/api/v1/requests/{id}', pathParams: ['id'], access: 'billing:read', stream: false },
   adminMintGiftCards: { method: 'POST', path: '/api/v1/admin/gift-cards', pathParams: [], access: 'operator', stream: false },
   adminSetTenantPlan: { method: 'PATCH', path: '/api/v1/admin/tenants/{id}', pathParams: ['id'], access: 'operator', stream: false },
   adminAdjustCredits: { method: 'POST', path: '/api/v1/admin/tenants/{id}/credits', pathParams: ['id'], access: 'operator', stream: false },
@@ -626,6 +628,16 @@ export abstract class GeneratedMethods {
     options?: CallOptions,
   ): Promise<Output<'receiveStripeWebhook'>> {
     return this.call('receiveStripeWebhook', input, options);
+  }
+
+  /** The request log: one entry per model call on every path, newest first, with its tokens and the credits it was billed; no prompt or answer is kept; kept REQUEST_LOG_RETENTION_DAYS (30) (`GET /api/v1/requests`) */
+  listRequests(input: Input<'listRequests'> = {} as Input<'listRequests'>, options?: CallOptions): Promise<Output<'listRequests'>> {
+    return this.call('listRequests', input, options);
+  }
+
+  /** One model call of the request log (`GET /api/v1/requests/{id}`) */
+  getRequest(input: Input<'getRequest'>, options?: CallOptions): Promise<Output<'getRequest'>> {
+    return this.call('getRequest', input, options);
   }
 
   /** Mint gift cards (codes shown once) (`POST /api/v1/admin/gift-cards`) */

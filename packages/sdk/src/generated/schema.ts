@@ -992,6 +992,40 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/requests': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The request log: one entry per model call on every path, newest first, with its tokens and the credits it was billed; no prompt or answer is kept; kept REQUEST_LOG_RETENTION_DAYS (30) */
+    get: operations['listRequests'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/requests/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One model call of the request log */
+    get: operations['getRequest'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/admin/gift-cards': {
     parameters: {
       query?: never;
@@ -5846,6 +5880,143 @@ export interface operations {
           'application/json': {
             data: {
               received: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listRequests: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+        from?: string;
+        to?: string;
+        model?: string;
+        apiKeyId?: string;
+        source?: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
+        status?: 'ok' | 'error' | 'cancelled';
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              at: string;
+              /** @description The path the call came by: REST chat, an agent run, /v1, /v1/passthrough or /mcp */
+              source: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
+              requestId: string | null;
+              apiKeyId: string | null;
+              userId: string | null;
+              endUser: string | null;
+              /** @description The model as the caller asked for it: a catalogue name, or the default model’s name */
+              model: string;
+              servedModel: string | null;
+              provider: string | null;
+              /** @description ok; error (the call failed, see errorCode); cancelled (the caller left or cancelled) */
+              status: 'ok' | 'error' | 'cancelled';
+              errorCode: string | null;
+              inputTokens: number;
+              outputTokens: number;
+              /** @description The call’s ledger debit (0 for a call that billed nothing) */
+              credits: number;
+              /** @description From the call’s start to its end */
+              latencyMs: number;
+              /** @description Time to the first token; 0 when none came */
+              ttftMs: number;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getRequest: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              at: string;
+              /** @description The path the call came by: REST chat, an agent run, /v1, /v1/passthrough or /mcp */
+              source: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
+              requestId: string | null;
+              apiKeyId: string | null;
+              userId: string | null;
+              endUser: string | null;
+              /** @description The model as the caller asked for it: a catalogue name, or the default model’s name */
+              model: string;
+              servedModel: string | null;
+              provider: string | null;
+              /** @description ok; error (the call failed, see errorCode); cancelled (the caller left or cancelled) */
+              status: 'ok' | 'error' | 'cancelled';
+              errorCode: string | null;
+              inputTokens: number;
+              outputTokens: number;
+              /** @description The call’s ledger debit (0 for a call that billed nothing) */
+              credits: number;
+              /** @description From the call’s start to its end */
+              latencyMs: number;
+              /** @description Time to the first token; 0 when none came */
+              ttftMs: number;
             };
             meta: {
               request_id: string;

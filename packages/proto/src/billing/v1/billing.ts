@@ -336,6 +336,56 @@ export interface GetUsageAnalyticsResponse {
   rows: UsageRow[];
 }
 
+/** One model call as the request log keeps it (CONTRACT.md 12), written in the transaction that settles the call. */
+export interface RequestLogEntry {
+  id: string;
+  at: string;
+  /** chat, agent, v1, passthrough, mcp */
+  source: string;
+  requestId: string;
+  apiKeyId: string;
+  userId: string;
+  endUser: string;
+  /** The model as the caller asked for it; served_model the provider's model that served. */
+  model: string;
+  servedModel: string;
+  provider: string;
+  /** ok, error, cancelled */
+  status: string;
+  errorCode: string;
+  inputTokens: number;
+  outputTokens: number;
+  /** Equals the call's ledger debit. */
+  credits: number;
+  latencyMs: number;
+  ttftMs: number;
+}
+
+export interface ListRequestsRequest {
+  /** ISO 8601: calls with from <= at < to ('' for no bound). */
+  from: string;
+  to: string;
+  model: string;
+  apiKeyId: string;
+  source: string;
+  status: string;
+  cursor: string;
+  limit: number;
+}
+
+export interface ListRequestsResponse {
+  entries: RequestLogEntry[];
+  nextCursor: string;
+}
+
+export interface GetRequestRequest {
+  id: string;
+}
+
+export interface GetRequestResponse {
+  entry?: RequestLogEntry | undefined;
+}
+
 function createBaseSubscription(): Subscription {
   return { id: "", plan: "", status: "", provider: "", currentPeriodStart: "", currentPeriodEnd: "", createdAt: "" };
 }
@@ -5094,6 +5144,801 @@ export const GetUsageAnalyticsResponse: MessageFns<GetUsageAnalyticsResponse> = 
   },
 };
 
+function createBaseRequestLogEntry(): RequestLogEntry {
+  return {
+    id: "",
+    at: "",
+    source: "",
+    requestId: "",
+    apiKeyId: "",
+    userId: "",
+    endUser: "",
+    model: "",
+    servedModel: "",
+    provider: "",
+    status: "",
+    errorCode: "",
+    inputTokens: 0,
+    outputTokens: 0,
+    credits: 0,
+    latencyMs: 0,
+    ttftMs: 0,
+  };
+}
+
+export const RequestLogEntry: MessageFns<RequestLogEntry> = {
+  encode(message: RequestLogEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.at !== "") {
+      writer.uint32(18).string(message.at);
+    }
+    if (message.source !== "") {
+      writer.uint32(26).string(message.source);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(34).string(message.requestId);
+    }
+    if (message.apiKeyId !== "") {
+      writer.uint32(42).string(message.apiKeyId);
+    }
+    if (message.userId !== "") {
+      writer.uint32(50).string(message.userId);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(58).string(message.endUser);
+    }
+    if (message.model !== "") {
+      writer.uint32(66).string(message.model);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(74).string(message.servedModel);
+    }
+    if (message.provider !== "") {
+      writer.uint32(82).string(message.provider);
+    }
+    if (message.status !== "") {
+      writer.uint32(90).string(message.status);
+    }
+    if (message.errorCode !== "") {
+      writer.uint32(98).string(message.errorCode);
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(104).int64(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      writer.uint32(112).int64(message.outputTokens);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(120).int64(message.credits);
+    }
+    if (message.latencyMs !== 0) {
+      writer.uint32(128).int64(message.latencyMs);
+    }
+    if (message.ttftMs !== 0) {
+      writer.uint32(136).int64(message.ttftMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RequestLogEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRequestLogEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.at = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.userId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.errorCode = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.inputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.outputTokens = longToNumber(reader.int64());
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.latencyMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.ttftMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RequestLogEntry {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      at: isSet(object.at) ? globalThis.String(object.at) : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : "",
+      userId: isSet(object.userId)
+        ? globalThis.String(object.userId)
+        : isSet(object.user_id)
+        ? globalThis.String(object.user_id)
+        : "",
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      errorCode: isSet(object.errorCode)
+        ? globalThis.String(object.errorCode)
+        : isSet(object.error_code)
+        ? globalThis.String(object.error_code)
+        : "",
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+      outputTokens: isSet(object.outputTokens)
+        ? globalThis.Number(object.outputTokens)
+        : isSet(object.output_tokens)
+        ? globalThis.Number(object.output_tokens)
+        : 0,
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+      latencyMs: isSet(object.latencyMs)
+        ? globalThis.Number(object.latencyMs)
+        : isSet(object.latency_ms)
+        ? globalThis.Number(object.latency_ms)
+        : 0,
+      ttftMs: isSet(object.ttftMs)
+        ? globalThis.Number(object.ttftMs)
+        : isSet(object.ttft_ms)
+        ? globalThis.Number(object.ttft_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: RequestLogEntry): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.at !== "") {
+      obj.at = message.at;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.apiKeyId !== "") {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    if (message.userId !== "") {
+      obj.userId = message.userId;
+    }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.errorCode !== "") {
+      obj.errorCode = message.errorCode;
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    if (message.outputTokens !== 0) {
+      obj.outputTokens = Math.round(message.outputTokens);
+    }
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    if (message.latencyMs !== 0) {
+      obj.latencyMs = Math.round(message.latencyMs);
+    }
+    if (message.ttftMs !== 0) {
+      obj.ttftMs = Math.round(message.ttftMs);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RequestLogEntry>): RequestLogEntry {
+    return RequestLogEntry.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RequestLogEntry>): RequestLogEntry {
+    const message = createBaseRequestLogEntry();
+    message.id = object.id ?? "";
+    message.at = object.at ?? "";
+    message.source = object.source ?? "";
+    message.requestId = object.requestId ?? "";
+    message.apiKeyId = object.apiKeyId ?? "";
+    message.userId = object.userId ?? "";
+    message.endUser = object.endUser ?? "";
+    message.model = object.model ?? "";
+    message.servedModel = object.servedModel ?? "";
+    message.provider = object.provider ?? "";
+    message.status = object.status ?? "";
+    message.errorCode = object.errorCode ?? "";
+    message.inputTokens = object.inputTokens ?? 0;
+    message.outputTokens = object.outputTokens ?? 0;
+    message.credits = object.credits ?? 0;
+    message.latencyMs = object.latencyMs ?? 0;
+    message.ttftMs = object.ttftMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseListRequestsRequest(): ListRequestsRequest {
+  return { from: "", to: "", model: "", apiKeyId: "", source: "", status: "", cursor: "", limit: 0 };
+}
+
+export const ListRequestsRequest: MessageFns<ListRequestsRequest> = {
+  encode(message: ListRequestsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.from !== "") {
+      writer.uint32(10).string(message.from);
+    }
+    if (message.to !== "") {
+      writer.uint32(18).string(message.to);
+    }
+    if (message.model !== "") {
+      writer.uint32(26).string(message.model);
+    }
+    if (message.apiKeyId !== "") {
+      writer.uint32(34).string(message.apiKeyId);
+    }
+    if (message.source !== "") {
+      writer.uint32(42).string(message.source);
+    }
+    if (message.status !== "") {
+      writer.uint32(50).string(message.status);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(58).string(message.cursor);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(64).int32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListRequestsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListRequestsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.from = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.to = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.apiKeyId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListRequestsRequest {
+    return {
+      from: isSet(object.from) ? globalThis.String(object.from) : "",
+      to: isSet(object.to) ? globalThis.String(object.to) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      apiKeyId: isSet(object.apiKeyId)
+        ? globalThis.String(object.apiKeyId)
+        : isSet(object.api_key_id)
+        ? globalThis.String(object.api_key_id)
+        : "",
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+    };
+  },
+
+  toJSON(message: ListRequestsRequest): unknown {
+    const obj: any = {};
+    if (message.from !== "") {
+      obj.from = message.from;
+    }
+    if (message.to !== "") {
+      obj.to = message.to;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.apiKeyId !== "") {
+      obj.apiKeyId = message.apiKeyId;
+    }
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListRequestsRequest>): ListRequestsRequest {
+    return ListRequestsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListRequestsRequest>): ListRequestsRequest {
+    const message = createBaseListRequestsRequest();
+    message.from = object.from ?? "";
+    message.to = object.to ?? "";
+    message.model = object.model ?? "";
+    message.apiKeyId = object.apiKeyId ?? "";
+    message.source = object.source ?? "";
+    message.status = object.status ?? "";
+    message.cursor = object.cursor ?? "";
+    message.limit = object.limit ?? 0;
+    return message;
+  },
+};
+
+function createBaseListRequestsResponse(): ListRequestsResponse {
+  return { entries: [], nextCursor: "" };
+}
+
+export const ListRequestsResponse: MessageFns<ListRequestsResponse> = {
+  encode(message: ListRequestsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.entries) {
+      RequestLogEntry.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListRequestsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListRequestsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.entries.push(RequestLogEntry.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListRequestsResponse {
+    return {
+      entries: globalThis.Array.isArray(object?.entries)
+        ? object.entries.map((e: any) => RequestLogEntry.fromJSON(e))
+        : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListRequestsResponse): unknown {
+    const obj: any = {};
+    if (message.entries?.length) {
+      obj.entries = message.entries.map((e) => RequestLogEntry.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListRequestsResponse>): ListRequestsResponse {
+    return ListRequestsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListRequestsResponse>): ListRequestsResponse {
+    const message = createBaseListRequestsResponse();
+    message.entries = object.entries?.map((e) => RequestLogEntry.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseGetRequestRequest(): GetRequestRequest {
+  return { id: "" };
+}
+
+export const GetRequestRequest: MessageFns<GetRequestRequest> = {
+  encode(message: GetRequestRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetRequestRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetRequestRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetRequestRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: GetRequestRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetRequestRequest>): GetRequestRequest {
+    return GetRequestRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetRequestRequest>): GetRequestRequest {
+    const message = createBaseGetRequestRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseGetRequestResponse(): GetRequestResponse {
+  return { entry: undefined };
+}
+
+export const GetRequestResponse: MessageFns<GetRequestResponse> = {
+  encode(message: GetRequestResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.entry !== undefined) {
+      RequestLogEntry.encode(message.entry, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetRequestResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetRequestResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.entry = RequestLogEntry.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetRequestResponse {
+    return { entry: isSet(object.entry) ? RequestLogEntry.fromJSON(object.entry) : undefined };
+  },
+
+  toJSON(message: GetRequestResponse): unknown {
+    const obj: any = {};
+    if (message.entry !== undefined) {
+      obj.entry = RequestLogEntry.toJSON(message.entry);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetRequestResponse>): GetRequestResponse {
+    return GetRequestResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetRequestResponse>): GetRequestResponse {
+    const message = createBaseGetRequestResponse();
+    message.entry = (object.entry !== undefined && object.entry !== null)
+      ? RequestLogEntry.fromPartial(object.entry)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * Billing of a tenant (spec 4.6, CONTRACT.md 5): plans and subscriptions, the credit ledger, invoices, gift cards,
  * payment providers. Tenant calls carry the caller's JWT (the tenant comes from it); operator calls carry the
@@ -5303,6 +6148,26 @@ export const BillingServiceService = {
       Buffer.from(GetUsageAnalyticsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetUsageAnalyticsResponse => GetUsageAnalyticsResponse.decode(value),
   },
+  /** The request log (CONTRACT.md 12): one entry per model call, newest first; scope billing:read. */
+  listRequests: {
+    path: "/billing.v1.BillingService/ListRequests" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListRequestsRequest): Buffer => Buffer.from(ListRequestsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListRequestsRequest => ListRequestsRequest.decode(value),
+    responseSerialize: (value: ListRequestsResponse): Buffer =>
+      Buffer.from(ListRequestsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListRequestsResponse => ListRequestsResponse.decode(value),
+  },
+  getRequest: {
+    path: "/billing.v1.BillingService/GetRequest" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetRequestRequest): Buffer => Buffer.from(GetRequestRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetRequestRequest => GetRequestRequest.decode(value),
+    responseSerialize: (value: GetRequestResponse): Buffer => Buffer.from(GetRequestResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetRequestResponse => GetRequestResponse.decode(value),
+  },
 } as const;
 
 export interface BillingServiceServer extends UntypedServiceImplementation {
@@ -5347,6 +6212,9 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
    * key, project and agent; built from the usage entries of the ledger, so every grouping sums to its debits.
    */
   getUsageAnalytics: handleUnaryCall<GetUsageAnalyticsRequest, GetUsageAnalyticsResponse>;
+  /** The request log (CONTRACT.md 12): one entry per model call, newest first; scope billing:read. */
+  listRequests: handleUnaryCall<ListRequestsRequest, ListRequestsResponse>;
+  getRequest: handleUnaryCall<GetRequestRequest, GetRequestResponse>;
 }
 
 export interface BillingServiceClient extends Client {
@@ -5642,6 +6510,37 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetUsageAnalyticsResponse) => void,
+  ): ClientUnaryCall;
+  /** The request log (CONTRACT.md 12): one entry per model call, newest first; scope billing:read. */
+  listRequests(
+    request: ListRequestsRequest,
+    callback: (error: ServiceError | null, response: ListRequestsResponse) => void,
+  ): ClientUnaryCall;
+  listRequests(
+    request: ListRequestsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListRequestsResponse) => void,
+  ): ClientUnaryCall;
+  listRequests(
+    request: ListRequestsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListRequestsResponse) => void,
+  ): ClientUnaryCall;
+  getRequest(
+    request: GetRequestRequest,
+    callback: (error: ServiceError | null, response: GetRequestResponse) => void,
+  ): ClientUnaryCall;
+  getRequest(
+    request: GetRequestRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetRequestResponse) => void,
+  ): ClientUnaryCall;
+  getRequest(
+    request: GetRequestRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetRequestResponse) => void,
   ): ClientUnaryCall;
 }
 
