@@ -12,6 +12,7 @@ import { authHandlers } from './handlers/auth';
 import { cliLoginHandlers } from './handlers/cli-login';
 import { externalAuthHandlers } from './handlers/external-auth';
 import { llmSettingsHandlers } from './handlers/llm-settings';
+import { modelHandlers } from './handlers/models';
 import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
 import { teamHandlers } from './handlers/team';
@@ -44,6 +45,9 @@ const config = {
   maxApiKeysPerTenant: field('API_KEYS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
   maxSecretsPerTenant: field('SECRETS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   maxMembersPerTenant: field('MEMBERS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
+  maxModelsPerTenant: field('MODELS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
+  creditsPerUsd: field('CREDITS_PER_USD', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
+  creditsPer1kTokens: field('CREDITS_PER_1K_TOKENS', 'int', { default: '1', min: 0, max: 1_000_000 }),
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
@@ -99,6 +103,8 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       maxApiKeysPerTenant: rt.config.maxApiKeysPerTenant,
       maxSecretsPerTenant: rt.config.maxSecretsPerTenant,
       maxMembersPerTenant: rt.config.maxMembersPerTenant,
+      maxModelsPerTenant: rt.config.maxModelsPerTenant,
+      pricing: { creditsPerUsd: rt.config.creditsPerUsd, creditsPer1kTokens: rt.config.creditsPer1kTokens },
       issuer: rt.config.jwtIssuer,
       audience: rt.config.jwtAudience,
       accessTokenTtlS: rt.config.accessTokenTtlS,
@@ -150,6 +156,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...networkHandlers(deps),
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
+          ...modelHandlers(deps),
           ...cliLoginHandlers(deps),
           ...auditHandlers(deps),
           watchRevocations: feed.serveWatch,
