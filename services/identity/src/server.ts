@@ -1,6 +1,6 @@
 import type Redis from 'ioredis';
 import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
-import { TOPICS } from '@svc/contracts';
+import { pricingConfig, TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
 import { AUDIT_COLLECTIONS, AuditChainer } from './audit/log';
@@ -46,8 +46,7 @@ const config = {
   maxSecretsPerTenant: field('SECRETS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   maxMembersPerTenant: field('MEMBERS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   maxModelsPerTenant: field('MODELS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
-  creditsPerUsd: field('CREDITS_PER_USD', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
-  creditsPer1kTokens: field('CREDITS_PER_1K_TOKENS', 'int', { default: '1', min: 0, max: 1_000_000 }),
+  ...pricingConfig,
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),

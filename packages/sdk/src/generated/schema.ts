@@ -5418,6 +5418,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             }[];
@@ -5458,6 +5460,8 @@ export interface operations {
           projectId?: string;
           agentId?: string;
           title?: string;
+          /** @description A catalogue name (GET /api/v1/models) or the default model's; 404 RESOURCE_NOT_FOUND with details.reason model_not_found otherwise */
+          model?: string;
         };
       };
     };
@@ -5474,6 +5478,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             };
@@ -5518,6 +5524,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             };
@@ -5659,6 +5667,8 @@ export interface operations {
         'application/json': {
           content: string;
           projectId?: string;
+          /** @description This reply's model, in place of the session's */
+          model?: string;
         };
       };
     };
