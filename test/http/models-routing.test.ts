@@ -185,6 +185,24 @@ it('keeps catalogue names to their tenant', async () => {
   expect((await api.get('/v1/models', { token: otherKey })).body.data.map((m: { id: string }) => m.id)).toEqual(['other-default']);
 });
 
+it("reads an entry's apiKeySecret at each call, so a new secret value applies to the next call", async () => {
+  const keyed = await startFakeOpenAI({ apiKey: 'sk-first' });
+  try {
+    expect((await api.post('/api/v1/secrets', { name: 'ROUTED_KEY', value: 'sk-first' }, t)).status).toBe(201);
+    expect(
+      (await api.post(M, { name: 'keyed', provider: 'openai-compatible', baseUrl: keyed.url, apiKeySecret: 'ROUTED_KEY' }, t)).status,
+    ).toBe(201);
+    expect((await completion('keyed')).status).toBe(200);
+    expect(keyed.requests.at(-1)?.headers.authorization).toBe('Bearer sk-first');
+    await api.put('/api/v1/secrets/ROUTED_KEY', { value: 'sk-second' }, t);
+    const refused = await completion('keyed');
+    expect(refused.status).toBeGreaterThanOrEqual(400); // the fake only knows the first key
+    expect(keyed.requests.at(-1)?.headers.authorization).toBe('Bearer sk-second');
+  } finally {
+    await keyed.close();
+  }
+});
+
 it('records the usage under the name asked for, not the upstream model', async () => {
   const from = new Date(Date.now() - 3_600_000).toISOString();
   const to = new Date(Date.now() + 3_600_000).toISOString();
