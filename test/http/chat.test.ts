@@ -88,6 +88,7 @@ describe('chat sessions', () => {
       projectId: project.id,
       agentId: null,
       title: 'Planning',
+      model: null,
       createdAt: expect.stringMatching(/Z$/),
     });
     const id = created.body.data.id;

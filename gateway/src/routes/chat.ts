@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http';
 import { AppError, errors, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
+import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
@@ -13,6 +14,7 @@ const Session = Obj({
   projectId: Nullable(Type.String()),
   agentId: Nullable(Type.String()),
   title: Nullable(Type.String()),
+  model: Nullable(Type.String(), { description: "The catalogue name its replies use (null: the tenant's default model)" }),
   createdAt: Timestamp,
 });
 
@@ -33,11 +35,23 @@ const Message = Obj({
 });
 
 const Id = Str(1, 100);
+const ModelName = Str(1, 100, {
+  description:
+    "A catalogue name (GET /api/v1/models) or the default model's; 404 RESOURCE_NOT_FOUND with details.reason model_not_found otherwise",
+});
+
 /** A stream may stay open this long (a long reply, or a reader waiting on one). */
 const STREAM_DEADLINE_MS = 60 * 60 * 1000;
 
 export function sessionView(s: chatV1.Session) {
-  return { id: s.id, projectId: s.projectId || null, agentId: s.agentId || null, title: s.title || null, createdAt: s.createdAt };
+  return {
+    id: s.id,
+    projectId: s.projectId || null,
+    agentId: s.agentId || null,
+    title: s.title || null,
+    model: s.model || null,
+    createdAt: s.createdAt,
+  };
 }
 
 export function messageView(m: chatV1.Message) {
@@ -109,12 +123,27 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     tag: 'chat',
     summary: 'Create a chat session, optionally about a project and with an agent (its system prompt leads the conversation)',
     status: 201,
-    body: Obj({ projectId: Type.Optional(Id), agentId: Type.Optional(Id), title: Type.Optional(Type.String({ maxLength: 200 })) }),
+    body: Obj({
+      projectId: Type.Optional(Id),
+      agentId: Type.Optional(Id),
+      title: Type.Optional(Type.String({ maxLength: 200 })),
+      model: Type.Optional(ModelName),
+    }),
     response: Session,
-    handler: async ({ body, call }) =>
+    handler: async ({ body, call, request }) =>
       sessionView(
-        (await chat.createSession({ projectId: body.projectId ?? '', agentId: body.agentId ?? '', title: body.title ?? '' }, call))
-          .session!,
+        (
+          await chat.createSession(
+            {
+              projectId: body.projectId ?? '',
+              agentId: body.agentId ?? '',
+              title: body.title ?? '',
+              model: body.model ?? '',
+              endUser: endUserOf(request),
+            },
+            call,
+          )
+        ).session!,
       ),
   });
 
@@ -184,11 +213,24 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     summary: 'Send a message; the reply is generated in the background (read it with the stream or the message list)',
     status: 202,
     params: IdParams,
-    body: Obj({ content: Str(1, 32_000), projectId: Type.Optional(Id) }),
+    body: Obj({
+      content: Str(1, 32_000),
+      projectId: Type.Optional(Id),
+      model: Type.Optional({ ...ModelName, description: "This reply's model, in place of the session's" }),
+    }),
     response: Obj({ message: Message, responseMessageId: Type.String() }),
-    handler: async ({ params, body, call, principal, reply }) => {
+    handler: async ({ params, body, call, principal, request, reply }) => {
       await assertKeyTokens(deps, principal, call, reply);
-      const res = await chat.postMessage({ sessionId: params.id, content: body.content, projectId: body.projectId ?? '' }, call);
+      const res = await chat.postMessage(
+        {
+          sessionId: params.id,
+          content: body.content,
+          projectId: body.projectId ?? '',
+          model: body.model ?? '',
+          endUser: endUserOf(request),
+        },
+        call,
+      );
       return { message: messageView(res.message!), responseMessageId: res.responseMessageId };
     },
   });

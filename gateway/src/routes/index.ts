@@ -13,6 +13,7 @@ import { openAiRoutes } from './openai';
 import { passthroughRoutes } from './passthrough';
 import { mcpRoutes } from './mcp';
 import { mcpServerRoutes } from './mcp-servers';
+import { modelRoutes } from './models';
 import { projectRoutes } from './projects';
 import { regionRoutes } from './regions';
 import { requestRoutes } from './requests';
@@ -28,6 +29,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   cliAuthRoutes(app, deps);
   tenantRoutes(app, deps);
   settingsRoutes(app, deps);
+  modelRoutes(app, deps);
   apiKeyRoutes(app, deps);
   projectRoutes(app, deps);
   agentRoutes(app, deps);

@@ -10,6 +10,7 @@ import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { openAiErrorBody } from '../lib/openai-error';
+import { END_USER_MAX, endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
 import {
   closingChunks,
@@ -192,6 +193,7 @@ function baseRequest(): chatV1.StartCallRequest {
     approvalRequestId: '',
     approve: false,
     approvalReason: '',
+    endUser: '',
   };
 }
 
@@ -389,6 +391,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         ...baseRequest(),
         kind: 'completion',
         model: b.model,
+        endUser: (b.user ?? endUserOf(request)).slice(0, END_USER_MAX),
         store: false,
         input: (b.messages as Body[]).map((m) => ({
           role: m.role === 'developer' ? 'system' : m.role,
@@ -497,6 +500,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         ...baseRequest(),
         kind: 'response',
         model: b.model,
+        endUser: (b.user ?? endUserOf(request)).slice(0, END_USER_MAX),
         input: items
           .filter((i) => i.type !== 'agent_approval_response')
           .map((i) => ({ role: i.role === 'developer' ? 'system' : i.role, content: textOf(i.content), toolCalls: [], toolCallId: '' })),

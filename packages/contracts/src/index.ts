@@ -3,3 +3,4 @@ export * from './domain-events';
 export * from './identity';
 export * from './credits';
 export * from './plan-order';
+export * from './pricing-config';

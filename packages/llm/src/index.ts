@@ -10,6 +10,8 @@ export { throughEgress } from './egress';
 export { createProvider } from './provider';
 export * from './breaker';
 export * from './fallback';
+export * from './router';
+export * from './catalogue';
 export * from './pricing';
 export { DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_MS, MAX_RETRY_AFTER_MS, redact } from './core';
 

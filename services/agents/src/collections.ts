@@ -50,6 +50,8 @@ export type RunStatus = (typeof RUN_STATUSES)[number];
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
+  /** Of inputTokens, those read from the provider's prompt cache (when it reports them). */
+  cachedInputTokens?: number;
 }
 
 export interface ToolCallDoc {
@@ -93,6 +95,9 @@ export interface RunDoc {
   /** The credential that started the run (the JWT's `sid` and `typ`), so billing shows usage per API key. */
   credentialId?: string;
   credentialType?: string;
+  /** The HTTP request that started the run and the user behind it (a key's creator): the request log keeps them. */
+  requestId?: string;
+  userId?: string;
   agentId: string;
   projectId: string;
   goal: string;
@@ -156,6 +161,11 @@ export interface RunCall {
   provider: string;
   model: string;
   keySource: string;
+  /** The model as the run asked for it (a catalogue name or the default model's name); `model` is what served. */
+  name?: string;
+  /** The catalogue entry that serves ('' for the default model and its fallbacks) and its price. */
+  entryId?: string;
+  price?: { input: number; output: number; cachedInput: number; source: string };
 }
 
 /** A new run, queued: the agent as it is now, its whole time budget, no lease, no steps. */
@@ -163,7 +173,8 @@ export function queuedRun(
   o: Pick<
     RunDoc,
     'tenantId' | 'agentId' | 'projectId' | 'goal' | 'agent' | 'delegate' | 'delegateScopes' | 'credentialId' | 'credentialType' | 'call'
-  >,
+  > &
+    Partial<Pick<RunDoc, 'requestId' | 'userId'>>,
 ): RunDoc {
   return {
     id: newId('run'),

@@ -27,17 +27,48 @@ export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: Ru
   if (type !== 'agent.started') metrics.runs.inc({ status: run.status });
 }
 
+/** How a model call ended, for the request log: latency and time to first token in ms (0 when unknown or none). */
+export interface CallOutcome {
+  status: 'ok' | 'error' | 'cancelled';
+  errorCode: string;
+  latencyMs: number;
+  ttftMs: number;
+}
+
+/** A call settled from what was stored (a crash, a cancel, a failure ended it): its timings are not known. */
+const CUT: CallOutcome = { status: 'error', errorCode: 'CALL_INTERRUPTED', latencyMs: 0, ttftMs: 0 };
+
 /** `llm.usage` for billing: one per model call, written with the step that recorded it. */
 export async function emitUsage(
   tx: StoreSession,
   run: RunDoc,
-  call: { provider: string; model: string; keySource: string; usage: Usage; estimated?: boolean; callId: string },
+  call: Pick<RunCall, 'provider' | 'model' | 'keySource' | 'name' | 'entryId' | 'price'> & {
+    usage: Usage;
+    estimated?: boolean;
+    callId: string;
+    outcome?: CallOutcome;
+  },
 ): Promise<void> {
+  const outcome = call.outcome ?? CUT;
   const value: eventsV1.UsageData = {
     source: 'agent_run',
     sourceId: run.id,
     provider: call.provider,
-    model: call.model,
+    model: call.name || call.model,
+    ...(call.usage.cachedInputTokens ? { cachedInputTokens: call.usage.cachedInputTokens } : {}),
+    ...(call.price ? { price: call.price } : {}),
+    call: {
+      origin: 'agent',
+      requestId: run.requestId ?? '',
+      endUser: '',
+      status: outcome.status,
+      errorCode: outcome.errorCode,
+      latencyMs: Math.max(0, Math.round(outcome.latencyMs)),
+      ttftMs: Math.max(0, Math.round(outcome.ttftMs)),
+      entryId: call.entryId ?? '',
+      servedModel: call.model,
+      userId: run.userId ?? '',
+    },
     inputTokens: call.usage.inputTokens,
     outputTokens: call.usage.outputTokens,
     keySource: call.keySource,
@@ -58,18 +89,11 @@ export async function emitUsage(
  * else the characters streamed (estimated, with the prompt), else nothing, which releases its reservation. Billing
  * applies one usage per call id, so a call also billed by its worker is billed once.
  */
-export async function settleRecordedCall(tx: StoreSession, run: RunDoc, call: RunCall): Promise<void> {
+export async function settleRecordedCall(tx: StoreSession, run: RunDoc, call: RunCall, outcome?: CallOutcome): Promise<void> {
   // The provider's usage; else, for a request that reached it, its prompt and what streamed at 4 characters a token.
   const usage: Usage =
     call.usage ?? (call.streamed > 0 || call.sent ? { inputTokens: call.promptTokens, outputTokens: Math.ceil(call.streamed / 4) } : NONE);
-  await emitUsage(tx, run, {
-    provider: call.provider,
-    model: call.model,
-    keySource: call.keySource,
-    usage,
-    estimated: !call.usage,
-    callId: call.id,
-  });
+  await emitUsage(tx, run, { ...call, usage, estimated: !call.usage, callId: call.id, outcome });
 }
 
 const NONE: Usage = { inputTokens: 0, outputTokens: 0 };

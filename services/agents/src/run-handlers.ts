@@ -5,7 +5,6 @@ import {
   type CallContext,
   encodeCursor,
   errors,
-  newId,
   nowIso,
   type OutboxRelay,
   type SecretBox,
@@ -13,11 +12,13 @@ import {
   type Store,
 } from '@svc/kit';
 import { reservationTokens } from '@svc/contracts';
+import { planHold, type PricingSettings } from '@svc/llm';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
 import { queuedRun, runs, type RunCall, type RunDoc, type RunStatus, type StepDoc } from './collections';
 import type { CreditCheck } from './credits';
 import { keyRunSlots } from './key-concurrency';
+import { agentModels, firstCallOf, LlmNotConfigured } from './model-plan';
 import { emitRunEvent, settleRecordedCall } from './run-events';
 import { scopesFor, type ProjectsClient } from './tools';
 
@@ -37,6 +38,8 @@ export interface RunHandlerDeps {
   credits: CreditCheck;
   /** LLM_MAX_TOKENS: a model call's output bound when the tenant set none (its reservation counts it). */
   defaultMaxTokens: number;
+  /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the price of a model without a catalogue price. */
+  pricing: PricingSettings;
   /** The local worker: poke it after queueing, abort a run it drives. */
   worker: { notify(): void; abort(runId: string): void };
 }
@@ -176,30 +179,32 @@ export function runHandlers(deps: RunHandlerDeps) {
       const call = { token: c.token, requestId: c.requestId };
       // Asked at once, answered in order. The project must be the caller's (the projects service answers NOT_FOUND
       // for another tenant's id); validation includes llm_not_configured (400), then credits (402): CONTRACT.md 5.
-      const [project, settings, granted] = await Promise.allSettled([
+      const [project, models, granted] = await Promise.allSettled([
         deps.projects.getProject({ id: req.projectId }, call),
-        deps.identity.resolveLlmSettings({}, call),
+        agentModels(deps.identity, call, agent.config.model ?? undefined, deps),
         delegate(deps, c, scopesFor(agent.config.autonomyLevel)),
       ]);
       if (project.status === 'rejected') throw project.reason;
-      if (settings.status === 'rejected') throw settings.reason;
+      if (models.status === 'rejected') {
+        if (models.reason instanceof LlmNotConfigured)
+          throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
+        throw models.reason;
+      }
       // The first model call's reservation (its prompt as known now: the agent's instructions and the goal), held
       // from here so that concurrent executes cannot all start on the same credits.
-      const llm = settings.value.settings!;
-      const firstCall = {
-        id: newId('call'),
-        promptTokens: Math.ceil((agent.systemPrompt.length + goal.length) / 4),
-        streamed: 0,
-        usage: null,
-        provider: llm.provider,
-        model: agent.config.model ?? llm.model ?? '',
-        keySource: llm.source,
-      };
+      const { plan, keySource } = models.value;
+      const promptChars = agent.systemPrompt.length + goal.length;
+      const firstCall = firstCallOf(plan, keySource, promptChars);
+      const { price, outputTokens } = planHold(plan);
       const hold = {
         callId: firstCall.id,
-        tokens: reservationTokens(agent.systemPrompt.length + goal.length, llm.maxTokens ?? deps.defaultMaxTokens),
+        tokens: reservationTokens(promptChars, outputTokens),
         source: 'agent_run' as const,
         sourceId: '',
+        price,
+        inputTokens: firstCall.promptTokens,
+        outputTokens,
+        model: plan.name,
       };
       await deps.credits.reserve(c.token, hold);
       if (granted.status === 'rejected') {
@@ -216,6 +221,8 @@ export function runHandlers(deps: RunHandlerDeps) {
         delegateScopes: granted.value.scopes,
         credentialId: c.auth.sid,
         credentialType: c.auth.typ,
+        requestId: c.requestId,
+        userId: c.auth.sub,
         call: firstCall,
       });
       try {

@@ -5,23 +5,27 @@
  * runs out. Every step is saved as it happens, so a run taken over after a crash continues from its recorded steps.
  */
 import { decodeJwt } from 'jose';
-import { isAppError, type Logger, newId, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
+import { isAppError, type Logger, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
 import { reservationTokens } from '@svc/contracts';
 import {
+  type CandidateMeta,
   type CircuitBreaker,
   collect,
-  createModelChain,
   isLlmError,
-  llmCandidatesFrom,
   type LlmError,
   type LlmMessage,
   type LlmRequest,
   type ModelChain,
+  planHold,
+  type PricingSettings,
+  routePlan,
+  type ServedModel,
 } from '@svc/llm';
 import type { identityV1, projectsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, StepDoc, Usage } from './collections';
 import type { CreditCheck } from './credits';
-import { emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
+import { agentModels, firstCallOf, LlmNotConfigured } from './model-plan';
+import { type CallOutcome, emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
 import { callTool, EMPTY_TOOLSET, loadToolset, toolCallStep, type McpRuntime, type McpToolset } from './mcp-tools';
 import { runTool, toolsFor, type ProjectsClient, type Tool } from './tools';
 
@@ -68,6 +72,8 @@ export interface LoopDeps {
   retryBaseMs: number;
   /** MCP servers' tools (absent: runs offer the built-in tools only). */
   mcp?: McpRuntime;
+  /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the price of a model without a catalogue price. */
+  pricing: PricingSettings;
 }
 
 /** Our own services failing to answer: the run is handed back and retried, up to AGENTS_MAX_ATTEMPTS claims. */
@@ -144,28 +150,34 @@ const RECORD_MS = 200;
  */
 async function callModel(
   provider: ModelChain,
+  metaOf: (index: number) => CandidateMeta,
   request: LlmRequest,
   signal: AbortSignal,
   deps: LoopDeps,
   open: () => Promise<RunCall>,
   record: (call: RunCall) => void,
-  billCutOff: (call: RunCall) => Promise<void>,
+  billCutOff: (call: RunCall, outcome: CallOutcome) => Promise<void>,
 ) {
   for (let attempt = 0; ; attempt++) {
     const call = { ...(await open()) };
     // The first streamed event is recorded at once: a crash any time after it bills what the provider sent.
     let recordedAt = -Infinity;
+    const startedAt = performance.now();
+    let ttftMs = 0;
     try {
-      // The model that answers (a fallback when the main one failed before its first token) is the call's model.
-      const onServed = (served: { provider: string; model: string }) => {
-        call.provider = served.provider;
-        call.model = served.model;
+      // The model that answers (an entry's sibling, or a fallback, when the first failed before its first token) is
+      // the call's model, billed at its price.
+      const onServed = (served: ServedModel) => {
+        const meta = metaOf(served.index);
+        Object.assign(call, { provider: served.provider, model: served.model, entryId: meta.entryId, price: meta.price });
       };
       const reply = await collect(provider.stream(request, { signal, onServed }), (e) => {
+        if (ttftMs === 0 && (e.type === 'text' || e.type === 'tool_call')) ttftMs = Math.max(1, performance.now() - startedAt);
         if (e.type === 'text') call.streamed += e.delta.length;
         else if (e.type === 'tool_call') call.streamed += JSON.stringify(e.arguments).length;
         else if (e.type === 'usage') {
-          call.usage = { inputTokens: e.inputTokens, outputTokens: e.outputTokens };
+          const cached = (e as { cachedInputTokens?: number }).cachedInputTokens;
+          call.usage = { inputTokens: e.inputTokens, outputTokens: e.outputTokens, ...(cached ? { cachedInputTokens: cached } : {}) };
           record({ ...call });
           return;
         }
@@ -174,10 +186,17 @@ async function callModel(
           record({ ...call });
         }
       });
-      return { reply, call };
+      const outcome: CallOutcome = { status: 'ok', errorCode: '', latencyMs: performance.now() - startedAt, ttftMs };
+      return { reply, call, outcome };
     } catch (err) {
       // Cancelled, out of time, shut down or cut by the provider mid-stream: the provider charged for what it sent.
-      await billCutOff(call).catch((billErr: unknown) =>
+      const outcome: CallOutcome = {
+        status: signal.aborted || (isLlmError(err) && err.kind === 'cancelled') ? 'cancelled' : 'error',
+        errorCode: isLlmError(err) ? `LLM_${err.kind.toUpperCase()}` : 'INTERNAL_ERROR',
+        latencyMs: performance.now() - startedAt,
+        ttftMs,
+      };
+      await billCutOff(call, outcome).catch((billErr: unknown) =>
         deps.logger.error({ err: billErr }, 'could not record the usage of a cut-off model call'),
       );
       if (!isLlmError(err) || !err.retryable || attempt >= deps.stepRetries || signal.aborted) throw err;
@@ -244,12 +263,15 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
   if ((decodeJwt(token).exp ?? 0) * 1000 < Date.now() + 5_000)
     throw new RunFailure('delegation_expired: the authorization given at execute (or approve) expired; execute the agent again');
 
-  let settings: identityV1.ResolvedLlmSettings;
+  let models: Awaited<ReturnType<typeof agentModels>>;
   try {
-    settings = (await deps.identity.resolveLlmSettings({}, { token })).settings!;
+    models = await agentModels(deps.identity, { token, requestId: run.requestId }, config.model ?? undefined, {
+      pricing: deps.pricing,
+      defaultMaxTokens: deps.defaultMaxTokens,
+      extra: { timeoutMs: deps.llmTimeoutMs, fetch: deps.llmFetch },
+    });
   } catch (err) {
-    if (isAppError(err) && err.details.reason === 'llm_not_configured')
-      throw new RunFailure('llm_not_configured: no LLM is configured for this tenant');
+    if (err instanceof LlmNotConfigured) throw new RunFailure(err.message);
     throw err;
   }
   let project: projectsV1.Project;
@@ -259,20 +281,20 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     if (isAppError(err) && err.code === 'RESOURCE_NOT_FOUND') throw new RunFailure("project_not_found: the run's project no longer exists");
     throw err;
   }
-  // The tenant's model, then its fallbacks; an agent's own model replaces the main one only.
-  const provider = createModelChain(llmCandidatesFrom(settings, { timeoutMs: deps.llmTimeoutMs, fetch: deps.llmFetch }), {
+  // The agent's catalogue name (its entries by weight) or the default model, then the fallbacks. Every call's output
+  // is bounded (each deployment's own bound), so its reservation is its most possible cost at the dearest price.
+  const { plan, keySource } = models;
+  const hold = planHold(plan);
+  const routing = {
     breaker: deps.breaker,
     scope: run.tenantId,
     maxRetries: deps.llmMaxRetries,
-    onAttemptFailed: (a) =>
+    onAttemptFailed: (a: { provider: string; model: string; error: LlmError; skipped: boolean }) =>
       deps.logger.warn(
         { runId: run.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
         a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
       ),
-  });
-  const model = config.model ?? settings.model;
-  // Every call's output is bounded, so its reservation is its most possible cost.
-  const maxTokens = settings.maxTokens ?? deps.defaultMaxTokens;
+  };
   const tools = toolsFor(config.autonomyLevel, run.delegateScopes);
   // The agent's MCP tools as registered now (manual runs offer none); a built-in's name is never shadowed.
   const mcp: McpToolset =
@@ -310,12 +332,12 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     // The last allowed call gets no tools, so the run ends with an answer rather than a dangling tool call.
     const offered = modelCalls + 1 < config.maxSteps ? specs : [];
 
+    // Each deployment answers with its own model and output bound; a new draw by weight for every call.
+    const routed = routePlan(plan, routing);
     const request: LlmRequest = {
-      model,
       messages: messagesOf(run, system),
       tools: offered.length ? offered : undefined,
       temperature: config.temperature ?? undefined,
-      maxTokens,
     };
     const promptChars = request.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
     /** The attempt's reservation: the run's open call when it produced nothing yet (reserved at execute, or left by a
@@ -330,22 +352,18 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       if (prev && sent && !billedHere.has(prev.id)) await lease.publish((tx) => settleRecordedCall(tx, lease.run, prev));
       let call = prev && !sent ? prev : null;
       for (let i = 0; i < 2; i++) {
-        call ??= {
-          id: newId('call'),
-          promptTokens: Math.ceil(promptChars / 4),
-          streamed: 0,
-          usage: null,
-          provider: settings.provider,
-          model: model || '',
-          keySource: settings.source,
-        };
+        call ??= firstCallOf(plan, keySource, promptChars);
         let status: string;
         try {
           ({ status } = await deps.credits.reserve(token, {
             callId: call.id,
-            tokens: reservationTokens(promptChars, maxTokens),
+            tokens: reservationTokens(promptChars, hold.outputTokens),
             source: 'agent_run',
             sourceId: lease.run.id,
+            price: hold.price,
+            inputTokens: Math.ceil(promptChars / 4),
+            outputTokens: hold.outputTokens,
+            model: plan.name,
           }));
         } catch (err) {
           if (isAppError(err) && err.code === 'INSUFFICIENT_CREDITS')
@@ -370,12 +388,21 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       return held;
     };
     const startedAt = nowIso();
-    const { reply, call } = await callModel(provider, request, signal, deps, open, lease.record, (cut) => {
-      billedHere.add(cut.id);
-      // Refused or failed before any output (a 429, a 5xx, a refused connection): nothing to charge, the hold goes back.
-      const produced = cut.streamed > 0 || cut.usage !== null;
-      return lease.publish((tx) => settleRecordedCall(tx, run, produced ? cut : { ...cut, sent: false }));
-    });
+    const { reply, call, outcome } = await callModel(
+      routed.chain,
+      routed.metaOf,
+      request,
+      signal,
+      deps,
+      open,
+      lease.record,
+      (cut, ended) => {
+        billedHere.add(cut.id);
+        // Refused or failed before any output (a 429, a 5xx, a refused connection): nothing to charge, the hold goes back.
+        const produced = cut.streamed > 0 || cut.usage !== null;
+        return lease.publish((tx) => settleRecordedCall(tx, run, produced ? cut : { ...cut, sent: false }, ended));
+      },
+    );
     const usage = reply.usage ?? NO_USAGE;
     // Calls to tools that were not offered are never run (manual runs, the last step). Oversized arguments are
     // replaced (the tool then refuses them), so the model's reply cannot swell the run document.
@@ -414,8 +441,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
       };
     });
     const totals = { inputTokens: run.usage.inputTokens + usage.inputTokens, outputTokens: run.usage.outputTokens + usage.outputTokens };
-    const usageEvent = (tx: StoreSession, doc: RunDoc) =>
-      emitUsage(tx, doc, { provider: call.provider, model: call.model, keySource: settings.source, usage, callId: call.id });
+    const usageEvent = (tx: StoreSession, doc: RunDoc) => emitUsage(tx, doc, { ...call, usage, callId: call.id, outcome });
     // The step and its usage are saved together; when the run was cancelled (or taken) in between, the call was
     // still made and paid for: its usage is recorded on its own.
     const saveStep = (patch: Partial<RunDoc>, more?: (tx: StoreSession, doc: RunDoc) => Promise<void>) =>

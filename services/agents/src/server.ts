@@ -10,7 +10,7 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier, pricingConfig } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
@@ -46,6 +46,7 @@ export const agentsConfig = {
   mcpMaxResponseBytes: field('MCP_MAX_RESPONSE_BYTES', 'int', { default: String(1024 * 1024), min: 1024, max: 64 * 1024 * 1024 }),
   maxMcpServersPerTenant: field('MCP_SERVERS_PER_TENANT', 'int', { default: '20', min: 1, max: 10_000 }),
   ...llmBreakerConfig,
+  ...pricingConfig,
 } as const;
 
 export async function startAgents(env: NodeJS.ProcessEnv = process.env, options: { credits?: CreditCheck } = {}): Promise<RunningService> {
@@ -58,6 +59,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
   });
   const c = rt.config;
   const { verifier, identity } = identityVerifier(c);
+  const pricing = { creditsPerUsd: c.creditsPerUsd, creditsPer1kTokens: c.creditsPer1kTokens };
   const projects = createClient(projectsV1.ProjectsServiceService, c.projectsAddr, { deadlineMs: c.grpcDeadlineMs });
   // Every model call reserves its most possible cost in billing before it starts (contracts CreditReservations).
   const gate = options.credits ? null : new CreditReservations(c.billingAddr, c.grpcDeadlineMs);
@@ -88,6 +90,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
       stepRetries: c.stepRetries,
       retryBaseMs: c.retryBaseMs,
       mcp: { store: rt.store, identity, connector, callTimeoutMs: mcpTimeoutMs, maxResultChars: 16_000 },
+      pricing,
     },
     {
       workerId: c.workerId,
@@ -107,6 +110,7 @@ export async function startAgents(env: NodeJS.ProcessEnv = process.env, options:
     credits,
     worker,
     defaultMaxTokens: c.maxTokens,
+    pricing,
   });
   const { endRunsOf, ...runRpcs } = runApi;
   const svc = await serve(rt, {

@@ -39,6 +39,7 @@ const deps: LoopDeps = {
   llmMaxRetries: 0,
   stepRetries: 0,
   retryBaseMs: 0,
+  pricing: { creditsPerUsd: 1000, creditsPer1kTokens: 1 },
 };
 const workers: RunWorker[] = [];
 

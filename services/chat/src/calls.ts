@@ -18,8 +18,7 @@ import {
   type StoreSession,
   type TenantCap,
 } from '@svc/kit';
-import { reservationTokens } from '@svc/contracts';
-import type { LlmMessage, LlmTool, LlmToolCall } from '@svc/llm';
+import { boundPlan, type CallPlan, type LlmMessage, type LlmTool, type LlmToolCall, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import {
   messages,
@@ -33,6 +32,7 @@ import {
 } from './collections';
 import type { CreditCheck } from './credits';
 import type { LiveReply } from './live';
+import { cataloguePlan, defaultLlm, defaultPlan, holdOf, modelNotFound, replyCall } from './model-choice';
 import type { Peers } from './peers';
 import { type ReplyLlm, type ReplySourceEvent, ReplyFailure, type Replies } from './replies';
 
@@ -46,6 +46,7 @@ export interface CallDeps {
   credits: CreditCheck;
   pollMs: number;
   defaultMaxTokens: number;
+  pricing: PricingSettings;
   /** RESPONSES_RETENTION_HOURS in ms: how long a response is kept. */
   retentionMs: number;
   cap: TenantCap;
@@ -259,15 +260,6 @@ export function callHandlers(deps: CallDeps) {
     return { session: null, previous: null };
   }
 
-  function modelNotFound(model: string) {
-    return new AppError('RESOURCE_NOT_FOUND', `The model '${model}' does not exist or you do not have access to it`, {
-      resource: 'model',
-      id: model,
-      reason: 'model_not_found',
-      param: 'model',
-    });
-  }
-
   /**
    * Stores what a new call needs in one transaction (a new session under its cap, the input turns, the reply, the
    * response), taking the key's concurrency place.
@@ -478,14 +470,12 @@ export function callHandlers(deps: CallDeps) {
   }
 
   return {
+    /** Each catalogue name once (of its enabled entries), then the default model and its fallbacks. */
     async listModels(_req: chatV1.ListModelsRequest, ctx: CallContext): Promise<chatV1.ListModelsResponse> {
       const { auth, token } = authed(ctx, 'llm:use');
-      const llm = await peers.llm(token, auth.tid).catch((err: unknown) => {
-        if ((err as { details?: { reason?: string } }).details?.reason === 'llm_not_configured') return null;
-        throw err;
-      });
-      const models = [llm?.settings.model, ...(llm?.fallbacks ?? []).map((f) => f.model)].filter((m): m is string => Boolean(m));
-      return { models: [...new Set(models)] };
+      const [llm, entries] = await Promise.all([defaultLlm(peers, token, auth.tid), peers.catalogue(token, auth.tid, '')]);
+      const names = [...entries.map((e) => e.name).sort(), llm?.settings.model, ...(llm?.fallbacks ?? []).map((f) => f.model)];
+      return { models: [...new Set(names.filter((m): m is string => Boolean(m)))] };
     },
 
     async startCall(req: chatV1.StartCallRequest, ctx: CallContext, send: Send, signal: AbortSignal): Promise<void> {
@@ -499,20 +489,38 @@ export function callHandlers(deps: CallDeps) {
       const inputTurns = req.input.map(toLlmMessage);
       const tools = toolsOf(req);
 
-      const [resolved, found] = await Promise.all([peers.llm(token, auth.tid), completion ? null : sessionFor(req, auth.tid)]);
-      const llm: ReplyLlm = { ...resolved, settings: { ...resolved.settings } };
-      // The model must be one the tenant configured (GET /v1/models); a tenant that named none lets the caller name it.
-      // Naming a fallback starts the chain there (with the main model's temperature and output bound).
-      if (llm.settings.model && req.model !== llm.settings.model) {
-        const at = (llm.fallbacks ?? []).findIndex((f) => f.model === req.model);
-        if (at < 0) throw modelNotFound(req.model);
-        const { temperature, maxTokens } = llm.settings;
-        llm.settings = { ...llm.fallbacks![at], temperature, maxTokens };
-        llm.fallbacks = llm.fallbacks!.slice(at + 1);
+      const [resolved, entries, found] = await Promise.all([
+        defaultLlm(peers, token, auth.tid),
+        req.model ? peers.catalogue(token, auth.tid, req.model) : [],
+        completion ? null : sessionFor(req, auth.tid),
+      ]);
+      // A catalogue name: its entries by weight, then the default model's fallbacks. Else the model must be one the
+      // tenant configured (GET /v1/models); a tenant that named none lets the caller name it. Naming a fallback
+      // starts the chain there (with the main model's temperature and output bound).
+      let llm: ReplyLlm;
+      let named: CallPlan;
+      if (entries.length) {
+        llm = resolved ?? { settings: { provider: 'openai' }, keySource: 'tenant' };
+        named = cataloguePlan(req.model, entries, resolved, deps.pricing);
+      } else {
+        if (!resolved) await peers.llm(token, auth.tid); // llm_not_configured
+        llm = { ...resolved!, settings: { ...resolved!.settings } };
+        if (llm.settings.model && req.model !== llm.settings.model) {
+          const at = (llm.fallbacks ?? []).findIndex((f) => f.model === req.model);
+          if (at < 0) throw modelNotFound(req.model);
+          const { temperature, maxTokens } = llm.settings;
+          llm.settings = { ...llm.fallbacks![at], temperature, maxTokens };
+          llm.fallbacks = llm.fallbacks!.slice(at + 1);
+        }
+        llm.settings.model ||= req.model;
+        named = defaultPlan(llm, deps.pricing, req.model);
       }
-      llm.settings.model ||= req.model;
-      if (req.temperature !== undefined) llm.settings.temperature = req.temperature;
-      llm.settings.maxTokens = req.maxOutputTokens ?? llm.settings.maxTokens ?? deps.defaultMaxTokens;
+      const plan = boundPlan(named, {
+        maxTokens: req.maxOutputTokens ?? llm.settings.maxTokens ?? deps.defaultMaxTokens,
+        temperature: req.temperature ?? llm.settings.temperature,
+        callerBound: req.maxOutputTokens !== undefined,
+      });
+      llm = { ...llm, plan };
 
       let prompt: LlmMessage[];
       let inputs: MessageDoc[] = [];
@@ -560,27 +568,20 @@ export function callHandlers(deps: CallDeps) {
         status: 'pending',
         completedAt: null,
         ...replies.newLease(),
-        call: {
-          provider: llm.settings.provider,
-          model: llm.settings.model ?? '',
-          keySource: llm.keySource,
-          credentialId: auth.sid ?? '',
-          credentialType: auth.typ ?? '',
-          promptTokens: Math.ceil(promptChars / 4),
+        call: replyCall(c, plan, llm.keySource, {
+          promptChars,
           projectId,
           agentId: session?.agentId ?? '',
-        },
+          origin: 'v1',
+          requestId: ctx.requestId,
+          endUser: req.endUser,
+        }),
         ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
         ...(completion || !req.store ? { ephemeral: true } : {}),
       });
       const resp = completion ? null : responseDoc(auth, req, reply, sessionId);
       await deps.keySlots.prepare(auth);
-      await deps.credits.reserve(c, {
-        callId: reply.id,
-        tokens: reservationTokens(promptChars, llm.settings.maxTokens),
-        source: 'chat_reply',
-        sourceId: reply.id,
-      });
+      await deps.credits.reserve(c, holdOf(reply.id, plan, promptChars));
       try {
         await deps.assertReplySlot(auth.tid);
         await insert(auth, newSession, { inputs, reply, resp });

@@ -7,6 +7,8 @@ export interface SessionDoc {
   projectId: string;
   agentId: string;
   title: string;
+  /** The catalogue name its replies use (absent or '': the tenant's default model). */
+  model?: string;
   createdAt: string;
 }
 
@@ -119,6 +121,16 @@ export interface ReplyCall {
   /** The project and agent the reply worked for ('' for none; absent on replies of older versions): usage analytics. */
   projectId?: string;
   agentId?: string;
+  /** The model as the caller asked for it (a catalogue name or the default model's name); `model` is what served. */
+  name?: string;
+  /** The catalogue entry that serves ('' for the default model and its fallbacks) and its price. */
+  entryId?: string;
+  price?: { input: number; output: number; cachedInput: number; source: string };
+  /** What the request log keeps of the call (CONTRACT.md 12). */
+  origin?: string;
+  requestId?: string;
+  endUser?: string;
+  userId?: string;
 }
 
 /** Listed per tenant, newest first. */

@@ -1,17 +1,17 @@
 import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
-import { reservationTokens } from '@svc/contracts';
-import type { LlmMessage } from '@svc/llm';
+import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
 import { callHandlers } from './calls';
 import type { CreditCheck } from './credits';
 import { keyReplySlots } from './key-concurrency';
+import { holdOf, replyCall, restPlan } from './model-choice';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
 import { streamReply } from './stream';
 import { toMessage, toSession } from './views';
 
-export const LIMITS = { title: 200, content: 32_000, id: 100 } as const;
+export const LIMITS = { title: 200, content: 32_000, id: 100, model: 100 } as const;
 /** The most recent messages of a session sent to the model with a new one. */
 export const HISTORY_LIMIT = 100;
 
@@ -40,6 +40,8 @@ export interface ChatDeps {
   defaultMaxTokens: number;
   /** RESPONSES_RETENTION_HOURS in ms: how long a response of the OpenAI-compatible API is kept. */
   responsesRetentionMs: number;
+  /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the price of a model without a catalogue price. */
+  pricing: PricingSettings;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -90,6 +92,7 @@ export function chatHandlers(deps: ChatDeps) {
       credits,
       pollMs: deps.pollMs,
       defaultMaxTokens: deps.defaultMaxTokens,
+      pricing: deps.pricing,
       retentionMs: deps.responsesRetentionMs,
       cap,
       keySlots,
@@ -103,14 +106,17 @@ export function chatHandlers(deps: ChatDeps) {
       checkLength('title', req.title, LIMITS.title);
       checkLength('projectId', req.projectId, LIMITS.id);
       checkLength('agentId', req.agentId, LIMITS.id);
+      checkLength('model', req.model, LIMITS.model);
       if (req.projectId) await peers.checkProject(req.projectId, token);
       if (req.agentId) await peers.agent(req.agentId, token);
+      if (req.model) await restPlan(peers, token, auth.tid, deps.pricing, req.model, '');
       const doc: SessionDoc = {
         id: newId('chs'),
         tenantId: auth.tid,
         projectId: req.projectId,
         agentId: req.agentId,
         title: req.title.trim(),
+        ...(req.model ? { model: req.model } : {}),
         createdAt: nowIso(),
       };
       await cap.transaction(auth.tid, async (tx, places) => {
@@ -164,24 +170,26 @@ export function chatHandlers(deps: ChatDeps) {
       if (req.content.trim() === '') throw errors.validation([{ field: 'content', message: 'must not be empty' }]);
       checkLength('content', req.content, LIMITS.content, 1);
       checkLength('projectId', req.projectId, LIMITS.id);
+      checkLength('model', req.model, LIMITS.model);
       // Everything that can refuse the message runs before anything is stored: the lookups at once (they are on the
       // path to the first token), their refusals reported in a fixed order (session, project, LLM, agent).
       const sessionP = sessionOf(req.sessionId, auth.tid);
-      const llmP = peers.llm(token, auth.tid);
       const projectP = sessionP.then((s) =>
         req.projectId && req.projectId !== s.projectId ? peers.checkProject(req.projectId, token) : undefined,
       );
       const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
+      // The message's model, else the session's, else the agent's (a catalogue name or, as before the catalogue, a
+      // model of the default provider), else the default model.
+      const planP = Promise.all([sessionP, agentP]).then(([s, a]) =>
+        restPlan(peers, token, auth.tid, deps.pricing, req.model || s.model || '', a?.model ?? ''),
+      );
       const turnsP = sessionP.then((s) => history(s));
-      const [session, , resolved, agent, turns] = await inOrder([sessionP, projectP, llmP, agentP, turnsP] as const);
-      // A copy: the resolved settings are shared by this tenant's requests for a while (peers' cache).
-      const llm = { ...resolved, settings: { ...resolved.settings } };
-      if (agent) {
-        if (agent.model) llm.settings.model = agent.model;
-        if (agent.temperature !== undefined) llm.settings.temperature = agent.temperature;
-      }
+      const [session, , chosen, agent, turns] = await inOrder([sessionP, projectP, planP, agentP, turnsP] as const);
       // The reply's output is bounded, so its reservation is its most possible cost.
-      llm.settings.maxTokens ??= deps.defaultMaxTokens;
+      const plan = boundPlan(chosen.plan, {
+        maxTokens: chosen.llm?.settings.maxTokens ?? deps.defaultMaxTokens,
+        temperature: agent?.temperature ?? chosen.llm?.settings.temperature,
+      });
       const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
       const prompt: LlmMessage[] = [...system, ...turns, { role: 'user', content: req.content }];
       const promptChars = prompt.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
@@ -217,27 +225,20 @@ export function chatHandlers(deps: ChatDeps) {
         status: 'pending',
         seq: nextSeq(),
         ...replies.newLease(),
-        call: {
-          provider: llm.settings.provider,
-          model: llm.settings.model ?? '',
-          keySource: llm.keySource,
-          credentialId: auth.sid ?? '',
-          credentialType: auth.typ ?? '',
-          promptTokens: Math.ceil(promptChars / 4),
+        call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
+          promptChars,
           projectId,
           agentId: session.agentId,
-        },
+          origin: 'chat',
+          requestId: ctx.requestId,
+          endUser: req.endUser,
+        }),
         completedAt: null,
         ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
       };
       await keySlots.prepare(auth);
       // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
-      await credits.reserve(authedCtx, {
-        callId: reply.id,
-        tokens: reservationTokens(promptChars, llm.settings.maxTokens),
-        source: 'chat_reply',
-        sourceId: reply.id,
-      });
+      await credits.reserve(authedCtx, holdOf(reply.id, plan, promptChars));
       try {
         await assertReplySlot(auth.tid);
         await store.transaction(async (tx) => {
@@ -257,7 +258,7 @@ export function chatHandlers(deps: ChatDeps) {
         credentialType: auth.typ,
         message: reply,
         history: prompt,
-        llm,
+        llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
       });
       return { message: toMessage(user), responseMessageId: reply.id };
     },

@@ -1,5 +1,5 @@
 import { createClient, errors, type ServiceClient } from '@svc/kit';
-import { llmCandidatesFrom } from '@svc/llm';
+import { llmCandidatesFrom, type ResolvedCatalogueEntry } from '@svc/llm';
 import { agentsV1, identityV1, projectsV1 } from '@svc/proto';
 import type { ReplyLlm } from './replies';
 
@@ -24,6 +24,11 @@ export interface Peers {
    * Kept for `llmCacheMs` per tenant (a settings change reaches chat within that time); refusals are not kept.
    */
   llm(token: string, tenantId: string): Promise<ReplyLlm>;
+  /**
+   * The enabled catalogue entries of a name (every enabled entry for ''), keys resolved; [] when the name has none.
+   * Kept for `llmCacheMs` per tenant and name, as the LLM settings are.
+   */
+  catalogue(token: string, tenantId: string, name: string): Promise<ResolvedCatalogueEntry[]>;
   /** An agent's runs (responses on `agent:<id>`), on the caller's behalf. */
   executeAgent(req: agentsV1.ExecuteAgentRequest, token: string): Promise<agentsV1.Run>;
   getRun(agentId: string, runId: string, token: string): Promise<agentsV1.Run>;
@@ -46,6 +51,7 @@ export function grpcPeers(
   const { deadlineMs, llmCacheMs } = options;
   // The LLM lookup is on the path to every reply's first token: one identity round trip saved per message.
   const llmCache = new Map<string, { value: ReplyLlm; until: number }>();
+  const catalogueCache = new Map<string, { value: ResolvedCatalogueEntry[]; until: number }>();
   const id = identity ?? createClient(identityV1.IdentityServiceService, addresses.identity, { deadlineMs });
   const projects = createClient(projectsV1.ProjectsServiceService, addresses.projects, { deadlineMs });
   const agents = createClient(agentsV1.AgentsServiceService, addresses.agents, { deadlineMs });
@@ -70,6 +76,17 @@ export function grpcPeers(
         llmCache.set(tenantId, { value, until: Date.now() + llmCacheMs });
       }
       return copy(value);
+    },
+    async catalogue(token, tenantId, name) {
+      const key = `${tenantId}|${name}`;
+      const cached = catalogueCache.get(key);
+      if (cached && cached.until > Date.now()) return cached.value;
+      const { models } = await id.resolveModels({ name }, { token });
+      if (llmCacheMs > 0) {
+        if (catalogueCache.size >= 10_000) catalogueCache.clear();
+        catalogueCache.set(key, { value: models, until: Date.now() + llmCacheMs });
+      }
+      return models;
     },
     async executeAgent(req, token) {
       return (await agents.executeAgent(req, { token })).run!;

@@ -12,14 +12,18 @@ import {
 } from '@svc/kit';
 import { domainEvent, TOPICS } from '@svc/contracts';
 import {
+  type CallPlan,
+  type CandidateMeta,
   type CircuitBreaker,
-  createModelChain,
   estimateUsage,
   isLlmError,
   type LlmEvent,
   type LlmMessage,
   type LlmSettings,
   type LlmTool,
+  planCall,
+  type PricingSettings,
+  routePlan,
   type ServedModel,
 } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
@@ -46,6 +50,8 @@ export interface ReplyModels {
   timeoutMs?: number;
   /** Retries of the last model that can be tried. Default 2. */
   maxRetries?: number;
+  /** Prices a reply given without a plan (its default model); default CREDITS_PER_1K_TOKENS 1 and CREDITS_PER_USD 1000. */
+  pricing?: PricingSettings;
 }
 
 /** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
@@ -55,6 +61,11 @@ export interface ReplyLlm {
   fallbacks?: LlmSettings[];
   /** tenant or platform: whose API key pays. */
   keySource: string;
+  /**
+   * The deployments the reply may go to (a catalogue name's entries, or the default model), each priced, with the
+   * fallbacks; absent: `settings` then `fallbacks`, priced by their provider and model.
+   */
+  plan?: CallPlan;
 }
 
 export interface ReplyJob {
@@ -81,13 +92,34 @@ export type ReplySourceEvent = LlmEvent | { type: 'approval'; approval: StoredAp
 
 const UNFINISHED: MessageStatus[] = ['pending', 'streaming'];
 
-type Tokens = { inputTokens: number; outputTokens: number };
+type Tokens = { inputTokens: number; outputTokens: number; cachedInputTokens?: number };
+
+/** How a call ended, for the request log: latency and time to first token in ms (0 when unknown or none). */
+interface CallOutcome {
+  status: 'ok' | 'error' | 'cancelled';
+  errorCode: string;
+  latencyMs: number;
+  ttftMs: number;
+}
+
+/** The outcome of a reply failed with `code` by another process or a sweep: its timings are not known there. */
+export function failedOutcome(code: string): CallOutcome {
+  return { status: code === 'REPLY_CANCELLED' ? 'cancelled' : 'error', errorCode: code, latencyMs: 0, ttftMs: 0 };
+}
 
 /**
  * The reply's `llm.usage`, carrying its id as the call id: billing settles the reply's reservation with it, once per
  * call whoever sends it (generator or sweep). No tokens: the call produced nothing billable, its hold is released.
  */
-async function billReply(tx: StoreSession, tenantId: string, messageId: string, call: ReplyCall, usage: Tokens, estimated: boolean) {
+async function billReply(
+  tx: StoreSession,
+  tenantId: string,
+  messageId: string,
+  call: ReplyCall,
+  usage: Tokens,
+  estimated: boolean,
+  outcome: CallOutcome,
+) {
   await addToOutbox(
     tx,
     domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
@@ -96,9 +128,23 @@ async function billReply(tx: StoreSession, tenantId: string, messageId: string, 
         source: 'chat_reply',
         sourceId: messageId,
         provider: call.provider,
-        model: call.model,
+        model: call.name || call.model,
         inputTokens: usage.inputTokens,
         outputTokens: usage.outputTokens,
+        ...(usage.cachedInputTokens ? { cachedInputTokens: usage.cachedInputTokens } : {}),
+        ...(call.price ? { price: call.price } : {}),
+        call: {
+          origin: call.origin ?? 'chat',
+          requestId: call.requestId ?? '',
+          endUser: call.endUser ?? '',
+          status: outcome.status,
+          errorCode: outcome.errorCode,
+          latencyMs: Math.max(0, Math.round(outcome.latencyMs)),
+          ttftMs: Math.max(0, Math.round(outcome.ttftMs)),
+          entryId: call.entryId ?? '',
+          servedModel: call.model,
+          userId: call.userId ?? '',
+        },
         keySource: call.keySource,
         credentialId: call.credentialId,
         credentialType: call.credentialType,
@@ -161,6 +207,14 @@ export class Replies {
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
+  }
+
+  /** A reply given without a plan: its settings, then its fallbacks, each priced by its provider and model. */
+  private planOf(llm: ReplyLlm): CallPlan {
+    const pricing = this.models.pricing ?? { creditsPerUsd: 1000, creditsPer1kTokens: 1 };
+    const { temperature, maxTokens } = llm.settings;
+    const fallbacks = (llm.fallbacks ?? []).map((f) => ({ ...f, temperature, maxTokens }));
+    return planCall(llm.settings.model ?? '', [], [llm.settings, ...fallbacks], pricing);
   }
 
   /** The reply if this process is generating it (or just finished it). */
@@ -247,7 +301,7 @@ export class Replies {
         );
       if (updated?.call) {
         const { usage, estimated } = recordedUsage(updated);
-        await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated);
+        await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code));
       }
       return updated;
     });
@@ -322,7 +376,7 @@ export class Replies {
             length: number;
             chunks: number;
             usage: Tokens | undefined;
-            served: ServedModel | undefined;
+            served: Served | undefined;
             ok: boolean;
           }> = [];
           for (const p of due) {
@@ -407,7 +461,9 @@ export class Replies {
     this.progress.set(message.id, progress);
     this.ensureFlusher();
 
-    let usage: { inputTokens: number; outputTokens: number } | undefined;
+    let usage: Tokens | undefined;
+    const startedAt = this.now();
+    let ttftMs = 0;
     let outcome: { status: 'completed' } | { status: 'failed'; code: string; message: string };
     const toolCalls: StoredToolCall[] = [];
     let finishReason: string | null = null;
@@ -416,31 +472,31 @@ export class Replies {
       let events: AsyncIterable<ReplySourceEvent>;
       if (job.source) events = job.source(signal);
       else {
-        const main = job.llm.settings;
         const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
-        // Fallbacks answer with the main settings' temperature and output bound: the reply's one reservation covers
-        // whichever model serves it (every model is priced alike per token).
-        const candidates = [
-          { ...main, ...extra },
-          ...(job.llm.fallbacks ?? []).map((f) => ({ ...f, temperature: main.temperature, maxTokens: main.maxTokens, ...extra })),
-        ];
-        const chain = createModelChain(candidates, {
-          breaker: this.models.breaker,
-          scope: tenantId,
-          maxRetries: this.models.maxRetries,
-          onAttemptFailed: (a) =>
-            this.logger.warn(
-              { messageId: message.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
-              a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
-            ),
-        });
+        // The name's entries by weight (or the default model), then the fallbacks; the reply's one reservation
+        // covers whichever serves (it holds the most costly price and the largest output bound among them).
+        const routed = routePlan(
+          job.llm.plan ?? this.planOf(job.llm),
+          {
+            breaker: this.models.breaker,
+            scope: tenantId,
+            maxRetries: this.models.maxRetries,
+            onAttemptFailed: (a) =>
+              this.logger.warn(
+                { messageId: message.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
+                a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
+              ),
+          },
+          extra,
+        );
         const onServed = (served: ServedModel) => {
-          progress.served = served;
+          progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;
         };
-        events = chain.stream({ messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) }, { signal, onServed });
+        events = routed.chain.stream({ messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) }, { signal, onServed });
       }
       for await (const event of events) {
+        if (ttftMs === 0 && (event.type === 'text' || event.type === 'tool_call')) ttftMs = Math.max(1, this.now() - startedAt);
         if (event.type === 'text') {
           live.append(event.delta);
           if (job.durable) this.flushSoon();
@@ -448,7 +504,8 @@ export class Replies {
           toolCalls.push({ id: event.id, name: event.name, arguments: JSON.stringify(event.arguments) });
         else if (event.type === 'approval') approval = event.approval;
         else if (event.type === 'usage') {
-          usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+          const cached = (event as { cachedInputTokens?: number }).cachedInputTokens;
+          usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens, ...(cached ? { cachedInputTokens: cached } : {}) };
           // Stored at once: a crash from here on bills the provider's usage, not an estimate.
           progress.usage = usage;
           void this.flush();
@@ -504,12 +561,18 @@ export class Replies {
         credentialId: job.credentialId ?? '',
         credentialType: job.credentialType ?? '',
         promptTokens: 0,
-        ...(progress.served ? { provider: progress.served.provider, model: progress.served.model } : {}),
+        ...(progress.served ? servedCall(progress.served) : {}),
       };
     // Nothing billable (the provider refused before answering): the event with no tokens releases the reservation.
     // A reply from another source (an agent's run) made no model call of its own: its run bills its calls.
+    const ended: CallOutcome =
+      outcome.status === 'completed'
+        ? { status: 'ok', errorCode: '', latencyMs: this.now() - startedAt, ttftMs }
+        : { ...failedOutcome(outcome.code), latencyMs: this.now() - startedAt, ttftMs };
     const bill = (tx: StoreSession) =>
-      job.source ? Promise.resolve() : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage);
+      job.source
+        ? Promise.resolve()
+        : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.
     const doc = await this.store.transaction(async (tx) => {
@@ -534,11 +597,23 @@ export class Replies {
 
 class RefusedError extends Error {}
 
+/** A model that serves a reply, with the entry it came from and its price. */
+type Served = ServedModel & { meta?: CandidateMeta };
+
+/** What the call record takes from the model that serves. */
+function servedCall(served: Served): Pick<ReplyCall, 'provider' | 'model'> & Partial<ReplyCall> {
+  return {
+    provider: served.provider,
+    model: served.model,
+    ...(served.meta ? { entryId: served.meta.entryId, price: served.meta.price } : {}),
+  };
+}
+
 /** The served model on the reply, and on its call (what billing is told, by the generator or a sweep). */
-function servedFields(message: MessageDoc, served: ServedModel): Partial<MessageDoc> {
+function servedFields(message: MessageDoc, served: Served): Partial<MessageDoc> {
   return {
     model: served.model,
-    ...(message.call ? { call: { ...message.call, provider: served.provider, model: served.model } } : {}),
+    ...(message.call ? { call: { ...message.call, ...servedCall(served) } } : {}),
   };
 }
 
@@ -570,6 +645,6 @@ interface Progress {
   /** Chunk ends are stored with the text (ReplyJob.durable). */
   durable: boolean;
   /** The model that serves the reply, once it started answering, and the value last stored. */
-  served: ServedModel | undefined;
-  storedServed: ServedModel | undefined;
+  served: Served | undefined;
+  storedServed: Served | undefined;
 }

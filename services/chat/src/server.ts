@@ -9,7 +9,7 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier } from '@svc/contracts';
+import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier, pricingConfig } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
@@ -36,6 +36,7 @@ const chatConfig = {
   llmTimeoutMs: field('CHAT_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
   llmMaxRetries: field('CHAT_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
   ...llmBreakerConfig,
+  ...pricingConfig,
 } as const;
 
 export interface ChatOptions {
@@ -54,6 +55,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     env,
   });
   const { config } = rt;
+  const pricing = { creditsPerUsd: config.creditsPerUsd, creditsPer1kTokens: config.creditsPer1kTokens };
   const { verifier, identity } = identityVerifier(config);
   const peers =
     options.peers ??
@@ -83,6 +85,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
       }),
       timeoutMs: config.llmTimeoutMs,
       maxRetries: config.llmMaxRetries,
+      pricing,
     },
   );
   await replies.startSweeping();
@@ -112,6 +115,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           tenantConcurrency: config.tenantConcurrency,
           maxSessionsPerTenant: config.maxSessionsPerTenant,
           defaultMaxTokens: config.maxTokens,
+          pricing,
           responsesRetentionMs: config.responsesRetentionHours * 3_600_000,
         }),
       }),

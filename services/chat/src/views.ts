@@ -2,7 +2,7 @@ import type { chatV1 } from '@svc/proto';
 import type { MessageDoc, SessionDoc } from './collections';
 
 export function toSession(s: SessionDoc): chatV1.Session {
-  return { id: s.id, projectId: s.projectId, agentId: s.agentId, title: s.title, createdAt: s.createdAt };
+  return { id: s.id, projectId: s.projectId, agentId: s.agentId, title: s.title, createdAt: s.createdAt, model: s.model ?? '' };
 }
 
 export function toMessage(m: MessageDoc): chatV1.Message {

@@ -1,5 +1,5 @@
 import { type Store, TenantCap } from '@svc/kit';
-import { apiKeys, secrets, users } from './collections';
+import { apiKeys, models, secrets, users } from './collections';
 import type { IdentitySettings } from './context';
 
 /**
@@ -27,6 +27,13 @@ export function identityCaps(store: Store, settings: IdentitySettings) {
       plural: 'secrets',
       limit: settings.maxSecretsPerTenant,
       count: (tx, tenantId) => tx.collection(secrets).count({ tenantId }),
+    }),
+    /** Catalogue entries (MODELS_PER_TENANT). */
+    models: new TenantCap(store, {
+      kind: 'model',
+      plural: 'models',
+      limit: settings.maxModelsPerTenant,
+      count: (tx, tenantId) => tx.collection(models).count({ tenantId }),
     }),
   };
 }

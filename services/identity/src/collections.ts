@@ -200,7 +200,37 @@ export interface OAuthStateDoc {
 
 export const oauthStates: CollectionDef<OAuthStateDoc> = { name: 'oauth_states' };
 
+/**
+ * A catalogue entry (CONTRACT.md 12): one deployment of a model that calls to `name` may go to. Its API key is sealed
+ * with the master key like LLM settings' keys; `apiKeySecret` names a tenant secret read at call time instead.
+ */
+export interface ModelDoc {
+  id: string;
+  tenantId: string;
+  name: string;
+  provider: string;
+  upstreamModel: string;
+  baseUrl: string | null;
+  apiKeySealed: string | null;
+  apiKeySecret: string | null;
+  apiVersion: string | null;
+  region: string | null;
+  weight: number;
+  /** Credits per 1,000,000 tokens; null: the platform's price list, else the default price. */
+  price: { input: number; output: number; cachedInput: number | null } | null;
+  maxOutputTokens: number | null;
+  enabled: boolean;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const models: CollectionDef<ModelDoc> = {
+  name: 'models',
+  indexes: [{ fields: ['tenantId', 'name'] }, { fields: ['tenantId'] }],
+};
+
 export const ALL_COLLECTIONS = [
+  models,
   oauthStates,
   tenants,
   users,

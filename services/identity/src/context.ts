@@ -1,3 +1,4 @@
+import type { PricingSettings } from '@svc/llm';
 import type { EgressPolicy, EventBus, Logger, OutboxRelay, SecretBox, Store } from '@svc/kit';
 import type { AuditChainer } from './audit/log';
 import type { FailureThrottle } from './login-guard';
@@ -16,6 +17,10 @@ export interface IdentitySettings {
   sessionTtlS: number;
   /** Lifetime of the JWT minted for an API key or cookie; the gateway caches it. */
   serviceTokenTtlS: number;
+  /** Catalogue entries a tenant may have (MODELS_PER_TENANT). */
+  maxModelsPerTenant: number;
+  /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the catalogue shows each entry's effective price. */
+  pricing: PricingSettings;
   /** The platform's default LLM (LLM_* settings), used by tenants that set none. */
   platformLlm: PlatformLlm | null;
 }

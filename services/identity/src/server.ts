@@ -1,6 +1,6 @@
 import type Redis from 'ioredis';
 import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
-import { TOPICS } from '@svc/contracts';
+import { pricingConfig, TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
 import { AUDIT_COLLECTIONS, AuditChainer } from './audit/log';
@@ -12,6 +12,7 @@ import { authHandlers } from './handlers/auth';
 import { cliLoginHandlers } from './handlers/cli-login';
 import { externalAuthHandlers } from './handlers/external-auth';
 import { llmSettingsHandlers } from './handlers/llm-settings';
+import { modelHandlers } from './handlers/models';
 import { networkHandlers } from './handlers/network';
 import { secretHandlers } from './handlers/secrets';
 import { teamHandlers } from './handlers/team';
@@ -44,6 +45,8 @@ const config = {
   maxApiKeysPerTenant: field('API_KEYS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
   maxSecretsPerTenant: field('SECRETS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   maxMembersPerTenant: field('MEMBERS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
+  maxModelsPerTenant: field('MODELS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
+  ...pricingConfig,
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),
@@ -99,6 +102,8 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
       maxApiKeysPerTenant: rt.config.maxApiKeysPerTenant,
       maxSecretsPerTenant: rt.config.maxSecretsPerTenant,
       maxMembersPerTenant: rt.config.maxMembersPerTenant,
+      maxModelsPerTenant: rt.config.maxModelsPerTenant,
+      pricing: { creditsPerUsd: rt.config.creditsPerUsd, creditsPer1kTokens: rt.config.creditsPer1kTokens },
       issuer: rt.config.jwtIssuer,
       audience: rt.config.jwtAudience,
       accessTokenTtlS: rt.config.accessTokenTtlS,
@@ -150,6 +155,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...networkHandlers(deps),
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
+          ...modelHandlers(deps),
           ...cliLoginHandlers(deps),
           ...auditHandlers(deps),
           watchRevocations: feed.serveWatch,

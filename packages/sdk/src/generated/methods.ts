@@ -38,6 +38,11 @@ export const OPERATIONS = {
   putNetworkSettings: { method: 'PUT', path: '/api/v1/tenant/security/network', pathParams: [], access: 'manager', stream: false },
   getLlmSettings: { method: 'GET', path: '/api/v1/tenant/settings/llm', pathParams: [], access: 'unscoped', stream: false },
   updateLlmSettings: { method: 'PATCH', path: '/api/v1/tenant/settings/llm', pathParams: [], access: 'manager', stream: false },
+  createModel: { method: 'POST', path: '/api/v1/models', pathParams: [], access: 'manager', stream: false },
+  listModels: { method: 'GET', path: '/api/v1/models', pathParams: [], access: 'authenticated', stream: false },
+  getModel: { method: 'GET', path: '/api/v1/models/{id}', pathParams: ['id'], access: 'authenticated', stream: false },
+  updateModel: { method: 'PATCH', path: '/api/v1/models/{id}', pathParams: ['id'], access: 'manager', stream: false },
+  deleteModel: { method: 'DELETE', path: '/api/v1/models/{id}', pathParams: ['id'], access: 'manager', stream: false },
   createApiKey: { method: 'POST', path: '/api/v1/api-keys', pathParams: [], access: 'sessionManager', stream: false },
   listApiKeys: { method: 'GET', path: '/api/v1/api-keys', pathParams: [], access: 'sessionManager', stream: false },
   getApiKey: { method: 'GET', path: '/api/v1/api-keys/{id}', pathParams: ['id'], access: 'sessionManager', stream: false },
@@ -330,6 +335,31 @@ export abstract class GeneratedMethods {
   /** Change LLM settings; null clears a field. apiKey is stored encrypted and never returned (`PATCH /api/v1/tenant/settings/llm`) */
   updateLlmSettings(input: Input<'updateLlmSettings'>, options?: CallOptions): Promise<Output<'updateLlmSettings'>> {
     return this.call('updateLlmSettings', input, options);
+  }
+
+  /** Add a model to the catalogue (at most MODELS_PER_TENANT, default 100) (`POST /api/v1/models`) */
+  createModel(input: Input<'createModel'>, options?: CallOptions): Promise<Output<'createModel'>> {
+    return this.call('createModel', input, options);
+  }
+
+  /** The catalogue, newest first (`GET /api/v1/models`) */
+  listModels(input: Input<'listModels'> = {} as Input<'listModels'>, options?: CallOptions): Promise<Output<'listModels'>> {
+    return this.call('listModels', input, options);
+  }
+
+  /** A catalogue entry (`GET /api/v1/models/{id}`) */
+  getModel(input: Input<'getModel'>, options?: CallOptions): Promise<Output<'getModel'>> {
+    return this.call('getModel', input, options);
+  }
+
+  /** Change a catalogue entry; null clears a field (`PATCH /api/v1/models/{id}`) */
+  updateModel(input: Input<'updateModel'>, options?: CallOptions): Promise<Output<'updateModel'>> {
+    return this.call('updateModel', input, options);
+  }
+
+  /** Remove a catalogue entry (`DELETE /api/v1/models/{id}`) */
+  deleteModel(input: Input<'deleteModel'>, options?: CallOptions): Promise<Output<'deleteModel'>> {
+    return this.call('deleteModel', input, options);
   }
 
   /** Create an API key; the secret is in this response only (`POST /api/v1/api-keys`) */

@@ -327,6 +327,43 @@ export interface paths {
     patch: operations['updateLlmSettings'];
     trace?: never;
   };
+  '/api/v1/models': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The catalogue, newest first */
+    get: operations['listModels'];
+    put?: never;
+    /** Add a model to the catalogue (at most MODELS_PER_TENANT, default 100) */
+    post: operations['createModel'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/models/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A catalogue entry */
+    get: operations['getModel'];
+    put?: never;
+    post?: never;
+    /** Remove a catalogue entry */
+    delete: operations['deleteModel'];
+    options?: never;
+    head?: never;
+    /** Change a catalogue entry; null clears a field */
+    patch: operations['updateModel'];
+    trace?: never;
+  };
   '/api/v1/api-keys': {
     parameters: {
       query?: never;
@@ -2429,6 +2466,409 @@ export interface operations {
                 baseUrl: string | null;
                 apiKeySet: boolean;
               }[];
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listModels: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              /** @description The wire protocol the entry is called with */
+              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+              /** @description The provider's model id */
+              upstreamModel: string;
+              /** @description null: the provider's public API */
+              baseUrl: string | null;
+              /** @description Whether the entry has a key of its own (the key is write-only) */
+              apiKeySet: boolean;
+              /** @description The tenant secret whose value is the key, read at call time */
+              apiKeySecret: string | null;
+              apiVersion: string | null;
+              region: string | null;
+              /** @description Share of the calls to the name among its enabled entries */
+              weight: number;
+              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
+              price: {
+                /** @description credits per 1,000,000 tokens */
+                input: number;
+                /** @description credits per 1,000,000 tokens */
+                output: number;
+                /** @description credits per 1,000,000 tokens */
+                cachedInput: number;
+              };
+              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
+              priceSource: 'entry' | 'platform' | 'default';
+              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
+              maxOutputTokens: number | null;
+              enabled: boolean;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            }[];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createModel: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
+          name: string;
+          /** @description The wire protocol the entry is called with */
+          provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+          /** @description Defaults to name */
+          upstreamModel?: string;
+          /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
+          baseUrl?: string | null;
+          /** @description Write-only: stored encrypted, shown as apiKeySet */
+          apiKey?: string | null;
+          /** @description A tenant secret holding the key (read at each call) */
+          apiKeySecret?: string | null;
+          /** @description azure-openai: the api-version */
+          apiVersion?: string | null;
+          /** @description bedrock: the AWS region */
+          region?: string | null;
+          /** @description Default 1 */
+          weight?: number;
+          /** @description null: the platform's price list, else the default price */
+          price?: {
+            /** @description credits per 1,000,000 tokens */
+            input: number;
+            /** @description credits per 1,000,000 tokens */
+            output: number;
+            /** @description credits per 1,000,000 tokens */
+            cachedInput?: number;
+          } | null;
+          maxOutputTokens?: number | null;
+          /** @description Default true */
+          enabled?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              /** @description The wire protocol the entry is called with */
+              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+              /** @description The provider's model id */
+              upstreamModel: string;
+              /** @description null: the provider's public API */
+              baseUrl: string | null;
+              /** @description Whether the entry has a key of its own (the key is write-only) */
+              apiKeySet: boolean;
+              /** @description The tenant secret whose value is the key, read at call time */
+              apiKeySecret: string | null;
+              apiVersion: string | null;
+              region: string | null;
+              /** @description Share of the calls to the name among its enabled entries */
+              weight: number;
+              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
+              price: {
+                /** @description credits per 1,000,000 tokens */
+                input: number;
+                /** @description credits per 1,000,000 tokens */
+                output: number;
+                /** @description credits per 1,000,000 tokens */
+                cachedInput: number;
+              };
+              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
+              priceSource: 'entry' | 'platform' | 'default';
+              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
+              maxOutputTokens: number | null;
+              enabled: boolean;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getModel: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              /** @description The wire protocol the entry is called with */
+              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+              /** @description The provider's model id */
+              upstreamModel: string;
+              /** @description null: the provider's public API */
+              baseUrl: string | null;
+              /** @description Whether the entry has a key of its own (the key is write-only) */
+              apiKeySet: boolean;
+              /** @description The tenant secret whose value is the key, read at call time */
+              apiKeySecret: string | null;
+              apiVersion: string | null;
+              region: string | null;
+              /** @description Share of the calls to the name among its enabled entries */
+              weight: number;
+              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
+              price: {
+                /** @description credits per 1,000,000 tokens */
+                input: number;
+                /** @description credits per 1,000,000 tokens */
+                output: number;
+                /** @description credits per 1,000,000 tokens */
+                cachedInput: number;
+              };
+              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
+              priceSource: 'entry' | 'platform' | 'default';
+              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
+              maxOutputTokens: number | null;
+              enabled: boolean;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteModel: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              deleted: boolean;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateModel: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
+          name?: string;
+          /** @description The wire protocol the entry is called with */
+          provider?: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+          /** @description Defaults to name */
+          upstreamModel?: string;
+          /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
+          baseUrl?: string | null;
+          /** @description Write-only: stored encrypted, shown as apiKeySet */
+          apiKey?: string | null;
+          /** @description A tenant secret holding the key (read at each call) */
+          apiKeySecret?: string | null;
+          /** @description azure-openai: the api-version */
+          apiVersion?: string | null;
+          /** @description bedrock: the AWS region */
+          region?: string | null;
+          /** @description Default 1 */
+          weight?: number;
+          /** @description null: the platform's price list, else the default price */
+          price?: {
+            /** @description credits per 1,000,000 tokens */
+            input: number;
+            /** @description credits per 1,000,000 tokens */
+            output: number;
+            /** @description credits per 1,000,000 tokens */
+            cachedInput?: number;
+          } | null;
+          maxOutputTokens?: number | null;
+          /** @description Default true */
+          enabled?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              id: string;
+              name: string;
+              /** @description The wire protocol the entry is called with */
+              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+              /** @description The provider's model id */
+              upstreamModel: string;
+              /** @description null: the provider's public API */
+              baseUrl: string | null;
+              /** @description Whether the entry has a key of its own (the key is write-only) */
+              apiKeySet: boolean;
+              /** @description The tenant secret whose value is the key, read at call time */
+              apiKeySecret: string | null;
+              apiVersion: string | null;
+              region: string | null;
+              /** @description Share of the calls to the name among its enabled entries */
+              weight: number;
+              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
+              price: {
+                /** @description credits per 1,000,000 tokens */
+                input: number;
+                /** @description credits per 1,000,000 tokens */
+                output: number;
+                /** @description credits per 1,000,000 tokens */
+                cachedInput: number;
+              };
+              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
+              priceSource: 'entry' | 'platform' | 'default';
+              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
+              maxOutputTokens: number | null;
+              enabled: boolean;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              createdAt: string;
+              /** @description ISO 8601 UTC timestamp with milliseconds */
+              updatedAt: string;
             };
             meta: {
               request_id: string;
@@ -5012,6 +5452,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             }[];
@@ -5052,6 +5494,8 @@ export interface operations {
           projectId?: string;
           agentId?: string;
           title?: string;
+          /** @description A catalogue name (GET /api/v1/models) or the default model's; 404 RESOURCE_NOT_FOUND with details.reason model_not_found otherwise */
+          model?: string;
         };
       };
     };
@@ -5068,6 +5512,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             };
@@ -5112,6 +5558,8 @@ export interface operations {
               projectId: string | null;
               agentId: string | null;
               title: string | null;
+              /** @description The catalogue name its replies use (null: the tenant's default model) */
+              model: string | null;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               createdAt: string;
             };
@@ -5253,6 +5701,8 @@ export interface operations {
         'application/json': {
           content: string;
           projectId?: string;
+          /** @description This reply's model, in place of the session's */
+          model?: string;
         };
       };
     };

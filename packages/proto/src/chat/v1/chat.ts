@@ -31,6 +31,8 @@ export interface Session {
   agentId: string;
   title: string;
   createdAt: string;
+  /** The catalogue name its replies use ('' for the tenant's default model). */
+  model: string;
 }
 
 export interface Message {
@@ -64,6 +66,10 @@ export interface CreateSessionRequest {
   projectId: string;
   agentId: string;
   title: string;
+  /** A catalogue name (or the default model's); NOT_FOUND model_not_found when there is no such model. */
+  model: string;
+  /** The X-End-User header (at most 200 characters), kept by the request log. */
+  endUser: string;
 }
 
 export interface CreateSessionResponse {
@@ -111,6 +117,10 @@ export interface PostMessageRequest {
   sessionId: string;
   content: string;
   projectId: string;
+  /** This reply's model (a catalogue name), in place of the session's; NOT_FOUND model_not_found when unknown. */
+  model: string;
+  /** The X-End-User header (at most 200 characters), kept by the request log. */
+  endUser: string;
 }
 
 export interface PostMessageResponse {
@@ -200,6 +210,8 @@ export interface StartCallRequest {
   approvalRequestId: string;
   approve: boolean;
   approvalReason: string;
+  /** OpenAI's `user` field (at most 200 characters), kept by the request log. */
+  endUser: string;
 }
 
 /** A run of an agent waiting for its approver (the `agent_approval_request` output item). */
@@ -291,7 +303,7 @@ export interface CancelResponseResponse {
 }
 
 function createBaseSession(): Session {
-  return { id: "", projectId: "", agentId: "", title: "", createdAt: "" };
+  return { id: "", projectId: "", agentId: "", title: "", createdAt: "", model: "" };
 }
 
 export const Session: MessageFns<Session> = {
@@ -310,6 +322,9 @@ export const Session: MessageFns<Session> = {
     }
     if (message.createdAt !== "") {
       writer.uint32(42).string(message.createdAt);
+    }
+    if (message.model !== "") {
+      writer.uint32(50).string(message.model);
     }
     return writer;
   },
@@ -367,6 +382,14 @@ export const Session: MessageFns<Session> = {
             message.createdAt = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -398,6 +421,7 @@ export const Session: MessageFns<Session> = {
         : isSet(object.created_at)
         ? globalThis.String(object.created_at)
         : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
     };
   },
 
@@ -418,6 +442,9 @@ export const Session: MessageFns<Session> = {
     if (message.createdAt !== "") {
       obj.createdAt = message.createdAt;
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
     return obj;
   },
 
@@ -431,6 +458,7 @@ export const Session: MessageFns<Session> = {
     message.agentId = object.agentId ?? "";
     message.title = object.title ?? "";
     message.createdAt = object.createdAt ?? "";
+    message.model = object.model ?? "";
     return message;
   },
 };
@@ -811,7 +839,7 @@ export const Usage: MessageFns<Usage> = {
 };
 
 function createBaseCreateSessionRequest(): CreateSessionRequest {
-  return { projectId: "", agentId: "", title: "" };
+  return { projectId: "", agentId: "", title: "", model: "", endUser: "" };
 }
 
 export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
@@ -824,6 +852,12 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     }
     if (message.title !== "") {
       writer.uint32(26).string(message.title);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(42).string(message.endUser);
     }
     return writer;
   },
@@ -865,6 +899,22 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
             message.title = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -890,6 +940,12 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
         ? globalThis.String(object.agent_id)
         : "",
       title: isSet(object.title) ? globalThis.String(object.title) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
     };
   },
 
@@ -904,6 +960,12 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     if (message.title !== "") {
       obj.title = message.title;
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
     return obj;
   },
 
@@ -915,6 +977,8 @@ export const CreateSessionRequest: MessageFns<CreateSessionRequest> = {
     message.projectId = object.projectId ?? "";
     message.agentId = object.agentId ?? "";
     message.title = object.title ?? "";
+    message.model = object.model ?? "";
+    message.endUser = object.endUser ?? "";
     return message;
   },
 };
@@ -1627,7 +1691,7 @@ export const ListMessagesResponse: MessageFns<ListMessagesResponse> = {
 };
 
 function createBasePostMessageRequest(): PostMessageRequest {
-  return { sessionId: "", content: "", projectId: "" };
+  return { sessionId: "", content: "", projectId: "", model: "", endUser: "" };
 }
 
 export const PostMessageRequest: MessageFns<PostMessageRequest> = {
@@ -1640,6 +1704,12 @@ export const PostMessageRequest: MessageFns<PostMessageRequest> = {
     }
     if (message.projectId !== "") {
       writer.uint32(26).string(message.projectId);
+    }
+    if (message.model !== "") {
+      writer.uint32(34).string(message.model);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(42).string(message.endUser);
     }
     return writer;
   },
@@ -1681,6 +1751,22 @@ export const PostMessageRequest: MessageFns<PostMessageRequest> = {
             message.projectId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1706,6 +1792,12 @@ export const PostMessageRequest: MessageFns<PostMessageRequest> = {
         : isSet(object.project_id)
         ? globalThis.String(object.project_id)
         : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
     };
   },
 
@@ -1720,6 +1812,12 @@ export const PostMessageRequest: MessageFns<PostMessageRequest> = {
     if (message.projectId !== "") {
       obj.projectId = message.projectId;
     }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
     return obj;
   },
 
@@ -1731,6 +1829,8 @@ export const PostMessageRequest: MessageFns<PostMessageRequest> = {
     message.sessionId = object.sessionId ?? "";
     message.content = object.content ?? "";
     message.projectId = object.projectId ?? "";
+    message.model = object.model ?? "";
+    message.endUser = object.endUser ?? "";
     return message;
   },
 };
@@ -2572,6 +2672,7 @@ function createBaseStartCallRequest(): StartCallRequest {
     approvalRequestId: "",
     approve: false,
     approvalReason: "",
+    endUser: "",
   };
 }
 
@@ -2624,6 +2725,9 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     }
     if (message.approvalReason !== "") {
       writer.uint32(130).string(message.approvalReason);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(138).string(message.endUser);
     }
     return writer;
   },
@@ -2769,6 +2873,14 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
             message.approvalReason = reader.string();
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2827,6 +2939,11 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
         : isSet(object.approval_reason)
         ? globalThis.String(object.approval_reason)
         : "",
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
     };
   },
 
@@ -2880,6 +2997,9 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     if (message.approvalReason !== "") {
       obj.approvalReason = message.approvalReason;
     }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
     return obj;
   },
 
@@ -2904,6 +3024,7 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     message.approvalRequestId = object.approvalRequestId ?? "";
     message.approve = object.approve ?? false;
     message.approvalReason = object.approvalReason ?? "";
+    message.endUser = object.endUser ?? "";
     return message;
   },
 };

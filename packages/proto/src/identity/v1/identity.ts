@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { ModelPrice } from "../../events/v1/events";
 
 export const protobufPackage = "identity.v1";
 
@@ -688,6 +689,135 @@ export interface VerifyAuditLogResponse {
   valid: boolean;
   entries: number;
   firstBrokenId?: string | undefined;
+}
+
+/** A catalogue entry as shown: the API key never leaves, only whether one is set. */
+export interface Model {
+  id: string;
+  /** What clients send as `model`; several entries may share it. */
+  name: string;
+  /** openai, anthropic, openai-compatible, azure-openai, gemini, bedrock */
+  provider: string;
+  upstreamModel: string;
+  baseUrl: string;
+  apiKeySet: boolean;
+  /** The name of a tenant secret holding the key, read at call time ('' for none). */
+  apiKeySecret: string;
+  apiVersion: string;
+  region: string;
+  weight: number;
+  /** The effective price (credits per 1,000,000 tokens) and where it comes from (entry, platform, default). */
+  price?: ModelPrice | undefined;
+  maxOutputTokens?: number | undefined;
+  enabled: boolean;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A price as written: credits per 1,000,000 tokens; cached_input defaults to input. */
+export interface ModelPriceInput {
+  input: number;
+  output: number;
+  cachedInput?: number | undefined;
+}
+
+export interface CreateModelRequest {
+  name: string;
+  provider: string;
+  upstreamModel?: string | undefined;
+  baseUrl?: string | undefined;
+  apiKey?: string | undefined;
+  apiKeySecret?: string | undefined;
+  apiVersion?: string | undefined;
+  region?: string | undefined;
+  weight?: number | undefined;
+  price?: ModelPriceInput | undefined;
+  maxOutputTokens?: number | undefined;
+  enabled?: boolean | undefined;
+}
+
+export interface CreateModelResponse {
+  model?: Model | undefined;
+}
+
+export interface ListModelsRequest {
+  limit: number;
+  cursor: string;
+  /** Only the entries of this name ('' for all). */
+  name: string;
+}
+
+export interface ListModelsResponse {
+  models: Model[];
+  nextCursor: string;
+}
+
+export interface GetModelRequest {
+  id: string;
+}
+
+export interface GetModelResponse {
+  model?: Model | undefined;
+}
+
+/** Only the fields that are set change; clear_* empties a field. */
+export interface UpdateModelRequest {
+  id: string;
+  name?: string | undefined;
+  provider?: string | undefined;
+  upstreamModel?: string | undefined;
+  baseUrl?: string | undefined;
+  apiKey?: string | undefined;
+  apiKeySecret?: string | undefined;
+  apiVersion?: string | undefined;
+  region?: string | undefined;
+  weight?: number | undefined;
+  price?: ModelPriceInput | undefined;
+  maxOutputTokens?: number | undefined;
+  enabled?: boolean | undefined;
+  clearBaseUrl: boolean;
+  clearApiKey: boolean;
+  clearApiKeySecret: boolean;
+  clearApiVersion: boolean;
+  clearRegion: boolean;
+  clearPrice: boolean;
+  clearMaxOutputTokens: boolean;
+}
+
+export interface UpdateModelResponse {
+  model?: Model | undefined;
+}
+
+export interface DeleteModelRequest {
+  id: string;
+}
+
+export interface DeleteModelResponse {
+  id: string;
+}
+
+export interface ResolveModelsRequest {
+  /** '' for every enabled entry of the tenant. */
+  name: string;
+}
+
+/** An enabled entry as a service calls it: its key decrypted (or read from the named secret), its price resolved. */
+export interface ResolvedModel {
+  id: string;
+  name: string;
+  provider: string;
+  upstreamModel: string;
+  baseUrl: string;
+  apiKey: string;
+  apiVersion: string;
+  region: string;
+  weight: number;
+  price?: ModelPrice | undefined;
+  maxOutputTokens?: number | undefined;
+}
+
+export interface ResolveModelsResponse {
+  models: ResolvedModel[];
 }
 
 function createBaseTenant(): Tenant {
@@ -11303,6 +11433,2177 @@ export const VerifyAuditLogResponse: MessageFns<VerifyAuditLogResponse> = {
   },
 };
 
+function createBaseModel(): Model {
+  return {
+    id: "",
+    name: "",
+    provider: "",
+    upstreamModel: "",
+    baseUrl: "",
+    apiKeySet: false,
+    apiKeySecret: "",
+    apiVersion: "",
+    region: "",
+    weight: 0,
+    price: undefined,
+    maxOutputTokens: undefined,
+    enabled: false,
+    createdAt: "",
+    updatedAt: "",
+  };
+}
+
+export const Model: MessageFns<Model> = {
+  encode(message: Model, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.provider !== "") {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.upstreamModel !== "") {
+      writer.uint32(34).string(message.upstreamModel);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(42).string(message.baseUrl);
+    }
+    if (message.apiKeySet !== false) {
+      writer.uint32(48).bool(message.apiKeySet);
+    }
+    if (message.apiKeySecret !== "") {
+      writer.uint32(58).string(message.apiKeySecret);
+    }
+    if (message.apiVersion !== "") {
+      writer.uint32(66).string(message.apiVersion);
+    }
+    if (message.region !== "") {
+      writer.uint32(74).string(message.region);
+    }
+    if (message.weight !== 0) {
+      writer.uint32(80).int32(message.weight);
+    }
+    if (message.price !== undefined) {
+      ModelPrice.encode(message.price, writer.uint32(90).fork()).join();
+    }
+    if (message.maxOutputTokens !== undefined) {
+      writer.uint32(96).int32(message.maxOutputTokens);
+    }
+    if (message.enabled !== false) {
+      writer.uint32(104).bool(message.enabled);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(114).string(message.createdAt);
+    }
+    if (message.updatedAt !== "") {
+      writer.uint32(122).string(message.updatedAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Model {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.upstreamModel = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.apiKeySet = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.apiKeySecret = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.apiVersion = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.weight = reader.int32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.price = ModelPrice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.enabled = reader.bool();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.updatedAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Model {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      upstreamModel: isSet(object.upstreamModel)
+        ? globalThis.String(object.upstreamModel)
+        : isSet(object.upstream_model)
+        ? globalThis.String(object.upstream_model)
+        : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKeySet: isSet(object.apiKeySet)
+        ? globalThis.Boolean(object.apiKeySet)
+        : isSet(object.api_key_set)
+        ? globalThis.Boolean(object.api_key_set)
+        : false,
+      apiKeySecret: isSet(object.apiKeySecret)
+        ? globalThis.String(object.apiKeySecret)
+        : isSet(object.api_key_secret)
+        ? globalThis.String(object.api_key_secret)
+        : "",
+      apiVersion: isSet(object.apiVersion)
+        ? globalThis.String(object.apiVersion)
+        : isSet(object.api_version)
+        ? globalThis.String(object.api_version)
+        : "",
+      region: isSet(object.region) ? globalThis.String(object.region) : "",
+      weight: isSet(object.weight) ? globalThis.Number(object.weight) : 0,
+      price: isSet(object.price) ? ModelPrice.fromJSON(object.price) : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : undefined,
+      enabled: isSet(object.enabled) ? globalThis.Boolean(object.enabled) : false,
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      updatedAt: isSet(object.updatedAt)
+        ? globalThis.String(object.updatedAt)
+        : isSet(object.updated_at)
+        ? globalThis.String(object.updated_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Model): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.upstreamModel !== "") {
+      obj.upstreamModel = message.upstreamModel;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKeySet !== false) {
+      obj.apiKeySet = message.apiKeySet;
+    }
+    if (message.apiKeySecret !== "") {
+      obj.apiKeySecret = message.apiKeySecret;
+    }
+    if (message.apiVersion !== "") {
+      obj.apiVersion = message.apiVersion;
+    }
+    if (message.region !== "") {
+      obj.region = message.region;
+    }
+    if (message.weight !== 0) {
+      obj.weight = Math.round(message.weight);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPrice.toJSON(message.price);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    if (message.enabled !== false) {
+      obj.enabled = message.enabled;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.updatedAt !== "") {
+      obj.updatedAt = message.updatedAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Model>): Model {
+    return Model.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Model>): Model {
+    const message = createBaseModel();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.provider = object.provider ?? "";
+    message.upstreamModel = object.upstreamModel ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKeySet = object.apiKeySet ?? false;
+    message.apiKeySecret = object.apiKeySecret ?? "";
+    message.apiVersion = object.apiVersion ?? "";
+    message.region = object.region ?? "";
+    message.weight = object.weight ?? 0;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPrice.fromPartial(object.price)
+      : undefined;
+    message.maxOutputTokens = object.maxOutputTokens ?? undefined;
+    message.enabled = object.enabled ?? false;
+    message.createdAt = object.createdAt ?? "";
+    message.updatedAt = object.updatedAt ?? "";
+    return message;
+  },
+};
+
+function createBaseModelPriceInput(): ModelPriceInput {
+  return { input: 0, output: 0, cachedInput: undefined };
+}
+
+export const ModelPriceInput: MessageFns<ModelPriceInput> = {
+  encode(message: ModelPriceInput, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.input !== 0) {
+      writer.uint32(9).double(message.input);
+    }
+    if (message.output !== 0) {
+      writer.uint32(17).double(message.output);
+    }
+    if (message.cachedInput !== undefined) {
+      writer.uint32(25).double(message.cachedInput);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ModelPriceInput {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseModelPriceInput();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 9) {
+              break;
+            }
+
+            message.input = reader.double();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.output = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.cachedInput = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ModelPriceInput {
+    return {
+      input: isSet(object.input) ? globalThis.Number(object.input) : 0,
+      output: isSet(object.output) ? globalThis.Number(object.output) : 0,
+      cachedInput: isSet(object.cachedInput)
+        ? globalThis.Number(object.cachedInput)
+        : isSet(object.cached_input)
+        ? globalThis.Number(object.cached_input)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ModelPriceInput): unknown {
+    const obj: any = {};
+    if (message.input !== 0) {
+      obj.input = floatToJson(message.input);
+    }
+    if (message.output !== 0) {
+      obj.output = floatToJson(message.output);
+    }
+    if (message.cachedInput !== undefined) {
+      obj.cachedInput = floatToJson(message.cachedInput);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ModelPriceInput>): ModelPriceInput {
+    return ModelPriceInput.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ModelPriceInput>): ModelPriceInput {
+    const message = createBaseModelPriceInput();
+    message.input = object.input ?? 0;
+    message.output = object.output ?? 0;
+    message.cachedInput = object.cachedInput ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCreateModelRequest(): CreateModelRequest {
+  return {
+    name: "",
+    provider: "",
+    upstreamModel: undefined,
+    baseUrl: undefined,
+    apiKey: undefined,
+    apiKeySecret: undefined,
+    apiVersion: undefined,
+    region: undefined,
+    weight: undefined,
+    price: undefined,
+    maxOutputTokens: undefined,
+    enabled: undefined,
+  };
+}
+
+export const CreateModelRequest: MessageFns<CreateModelRequest> = {
+  encode(message: CreateModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.provider !== "") {
+      writer.uint32(18).string(message.provider);
+    }
+    if (message.upstreamModel !== undefined) {
+      writer.uint32(26).string(message.upstreamModel);
+    }
+    if (message.baseUrl !== undefined) {
+      writer.uint32(34).string(message.baseUrl);
+    }
+    if (message.apiKey !== undefined) {
+      writer.uint32(42).string(message.apiKey);
+    }
+    if (message.apiKeySecret !== undefined) {
+      writer.uint32(50).string(message.apiKeySecret);
+    }
+    if (message.apiVersion !== undefined) {
+      writer.uint32(58).string(message.apiVersion);
+    }
+    if (message.region !== undefined) {
+      writer.uint32(66).string(message.region);
+    }
+    if (message.weight !== undefined) {
+      writer.uint32(72).int32(message.weight);
+    }
+    if (message.price !== undefined) {
+      ModelPriceInput.encode(message.price, writer.uint32(82).fork()).join();
+    }
+    if (message.maxOutputTokens !== undefined) {
+      writer.uint32(88).int32(message.maxOutputTokens);
+    }
+    if (message.enabled !== undefined) {
+      writer.uint32(96).bool(message.enabled);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.upstreamModel = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.apiKeySecret = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.apiVersion = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.weight = reader.int32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.price = ModelPriceInput.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.enabled = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateModelRequest {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      upstreamModel: isSet(object.upstreamModel)
+        ? globalThis.String(object.upstreamModel)
+        : isSet(object.upstream_model)
+        ? globalThis.String(object.upstream_model)
+        : undefined,
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : undefined,
+      apiKeySecret: isSet(object.apiKeySecret)
+        ? globalThis.String(object.apiKeySecret)
+        : isSet(object.api_key_secret)
+        ? globalThis.String(object.api_key_secret)
+        : undefined,
+      apiVersion: isSet(object.apiVersion)
+        ? globalThis.String(object.apiVersion)
+        : isSet(object.api_version)
+        ? globalThis.String(object.api_version)
+        : undefined,
+      region: isSet(object.region) ? globalThis.String(object.region) : undefined,
+      weight: isSet(object.weight) ? globalThis.Number(object.weight) : undefined,
+      price: isSet(object.price) ? ModelPriceInput.fromJSON(object.price) : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : undefined,
+      enabled: isSet(object.enabled) ? globalThis.Boolean(object.enabled) : undefined,
+    };
+  },
+
+  toJSON(message: CreateModelRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.upstreamModel !== undefined) {
+      obj.upstreamModel = message.upstreamModel;
+    }
+    if (message.baseUrl !== undefined) {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== undefined) {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.apiKeySecret !== undefined) {
+      obj.apiKeySecret = message.apiKeySecret;
+    }
+    if (message.apiVersion !== undefined) {
+      obj.apiVersion = message.apiVersion;
+    }
+    if (message.region !== undefined) {
+      obj.region = message.region;
+    }
+    if (message.weight !== undefined) {
+      obj.weight = Math.round(message.weight);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPriceInput.toJSON(message.price);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    if (message.enabled !== undefined) {
+      obj.enabled = message.enabled;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateModelRequest>): CreateModelRequest {
+    return CreateModelRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateModelRequest>): CreateModelRequest {
+    const message = createBaseCreateModelRequest();
+    message.name = object.name ?? "";
+    message.provider = object.provider ?? "";
+    message.upstreamModel = object.upstreamModel ?? undefined;
+    message.baseUrl = object.baseUrl ?? undefined;
+    message.apiKey = object.apiKey ?? undefined;
+    message.apiKeySecret = object.apiKeySecret ?? undefined;
+    message.apiVersion = object.apiVersion ?? undefined;
+    message.region = object.region ?? undefined;
+    message.weight = object.weight ?? undefined;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPriceInput.fromPartial(object.price)
+      : undefined;
+    message.maxOutputTokens = object.maxOutputTokens ?? undefined;
+    message.enabled = object.enabled ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCreateModelResponse(): CreateModelResponse {
+  return { model: undefined };
+}
+
+export const CreateModelResponse: MessageFns<CreateModelResponse> = {
+  encode(message: CreateModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== undefined) {
+      Model.encode(message.model, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = Model.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateModelResponse {
+    return { model: isSet(object.model) ? Model.fromJSON(object.model) : undefined };
+  },
+
+  toJSON(message: CreateModelResponse): unknown {
+    const obj: any = {};
+    if (message.model !== undefined) {
+      obj.model = Model.toJSON(message.model);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateModelResponse>): CreateModelResponse {
+    return CreateModelResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateModelResponse>): CreateModelResponse {
+    const message = createBaseCreateModelResponse();
+    message.model = (object.model !== undefined && object.model !== null) ? Model.fromPartial(object.model) : undefined;
+    return message;
+  },
+};
+
+function createBaseListModelsRequest(): ListModelsRequest {
+  return { limit: 0, cursor: "", name: "" };
+}
+
+export const ListModelsRequest: MessageFns<ListModelsRequest> = {
+  encode(message: ListModelsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(18).string(message.cursor);
+    }
+    if (message.name !== "") {
+      writer.uint32(26).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListModelsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListModelsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListModelsRequest {
+    return {
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+    };
+  },
+
+  toJSON(message: ListModelsRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListModelsRequest>): ListModelsRequest {
+    return ListModelsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListModelsRequest>): ListModelsRequest {
+    const message = createBaseListModelsRequest();
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseListModelsResponse(): ListModelsResponse {
+  return { models: [], nextCursor: "" };
+}
+
+export const ListModelsResponse: MessageFns<ListModelsResponse> = {
+  encode(message: ListModelsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.models) {
+      Model.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListModelsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListModelsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.models.push(Model.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListModelsResponse {
+    return {
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => Model.fromJSON(e)) : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListModelsResponse): unknown {
+    const obj: any = {};
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => Model.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListModelsResponse>): ListModelsResponse {
+    return ListModelsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListModelsResponse>): ListModelsResponse {
+    const message = createBaseListModelsResponse();
+    message.models = object.models?.map((e) => Model.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseGetModelRequest(): GetModelRequest {
+  return { id: "" };
+}
+
+export const GetModelRequest: MessageFns<GetModelRequest> = {
+  encode(message: GetModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetModelRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: GetModelRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetModelRequest>): GetModelRequest {
+    return GetModelRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetModelRequest>): GetModelRequest {
+    const message = createBaseGetModelRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseGetModelResponse(): GetModelResponse {
+  return { model: undefined };
+}
+
+export const GetModelResponse: MessageFns<GetModelResponse> = {
+  encode(message: GetModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== undefined) {
+      Model.encode(message.model, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = Model.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetModelResponse {
+    return { model: isSet(object.model) ? Model.fromJSON(object.model) : undefined };
+  },
+
+  toJSON(message: GetModelResponse): unknown {
+    const obj: any = {};
+    if (message.model !== undefined) {
+      obj.model = Model.toJSON(message.model);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetModelResponse>): GetModelResponse {
+    return GetModelResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetModelResponse>): GetModelResponse {
+    const message = createBaseGetModelResponse();
+    message.model = (object.model !== undefined && object.model !== null) ? Model.fromPartial(object.model) : undefined;
+    return message;
+  },
+};
+
+function createBaseUpdateModelRequest(): UpdateModelRequest {
+  return {
+    id: "",
+    name: undefined,
+    provider: undefined,
+    upstreamModel: undefined,
+    baseUrl: undefined,
+    apiKey: undefined,
+    apiKeySecret: undefined,
+    apiVersion: undefined,
+    region: undefined,
+    weight: undefined,
+    price: undefined,
+    maxOutputTokens: undefined,
+    enabled: undefined,
+    clearBaseUrl: false,
+    clearApiKey: false,
+    clearApiKeySecret: false,
+    clearApiVersion: false,
+    clearRegion: false,
+    clearPrice: false,
+    clearMaxOutputTokens: false,
+  };
+}
+
+export const UpdateModelRequest: MessageFns<UpdateModelRequest> = {
+  encode(message: UpdateModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== undefined) {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.provider !== undefined) {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.upstreamModel !== undefined) {
+      writer.uint32(34).string(message.upstreamModel);
+    }
+    if (message.baseUrl !== undefined) {
+      writer.uint32(42).string(message.baseUrl);
+    }
+    if (message.apiKey !== undefined) {
+      writer.uint32(50).string(message.apiKey);
+    }
+    if (message.apiKeySecret !== undefined) {
+      writer.uint32(58).string(message.apiKeySecret);
+    }
+    if (message.apiVersion !== undefined) {
+      writer.uint32(66).string(message.apiVersion);
+    }
+    if (message.region !== undefined) {
+      writer.uint32(74).string(message.region);
+    }
+    if (message.weight !== undefined) {
+      writer.uint32(80).int32(message.weight);
+    }
+    if (message.price !== undefined) {
+      ModelPriceInput.encode(message.price, writer.uint32(90).fork()).join();
+    }
+    if (message.maxOutputTokens !== undefined) {
+      writer.uint32(96).int32(message.maxOutputTokens);
+    }
+    if (message.enabled !== undefined) {
+      writer.uint32(104).bool(message.enabled);
+    }
+    if (message.clearBaseUrl !== false) {
+      writer.uint32(112).bool(message.clearBaseUrl);
+    }
+    if (message.clearApiKey !== false) {
+      writer.uint32(120).bool(message.clearApiKey);
+    }
+    if (message.clearApiKeySecret !== false) {
+      writer.uint32(128).bool(message.clearApiKeySecret);
+    }
+    if (message.clearApiVersion !== false) {
+      writer.uint32(136).bool(message.clearApiVersion);
+    }
+    if (message.clearRegion !== false) {
+      writer.uint32(144).bool(message.clearRegion);
+    }
+    if (message.clearPrice !== false) {
+      writer.uint32(152).bool(message.clearPrice);
+    }
+    if (message.clearMaxOutputTokens !== false) {
+      writer.uint32(160).bool(message.clearMaxOutputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.upstreamModel = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.apiKeySecret = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.apiVersion = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.weight = reader.int32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.price = ModelPriceInput.decode(reader, reader.uint32());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.enabled = reader.bool();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.clearBaseUrl = reader.bool();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.clearApiKey = reader.bool();
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.clearApiKeySecret = reader.bool();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.clearApiVersion = reader.bool();
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.clearRegion = reader.bool();
+            continue;
+          }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.clearPrice = reader.bool();
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.clearMaxOutputTokens = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateModelRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : undefined,
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : undefined,
+      upstreamModel: isSet(object.upstreamModel)
+        ? globalThis.String(object.upstreamModel)
+        : isSet(object.upstream_model)
+        ? globalThis.String(object.upstream_model)
+        : undefined,
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : undefined,
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : undefined,
+      apiKeySecret: isSet(object.apiKeySecret)
+        ? globalThis.String(object.apiKeySecret)
+        : isSet(object.api_key_secret)
+        ? globalThis.String(object.api_key_secret)
+        : undefined,
+      apiVersion: isSet(object.apiVersion)
+        ? globalThis.String(object.apiVersion)
+        : isSet(object.api_version)
+        ? globalThis.String(object.api_version)
+        : undefined,
+      region: isSet(object.region) ? globalThis.String(object.region) : undefined,
+      weight: isSet(object.weight) ? globalThis.Number(object.weight) : undefined,
+      price: isSet(object.price) ? ModelPriceInput.fromJSON(object.price) : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : undefined,
+      enabled: isSet(object.enabled) ? globalThis.Boolean(object.enabled) : undefined,
+      clearBaseUrl: isSet(object.clearBaseUrl)
+        ? globalThis.Boolean(object.clearBaseUrl)
+        : isSet(object.clear_base_url)
+        ? globalThis.Boolean(object.clear_base_url)
+        : false,
+      clearApiKey: isSet(object.clearApiKey)
+        ? globalThis.Boolean(object.clearApiKey)
+        : isSet(object.clear_api_key)
+        ? globalThis.Boolean(object.clear_api_key)
+        : false,
+      clearApiKeySecret: isSet(object.clearApiKeySecret)
+        ? globalThis.Boolean(object.clearApiKeySecret)
+        : isSet(object.clear_api_key_secret)
+        ? globalThis.Boolean(object.clear_api_key_secret)
+        : false,
+      clearApiVersion: isSet(object.clearApiVersion)
+        ? globalThis.Boolean(object.clearApiVersion)
+        : isSet(object.clear_api_version)
+        ? globalThis.Boolean(object.clear_api_version)
+        : false,
+      clearRegion: isSet(object.clearRegion)
+        ? globalThis.Boolean(object.clearRegion)
+        : isSet(object.clear_region)
+        ? globalThis.Boolean(object.clear_region)
+        : false,
+      clearPrice: isSet(object.clearPrice)
+        ? globalThis.Boolean(object.clearPrice)
+        : isSet(object.clear_price)
+        ? globalThis.Boolean(object.clear_price)
+        : false,
+      clearMaxOutputTokens: isSet(object.clearMaxOutputTokens)
+        ? globalThis.Boolean(object.clearMaxOutputTokens)
+        : isSet(object.clear_max_output_tokens)
+        ? globalThis.Boolean(object.clear_max_output_tokens)
+        : false,
+    };
+  },
+
+  toJSON(message: UpdateModelRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== undefined) {
+      obj.name = message.name;
+    }
+    if (message.provider !== undefined) {
+      obj.provider = message.provider;
+    }
+    if (message.upstreamModel !== undefined) {
+      obj.upstreamModel = message.upstreamModel;
+    }
+    if (message.baseUrl !== undefined) {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== undefined) {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.apiKeySecret !== undefined) {
+      obj.apiKeySecret = message.apiKeySecret;
+    }
+    if (message.apiVersion !== undefined) {
+      obj.apiVersion = message.apiVersion;
+    }
+    if (message.region !== undefined) {
+      obj.region = message.region;
+    }
+    if (message.weight !== undefined) {
+      obj.weight = Math.round(message.weight);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPriceInput.toJSON(message.price);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    if (message.enabled !== undefined) {
+      obj.enabled = message.enabled;
+    }
+    if (message.clearBaseUrl !== false) {
+      obj.clearBaseUrl = message.clearBaseUrl;
+    }
+    if (message.clearApiKey !== false) {
+      obj.clearApiKey = message.clearApiKey;
+    }
+    if (message.clearApiKeySecret !== false) {
+      obj.clearApiKeySecret = message.clearApiKeySecret;
+    }
+    if (message.clearApiVersion !== false) {
+      obj.clearApiVersion = message.clearApiVersion;
+    }
+    if (message.clearRegion !== false) {
+      obj.clearRegion = message.clearRegion;
+    }
+    if (message.clearPrice !== false) {
+      obj.clearPrice = message.clearPrice;
+    }
+    if (message.clearMaxOutputTokens !== false) {
+      obj.clearMaxOutputTokens = message.clearMaxOutputTokens;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateModelRequest>): UpdateModelRequest {
+    return UpdateModelRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateModelRequest>): UpdateModelRequest {
+    const message = createBaseUpdateModelRequest();
+    message.id = object.id ?? "";
+    message.name = object.name ?? undefined;
+    message.provider = object.provider ?? undefined;
+    message.upstreamModel = object.upstreamModel ?? undefined;
+    message.baseUrl = object.baseUrl ?? undefined;
+    message.apiKey = object.apiKey ?? undefined;
+    message.apiKeySecret = object.apiKeySecret ?? undefined;
+    message.apiVersion = object.apiVersion ?? undefined;
+    message.region = object.region ?? undefined;
+    message.weight = object.weight ?? undefined;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPriceInput.fromPartial(object.price)
+      : undefined;
+    message.maxOutputTokens = object.maxOutputTokens ?? undefined;
+    message.enabled = object.enabled ?? undefined;
+    message.clearBaseUrl = object.clearBaseUrl ?? false;
+    message.clearApiKey = object.clearApiKey ?? false;
+    message.clearApiKeySecret = object.clearApiKeySecret ?? false;
+    message.clearApiVersion = object.clearApiVersion ?? false;
+    message.clearRegion = object.clearRegion ?? false;
+    message.clearPrice = object.clearPrice ?? false;
+    message.clearMaxOutputTokens = object.clearMaxOutputTokens ?? false;
+    return message;
+  },
+};
+
+function createBaseUpdateModelResponse(): UpdateModelResponse {
+  return { model: undefined };
+}
+
+export const UpdateModelResponse: MessageFns<UpdateModelResponse> = {
+  encode(message: UpdateModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== undefined) {
+      Model.encode(message.model, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = Model.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpdateModelResponse {
+    return { model: isSet(object.model) ? Model.fromJSON(object.model) : undefined };
+  },
+
+  toJSON(message: UpdateModelResponse): unknown {
+    const obj: any = {};
+    if (message.model !== undefined) {
+      obj.model = Model.toJSON(message.model);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpdateModelResponse>): UpdateModelResponse {
+    return UpdateModelResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpdateModelResponse>): UpdateModelResponse {
+    const message = createBaseUpdateModelResponse();
+    message.model = (object.model !== undefined && object.model !== null) ? Model.fromPartial(object.model) : undefined;
+    return message;
+  },
+};
+
+function createBaseDeleteModelRequest(): DeleteModelRequest {
+  return { id: "" };
+}
+
+export const DeleteModelRequest: MessageFns<DeleteModelRequest> = {
+  encode(message: DeleteModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteModelRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteModelRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteModelRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: DeleteModelRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteModelRequest>): DeleteModelRequest {
+    return DeleteModelRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteModelRequest>): DeleteModelRequest {
+    const message = createBaseDeleteModelRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteModelResponse(): DeleteModelResponse {
+  return { id: "" };
+}
+
+export const DeleteModelResponse: MessageFns<DeleteModelResponse> = {
+  encode(message: DeleteModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteModelResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteModelResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteModelResponse {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: DeleteModelResponse): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteModelResponse>): DeleteModelResponse {
+    return DeleteModelResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteModelResponse>): DeleteModelResponse {
+    const message = createBaseDeleteModelResponse();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseResolveModelsRequest(): ResolveModelsRequest {
+  return { name: "" };
+}
+
+export const ResolveModelsRequest: MessageFns<ResolveModelsRequest> = {
+  encode(message: ResolveModelsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveModelsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveModelsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveModelsRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: ResolveModelsRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveModelsRequest>): ResolveModelsRequest {
+    return ResolveModelsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolveModelsRequest>): ResolveModelsRequest {
+    const message = createBaseResolveModelsRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseResolvedModel(): ResolvedModel {
+  return {
+    id: "",
+    name: "",
+    provider: "",
+    upstreamModel: "",
+    baseUrl: "",
+    apiKey: "",
+    apiVersion: "",
+    region: "",
+    weight: 0,
+    price: undefined,
+    maxOutputTokens: undefined,
+  };
+}
+
+export const ResolvedModel: MessageFns<ResolvedModel> = {
+  encode(message: ResolvedModel, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.provider !== "") {
+      writer.uint32(26).string(message.provider);
+    }
+    if (message.upstreamModel !== "") {
+      writer.uint32(34).string(message.upstreamModel);
+    }
+    if (message.baseUrl !== "") {
+      writer.uint32(42).string(message.baseUrl);
+    }
+    if (message.apiKey !== "") {
+      writer.uint32(50).string(message.apiKey);
+    }
+    if (message.apiVersion !== "") {
+      writer.uint32(58).string(message.apiVersion);
+    }
+    if (message.region !== "") {
+      writer.uint32(66).string(message.region);
+    }
+    if (message.weight !== 0) {
+      writer.uint32(72).int32(message.weight);
+    }
+    if (message.price !== undefined) {
+      ModelPrice.encode(message.price, writer.uint32(82).fork()).join();
+    }
+    if (message.maxOutputTokens !== undefined) {
+      writer.uint32(88).int32(message.maxOutputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolvedModel {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolvedModel();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.provider = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.upstreamModel = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.baseUrl = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.apiKey = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.apiVersion = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.region = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.weight = reader.int32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.price = ModelPrice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.maxOutputTokens = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolvedModel {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      provider: isSet(object.provider) ? globalThis.String(object.provider) : "",
+      upstreamModel: isSet(object.upstreamModel)
+        ? globalThis.String(object.upstreamModel)
+        : isSet(object.upstream_model)
+        ? globalThis.String(object.upstream_model)
+        : "",
+      baseUrl: isSet(object.baseUrl)
+        ? globalThis.String(object.baseUrl)
+        : isSet(object.base_url)
+        ? globalThis.String(object.base_url)
+        : "",
+      apiKey: isSet(object.apiKey)
+        ? globalThis.String(object.apiKey)
+        : isSet(object.api_key)
+        ? globalThis.String(object.api_key)
+        : "",
+      apiVersion: isSet(object.apiVersion)
+        ? globalThis.String(object.apiVersion)
+        : isSet(object.api_version)
+        ? globalThis.String(object.api_version)
+        : "",
+      region: isSet(object.region) ? globalThis.String(object.region) : "",
+      weight: isSet(object.weight) ? globalThis.Number(object.weight) : 0,
+      price: isSet(object.price) ? ModelPrice.fromJSON(object.price) : undefined,
+      maxOutputTokens: isSet(object.maxOutputTokens)
+        ? globalThis.Number(object.maxOutputTokens)
+        : isSet(object.max_output_tokens)
+        ? globalThis.Number(object.max_output_tokens)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ResolvedModel): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.provider !== "") {
+      obj.provider = message.provider;
+    }
+    if (message.upstreamModel !== "") {
+      obj.upstreamModel = message.upstreamModel;
+    }
+    if (message.baseUrl !== "") {
+      obj.baseUrl = message.baseUrl;
+    }
+    if (message.apiKey !== "") {
+      obj.apiKey = message.apiKey;
+    }
+    if (message.apiVersion !== "") {
+      obj.apiVersion = message.apiVersion;
+    }
+    if (message.region !== "") {
+      obj.region = message.region;
+    }
+    if (message.weight !== 0) {
+      obj.weight = Math.round(message.weight);
+    }
+    if (message.price !== undefined) {
+      obj.price = ModelPrice.toJSON(message.price);
+    }
+    if (message.maxOutputTokens !== undefined) {
+      obj.maxOutputTokens = Math.round(message.maxOutputTokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolvedModel>): ResolvedModel {
+    return ResolvedModel.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolvedModel>): ResolvedModel {
+    const message = createBaseResolvedModel();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.provider = object.provider ?? "";
+    message.upstreamModel = object.upstreamModel ?? "";
+    message.baseUrl = object.baseUrl ?? "";
+    message.apiKey = object.apiKey ?? "";
+    message.apiVersion = object.apiVersion ?? "";
+    message.region = object.region ?? "";
+    message.weight = object.weight ?? 0;
+    message.price = (object.price !== undefined && object.price !== null)
+      ? ModelPrice.fromPartial(object.price)
+      : undefined;
+    message.maxOutputTokens = object.maxOutputTokens ?? undefined;
+    return message;
+  },
+};
+
+function createBaseResolveModelsResponse(): ResolveModelsResponse {
+  return { models: [] };
+}
+
+export const ResolveModelsResponse: MessageFns<ResolveModelsResponse> = {
+  encode(message: ResolveModelsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.models) {
+      ResolvedModel.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResolveModelsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResolveModelsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.models.push(ResolvedModel.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResolveModelsResponse {
+    return {
+      models: globalThis.Array.isArray(object?.models) ? object.models.map((e: any) => ResolvedModel.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ResolveModelsResponse): unknown {
+    const obj: any = {};
+    if (message.models?.length) {
+      obj.models = message.models.map((e) => ResolvedModel.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResolveModelsResponse>): ResolveModelsResponse {
+    return ResolveModelsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResolveModelsResponse>): ResolveModelsResponse {
+    const message = createBaseResolveModelsResponse();
+    message.models = object.models?.map((e) => ResolvedModel.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -11770,6 +14071,69 @@ export const IdentityServiceService = {
       Buffer.from(VerifyAuditLogResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): VerifyAuditLogResponse => VerifyAuditLogResponse.decode(value),
   },
+  /**
+   * The model catalogue (CONTRACT.md 12): reads take any credential of the tenant; writes need the owner or admin
+   * role and an unscoped credential. Another tenant's entry is NOT_FOUND. API keys are write-only (api_key_set).
+   */
+  createModel: {
+    path: "/identity.v1.IdentityService/CreateModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateModelRequest): Buffer => Buffer.from(CreateModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateModelRequest => CreateModelRequest.decode(value),
+    responseSerialize: (value: CreateModelResponse): Buffer => Buffer.from(CreateModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateModelResponse => CreateModelResponse.decode(value),
+  },
+  listModels: {
+    path: "/identity.v1.IdentityService/ListModels" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListModelsRequest): Buffer => Buffer.from(ListModelsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListModelsRequest => ListModelsRequest.decode(value),
+    responseSerialize: (value: ListModelsResponse): Buffer => Buffer.from(ListModelsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
+  },
+  getModel: {
+    path: "/identity.v1.IdentityService/GetModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetModelRequest): Buffer => Buffer.from(GetModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetModelRequest => GetModelRequest.decode(value),
+    responseSerialize: (value: GetModelResponse): Buffer => Buffer.from(GetModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetModelResponse => GetModelResponse.decode(value),
+  },
+  updateModel: {
+    path: "/identity.v1.IdentityService/UpdateModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateModelRequest): Buffer => Buffer.from(UpdateModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateModelRequest => UpdateModelRequest.decode(value),
+    responseSerialize: (value: UpdateModelResponse): Buffer => Buffer.from(UpdateModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UpdateModelResponse => UpdateModelResponse.decode(value),
+  },
+  deleteModel: {
+    path: "/identity.v1.IdentityService/DeleteModel" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteModelRequest): Buffer => Buffer.from(DeleteModelRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteModelRequest => DeleteModelRequest.decode(value),
+    responseSerialize: (value: DeleteModelResponse): Buffer => Buffer.from(DeleteModelResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteModelResponse => DeleteModelResponse.decode(value),
+  },
+  /**
+   * For services (chat, agents) only, never exposed by the gateway: the enabled entries of a name (every enabled
+   * entry when `name` is empty), API keys decrypted and api_key_secret read from the tenant's secrets now.
+   */
+  resolveModels: {
+    path: "/identity.v1.IdentityService/ResolveModels" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResolveModelsRequest): Buffer => Buffer.from(ResolveModelsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResolveModelsRequest => ResolveModelsRequest.decode(value),
+    responseSerialize: (value: ResolveModelsResponse): Buffer =>
+      Buffer.from(ResolveModelsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResolveModelsResponse => ResolveModelsResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -11859,6 +14223,20 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   listAuditLog: handleUnaryCall<ListAuditLogRequest, ListAuditLogResponse>;
   /** Recomputes the tenant's hash chain from its oldest kept entry. */
   verifyAuditLog: handleUnaryCall<VerifyAuditLogRequest, VerifyAuditLogResponse>;
+  /**
+   * The model catalogue (CONTRACT.md 12): reads take any credential of the tenant; writes need the owner or admin
+   * role and an unscoped credential. Another tenant's entry is NOT_FOUND. API keys are write-only (api_key_set).
+   */
+  createModel: handleUnaryCall<CreateModelRequest, CreateModelResponse>;
+  listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
+  getModel: handleUnaryCall<GetModelRequest, GetModelResponse>;
+  updateModel: handleUnaryCall<UpdateModelRequest, UpdateModelResponse>;
+  deleteModel: handleUnaryCall<DeleteModelRequest, DeleteModelResponse>;
+  /**
+   * For services (chat, agents) only, never exposed by the gateway: the enabled entries of a name (every enabled
+   * entry when `name` is empty), API keys decrypted and api_key_secret read from the tenant's secrets now.
+   */
+  resolveModels: handleUnaryCall<ResolveModelsRequest, ResolveModelsResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -12529,6 +14907,104 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: VerifyAuditLogResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The model catalogue (CONTRACT.md 12): reads take any credential of the tenant; writes need the owner or admin
+   * role and an unscoped credential. Another tenant's entry is NOT_FOUND. API keys are write-only (api_key_set).
+   */
+  createModel(
+    request: CreateModelRequest,
+    callback: (error: ServiceError | null, response: CreateModelResponse) => void,
+  ): ClientUnaryCall;
+  createModel(
+    request: CreateModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateModelResponse) => void,
+  ): ClientUnaryCall;
+  createModel(
+    request: CreateModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateModelResponse) => void,
+  ): ClientUnaryCall;
+  listModels(
+    request: ListModelsRequest,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  listModels(
+    request: ListModelsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  listModels(
+    request: ListModelsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  getModel(
+    request: GetModelRequest,
+    callback: (error: ServiceError | null, response: GetModelResponse) => void,
+  ): ClientUnaryCall;
+  getModel(
+    request: GetModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetModelResponse) => void,
+  ): ClientUnaryCall;
+  getModel(
+    request: GetModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetModelResponse) => void,
+  ): ClientUnaryCall;
+  updateModel(
+    request: UpdateModelRequest,
+    callback: (error: ServiceError | null, response: UpdateModelResponse) => void,
+  ): ClientUnaryCall;
+  updateModel(
+    request: UpdateModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UpdateModelResponse) => void,
+  ): ClientUnaryCall;
+  updateModel(
+    request: UpdateModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UpdateModelResponse) => void,
+  ): ClientUnaryCall;
+  deleteModel(
+    request: DeleteModelRequest,
+    callback: (error: ServiceError | null, response: DeleteModelResponse) => void,
+  ): ClientUnaryCall;
+  deleteModel(
+    request: DeleteModelRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteModelResponse) => void,
+  ): ClientUnaryCall;
+  deleteModel(
+    request: DeleteModelRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteModelResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * For services (chat, agents) only, never exposed by the gateway: the enabled entries of a name (every enabled
+   * entry when `name` is empty), API keys decrypted and api_key_secret read from the tenant's secrets now.
+   */
+  resolveModels(
+    request: ResolveModelsRequest,
+    callback: (error: ServiceError | null, response: ResolveModelsResponse) => void,
+  ): ClientUnaryCall;
+  resolveModels(
+    request: ResolveModelsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResolveModelsResponse) => void,
+  ): ClientUnaryCall;
+  resolveModels(
+    request: ResolveModelsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResolveModelsResponse) => void,
   ): ClientUnaryCall;
 }
 
