@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { secureTestKafka, type SecureKafka } from '../kafka/env';
-import { client, eventually, signUp } from '../helpers/http';
+import { client, eventually, signUp, type Res } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 
 // Issue 33 (2): Kafka refusing the system's credentials is a readiness problem that names its cause, not a crash
@@ -44,7 +44,7 @@ it('with a wrong Kafka password the system serves, and /readyz names every bus a
 
   const reason = 'Kafka: authentication failed (check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD)';
   const buses = ['identity bus', 'billing bus', 'webhooks bus', 'regions bus'];
-  let ready: Awaited<ReturnType<typeof api.get>> | undefined;
+  let ready: Res | undefined;
   // The first probes may still be connecting; the refusal is named within a few.
   await eventually(
     async () => {
