@@ -9,7 +9,7 @@
  * Either way a replayed letter is listed no more.
  */
 import { resolve } from 'node:path';
-import { kafkaDeadLetters, openEmbeddedBus } from '@svc/kit';
+import { commonConfig, ConfigError, kafkaDeadLetters, kafkaSecurity, loadConfig, openEmbeddedBus, type KafkaSecurity } from '@svc/kit';
 
 const USAGE = 'usage: bus:dead-letters -- list [group] | replay <group> <topic> <ref> | replay-all <group>';
 
@@ -42,7 +42,7 @@ function embedded(argv: string[]): number {
   }
 }
 
-async function kafka(brokers: string[], argv: string[]): Promise<number> {
+async function kafka(brokers: string[], security: KafkaSecurity, argv: string[]): Promise<number> {
   const [command, group, topic, ref] = argv;
   const known =
     command === 'list' || command === undefined || (command === 'replay' && group && topic && ref) || (command === 'replay-all' && group);
@@ -50,7 +50,7 @@ async function kafka(brokers: string[], argv: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
-  const letters = kafkaDeadLetters({ brokers });
+  const letters = kafkaDeadLetters({ ...security, brokers });
   try {
     if (command === 'list' || command === undefined) {
       const list = await letters.list(group);
@@ -74,14 +74,19 @@ async function kafka(brokers: string[], argv: string[]): Promise<number> {
   }
 }
 
-const brokers = (process.env.KAFKA_BROKERS ?? '')
-  .split(',')
-  .map((b) => b.trim())
-  .filter(Boolean);
+let config: ReturnType<typeof loadConfig<typeof commonConfig>>;
+try {
+  config = loadConfig(commonConfig);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  console.error(`bus:dead-letters: ${err.message}`);
+  process.exit(2);
+}
+const brokers = config.kafkaBrokers ?? [];
 const argv = process.argv.slice(2);
 if (brokers.length === 0) process.exitCode = embedded(argv);
 else
-  kafka(brokers, argv).then(
+  kafka(brokers, kafkaSecurity(config), argv).then(
     (code) => (process.exitCode = code),
     (err: unknown) => {
       console.error(`bus:dead-letters: ${(err as Error).message ?? err}`);

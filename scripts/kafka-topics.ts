@@ -6,8 +6,9 @@
  * configured; 1 naming what is wrong (a topic with fewer replicas or a lower min.insync.replicas than configured is
  * reported, never changed: see docs/runbooks/distributed.md); 2 for bad settings.
  */
-import { Kafka, logLevel } from 'kafkajs';
-import { commonConfig, ConfigError, kafkaTopicSettings, loadConfig } from '@svc/kit/config';
+import { logLevel } from 'kafkajs';
+import { commonConfig, ConfigError, kafkaSecurity, kafkaTopicSettings, loadConfig, type KafkaSecurity } from '@svc/kit/config';
+import { kafkaClient } from '@svc/kit/events/kafka-client';
 import { absentTopics, createKafkaTopics, topicProblems } from '@svc/kit/events/kafka-topics';
 import { SERVICE_TOPICS } from '@svc/contracts/topics';
 import { namespaced } from '@svc/kit/events/namespace';
@@ -16,10 +17,12 @@ async function main(): Promise<number> {
   let brokers: string[];
   let settings: ReturnType<typeof kafkaTopicSettings>;
   let topics: string[];
+  let security: KafkaSecurity;
   try {
     const config = loadConfig(commonConfig);
     settings = kafkaTopicSettings(config);
     brokers = config.kafkaBrokers ?? [];
+    security = kafkaSecurity(config);
     // KAFKA_NAMESPACE: the names the services of that deployment use on the wire.
     topics = SERVICE_TOPICS.map((t) => namespaced(config.kafkaNamespace, t));
     if (brokers.length === 0) throw new ConfigError(['KAFKA_BROKERS is required']);
@@ -28,7 +31,8 @@ async function main(): Promise<number> {
     console.error(`kafka:topics: ${err.message}`);
     return 2;
   }
-  const admin = new Kafka({
+  const admin = kafkaClient({
+    ...security,
     clientId: 'svc-kafka-topics',
     brokers,
     logLevel: logLevel.NOTHING,

@@ -1,4 +1,4 @@
-import type { JwtVerifier, Logger } from '@svc/kit';
+import type { ConnectionProblem, JwtVerifier, Logger } from '@svc/kit';
 import type { Clients } from './clients';
 import type { GatewayConfig } from './config';
 import type { CredentialResolver } from './lib/credentials';
@@ -18,4 +18,6 @@ export interface GatewayDeps {
   logger: Logger;
   /** Identity's revocation feed: /readyz is not ready until it has been read to its end (absent in bare test apps). */
   revocations?: { readonly current: boolean };
+  /** Why the Redis clients are not connected, when REDIS_URL is set (/readyz: lib/redis-health.ts). */
+  redis?: { problem(): ConnectionProblem | null };
 }

@@ -1,6 +1,6 @@
 import type { Redis, RedisOptions } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { createLogger, JwtVerifier, jwksFrom, peersReady, serveMetrics, type Logger } from '@svc/kit';
+import { createLogger, JwtVerifier, jwksFrom, peersReady, redisTls, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { buildApp } from './app';
 import { closeClients, createClients, serviceAddresses, type Clients } from './clients';
@@ -10,6 +10,7 @@ import { MemoryRateLimiter, RedisRateLimiter, type RateLimiter } from './lib/rat
 import { FeedFollower } from './lib/feed-follower';
 import { ReadCache, type ReadCaches } from './lib/read-cache';
 import { RevocationWatcher } from './lib/revocations';
+import { RedisHealth } from './lib/redis-health';
 
 /**
  * GET /tenant and GET /projects/:id from the gateway: identity records every change to a tenant (a plan applied, a
@@ -59,12 +60,13 @@ export interface RunningGateway {
 
 /**
  * A Redis client when REDIS_URL is set (several gateways share the rate limits and hear revocations at once);
- * ioredis is required only then, so a lone gateway (the embedded default) does not load it.
+ * ioredis is required only then, so a lone gateway (the embedded default) does not load it. TLS (rediss://) and an
+ * ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
  */
-function redisClient(url: string, options: RedisOptions = {}): Redis {
+function redisClient(config: GatewayConfig & { redisUrl: string }, options: RedisOptions = {}): Redis {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
   const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-  return new Client(url, options);
+  return new Client(config.redisUrl, { ...redisTls(config), ...options });
 }
 
 /** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
@@ -73,9 +75,11 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   const logger = createLogger('gateway', config.logLevel);
   const clients = createClients(serviceAddresses(env), config.grpcDeadlineMs);
 
-  const redis = config.redisUrl ? redisClient(config.redisUrl, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
-  const subscriber = config.redisUrl ? redisClient(config.redisUrl) : null;
+  const redisConfig = config.redisUrl ? { ...config, redisUrl: config.redisUrl } : null;
+  const redis = redisConfig ? redisClient(redisConfig, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
+  const subscriber = redisConfig ? redisClient(redisConfig) : null;
   for (const r of [redis, subscriber]) r?.on('error', (err) => logger.warn({ err: err.message }, 'redis error'));
+  const redisHealth = redis && subscriber ? new RedisHealth([redis, subscriber]) : undefined;
 
   const verifier = new JwtVerifier({
     issuer: config.jwtIssuer,
@@ -104,7 +108,7 @@ export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promis
   // first request is decided on it. Bounded: with identity unreachable the gateway still comes up (health answers;
   // a bearer token is refused with 503 until the feed is read, see CredentialResolver). The token key set is fetched
   // meanwhile rather than at the first request; /readyz reports not ready until it is loaded.
-  const app = buildApp({ config, clients, resolver, verifier, limiter, logger, caches, revocations: watcher });
+  const app = buildApp({ config, clients, resolver, verifier, limiter, logger, caches, revocations: watcher, redis: redisHealth });
   await app.ready(); // routes and their validators compiled while the services may still be starting
   await peersReady(env);
   verifier.load().catch((err: Error) => logger.warn({ err: err.message }, 'token keys not loaded yet; will retry'));

@@ -4,10 +4,36 @@ import { reservablePort } from '@svc/kit';
 /** A port a child process will bind in a moment (below the ephemeral range: nothing else takes it meanwhile). */
 export const freePort = () => reservablePort('127.0.0.1');
 
-/** A real redis-server on a free loopback port, no persistence; stopped by its PID. */
-export async function startRedis(port?: number): Promise<{ url: string; port: number; stop(): Promise<void> }> {
+export interface StartRedisOptions {
+  /** TLS only (`--tls-port`, the plain port off), with this certificate and key; clients are not asked for one. */
+  tls?: { certFile: string; keyFile: string; caFile: string };
+  /**
+   * ACL users (`--user` lines: `name on >password` then `rules`, e.g. `~svc:* &svc:* +eval`); the default user is
+   * then off, so a client without credentials is refused.
+   */
+  users?: Array<{ name: string; password: string; rules: string }>;
+}
+
+function redisArguments(port: number, options: StartRedisOptions): string[] {
+  const listen = options.tls
+    ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', options.tls.certFile, '--tls-key-file', options.tls.keyFile]
+    : ['--port', String(port)];
+  if (options.tls) listen.push('--tls-ca-cert-file', options.tls.caFile, '--tls-auth-clients', 'no');
+  const users = (options.users ?? []).flatMap((u) => ['--user', u.name, 'on', `>${u.password}`, ...u.rules.split(' ')]);
+  if (options.users?.length) users.push('--user', 'default', 'off');
+  return [...listen, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...users];
+}
+
+/**
+ * A real redis-server on a free loopback port, no persistence; stopped by its PID. `url` has no credentials
+ * (`redis://` or, with TLS, `rediss://`); `urlFor` adds a user's.
+ */
+export async function startRedis(
+  port?: number,
+  options: StartRedisOptions = {},
+): Promise<{ url: string; port: number; urlFor(user: string, password: string): string; stop(): Promise<void> }> {
   port ??= await freePort();
-  const proc: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+  const proc: ChildProcess = spawn('redis-server', redisArguments(port, options), {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   await new Promise<void>((ok, fail) => {
@@ -26,9 +52,11 @@ export async function startRedis(port?: number): Promise<{ url: string; port: nu
       }
     });
   });
+  const scheme = options.tls ? 'rediss' : 'redis';
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url: `${scheme}://127.0.0.1:${port}`,
     port,
+    urlFor: (user, password) => `${scheme}://${encodeURIComponent(user)}:${encodeURIComponent(password)}@127.0.0.1:${port}`,
     stop: () =>
       new Promise((ok) => {
         proc.once('exit', () => ok());

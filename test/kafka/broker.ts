@@ -47,6 +47,8 @@ export interface KafkaBroker {
   /** `127.0.0.1:PORT`, for KAFKA_BROKERS. */
   brokers: string;
   port: number;
+  /** The SASL_SSL listener's `127.0.0.1:PORT`, when started with `secure`. */
+  secureBrokers?: string;
   dataDir: string;
   pid: number;
   /** Whether the process is running. */
@@ -63,9 +65,24 @@ export interface StartBrokerOptions {
   port?: number;
   /** Kept across stop()/start(); a fresh temp folder by default (removed by destroy()). */
   dataDir?: string;
+  /** destroy() removes `dataDir` too (it is a temp folder of the caller's). */
+  ownsDataDir?: boolean;
   /** Output of the broker process (default: dropped, except the last lines on a failed start). */
   log?: (line: string) => void;
   startTimeoutMs?: number;
+  /** A SASL_SSL listener beside the PLAINTEXT one (which every other client keeps using). */
+  secure?: SecureListener;
+}
+
+/**
+ * The SASL_SSL listener: TLS with a PEM key and certificate chain (Kafka reads PEM keystores since 2.7), and users
+ * who may sign in with SCRAM-SHA-256, SCRAM-SHA-512 (credentials stored in the cluster's metadata when it is
+ * formatted) or PLAIN (listed in the listener's JAAS configuration).
+ */
+export interface SecureListener {
+  /** One PEM file: the private key (PKCS#8, unencrypted) and the certificate chain. */
+  keystoreFile: string;
+  users: Array<{ name: string; password: string }>;
 }
 
 function canConnect(port: number): Promise<boolean> {
@@ -79,16 +96,47 @@ function canConnect(port: number): Promise<boolean> {
   });
 }
 
-function properties(dataDir: string, port: number, controllerPort: number): string {
+/** JAAS option values are quoted strings. */
+const jaasQuoted = (value: string) => JSON.stringify(value);
+
+function secureProperties(secure: SecureListener | undefined): string[] {
+  if (!secure) return [];
+  const plainUsers = secure.users.map((u) => `user_${u.name}=${jaasQuoted(u.password)}`).join(' ');
+  return [
+    'sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN',
+    'listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+    'listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+    `listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required ${plainUsers};`,
+    'listener.name.sasl_ssl.ssl.keystore.type=PEM',
+    `listener.name.sasl_ssl.ssl.keystore.location=${secure.keystoreFile}`,
+  ];
+}
+
+/** `--add-scram` arguments of the format: the users' SCRAM credentials, stored in the cluster's first metadata. */
+function scramArguments(secure: SecureListener | undefined): string[] {
+  return (secure?.users ?? []).flatMap((u) =>
+    ['SCRAM-SHA-256', 'SCRAM-SHA-512'].flatMap((m) => ['--add-scram', `${m}=[name=${u.name},password=${u.password}]`]),
+  );
+}
+
+function properties(
+  dataDir: string,
+  port: number,
+  controllerPort: number,
+  securePort: number | undefined,
+  secure?: SecureListener,
+): string {
+  const listeners = [`PLAINTEXT://127.0.0.1:${port}`, ...(securePort ? [`SASL_SSL://127.0.0.1:${securePort}`] : [])];
   return [
     'process.roles=broker,controller',
     'node.id=1',
     `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
-    `listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${controllerPort}`,
-    `advertised.listeners=PLAINTEXT://127.0.0.1:${port}`,
+    `listeners=${[...listeners, `CONTROLLER://127.0.0.1:${controllerPort}`].join(',')}`,
+    `advertised.listeners=${listeners.join(',')}`,
     'controller.listener.names=CONTROLLER',
-    'listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT',
+    'listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL',
     'inter.broker.listener.name=PLAINTEXT',
+    ...secureProperties(secure),
     `log.dirs=${join(dataDir, 'log')}`,
     // One node: internal topics cannot have more replicas; few partitions make the first group join quick.
     'offsets.topic.replication.factor=1',
@@ -106,16 +154,28 @@ function properties(dataDir: string, port: number, controllerPort: number): stri
 /** Formats a KRaft log directory and starts a single-node broker on free loopback ports. */
 export async function startKafkaBroker(options: StartBrokerOptions = {}): Promise<KafkaBroker> {
   const classpath = brokerClasspath();
-  const ownDir = !options.dataDir;
+  const ownDir = !options.dataDir || options.ownsDataDir === true;
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'svc-kafka-'));
   const port = options.port ?? (await reservablePort('127.0.0.1'));
   const controllerPort = await reservablePort('127.0.0.1', new Set([port]));
+  const securePort = options.secure ? await reservablePort('127.0.0.1', new Set([port, controllerPort])) : undefined;
   const configPath = join(dataDir, 'server.properties');
-  writeFileSync(configPath, properties(dataDir, port, controllerPort));
+  writeFileSync(configPath, properties(dataDir, port, controllerPort, securePort, options.secure));
   if (!existsSync(join(dataDir, 'log', 'meta.properties'))) {
     const format = spawnSync(
       'java',
-      ['-cp', classpath, 'kafka.tools.StorageTool', 'format', '-t', randomUUID(), '-c', configPath, '--ignore-formatted'],
+      [
+        '-cp',
+        classpath,
+        'kafka.tools.StorageTool',
+        'format',
+        '-t',
+        randomUUID(),
+        '-c',
+        configPath,
+        '--ignore-formatted',
+        ...scramArguments(options.secure),
+      ],
       {
         encoding: 'utf8',
       },
@@ -159,7 +219,7 @@ export async function startKafkaBroker(options: StartBrokerOptions = {}): Promis
     const deadline = Date.now() + (options.startTimeoutMs ?? 60_000);
     while (Date.now() < deadline) {
       if (p.exitCode !== null) throw new Error(`the Kafka broker exited with ${p.exitCode}:\n${tail.join('\n')}`);
-      if (await canConnect(port)) return;
+      if ((await canConnect(port)) && (!securePort || (await canConnect(securePort)))) return;
       await new Promise((r) => setTimeout(r, 100));
     }
     p.kill('SIGKILL');
@@ -179,6 +239,7 @@ export async function startKafkaBroker(options: StartBrokerOptions = {}): Promis
   return {
     brokers: `127.0.0.1:${port}`,
     port,
+    secureBrokers: securePort ? `127.0.0.1:${securePort}` : undefined,
     dataDir,
     get pid() {
       return (proc as ChildProcess | null)?.pid ?? 0;

@@ -1,8 +1,8 @@
 /**
- * Jest global set-up: the Debian packages the suites drive for real (redis-server, chromium, and a JRE and Maven
- * for the Kafka broker) are installed when missing, so `npm test` alone passes on a fresh Debian machine. Without
- * root or apt-get it stops at once and names the packages and the command; it never lets the suites that need them
- * skip silently.
+ * Jest global set-up: the Debian packages the suites drive for real (redis-server, chromium, a JRE and Maven for
+ * the Kafka broker, openssl for the test certificates) are installed when missing, so `npm test` alone passes on a
+ * fresh Debian machine. Without root or apt-get it stops at once and names the packages and the command; it never
+ * lets the suites that need them skip silently.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -10,6 +10,8 @@ import { existsSync } from 'node:fs';
 /** Debian package -> the executable the tests start. */
 export const TEST_PACKAGES: Record<string, string> = {
   'redis-server': 'redis-server',
+  // Certificates for the TLS listeners of the Kafka broker and Redis (test/helpers/tls.ts).
+  openssl: 'openssl',
   chromium: '/usr/bin/chromium',
   'default-jre-headless': 'java',
   maven: 'mvn',

@@ -1,4 +1,7 @@
-import { commonConfig, ConfigError, field, kafkaTopicSettings, loadConfig } from './config';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { commonConfig, ConfigError, field, kafkaSecurity, kafkaTopicSettings, loadConfig, redisTls } from './config';
 
 const spec = {
   port: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
@@ -68,5 +71,85 @@ describe('kafkaTopicSettings', () => {
     );
     expect(() => loadConfig(commonConfig, { KAFKA_MIN_INSYNC_REPLICAS: '0' })).toThrow(/KAFKA_MIN_INSYNC_REPLICAS/);
     expect(() => loadConfig(commonConfig, { KAFKA_CREATE_TOPICS: 'maybe' })).toThrow(/KAFKA_CREATE_TOPICS/);
+  });
+});
+
+describe('Kafka and Redis security settings', () => {
+  let dir: string;
+  let ca: string;
+  const PEM = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'svc-config-'));
+    ca = join(dir, 'ca.pem');
+    writeFileSync(ca, PEM);
+    writeFileSync(join(dir, 'not-pem.txt'), 'hello');
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  const problemsOf = (env: Record<string, string>) => {
+    try {
+      loadConfig(commonConfig, env);
+      return [];
+    } catch (err) {
+      return (err as ConfigError).problems;
+    }
+  };
+
+  it('reads TLS with its CA and SASL into what every Kafka client is created with', () => {
+    const config = loadConfig(commonConfig, {
+      KAFKA_SSL: 'true',
+      KAFKA_SSL_CA_FILE: ca,
+      KAFKA_SASL_MECHANISM: 'scram-sha-512',
+      KAFKA_SASL_USERNAME: 'svc',
+      KAFKA_SASL_PASSWORD: 'pw',
+    });
+    expect(kafkaSecurity(config)).toEqual({ ssl: { ca: PEM }, sasl: { mechanism: 'scram-sha-512', username: 'svc', password: 'pw' } });
+    // TLS with the system's trust store (a publicly signed broker certificate), no SASL; and neither by default.
+    expect(kafkaSecurity(loadConfig(commonConfig, { KAFKA_SSL: 'true' }))).toEqual({ ssl: {} });
+    expect(kafkaSecurity(loadConfig(commonConfig, {}))).toEqual({});
+  });
+
+  it('refuses a bad combination at start, naming the settings and never the password', () => {
+    expect(problemsOf({ KAFKA_SASL_MECHANISM: 'scram-sha-256', KAFKA_SASL_PASSWORD: 'hunter2' })).toEqual([
+      'KAFKA_SASL_MECHANISM needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD',
+    ]);
+    expect(problemsOf({ KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: 'hunter2' })).toEqual([
+      'KAFKA_SASL_USERNAME is set but KAFKA_SASL_MECHANISM is not (one of plain, scram-sha-256, scram-sha-512)',
+      'KAFKA_SASL_PASSWORD is set but KAFKA_SASL_MECHANISM is not (one of plain, scram-sha-256, scram-sha-512)',
+    ]);
+    expect(problemsOf({ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: 'hunter2' })).toEqual([
+      'KAFKA_SASL_MECHANISM must be one of plain, scram-sha-256, scram-sha-512, got "gssapi"',
+    ]);
+    expect(problemsOf({ KAFKA_SSL_CA_FILE: ca })).toEqual(['KAFKA_SSL_CA_FILE is set but KAFKA_SSL is not true']);
+    expect(problemsOf({ KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: join(dir, 'missing.pem') })).toEqual([
+      expect.stringMatching(/^KAFKA_SSL_CA_FILE cannot be read: ENOENT/),
+    ]);
+    expect(problemsOf({ KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: join(dir, 'not-pem.txt') })).toEqual([
+      `KAFKA_SSL_CA_FILE (${join(dir, 'not-pem.txt')}) holds no PEM certificate`,
+    ]);
+    // PLAIN sends the password itself: over TLS only, in production.
+    const plain = { KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: 'hunter2' };
+    expect(problemsOf({ ...plain, NODE_ENV: 'production' })).toEqual([
+      'KAFKA_SASL_MECHANISM=plain sends the password as it is: set KAFKA_SSL=true in production',
+    ]);
+    expect(problemsOf({ ...plain, NODE_ENV: 'production', KAFKA_SSL: 'true' })).toEqual([]);
+    expect(problemsOf(plain)).toEqual([]);
+    const all = [
+      problemsOf({ KAFKA_SASL_MECHANISM: 'scram-sha-256', KAFKA_SASL_PASSWORD: 'hunter2' }),
+      problemsOf({ KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: 'hunter2' }),
+    ].flat();
+    expect(all.join('\n')).not.toContain('hunter2');
+  });
+
+  it('takes rediss:// and ACL users in REDIS_URL, with a CA file for TLS only', () => {
+    const config = loadConfig(commonConfig, { REDIS_URL: 'rediss://svc:pw@redis.example:6380/0', REDIS_TLS_CA_FILE: ca });
+    expect(redisTls(config)).toEqual({ tls: { ca: PEM } });
+    expect(redisTls(loadConfig(commonConfig, { REDIS_URL: 'redis://svc:pw@127.0.0.1:6379' }))).toEqual({});
+    expect(problemsOf({ REDIS_URL: 'redis://127.0.0.1:6379', REDIS_TLS_CA_FILE: ca })).toEqual([
+      'REDIS_TLS_CA_FILE is set but REDIS_URL is not a rediss:// (TLS) URL',
+    ]);
+    expect(problemsOf({ REDIS_URL: 'http://svc:hunter2@redis:6379' })).toEqual([
+      'REDIS_URL must be redis://[user:password@]host:port or rediss://... (TLS)',
+    ]);
   });
 });

@@ -2,6 +2,7 @@
  * One validated config object per process, read from the environment once at start.
  * A process that is misconfigured stops at once with every problem listed.
  */
+import { readFileSync } from 'node:fs';
 
 type Kind = 'string' | 'int' | 'bool' | 'list' | 'url';
 interface FieldSpec<K extends Kind = Kind> {
@@ -17,6 +18,11 @@ interface FieldSpec<K extends Kind = Kind> {
   max?: number;
   /** Never echo the value in error messages. */
   secret?: boolean;
+  /**
+   * When set: a problem with this value beside the others (a bad combination, an unreadable file), checked once every
+   * field has a valid value.
+   */
+  check?: (value: any, config: Record<string, unknown>) => string | undefined;
 }
 type ValueOf<K extends Kind> = K extends 'int' ? number : K extends 'bool' ? boolean : K extends 'list' ? string[] : string;
 export type ConfigSpec = Record<string, FieldSpec>;
@@ -85,8 +91,54 @@ export function loadConfig<S extends ConfigSpec>(spec: S, env: NodeJS.ProcessEnv
         else out[key] = raw;
     }
   }
+  // Combinations are judged once every value is valid (an invalid one would read as unset).
+  if (problems.length === 0)
+    for (const [key, f] of Object.entries(spec)) {
+      const problem = f.check && out[key] !== undefined ? f.check(out[key], out) : undefined;
+      if (problem) problems.push(problem);
+    }
   if (problems.length) throw new ConfigError(problems);
   return out as ConfigOf<S>;
+}
+
+export const KAFKA_SASL_MECHANISMS = ['plain', 'scram-sha-256', 'scram-sha-512'] as const;
+export type KafkaSaslMechanism = (typeof KAFKA_SASL_MECHANISMS)[number];
+
+/**
+ * Kafka's TLS and SASL settings (MSK, Confluent Cloud, Aiven, Strimzi: docs/runbooks/security.md). Validated together:
+ * a mechanism needs a username and a password and those need a mechanism; a CA file needs KAFKA_SSL; PLAIN (the
+ * password itself on the wire) needs TLS in production.
+ */
+function kafkaSecurityConfig() {
+  const needsMechanism = (name: string) => (_: string, c: Record<string, unknown>) =>
+    c.kafkaSaslMechanism ? undefined : `${name} is set but KAFKA_SASL_MECHANISM is not (one of ${KAFKA_SASL_MECHANISMS.join(', ')})`;
+  return {
+    kafkaSsl: field('KAFKA_SSL', 'bool', { default: 'false' }),
+    kafkaSslCaFile: field('KAFKA_SSL_CA_FILE', 'string', {
+      check: (path: string, c: Record<string, unknown>) =>
+        c.kafkaSsl ? pemProblem('KAFKA_SSL_CA_FILE', path) : 'KAFKA_SSL_CA_FILE is set but KAFKA_SSL is not true',
+    }),
+    kafkaSaslMechanism: field('KAFKA_SASL_MECHANISM', 'string', {
+      oneOf: KAFKA_SASL_MECHANISMS,
+      check: (mechanism: string, c: Record<string, unknown>) => {
+        if (!c.kafkaSaslUsername || !c.kafkaSaslPassword) return 'KAFKA_SASL_MECHANISM needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD';
+        if (mechanism === 'plain' && !c.kafkaSsl && c.nodeEnv === 'production')
+          return 'KAFKA_SASL_MECHANISM=plain sends the password as it is: set KAFKA_SSL=true in production';
+        return undefined;
+      },
+    }),
+    kafkaSaslUsername: field('KAFKA_SASL_USERNAME', 'string', { check: needsMechanism('KAFKA_SASL_USERNAME') }),
+    kafkaSaslPassword: field('KAFKA_SASL_PASSWORD', 'string', { secret: true, check: needsMechanism('KAFKA_SASL_PASSWORD') }),
+  };
+}
+
+/** Why a CA file cannot be used (unreadable, or no PEM certificate in it), or undefined. */
+function pemProblem(setting: string, path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8').includes('-----BEGIN CERTIFICATE-----') ? undefined : `${setting} (${path}) holds no PEM certificate`;
+  } catch (err) {
+    return `${setting} cannot be read: ${(err as Error).message}`;
+  }
 }
 
 /** Settings every service process shares. */
@@ -104,6 +156,7 @@ export const commonConfig = {
   /** MongoDB: the bound of every wait (an operation, a transaction's retries, a primary to appear, close). */
   mongodbOpTimeoutMs: field('MONGODB_OP_TIMEOUT_MS', 'int', { default: '5000', min: 100, max: 600_000 }),
   kafkaBrokers: field('KAFKA_BROKERS', 'list'),
+  ...kafkaSecurityConfig(),
   /**
    * The topics' partitions, replicas and min.insync.replicas, and whether a service may create a missing topic.
    * Unset, replication and creation follow NODE_ENV (kafkaTopicSettings).
@@ -126,7 +179,19 @@ export const commonConfig = {
   busMaxAttempts: field('BUS_MAX_ATTEMPTS', 'int', { default: '5', min: 1, max: 1000 }),
   /** Cap of a failing handler's retry backoff (100 ms doubling), both buses. */
   busRetryMaxMs: field('BUS_RETRY_MAX_MS', 'int', { default: '5000', min: 100, max: 300_000 }),
-  redisUrl: field('REDIS_URL', 'string', { secret: true }),
+  /** `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS (ACL users and TLS as the URL says). */
+  redisUrl: field('REDIS_URL', 'string', {
+    secret: true,
+    check: (url: string) =>
+      /^rediss?:\/\/[^/]/.test(url) ? undefined : 'REDIS_URL must be redis://[user:password@]host:port or rediss://... (TLS)',
+  }),
+  /** PEM file of the CA that signed Redis's certificate, when the system's trust store does not hold it. */
+  redisTlsCaFile: field('REDIS_TLS_CA_FILE', 'string', {
+    check: (path: string, c: Record<string, unknown>) =>
+      String(c.redisUrl ?? '').startsWith('rediss://')
+        ? pemProblem('REDIS_TLS_CA_FILE', path)
+        : 'REDIS_TLS_CA_FILE is set but REDIS_URL is not a rediss:// (TLS) URL',
+  }),
   host: field('SERVICE_HOST', 'string', { default: '127.0.0.1' }),
   /** Base64 of 32 bytes for AES-256-GCM of secrets at rest; generated and kept under DATA_DIR when unset. */
   masterKey: field('SVC_MASTER_KEY', 'string', { secret: true }),
@@ -137,6 +202,36 @@ export const commonConfig = {
   /** Unset: allowed unless NODE_ENV=production (see egressPolicyFrom). */
   egressAllowPrivate: field('EGRESS_ALLOW_PRIVATE', 'bool'),
 } as const;
+
+/** How a Kafka client reaches the brokers: TLS (with the CA's PEM when given) and SASL credentials, when configured. */
+export interface KafkaSecurity {
+  ssl?: { ca?: string };
+  sasl?: { mechanism: KafkaSaslMechanism; username: string; password: string };
+}
+
+/** The Kafka security settings of a loaded config, the CA file read (every Kafka client is created with them). */
+export function kafkaSecurity(config: {
+  kafkaSsl?: boolean;
+  kafkaSslCaFile?: string;
+  kafkaSaslMechanism?: string;
+  kafkaSaslUsername?: string;
+  kafkaSaslPassword?: string;
+}): KafkaSecurity {
+  const security: KafkaSecurity = {};
+  if (config.kafkaSsl) security.ssl = config.kafkaSslCaFile ? { ca: readFileSync(config.kafkaSslCaFile, 'utf8') } : {};
+  if (config.kafkaSaslMechanism)
+    security.sasl = {
+      mechanism: config.kafkaSaslMechanism as KafkaSaslMechanism,
+      username: config.kafkaSaslUsername ?? '',
+      password: config.kafkaSaslPassword ?? '',
+    };
+  return security;
+}
+
+/** ioredis's TLS option beyond what REDIS_URL says: the CA of REDIS_TLS_CA_FILE (a rediss:// URL alone uses the system's). */
+export function redisTls(config: { redisTlsCaFile?: string }): { tls?: { ca: string } } {
+  return config.redisTlsCaFile ? { tls: { ca: readFileSync(config.redisTlsCaFile, 'utf8') } } : {};
+}
 
 /** A service's MongoDB URI: `<NAME>_MONGODB_URI` wins over the shared `MONGODB_URI`. */
 export function mongoUriFor(service: string, env: NodeJS.ProcessEnv = process.env): string | undefined {

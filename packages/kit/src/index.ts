@@ -1,5 +1,6 @@
 export * from './errors';
 export * from './config';
+export * from './connection-problem';
 export * from './logger';
 export * from './ids';
 export * from './times';

@@ -1,5 +1,16 @@
 import type { JSONWebKeySet } from 'jose';
-import { commonConfig, ConfigError, type ConfigOf, type ConfigSpec, field, kafkaTopicSettings, loadConfig, mongoUriFor } from './config';
+import {
+  commonConfig,
+  ConfigError,
+  type ConfigOf,
+  type ConfigSpec,
+  field,
+  kafkaSecurity,
+  kafkaTopicSettings,
+  loadConfig,
+  mongoUriFor,
+} from './config';
+import { connectionProblem } from './connection-problem';
 import { withDeadline } from './deadline';
 import { loadSecretBox, type SecretBox } from './crypto';
 import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
@@ -63,6 +74,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   for (const def of [...options.collections, ...OUTBOX_COLLECTIONS, feedHeads]) await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
+    kafkaSecurity: kafkaSecurity(config),
     clientId: `svc-${options.name}`,
     embeddedPath: `${config.dataDir}/bus.db`,
     maxAttempts: config.busMaxAttempts,
@@ -164,6 +176,11 @@ export async function serve<S extends ConfigSpec>(
   // the gateway's /readyz names.
   let storeUp = true;
   let busUp = true;
+  // Why the bus is down, for /readyz (sent with BUS_HEALTH's Check answer): the last failed probe's cause, or the
+  // last failed subscription's.
+  let busProblem: string | undefined;
+  let subscribeProblem: string | undefined;
+  const problemOf = (err: unknown) => (rt.bus.kind === 'kafka' ? connectionProblem('Kafka', err).reason : undefined);
   // Measured when a health Check asks (the gateway's /readyz, Kubernetes' probes), at most once a second, never by a
   // timer: an idle service does nothing. A probe that hangs counts as down after HEALTH_PROBE_MS. Each name waits
   // only for its own probe: the whole server's status ('', what Kubernetes probes) never waits for a broker that
@@ -181,7 +198,8 @@ export async function serve<S extends ConfigSpec>(
     withTimeout(untraced(() => rt.bus.ping())).then(
       () => setBus(true),
       (err) => {
-        if (busUp) rt.logger.error({ err }, 'bus unreachable: writes wait in the outbox');
+        busProblem = problemOf(err);
+        if (busUp) rt.logger.error({ err, reason: busProblem }, 'bus unreachable: writes wait in the outbox');
         setBus(false);
       },
     ),
@@ -218,8 +236,10 @@ export async function serve<S extends ConfigSpec>(
   const consumers = (options.subscriptions ?? []).map(
     (subscribe) =>
       new BackgroundSubscription(rt.bus, subscribe, {
-        onRetry: (err, attempt, delayMs) =>
-          rt.logger.warn({ err, group: subscribe.group, attempt, retryInMs: delayMs }, 'bus subscription failed; retrying'),
+        onRetry: (err, attempt, delayMs) => {
+          subscribeProblem = problemOf(err);
+          rt.logger.warn({ err, group: subscribe.group, attempt, retryInMs: delayMs }, 'bus subscription failed; retrying');
+        },
         onSubscribed: () => {
           rt.logger.info({ group: subscribe.group, topics: subscribe.topics }, 'subscribed to the bus');
           showBus();
@@ -231,6 +251,11 @@ export async function serve<S extends ConfigSpec>(
     const ok = busUp && consumers.every((c) => c.subscribed);
     server.health.setStatus(BUS_HEALTH, ok ? 'SERVING' : 'NOT_SERVING');
   }
+  server.healthReason = (service) => {
+    if (service !== BUS_HEALTH) return undefined;
+    if (!busUp) return busProblem;
+    return consumers.every((c) => c.subscribed) ? undefined : subscribeProblem;
+  };
   showBus();
   for (const c of consumers) c.start();
   const failed = Promise.race(consumers.map((c) => c.failed));

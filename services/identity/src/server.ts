@@ -1,5 +1,15 @@
 import type Redis from 'ioredis';
-import { egressPolicyFrom, FeedNotifier, field, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import {
+  egressPolicyFrom,
+  FeedNotifier,
+  field,
+  JwtVerifier,
+  openRuntime,
+  redisTls,
+  registration,
+  serve,
+  type RunningService,
+} from '@svc/kit';
 import { pricingConfig, TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
@@ -22,11 +32,14 @@ import { configurePasswordHashing } from './passwords';
 import { parseOAuthProviders } from './oidc';
 import { SigningKeys } from './signing-keys';
 
-/** The Redis client that pokes gateways; ioredis is required only when REDIS_URL is set (not in the embedded default). */
-function revocationPublisher(url: string): Redis {
+/**
+ * The Redis client that pokes gateways; ioredis is required only when REDIS_URL is set (not in the embedded default).
+ * TLS (rediss://) and an ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
+ */
+function revocationPublisher(config: { redisUrl: string; redisTlsCaFile?: string }): Redis {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
   const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-  return new Client(url, { lazyConnect: false, maxRetriesPerRequest: 2 });
+  return new Client(config.redisUrl, { ...redisTls(config), lazyConnect: false, maxRetriesPerRequest: 2 });
 }
 
 /** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
@@ -73,7 +86,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   });
   const keys = new SigningKeys(rt.store, rt.box);
   await keys.load();
-  const redis = rt.config.redisUrl ? revocationPublisher(rt.config.redisUrl) : null;
+  const redis = rt.config.redisUrl ? revocationPublisher({ ...rt.config, redisUrl: rt.config.redisUrl }) : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
   configurePasswordHashing(
     rt.config.passwordHashConcurrency,

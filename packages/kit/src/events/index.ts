@@ -2,7 +2,7 @@ export * from './types';
 export { BackgroundSubscription, type BackgroundSubscriptionOptions } from './background';
 export { EmbeddedBus, openEmbeddedBus, type DeadLetter, type EmbeddedBusOptions } from './embedded';
 export type { KafkaBusOptions } from './kafka';
-export type { KafkaDeadLetter, KafkaDeadLetters } from './kafka-dead-letters';
+export type { KafkaDeadLetter, KafkaDeadLetters, KafkaDeadLettersOptions } from './kafka-dead-letters';
 export { PoisonMessageError, isPoison } from './poison';
 export { publishTraced, tracedHandler, withTracing } from './tracing';
 export {
@@ -21,7 +21,8 @@ import { metrics } from '../metrics';
 import { withTracing } from './tracing';
 import { withNamespace } from './namespace';
 import type { KafkaBusOptions } from './kafka';
-import type { KafkaDeadLetters } from './kafka-dead-letters';
+import type { KafkaDeadLetters, KafkaDeadLettersOptions } from './kafka-dead-letters';
+import type { KafkaSecurity } from '../config';
 import { mapReceived, type BusErrorHandler, type EventBus } from './types';
 
 /** Opens the Kafka bus; kafkajs is loaded only here, so embedded-mode processes never load it. */
@@ -32,7 +33,7 @@ export function openKafkaBus(options: KafkaBusOptions): EventBus {
 }
 
 /** Lists and replays the Kafka bus's dead letters (`npm run bus:dead-letters`); kafkajs is loaded only here. */
-export function kafkaDeadLetters(options: { brokers: string[]; clientId?: string }): KafkaDeadLetters {
+export function kafkaDeadLetters(options: KafkaDeadLettersOptions): KafkaDeadLetters {
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
   const mod = require('./kafka-dead-letters') as typeof import('./kafka-dead-letters');
   return mod.kafkaDeadLetters(options);
@@ -66,6 +67,8 @@ function withConsumerLag(bus: EventBus): EventBus {
  */
 export function openBus(options: {
   kafkaBrokers?: string[];
+  /** TLS and SASL of the Kafka clients (KAFKA_SSL, KAFKA_SASL_*: config.ts's kafkaSecurity). */
+  kafkaSecurity?: KafkaSecurity;
   clientId: string;
   embeddedPath: string;
   onError?: BusErrorHandler;
@@ -82,6 +85,7 @@ export function openBus(options: {
 }): EventBus {
   if (options.kafkaBrokers && options.kafkaBrokers.length > 0) {
     const kafka = openKafkaBus({
+      ...options.kafkaSecurity,
       brokers: options.kafkaBrokers,
       clientId: options.clientId,
       onError: options.onError,

@@ -7,8 +7,10 @@
  * between the two sends it again on the next replay: at least once, like every delivery.
  */
 import { randomUUID } from 'node:crypto';
-import { Kafka, Partitioners, logLevel, type IHeaders } from 'kafkajs';
+import { Partitioners, type IHeaders } from 'kafkajs';
+import type { KafkaSecurity } from '../config';
 import { ID_HEADER, REPLAY_GROUP_HEADER } from './kafka';
+import { kafkaClient } from './kafka-client';
 
 const SUFFIX = '.dead-letters';
 /** On a marker: the dead letter (`partition:offset` in its dead-letter topic) that was replayed. */
@@ -43,11 +45,15 @@ export interface KafkaDeadLetters {
   close(): Promise<void>;
 }
 
-export function kafkaDeadLetters(options: { brokers: string[]; clientId?: string }): KafkaDeadLetters {
-  const kafka = new Kafka({
+export interface KafkaDeadLettersOptions extends KafkaSecurity {
+  brokers: string[];
+  clientId?: string;
+}
+
+export function kafkaDeadLetters(options: KafkaDeadLettersOptions): KafkaDeadLetters {
+  const kafka = kafkaClient({
+    ...options,
     clientId: options.clientId ?? 'svc-dead-letters',
-    brokers: options.brokers,
-    logLevel: logLevel.ERROR,
     retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2000 },
   });
   const admin = kafka.admin();

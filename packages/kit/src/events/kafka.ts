@@ -10,19 +10,20 @@
  * up to `maxAttempts` calls when its handler says it is poison (then it goes to `<topic>.dead-letters`).
  */
 import {
-  Kafka,
   Partitioners,
-  logLevel,
   type Admin,
   type Consumer,
   type IHeaders,
   type EachBatchPayload,
   type KafkaMessage,
   type Message,
+  type Kafka,
   type Producer,
 } from 'kafkajs';
+import type { KafkaSecurity } from '../config';
 import { withDeadline } from '../deadline';
 import { metrics } from '../metrics';
+import { kafkaClient } from './kafka-client';
 import { absentTopics, createKafkaTopics, deadLetterTopic, topicProblems } from './kafka-topics';
 import { isPoison } from './poison';
 import { Stalls } from './stalls';
@@ -37,7 +38,8 @@ import {
   type Subscription,
 } from './types';
 
-export interface KafkaBusOptions {
+/** `ssl` and `sasl`: how the clients reach the brokers (config.ts's kafkaSecurity). */
+export interface KafkaBusOptions extends KafkaSecurity {
   brokers: string[];
   clientId: string;
   /** Failed handler calls (retried) and consumer crashes (kafkajs restarts the consumer). */
@@ -111,19 +113,16 @@ class KafkaBus implements EventBus {
   private readonly subscriptions = new Set<Subscription>();
   private readonly stalls = new Set<Stalls>();
   private connecting: Promise<void> | null = null;
+  private connected = false;
+  /** Why the last connection attempt failed (until one succeeds). */
+  private lastConnectFailure: unknown = null;
   private closed = false;
 
   constructor(options: KafkaBusOptions) {
     this.onError = options.onError ?? (() => {});
     this.numPartitions = options.numPartitions ?? 6;
-    // kafkajs logs to the console itself; keep that to errors (ours go through onError).
     // Bounded retries: kafkajs's idempotent producer would otherwise retry for ever, hanging the relay and shutdown.
-    this.kafka = new Kafka({
-      clientId: options.clientId,
-      brokers: options.brokers,
-      logLevel: logLevel.ERROR,
-      retry: CLIENT_RETRY,
-    });
+    this.kafka = kafkaClient({ ...options, retry: CLIENT_RETRY });
     this.maxAttempts = options.maxAttempts ?? 5;
     this.retryMaxMs = options.retryMaxMs ?? 5000;
     this.publishTimeoutMs = options.publishTimeoutMs ?? PUBLISH_TIMEOUT_MS;
@@ -335,8 +334,13 @@ class KafkaBus implements EventBus {
     });
   }
 
-  /** Answers within PING_TIMEOUT_MS: kafkajs's own retries could hold a health probe for many seconds. */
+  /**
+   * Answers within PING_TIMEOUT_MS: kafkajs's own retries could hold a health probe for many seconds. While the
+   * clients are connecting again after an attempt that failed, it fails at once with that attempt's error, so a
+   * probe names the cause (credentials refused, a certificate not trusted) rather than a timeout.
+   */
   async ping(): Promise<void> {
+    if (this.connecting && !this.connected && this.lastConnectFailure) throw this.lastConnectFailure;
     await withDeadline(
       this.connect().then(() => this.admin.describeCluster()),
       PING_TIMEOUT_MS,
@@ -369,10 +373,18 @@ class KafkaBus implements EventBus {
   private connect(): Promise<void> {
     if (this.closed) return Promise.reject(new Error('kafka bus is closed'));
     if (!this.connecting) {
-      this.connecting = Promise.all([this.producer.connect(), this.admin.connect()]).then(() => undefined);
-      this.connecting.catch(() => {
-        this.connecting = null;
-      });
+      const attempt = Promise.all([this.producer.connect(), this.admin.connect()]).then(() => undefined);
+      this.connecting = attempt;
+      attempt.then(
+        () => {
+          this.connected = true;
+          this.lastConnectFailure = null;
+        },
+        (err: unknown) => {
+          this.lastConnectFailure = err;
+          if (this.connecting === attempt) this.connecting = null;
+        },
+      );
     }
     return this.connecting;
   }

@@ -1,6 +1,13 @@
 import * as grpc from '@grpc/grpc-js';
 import { AppError, type ErrorCode, ERROR_CODES } from '../errors';
-import { APP_ERROR_KEY, LEGACY_APP_ERROR_KEY, safeUserAgent, TOKEN_METADATA_KEY, USER_AGENT_METADATA_KEY } from './server';
+import {
+  APP_ERROR_KEY,
+  HEALTH_REASON_KEY,
+  LEGACY_APP_ERROR_KEY,
+  safeUserAgent,
+  TOKEN_METADATA_KEY,
+  USER_AGENT_METADATA_KEY,
+} from './server';
 import type { ReqOf, ResOf } from './types';
 
 export interface CallOptions {
@@ -147,17 +154,28 @@ export function toAppError(err: grpc.ServiceError): AppError {
 }
 
 /** Asks a server's gRPC health service; resolves true when SERVING. */
-export function checkHealth(client: grpc.Client, service = '', deadlineMs = 1000): Promise<boolean> {
+export async function checkHealth(client: grpc.Client, service = '', deadlineMs = 1000): Promise<boolean> {
+  return (await healthOf(client, service, deadlineMs)).serving;
+}
+
+/** Asks a server's gRPC health service; when not SERVING, `reason` is the server's word on why, if it gave one. */
+export function healthOf(client: grpc.Client, service = '', deadlineMs = 1000): Promise<{ serving: boolean; reason?: string }> {
   return new Promise((resolve) => {
-    client.makeUnaryRequest(
+    let serving = false;
+    const call = client.makeUnaryRequest(
       '/grpc.health.v1.Health/Check',
       (v: { service: string }) => encodeHealthRequest(v.service),
       (b: Buffer) => b,
       { service },
       new grpc.Metadata(),
       { deadline: Date.now() + deadlineMs },
-      (err, res) => resolve(!err && !!res && decodeHealthStatus(res) === 1),
+      (err, res) => (serving = !err && !!res && decodeHealthStatus(res) === 1),
     );
+    // After the callback; the reason travels in the trailers.
+    call.on('status', (status: grpc.StatusObject) => {
+      const reason = serving ? undefined : status.metadata.get(HEALTH_REASON_KEY)[0];
+      resolve(reason === undefined ? { serving } : { serving, reason: String(reason) });
+    });
   });
 }
 

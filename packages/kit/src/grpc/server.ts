@@ -16,6 +16,8 @@ import type { CallContext, Implementation } from './types';
 export const APP_ERROR_KEY = 'x-app-error-bin';
 /** The text key of earlier versions, still read by clients during a rolling upgrade. */
 export const LEGACY_APP_ERROR_KEY = 'x-app-error';
+/** Trailer of a health Check answer: why that name is not serving (fixed words for /readyz, printable ASCII). */
+export const HEALTH_REASON_KEY = 'x-health-reason';
 /** Request ids travel in metadata and logs: anything else is replaced (the gateway applies the same rule). */
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const SAFE_CLIENT_IP = /^[0-9A-Fa-f:.]{2,45}$/;
@@ -77,13 +79,23 @@ export class GrpcServer {
       check: (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
         const service = (call.request as { service?: string } | null)?.service ?? '';
         const refreshed = this.refreshHealth ? this.refreshHealth(service).catch(() => undefined) : Promise.resolve();
-        void refreshed.then(() => check(call, callback));
+        void refreshed.then(() => check(call, (err, value) => callback(err, value, this.reasonOf(service))));
       },
     });
   }
 
   /** Measures the status of the service name asked about before a health Check is answered (set by the runtime). */
   refreshHealth: ((service: string) => Promise<void>) | null = null;
+  /** Why a name is not serving, sent with its Check answer (HEALTH_REASON_KEY in the trailers; set by the runtime). */
+  healthReason: ((service: string) => string | undefined) | null = null;
+
+  private reasonOf(service: string): grpc.Metadata | undefined {
+    const reason = this.healthReason?.(service);
+    if (!reason) return undefined;
+    const trailer = new grpc.Metadata();
+    trailer.set(HEALTH_REASON_KEY, reason);
+    return trailer;
+  }
 
   add<D extends object>(registration: ServiceRegistration<D>): this {
     const handlers: grpc.UntypedServiceImplementation = {};
