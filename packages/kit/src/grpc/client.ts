@@ -31,6 +31,8 @@ export interface ClientOptions {
   deadlineMs: number;
 }
 
+const ROUND_ROBIN = JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] });
+
 /** A promise-based client for a ts-proto service definition: deadlines on every call, errors as AppError. */
 export function createClient<D extends object>(definition: D, address: string, options: ClientOptions): ServiceClient<D> {
   const client = new grpc.Client(address, grpc.credentials.createInsecure(), {
@@ -39,9 +41,12 @@ export function createClient<D extends object>(definition: D, address: string, o
     'grpc.initial_reconnect_backoff_ms': 200,
     'grpc.max_reconnect_backoff_ms': 2_000,
     'grpc.max_receive_message_length': 4 * 1024 * 1024,
-    // Several replicas behind one name (a headless Service's DNS, or `ipv4:a:1,b:2` in start:cluster): spread calls
-    // over every ready one, and skip one that went away.
-    'grpc.service_config': JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
+    // Several replicas behind one name (`dns:///chat:50054` on a headless Service, or `ipv4:a:1,b:2` in
+    // start:cluster): one connection to each, calls spread over every ready one, and one that went away skipped.
+    'grpc.service_config': ROUND_ROBIN,
+    // A connection that ends (the server's max connection age, a pod gone) makes round_robin resolve the name again:
+    // at most this often, so replicas added by a scale-out are found within a connection age.
+    'grpc.dns_min_time_between_resolutions_ms': 5_000,
   });
   const out: Record<string, unknown> = { grpcClient: client, close: () => client.close() };
   for (const [name, def] of Object.entries(definition) as Array<[string, MethodDef]>) {
@@ -68,24 +73,36 @@ function metadataFor(options: CallOptions | undefined): grpc.Metadata {
   return md;
 }
 
+/**
+ * A call the server refused before reading it (HTTP/2 REFUSED_STREAM) never ran, so it may go again. It happens when a
+ * call meets a connection the server is closing for its age: the GOAWAY and the new stream cross. grpc-js retries
+ * such a call once, on another connection; when every connection aged at the same moment, that one is refused too.
+ */
+const REFUSED_DETAILS = 'Stream refused by server';
+const REFUSED_ATTEMPTS = 3;
+const refused = (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE && err.details === REFUSED_DETAILS;
+
 function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
       const started = options?.timing ? performance.now() : 0;
-      client.makeUnaryRequest(
-        def.path,
-        def.requestSerialize,
-        def.responseDeserialize,
-        req,
-        metadataFor(options),
-        { deadline },
-        (err, res) => {
-          if (options?.timing) options.timing.upstreamMs += performance.now() - started;
-          if (err) reject(toAppError(err));
-          else resolve(res);
-        },
-      );
+      const attempt = (left: number) =>
+        client.makeUnaryRequest(
+          def.path,
+          def.requestSerialize,
+          def.responseDeserialize,
+          req,
+          metadataFor(options),
+          { deadline },
+          (err, res) => {
+            if (err && left > 1 && refused(err)) return attempt(left - 1);
+            if (options?.timing) options.timing.upstreamMs += performance.now() - started;
+            if (err) reject(toAppError(err));
+            else resolve(res);
+          },
+        );
+      attempt(REFUSED_ATTEMPTS);
     });
 }
 
