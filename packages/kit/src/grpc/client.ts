@@ -79,15 +79,25 @@ function metadataFor(options: CallOptions | undefined): grpc.Metadata {
  * such a call once, on another connection; when every connection aged at the same moment, that one is refused too.
  */
 const REFUSED_DETAILS = 'Stream refused by server';
-const REFUSED_ATTEMPTS = 3;
+const REFUSED_ATTEMPTS = 5;
 const refused = (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE && err.details === REFUSED_DETAILS;
+/**
+ * How long to wait before sending a refused call again after attempt `n`: a few turns of the event loop, so the client
+ * reads the GOAWAY already on its socket and picks another connection rather than the closing one. Null when the
+ * error is not a refusal, the attempts are spent, or the deadline would pass first.
+ */
+function refusedRetryDelay(err: grpc.ServiceError, n: number, deadline: number): number | null {
+  if (n >= REFUSED_ATTEMPTS || !refused(err)) return null;
+  const ms = 10 * n;
+  return Date.now() + ms < deadline ? ms : null;
+}
 
 function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
       const started = options?.timing ? performance.now() : 0;
-      const attempt = (left: number) =>
+      const attempt = (n: number): unknown =>
         client.makeUnaryRequest(
           def.path,
           def.requestSerialize,
@@ -96,30 +106,48 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
           metadataFor(options),
           { deadline },
           (err, res) => {
-            if (err && left > 1 && refused(err)) return attempt(left - 1);
+            const delay = err ? refusedRetryDelay(err, n, deadline) : null;
+            if (delay !== null) return void setTimeout(attempt, delay, n + 1);
             if (options?.timing) options.timing.upstreamMs += performance.now() - started;
             if (err) reject(toAppError(err));
             else resolve(res);
           },
         );
-      attempt(REFUSED_ATTEMPTS);
+      attempt(1);
     });
 }
 
 function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) => {
     const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
-    const call = client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), {
-      deadline,
-    });
+    const open = () =>
+      client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), { deadline });
+    let call = open();
+    let cancelled = false;
     return {
-      cancel: () => call.cancel(),
+      cancel: () => {
+        cancelled = true;
+        call.cancel();
+      },
       async *[Symbol.asyncIterator]() {
-        try {
-          for await (const message of call) yield message;
-        } catch (err) {
-          if ((err as grpc.ServiceError).code === grpc.status.CANCELLED) return;
-          throw toAppError(err as grpc.ServiceError);
+        // Sent again only while nothing came back: a refused stream never reached the handler.
+        for (let n = 1, received = false; ; n += 1) {
+          try {
+            for await (const message of call) {
+              received = true;
+              yield message;
+            }
+            return;
+          } catch (err) {
+            const e = err as grpc.ServiceError;
+            if (e.code === grpc.status.CANCELLED) return;
+            const delay = received ? null : refusedRetryDelay(e, n, deadline);
+            if (delay === null) throw toAppError(e);
+            await new Promise((resolve) => setTimeout(resolve, delay));
+            // Cancelled while waiting: no new call that nobody would end.
+            if (cancelled) return;
+            call = open();
+          }
         }
       },
     };

@@ -1,4 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
+import http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
 import { chatV1, identityV1 } from '@svc/proto';
 import { JwtVerifier } from '../jwt';
 import { createLogger } from '../logger';
@@ -189,5 +191,78 @@ describe('a replica added while calls run', () => {
     await reading;
     expect(got).toEqual(Array.from({ length: 12 }, (_, i) => `m:${i}`));
     expect(Object.values(counts).reduce((a, b) => a + b, 0)).toBe(300);
+  });
+});
+
+/**
+ * An HTTP/2 peer speaking gRPC's wire format that refuses (REFUSED_STREAM) the first `refuse` streams, as a server
+ * closing an aged connection refuses the streams that crossed its GOAWAY, then answers each with `answer`.
+ */
+async function refusingPeer(refuse: number, answer: (path: string) => { status: number; messages: Buffer[] }) {
+  const server = http2.createServer();
+  const seen: string[] = [];
+  server.on('stream', (stream, headers) => {
+    const path = String(headers[':path']);
+    seen.push(path);
+    stream.on('error', () => {}); // a refused stream ends in an error on this side too
+    if (seen.length <= refuse) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    const { status, messages } = answer(path);
+    stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+    stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(status), 'grpc-message': status ? 'down' : 'OK' }));
+    // Length-prefixed messages (no compression), after the request has been read.
+    stream.resume();
+    stream.on('end', () => {
+      for (const m of messages) {
+        const prefix = Buffer.alloc(5);
+        prefix.writeUInt32BE(m.length, 1);
+        stream.write(Buffer.concat([prefix, m]));
+      }
+      stream.end();
+    });
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  return { server, seen, address: `127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+describe('a call the server refused before reading it', () => {
+  const jwks = (text: string) => Buffer.from(identityV1.GetJwksResponse.encode({ jwksJson: text }).finish());
+
+  it('goes again (grpc-js retries once; a client whose every connection aged at once needs more)', async () => {
+    const peer = await refusingPeer(2, () => ({ status: 0, messages: [jwks('third time')] }));
+    const client = createClient(def, peer.address, { deadlineMs: 10_000 });
+    try {
+      expect(await client.getJwks({})).toEqual({ jwksJson: 'third time' });
+      expect(peer.seen).toHaveLength(3);
+    } finally {
+      client.close();
+      peer.server.close();
+    }
+  });
+
+  it('a reply stream too, before anything came back', async () => {
+    const reply = (id: string) => Buffer.from(chatV1.StreamReplyResponse.encode({ id, type: 'delta', messageId: 'm' } as never).finish());
+    const peer = await refusingPeer(2, () => ({ status: 0, messages: [reply('m:0'), reply('m:1')] }));
+    const streams = createClient(chatV1.ChatServiceService, peer.address, { deadlineMs: 10_000 });
+    try {
+      const got: string[] = [];
+      for await (const m of streams.streamReply({ sessionId: 's', afterEventId: '' })) got.push(m.id);
+      expect(got).toEqual(['m:0', 'm:1']);
+      expect(peer.seen).toHaveLength(3);
+    } finally {
+      streams.close();
+      peer.server.close();
+    }
+  });
+
+  it('but a call the server processed and failed is not sent again (a write is never doubled)', async () => {
+    const peer = await refusingPeer(0, () => ({ status: 14, messages: [] }));
+    const client = createClient(def, peer.address, { deadlineMs: 10_000 });
+    try {
+      await expect(client.getJwks({})).rejects.toMatchObject({ code: 'SERVICE_UNAVAILABLE' });
+      expect(peer.seen).toHaveLength(1);
+    } finally {
+      client.close();
+      peer.server.close();
+    }
   });
 });
