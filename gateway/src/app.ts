@@ -8,6 +8,7 @@ import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
 import { drainRefusedBody } from './lib/refused-body';
 import { securityHeaders } from './lib/security-headers';
+import { registerAccessLog } from './plugins/access-log';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerDocs } from './docs';
 import { registerPages } from './pages';
@@ -35,8 +36,9 @@ export { BODY_LIMIT };
 export function buildApp(deps: GatewayDeps): FastifyInstance {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
-    // Fastify's per-request lines are off; errors are logged by the error handler with the request id. No pino
-    // child logger per request either: it costs on every request and only errors are logged.
+    // Fastify's per-request lines are off: the access log (plugins/access-log.ts) writes one line per request, and
+    // errors are logged by the error handler with the request id. No pino child logger per request either: it costs
+    // on every request.
     logController: new LogController({ disableRequestLogging: true }),
     childLoggerFactory: (logger) => logger,
     bodyLimit: BODY_LIMIT,
@@ -113,6 +115,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     known.push({ pattern: pathPattern(r.url), methods: ([] as string[]).concat(r.method) });
   });
 
+  registerAccessLog(app);
   registerAuthentication(app, {
     resolver: deps.resolver,
     limiter: deps.limiter,

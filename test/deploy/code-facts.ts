@@ -97,7 +97,8 @@ function numberIn(rel: string, pattern: RegExp): number {
  * what the service drains on top, and an allowance for closing the bus and store (Kafka and MongoDB disconnects).
  */
 export function stopBudgetMs(name: string): number {
-  const closeAllowance = 10_000;
+  // Closing connections, then the spans flushed to the collector (bounded) before the process exits.
+  const closeAllowance = 10_000 + numberIn('packages/kit/src/telemetry-flush.ts', /FLUSH_TIMEOUT_MS = (\d+)/);
   if (name === 'gateway') return numberIn('packages/kit/src/config.ts', /GRPC_DEADLINE_MS', 'int', \{ default: '(\d+)'/) + closeAllowance;
   const grpcGrace = numberIn('packages/kit/src/grpc/server.ts', /async stop\(graceMs = (\d+)\)/);
   const extra: Record<string, () => number> = {

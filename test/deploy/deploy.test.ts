@@ -100,7 +100,7 @@ interface Deployment extends K8sObject {
   };
 }
 interface Service extends K8sObject {
-  spec: { selector: Labels; ports: Array<{ name?: string; port: number; targetPort?: number | string }> };
+  spec: { clusterIP?: string; selector: Labels; ports: Array<{ name?: string; port: number; targetPort?: number | string }> };
 }
 interface Hpa extends K8sObject {
   spec: {
@@ -318,6 +318,13 @@ describe('kubernetes: kustomize overlays/dev', () => {
 
   describe.each(PROCESSES)('%s', (name) => {
     const isGateway = name === 'gateway';
+    /** A setting as the container sees it: its own env first, then its ConfigMap. */
+    const setting = (key: string): string | undefined => {
+      const [c] = deployment(name).spec.template.spec.containers;
+      const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
+      const cm = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === cmName) as ConfigMap | undefined)?.data ?? {};
+      return c.env?.find((e) => e.name === key)?.value ?? cm[key];
+    };
 
     it('selects its own pods and runs as its ServiceAccount', () => {
       const d = deployment(name);
@@ -331,25 +338,34 @@ describe('kubernetes: kustomize overlays/dev', () => {
       expect(c.env?.find((e) => e.name === 'OTEL_SERVICE_NAME')?.value).toBe(name);
     });
 
-    it("finds every peer it calls at that peer's Service and port", () => {
-      const [c] = deployment(name).spec.template.spec.containers;
-      const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
-      const cm = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === cmName) as ConfigMap | undefined)?.data ?? {};
+    it("finds every replica of each peer it calls: dns:/// on that peer's headless Service and port", () => {
       for (const peer of facts(name).calls) {
         const key = `${peer.toUpperCase()}_ADDR`;
-        const value = c.env?.find((e) => e.name === key)?.value ?? cm[key];
+        const value = setting(key);
         const svc = services.find((s) => s.metadata.name === peer);
-        expect({ key, value }).toEqual({ key, value: `${peer}:${svc?.spec.ports[0].port}` });
+        // grpc-js's dns resolver gets every pod's address and round robin spreads calls over them (kit's client).
+        expect({ key, value }).toEqual({ key, value: `dns:///${peer}:${svc?.spec.ports[0].port}` });
         expect(svc?.spec.ports[0].port).toBe(SERVICES[peer]);
+        expect({ peer, clusterIP: svc?.spec.clusterIP }).toEqual({ peer, clusterIP: 'None' });
       }
     });
+
+    if (!isGateway)
+      it('closes client connections after an age, with a grace for the calls still running on them', () => {
+        const age = Number(setting('GRPC_MAX_CONNECTION_AGE_MS'));
+        const grace = Number(setting('GRPC_MAX_CONNECTION_AGE_GRACE_MS'));
+        expect(age).toBeGreaterThan(0);
+        expect(age).toBeLessThanOrEqual(10 * 60_000); // an HPA's new pod gets traffic within minutes
+        // A chat reply (CHAT_LLM_TIMEOUT_MS 60 s, 2 retries) ends well inside the grace.
+        expect(grace).toBeGreaterThanOrEqual(5 * 60_000);
+      });
 
     it('waits for its endpoints to be removed, then has time for its graceful stop', () => {
       const pod = deployment(name).spec.template.spec;
       const [c] = pod.containers;
       const preStop = preStopSeconds(c);
       expect(preStop).toBeGreaterThanOrEqual(3);
-      if (c.lifecycle?.preStop?.exec) expect(c.lifecycle.preStop.exec.command[0]).toBe('sleep'); // in node:20-bookworm-slim
+      if (c.lifecycle?.preStop?.exec) expect(c.lifecycle.preStop.exec.command[0]).toBe('sleep'); // in the image's Debian base (node:*-bookworm-slim)
       // Kubernetes counts the preStop hook inside terminationGracePeriodSeconds, then SIGKILLs.
       expect(pod.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(preStop! + Math.ceil(stopBudgetMs(name) / 1000));
     });

@@ -152,6 +152,8 @@ export const K8S_SHAPES: Record<string, Schema> = {
     obj(
       {
         type: { enum: ['ClusterIP', 'NodePort', 'LoadBalancer'] },
+        // 'None': headless (DNS lists every ready pod).
+        clusterIP: { type: 'string' },
         selector: strMap,
         ports: arr(
           obj(

@@ -20,3 +20,4 @@ export * from './metrics';
 export * from './ports';
 export * from './lease';
 export * from './feed';
+export * from './telemetry-attributes';

@@ -16,13 +16,14 @@ import { loadSecretBox, type SecretBox } from './crypto';
 import { BackgroundSubscription, MissingTopicsError, openBus, OUTBOX_COLLECTIONS, OutboxRelay } from './events';
 import { feedHeads } from './feed';
 import type { EventBus, SubscribeOptions } from './events/types';
-import { GrpcServer, type ServiceRegistration } from './grpc/server';
+import { DEFAULT_MAX_CONNECTION_AGE_GRACE_MS, DEFAULT_MAX_CONNECTION_AGE_MS, GrpcServer, type ServiceRegistration } from './grpc/server';
 import { JwtVerifier } from './jwt';
 import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
 import { openStore } from './storage';
+import { flushTelemetry } from './telemetry-flush';
 import type { CollectionDef, Store } from './storage/types';
 
 export interface RuntimeOptions<S extends ConfigSpec> {
@@ -35,10 +36,24 @@ export interface RuntimeOptions<S extends ConfigSpec> {
   env?: NodeJS.ProcessEnv;
 }
 
+/** How long a client keeps one connection to a replica (see GrpcServerOptions.maxConnectionAgeMs). */
+const connectionAgeConfig = {
+  grpcMaxConnectionAgeMs: field('GRPC_MAX_CONNECTION_AGE_MS', 'int', {
+    default: String(DEFAULT_MAX_CONNECTION_AGE_MS),
+    min: 0,
+    max: 86_400_000,
+  }),
+  grpcMaxConnectionAgeGraceMs: field('GRPC_MAX_CONNECTION_AGE_GRACE_MS', 'int', {
+    default: String(DEFAULT_MAX_CONNECTION_AGE_GRACE_MS),
+    min: 0,
+    max: 86_400_000,
+  }),
+};
+
 /** Everything a service process owns: built once at start, closed once at stop. */
 export interface ServiceRuntime<S extends ConfigSpec> {
   name: string;
-  config: ConfigOf<typeof commonConfig> & { port: number } & ConfigOf<S>;
+  config: ConfigOf<typeof commonConfig> & ConfigOf<typeof connectionAgeConfig> & { port: number } & ConfigOf<S>;
   logger: Logger;
   store: Store;
   bus: EventBus;
@@ -56,6 +71,7 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
   const env = options.env ?? process.env;
   const spec = {
     ...commonConfig,
+    ...connectionAgeConfig,
     port: field(`${options.name.toUpperCase()}_PORT`, 'int', { default: String(options.defaultPort), min: 0, max: 65535 }),
     ...(options.config ?? {}),
   };
@@ -167,6 +183,8 @@ export async function serve<S extends ConfigSpec>(
     logger: rt.logger,
     verifier: options.verifier,
     healthNames: options.healthNames,
+    maxConnectionAgeMs: rt.config.grpcMaxConnectionAgeMs,
+    maxConnectionAgeGraceMs: rt.config.grpcMaxConnectionAgeGraceMs,
   });
   for (const r of options.registrations) server.add(r);
   rt.relay.start();
@@ -305,9 +323,11 @@ export function runMain(name: string, start: () => Promise<RunningService>): voi
       const shutdown = (code = 0) => {
         if (stopping) return;
         stopping = true;
+        // Drained first, so the spans of the last calls are among those flushed (bounded: FLUSH_TIMEOUT_MS).
+        const exit = (status: number) => void flushTelemetry().then(() => process.exit(status));
         svc.stop().then(
-          () => process.exit(code),
-          () => process.exit(1),
+          () => exit(code),
+          () => exit(1),
         );
       };
       process.on('SIGTERM', () => shutdown());

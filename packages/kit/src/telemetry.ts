@@ -4,6 +4,7 @@
  * without an exporter endpoint or OTEL_TRACES_EXPORTER it stays off, and its modules are not even loaded.
  */
 import { tracesExported } from './telemetry-config';
+import { flushTelemetry, onTelemetryFlush } from './telemetry-flush';
 
 const enabled = tracesExported(process.env);
 
@@ -27,7 +28,9 @@ if (enabled) {
     ],
   });
   sdk.start();
-  process.once('beforeExit', () => void sdk.shutdown().catch(() => undefined));
+  // A graceful stop (runMain) flushes before process.exit(); a process that ends by itself flushes on beforeExit.
+  onTelemetryFlush(() => sdk.shutdown());
+  process.once('beforeExit', () => void flushTelemetry());
 }
 
 export const telemetryEnabled = enabled;

@@ -38,6 +38,8 @@ export interface ClientOptions {
   deadlineMs: number;
 }
 
+const ROUND_ROBIN = JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] });
+
 /** A promise-based client for a ts-proto service definition: deadlines on every call, errors as AppError. */
 export function createClient<D extends object>(definition: D, address: string, options: ClientOptions): ServiceClient<D> {
   const client = new grpc.Client(address, grpc.credentials.createInsecure(), {
@@ -46,9 +48,12 @@ export function createClient<D extends object>(definition: D, address: string, o
     'grpc.initial_reconnect_backoff_ms': 200,
     'grpc.max_reconnect_backoff_ms': 2_000,
     'grpc.max_receive_message_length': 4 * 1024 * 1024,
-    // Several replicas behind one name (a headless Service's DNS, or `ipv4:a:1,b:2` in start:cluster): spread calls
-    // over every ready one, and skip one that went away.
-    'grpc.service_config': JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
+    // Several replicas behind one name (`dns:///chat:50054` on a headless Service, or `ipv4:a:1,b:2` in
+    // start:cluster): one connection to each, calls spread over every ready one, and one that went away skipped.
+    'grpc.service_config': ROUND_ROBIN,
+    // A connection that ends (the server's max connection age, a pod gone) makes round_robin resolve the name again:
+    // at most this often, so replicas added by a scale-out are found within a connection age.
+    'grpc.dns_min_time_between_resolutions_ms': 5_000,
   });
   const out: Record<string, unknown> = { grpcClient: client, close: () => client.close() };
   for (const [name, def] of Object.entries(definition) as Array<[string, MethodDef]>) {
@@ -75,41 +80,81 @@ function metadataFor(options: CallOptions | undefined): grpc.Metadata {
   return md;
 }
 
+/**
+ * A call the server refused before reading it (HTTP/2 REFUSED_STREAM) never ran, so it may go again. It happens when a
+ * call meets a connection the server is closing for its age: the GOAWAY and the new stream cross. grpc-js retries
+ * such a call once, on another connection; when every connection aged at the same moment, that one is refused too.
+ */
+const REFUSED_DETAILS = 'Stream refused by server';
+const REFUSED_ATTEMPTS = 5;
+const refused = (err: grpc.ServiceError) => err.code === grpc.status.UNAVAILABLE && err.details === REFUSED_DETAILS;
+/**
+ * How long to wait before sending a refused call again after attempt `n`: a few turns of the event loop, so the client
+ * reads the GOAWAY already on its socket and picks another connection rather than the closing one. Null when the
+ * error is not a refusal, the attempts are spent, or the deadline would pass first.
+ */
+function refusedRetryDelay(err: grpc.ServiceError, n: number, deadline: number): number | null {
+  if (n >= REFUSED_ATTEMPTS || !refused(err)) return null;
+  const ms = 10 * n;
+  return Date.now() + ms < deadline ? ms : null;
+}
+
 function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
       const started = options?.timing ? performance.now() : 0;
-      client.makeUnaryRequest(
-        def.path,
-        def.requestSerialize,
-        def.responseDeserialize,
-        req,
-        metadataFor(options),
-        { deadline },
-        (err, res) => {
-          if (options?.timing) options.timing.upstreamMs += performance.now() - started;
-          if (err) reject(toAppError(err));
-          else resolve(res);
-        },
-      );
+      const attempt = (n: number): unknown =>
+        client.makeUnaryRequest(
+          def.path,
+          def.requestSerialize,
+          def.responseDeserialize,
+          req,
+          metadataFor(options),
+          { deadline },
+          (err, res) => {
+            const delay = err ? refusedRetryDelay(err, n, deadline) : null;
+            if (delay !== null) return void setTimeout(attempt, delay, n + 1);
+            if (options?.timing) options.timing.upstreamMs += performance.now() - started;
+            if (err) reject(toAppError(err));
+            else resolve(res);
+          },
+        );
+      attempt(1);
     });
 }
 
 function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) => {
     const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
-    const call = client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), {
-      deadline,
-    });
+    const open = () =>
+      client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), { deadline });
+    let call = open();
+    let cancelled = false;
     return {
-      cancel: () => call.cancel(),
+      cancel: () => {
+        cancelled = true;
+        call.cancel();
+      },
       async *[Symbol.asyncIterator]() {
-        try {
-          for await (const message of call) yield message;
-        } catch (err) {
-          if ((err as grpc.ServiceError).code === grpc.status.CANCELLED) return;
-          throw toAppError(err as grpc.ServiceError);
+        // Sent again only while nothing came back: a refused stream never reached the handler.
+        for (let n = 1, received = false; ; n += 1) {
+          try {
+            for await (const message of call) {
+              received = true;
+              yield message;
+            }
+            return;
+          } catch (err) {
+            const e = err as grpc.ServiceError;
+            if (e.code === grpc.status.CANCELLED) return;
+            const delay = received ? null : refusedRetryDelay(e, n, deadline);
+            if (delay === null) throw toAppError(e);
+            await new Promise((resolve) => setTimeout(resolve, delay));
+            // Cancelled while waiting: no new call that nobody would end.
+            if (cancelled) return;
+            call = open();
+          }
         }
       },
     };

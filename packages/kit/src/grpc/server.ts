@@ -50,16 +50,43 @@ export interface GrpcServerOptions {
   verifier: JwtVerifier;
   /** Name used in the health service (`<package>.<Service>`); '' is the whole server. */
   healthNames: string[];
+  /**
+   * A connection older than this (±10 % jitter) is sent a GOAWAY: clients open a new one and re-resolve the service's
+   * name, so replicas added since spread the load (a client otherwise keeps its first connections for ever).
+   * 0: never.
+   */
+  maxConnectionAgeMs?: number;
+  /** After the GOAWAY, calls still running on the old connection (chat replies, watches) have this long to finish. */
+  maxConnectionAgeGraceMs?: number;
+}
+
+/** Defaults of GrpcServerOptions' connection ages (GRPC_MAX_CONNECTION_AGE_MS, GRPC_MAX_CONNECTION_AGE_GRACE_MS). */
+export const DEFAULT_MAX_CONNECTION_AGE_MS = 5 * 60_000;
+export const DEFAULT_MAX_CONNECTION_AGE_GRACE_MS = 10 * 60_000;
+
+/** grpc-js server options: message size and connection ages. */
+export function grpcServerOptions(options: Pick<GrpcServerOptions, 'maxConnectionAgeMs' | 'maxConnectionAgeGraceMs'>): grpc.ServerOptions {
+  const age = options.maxConnectionAgeMs ?? DEFAULT_MAX_CONNECTION_AGE_MS;
+  return {
+    'grpc.max_receive_message_length': 4 * 1024 * 1024,
+    ...(age > 0
+      ? {
+          'grpc.max_connection_age_ms': age,
+          'grpc.max_connection_age_grace_ms': options.maxConnectionAgeGraceMs ?? DEFAULT_MAX_CONNECTION_AGE_GRACE_MS,
+        }
+      : {}),
+  };
 }
 
 export class GrpcServer {
-  readonly server = new grpc.Server({ 'grpc.max_receive_message_length': 4 * 1024 * 1024 });
+  readonly server: grpc.Server;
   readonly health: HealthImplementation;
   port = 0;
   /** Fully qualified names of the services added (`chat.v1.ChatService`): what reflection lists. */
   private readonly services = new Set<string>();
 
   constructor(private readonly options: GrpcServerOptions) {
+    this.server = new grpc.Server(grpcServerOptions(options));
     const statuses: Record<string, 'SERVING'> = { '': 'SERVING' };
     for (const name of options.healthNames) statuses[name] = 'SERVING';
     // Required here, by a server being built: the gateway imports this kit (its checkHealth client) but serves no gRPC,
