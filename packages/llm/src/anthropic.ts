@@ -21,6 +21,7 @@ import {
   resolveSettings,
   runStream,
   sanitizedCause,
+  usageEvent,
   type Classified,
   type ResolvedSettings,
 } from './core';
@@ -308,7 +309,7 @@ export async function* translateAnthropicStream(
       }
       case 'message_stop':
         if (!started) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} ended a message it did not start`, { provider });
-        if (sawUsage) yield { type: 'usage', inputTokens: input.plain + input.cacheWrite + input.cacheRead, outputTokens };
+        if (sawUsage) yield usageEvent(input.plain + input.cacheWrite + input.cacheRead, outputTokens, input.cacheRead);
         yield { type: 'finish', reason: mapStopReason(stopReason) };
         return;
       default:

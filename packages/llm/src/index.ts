@@ -20,8 +20,12 @@ export interface StoredLlmSettings {
   apiKey: string;
   temperature?: number;
   maxTokens?: number;
+  /** Azure OpenAI's api-version ('' or absent: the default). */
+  apiVersion?: string;
+  /** Bedrock's AWS region. */
+  region?: string;
   /** The ordered fallbacks (CONTRACT.md 9), each with its key resolved by identity ('' for none). */
-  fallbacks?: Array<{ provider: string; model: string; baseUrl: string; apiKey: string }>;
+  fallbacks?: Array<{ provider: string; model: string; baseUrl: string; apiKey: string; apiVersion?: string; region?: string }>;
 }
 
 /** Identity's resolved settings (tenant or platform default) as provider settings: unset values left out. */
@@ -33,13 +37,15 @@ export function llmSettingsFrom(s: StoredLlmSettings): LlmSettings {
     apiKey: s.apiKey || undefined,
     temperature: s.temperature,
     maxTokens: s.maxTokens,
+    apiVersion: s.apiVersion || undefined,
+    region: s.region || undefined,
   };
 }
 
 export interface CollectedReply {
   text: string;
   toolCalls: LlmToolCall[];
-  usage: { inputTokens: number; outputTokens: number } | undefined;
+  usage: { inputTokens: number; outputTokens: number; cachedInputTokens?: number } | undefined;
   finishReason: LlmFinishReason;
 }
 
@@ -58,6 +64,8 @@ export function llmCandidatesFrom(s: StoredLlmSettings, extra: Partial<LlmSettin
       model: f.model,
       baseUrl: f.baseUrl || undefined,
       apiKey: f.apiKey || undefined,
+      apiVersion: f.apiVersion || undefined,
+      region: f.region || undefined,
       temperature: main.temperature,
       maxTokens: main.maxTokens,
     })),
@@ -84,6 +92,7 @@ export async function collect(events: AsyncIterable<LlmEvent>, onEvent?: (event:
         break;
       case 'usage':
         usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+        if (event.cachedInputTokens !== undefined) usage.cachedInputTokens = event.cachedInputTokens;
         break;
       case 'finish':
         finishReason = event.reason;

@@ -11,6 +11,7 @@ export function createProvider(settings: LlmSettings): LlmProvider {
   switch (settings.provider) {
     case 'openai':
     case 'openai-compatible':
+    case 'azure-openai':
       return new OpenAIProvider(settings);
     case 'anthropic':
       return new AnthropicProvider(settings);

@@ -114,13 +114,14 @@ interface ReplyPlan {
   textPieces: string[];
   toolCalls: Array<{ id: string; name: string; pieces: string[]; json: string }>;
   stopReason: 'end_turn' | 'max_tokens' | 'tool_use';
-  usage: { input: number; output: number };
+  usage: { input: number; output: number; cached: number };
 }
 
 function plan(ctx: FakeContext, conversation: FakeConversation, behaviour: FakeBehaviour): ReplyPlan {
   const usageOf = (text: string, extra: string, given?: FakeUsage) => ({
     input: given?.inputTokens ?? conversationTokens(conversation),
     output: given?.outputTokens ?? Math.max(1, estimateTokens(text) + estimateTokens(extra)),
+    cached: given?.cachedInputTokens ?? 0,
   });
   if (behaviour.type === 'tool_calls') {
     const text = behaviour.text ?? '';
@@ -173,7 +174,12 @@ function streamEvents(ctx: FakeContext, conversation: FakeConversation, reply: R
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: { input_tokens: reply.usage.input, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 },
+        usage: {
+          input_tokens: reply.usage.input - reply.usage.cached,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: reply.usage.cached,
+          output_tokens: 1,
+        },
       },
     }),
   );
@@ -236,9 +242,9 @@ function message(ctx: FakeContext, conversation: FakeConversation, reply: ReplyP
     stop_reason: reply.stopReason,
     stop_sequence: null,
     usage: {
-      input_tokens: reply.usage.input,
+      input_tokens: reply.usage.input - reply.usage.cached,
       cache_creation_input_tokens: 0,
-      cache_read_input_tokens: 0,
+      cache_read_input_tokens: reply.usage.cached,
       output_tokens: reply.usage.output,
     },
   };
