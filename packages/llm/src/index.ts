@@ -6,6 +6,7 @@ import { LlmError, type LlmEvent, type LlmFinishReason, type LlmMessage, type Ll
 export * from './types';
 export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
 export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
+export { GeminiProvider, GEMINI_DEFAULT_BASE_URL } from './gemini';
 export { throughEgress } from './egress';
 export { createProvider } from './provider';
 export * from './breaker';

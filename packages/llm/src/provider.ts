@@ -1,4 +1,5 @@
 import { AnthropicProvider } from './anthropic';
+import { GeminiProvider } from './gemini';
 import { OpenAIProvider } from './openai';
 import { LlmError, type LlmProvider, type LlmSettings } from './types';
 
@@ -15,6 +16,8 @@ export function createProvider(settings: LlmSettings): LlmProvider {
       return new OpenAIProvider(settings);
     case 'anthropic':
       return new AnthropicProvider(settings);
+    case 'gemini':
+      return new GeminiProvider(settings);
     default:
       throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
   }

@@ -6,6 +6,7 @@
 export { startFakeOpenAI, type FakeOpenAIOptions } from './fake-openai';
 export { startFakeAnthropic, type FakeAnthropicOptions } from './fake-anthropic';
 export { startFakeAzureOpenAI, type FakeAzureOpenAIOptions } from './fake-azure-openai';
+export { startFakeGemini, type FakeGeminiOptions } from './fake-gemini';
 export {
   conversationTokens,
   echoReply,
