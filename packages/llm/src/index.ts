@@ -7,6 +7,7 @@ export * from './types';
 export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
 export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
 export { GeminiProvider, GEMINI_DEFAULT_BASE_URL } from './gemini';
+export { BedrockProvider, BEDROCK_DEFAULT_MAX_TOKENS, bedrockCredentials } from './bedrock';
 export { throughEgress } from './egress';
 export { createProvider } from './provider';
 export * from './breaker';

@@ -1,4 +1,5 @@
 import { AnthropicProvider } from './anthropic';
+import { BedrockProvider } from './bedrock';
 import { GeminiProvider } from './gemini';
 import { OpenAIProvider } from './openai';
 import { LlmError, type LlmProvider, type LlmSettings } from './types';
@@ -18,6 +19,8 @@ export function createProvider(settings: LlmSettings): LlmProvider {
       return new AnthropicProvider(settings);
     case 'gemini':
       return new GeminiProvider(settings);
+    case 'bedrock':
+      return new BedrockProvider(settings);
     default:
       throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
   }

@@ -217,8 +217,10 @@ export function planReply(ctx: FakeContext, conversation: FakeConversation, beha
 /** Written in a reply's text, replaced by the wall clock (epoch ms, 3 decimals) as the event is written: benches use it. */
 export const NOW_MARK = '{{now}}';
 
-function stampNow(event: string): string {
-  return event.includes(NOW_MARK) ? event.replaceAll(NOW_MARK, (performance.timeOrigin + performance.now()).toFixed(3)) : event;
+function stampNow(event: string | Uint8Array): string | Uint8Array {
+  return typeof event === 'string' && event.includes(NOW_MARK)
+    ? event.replaceAll(NOW_MARK, (performance.timeOrigin + performance.now()).toFixed(3))
+    : event;
 }
 
 export function sleep(ms: number): Promise<void> {
@@ -226,7 +228,7 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** Writes one chunk and waits until it is handed to the socket; false when the client is gone. */
-export function writeFlushed(res: http.ServerResponse, data: string): Promise<boolean> {
+export function writeFlushed(res: http.ServerResponse, data: string | Uint8Array): Promise<boolean> {
   if (res.destroyed || res.writableEnded) return Promise.resolve(false);
   return new Promise((resolve) => {
     res.write(data, (err) => resolve(!err));
@@ -255,12 +257,12 @@ export function startSse(res: http.ServerResponse, headers: Record<string, strin
 }
 
 /**
- * Writes SSE events with an optional pause before each. With `cutAfter`, stops after that many events and cuts the
- * connection (`destroy`) or ends the response without the rest (`end`).
+ * Writes SSE events (or binary event-stream frames) with an optional pause before each. With `cutAfter`, stops after
+ * that many events and cuts the connection (`destroy`) or ends the response without the rest (`end`).
  */
 export async function writeEvents(
   res: http.ServerResponse,
-  events: string[],
+  events: Array<string | Uint8Array>,
   options: { delayMs?: number; cutAfter?: number; cutMode?: 'destroy' | 'end' } = {},
 ): Promise<void> {
   const limit = options.cutAfter === undefined ? events.length : Math.min(options.cutAfter, events.length);

@@ -7,6 +7,7 @@ export { startFakeOpenAI, type FakeOpenAIOptions } from './fake-openai';
 export { startFakeAnthropic, type FakeAnthropicOptions } from './fake-anthropic';
 export { startFakeAzureOpenAI, type FakeAzureOpenAIOptions } from './fake-azure-openai';
 export { startFakeGemini, type FakeGeminiOptions } from './fake-gemini';
+export { bedrockEventFrame, bedrockExceptionFrame, startFakeBedrock, type FakeBedrockOptions } from './fake-bedrock';
 export {
   conversationTokens,
   echoReply,
