@@ -172,6 +172,12 @@ describe('bedrock provider (the AWS SDK, SigV4) against a fake Bedrock runtime o
     expect(llmError(bad.error)).toMatchObject({ kind: 'bad_request', status: 400, code: 'ValidationException' });
   });
 
+  it('ends a stalled stream with kind timeout after timeoutMs of silence', async () => {
+    fake.script({ type: 'hang' });
+    const { error } = await drain(createProvider(settings({ timeoutMs: 300 })).stream(ask('x')));
+    expect(llmError(error).kind).toBe('timeout');
+  });
+
   it('closes the connection when the caller aborts while Bedrock hangs', async () => {
     fake.script({ type: 'hang' });
     const controller = new AbortController();

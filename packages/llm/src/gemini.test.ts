@@ -174,6 +174,12 @@ describe('gemini provider against a fake Gemini API over HTTP', () => {
     expect(fake.requests.filter((r) => r.path.includes('Generate'))).toHaveLength(3);
   });
 
+  it('ends a stalled stream with kind timeout after timeoutMs of silence', async () => {
+    fake.script({ type: 'hang' });
+    const { error } = await drain(createProvider(settings({ timeoutMs: 300 })).stream(ask('x')));
+    expect(llmError(error).kind).toBe('timeout');
+  });
+
   it('closes the connection when the caller aborts while Gemini hangs', async () => {
     fake.script({ type: 'hang' });
     const controller = new AbortController();

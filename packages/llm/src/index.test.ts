@@ -1,5 +1,5 @@
 import { backoffMs, classifyHttpFailure, kindForStatus, retryAfterMs } from './core';
-import { collect, createProvider, LlmError, llmSettingsFrom, redact, type LlmEvent, type LlmSettings } from './index';
+import { breakerKey, collect, createProvider, LlmError, llmSettingsFrom, redact, type LlmEvent, type LlmSettings } from './index';
 
 function headers(values: Record<string, string>) {
   return new Headers(values);
@@ -30,6 +30,13 @@ describe('createProvider', () => {
       { provider: 'openai', apiKey: 'sk-x', timeoutMs: 0 },
       { provider: 'openai', apiKey: 'sk-x', maxRetries: -1 },
       { provider: 'mistral' as never, apiKey: 'k' },
+      { provider: 'azure-openai', apiKey: 'k' },
+      { provider: 'azure-openai', baseUrl: 'https://r.openai.azure.com' },
+      { provider: 'gemini' },
+      { provider: 'bedrock', apiKey: 'AKIA:secret' },
+      { provider: 'bedrock', region: 'us-east-1' },
+      { provider: 'bedrock', region: 'Not A Region', apiKey: 'AKIA:secret' },
+      { provider: 'bedrock', region: 'us-east-1', apiKey: 'AKIA:' },
     ];
     for (const settings of cases) {
       const err = bad(settings);
@@ -47,6 +54,15 @@ describe('createProvider', () => {
     const provider = createProvider({ provider: 'anthropic', apiKey: 'k', model: 'm', baseUrl: 'http://127.0.0.1:9' });
     const request = { messages: [{ role: 'tool' as const, content: 'r' }] };
     await expect(collect(provider.stream(request))).rejects.toMatchObject({ kind: 'bad_request' });
+  });
+});
+
+describe('breakerKey', () => {
+  it('tells Bedrock deployments apart by region, and keeps the other keys as they were', () => {
+    expect(breakerKey('t', { provider: 'openai', model: 'm', baseUrl: 'https://x/v1/' })).toBe('t|openai|m|https://x/v1');
+    expect(breakerKey('t', { provider: 'bedrock', model: 'm', region: 'us-east-1' })).not.toBe(
+      breakerKey('t', { provider: 'bedrock', model: 'm', region: 'eu-west-1' }),
+    );
   });
 });
 
