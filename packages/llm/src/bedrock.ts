@@ -11,10 +11,10 @@ import type {
   ContentBlock,
   ConverseStreamCommandInput,
   ConverseStreamOutput,
-  Message,
 } from '@aws-sdk/client-bedrock-runtime';
 import { buildQueryString, HttpResponse, type HttpHandler, type HttpHandlerOptions, type HttpRequest } from '@smithy/core/protocols';
 import {
+  buildTurns,
   classifyHttpFailure,
   connectionFailure,
   embedInputs,
@@ -213,37 +213,10 @@ export function buildBedrockRequest(settings: ResolvedSettings, request: LlmRequ
   const provider = 'bedrock' as const;
   const modelId = request.model || settings.model;
   if (!modelId) throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider });
-  const system: string[] = [];
-  const messages: Array<Message & { content: ContentBlock[] }> = [];
-  const push = (role: 'user' | 'assistant', blocks: ContentBlock[]) => {
-    if (blocks.length === 0) return;
-    const last = messages[messages.length - 1];
-    if (last && last.role === role) last.content.push(...blocks);
-    else messages.push({ role, content: blocks });
-  };
-  request.messages.forEach((m, i) => {
-    switch (m.role) {
-      case 'system':
-        system.push(m.content);
-        break;
-      case 'user':
-        push('user', [{ text: m.content }]);
-        break;
-      case 'assistant': {
-        const blocks: ContentBlock[] = [];
-        if (m.content !== '') blocks.push({ text: m.content });
-        for (const call of m.toolCalls ?? [])
-          blocks.push({ toolUse: { toolUseId: call.id, name: call.name, input: call.arguments as never } });
-        push('assistant', blocks);
-        break;
-      }
-      case 'tool':
-        if (!m.toolCallId) throw new LlmError('bad_request', `messages[${i}]: a tool message needs toolCallId`, { provider });
-        push('user', [{ toolResult: { toolUseId: m.toolCallId, content: [{ text: m.content }] } }]);
-        break;
-      default:
-        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
-    }
+  const { system, turns: messages } = buildTurns<ContentBlock>(provider, request.messages, {
+    text: (text) => ({ text }),
+    toolCall: (call) => ({ toolUse: { toolUseId: call.id, name: call.name, input: call.arguments as never } }),
+    toolResult: (toolUseId, content) => ({ toolResult: { toolUseId, content: [{ text: content }] } }),
   });
   const input: ConverseStreamCommandInput = {
     modelId,

@@ -7,8 +7,10 @@ import {
   type LlmEmbedRequest,
   type LlmErrorKind,
   type LlmEvent,
+  type LlmMessage,
   type LlmProviderKind,
   type LlmSettings,
+  type LlmToolCall,
   type LlmUsageEvent,
 } from './types';
 import { decodeSse, type SseMessage } from './sse';
@@ -500,4 +502,59 @@ export function embedInputs(settings: ResolvedSettings, request: LlmEmbedRequest
     throw new LlmError('bad_request', 'dimensions must be a positive integer', { provider });
   }
   return { model, input: request.input };
+}
+
+export interface TurnBlocks<B> {
+  text(text: string): B;
+  toolCall(call: LlmToolCall): B;
+  /** A tool result; `name` is the name of the earlier call it answers, when there was one. */
+  toolResult(toolCallId: string, content: string, name: string | undefined, index: number): B;
+}
+
+/**
+ * Port messages as alternating user / assistant turns of blocks, for the providers that want them so (Anthropic,
+ * Gemini, Bedrock): system messages apart, assistant tool calls as blocks of their turn, tool results as blocks of a
+ * user turn, consecutive turns of one role merged.
+ */
+export function buildTurns<B>(
+  provider: LlmProviderKind,
+  messages: LlmMessage[],
+  blocks: TurnBlocks<B>,
+): { system: string[]; turns: Array<{ role: 'user' | 'assistant'; content: B[] }> } {
+  const system: string[] = [];
+  const turns: Array<{ role: 'user' | 'assistant'; content: B[] }> = [];
+  const callNames = new Map<string, string>();
+  const push = (role: 'user' | 'assistant', content: B[]) => {
+    if (content.length === 0) return;
+    const last = turns[turns.length - 1];
+    if (last && last.role === role) last.content.push(...content);
+    else turns.push({ role, content });
+  };
+  messages.forEach((m, i) => {
+    switch (m.role) {
+      case 'system':
+        system.push(m.content);
+        break;
+      case 'user':
+        push('user', [blocks.text(m.content)]);
+        break;
+      case 'assistant': {
+        const content: B[] = [];
+        if (m.content !== '') content.push(blocks.text(m.content));
+        for (const call of m.toolCalls ?? []) {
+          callNames.set(call.id, call.name);
+          content.push(blocks.toolCall(call));
+        }
+        push('assistant', content);
+        break;
+      }
+      case 'tool':
+        if (!m.toolCallId) throw new LlmError('bad_request', `messages[${i}]: a tool message needs toolCallId`, { provider });
+        push('user', [blocks.toolResult(m.toolCallId, m.content, callNames.get(m.toolCallId), i)]);
+        break;
+      default:
+        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
+    }
+  });
+  return { system, turns };
 }

@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import {
+  buildTurns,
   classifyHttpFailure,
   connectionFailure,
   embedInputs,
@@ -211,44 +212,18 @@ function toolResponse(content: string): Record<string, unknown> {
  */
 export function buildGeminiRequest(settings: ResolvedSettings, request: LlmRequest): GeminiRequestBody {
   const provider = 'gemini' as const;
-  const system: string[] = [];
-  const contents: GeminiRequestBody['contents'] = [];
-  const callNames = new Map<string, string>();
-  const push = (role: 'user' | 'model', parts: GeminiPart[]) => {
-    if (parts.length === 0) return;
-    const last = contents[contents.length - 1];
-    if (last && last.role === role) last.parts.push(...parts);
-    else contents.push({ role, parts });
-  };
-  request.messages.forEach((m, i) => {
-    switch (m.role) {
-      case 'system':
-        system.push(m.content);
-        break;
-      case 'user':
-        push('user', [{ text: m.content }]);
-        break;
-      case 'assistant': {
-        const parts: GeminiPart[] = [];
-        if (m.content !== '') parts.push({ text: m.content });
-        for (const call of m.toolCalls ?? []) {
-          callNames.set(call.id, call.name);
-          parts.push({ functionCall: { name: call.name, args: call.arguments } });
-        }
-        push('model', parts);
-        break;
-      }
-      case 'tool': {
-        const name = m.toolCallId ? callNames.get(m.toolCallId) : undefined;
-        if (!name)
-          throw new LlmError('bad_request', `messages[${i}]: a tool message needs the toolCallId of an earlier call`, { provider });
-        push('user', [{ functionResponse: { name, response: toolResponse(m.content) } }]);
-        break;
-      }
-      default:
-        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
-    }
+  const { system, turns } = buildTurns<GeminiPart>(provider, request.messages, {
+    text: (text) => ({ text }),
+    toolCall: (call) => ({ functionCall: { name: call.name, args: call.arguments } }),
+    toolResult: (_id, content, name, i) => {
+      if (!name) throw new LlmError('bad_request', `messages[${i}]: a tool message needs the toolCallId of an earlier call`, { provider });
+      return { functionResponse: { name, response: toolResponse(content) } };
+    },
   });
+  const contents = turns.map((t): GeminiRequestBody['contents'][number] => ({
+    role: t.role === 'assistant' ? 'model' : 'user',
+    parts: t.content,
+  }));
   const body: GeminiRequestBody = { contents };
   if (system.length > 0) body.systemInstruction = { parts: [{ text: system.join('\n\n') }] };
   if (request.tools && request.tools.length > 0) {
