@@ -6,12 +6,7 @@
  * provider. A stream that ends before `messageStop` is an error.
  */
 import { Readable } from 'node:stream';
-import type {
-  BedrockRuntimeClient,
-  ContentBlock,
-  ConverseStreamCommandInput,
-  ConverseStreamOutput,
-} from '@aws-sdk/client-bedrock-runtime';
+import type { BedrockRuntimeClient, ContentBlock, ConverseStreamCommandInput, ConverseStreamOutput } from '@aws-sdk/client-bedrock-runtime';
 import { buildQueryString, HttpResponse, type HttpHandler, type HttpHandlerOptions, type HttpRequest } from '@smithy/core/protocols';
 import {
   buildTurns,
