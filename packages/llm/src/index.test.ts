@@ -1,5 +1,15 @@
 import { backoffMs, classifyHttpFailure, kindForStatus, retryAfterMs } from './core';
-import { breakerKey, collect, createProvider, LlmError, llmSettingsFrom, redact, type LlmEvent, type LlmSettings } from './index';
+import {
+  breakerKey,
+  collect,
+  createProvider,
+  LlmError,
+  llmCandidatesFrom,
+  llmSettingsFrom,
+  redact,
+  type LlmEvent,
+  type LlmSettings,
+} from './index';
 
 function headers(values: Record<string, string>) {
   return new Headers(values);
@@ -135,6 +145,23 @@ describe('error helpers', () => {
     expect(classifyHttpFailure('openai', { status: 400, headers: headers({ 'x-should-retry': 'true' }) }, []).retry).toBe(true);
     expect(classifyHttpFailure('openai', { status: 401 }, []).retry).toBe(false);
     expect(classifyHttpFailure('openai', { status: 429 }, []).retry).toBe(true);
+  });
+});
+
+describe('llmSettingsFrom with the new providers', () => {
+  it("passes Azure's apiVersion and Bedrock's region on, to the fallbacks too", () => {
+    const stored = {
+      provider: 'azure-openai',
+      model: 'gpt-4o-prod',
+      baseUrl: 'https://r.openai.azure.com',
+      apiKey: 'k',
+      apiVersion: '2025-01-01-preview',
+      region: '',
+      fallbacks: [{ provider: 'bedrock', model: 'anthropic.claude', baseUrl: '', apiKey: 'AKIA:s', region: 'eu-west-1' }],
+    };
+    const [main, fallback] = llmCandidatesFrom(stored);
+    expect(main).toMatchObject({ provider: 'azure-openai', apiVersion: '2025-01-01-preview', region: undefined });
+    expect(fallback).toMatchObject({ provider: 'bedrock', region: 'eu-west-1', apiVersion: undefined, baseUrl: undefined });
   });
 });
 

@@ -98,7 +98,7 @@ export interface LlmEmbedRequest {
 export interface LlmEmbedResult {
   vectors: number[][];
   inputTokens: number;
-  /** True when the provider reported no token count (Gemini) and `inputTokens` is the fakes' 4-characters estimate. */
+  /** True when the provider reported no token count (Gemini) and `inputTokens` is estimated at ~4 characters a token. */
   estimated?: boolean;
 }
 
