@@ -7,7 +7,7 @@
  */
 import { Readable } from 'node:stream';
 import type { BedrockRuntimeClient, ContentBlock, ConverseStreamCommandInput, ConverseStreamOutput } from '@aws-sdk/client-bedrock-runtime';
-import { buildQueryString, HttpResponse, type HttpHandler, type HttpHandlerOptions, type HttpRequest } from '@smithy/core/protocols';
+import type { HttpHandler, HttpHandlerOptions, HttpRequest, HttpResponse } from '@smithy/core/protocols';
 import {
   buildTurns,
   classifyHttpFailure,
@@ -78,6 +78,9 @@ export class FetchRequestHandler implements HttpHandler {
   constructor(private readonly fetchFn: typeof fetch) {}
 
   async handle(request: HttpRequest, options: HttpHandlerOptions = {}): Promise<{ response: HttpResponse }> {
+    // Required here, not imported: a process that never calls Bedrock does not load it (~150 ms).
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { buildQueryString, HttpResponse } = require('@smithy/core/protocols') as typeof import('@smithy/core/protocols');
     const query = buildQueryString(request.query ?? {});
     const port = request.port ? `:${request.port}` : '';
     const url = `${request.protocol}//${request.hostname}${port}${request.path}${query ? `?${query}` : ''}`;

@@ -11,7 +11,7 @@
  * `x-amz-date`, or `Authorization: Bearer <Bedrock API key>`. The signature itself is not recomputed.
  * A scripted `raw` body is base64 (binary frames: see {@link bedrockEventFrame}, {@link bedrockExceptionFrame}).
  */
-import { EventStreamCodec } from '@smithy/core/event-streams';
+import type { EventStreamCodec } from '@smithy/core/event-streams';
 import {
   fakeEmbedding,
   estimateTokens,
@@ -48,10 +48,19 @@ const ERROR_TYPES: Record<number, string> = {
   503: 'ServiceUnavailableException',
 };
 
-const codec = new EventStreamCodec(
-  (bytes) => Buffer.from(bytes).toString('utf8'),
-  (text) => new Uint8Array(Buffer.from(text, 'utf8')),
-);
+let codecInstance: EventStreamCodec | undefined;
+/** The SDK's codec, loaded on first use (tests that import the fakes but not this one do not pay for it). */
+function codec(): EventStreamCodec {
+  if (!codecInstance) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { EventStreamCodec: Codec } = require('@smithy/core/event-streams') as typeof import('@smithy/core/event-streams');
+    codecInstance = new Codec(
+      (bytes) => Buffer.from(bytes).toString('utf8'),
+      (text) => new Uint8Array(Buffer.from(text, 'utf8')),
+    );
+  }
+  return codecInstance;
+}
 
 function sendError(ctx: FakeContext, status: number, message?: string, type?: string, headers: Record<string, string> = {}): void {
   const errorType = type ?? ERROR_TYPES[status] ?? 'InternalServerException';
@@ -149,7 +158,7 @@ function usageOf(reply: ReplyPlan): Record<string, number> {
 
 /** One ConverseStream event frame (`:message-type: event`), for scripting `raw` replies. */
 export function bedrockEventFrame(eventType: string, payload: unknown): Uint8Array {
-  return codec.encode({
+  return codec().encode({
     headers: {
       ':event-type': { type: 'string', value: eventType },
       ':content-type': { type: 'string', value: 'application/json' },
@@ -161,7 +170,7 @@ export function bedrockEventFrame(eventType: string, payload: unknown): Uint8Arr
 
 /** An exception sent inside the event stream (after the 200), as the service does for throttling mid-stream. */
 export function bedrockExceptionFrame(exceptionType: string, message: string): Uint8Array {
-  return codec.encode({
+  return codec().encode({
     headers: {
       ':exception-type': { type: 'string', value: exceptionType },
       ':content-type': { type: 'string', value: 'application/json' },
