@@ -239,7 +239,7 @@ describe('Anthropic provider against a fake Anthropic server over HTTP', () => {
     expect(error).toBeUndefined();
     expect(events).toEqual([
       { type: 'text', delta: 'partial' },
-      { type: 'usage', inputTokens: 1105, outputTokens: 42 },
+      { type: 'usage', inputTokens: 1105, outputTokens: 42, cachedInputTokens: 1000 },
       { type: 'finish', reason: 'length' },
     ]);
   });

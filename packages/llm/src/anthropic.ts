@@ -4,14 +4,9 @@
  * `message_stop` is an error rather than a short, silent success.
  */
 import type Anthropic from '@anthropic-ai/sdk';
-import type {
-  ContentBlockParam,
-  MessageCreateParamsStreaming,
-  MessageParam,
-  RawMessageStreamEvent,
-  Tool,
-} from '@anthropic-ai/sdk/resources/messages';
+import type { ContentBlockParam, MessageCreateParamsStreaming, RawMessageStreamEvent, Tool } from '@anthropic-ai/sdk/resources/messages';
 import {
+  buildTurns,
   classifyHttpFailure,
   connectionFailure,
   guardedFetch,
@@ -21,6 +16,7 @@ import {
   resolveSettings,
   runStream,
   sanitizedCause,
+  usageEvent,
   type Classified,
   type ResolvedSettings,
 } from './core';
@@ -102,36 +98,10 @@ export function buildAnthropicRequest(settings: ResolvedSettings, request: LlmRe
   const provider = settings.provider;
   const model = request.model || settings.model;
   if (!model) throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider });
-  const system: string[] = [];
-  const messages: Array<MessageParam & { content: ContentBlockParam[] }> = [];
-  const push = (role: 'user' | 'assistant', blocks: ContentBlockParam[]) => {
-    if (blocks.length === 0) return;
-    const last = messages[messages.length - 1];
-    if (last && last.role === role) last.content.push(...blocks);
-    else messages.push({ role, content: blocks });
-  };
-  request.messages.forEach((m, i) => {
-    switch (m.role) {
-      case 'system':
-        system.push(m.content);
-        break;
-      case 'user':
-        push('user', [{ type: 'text', text: m.content }]);
-        break;
-      case 'assistant': {
-        const blocks: ContentBlockParam[] = [];
-        if (m.content !== '') blocks.push({ type: 'text', text: m.content });
-        for (const call of m.toolCalls ?? []) blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: call.arguments });
-        push('assistant', blocks);
-        break;
-      }
-      case 'tool':
-        if (!m.toolCallId) throw new LlmError('bad_request', `messages[${i}]: a tool message needs toolCallId`, { provider });
-        push('user', [{ type: 'tool_result', tool_use_id: m.toolCallId, content: m.content }]);
-        break;
-      default:
-        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
-    }
+  const { system, turns: messages } = buildTurns<ContentBlockParam>(provider, request.messages, {
+    text: (text) => ({ type: 'text', text }),
+    toolCall: (call) => ({ type: 'tool_use', id: call.id, name: call.name, input: call.arguments }),
+    toolResult: (toolCallId, content) => ({ type: 'tool_result', tool_use_id: toolCallId, content }),
   });
   const body: MessageCreateParamsStreaming = {
     model,
@@ -308,7 +278,7 @@ export async function* translateAnthropicStream(
       }
       case 'message_stop':
         if (!started) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} ended a message it did not start`, { provider });
-        if (sawUsage) yield { type: 'usage', inputTokens: input.plain + input.cacheWrite + input.cacheRead, outputTokens };
+        if (sawUsage) yield usageEvent(input.plain + input.cacheWrite + input.cacheRead, outputTokens, input.cacheRead);
         yield { type: 'finish', reason: mapStopReason(stopReason) };
         return;
       default:

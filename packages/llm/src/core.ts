@@ -2,7 +2,17 @@
  * What both adapters share: settings checks, secret redaction, the guarded fetch, the retry loop, the idle timeout,
  * cancellation and the SSE body reader. The adapters only build requests and translate wire events.
  */
-import { LlmError, type LlmErrorKind, type LlmEvent, type LlmProviderKind, type LlmSettings } from './types';
+import {
+  LlmError,
+  type LlmEmbedRequest,
+  type LlmErrorKind,
+  type LlmEvent,
+  type LlmMessage,
+  type LlmProviderKind,
+  type LlmSettings,
+  type LlmToolCall,
+  type LlmUsageEvent,
+} from './types';
 import { decodeSse, type SseMessage } from './sse';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -17,6 +27,9 @@ export const PROVIDER_LABEL: Record<LlmProviderKind, string> = {
   openai: 'OpenAI',
   anthropic: 'Anthropic',
   'openai-compatible': 'the OpenAI-compatible server',
+  'azure-openai': 'Azure OpenAI',
+  gemini: 'Gemini',
+  bedrock: 'Bedrock',
 };
 
 export interface ResolvedSettings {
@@ -258,6 +271,112 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/**
+ * One call's cancellation, idle timeout and retries: the caller's signal and the idle timer abort one controller;
+ * `open` retries before the reply starts; `read` arms the idle timer around each wait on the network.
+ */
+export class CallControl {
+  readonly controller = new AbortController();
+  private stopped: 'cancelled' | 'timeout' | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onAbort = () => {
+    this.stopped ??= 'cancelled';
+    this.controller.abort();
+  };
+
+  constructor(
+    private readonly settings: ResolvedSettings,
+    private readonly signal: AbortSignal | undefined,
+  ) {
+    if (signal?.aborted) throw abortError('cancelled', settings.provider, settings.timeoutMs);
+    signal?.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  /** The error for a call we stopped ourselves (the caller's signal or the idle timer), if we did. */
+  get stoppedError(): LlmError | undefined {
+    return this.stopped ? abortError(this.stopped, this.settings.provider, this.settings.timeoutMs) : undefined;
+  }
+
+  arm(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.stopped ??= 'timeout';
+      this.controller.abort();
+    }, this.settings.timeoutMs);
+  }
+
+  disarm(): void {
+    clearTimeout(this.timer);
+  }
+
+  /** Sends with retries (429, 5xx, lost connections; backoff or retry-after), each attempt bounded by the idle timeout. */
+  async open<R>(open: (signal: AbortSignal) => Promise<R>, classify: (err: unknown) => Classified): Promise<R> {
+    const { provider, timeoutMs, maxRetries } = this.settings;
+    for (let attempt = 0; ; attempt++) {
+      this.arm();
+      try {
+        return await open(this.controller.signal);
+      } catch (err) {
+        if (this.stopped) throw abortError(this.stopped, provider, timeoutMs);
+        const { error, retry } = classify(err);
+        if (!retry || attempt >= maxRetries) throw error;
+        const delay = error.retryAfterMs ?? backoffMs(attempt);
+        if (delay > MAX_RETRY_AFTER_MS) throw error;
+        this.disarm();
+        try {
+          await sleep(delay, this.controller.signal);
+        } catch {
+          throw abortError(this.stopped ?? 'cancelled', provider, timeoutMs);
+        }
+      } finally {
+        this.disarm();
+      }
+    }
+  }
+
+  /**
+   * Reads a source with the idle timeout armed around each wait. A failure while reading is our own stop when we
+   * stopped it, else what `failed` makes of it (by default: the connection was lost mid-reply).
+   */
+  async *read<T>(source: AsyncIterable<T>, failed: (err: unknown) => LlmError = (err) => this.lostMidReply(err)): AsyncGenerator<T> {
+    const iterator = source[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        let result: IteratorResult<T>;
+        this.arm();
+        try {
+          result = await iterator.next();
+        } catch (err) {
+          if (this.stopped) throw abortError(this.stopped, this.settings.provider, this.settings.timeoutMs);
+          throw failed(err);
+        } finally {
+          this.disarm();
+        }
+        if (result.done) return;
+        yield result.value;
+      }
+    } finally {
+      // Frees the connection when the consumer stopped early or the stream failed; a no-op after a complete read.
+      void Promise.resolve(iterator.return?.()).catch(() => undefined);
+    }
+  }
+
+  lostMidReply(err: unknown): LlmError {
+    const { provider } = this.settings;
+    if (err instanceof LlmError) return err;
+    return new LlmError('unavailable', `the connection to ${PROVIDER_LABEL[provider]} closed before the reply finished`, {
+      provider,
+      cause: sanitizedCause(err),
+    });
+  }
+
+  dispose(): void {
+    this.disarm();
+    this.signal?.removeEventListener('abort', this.onAbort);
+    this.controller.abort();
+  }
+}
+
 export interface RunStreamOptions {
   settings: ResolvedSettings;
   signal: AbortSignal | undefined;
@@ -274,80 +393,69 @@ export interface RunStreamOptions {
  * cancellation, and a body reader that reports a connection lost mid-stream as an error.
  */
 export async function* runStream(options: RunStreamOptions): AsyncGenerator<LlmEvent> {
-  const { settings, signal } = options;
-  const { provider, timeoutMs } = settings;
-  if (signal?.aborted) throw abortError('cancelled', provider, timeoutMs);
+  const { provider } = options.settings;
+  yield* runEventStream({
+    ...options,
+    events: (response, control) => {
+      if (!response.body) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} answered without a body`, { provider });
+      return decodeSse(control.read(readerChunks(response.body)));
+    },
+  });
+}
 
-  const controller = new AbortController();
-  let stopped: 'cancelled' | 'timeout' | undefined;
-  const onAbort = () => {
-    stopped ??= 'cancelled';
-    controller.abort();
-  };
-  signal?.addEventListener('abort', onAbort, { once: true });
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const arm = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => {
-      stopped ??= 'timeout';
-      controller.abort();
-    }, timeoutMs);
-  };
-  const disarm = () => clearTimeout(timer);
-  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
-
+/** A body's chunks; stopping early cancels the body (which frees the connection). */
+async function* readerChunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
+  const reader = body.getReader();
+  let done = false;
   try {
-    let response: Response | undefined;
-    for (let attempt = 0; response === undefined; attempt++) {
-      arm();
-      try {
-        response = await options.open(controller.signal);
-      } catch (err) {
-        if (stopped) throw abortError(stopped, provider, timeoutMs);
-        const { error, retry } = options.classify(err);
-        if (!retry || attempt >= settings.maxRetries) throw error;
-        const delay = error.retryAfterMs ?? backoffMs(attempt);
-        if (delay > MAX_RETRY_AFTER_MS) throw error;
-        disarm();
-        try {
-          await sleep(delay, controller.signal);
-        } catch {
-          throw abortError(stopped ?? 'cancelled', provider, timeoutMs);
-        }
-      } finally {
-        disarm();
+    for (;;) {
+      const result = await reader.read();
+      if (result.done) {
+        done = true;
+        return;
       }
+      yield result.value;
     }
-
-    if (!response.body) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} answered without a body`, { provider });
-    const body = response.body.getReader();
-    reader = body;
-    async function* chunks(): AsyncGenerator<Uint8Array> {
-      for (;;) {
-        let result: Awaited<ReturnType<typeof body.read>>;
-        arm();
-        try {
-          result = await body.read();
-        } catch (err) {
-          if (stopped) throw abortError(stopped, provider, timeoutMs);
-          throw new LlmError('unavailable', `the connection to ${PROVIDER_LABEL[provider]} closed before the reply finished`, {
-            provider,
-            cause: sanitizedCause(err),
-          });
-        } finally {
-          disarm();
-        }
-        if (result.done) return;
-        yield result.value;
-      }
-    }
-    yield* options.translate(decodeSse(chunks()));
   } finally {
-    disarm();
-    signal?.removeEventListener('abort', onAbort);
-    // Frees the connection when the consumer stopped early or the stream failed; a no-op after a complete read.
-    if (reader) reader.cancel().catch(() => undefined);
-    controller.abort();
+    if (!done) reader.cancel().catch(() => undefined);
+  }
+}
+
+export interface RunEventStreamOptions<R, E> {
+  settings: ResolvedSettings;
+  signal: AbortSignal | undefined;
+  /** Sends the request and resolves once the provider accepted it (2xx). */
+  open: (signal: AbortSignal) => Promise<R>;
+  classify: (err: unknown) => Classified;
+  /** The response's events, read through `control.read` (so the idle timeout and cancellation apply). */
+  events: (response: R, control: CallControl) => AsyncIterable<E>;
+  /** Translates them into port events. Must throw when the stream ends without its end marker. */
+  translate: (events: AsyncIterable<E>) => AsyncGenerator<LlmEvent>;
+}
+
+/** {@link runStream} for any kind of response: an SSE body, an SDK's decoded event stream. */
+export async function* runEventStream<R, E>(options: RunEventStreamOptions<R, E>): AsyncGenerator<LlmEvent> {
+  const control = new CallControl(options.settings, options.signal);
+  try {
+    const response = await control.open(options.open, options.classify);
+    yield* options.translate(options.events(response, control));
+  } finally {
+    control.dispose();
+  }
+}
+
+/** One call that is not streamed (embeddings): retries, the timeout as a bound on the whole answer, cancellation. */
+export async function runRequest<T>(
+  settings: ResolvedSettings,
+  signal: AbortSignal | undefined,
+  send: (signal: AbortSignal) => Promise<T>,
+  classify: (err: unknown) => Classified,
+): Promise<T> {
+  const control = new CallControl(settings, signal);
+  try {
+    return await control.open(send, classify);
+  } finally {
+    control.dispose();
   }
 }
 
@@ -373,4 +481,80 @@ export function parseToolArguments(provider: LlmProviderKind, name: string, json
     throw new LlmError('protocol', `the arguments of tool call "${name}" are not a JSON object`, { provider });
   }
   return value as Record<string, unknown>;
+}
+
+/** A usage event from a provider's counts; `cachedInputTokens` only when the provider reported some. */
+export function usageEvent(input: number | null | undefined, output: number | null | undefined, cached?: number | null): LlmUsageEvent {
+  const event: LlmUsageEvent = { type: 'usage', inputTokens: input ?? 0, outputTokens: output ?? 0 };
+  if (typeof cached === 'number' && cached > 0) event.cachedInputTokens = cached;
+  return event;
+}
+
+/** Checks an embedding request: its model (or the settings'), and a non-empty list of strings. */
+export function embedInputs(settings: ResolvedSettings, request: LlmEmbedRequest): { model: string; input: string[] } {
+  const provider = settings.provider;
+  const model = request.model || settings.model;
+  if (!model) throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider });
+  if (!Array.isArray(request.input) || request.input.length === 0 || request.input.some((i) => typeof i !== 'string')) {
+    throw new LlmError('bad_request', 'input must be a non-empty list of strings', { provider });
+  }
+  if (request.dimensions !== undefined && (!Number.isInteger(request.dimensions) || request.dimensions <= 0)) {
+    throw new LlmError('bad_request', 'dimensions must be a positive integer', { provider });
+  }
+  return { model, input: request.input };
+}
+
+export interface TurnBlocks<B> {
+  text(text: string): B;
+  toolCall(call: LlmToolCall): B;
+  /** A tool result; `name` is the name of the earlier call it answers, when there was one. */
+  toolResult(toolCallId: string, content: string, name: string | undefined, index: number): B;
+}
+
+/**
+ * Port messages as alternating user / assistant turns of blocks, for the providers that want them so (Anthropic,
+ * Gemini, Bedrock): system messages apart, assistant tool calls as blocks of their turn, tool results as blocks of a
+ * user turn, consecutive turns of one role merged.
+ */
+export function buildTurns<B>(
+  provider: LlmProviderKind,
+  messages: LlmMessage[],
+  blocks: TurnBlocks<B>,
+): { system: string[]; turns: Array<{ role: 'user' | 'assistant'; content: B[] }> } {
+  const system: string[] = [];
+  const turns: Array<{ role: 'user' | 'assistant'; content: B[] }> = [];
+  const callNames = new Map<string, string>();
+  const push = (role: 'user' | 'assistant', content: B[]) => {
+    if (content.length === 0) return;
+    const last = turns[turns.length - 1];
+    if (last && last.role === role) last.content.push(...content);
+    else turns.push({ role, content });
+  };
+  messages.forEach((m, i) => {
+    switch (m.role) {
+      case 'system':
+        system.push(m.content);
+        break;
+      case 'user':
+        push('user', [blocks.text(m.content)]);
+        break;
+      case 'assistant': {
+        const content: B[] = [];
+        if (m.content !== '') content.push(blocks.text(m.content));
+        for (const call of m.toolCalls ?? []) {
+          callNames.set(call.id, call.name);
+          content.push(blocks.toolCall(call));
+        }
+        push('assistant', content);
+        break;
+      }
+      case 'tool':
+        if (!m.toolCallId) throw new LlmError('bad_request', `messages[${i}]: a tool message needs toolCallId`, { provider });
+        push('user', [blocks.toolResult(m.toolCallId, m.content, callNames.get(m.toolCallId), i)]);
+        break;
+      default:
+        throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider });
+    }
+  });
+  return { system, turns };
 }

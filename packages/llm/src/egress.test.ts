@@ -1,6 +1,15 @@
 import { egressFetch } from '@svc/kit';
-import { createProvider, LlmError, throughEgress } from './index';
-import { drain, echoText, startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from './testing';
+import { createProvider, LlmError, throughEgress, type LlmSettings } from './index';
+import {
+  drain,
+  echoText,
+  startFakeAnthropic,
+  startFakeAzureOpenAI,
+  startFakeBedrock,
+  startFakeGemini,
+  startFakeOpenAI,
+  type FakeProviderServer,
+} from './testing';
 
 describe('providers behind the egress guard', () => {
   let openai: FakeProviderServer;
@@ -37,5 +46,35 @@ describe('providers behind the egress guard', () => {
     expect((error as LlmError).kind).toBe('bad_request');
     expect((error as LlmError).code).toBe('egress_address');
     expect(openai.requests.length).toBe(before);
+  });
+
+  describe.each([
+    ['azure-openai', () => startFakeAzureOpenAI(), { apiKey: 'azure-key-123' }],
+    ['gemini', () => startFakeGemini(), { apiKey: 'gemini-key-123' }],
+    ['bedrock', () => startFakeBedrock({ region: 'us-east-1' }), { apiKey: 'AKIAFAKE:secret', region: 'us-east-1' }],
+  ] as const)('%s behind the guard', (provider, start, extra) => {
+    let fake: FakeProviderServer;
+    beforeAll(async () => {
+      fake = await start();
+    });
+    afterAll(() => fake.close());
+    const settings = (allowPrivate: boolean): LlmSettings => ({
+      provider,
+      baseUrl: fake.url,
+      model: 'm',
+      ...extra,
+      fetch: throughEgress(egressFetch({ allowPrivate })),
+    });
+
+    it('reaches the loopback fake when private egress is allowed, and is refused (no request) when not', async () => {
+      const { text, error } = await drain(createProvider(settings(true)).stream(ask));
+      expect(error).toBeUndefined();
+      expect(text).toBe(echoText('hello guard'));
+      const before = fake.requests.length;
+      const refused = await drain(createProvider(settings(false)).stream(ask));
+      expect(refused.error).toBeInstanceOf(LlmError);
+      expect((refused.error as LlmError).code).toBe('egress_address');
+      expect(fake.requests.length).toBe(before);
+    });
   });
 });

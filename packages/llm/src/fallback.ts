@@ -72,9 +72,13 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
   });
 }
 
-/** The breaker key of a deployment: entries that differ only by base URL are different deployments. */
-export function breakerKey(scope: string, s: Pick<LlmSettings, 'provider' | 'model' | 'baseUrl'>): string {
-  return `${scope}|${s.provider}|${s.model ?? ''}|${(s.baseUrl ?? '').replace(/\/+$/, '')}`;
+/**
+ * The breaker key of a deployment: entries that differ only by base URL (or, for Bedrock without one, by region) are
+ * different deployments.
+ */
+export function breakerKey(scope: string, s: Pick<LlmSettings, 'provider' | 'model' | 'baseUrl' | 'region'>): string {
+  const key = `${scope}|${s.provider}|${s.model ?? ''}|${(s.baseUrl ?? '').replace(/\/+$/, '')}`;
+  return s.region ? `${key}|${s.region}` : key;
 }
 
 /**

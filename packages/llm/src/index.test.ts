@@ -1,5 +1,15 @@
 import { backoffMs, classifyHttpFailure, kindForStatus, retryAfterMs } from './core';
-import { collect, createProvider, LlmError, llmSettingsFrom, redact, type LlmEvent, type LlmSettings } from './index';
+import {
+  breakerKey,
+  collect,
+  createProvider,
+  LlmError,
+  llmCandidatesFrom,
+  llmSettingsFrom,
+  redact,
+  type LlmEvent,
+  type LlmSettings,
+} from './index';
 
 function headers(values: Record<string, string>) {
   return new Headers(values);
@@ -30,6 +40,13 @@ describe('createProvider', () => {
       { provider: 'openai', apiKey: 'sk-x', timeoutMs: 0 },
       { provider: 'openai', apiKey: 'sk-x', maxRetries: -1 },
       { provider: 'mistral' as never, apiKey: 'k' },
+      { provider: 'azure-openai', apiKey: 'k' },
+      { provider: 'azure-openai', baseUrl: 'https://r.openai.azure.com' },
+      { provider: 'gemini' },
+      { provider: 'bedrock', apiKey: 'AKIA:secret' },
+      { provider: 'bedrock', region: 'us-east-1' },
+      { provider: 'bedrock', region: 'Not A Region', apiKey: 'AKIA:secret' },
+      { provider: 'bedrock', region: 'us-east-1', apiKey: 'AKIA:' },
     ];
     for (const settings of cases) {
       const err = bad(settings);
@@ -47,6 +64,15 @@ describe('createProvider', () => {
     const provider = createProvider({ provider: 'anthropic', apiKey: 'k', model: 'm', baseUrl: 'http://127.0.0.1:9' });
     const request = { messages: [{ role: 'tool' as const, content: 'r' }] };
     await expect(collect(provider.stream(request))).rejects.toMatchObject({ kind: 'bad_request' });
+  });
+});
+
+describe('breakerKey', () => {
+  it('tells Bedrock deployments apart by region, and keeps the other keys as they were', () => {
+    expect(breakerKey('t', { provider: 'openai', model: 'm', baseUrl: 'https://x/v1/' })).toBe('t|openai|m|https://x/v1');
+    expect(breakerKey('t', { provider: 'bedrock', model: 'm', region: 'us-east-1' })).not.toBe(
+      breakerKey('t', { provider: 'bedrock', model: 'm', region: 'eu-west-1' }),
+    );
   });
 });
 
@@ -119,6 +145,23 @@ describe('error helpers', () => {
     expect(classifyHttpFailure('openai', { status: 400, headers: headers({ 'x-should-retry': 'true' }) }, []).retry).toBe(true);
     expect(classifyHttpFailure('openai', { status: 401 }, []).retry).toBe(false);
     expect(classifyHttpFailure('openai', { status: 429 }, []).retry).toBe(true);
+  });
+});
+
+describe('llmSettingsFrom with the new providers', () => {
+  it("passes Azure's apiVersion and Bedrock's region on, to the fallbacks too", () => {
+    const stored = {
+      provider: 'azure-openai',
+      model: 'gpt-4o-prod',
+      baseUrl: 'https://r.openai.azure.com',
+      apiKey: 'k',
+      apiVersion: '2025-01-01-preview',
+      region: '',
+      fallbacks: [{ provider: 'bedrock', model: 'anthropic.claude', baseUrl: '', apiKey: 'AKIA:s', region: 'eu-west-1' }],
+    };
+    const [main, fallback] = llmCandidatesFrom(stored);
+    expect(main).toMatchObject({ provider: 'azure-openai', apiVersion: '2025-01-01-preview', region: undefined });
+    expect(fallback).toMatchObject({ provider: 'bedrock', region: 'eu-west-1', apiVersion: undefined, baseUrl: undefined });
   });
 });
 

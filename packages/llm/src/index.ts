@@ -6,6 +6,8 @@ import { LlmError, type LlmEvent, type LlmFinishReason, type LlmMessage, type Ll
 export * from './types';
 export { OpenAIProvider, OPENAI_DEFAULT_BASE_URL } from './openai';
 export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS } from './anthropic';
+export { GeminiProvider, GEMINI_DEFAULT_BASE_URL } from './gemini';
+export { BedrockProvider, BEDROCK_DEFAULT_MAX_TOKENS, bedrockCredentials } from './bedrock';
 export { throughEgress } from './egress';
 export { createProvider } from './provider';
 export * from './breaker';
@@ -23,8 +25,12 @@ export interface StoredLlmSettings {
   apiKey: string;
   temperature?: number;
   maxTokens?: number;
+  /** Azure OpenAI's api-version ('' or absent: the default). */
+  apiVersion?: string;
+  /** Bedrock's AWS region. */
+  region?: string;
   /** The ordered fallbacks (CONTRACT.md 9), each with its key resolved by identity ('' for none). */
-  fallbacks?: Array<{ provider: string; model: string; baseUrl: string; apiKey: string }>;
+  fallbacks?: Array<{ provider: string; model: string; baseUrl: string; apiKey: string; apiVersion?: string; region?: string }>;
 }
 
 /** Identity's resolved settings (tenant or platform default) as provider settings: unset values left out. */
@@ -36,13 +42,15 @@ export function llmSettingsFrom(s: StoredLlmSettings): LlmSettings {
     apiKey: s.apiKey || undefined,
     temperature: s.temperature,
     maxTokens: s.maxTokens,
+    apiVersion: s.apiVersion || undefined,
+    region: s.region || undefined,
   };
 }
 
 export interface CollectedReply {
   text: string;
   toolCalls: LlmToolCall[];
-  usage: { inputTokens: number; outputTokens: number } | undefined;
+  usage: { inputTokens: number; outputTokens: number; cachedInputTokens?: number } | undefined;
   finishReason: LlmFinishReason;
 }
 
@@ -61,6 +69,8 @@ export function llmCandidatesFrom(s: StoredLlmSettings, extra: Partial<LlmSettin
       model: f.model,
       baseUrl: f.baseUrl || undefined,
       apiKey: f.apiKey || undefined,
+      apiVersion: f.apiVersion || undefined,
+      region: f.region || undefined,
       temperature: main.temperature,
       maxTokens: main.maxTokens,
     })),
@@ -87,6 +97,7 @@ export async function collect(events: AsyncIterable<LlmEvent>, onEvent?: (event:
         break;
       case 'usage':
         usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens };
+        if (event.cachedInputTokens !== undefined) usage.cachedInputTokens = event.cachedInputTokens;
         break;
       case 'finish':
         finishReason = event.reason;

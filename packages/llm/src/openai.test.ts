@@ -1,6 +1,6 @@
 import { inspect } from 'node:util';
-import { createProvider, LlmError, type LlmEvent, type LlmSettings } from './index';
-import { drain, echoText, llmError, startFakeOpenAI, waitUntil, type FakeProviderServer } from './testing';
+import { collect, createProvider, LlmError, type LlmEvent, type LlmSettings } from './index';
+import { drain, echoText, fakeEmbedding, llmError, startFakeOpenAI, waitUntil, type FakeProviderServer } from './testing';
 
 const KEY = 'sk-test-OPENAI-9f3c2a7b1e8d4c6f';
 
@@ -330,6 +330,41 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     const provider = createProvider(settings());
     const results = await Promise.all(['first', 'second', 'third'].map((q) => drain(provider.stream(ask(q)))));
     expect(results.map((r) => r.text)).toEqual([echoText('first'), echoText('second'), echoText('third')]);
+  });
+
+  it('reports the cached part of the prompt (prompt_tokens_details.cached_tokens)', async () => {
+    fake.script({ type: 'text', text: 'cached', usage: { inputTokens: 2048, outputTokens: 2, cachedInputTokens: 1024 } });
+    const reply = await collect(createProvider(settings()).stream(ask('x')));
+    expect(reply.usage).toEqual({ inputTokens: 2048, outputTokens: 2, cachedInputTokens: 1024 });
+  });
+
+  it('embeds a batch of inputs with one request, as floats, with the usage', async () => {
+    const result = await createProvider(settings()).embed!({ model: 'text-embedding-3-small', input: ['one', 'two three'], dimensions: 3 });
+    expect(result).toEqual({ vectors: [fakeEmbedding('one', 3), fakeEmbedding('two three', 3)], inputTokens: 1 + 3 });
+    expect(fake.requests).toHaveLength(1);
+    expect(fake.requests[0].path).toBe('/v1/embeddings');
+    expect(fake.requests[0].body).toEqual({
+      model: 'text-embedding-3-small',
+      input: ['one', 'two three'],
+      dimensions: 3,
+      encoding_format: 'float',
+    });
+  });
+
+  it('embeddings: a 429 with a long Retry-After is rate_limited, a hang is cancelled by the signal', async () => {
+    fake.script({ type: 'error', status: 429, retryAfter: 90 });
+    const limited = await createProvider(settings()).embed!({ model: 'e', input: ['x'] }).catch((err: unknown) => err);
+    expect(llmError(limited)).toMatchObject({ kind: 'rate_limited', retryAfterMs: 90_000 });
+    fake.reset();
+    fake.script({ type: 'hang' });
+    const controller = new AbortController();
+    const pending = createProvider(settings()).embed!({ model: 'e', input: ['x'] }, { signal: controller.signal }).catch(
+      (err: unknown) => err,
+    );
+    await waitUntil(() => fake.requests.length === 1, 5000, 'the request to arrive');
+    controller.abort();
+    expect(llmError(await pending).kind).toBe('cancelled');
+    await waitUntil(() => fake.requests[0].aborted, 5000, 'the fake to see the connection close');
   });
 
   it('maps finish_reason length', async () => {

@@ -1,7 +1,9 @@
 /**
- * OpenAI Chat Completions, streamed: OpenAI itself and OpenAI-compatible servers (Ollama, vLLM, llama.cpp, LM Studio).
- * The official SDK builds and sends the request (URL, auth header, error statuses); the SSE body is read here so that a
- * stream that stops before `data: [DONE]` is an error rather than a short, silent success.
+ * OpenAI Chat Completions, streamed: OpenAI itself, OpenAI-compatible servers (Ollama, vLLM, llama.cpp, LM Studio) and
+ * Azure OpenAI (the same wire format on deployment URLs: the SDK's `AzureOpenAI` client puts the model in the path as
+ * the deployment, adds `api-version` and sends the key as `api-key`). The official SDK builds and sends the request
+ * (URL, auth header, error statuses); the SSE body is read here so that a stream that stops before `data: [DONE]` is
+ * an error rather than a short, silent success. Also embeddings (`POST /embeddings`).
  */
 import type OpenAI from 'openai';
 import type {
@@ -10,13 +12,16 @@ import type {
   ChatCompletionMessageParam,
 } from 'openai/resources/chat/completions';
 import {
+  usageEvent,
   classifyHttpFailure,
   connectionFailure,
+  embedInputs,
   guardedFetch,
   parseEventData,
   parseToolArguments,
   PROVIDER_LABEL,
   resolveSettings,
+  runRequest,
   runStream,
   sanitizedCause,
   type Classified,
@@ -24,13 +29,17 @@ import {
 } from './core';
 import type { SseMessage } from './sse';
 import {
+  AZURE_DEFAULT_API_VERSION,
   LlmError,
+  type LlmEmbedRequest,
+  type LlmEmbedResult,
   type LlmEvent,
   type LlmFinishReason,
   type LlmProvider,
   type LlmRequest,
   type LlmSettings,
   type LlmStreamOptions,
+  type LlmUsageEvent,
 } from './types';
 
 /**
@@ -49,28 +58,39 @@ export class OpenAIProvider implements LlmProvider {
   private readonly client: OpenAI;
 
   constructor(settings: LlmSettings) {
-    if (settings.provider !== 'openai' && settings.provider !== 'openai-compatible') {
-      throw new LlmError('bad_request', `OpenAIProvider cannot serve provider "${String(settings.provider)}"`);
+    const kind = settings.provider;
+    if (kind !== 'openai' && kind !== 'openai-compatible' && kind !== 'azure-openai') {
+      throw new LlmError('bad_request', `OpenAIProvider cannot serve provider "${String(kind)}"`);
     }
-    this.settings = resolveSettings(settings, settings.provider === 'openai' ? OPENAI_DEFAULT_BASE_URL : undefined);
-    if (settings.provider === 'openai' && !this.settings.apiKey) throw new LlmError('bad_request', 'the openai provider needs an apiKey');
+    this.settings = resolveSettings(settings, kind === 'openai' ? OPENAI_DEFAULT_BASE_URL : undefined);
+    if (kind !== 'openai-compatible' && !this.settings.apiKey) throw new LlmError('bad_request', `the ${kind} provider needs an apiKey`);
     const s = this.settings;
-    this.client = new (openaiSdk().OpenAI)({
-      // Everything explicit, so the SDK reads no OPENAI_* variable of this process (a tenant's server must never
-      // receive the platform's key, organization or project).
-      apiKey: s.apiKey ?? 'unused',
+    const common = {
+      // Everything explicit, so the SDK reads no OPENAI_* or AZURE_OPENAI_* variable of this process (a tenant's
+      // server must never receive the platform's key, organization or project).
       organization: null,
       project: null,
       webhookSecret: null,
-      baseURL: s.baseUrl,
-      // Without a key (a local server), send no Authorization header at all.
-      defaultHeaders: s.apiKey ? undefined : { Authorization: null },
       // Retries, timeouts and cancellation are run by core.runStream, the same for every provider.
       maxRetries: 0,
       timeout: Math.ceil(s.timeoutMs) * 2 + 1000,
       fetch: guardedFetch(s.fetch),
-      logLevel: 'off',
-    });
+      logLevel: 'off' as const,
+    };
+    if (kind === 'azure-openai') {
+      const apiVersion = settings.apiVersion || AZURE_DEFAULT_API_VERSION;
+      // The resource endpoint (a trailing /openai given here is accepted): the SDK adds /deployments/{model}/...
+      const baseURL = `${s.baseUrl.replace(/\/openai$/, '')}/openai`;
+      this.client = new (openaiSdk().AzureOpenAI)({ ...common, apiKey: s.apiKey, apiVersion, baseURL });
+    } else {
+      this.client = new (openaiSdk().OpenAI)({
+        ...common,
+        apiKey: s.apiKey ?? 'unused',
+        baseURL: s.baseUrl,
+        // Without a key (a local server), send no Authorization header at all.
+        defaultHeaders: s.apiKey ? undefined : { Authorization: null },
+      });
+    }
   }
 
   stream(request: LlmRequest, options: LlmStreamOptions = {}): AsyncIterable<LlmEvent> {
@@ -88,6 +108,36 @@ export class OpenAIProvider implements LlmProvider {
       classify: (err) => classifyOpenAIError(settings, err),
       translate: (messages) => translateOpenAIStream(settings.provider, messages, [settings.apiKey]),
     });
+  }
+
+  async embed(request: LlmEmbedRequest, options: LlmStreamOptions = {}): Promise<LlmEmbedResult> {
+    const settings = this.settings;
+    const { model, input } = embedInputs(settings, request);
+    const body = {
+      model,
+      input,
+      // Floats asked for explicitly: the SDK would ask for base64, which compatible servers may not speak.
+      encoding_format: 'float' as const,
+      ...(request.dimensions !== undefined ? { dimensions: request.dimensions } : {}),
+    };
+    const answer = await runRequest(
+      settings,
+      options.signal,
+      (signal) => this.client.embeddings.create(body, { signal }),
+      (err) => classifyOpenAIError(settings, err),
+    );
+    const vectors: number[][] = [];
+    for (const item of answer.data ?? []) vectors[item.index ?? vectors.length] = item.embedding as number[];
+    if (vectors.length !== input.length || vectors.some((v) => !Array.isArray(v))) {
+      throw new LlmError(
+        'protocol',
+        `${PROVIDER_LABEL[settings.provider]} answered ${vectors.length} embeddings for ${input.length} inputs`,
+        {
+          provider: settings.provider,
+        },
+      );
+    }
+    return { vectors, inputTokens: answer.usage?.prompt_tokens ?? 0 };
   }
 }
 
@@ -139,8 +189,8 @@ export function buildOpenAIRequest(settings: ResolvedSettings, request: LlmReque
   if (temperature !== undefined) body.temperature = temperature;
   const maxTokens = request.maxTokens ?? settings.maxTokens;
   if (maxTokens !== undefined) {
-    // OpenAI replaced max_tokens (its reasoning models refuse it); compatible servers know max_tokens.
-    if (settings.provider === 'openai') body.max_completion_tokens = maxTokens;
+    // OpenAI replaced max_tokens (its reasoning models refuse it; Azure follows); compatible servers know max_tokens.
+    if (settings.provider !== 'openai-compatible') body.max_completion_tokens = maxTokens;
     else body.max_tokens = maxTokens;
   }
   return body;
@@ -207,7 +257,7 @@ export async function* translateOpenAIStream(
   const calls = new Map<number, PendingToolCall>();
   let finishReason: string | null | undefined;
   let toolCallsEmitted = false;
-  let usage: { inputTokens: number; outputTokens: number } | undefined;
+  let usage: LlmUsageEvent | undefined;
   let usageEmitted = false;
 
   function* emitToolCalls(): Generator<LlmEvent> {
@@ -222,14 +272,14 @@ export async function* translateOpenAIStream(
   for await (const message of messages) {
     if (message.data.trim() === '[DONE]') {
       yield* emitToolCalls();
-      if (usage && !usageEmitted) yield { type: 'usage', ...usage };
+      if (usage && !usageEmitted) yield usage;
       yield { type: 'finish', reason: mapFinishReason(finishReason, calls.size > 0) };
       return;
     }
     const chunk = parseEventData(provider, message.data) as ChatCompletionChunk & { error?: Record<string, unknown> };
     if (chunk.error && typeof chunk.error === 'object') throw streamedError(provider, chunk.error, secrets);
     if (chunk.usage) {
-      usage = { inputTokens: chunk.usage.prompt_tokens ?? 0, outputTokens: chunk.usage.completion_tokens ?? 0 };
+      usage = usageEvent(chunk.usage.prompt_tokens, chunk.usage.completion_tokens, chunk.usage.prompt_tokens_details?.cached_tokens);
     }
     const choice = chunk.choices?.find((c) => (c.index ?? 0) === 0);
     if (!choice) {
@@ -238,7 +288,7 @@ export async function* translateOpenAIStream(
       if (usage && finishReason) {
         usageEmitted = true;
         yield* emitToolCalls();
-        yield { type: 'usage', ...usage };
+        yield usage;
       }
       continue;
     }

@@ -1,4 +1,6 @@
 import { AnthropicProvider } from './anthropic';
+import { BedrockProvider } from './bedrock';
+import { GeminiProvider } from './gemini';
 import { OpenAIProvider } from './openai';
 import { LlmError, type LlmProvider, type LlmSettings } from './types';
 
@@ -11,9 +13,14 @@ export function createProvider(settings: LlmSettings): LlmProvider {
   switch (settings.provider) {
     case 'openai':
     case 'openai-compatible':
+    case 'azure-openai':
       return new OpenAIProvider(settings);
     case 'anthropic':
       return new AnthropicProvider(settings);
+    case 'gemini':
+      return new GeminiProvider(settings);
+    case 'bedrock':
+      return new BedrockProvider(settings);
     default:
       throw new LlmError('bad_request', `unknown LLM provider "${String((settings as { provider?: unknown }).provider)}"`);
   }

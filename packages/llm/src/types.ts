@@ -54,10 +54,20 @@ export type LlmFinishReason = 'stop' | 'tool_calls' | 'length' | 'error';
  * Anthropic `refusal`): the text so far is all there is.
  */
 export type LlmEvent =
-  | { type: 'text'; delta: string }
-  | ({ type: 'tool_call' } & LlmToolCall)
-  | { type: 'usage'; inputTokens: number; outputTokens: number }
-  | { type: 'finish'; reason: LlmFinishReason };
+  { type: 'text'; delta: string } | ({ type: 'tool_call' } & LlmToolCall) | LlmUsageEvent | { type: 'finish'; reason: LlmFinishReason };
+
+/**
+ * What the provider counted. `inputTokens` is the whole prompt, cached part included; `cachedInputTokens` is the part
+ * read from the provider's prompt cache (OpenAI `prompt_tokens_details.cached_tokens`, Anthropic
+ * `cache_read_input_tokens`, Gemini `cachedContentTokenCount`, Bedrock `cacheReadInputTokens`), present only when the
+ * provider reported some.
+ */
+export interface LlmUsageEvent {
+  type: 'usage';
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
+}
 
 export interface LlmStreamOptions {
   /** Aborting ends the stream promptly with an `LlmError` of kind `cancelled` and closes the connection. */
@@ -70,23 +80,66 @@ export interface LlmProvider {
    * connection. Every failure is an {@link LlmError}.
    */
   stream(request: LlmRequest, options?: LlmStreamOptions): AsyncIterable<LlmEvent>;
+  /**
+   * Embeds each input (one vector per input, in order). Present on the providers that have embeddings (`openai`,
+   * `openai-compatible`, `azure-openai`, `gemini`, `bedrock`); absent on `anthropic`.
+   */
+  embed?(request: LlmEmbedRequest, options?: LlmStreamOptions): Promise<LlmEmbedResult>;
 }
 
-export type LlmProviderKind = 'openai' | 'anthropic' | 'openai-compatible';
+export interface LlmEmbedRequest {
+  /** Embedding model (Azure: the deployment). Falls back to the settings' `model`. */
+  model?: string;
+  input: string[];
+  /** Output dimensions, for the models that can shorten their vectors. */
+  dimensions?: number;
+}
+
+export interface LlmEmbedResult {
+  vectors: number[][];
+  inputTokens: number;
+  /** True when the provider reported no token count (Gemini) and `inputTokens` is estimated at ~4 characters a token. */
+  estimated?: boolean;
+}
+
+export type LlmProviderKind = 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+
+/** Every provider kind, for validating settings. */
+export const LLM_PROVIDER_KINDS: readonly LlmProviderKind[] = [
+  'openai',
+  'anthropic',
+  'openai-compatible',
+  'azure-openai',
+  'gemini',
+  'bedrock',
+];
 
 export interface LlmSettings {
   provider: LlmProviderKind;
-  /** Required for `openai` and `anthropic`; optional for `openai-compatible` (no `Authorization` header without it). */
+  /**
+   * Required for every provider but `openai-compatible` (no `Authorization` header without it).
+   * `azure-openai`: the resource key (`api-key` header). `gemini`: the API key (`x-goog-api-key`).
+   * `bedrock`: either `ACCESS_KEY_ID:SECRET_ACCESS_KEY` (or `ACCESS_KEY_ID:SECRET_ACCESS_KEY:SESSION_TOKEN`), signed
+   * with SigV4, or a Bedrock API key (no `:` in it), sent as `Authorization: Bearer`.
+   */
   apiKey?: string;
   /**
    * `openai` / `openai-compatible`: includes the version path (`https://api.openai.com/v1`,
    * `http://127.0.0.1:11434/v1`); requests go to `baseUrl + /chat/completions`. Required for `openai-compatible`.
    * `anthropic`: the API root (`https://api.anthropic.com`); requests go to `baseUrl + /v1/messages` (a trailing
    * `/v1` given here is dropped, so both spellings work).
+   * `azure-openai`: the resource endpoint (`https://NAME.openai.azure.com`); requests go to
+   * `baseUrl + /openai/deployments/{model}/chat/completions?api-version=...`. Required.
+   * `gemini`: default `https://generativelanguage.googleapis.com/v1beta` (a root without a path gets `/v1beta`).
+   * `bedrock`: default `https://bedrock-runtime.{region}.amazonaws.com` (an endpoint override: VPC endpoint, a proxy).
    */
   baseUrl?: string;
-  /** Default model when a request names none. */
+  /** Default model when a request names none (Azure: the deployment name; Bedrock: a model or inference profile id). */
   model?: string;
+  /** `azure-openai`: the `api-version` query parameter. Default {@link AZURE_DEFAULT_API_VERSION}. */
+  apiVersion?: string;
+  /** `bedrock`: the AWS region (signing and the default endpoint). Required for `bedrock`. */
+  region?: string;
   /** Default temperature when a request gives none. */
   temperature?: number;
   /** Default output token limit when a request gives none. */
@@ -104,6 +157,9 @@ export interface LlmSettings {
    */
   fetch?: typeof fetch;
 }
+
+/** Azure OpenAI's `api-version` when the settings give none (the GA version with `stream_options` and usage). */
+export const AZURE_DEFAULT_API_VERSION = '2024-10-21';
 
 export type LlmErrorKind = 'auth' | 'rate_limited' | 'bad_request' | 'unavailable' | 'timeout' | 'cancelled' | 'protocol';
 

@@ -6,22 +6,19 @@
  * `{"type":"error","error":{"type","message"}}` body. Usable as a local "LLM provider" in end-to-end tests.
  */
 import {
-  conversationTokens,
-  estimateTokens,
+  planReply,
   retryAfterHeader,
   sendJson,
-  splitText,
   startFakeServer,
   startSse,
   waitForClose,
   writeEvents,
-  type FakeBehaviour,
   type FakeContext,
   type FakeConversation,
   type FakeMessage,
   type FakeProviderServer,
   type FakeServerOptions,
-  type FakeUsage,
+  type ReplyPlan,
 } from './fake-server';
 
 export type FakeAnthropicOptions = FakeServerOptions;
@@ -109,52 +106,7 @@ function readConversation(body: unknown): FakeConversation | string {
   return { model: b.model, stream: b.stream === true, system: blocksText(b.system), messages, tools };
 }
 
-interface ReplyPlan {
-  text: string;
-  textPieces: string[];
-  toolCalls: Array<{ id: string; name: string; pieces: string[]; json: string }>;
-  stopReason: 'end_turn' | 'max_tokens' | 'tool_use';
-  usage: { input: number; output: number };
-}
-
-function plan(ctx: FakeContext, conversation: FakeConversation, behaviour: FakeBehaviour): ReplyPlan {
-  const usageOf = (text: string, extra: string, given?: FakeUsage) => ({
-    input: given?.inputTokens ?? conversationTokens(conversation),
-    output: given?.outputTokens ?? Math.max(1, estimateTokens(text) + estimateTokens(extra)),
-  });
-  if (behaviour.type === 'tool_calls') {
-    const text = behaviour.text ?? '';
-    const toolCalls = behaviour.toolCalls.map((call) => {
-      const json = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments);
-      return { id: call.id ?? `toolu_fake_${ctx.serial()}`, name: call.name, json, pieces: splitText(json, behaviour.argumentChunks ?? 3) };
-    });
-    return {
-      text,
-      textPieces: splitText(text),
-      toolCalls,
-      stopReason: 'tool_use',
-      usage: usageOf(text, toolCalls.map((c) => c.name + c.json).join(''), behaviour.usage),
-    };
-  }
-  if (behaviour.type === 'text') {
-    return {
-      text: behaviour.text,
-      textPieces: splitText(behaviour.text, behaviour.chunks),
-      toolCalls: [],
-      stopReason: behaviour.finishReason === 'length' ? 'max_tokens' : 'end_turn',
-      usage: usageOf(behaviour.text, '', behaviour.usage),
-    };
-  }
-  const text =
-    behaviour.type === 'cut' && behaviour.text !== undefined ? behaviour.text : 'This reply will be cut off before it is complete.';
-  return {
-    text,
-    textPieces: splitText(text, behaviour.type === 'cut' ? behaviour.chunks : undefined),
-    toolCalls: [],
-    stopReason: 'end_turn',
-    usage: usageOf(text, ''),
-  };
-}
+const STOP_REASONS: Record<ReplyPlan['finishReason'], string> = { stop: 'end_turn', length: 'max_tokens', tool_calls: 'tool_use' };
 
 function sse(event: string, data: unknown): string {
   return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
@@ -173,7 +125,12 @@ function streamEvents(ctx: FakeContext, conversation: FakeConversation, reply: R
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: { input_tokens: reply.usage.input, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 },
+        usage: {
+          input_tokens: reply.usage.input - reply.usage.cached,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: reply.usage.cached,
+          output_tokens: 1,
+        },
       },
     }),
   );
@@ -207,7 +164,7 @@ function streamEvents(ctx: FakeContext, conversation: FakeConversation, reply: R
   events.push(
     sse('message_delta', {
       type: 'message_delta',
-      delta: { stop_reason: reply.stopReason, stop_sequence: null },
+      delta: { stop_reason: STOP_REASONS[reply.finishReason], stop_sequence: null },
       usage: { output_tokens: reply.usage.output },
     }),
   );
@@ -233,12 +190,12 @@ function message(ctx: FakeContext, conversation: FakeConversation, reply: ReplyP
     role: 'assistant',
     model: conversation.model,
     content,
-    stop_reason: reply.stopReason,
+    stop_reason: STOP_REASONS[reply.finishReason],
     stop_sequence: null,
     usage: {
-      input_tokens: reply.usage.input,
+      input_tokens: reply.usage.input - reply.usage.cached,
       cache_creation_input_tokens: 0,
-      cache_read_input_tokens: 0,
+      cache_read_input_tokens: reply.usage.cached,
       output_tokens: reply.usage.output,
     },
   };
@@ -263,7 +220,7 @@ async function respond(ctx: FakeContext, conversation: FakeConversation): Promis
     default:
       break;
   }
-  const reply = plan(ctx, conversation, behaviour);
+  const reply = planReply(ctx, conversation, behaviour, 'toolu_fake_');
   const delayMs = behaviour.type === 'cut' ? undefined : behaviour.delayMs;
   if (!conversation.stream) {
     const text = JSON.stringify(message(ctx, conversation, reply));

@@ -6,25 +6,24 @@
  * Also `GET {basePath}/models`. Usable as a local "LLM provider" in end-to-end tests and benchmarks.
  */
 import {
-  conversationTokens,
   estimateTokens,
+  fakeEmbedding,
   maskKey,
+  planReply,
   retryAfterHeader,
   sendJson,
   sleep,
-  splitText,
   startFakeServer,
   startSse,
   waitForClose,
   writeEvents,
   writeFlushed,
-  type FakeBehaviour,
   type FakeContext,
   type FakeConversation,
   type FakeMessage,
   type FakeProviderServer,
   type FakeServerOptions,
-  type FakeUsage,
+  type ReplyPlan,
 } from './fake-server';
 
 export interface FakeOpenAIOptions extends FakeServerOptions {
@@ -51,6 +50,8 @@ function errorType(status: number): { type: string; code: string | null } {
   if (status === 404) return { type: 'invalid_request_error', code: 'model_not_found' };
   return { type: 'invalid_request_error', code: null };
 }
+
+export type SendError = (ctx: FakeContext, status: number, message?: string, code?: string, headers?: Record<string, string>) => void;
 
 function sendError(ctx: FakeContext, status: number, message?: string, code?: string, headers: Record<string, string> = {}): void {
   const kind = errorType(status);
@@ -82,7 +83,7 @@ function textOf(content: unknown): string {
 }
 
 /** Checks a chat request like the real API does; returns the neutral view or an error message. */
-function readConversation(body: unknown): FakeConversation | string {
+export function readConversation(body: unknown): FakeConversation | string {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return 'We could not parse the JSON body of your request.';
   const b = body as Record<string, unknown>;
   if (typeof b.model !== 'string' || b.model === '') return 'you must provide a model parameter';
@@ -120,49 +121,6 @@ function readConversation(body: unknown): FakeConversation | string {
   return { model: b.model, stream: b.stream === true, system: system.join('\n\n'), messages, tools };
 }
 
-interface ReplyPlan {
-  text: string;
-  textPieces: string[];
-  toolCalls: Array<{ id: string; name: string; pieces: string[]; json: string }>;
-  finishReason: 'stop' | 'length' | 'tool_calls';
-  usage: { prompt: number; completion: number };
-}
-
-function plan(ctx: FakeContext, conversation: FakeConversation, behaviour: FakeBehaviour): ReplyPlan {
-  const usageOf = (text: string, extra: string, given?: FakeUsage) => ({
-    prompt: given?.inputTokens ?? conversationTokens(conversation),
-    completion: given?.outputTokens ?? Math.max(1, estimateTokens(text) + estimateTokens(extra)),
-  });
-  if (behaviour.type === 'tool_calls') {
-    const text = behaviour.text ?? '';
-    const toolCalls = behaviour.toolCalls.map((call) => {
-      const json = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments);
-      return { id: call.id ?? `call_fake_${ctx.serial()}`, name: call.name, json, pieces: splitText(json, behaviour.argumentChunks ?? 3) };
-    });
-    return {
-      text,
-      textPieces: splitText(text),
-      toolCalls,
-      finishReason: 'tool_calls',
-      usage: usageOf(text, toolCalls.map((c) => c.name + c.json).join(''), behaviour.usage),
-    };
-  }
-  if (behaviour.type === 'text') {
-    return {
-      text: behaviour.text,
-      textPieces: splitText(behaviour.text, behaviour.chunks),
-      toolCalls: [],
-      finishReason: behaviour.finishReason ?? 'stop',
-      usage: usageOf(behaviour.text, '', behaviour.usage),
-    };
-  }
-  // cut: a normal text reply that will not be finished.
-  const text =
-    behaviour.type === 'cut' && behaviour.text !== undefined ? behaviour.text : 'This reply will be cut off before it is complete.';
-  const chunks = behaviour.type === 'cut' ? behaviour.chunks : undefined;
-  return { text, textPieces: splitText(text, chunks), toolCalls: [], finishReason: 'stop', usage: usageOf(text, '') };
-}
-
 function streamEvents(ctx: FakeContext, conversation: FakeConversation, reply: ReplyPlan, includeUsage: boolean): string[] {
   const id = `chatcmpl-fake${ctx.serial()}`;
   const chunk = (delta: Record<string, unknown>, finishReason: string | null = null): string =>
@@ -194,10 +152,10 @@ function streamEvents(ctx: FakeContext, conversation: FakeConversation, reply: R
         system_fingerprint: 'fp_fake',
         choices: [],
         usage: {
-          prompt_tokens: reply.usage.prompt,
-          completion_tokens: reply.usage.completion,
-          total_tokens: reply.usage.prompt + reply.usage.completion,
-          prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+          prompt_tokens: reply.usage.input,
+          completion_tokens: reply.usage.output,
+          total_tokens: reply.usage.input + reply.usage.output,
+          prompt_tokens_details: { cached_tokens: reply.usage.cached, audio_tokens: 0 },
           completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
         },
       })}\n\n`,
@@ -224,14 +182,15 @@ function completion(ctx: FakeContext, conversation: FakeConversation, reply: Rep
     system_fingerprint: 'fp_fake',
     choices: [{ index: 0, message, logprobs: null, finish_reason: reply.finishReason }],
     usage: {
-      prompt_tokens: reply.usage.prompt,
-      completion_tokens: reply.usage.completion,
-      total_tokens: reply.usage.prompt + reply.usage.completion,
+      prompt_tokens: reply.usage.input,
+      completion_tokens: reply.usage.output,
+      total_tokens: reply.usage.input + reply.usage.output,
     },
   };
 }
 
-async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<void> {
+/** Answers a chat request (shared with the Azure fake, which has its own error body). */
+export async function chat(ctx: FakeContext, conversation: FakeConversation, sendErr: SendError = sendError): Promise<void> {
   const behaviour = ctx.next();
   const { res } = ctx;
   const requestId = { 'x-request-id': `req_fake_${ctx.serial()}` };
@@ -240,7 +199,7 @@ async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<v
 
   switch (behaviour.type) {
     case 'error':
-      sendError(ctx, behaviour.status, behaviour.message, behaviour.code, retryAfterHeader(behaviour));
+      sendErr(ctx, behaviour.status, behaviour.message, behaviour.code, retryAfterHeader(behaviour));
       return;
     case 'raw':
       res.writeHead(behaviour.status ?? 200, { 'content-type': 'text/event-stream; charset=utf-8', ...requestId, ...behaviour.headers });
@@ -253,7 +212,7 @@ async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<v
     default:
       break;
   }
-  const reply = plan(ctx, conversation, behaviour);
+  const reply = planReply(ctx, conversation, behaviour);
   const delayMs = behaviour.type === 'cut' ? undefined : behaviour.delayMs;
   if (!conversation.stream) {
     const text = JSON.stringify(completion(ctx, conversation, reply));
@@ -285,22 +244,25 @@ async function chat(ctx: FakeContext, conversation: FakeConversation): Promise<v
 }
 
 /**
- * `POST /embeddings`: one deterministic 8-dimension vector per input (a string or an array of strings), with usage
- * (`prompt_tokens` = the fakes' token count of the inputs), as OpenAI answers.
+ * `POST /embeddings`: one deterministic vector per input (a string or an array of strings; {@link fakeEmbedding},
+ * `dimensions` long), with usage (`prompt_tokens` = the fakes' token count of the inputs), as OpenAI answers. A
+ * scripted `error` or `hang` at the head of the script applies to it.
  */
-function embeddings(ctx: FakeContext): void {
-  const body = ctx.record.body as { input?: unknown; model?: unknown } | undefined;
+export async function embeddings(ctx: FakeContext, sendErr: SendError = sendError): Promise<void> {
+  const failure = ctx.nextFailure();
+  if (failure?.type === 'error') return sendErr(ctx, failure.status, failure.message, failure.code, retryAfterHeader(failure));
+  if (failure?.type === 'hang') return waitForClose(ctx.res);
+  const body = ctx.record.body as { input?: unknown; model?: unknown; dimensions?: unknown } | undefined;
   const inputs = typeof body?.input === 'string' ? [body.input] : Array.isArray(body?.input) ? body.input : null;
   if (!inputs || inputs.some((i) => typeof i !== 'string') || typeof body?.model !== 'string') {
-    sendError(ctx, 400, "'input' must be a string or an array of strings, and 'model' a string");
+    sendErr(ctx, 400, "'input' must be a string or an array of strings, and 'model' a string");
     return;
   }
+  const dimensions = typeof body.dimensions === 'number' ? body.dimensions : undefined;
   const tokens = inputs.reduce((n: number, i: string) => n + estimateTokens(i), 0);
-  const vector = (text: string) =>
-    Array.from({ length: 8 }, (_, d) => Number((((text.length + 1) * (d + 3)) % 97) / 97).toFixed(6)).map(Number);
   sendJson(ctx.res, 200, {
     object: 'list',
-    data: (inputs as string[]).map((text, index) => ({ object: 'embedding', index, embedding: vector(text) })),
+    data: (inputs as string[]).map((text, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, dimensions) })),
     model: body.model,
     usage: { prompt_tokens: tokens, total_tokens: tokens },
   });
@@ -339,7 +301,7 @@ export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakePr
         return;
       }
       if (req.method === 'POST' && path === `${basePath}/embeddings`) {
-        embeddings(ctx);
+        await embeddings(ctx);
         return;
       }
       if (req.method !== 'POST' || path !== `${basePath}/chat/completions`) {

@@ -6,8 +6,11 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 export interface FakeUsage {
+  /** The whole prompt, cached part included. */
   inputTokens?: number;
   outputTokens?: number;
+  /** The part of the prompt read from the provider's cache (default 0). */
+  cachedInputTokens?: number;
 }
 
 export interface FakeToolCall {
@@ -113,6 +116,11 @@ export interface FakeServerOptions {
   apiKey?: string;
 }
 
+/** The fakes' embedding of a text: deterministic, `dimensions` long (default 8), so tests can predict it. */
+export function fakeEmbedding(text: string, dimensions = 8): number[] {
+  return Array.from({ length: dimensions }, (_, d) => Number(((((text.length + 1) * (d + 3)) % 97) / 97).toFixed(6)));
+}
+
 /** The deterministic default reply to a user message. */
 export function echoText(userText: string): string {
   return `Echo: ${userText}`;
@@ -154,11 +162,65 @@ export function splitText(text: string, n?: number): string[] {
   return pieces;
 }
 
+/** A reply to send, the same for every fake: its text in pieces, its tool calls with argument pieces, its counts. */
+export interface ReplyPlan {
+  text: string;
+  textPieces: string[];
+  toolCalls: Array<{ id: string; name: string; pieces: string[]; json: string; args: unknown }>;
+  finishReason: 'stop' | 'length' | 'tool_calls';
+  usage: { input: number; output: number; cached: number };
+}
+
+/** Plans the reply of a `text`, `tool_calls` or `cut` behaviour (ids `${idPrefix}N`). */
+export function planReply(ctx: FakeContext, conversation: FakeConversation, behaviour: FakeBehaviour, idPrefix = 'call_fake_'): ReplyPlan {
+  const usageOf = (text: string, extra: string, given?: FakeUsage) => ({
+    input: given?.inputTokens ?? conversationTokens(conversation),
+    output: given?.outputTokens ?? Math.max(1, estimateTokens(text) + estimateTokens(extra)),
+    cached: given?.cachedInputTokens ?? 0,
+  });
+  if (behaviour.type === 'tool_calls') {
+    const text = behaviour.text ?? '';
+    const toolCalls = behaviour.toolCalls.map((call) => {
+      const json = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments);
+      return {
+        id: call.id ?? `${idPrefix}${ctx.serial()}`,
+        name: call.name,
+        json,
+        args: call.arguments,
+        pieces: splitText(json, behaviour.argumentChunks ?? 3),
+      };
+    });
+    return {
+      text,
+      textPieces: splitText(text),
+      toolCalls,
+      finishReason: 'tool_calls',
+      usage: usageOf(text, toolCalls.map((c) => c.name + c.json).join(''), behaviour.usage),
+    };
+  }
+  if (behaviour.type === 'text') {
+    return {
+      text: behaviour.text,
+      textPieces: splitText(behaviour.text, behaviour.chunks),
+      toolCalls: [],
+      finishReason: behaviour.finishReason ?? 'stop',
+      usage: usageOf(behaviour.text, '', behaviour.usage),
+    };
+  }
+  // cut: a normal text reply that will not be finished.
+  const text =
+    behaviour.type === 'cut' && behaviour.text !== undefined ? behaviour.text : 'This reply will be cut off before it is complete.';
+  const chunks = behaviour.type === 'cut' ? behaviour.chunks : undefined;
+  return { text, textPieces: splitText(text, chunks), toolCalls: [], finishReason: 'stop', usage: usageOf(text, '') };
+}
+
 /** Written in a reply's text, replaced by the wall clock (epoch ms, 3 decimals) as the event is written: benches use it. */
 export const NOW_MARK = '{{now}}';
 
-function stampNow(event: string): string {
-  return event.includes(NOW_MARK) ? event.replaceAll(NOW_MARK, (performance.timeOrigin + performance.now()).toFixed(3)) : event;
+function stampNow(event: string | Uint8Array): string | Uint8Array {
+  return typeof event === 'string' && event.includes(NOW_MARK)
+    ? event.replaceAll(NOW_MARK, (performance.timeOrigin + performance.now()).toFixed(3))
+    : event;
 }
 
 export function sleep(ms: number): Promise<void> {
@@ -166,7 +228,7 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** Writes one chunk and waits until it is handed to the socket; false when the client is gone. */
-export function writeFlushed(res: http.ServerResponse, data: string): Promise<boolean> {
+export function writeFlushed(res: http.ServerResponse, data: string | Uint8Array): Promise<boolean> {
   if (res.destroyed || res.writableEnded) return Promise.resolve(false);
   return new Promise((resolve) => {
     res.write(data, (err) => resolve(!err));
@@ -195,12 +257,12 @@ export function startSse(res: http.ServerResponse, headers: Record<string, strin
 }
 
 /**
- * Writes SSE events with an optional pause before each. With `cutAfter`, stops after that many events and cuts the
- * connection (`destroy`) or ends the response without the rest (`end`).
+ * Writes SSE events (or binary event-stream frames) with an optional pause before each. With `cutAfter`, stops after
+ * that many events and cuts the connection (`destroy`) or ends the response without the rest (`end`).
  */
 export async function writeEvents(
   res: http.ServerResponse,
-  events: string[],
+  events: Array<string | Uint8Array>,
   options: { delayMs?: number; cutAfter?: number; cutMode?: 'destroy' | 'end' } = {},
 ): Promise<void> {
   const limit = options.cutAfter === undefined ? events.length : Math.min(options.cutAfter, events.length);
@@ -223,6 +285,11 @@ export interface FakeContext {
   record: FakeRequest;
   /** Takes the next behaviour for this chat request (scripted, else the default). */
   next(): FakeBehaviour;
+  /**
+   * For requests other than chat (embeddings): takes the next scripted behaviour only when it is an `error` or a
+   * `hang`, so chat scripts are not consumed by them.
+   */
+  nextFailure(): Extract<FakeBehaviour, { type: 'error' | 'hang' }> | undefined;
   /** A number unique within this server, for ids. */
   serial(): number;
 }
@@ -274,7 +341,12 @@ export async function startFakeServer(
       res.on('close', () => {
         if (!res.writableFinished) record.aborted = true;
       });
-      const ctx: FakeContext = { req, res, record, next: () => takeNext(record), serial: () => ++counter };
+      const nextFailure = () => {
+        const head = queue[0];
+        if (head === undefined || typeof head === 'function' || (head.type !== 'error' && head.type !== 'hang')) return undefined;
+        return takeNext(record) as Extract<FakeBehaviour, { type: 'error' | 'hang' }>;
+      };
+      const ctx: FakeContext = { req, res, record, next: () => takeNext(record), nextFailure, serial: () => ++counter };
       handle(ctx).catch(() => {
         if (!res.headersSent) sendJson(res, 500, { error: { message: 'fake server failure', type: 'server_error' } });
         else res.destroy();

@@ -5,7 +5,17 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { SseDecoder, type SseMessage } from '../sse';
-import { echoText, splitText, startFakeAnthropic, startFakeOpenAI, type FakeProviderServer } from './index';
+import { BedrockRuntimeClient, ConverseCommand, ConverseStreamCommand } from '@aws-sdk/client-bedrock-runtime';
+import { FetchRequestHandler } from '../bedrock';
+import {
+  echoText,
+  splitText,
+  startFakeAnthropic,
+  startFakeBedrock,
+  startFakeGemini,
+  startFakeOpenAI,
+  type FakeProviderServer,
+} from './index';
 
 async function readSse(response: Response): Promise<SseMessage[]> {
   const decoder = new SseDecoder();
@@ -291,5 +301,101 @@ describe('splitText', () => {
     const emoji = 'a😀b😀c';
     expect(splitText(emoji, 5).join('')).toBe(emoji);
     expect(splitText(emoji, 5)).toHaveLength(5);
+  });
+});
+
+describe('fake Gemini API', () => {
+  let fake: FakeProviderServer;
+  beforeAll(async () => {
+    fake = await startFakeGemini({ apiKey: 'g-key' });
+  });
+  afterAll(() => fake.close());
+
+  it('answers generateContent (not streamed) with one response: all parts, finishReason and usageMetadata', async () => {
+    fake.script({
+      type: 'tool_calls',
+      text: 'Calling.',
+      toolCalls: [{ name: 'f', arguments: { a: 1 } }],
+      usage: { inputTokens: 9, outputTokens: 4 },
+    });
+    const response = await fetch(`${fake.url}/models/gemini-x:generateContent`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-goog-api-key': 'g-key' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+    });
+    expect(response.status).toBe(200);
+    const body = (await response.json()) as Record<string, any>;
+    expect(body.candidates[0]).toMatchObject({
+      content: { role: 'model', parts: [{ text: 'Calling.' }, { functionCall: { name: 'f', args: { a: 1 } } }] },
+      finishReason: 'STOP',
+    });
+    expect(body.usageMetadata).toEqual({ promptTokenCount: 9, candidatesTokenCount: 4, totalTokenCount: 13 });
+  });
+
+  it('refuses a wrong key with 400 API_KEY_INVALID and a bad role with 400', async () => {
+    const post = (key: string, contents: unknown) =>
+      fetch(`${fake.url}/models/m:streamGenerateContent?alt=sse`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-goog-api-key': key },
+        body: JSON.stringify({ contents }),
+      });
+    const wrong = await post('nope', [{ role: 'user', parts: [{ text: 'x' }] }]);
+    expect(wrong.status).toBe(400);
+    expect(((await wrong.json()) as any).error.details[0].reason).toBe('API_KEY_INVALID');
+    const role = await post('g-key', [{ role: 'assistant', parts: [{ text: 'x' }] }]);
+    expect(role.status).toBe(400);
+  });
+});
+
+describe('fake Bedrock runtime, read by the official SDK', () => {
+  let fake: FakeProviderServer;
+  beforeAll(async () => {
+    fake = await startFakeBedrock({ region: 'us-east-1' });
+  });
+  afterAll(() => fake.close());
+  const client = (region = 'us-east-1') =>
+    new BedrockRuntimeClient({
+      region,
+      endpoint: fake.url,
+      credentials: { accessKeyId: 'AKIAFAKE', secretAccessKey: 'secret' },
+      maxAttempts: 1,
+      // HTTP/1.1 (the SDK's default for Bedrock is HTTP/2); the SDK's own signing and deserializers do the rest.
+      requestHandler: new FetchRequestHandler(fetch),
+    });
+
+  it("answers Converse (not streamed) in the shape the SDK's deserializer reads", async () => {
+    fake.script({ type: 'text', text: 'whole answer', usage: { inputTokens: 5, outputTokens: 2 } });
+    const out = await client().send(new ConverseCommand({ modelId: 'm', messages: [{ role: 'user', content: [{ text: 'hi' }] }] }));
+    expect(out.output?.message?.content).toEqual([{ text: 'whole answer' }]);
+    expect(out.stopReason).toBe('end_turn');
+    expect(out.usage).toMatchObject({ inputTokens: 5, outputTokens: 2, totalTokens: 7 });
+  });
+
+  it("streams ConverseStream frames that the SDK's own event-stream decoder reads, in order", async () => {
+    fake.script({ type: 'text', text: 'a b c', usage: { inputTokens: 4, outputTokens: 3 } });
+    const out = await client().send(new ConverseStreamCommand({ modelId: 'm', messages: [{ role: 'user', content: [{ text: 'hi' }] }] }));
+    const kinds: string[] = [];
+    for await (const event of out.stream!) kinds.push(Object.keys(event).find((k) => (event as any)[k] !== undefined)!);
+    expect(kinds).toEqual([
+      'messageStart',
+      'contentBlockDelta',
+      'contentBlockDelta',
+      'contentBlockDelta',
+      'contentBlockStop',
+      'messageStop',
+      'metadata',
+    ]);
+  });
+
+  it('refuses an unsigned request and one signed for another region', async () => {
+    const unsigned = await fetch(`${fake.url}/model/m/converse`, { method: 'POST', body: '{}' });
+    expect(unsigned.status).toBe(403);
+    const other = client('eu-west-1');
+    await expect(
+      other.send(new ConverseCommand({ modelId: 'm', messages: [{ role: 'user', content: [{ text: 'hi' }] }] })),
+    ).rejects.toMatchObject({
+      name: 'UnrecognizedClientException',
+      $metadata: { httpStatusCode: 403 },
+    });
   });
 });

@@ -1,11 +1,16 @@
 /**
- * Runs both fake providers as a standalone process, for manual runs, end-to-end setups and benchmarks:
+ * Runs the fake providers as a standalone process, for manual runs, end-to-end setups and benchmarks:
  *
- *   node --import tsx packages/llm/src/testing/serve.ts [--host 127.0.0.1] [--openai-port 0] [--anthropic-port 0] [--api-key KEY]
+ *   node --import tsx packages/llm/src/testing/serve.ts [--host 127.0.0.1] [--openai-port 0] [--anthropic-port 0]
+ *     [--azure-port 0] [--gemini-port 0] [--bedrock-port 0] [--api-key KEY]
  *
- * Prints one JSON line with both base URLs, then serves the default echo reply until SIGINT or SIGTERM.
+ * Prints one JSON line with their base URLs, then serves the default echo reply until SIGINT or SIGTERM. The Bedrock
+ * fake takes any SigV4 signature for us-east-1 (and `--api-key` as a Bedrock API key).
  */
 import { startFakeAnthropic } from './fake-anthropic';
+import { startFakeAzureOpenAI } from './fake-azure-openai';
+import { startFakeBedrock } from './fake-bedrock';
+import { startFakeGemini } from './fake-gemini';
 import { startFakeOpenAI } from './fake-openai';
 
 function flag(args: string[], name: string): string | undefined {
@@ -25,9 +30,13 @@ async function main(args: string[]): Promise<void> {
   const apiKey = flag(args, 'api-key');
   const openai = await startFakeOpenAI({ host, port: port(flag(args, 'openai-port'), 'openai-port'), apiKey });
   const anthropic = await startFakeAnthropic({ host, port: port(flag(args, 'anthropic-port'), 'anthropic-port'), apiKey });
-  process.stdout.write(`${JSON.stringify({ openai: openai.url, anthropic: anthropic.url })}\n`);
+  const azure = await startFakeAzureOpenAI({ host, port: port(flag(args, 'azure-port'), 'azure-port'), apiKey });
+  const gemini = await startFakeGemini({ host, port: port(flag(args, 'gemini-port'), 'gemini-port'), apiKey });
+  const bedrock = await startFakeBedrock({ host, port: port(flag(args, 'bedrock-port'), 'bedrock-port'), apiKey });
+  const all = { openai, anthropic, azure, gemini, bedrock };
+  process.stdout.write(`${JSON.stringify(Object.fromEntries(Object.entries(all).map(([name, fake]) => [name, fake.url])))}\n`);
   const stop = () => {
-    void Promise.all([openai.close(), anthropic.close()]).then(() => process.exit(0));
+    void Promise.all(Object.values(all).map((fake) => fake.close())).then(() => process.exit(0));
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
