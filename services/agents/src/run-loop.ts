@@ -176,7 +176,7 @@ async function callModel(
         if (e.type === 'text') call.streamed += e.delta.length;
         else if (e.type === 'tool_call') call.streamed += JSON.stringify(e.arguments).length;
         else if (e.type === 'usage') {
-          const cached = (e as { cachedInputTokens?: number }).cachedInputTokens;
+          const cached = e.cachedInputTokens;
           call.usage = { inputTokens: e.inputTokens, outputTokens: e.outputTokens, ...(cached ? { cachedInputTokens: cached } : {}) };
           record({ ...call });
           return;

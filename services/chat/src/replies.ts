@@ -504,7 +504,7 @@ export class Replies {
           toolCalls.push({ id: event.id, name: event.name, arguments: JSON.stringify(event.arguments) });
         else if (event.type === 'approval') approval = event.approval;
         else if (event.type === 'usage') {
-          const cached = (event as { cachedInputTokens?: number }).cachedInputTokens;
+          const cached = event.cachedInputTokens;
           usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens, ...(cached ? { cachedInputTokens: cached } : {}) };
           // Stored at once: a crash from here on bills the provider's usage, not an estimate.
           progress.usage = usage;
