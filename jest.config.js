@@ -6,10 +6,21 @@
  */
 const KAFKA_SUITES = ['webhooks'];
 
+/**
+ * The packages whose manifests are the published ones (entry points in dist/, built by `prepack`): tests use their
+ * source, as tsc and tsx do through the root tsconfig's `paths` (decision 91).
+ */
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- jest reads this file as CommonJS
+const { compilerOptions } = require('./tsconfig.json');
+const SOURCE_OF = Object.fromEntries(
+  Object.entries(compilerOptions.paths).map(([name, [file]]) => [`^${name}$`, `<rootDir>/${file.replace(/^\.\//, '')}`]),
+);
+
 const project = {
   testEnvironment: 'node',
   transform: { '^.+\\.(t|j)sx?$': ['@swc/jest', { jsc: { target: 'es2022' } }] },
   testPathIgnorePatterns: ['/node_modules/'],
+  moduleNameMapper: SOURCE_OF,
 };
 
 module.exports = {

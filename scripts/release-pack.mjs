@@ -1,25 +1,26 @@
 #!/usr/bin/env node
 /**
- * `npm run release:pack`: builds `@svc/sdk` and `@svc/cli` to plain JavaScript with type declarations and writes
- * their npm tarballs, ready for `npm install ./svc-sdk-X.tgz` or `npm publish ./svc-sdk-X.tgz`.
+ * The build of `@svc/sdk` and `@svc/cli`, for `npm pack` / `npm publish` in their folders and for `npm run release:pack`.
  *
- *   npm run release:pack                          version of packages/*\/package.json, into dist/release/
- *   npm run release:pack -- --version 1.2.0       stamps 1.2.0 on both (and on the CLI's dependency on the SDK)
- *   npm run release:pack -- --out /tmp/release    another folder
+ *   node ../../scripts/release-pack.mjs --build sdk|cli   (each package's `build`, run by its `prepack`) builds its dist/
+ *   npm run release:pack                                  both tarballs, at the manifests' version, into dist/release/
+ *   npm run release:pack -- --version 1.2.0               stamps 1.2.0 on both (and on the CLI's dependency on the SDK)
+ *   npm run release:pack -- --out /tmp/release           another folder
  *
- * In the repository the packages are TypeScript source (their manifests point at src/, so tests, tsx and the
- * bundler use the source, no build step). Each package is staged in a temporary folder: its `files` plus a built
- * dist/, and a manifest with the version stamped, `publishConfig`'s entry points (main, types, exports) applied,
- * and nothing private to the repository (private, scripts, devDependencies). Then `npm pack` packs the stage.
+ * The manifests in the repository are the published ones: their entry points (main, types, exports, bin) are in
+ * dist/, which `prepack` builds, so `npm pack` and `npm publish` in a package folder ship working JavaScript. In the
+ * repository nothing reads dist/: the root tsconfig's `paths` map the packages to their source for tsc, tsx and jest.
+ * `release:pack` is a wrapper: it builds each package the same way into its dist/, stages its `files` with a manifest
+ * without what only the repository needs (scripts, devDependencies) and with the version stamped, and packs that.
  *
  * - SDK: dist/index.mjs (ESM) and dist/index.cjs (CommonJS), bundled from src/ with esbuild; dist/browser.mjs, the
  *   browser entry, built for platform=browser (esbuild fails on any Node built-in); dist/types/ (tsc declarations,
  *   compiled against the DOM library and no Node types) and dist/index.d.mts for ESM importers. No dependency.
  * - CLI: dist/index.cjs (CommonJS, Node 20) with its npm dependencies (commander, nanospinner, @svc/sdk) left to
- *   npm; bin/svc.js runs it as `svc`; dist/types/ declares `run` and `buildProgram`.
+ *   npm; dist/svc.cjs runs it as `svc`; dist/types/ declares `run` and `buildProgram`.
  */
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,29 +37,15 @@ function argOf(name) {
 const readJson = (path) => JSON.parse(readFileSync(path, 'utf8'));
 const SEMVER = /^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/;
 
-/** The published manifest: the repository's, stamped, with publishConfig's entry points and nothing repo-only. */
-function publishedManifest(pkg, version) {
-  const manifest = { ...pkg };
-  for (const repoOnly of ['private', 'scripts', 'devDependencies', 'publishConfig']) delete manifest[repoOnly];
-  const { access, registry, tag, ...entryPoints } = pkg.publishConfig ?? {};
-  const dependencies = manifest.dependencies
-    ? Object.fromEntries(Object.entries(manifest.dependencies).map(([name, range]) => [name, name.startsWith('@svc/') ? version : range]))
-    : undefined;
-  return {
-    ...manifest,
-    version,
-    ...entryPoints,
-    ...(dependencies ? { dependencies } : {}),
-    publishConfig: Object.fromEntries(Object.entries({ access, registry, tag }).filter(([, v]) => v !== undefined)),
-  };
-}
-
-/** Copies the package's `files` (those that are not built) and README into the stage. */
-function stageFiles(pkgDir, pkg, stage) {
-  for (const entry of pkg.files ?? []) {
-    if (entry === 'dist') continue;
-    cpSync(join(pkgDir, entry), join(stage, entry), { recursive: true });
-  }
+/** The staged manifest: the repository's (already the published one), stamped, without what only the repository uses. */
+function stampedManifest(pkg, version) {
+  const manifest = { ...pkg, version };
+  for (const repoOnly of ['scripts', 'devDependencies']) delete manifest[repoOnly];
+  if (manifest.dependencies)
+    manifest.dependencies = Object.fromEntries(
+      Object.entries(manifest.dependencies).map(([name, range]) => [name, name.startsWith('@svc/') ? version : range]),
+    );
+  return manifest;
 }
 
 /** Declarations with tsc, from a throwaway tsconfig (the repository's settings, the package's entry files). */
@@ -90,14 +77,14 @@ function declarations(entries, outDir, compilerOptions) {
 
 const BANNER = (name, version) => `/* ${name} ${version} */`;
 
-async function buildSdk(stage, version) {
+async function buildSdk(dist, version) {
   const src = join(ROOT, 'packages/sdk/src');
   const common = { bundle: true, logLevel: 'warning', legalComments: 'none', banner: { js: BANNER('@svc/sdk', version) } };
   // Universal ESM (Node, Deno, Bun, bundlers): platform neutral resolves nothing Node-specific either.
   await esbuild.build({
     ...common,
     entryPoints: [join(src, 'index.ts')],
-    outfile: join(stage, 'dist/index.mjs'),
+    outfile: join(dist, 'index.mjs'),
     format: 'esm',
     platform: 'neutral',
     target: 'es2022',
@@ -105,7 +92,7 @@ async function buildSdk(stage, version) {
   await esbuild.build({
     ...common,
     entryPoints: [join(src, 'index.ts')],
-    outfile: join(stage, 'dist/index.cjs'),
+    outfile: join(dist, 'index.cjs'),
     format: 'cjs',
     platform: 'node',
     target: 'node20',
@@ -114,27 +101,27 @@ async function buildSdk(stage, version) {
   await esbuild.build({
     ...common,
     entryPoints: [join(src, 'browser.ts')],
-    outfile: join(stage, 'dist/browser.mjs'),
+    outfile: join(dist, 'browser.mjs'),
     format: 'esm',
     platform: 'browser',
     target: 'es2022',
   });
   // Declared against the DOM library and no Node types: the SDK's types need nothing of Node's either.
-  declarations([join(src, 'index.ts'), join(src, 'browser.ts')], join(stage, 'dist/types'), {
+  declarations([join(src, 'index.ts'), join(src, 'browser.ts')], join(dist, 'types'), {
     rootDir: src,
     lib: ['ES2023', 'DOM', 'DOM.Iterable'],
     types: [],
   });
   // ESM importers' types: the same declarations (index.d.ts is CommonJS-flavoured, as the package is).
-  writeFileSync(join(stage, 'dist/index.d.mts'), "export * from './types/index.js';\n");
+  writeFileSync(join(dist, 'index.d.mts'), "export * from './types/index.js';\n");
 }
 
-async function buildCli(stage, version, sdkStage) {
+async function buildCli(dist, version) {
   const src = join(ROOT, 'packages/cli/src');
   const pkg = readJson(join(ROOT, 'packages/cli/package.json'));
   await esbuild.build({
     entryPoints: [join(src, 'index.ts')],
-    outfile: join(stage, 'dist/index.cjs'),
+    outfile: join(dist, 'index.cjs'),
     bundle: true,
     format: 'cjs',
     platform: 'node',
@@ -145,36 +132,65 @@ async function buildCli(stage, version, sdkStage) {
     legalComments: 'none',
     banner: { js: BANNER('@svc/cli', version) },
   });
-  // The CLI's declarations import @svc/sdk: the SDK stage's declarations stand in for the installed package.
-  declarations([join(src, 'index.ts')], join(stage, 'dist/types'), {
-    rootDir: src,
-    types: ['node'],
-    paths: { '@svc/sdk': [join(sdkStage, 'dist/types/index.d.ts')] },
-  });
+  // The command: a launcher beside the bundle (npm links `bin` and makes it executable; so is it here for a checkout).
+  const bin = join(dist, 'svc.cjs');
+  writeFileSync(
+    bin,
+    `#!/usr/bin/env node\n${BANNER('@svc/cli', version)}\nrequire('./index.cjs')\n  .run(process.argv, process.env)\n  .then((code) => {\n    process.exitCode = code;\n  });\n`,
+  );
+  chmodSync(bin, 0o755);
+  // The CLI's declarations import @svc/sdk (kept as that specifier): its source stands in for the installed package,
+  // and the SDK's declarations emitted beside the CLI's are dropped.
+  const emitted = mkdtempSync(join(tmpdir(), 'svc-cli-dts-'));
+  try {
+    declarations([join(src, 'index.ts')], emitted, {
+      rootDir: join(ROOT, 'packages'),
+      types: ['node'],
+      paths: { '@svc/sdk': [join(ROOT, 'packages/sdk/src/index.ts')] },
+    });
+    cpSync(join(emitted, 'cli/src'), join(dist, 'types'), { recursive: true });
+  } finally {
+    rmSync(emitted, { recursive: true, force: true });
+  }
 }
 
-const PACKAGES = [
-  { key: 'sdk', dir: 'packages/sdk', build: buildSdk },
-  { key: 'cli', dir: 'packages/cli', build: buildCli },
-];
+const PACKAGES = {
+  sdk: { dir: 'packages/sdk', build: buildSdk },
+  cli: { dir: 'packages/cli', build: buildCli },
+};
+
+/**
+ * Builds one package's dist/ in its folder, from nothing (a file left by an earlier build cannot ship). The CLI's
+ * dependency on the SDK must name the SDK's version: the two are released together.
+ */
+export async function build(key, version) {
+  const { dir, build: buildPackage } = PACKAGES[key] ?? {};
+  if (!dir) throw new Error(`unknown package ${key}: one of ${Object.keys(PACKAGES).join(', ')}`);
+  const pkg = readJson(join(ROOT, dir, 'package.json'));
+  const sdkVersion = readJson(join(ROOT, PACKAGES.sdk.dir, 'package.json')).version;
+  const wanted = pkg.dependencies?.['@svc/sdk'];
+  if (wanted !== undefined && wanted !== sdkVersion)
+    throw new Error(`${pkg.name} depends on @svc/sdk ${wanted} but packages/sdk is ${sdkVersion}: give both the same version`);
+  const dist = join(ROOT, dir, 'dist');
+  rmSync(dist, { recursive: true, force: true });
+  await buildPackage(dist, version ?? pkg.version);
+  return pkg;
+}
 
 export async function releasePack({ version: wanted, out = join(ROOT, 'dist/release') } = {}) {
+  if (wanted !== undefined && !SEMVER.test(wanted)) throw new Error(`not a semantic version: ${wanted}`);
   const outDir = resolve(out);
   mkdirSync(outDir, { recursive: true });
   const stageRoot = mkdtempSync(join(tmpdir(), 'svc-release-'));
-  const stages = {};
   const tarballs = {};
   try {
-    for (const p of PACKAGES) {
-      const pkgDir = join(ROOT, p.dir);
-      const pkg = readJson(join(pkgDir, 'package.json'));
+    for (const [key, { dir }] of Object.entries(PACKAGES)) {
+      const pkg = await build(key, wanted);
       const version = wanted ?? pkg.version;
-      if (!SEMVER.test(version)) throw new Error(`not a semantic version: ${version}`);
-      const stage = (stages[p.key] = join(stageRoot, p.key));
+      const stage = join(stageRoot, key);
       mkdirSync(stage, { recursive: true });
-      stageFiles(pkgDir, pkg, stage);
-      await p.build(stage, version, stages.sdk);
-      writeFileSync(join(stage, 'package.json'), `${JSON.stringify(publishedManifest(pkg, version), null, 2)}\n`);
+      for (const entry of pkg.files ?? []) cpSync(join(ROOT, dir, entry), join(stage, entry), { recursive: true });
+      writeFileSync(join(stage, 'package.json'), `${JSON.stringify(stampedManifest(pkg, version), null, 2)}\n`);
       const packed = JSON.parse(
         execFileSync('npm', ['pack', '--json', '--pack-destination', outDir], {
           cwd: stage,
@@ -183,7 +199,7 @@ export async function releasePack({ version: wanted, out = join(ROOT, 'dist/rele
         }),
       )[0];
       const file = join(outDir, packed.filename);
-      tarballs[p.key] = {
+      tarballs[key] = {
         name: packed.name,
         version: packed.version,
         file,
@@ -198,17 +214,21 @@ export async function releasePack({ version: wanted, out = join(ROOT, 'dist/rele
   return tarballs;
 }
 
+const main = () => {
+  const only = argOf('--build');
+  if (only) return build(only).then(() => undefined);
+  return releasePack({ version: argOf('--version'), out: argOf('--out') }).then((tarballs) => {
+    for (const t of Object.values(tarballs))
+      process.stdout.write(
+        `${t.name}@${t.version}: ${t.file} (${(t.size / 1024).toFixed(1)} KiB packed, ${(t.unpackedSize / 1024).toFixed(1)} KiB unpacked, ${t.files.length} files)\n`,
+      );
+    if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(tarballs)}\n`);
+  });
+};
+
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  releasePack({ version: argOf('--version'), out: argOf('--out') })
-    .then((tarballs) => {
-      for (const t of Object.values(tarballs))
-        process.stdout.write(
-          `${t.name}@${t.version}: ${t.file} (${(t.size / 1024).toFixed(1)} KiB packed, ${(t.unpackedSize / 1024).toFixed(1)} KiB unpacked, ${t.files.length} files)\n`,
-        );
-      if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(tarballs)}\n`);
-    })
-    .catch((err) => {
-      process.stderr.write(`release:pack failed: ${err.stack ?? err}\n`);
-      process.exit(1);
-    });
+  main().catch((err) => {
+    process.stderr.write(`release-pack failed: ${err.stack ?? err}\n`);
+    process.exit(1);
+  });
 }

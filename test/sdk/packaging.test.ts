@@ -1,6 +1,7 @@
 /**
- * The SDK and the CLI as a user outside this repository gets them: `npm run release:pack` writes both tarballs, npm
- * installs them into a fresh folder outside the repository (their npm dependencies from the registry), and plain
+ * The SDK and the CLI as a user outside this repository gets them: `npm pack` in each package folder (as `npm publish`
+ * does: `prepack` builds dist/) writes both tarballs, npm installs them into a fresh folder outside the repository
+ * (their npm dependencies from the registry), and plain
  * JavaScript uses them against the running system: an ES module and a CommonJS script list projects and stream a chat
  * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, and TypeScript
  * type-checks against the shipped declarations in both module systems. No TypeScript runs: the packages hold none.
@@ -17,7 +18,7 @@ import { startStack, type Stack } from '../helpers/stack';
 jest.setTimeout(150_000);
 
 const ROOT = resolve(__dirname, '../..');
-const VERSION = `0.1.0-pack.${Date.now()}`;
+const VERSION: string = JSON.parse(readFileSync(join(ROOT, 'packages/sdk/package.json'), 'utf8')).version;
 
 interface Run {
   code: number;
@@ -49,11 +50,22 @@ function filesUnder(dir: string): string[] {
   return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) => statSync(join(dir, f)).isFile());
 }
 
+/** Every file a manifest names as an entry point (main, module, types, exports, bin). */
+function entryPoints(manifest: Record<string, any>): string[] {
+  const found: string[] = [];
+  const walk = (v: unknown): void => {
+    if (typeof v === 'string') found.push(v);
+    else if (v && typeof v === 'object') Object.values(v).forEach(walk);
+  };
+  walk([manifest.main, manifest.module, manifest.types, manifest.exports, manifest.bin]);
+  return [...new Set(found.filter(Boolean))];
+}
+
 let stack: Stack;
 let llm: FakeProviderServer;
 let work: string;
 let app: string;
-let tarballs: Record<'sdk' | 'cli', { name: string; version: string; file: string; size: number; files: string[] }>;
+let tarballs: Record<'sdk' | 'cli', { name: string; version: string; file: string; files: string[] }>;
 let env: Record<string, string>;
 let email: string;
 
@@ -61,17 +73,29 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'svc-packaging-'));
   app = join(work, 'app');
   expect(relative(ROOT, app).startsWith('..')).toBe(true); // outside the repository: no workspace, no node_modules above
-  const [packed] = await Promise.all([
-    run(process.execPath, [join(ROOT, 'scripts/release-pack.mjs'), '--version', VERSION, '--out', join(work, 'release'), '--json'], {
-      cwd: ROOT,
-      timeoutMs: 90_000,
-    }),
+  // `npm pack` in each folder, the SDK first (the CLI's declarations are checked against its source), while the stack starts.
+  const release = join(work, 'release');
+  mkdirSync(release);
+  const pack = async (dir: string) => {
+    const out = ok(await run('npm', ['pack', '--json', '--pack-destination', release], { cwd: join(ROOT, dir), timeoutMs: 90_000 }));
+    // npm prints the prepack script's output before the JSON.
+    const [packed] = JSON.parse(out.slice(out.indexOf('[\n')));
+    return {
+      name: packed.name,
+      version: packed.version,
+      file: join(release, packed.filename),
+      files: packed.files.map((f: { path: string }) => f.path),
+    };
+  };
+  await Promise.all([
+    (async () => {
+      tarballs = { sdk: await pack('packages/sdk'), cli: await pack('packages/cli') };
+    })(),
     (async () => {
       llm = await startFakeOpenAI({ apiKey: 'sk-pack' });
       stack = await startStack();
     })(),
   ]);
-  tarballs = JSON.parse(ok(packed).trim().split('\n').pop()!);
 
   // A fresh project that installs both tarballs, as a user would.
   mkdirSync(app);
@@ -101,7 +125,7 @@ afterAll(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-it('packs both packages with the stamped version: JavaScript and declarations, no TypeScript source', () => {
+it('packs both packages: JavaScript and declarations, no TypeScript source, entry points in dist/', () => {
   expect(tarballs.sdk).toMatchObject({ name: '@svc/sdk', version: VERSION });
   expect(tarballs.cli).toMatchObject({ name: '@svc/cli', version: VERSION });
   for (const t of Object.values(tarballs)) {
@@ -111,16 +135,27 @@ it('packs both packages with the stamped version: JavaScript and declarations, n
   expect(tarballs.sdk.files).toEqual(
     expect.arrayContaining(['dist/index.mjs', 'dist/index.cjs', 'dist/browser.mjs', 'dist/types/index.d.ts', 'dist/index.d.mts']),
   );
-  expect(tarballs.cli.files).toEqual(expect.arrayContaining(['bin/svc.js', 'dist/index.cjs', 'dist/types/index.d.ts']));
+  expect(tarballs.cli.files).toEqual(expect.arrayContaining(['dist/svc.cjs', 'dist/index.cjs', 'dist/types/index.d.ts']));
+  expect(tarballs.cli.files.filter((f) => !f.startsWith('dist/'))).toEqual(expect.arrayContaining(['package.json', 'README.md']));
 
   const sdk = JSON.parse(readFileSync(join(app, 'node_modules/@svc/sdk/package.json'), 'utf8'));
   const cli = JSON.parse(readFileSync(join(app, 'node_modules/@svc/cli/package.json'), 'utf8'));
   expect(sdk).toMatchObject({ version: VERSION, license: expect.any(String), files: expect.any(Array) });
-  expect(sdk.private).toBeUndefined();
-  expect(sdk.exports['.']).toMatchObject({ import: { default: './dist/index.mjs' }, require: { default: './dist/index.cjs' } });
+  // Publishable as it is (npm publish refuses a private package), every entry point built.
+  expect([sdk.private, cli.private]).toEqual([undefined, undefined]);
+  expect(sdk.exports['.']).toMatchObject({
+    import: { types: './dist/index.d.mts', default: './dist/index.mjs' },
+    require: { types: './dist/types/index.d.ts', default: './dist/index.cjs' },
+  });
+  for (const [name, manifest] of [
+    ['sdk', sdk],
+    ['cli', cli],
+  ])
+    for (const target of entryPoints(manifest))
+      expect([name, target, existsSync(join(app, 'node_modules/@svc', name, target))]).toEqual([name, target, true]);
   // One runtime dependency: the SSE parser the whole repository shares (browser-safe, no dependencies of its own).
   expect(sdk.dependencies ?? {}).toEqual({ 'eventsource-parser': '3.1.1' });
-  expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'bin/svc.js' }, dependencies: { '@svc/sdk': VERSION } });
+  expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'dist/svc.cjs' }, dependencies: { '@svc/sdk': VERSION } });
   // One SDK, the installed tarball, serves the app and the CLI; no TypeScript runner came along.
   expect(existsSync(join(app, 'node_modules/@svc/cli/node_modules/@svc/sdk'))).toBe(false);
   expect(existsSync(join(app, 'node_modules/tsx'))).toBe(false);
@@ -178,7 +213,7 @@ main();
   });
 });
 
-it('npx svc runs the installed CLI: whoami, and the stamped version', async () => {
+it('npx svc runs the installed CLI: whoami, and its version', async () => {
   const me = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'whoami', '--json'], { cwd: app, env })));
   expect(me).toMatchObject({ user: { email }, tenant: { name: 'Pack Co' }, credential: { type: 'api_key' } });
   expect(ok(await run('npx', ['--no', '--', 'svc', '--version'], { cwd: app, env })).trim()).toBe(VERSION);

@@ -149,6 +149,9 @@ it('drives every endpoint through the SDK', async () => {
     (deliveries = await sdk.listWebhookDeliveries({ params: { id: hook.id } })).some((d) => d.status === 'succeeded'),
   );
   await sdk.retryWebhookDelivery({ params: { id: hook.id, deliveryId: deliveries[0].id } });
+  const newSecret = await sdk.rotateWebhookSecret({ params: { id: hook.id }, body: { graceHours: 1 } });
+  expect(newSecret.secret).toMatch(/^whsec_/);
+  expect(Date.parse(newSecret.graceEndsAt!)).toBeGreaterThan(Date.now());
 
   // Events: the catalogue, the log, one event, what the webhook missed, and a recovery.
   expect((await sdk.listEventTypes()).map((t) => t.type)).toContain('project.deleted');

@@ -1,7 +1,7 @@
 /**
  * `/docs`, the API reference (CONTRACT.md 7): public, every operation of the OpenAPI document (`/api/v1/openapi.json`)
  * rendered by Swagger UI (swagger-ui-dist: no CDN), with its schemas, generated examples and auth schemes, plus the
- * error codes and the SDK and CLI quick starts.
+ * error codes, the SDK and CLI quick starts and how to verify a webhook delivery.
  *
  * Its files are built, not read here: scripts/build-docs.mjs copies Swagger UI's bundle and stylesheet and this
  * page's script and stylesheet (`assets/`: the accessibility mends and colours, decision 81) into gateway/public/docs
@@ -14,6 +14,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ERROR_CODES, type ErrorCode } from '@svc/kit';
+import { VERIFY_WEBHOOK_NOTES, VERIFY_WEBHOOK_TS } from './webhook-verification';
 
 export const DOCS_CSP = [
   "default-src 'none'",
@@ -45,6 +46,8 @@ const ERROR_MEANINGS: Record<ErrorCode, string> = {
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ESCAPES[c]);
+/** Escaped text with its code spans (between backticks, written \x60 here) as <code>. */
+const inline = (s: string) => esc(s).replace(/\x60([^\x60]+)\x60/g, '<code>$1</code>');
 
 const SDK_QUICK_START = `mkdir hello-svc && cd hello-svc && npm init -y
 npm install /path/to/svc/dist/release/svc-sdk-0.1.0.tgz   # from npm run release:pack (or: npm install @svc/sdk)
@@ -92,6 +95,7 @@ export function docsPage(origin: string): string {
 <li><a href="#sdk-quick-start" class="noZensmooth">SDK quick start</a></li>
 <li><a href="#cli-quick-start" class="noZensmooth">CLI quick start</a></li>
 <li><a href="#authentication" class="noZensmooth">Authentication</a></li>
+<li><a href="#verifying-webhooks" class="noZensmooth">Verifying webhooks</a></li>
 <li><a href="#error-codes" class="noZensmooth">Error codes</a></li>
 <li><a href="/api/v1/openapi.json">OpenAPI document (JSON)</a></li>
 <li><a href="/">Console</a></li>
@@ -124,6 +128,14 @@ on every command.</p>
 <code>svc_cli_…</code>, …, created under Settings, API keys) or an access token from
 <code>POST /api/v1/auth/login</code>. The console's pages use the <code>svc_session</code> cookie instead. Use
 <em>Authorize</em> below to try operations with a key; calls made here never send the console's cookie.</p>
+</section>
+<section aria-labelledby="verifying-webhooks">
+<h2 id="verifying-webhooks">Verifying webhooks</h2>
+<ul>
+${VERIFY_WEBHOOK_NOTES.map((n) => `<li>${inline(n)}</li>`).join('\n')}
+</ul>
+<p>A receiver in TypeScript with the <code>standardwebhooks</code> package:</p>
+<pre tabindex="0"><code>${esc(VERIFY_WEBHOOK_TS)}</code></pre>
 </section>
 <section aria-labelledby="error-codes">
 <h2 id="error-codes">Error codes</h2>

@@ -44,6 +44,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
     (paths[path] ??= {})[r.method.toLowerCase()] = {
       operationId: r.operationId,
       summary: r.summary,
+      ...(r.description ? { description: r.description } : {}),
       tags: [r.tag],
       ...(policy.authenticate ? {} : { security: [] }),
       ...(parameters.length ? { parameters } : {}),

@@ -32,6 +32,8 @@ export interface RouteSpec {
   operationId: string;
   access: PolicyName;
   summary: string;
+  /** Longer documentation of the operation (CommonMark), shown under it in the OpenAPI document and /docs. */
+  description?: string;
   tag: string;
   body?: TSchema;
   /** The body may be left out; it is then validated as `{}` (an action with optional parameters). */
@@ -131,11 +133,12 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       querystring: spec.query ?? NO_QUERY,
       ...(spec.params ? { params: spec.params } : {}),
     },
-    // Runs before validation: a left-out body is checked (and handled) as an empty object.
+    // Runs before validation: a left-out body is checked (and handled) as an empty object; a JSON `null` is a body,
+    // and refused as one that is not an object.
     ...(spec.optionalBody
       ? {
           preValidation: (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
-            request.body ??= {};
+            if (request.body === undefined) request.body = {};
             done();
           },
         }

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
+import { VERIFY_WEBHOOK_MARKDOWN } from '../docs/webhook-verification';
 import { pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -40,8 +41,26 @@ const Delivery = Obj({
 const Fields = {
   url: Str(1, 2048, { description: 'http(s) address that receives the events' }),
   events: Type.Array(Str(1, 100), { minItems: 1, maxItems: 50, description: `Event names: ${PUBLIC_EVENT_TYPES.join(', ')}` }),
-  secret: Str(8, 512, { description: 'Shared secret: the signature key (its UTF-8 bytes); never returned' }),
+  secret: Str(8, 512, {
+    description:
+      'Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes)',
+  }),
 };
+
+const GeneratedSecret = Type.String({
+  description: 'A generated `whsec_<base64 of 32 random bytes>` secret: shown this once, never again',
+  pattern: '^whsec_[A-Za-z0-9+/]{43}=$',
+});
+
+const CreatedWebhook = Type.Intersect([
+  Webhook,
+  Obj({
+    secret: Type.Optional({
+      ...GeneratedSecret,
+      description: 'Present when the request gave no secret: the generated one, shown this once',
+    }),
+  }),
+]);
 
 const DeliveryParams = Obj({ id: Str(1, 100), deliveryId: Str(1, 100) });
 
@@ -88,11 +107,15 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     operationId: 'createWebhook',
     access: 'unscoped',
     tag: 'webhooks',
-    summary: 'Register a webhook',
+    summary: 'Register a webhook; without a `secret`, one is generated and returned once',
+    description: VERIFY_WEBHOOK_MARKDOWN,
     status: 201,
-    body: Obj({ url: Fields.url, events: Fields.events, secret: Fields.secret }),
-    response: Webhook,
-    handler: async ({ body, call }) => webhookView((await webhooks.createWebhook(body, call)).webhook!),
+    body: Obj({ url: Fields.url, events: Fields.events, secret: Type.Optional(Fields.secret) }),
+    response: CreatedWebhook,
+    handler: async ({ body, call }) => {
+      const res = await webhooks.createWebhook({ url: body.url, events: body.events, secret: body.secret ?? '' }, call);
+      return { ...webhookView(res.webhook!), ...(res.secret ? { secret: res.secret } : {}) };
+    },
   });
 
   route(app, {
@@ -154,6 +177,36 @@ export function webhookRoutes(app: FastifyInstance, deps: GatewayDeps): void {
           )
         ).webhook!,
       ),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/webhooks/:id/rotate-secret',
+    operationId: 'rotateWebhookSecret',
+    access: 'unscoped',
+    tag: 'webhooks',
+    summary: 'Generate a new secret (returned once); the previous one also signs until the grace period ends',
+    description: VERIFY_WEBHOOK_MARKDOWN,
+    params: IdParams,
+    optionalBody: true,
+    body: Obj({
+      graceHours: Type.Optional(
+        Type.Number({
+          minimum: 0,
+          maximum: 168,
+          default: 24,
+          description: 'Hours the previous secret keeps signing beside the new one (fractions allowed); 0: it stops at once',
+        }),
+      ),
+    }),
+    response: Obj({
+      secret: GeneratedSecret,
+      graceEndsAt: Nullable(Timestamp, { description: 'When the previous secret stops signing; null when it stopped at once' }),
+    }),
+    handler: async ({ params, body, call }) => {
+      const res = await webhooks.rotateWebhookSecret({ id: params.id, graceHours: body.graceHours }, call);
+      return { secret: res.secret, graceEndsAt: res.graceEndsAt || null };
+    },
   });
 
   route(app, {

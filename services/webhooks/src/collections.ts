@@ -7,6 +7,13 @@ export interface WebhookDoc {
   events: string[];
   /** The caller's secret, sealed with the runtime's SecretBox; never returned. */
   secretSealed: string;
+  /**
+   * Set as a Standard Webhooks secret (`whsec_<base64>`): the HMAC is keyed with the decoded bytes. Absent or false:
+   * with the secret's UTF-8 bytes (every secret set before Standard Webhooks keying, whatever its form).
+   */
+  secretWhsec?: boolean;
+  /** The secret a rotation replaced, sealed too, signing beside the current one until `until`; null or absent: none. */
+  previousSecret?: PreviousSecret | null;
   active: boolean;
   /** Why the service disabled it; null when active or disabled by the user. */
   disabledReason: string | null;
@@ -14,6 +21,13 @@ export interface WebhookDoc {
   failingSince: string | null;
   createdAt: string;
   updatedAt: string;
+}
+
+export interface PreviousSecret {
+  sealed: string;
+  whsec: boolean;
+  /** The end of the grace period (ISO 8601, the rotating replica's clock). */
+  until: string;
 }
 
 export interface AttemptDoc {

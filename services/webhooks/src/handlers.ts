@@ -6,6 +6,7 @@ import type { EventLog, Window } from './event-log';
 import { enqueue, enqueueExisting } from './fanout';
 import { eventBody } from './payload';
 import { recover } from './recover';
+import { generateSecret, sealSecret } from './secrets';
 import { Checks } from './validate';
 import { toDelivery, toStoredEvent, toWebhook } from './views';
 
@@ -38,7 +39,9 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
       const { auth } = authed(ctx, 'unscoped');
       const c = new Checks();
       const events = c.events(req.events);
-      const secret = c.secret(req.secret);
+      // No secret given: one is generated, and returned this once.
+      const generated = req.secret ? null : generateSecret();
+      const secret = generated ?? c.secret(req.secret);
       const url = await c.url(req.url, policy);
       c.done();
       const now = nowIso();
@@ -47,7 +50,7 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
         tenantId: auth.tid,
         url,
         events,
-        secretSealed: box.encrypt(secret),
+        ...sealSecret(box, secret),
         active: true,
         disabledReason: null,
         failingSince: null,
@@ -58,7 +61,7 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
         await places.take();
         await tx.collection(webhooks).insert(doc);
       });
-      return { webhook: toWebhook(doc) };
+      return { webhook: toWebhook(doc), secret: generated ?? '' };
     },
 
     async listWebhooks(req: webhooksV1.ListWebhooksRequest, ctx: CallContext): Promise<webhooksV1.ListWebhooksResponse> {
@@ -78,7 +81,8 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
       const c = new Checks();
       const patch: Partial<WebhookDoc> = { updatedAt: nowIso() };
       if (req.setEvents) patch.events = c.events(req.events);
-      if (req.secret !== undefined) patch.secretSealed = box.encrypt(c.secret(req.secret));
+      // A secret set by hand replaces the current one at once, and ends a rotation's grace period.
+      if (req.secret !== undefined) Object.assign(patch, sealSecret(box, c.secret(req.secret)), { previousSecret: null });
       if (req.url !== undefined) patch.url = await c.url(req.url, policy);
       c.done();
       // Enabling again starts with a clean record; disabling by hand carries no service reason.
@@ -95,6 +99,31 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
       if (!updated) throw errors.notFound('webhook', req.id);
       if (announced) onOutbox();
       return { webhook: toWebhook(updated) };
+    },
+
+    async rotateWebhookSecret(
+      req: webhooksV1.RotateWebhookSecretRequest,
+      ctx: CallContext,
+    ): Promise<webhooksV1.RotateWebhookSecretResponse> {
+      const { auth } = authed(ctx, 'unscoped');
+      const c = new Checks();
+      const graceMs = c.graceMs(req.graceHours);
+      c.done();
+      const secret = generateSecret();
+      // A compare-and-set on the secret read: of two rotations at once, the second builds on the first (whose secret
+      // becomes the previous one) instead of both keeping the same previous secret and one new secret being lost.
+      for (let attempt = 1; ; attempt++) {
+        const before = await own(req.id, auth.tid);
+        const graceEndsAt = graceMs > 0 ? new Date(Date.now() + graceMs).toISOString() : null;
+        const previousSecret = graceEndsAt ? { sealed: before.secretSealed, whsec: before.secretWhsec === true, until: graceEndsAt } : null;
+        const updated = await hooks.update(
+          req.id,
+          { tenantId: auth.tid, secretSealed: before.secretSealed },
+          { ...sealSecret(box, secret), previousSecret, updatedAt: nowIso() },
+        );
+        if (updated) return { secret, graceEndsAt: graceEndsAt ?? '' };
+        if (attempt === 3) throw errors.conflict('The secret is being changed by another request; try again');
+      }
     },
 
     async deleteWebhook(req: webhooksV1.DeleteWebhookRequest, ctx: CallContext): Promise<webhooksV1.DeleteWebhookResponse> {

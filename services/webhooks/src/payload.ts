@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import type { eventsV1 } from '@svc/proto';
+import { keysAt, type SigningKeys } from './secrets';
 
 /**
  * The JSON form of `events.v1.Event` that receivers get: `{id, type, createdAt, tenantId, data}`, with `data` in
@@ -84,21 +85,24 @@ function dataOf(data: eventsV1.Event['data']): object {
   }
 }
 
-/** Standard Webhooks signature: `v1,` + base64 HMAC-SHA256 of `${id}.${timestamp}.${body}`, keyed with the secret's UTF-8 bytes. */
-export function sign(secret: string, id: string, timestamp: number, body: string): string {
-  return `v1,${createHmac('sha256', Buffer.from(secret, 'utf8')).update(`${id}.${timestamp}.${body}`).digest('base64')}`;
+/**
+ * Standard Webhooks signatures: `v1,` + base64 HMAC-SHA256 of `${id}.${timestamp}.${body}` under each key that signs
+ * at this moment (the current secret's first), space-separated.
+ */
+export function signatures(keys: Buffer[], id: string, timestamp: number, body: string): string {
+  return keys.map((key) => `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')}`).join(' ');
 }
 
 export const USER_AGENT = 'svc-webhooks/1.0';
 
 /** The headers of one attempt; `webhook-id` is the event id, the same on every retry. */
-export function deliveryHeaders(secret: string, eventId: string, body: string, now = Date.now()): Record<string, string> {
+export function deliveryHeaders(keys: SigningKeys, eventId: string, body: string, now = Date.now()): Record<string, string> {
   const timestamp = Math.floor(now / 1000);
   return {
     'content-type': 'application/json',
     'user-agent': USER_AGENT,
     'webhook-id': eventId,
     'webhook-timestamp': String(timestamp),
-    'webhook-signature': sign(secret, eventId, timestamp, body),
+    'webhook-signature': signatures(keysAt(keys, now), eventId, timestamp, body),
   };
 }

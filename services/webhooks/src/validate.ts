@@ -1,5 +1,6 @@
 import { EgressError, errors, parseIsoInstant, resolveAndCheck, type EgressPolicy, type FieldError, type IsoInstant } from '@svc/kit';
 import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
+import { GRACE_HOURS, whsecProblem } from './secrets';
 
 export const LIMITS = { url: 2048, secretMin: 8, secretMax: 512 } as const;
 const KNOWN = new Set<string>(PUBLIC_EVENT_TYPES);
@@ -57,7 +58,18 @@ export class Checks {
   secret(value: string): string {
     if (value.length < LIMITS.secretMin || value.length > LIMITS.secretMax)
       this.problems.push({ field: 'secret', message: `must be ${LIMITS.secretMin} to ${LIMITS.secretMax} characters` });
+    else {
+      const problem = whsecProblem(value);
+      if (problem) this.fail('secret', problem);
+    }
     return value;
+  }
+
+  /** A rotation's grace period in milliseconds: 0 to GRACE_HOURS.max hours, fractions allowed; absent: the default. */
+  graceMs(hours: number | undefined): number {
+    const h = hours ?? GRACE_HOURS.default;
+    if (!Number.isFinite(h) || h < 0 || h > GRACE_HOURS.max) this.fail('graceHours', `must be 0 to ${GRACE_HOURS.max} hours`);
+    return Math.round(h * 3_600_000);
   }
 
   done(): void {

@@ -31,6 +31,7 @@ import {
 import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';
 import { deliveryHeaders } from './payload';
+import { signingKeys, type SigningKeys } from './secrets';
 
 interface PendingWrite {
   fn: (tx: StoreSession) => Promise<unknown>;
@@ -290,7 +291,7 @@ export class DeliveryWorker {
       try {
         // Read per batch so that a PATCH (URL, secret, active) applies from the next batch on.
         let hook = await store.collection(webhooks).get(webhookId);
-        let secret = hook ? this.o.box.decrypt(hook.secretSealed) : '';
+        const keys = hook ? signingKeys(this.o.box, hook) : null;
         for (const { id } of claimed) {
           if (!this.running) {
             stopped = true;
@@ -298,9 +299,8 @@ export class DeliveryWorker {
           }
           const item = held.get(id);
           if (!item) continue; // taken over meanwhile (this process stalled): the other one sends it
-          hook = await this.deliver(item, hook, secret);
+          hook = await this.deliver(item, hook, keys);
           held.delete(id);
-          if (hook === null) secret = '';
         }
       } finally {
         await beats.stop();
@@ -372,10 +372,10 @@ export class DeliveryWorker {
   }
 
   /** One attempt of one delivery; returns the registration as it is afterwards (null when it is gone). */
-  private async deliver(item: QueueDoc, hook: WebhookDoc | null, secret: string): Promise<WebhookDoc | null> {
+  private async deliver(item: QueueDoc, hook: WebhookDoc | null, keys: SigningKeys | null): Promise<WebhookDoc | null> {
     const { store } = this.o;
     const d = await store.collection(deliveries).get(item.id);
-    if (!d || d.status !== 'pending' || !hook) {
+    if (!d || d.status !== 'pending' || !hook || !keys) {
       await store.collection(queue).delete(item.id, claimOf(item));
       return hook;
     }
@@ -387,7 +387,7 @@ export class DeliveryWorker {
       });
       return hook;
     }
-    const outcome = await this.send(hook.url, secret, d);
+    const outcome = await this.send(hook.url, keys, d);
     if (outcome === null) {
       await this.unclaim(item); // aborted by stop(): not an attempt, sent again on the next start
       return hook;
@@ -396,7 +396,7 @@ export class DeliveryWorker {
   }
 
   /** POSTs the delivery; null when aborted by stop(). */
-  private async send(url: string, secret: string, d: DeliveryDoc): Promise<Outcome | null> {
+  private async send(url: string, keys: SigningKeys, d: DeliveryDoc): Promise<Outcome | null> {
     const at = nowIso();
     const started = performance.now();
     let statusCode = 0;
@@ -405,7 +405,7 @@ export class DeliveryWorker {
     try {
       const res = await this.request(url, {
         method: 'POST',
-        headers: deliveryHeaders(secret, d.eventId, d.body),
+        headers: deliveryHeaders(keys, d.eventId, d.body),
         body: d.body,
         signal: this.abort.signal,
       });

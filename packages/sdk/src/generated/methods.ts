@@ -100,6 +100,13 @@ export const OPERATIONS = {
   getWebhook: { method: 'GET', path: '/api/v1/webhooks/{id}', pathParams: ['id'], access: 'unscoped', stream: false },
   updateWebhook: { method: 'PATCH', path: '/api/v1/webhooks/{id}', pathParams: ['id'], access: 'unscoped', stream: false },
   deleteWebhook: { method: 'DELETE', path: '/api/v1/webhooks/{id}', pathParams: ['id'], access: 'unscoped', stream: false },
+  rotateWebhookSecret: {
+    method: 'POST',
+    path: '/api/v1/webhooks/{id}/rotate-secret',
+    pathParams: ['id'],
+    access: 'unscoped',
+    stream: false,
+  },
   listWebhookDeliveries: { method: 'GET', path: '/api/v1/webhooks/{id}/deliveries', pathParams: ['id'], access: 'unscoped', stream: false },
   testWebhook: { method: 'POST', path: '/api/v1/webhooks/{id}/test', pathParams: ['id'], access: 'unscoped', stream: false },
   recoverWebhook: { method: 'POST', path: '/api/v1/webhooks/{id}/recover', pathParams: ['id'], access: 'unscoped', stream: false },
@@ -502,7 +509,7 @@ export abstract class GeneratedMethods {
     return this.call('refreshMcpServer', input, options);
   }
 
-  /** Register a webhook (`POST /api/v1/webhooks`) */
+  /** Register a webhook; without a `secret`, one is generated and returned once (`POST /api/v1/webhooks`) */
   createWebhook(input: Input<'createWebhook'>, options?: CallOptions): Promise<Output<'createWebhook'>> {
     return this.call('createWebhook', input, options);
   }
@@ -525,6 +532,11 @@ export abstract class GeneratedMethods {
   /** Delete a webhook and its deliveries (`DELETE /api/v1/webhooks/{id}`) */
   deleteWebhook(input: Input<'deleteWebhook'>, options?: CallOptions): Promise<Output<'deleteWebhook'>> {
     return this.call('deleteWebhook', input, options);
+  }
+
+  /** Generate a new secret (returned once); the previous one also signs until the grace period ends (`POST /api/v1/webhooks/{id}/rotate-secret`) */
+  rotateWebhookSecret(input: Input<'rotateWebhookSecret'>, options?: CallOptions): Promise<Output<'rotateWebhookSecret'>> {
+    return this.call('rotateWebhookSecret', input, options);
   }
 
   /** Deliveries of a webhook with every attempt, newest first (`GET /api/v1/webhooks/{id}/deliveries`) */

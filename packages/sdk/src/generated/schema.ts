@@ -658,7 +658,41 @@ export interface paths {
     /** Webhooks, newest first */
     get: operations['listWebhooks'];
     put?: never;
-    /** Register a webhook */
+    /**
+     * Register a webhook; without a `secret`, one is generated and returned once
+     * @description - Each delivery carries `webhook-id`, `webhook-timestamp` and `webhook-signature` (Standard Webhooks).
+     *     - A `whsec_<base64>` secret keys the HMAC with its decoded bytes, so `new Webhook(secret)` verifies with no options.
+     *     - Any other secret (one chosen before `whsec_` secrets) keys it with its UTF-8 bytes: `new Webhook(new TextEncoder().encode(secret), { format: 'raw' })`.
+     *     - During a rotation’s grace period `webhook-signature` holds one signature per secret (`v1,<new> v1,<old>`), so a receiver with either secret verifies.
+     *
+     *     Verifying a delivery in TypeScript with the `standardwebhooks` package:
+     *
+     *     ```ts
+     *     // npm install standardwebhooks
+     *     import { createServer } from 'node:http';
+     *     import { Webhook } from 'standardwebhooks';
+     *
+     *     // The secret POST /webhooks (or rotate-secret) returned: whsec_...
+     *     const wh = new Webhook(process.env.WEBHOOK_SECRET!);
+     *
+     *     createServer((req, res) => {
+     *       let body = '';
+     *       req.setEncoding('utf8');
+     *       req.on('data', (chunk: string) => (body += chunk));
+     *       req.on('end', () => {
+     *         try {
+     *           // Checks webhook-signature over the raw body, and that webhook-timestamp is within 5 minutes.
+     *           const event = wh.verify(body, req.headers as Record<string, string>) as { id: string; type: string };
+     *           // event.id (the webhook-id header) is the same on every retry: handle each id once.
+     *           console.log(event.type, event.id);
+     *           res.writeHead(204).end();
+     *         } catch {
+     *           res.writeHead(400).end();
+     *         }
+     *       });
+     *     }).listen(3000);
+     *     ```
+     */
     post: operations['createWebhook'];
     delete?: never;
     options?: never;
@@ -683,6 +717,57 @@ export interface paths {
     head?: never;
     /** Change a webhook; `active: true` enables a disabled one again */
     patch: operations['updateWebhook'];
+    trace?: never;
+  };
+  '/api/v1/webhooks/{id}/rotate-secret': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Generate a new secret (returned once); the previous one also signs until the grace period ends
+     * @description - Each delivery carries `webhook-id`, `webhook-timestamp` and `webhook-signature` (Standard Webhooks).
+     *     - A `whsec_<base64>` secret keys the HMAC with its decoded bytes, so `new Webhook(secret)` verifies with no options.
+     *     - Any other secret (one chosen before `whsec_` secrets) keys it with its UTF-8 bytes: `new Webhook(new TextEncoder().encode(secret), { format: 'raw' })`.
+     *     - During a rotation’s grace period `webhook-signature` holds one signature per secret (`v1,<new> v1,<old>`), so a receiver with either secret verifies.
+     *
+     *     Verifying a delivery in TypeScript with the `standardwebhooks` package:
+     *
+     *     ```ts
+     *     // npm install standardwebhooks
+     *     import { createServer } from 'node:http';
+     *     import { Webhook } from 'standardwebhooks';
+     *
+     *     // The secret POST /webhooks (or rotate-secret) returned: whsec_...
+     *     const wh = new Webhook(process.env.WEBHOOK_SECRET!);
+     *
+     *     createServer((req, res) => {
+     *       let body = '';
+     *       req.setEncoding('utf8');
+     *       req.on('data', (chunk: string) => (body += chunk));
+     *       req.on('end', () => {
+     *         try {
+     *           // Checks webhook-signature over the raw body, and that webhook-timestamp is within 5 minutes.
+     *           const event = wh.verify(body, req.headers as Record<string, string>) as { id: string; type: string };
+     *           // event.id (the webhook-id header) is the same on every retry: handle each id once.
+     *           console.log(event.type, event.id);
+     *           res.writeHead(204).end();
+     *         } catch {
+     *           res.writeHead(400).end();
+     *         }
+     *       });
+     *     }).listen(3000);
+     *     ```
+     */
+    post: operations['rotateWebhookSecret'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
     trace?: never;
   };
   '/api/v1/webhooks/{id}/deliveries': {
@@ -4851,8 +4936,8 @@ export interface operations {
           url: string;
           /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events: string[];
-          /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
-          secret: string;
+          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes) */
+          secret?: string;
         };
       };
     };
@@ -4874,6 +4959,9 @@ export interface operations {
               createdAt: string;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               updatedAt: string;
+            } & {
+              /** @description Present when the request gave no secret: the generated one, shown this once */
+              secret?: string;
             };
             meta: {
               request_id: string;
@@ -4996,7 +5084,7 @@ export interface operations {
           url?: string;
           /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events?: string[];
-          /** @description Shared secret: the signature key (its UTF-8 bytes); never returned */
+          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes) */
           secret?: string;
           active?: boolean;
         };
@@ -5020,6 +5108,58 @@ export interface operations {
               createdAt: string;
               /** @description ISO 8601 UTC timestamp with milliseconds */
               updatedAt: string;
+            };
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  rotateWebhookSecret: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: {
+      content: {
+        'application/json': {
+          /**
+           * @description Hours the previous secret keeps signing beside the new one (fractions allowed); 0: it stops at once
+           * @default 24
+           */
+          graceHours?: number;
+        };
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: {
+              /** @description A generated `whsec_<base64 of 32 random bytes>` secret: shown this once, never again */
+              secret: string;
+              /** @description When the previous secret stops signing; null when it stopped at once */
+              graceEndsAt: string | null;
             };
             meta: {
               request_id: string;

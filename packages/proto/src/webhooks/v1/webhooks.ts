@@ -63,11 +63,16 @@ export interface Delivery {
 export interface CreateWebhookRequest {
   url: string;
   events: string[];
+  /** Empty: the service generates a `whsec_` secret and returns it once. */
   secret: string;
 }
 
 export interface CreateWebhookResponse {
-  webhook?: Webhook | undefined;
+  webhook?:
+    | Webhook
+    | undefined;
+  /** The generated secret when the request had none; empty otherwise (a given secret is never returned). */
+  secret: string;
 }
 
 export interface ListWebhooksRequest {
@@ -110,6 +115,19 @@ export interface DeleteWebhookRequest {
 
 export interface DeleteWebhookResponse {
   id: string;
+}
+
+export interface RotateWebhookSecretRequest {
+  id: string;
+  /** How long the previous secret keeps signing beside the new one; absent: 24 hours; 0: it stops at once. */
+  graceHours?: number | undefined;
+}
+
+export interface RotateWebhookSecretResponse {
+  /** The new secret, `whsec_<base64 of 32 random bytes>`: shown this once. */
+  secret: string;
+  /** ISO 8601: when the previous secret stops signing; empty when it stopped at once. */
+  graceEndsAt: string;
 }
 
 export interface ListDeliveriesRequest {
@@ -860,13 +878,16 @@ export const CreateWebhookRequest: MessageFns<CreateWebhookRequest> = {
 };
 
 function createBaseCreateWebhookResponse(): CreateWebhookResponse {
-  return { webhook: undefined };
+  return { webhook: undefined, secret: "" };
 }
 
 export const CreateWebhookResponse: MessageFns<CreateWebhookResponse> = {
   encode(message: CreateWebhookResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.webhook !== undefined) {
       Webhook.encode(message.webhook, writer.uint32(10).fork()).join();
+    }
+    if (message.secret !== "") {
+      writer.uint32(18).string(message.secret);
     }
     return writer;
   },
@@ -892,6 +913,14 @@ export const CreateWebhookResponse: MessageFns<CreateWebhookResponse> = {
             message.webhook = Webhook.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.secret = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -905,13 +934,19 @@ export const CreateWebhookResponse: MessageFns<CreateWebhookResponse> = {
   },
 
   fromJSON(object: any): CreateWebhookResponse {
-    return { webhook: isSet(object.webhook) ? Webhook.fromJSON(object.webhook) : undefined };
+    return {
+      webhook: isSet(object.webhook) ? Webhook.fromJSON(object.webhook) : undefined,
+      secret: isSet(object.secret) ? globalThis.String(object.secret) : "",
+    };
   },
 
   toJSON(message: CreateWebhookResponse): unknown {
     const obj: any = {};
     if (message.webhook !== undefined) {
       obj.webhook = Webhook.toJSON(message.webhook);
+    }
+    if (message.secret !== "") {
+      obj.secret = message.secret;
     }
     return obj;
   },
@@ -924,6 +959,7 @@ export const CreateWebhookResponse: MessageFns<CreateWebhookResponse> = {
     message.webhook = (object.webhook !== undefined && object.webhook !== null)
       ? Webhook.fromPartial(object.webhook)
       : undefined;
+    message.secret = object.secret ?? "";
     return message;
   },
 };
@@ -1590,6 +1626,184 @@ export const DeleteWebhookResponse: MessageFns<DeleteWebhookResponse> = {
   fromPartial(object: DeepPartial<DeleteWebhookResponse>): DeleteWebhookResponse {
     const message = createBaseDeleteWebhookResponse();
     message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseRotateWebhookSecretRequest(): RotateWebhookSecretRequest {
+  return { id: "", graceHours: undefined };
+}
+
+export const RotateWebhookSecretRequest: MessageFns<RotateWebhookSecretRequest> = {
+  encode(message: RotateWebhookSecretRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.graceHours !== undefined) {
+      writer.uint32(17).double(message.graceHours);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RotateWebhookSecretRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRotateWebhookSecretRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.graceHours = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RotateWebhookSecretRequest {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      graceHours: isSet(object.graceHours)
+        ? globalThis.Number(object.graceHours)
+        : isSet(object.grace_hours)
+        ? globalThis.Number(object.grace_hours)
+        : undefined,
+    };
+  },
+
+  toJSON(message: RotateWebhookSecretRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.graceHours !== undefined) {
+      obj.graceHours = floatToJson(message.graceHours);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RotateWebhookSecretRequest>): RotateWebhookSecretRequest {
+    return RotateWebhookSecretRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RotateWebhookSecretRequest>): RotateWebhookSecretRequest {
+    const message = createBaseRotateWebhookSecretRequest();
+    message.id = object.id ?? "";
+    message.graceHours = object.graceHours ?? undefined;
+    return message;
+  },
+};
+
+function createBaseRotateWebhookSecretResponse(): RotateWebhookSecretResponse {
+  return { secret: "", graceEndsAt: "" };
+}
+
+export const RotateWebhookSecretResponse: MessageFns<RotateWebhookSecretResponse> = {
+  encode(message: RotateWebhookSecretResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.secret !== "") {
+      writer.uint32(10).string(message.secret);
+    }
+    if (message.graceEndsAt !== "") {
+      writer.uint32(18).string(message.graceEndsAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RotateWebhookSecretResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRotateWebhookSecretResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.secret = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.graceEndsAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RotateWebhookSecretResponse {
+    return {
+      secret: isSet(object.secret) ? globalThis.String(object.secret) : "",
+      graceEndsAt: isSet(object.graceEndsAt)
+        ? globalThis.String(object.graceEndsAt)
+        : isSet(object.grace_ends_at)
+        ? globalThis.String(object.grace_ends_at)
+        : "",
+    };
+  },
+
+  toJSON(message: RotateWebhookSecretResponse): unknown {
+    const obj: any = {};
+    if (message.secret !== "") {
+      obj.secret = message.secret;
+    }
+    if (message.graceEndsAt !== "") {
+      obj.graceEndsAt = message.graceEndsAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RotateWebhookSecretResponse>): RotateWebhookSecretResponse {
+    return RotateWebhookSecretResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RotateWebhookSecretResponse>): RotateWebhookSecretResponse {
+    const message = createBaseRotateWebhookSecretResponse();
+    message.secret = object.secret ?? "";
+    message.graceEndsAt = object.graceEndsAt ?? "";
     return message;
   },
 };
@@ -2831,6 +3045,18 @@ export const WebhooksServiceService = {
       Buffer.from(DeleteWebhookResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteWebhookResponse => DeleteWebhookResponse.decode(value),
   },
+  /** Generates a new `whsec_` secret (returned once); the previous one keeps signing too until the grace period ends. */
+  rotateWebhookSecret: {
+    path: "/webhooks.v1.WebhooksService/RotateWebhookSecret" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RotateWebhookSecretRequest): Buffer =>
+      Buffer.from(RotateWebhookSecretRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RotateWebhookSecretRequest => RotateWebhookSecretRequest.decode(value),
+    responseSerialize: (value: RotateWebhookSecretResponse): Buffer =>
+      Buffer.from(RotateWebhookSecretResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RotateWebhookSecretResponse => RotateWebhookSecretResponse.decode(value),
+  },
   /** Deliveries of one registration, newest first. */
   listDeliveries: {
     path: "/webhooks.v1.WebhooksService/ListDeliveries" as const,
@@ -2907,6 +3133,8 @@ export interface WebhooksServiceServer extends UntypedServiceImplementation {
   getWebhook: handleUnaryCall<GetWebhookRequest, GetWebhookResponse>;
   updateWebhook: handleUnaryCall<UpdateWebhookRequest, UpdateWebhookResponse>;
   deleteWebhook: handleUnaryCall<DeleteWebhookRequest, DeleteWebhookResponse>;
+  /** Generates a new `whsec_` secret (returned once); the previous one keeps signing too until the grace period ends. */
+  rotateWebhookSecret: handleUnaryCall<RotateWebhookSecretRequest, RotateWebhookSecretResponse>;
   /** Deliveries of one registration, newest first. */
   listDeliveries: handleUnaryCall<ListDeliveriesRequest, ListDeliveriesResponse>;
   /** Queues a `webhook.test` delivery to the registration. */
@@ -2998,6 +3226,22 @@ export interface WebhooksServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteWebhookResponse) => void,
+  ): ClientUnaryCall;
+  /** Generates a new `whsec_` secret (returned once); the previous one keeps signing too until the grace period ends. */
+  rotateWebhookSecret(
+    request: RotateWebhookSecretRequest,
+    callback: (error: ServiceError | null, response: RotateWebhookSecretResponse) => void,
+  ): ClientUnaryCall;
+  rotateWebhookSecret(
+    request: RotateWebhookSecretRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RotateWebhookSecretResponse) => void,
+  ): ClientUnaryCall;
+  rotateWebhookSecret(
+    request: RotateWebhookSecretRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RotateWebhookSecretResponse) => void,
   ): ClientUnaryCall;
   /** Deliveries of one registration, newest first. */
   listDeliveries(
@@ -3107,6 +3351,10 @@ export const WebhooksServiceClient = makeGenericClientConstructor(
   service: typeof WebhooksServiceService;
   serviceName: string;
 };
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
+}
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 

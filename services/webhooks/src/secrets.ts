@@ -1,0 +1,69 @@
+/**
+ * Webhook secrets and the keys they sign with (CONTRACT.md 5, 14). A secret of the Standard Webhooks form
+ * `whsec_<base64>` keys the HMAC with the bytes the base64 decodes to, as the `standardwebhooks` libraries do with no
+ * options; any other secret with its UTF-8 bytes, as every delivery before Standard Webhooks keying did. Which of the
+ * two a stored secret uses is recorded beside it when it is set (`secretWhsec`), never guessed from its form later: a
+ * registration whose `whsec_...` secret was set before keeps the UTF-8 keying its receiver verifies with.
+ */
+import { randomBytes } from 'node:crypto';
+import type { SecretBox } from '@svc/kit';
+import type { WebhookDoc } from './collections';
+
+export const WHSEC_PREFIX = 'whsec_';
+/** Standard Webhooks: secrets of 24 to 64 bytes; the ones generated here have 32. */
+export const WHSEC_BYTES = { min: 24, max: 64, generated: 32 } as const;
+/** How long a rotated-out secret keeps signing: default and most (hours). */
+export const GRACE_HOURS = { default: 24, max: 168 } as const;
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** A new secret, `whsec_<base64 of 32 random bytes>`. */
+export function generateSecret(): string {
+  return WHSEC_PREFIX + randomBytes(WHSEC_BYTES.generated).toString('base64');
+}
+
+/**
+ * Why a secret that starts with `whsec_` cannot be used (null when it can, or when it does not start so): a receiver's
+ * Standard Webhooks library would decode it, so it must be canonical base64 of 24 to 64 bytes.
+ */
+export function whsecProblem(secret: string): string | null {
+  if (!secret.startsWith(WHSEC_PREFIX)) return null;
+  const encoded = secret.slice(WHSEC_PREFIX.length);
+  const bytes = BASE64.test(encoded) ? Buffer.from(encoded, 'base64').length : 0;
+  return bytes >= WHSEC_BYTES.min && bytes <= WHSEC_BYTES.max
+    ? null
+    : `a secret starting with ${WHSEC_PREFIX} must go on with the base64 of ${WHSEC_BYTES.min} to ${WHSEC_BYTES.max} bytes (Standard Webhooks)`;
+}
+
+/** The HMAC key of a secret as stored: its decoded bytes when set as a Standard Webhooks secret, else its UTF-8 bytes. */
+export function keyOf(secret: string, whsec: boolean): Buffer {
+  return whsec ? Buffer.from(secret.slice(WHSEC_PREFIX.length), 'base64') : Buffer.from(secret, 'utf8');
+}
+
+/** The stored fields of a secret being set now (create, PATCH, rotation). */
+export function sealSecret(box: SecretBox, secret: string): Pick<WebhookDoc, 'secretSealed' | 'secretWhsec'> {
+  return { secretSealed: box.encrypt(secret), secretWhsec: secret.startsWith(WHSEC_PREFIX) };
+}
+
+/** The keys a registration signs with: its secret's, and the rotated-out one's until its grace period ends. */
+export interface SigningKeys {
+  current: Buffer;
+  previous: { key: Buffer; untilMs: number } | null;
+}
+
+export function signingKeys(box: SecretBox, hook: WebhookDoc): SigningKeys {
+  const prev = hook.previousSecret;
+  return {
+    current: keyOf(box.decrypt(hook.secretSealed), hook.secretWhsec === true),
+    previous: prev ? { key: keyOf(box.decrypt(prev.sealed), prev.whsec), untilMs: Date.parse(prev.until) } : null,
+  };
+}
+
+/**
+ * The keys that sign an attempt made at `nowMs`: the grace period's end is an instant stored by the rotating replica
+ * and compared with the delivering replica's clock, so clock skew between them moves it by that skew (seconds, in a
+ * period of hours). A rotation with no grace stores no previous secret, so it takes effect without any clock.
+ */
+export function keysAt(keys: SigningKeys, nowMs: number): Buffer[] {
+  return keys.previous && nowMs < keys.previous.untilMs ? [keys.current, keys.previous.key] : [keys.current];
+}
