@@ -122,9 +122,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
-    sendError(request, reply, toAppError(err, request.log, request.id)),
-  );
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) => sendError(request, reply, toAppError(err)));
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];

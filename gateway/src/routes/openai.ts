@@ -9,6 +9,7 @@ import type { ServerResponse } from 'node:http';
 import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
+import { callStream, type CallStream as CallStreamOf } from '../lib/call-stream';
 import { openAiErrorBody } from '../lib/openai-error';
 import { assertKeyTokens } from '../lib/key-usage';
 import {
@@ -208,7 +209,8 @@ function writable(res: ServerResponse): Promise<void> {
   });
 }
 
-type CallStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
+type CallStream = CallStreamOf<{ event?: chatV1.CallEvent }>;
+type ChatStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
 
 export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { chat, agents } = deps.clients;
@@ -320,7 +322,8 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       const left = (streamsOf.get(tenantId) ?? 1) - 1;
       if (left > 0) streamsOf.set(tenantId, left);
       else streamsOf.delete(tenantId);
-      stream.cancel();
+      if (sawDone) stream.release();
+      else stream.cancel();
       res.end();
     }
   }
@@ -335,7 +338,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   }
 
   const startCall = (req: chatV1.StartCallRequest, call: HandlerArgs['call']) =>
-    chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as CallStream;
+    callStream(chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as ChatStream);
 
   route(app, {
     method: 'GET',
@@ -413,7 +416,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         try {
           rec = await finish(events);
         } finally {
-          stream.cancel();
+          stream.release();
         }
         if (rec.status === 'failed' || rec.status === 'cancelled') throw callFailure(rec);
         reply.header('X-Served-Model', rec.servedModel || rec.model);
@@ -432,7 +435,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       }
       const e0 = first.done ? undefined : first.value.event;
       if (!e0 || (e0.type === 'done' && (e0.call!.status === 'failed' || e0.call!.status === 'cancelled'))) {
-        stream.cancel();
+        stream.release();
         throw e0 ? callFailure(e0.call!) : new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call before it finished');
       }
       // The model that answered (a fallback's when the first failed before its first token).
@@ -526,7 +529,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         try {
           rec = await finish(events);
         } finally {
-          stream.cancel();
+          stream.release();
         }
         reply.header('X-Served-Model', modelOf(rec));
         return responseObject(rec);
@@ -591,10 +594,12 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       }
       assertStreamPlace(principal.tenantId);
       const startingAfter: number = query.starting_after ?? -1;
-      const stream = chat.streamResponse(
-        { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
-        { ...call, deadlineMs: STREAM_DEADLINE_MS },
-      ) as unknown as CallStream;
+      const stream = callStream(
+        chat.streamResponse(
+          { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
+          { ...call, deadlineMs: STREAM_DEADLINE_MS },
+        ) as unknown as ChatStream,
+      );
       const { events, started } = await begin(stream);
       await streamResponse(request, reply, stream, events, started, startingAfter);
     },
