@@ -6,6 +6,7 @@ import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
+import { registerServerErrorLog } from './lib/error-log';
 import { drainRefusedBody } from './lib/refused-body';
 import { securityHeaders } from './lib/security-headers';
 import { registerAuthentication } from './plugins/authenticate';
@@ -61,6 +62,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     reply.headers(SECURITY_HEADERS);
     done();
   });
+  registerServerErrorLog(app);
   // Before any scope's error handler (the /v1 pass-through has its own): a refused body is read, not cut off.
   app.addHook('onError', (request, reply, err, done) => {
     drainRefusedBody(request, reply, err.code);

@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -197,6 +198,33 @@ describe('every 5xx is logged at error level with its request id', () => {
     ]);
     // The store accepts rows again: so does the service.
     expect((await api.post('/api/v1/projects', { name: 'accepted' }, { token: tenant.accessToken })).status).toBe(201);
+  });
+
+  it("a provider's own 5xx relayed by the pass-through is logged with its request id", async () => {
+    const provider = createServer((_req, res) => {
+      res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: 'upstream is down', type: 'server_error' } }));
+    });
+    await new Promise<void>((ok) => provider.listen(0, '127.0.0.1', ok));
+    try {
+      const tenant = await signUp(api, 'Relayed');
+      const baseUrl = `http://127.0.0.1:${(provider.address() as { port: number }).port}/v1`;
+      const settings = { provider: 'openai', baseUrl, model: MODEL, apiKey: PROVIDER_KEY };
+      expect((await api.patch('/api/v1/tenant/settings/llm', settings, { token: tenant.accessToken })).status).toBe(200);
+      const tenantKey = (await createKey(api, tenant.accessToken)).key;
+      const requestId = `load-relayed-${randomUUID()}`;
+      const res = await api.post(
+        '/v1/passthrough/openai/embeddings',
+        { model: 'text-embedding-3-small', input: 'x' },
+        { token: tenantKey, headers: { 'x-request-id': requestId } },
+      );
+      expect(res.status).toBe(502);
+      expect((await linesOf(requestId, ['gateway'])).filter((l) => l.service === 'gateway')).toEqual([
+        expect.objectContaining({ level: 50, reqId: requestId, tenantId: tenant.tenantId, status: 502, code: null }),
+      ]);
+    } finally {
+      await new Promise((ok) => provider.close(ok));
+    }
   });
 
   it('a call whose service goes away in the middle is a 503 with Retry-After, logged with its request id and the gRPC status', async () => {
