@@ -38,6 +38,8 @@ export interface LoadResult {
   p99: number;
   errors: number;
   non2xx: number;
+  /** Answers by HTTP status. */
+  statuses: Record<string, number>;
 }
 
 /** autocannon as a separate process (so the load generator does not share the server's event loop). */
@@ -61,6 +63,7 @@ export function load(
         latency: { p50: number; p99: number };
         errors: number;
         non2xx: number;
+        statusCodeStats?: Record<string, { count: number }>;
       };
       ok({
         requests: r.requests.total,
@@ -69,6 +72,7 @@ export function load(
         p99: r.latency.p99,
         errors: r.errors,
         non2xx: r.non2xx,
+        statuses: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([status, { count }]) => [status, count])),
       });
     });
   });

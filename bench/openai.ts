@@ -7,15 +7,26 @@
  * `POST /v1/chat/completions` streamed (-> first content delta) and `POST /v1/responses` streamed (-> first
  * `response.output_text.delta`), each through the system with a tenant API key. Added = system - direct of the same
  * round. A response stores each chunk before sending it (so any stream can be resumed): its figure includes that.
+ *
+ * Load (issue 36): the system as `npm start` runs it, BENCH_OPENAI_CLIENTS (32) clients sending non-streamed
+ * `POST /v1/chat/completions` back to back for BENCH_OPENAI_LOAD_SECONDS (15) per round, BENCH_OPENAI_LOAD_ROUNDS
+ * (3) rounds: requests a second, and the answers by status (every one must be a 2xx; the bench tenant has credits
+ * and limits to spare). With BENCH_BEFORE=<another checkout, installed> its system is loaded in the same rounds,
+ * the two taking turns to go first. BENCH_OPENAI_ONLY=ttft|load runs one part.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { call, ROOT, runBench, startProcess, UNCAPPED } from './lib';
+import { benchTenant, call, load, type LoadResult, ROOT, runBench, startNpmStart, startProcess, UNCAPPED } from './lib';
 
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 300);
 const WARMUP = 20;
 const RESULTS = resolve(ROOT, 'bench/results/openai.json');
+const ONLY = process.env.BENCH_OPENAI_ONLY;
+const CLIENTS = Number(process.env.BENCH_OPENAI_CLIENTS ?? 32);
+const LOAD_SECONDS = Number(process.env.BENCH_OPENAI_LOAD_SECONDS ?? 15);
+const LOAD_ROUNDS = Number(process.env.BENCH_OPENAI_LOAD_ROUNDS ?? 3);
+const BEFORE = process.env.BENCH_BEFORE;
 
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -54,6 +65,17 @@ const post = (authorization: string, body: unknown): RequestInit => ({
 async function main() {
   const llm = await startProcess('bench/fixtures/fake-llm.ts');
   const llmUrl = `http://127.0.0.1:${llm.port}/v1`;
+  const ttft = ONLY === 'load' ? undefined : await ttftPhase(llmUrl);
+  const loadResult = ONLY === 'ttft' ? undefined : await loadPhase(llmUrl);
+  // A part not run this time keeps its previous figures.
+  const previous = existsSync(RESULTS) ? (JSON.parse(readFileSync(RESULTS, 'utf8')) as { ttft?: unknown; load?: unknown }) : {};
+  const result = { date: new Date().toISOString(), node: process.version, ttft: ttft ?? previous.ttft, load: loadResult ?? previous.load };
+  writeFileSync(RESULTS, JSON.stringify(result, null, 2) + '\n');
+  console.log(`\nwritten to ${RESULTS}`);
+  if (loadResult && Object.values(loadResult).some((r) => r.non2xx > 0)) throw new Error('some answers under load were not 2xx');
+}
+
+async function ttftPhase(llmUrl: string) {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-openai-'));
   const env = { DATA_DIR: dataDir, ...UNCAPPED, EGRESS_ALLOW_PRIVATE: 'true' };
   const identity = await startProcess('services/identity/src/main.ts', { ...env, IDENTITY_PORT: '0' });
@@ -124,8 +146,58 @@ async function main() {
   console.log('TTFT /v1/responses        ', ttftResult.responsesMs);
   console.log('added, chat completions   ', ttftResult.chatCompletionsAddedMs, verdict(ttftResult.chatCompletionsAddedMs));
   console.log('added, responses          ', ttftResult.responsesAddedMs, verdict(ttftResult.responsesAddedMs));
-  writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), node: process.version, ttft: ttftResult }, null, 2) + '\n');
-  console.log(`\nwritten to ${RESULTS}`);
+  return ttftResult;
+}
+
+async function loadPhase(llmUrl: string) {
+  const systems: Array<{ name: string; base: string; apiKey: string }> = [];
+  for (const [name, root] of [['this', ROOT], ...(BEFORE ? [['before', resolve(BEFORE)]] : [])]) {
+    const { port } = await startNpmStart(root, { EGRESS_ALLOW_PRIVATE: 'true', BILLING_STARTING_GRANT: '1000000000' });
+    const base = `http://127.0.0.1:${port}`;
+    const tenant = await benchTenant(`${base}/api/v1`);
+    await call(`${base}/api/v1`, 'PATCH', '/tenant/settings/llm', tenant.accessToken, {
+      provider: 'openai',
+      model: 'gpt-bench',
+      baseUrl: llmUrl,
+      apiKey: 'sk-bench',
+    });
+    systems.push({ name, base, apiKey: tenant.apiKey });
+  }
+  const runs: Record<string, LoadResult[]> = Object.fromEntries(systems.map((s) => [s.name, []]));
+  for (let round = 1; round <= LOAD_ROUNDS; round++) {
+    for (const s of round % 2 ? systems : [...systems].reverse()) {
+      const r = await load(`${s.base}/v1/chat/completions`, {
+        connections: CLIENTS,
+        seconds: LOAD_SECONDS,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${s.apiKey}` },
+        body: JSON.stringify({ model: 'gpt-bench', messages: [{ role: 'user', content: 'load probe' }] }),
+      });
+      runs[s.name].push(r);
+      console.log(`load, ${s.name}, round ${round}: ${r.rps.toFixed(1)} req/s, answers by status ${JSON.stringify(r.statuses)}`);
+    }
+  }
+  const summary = Object.fromEntries(
+    Object.entries(runs).map(([name, rs]) => {
+      const statuses: Record<string, number> = {};
+      for (const r of rs) for (const [status, n] of Object.entries(r.statuses)) statuses[status] = (statuses[status] ?? 0) + n;
+      const requests = rs.reduce((n, r) => n + r.requests, 0);
+      const non2xx = rs.reduce((n, r) => n + r.non2xx, 0);
+      return [
+        name,
+        {
+          clients: CLIENTS,
+          seconds: LOAD_SECONDS * rs.length,
+          requests,
+          rps: round2(requests / (LOAD_SECONDS * rs.length)),
+          non2xx,
+          statuses,
+        },
+      ];
+    }),
+  );
+  for (const [name, r] of Object.entries(summary)) console.log(`load, ${name}:`, r);
+  return summary;
 }
 
 runBench(main);

@@ -6,6 +6,7 @@ import { sendError } from './lib/envelope';
 import { decodeUtf8, parseJsonBody } from './lib/json-body';
 import { validatorCompiler } from './lib/validation';
 import { BODY_LIMIT, toAppError } from './lib/app-error';
+import { registerServerErrorLog } from './lib/error-log';
 import { drainRefusedBody } from './lib/refused-body';
 import { securityHeaders } from './lib/security-headers';
 import { registerAccessLog } from './plugins/access-log';
@@ -63,6 +64,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     reply.headers(SECURITY_HEADERS);
     done();
   });
+  registerServerErrorLog(app);
   // Before any scope's error handler (the /v1 pass-through has its own): a refused body is read, not cut off.
   app.addHook('onError', (request, reply, err, done) => {
     drainRefusedBody(request, reply, err.code);
@@ -125,9 +127,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);
 
-  app.setErrorHandler((err: FastifyError | AppError, request, reply) =>
-    sendError(request, reply, toAppError(err, request.log, request.id)),
-  );
+  app.setErrorHandler((err: FastifyError | AppError, request, reply) => sendError(request, reply, toAppError(err)));
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];

@@ -5,13 +5,11 @@ import { fieldErrors } from './validation';
 /** Request bodies: 1 MiB (CONTRACT.md 6). */
 export const BODY_LIMIT = 1024 * 1024;
 
-/** Framework and transport errors -> AppError. Unknown errors are logged and hidden behind a 500. */
-export function toAppError(
-  err: FastifyError | AppError,
-  log: { error: (o: object, m: string) => void },
-  requestId: string,
-  bodyLimit = BODY_LIMIT,
-): AppError {
+/**
+ * Framework and transport errors -> AppError. Unknown errors are hidden behind a 500 that keeps them as its cause
+ * (logged where the 500 is sent).
+ */
+export function toAppError(err: FastifyError | AppError, bodyLimit = BODY_LIMIT): AppError {
   if (err instanceof AppError) return err;
   if (err.validation) {
     return new AppError('VALIDATION_ERROR', 'Invalid request parameters', {
@@ -29,6 +27,5 @@ export function toAppError(
   if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
     return new AppError('VALIDATION_ERROR', 'Malformed request', { reason: 'malformed_request' });
   }
-  log.error({ err, reqId: requestId }, 'unhandled error');
-  return new AppError('INTERNAL_ERROR', 'Internal server error');
+  return new AppError('INTERNAL_ERROR', 'Internal server error', {}, { cause: err });
 }

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { type AppError, metrics } from '@svc/kit';
+import { logServerError } from './error-log';
 import { openAiErrorBody } from './openai-error';
 
 export interface Pagination {
@@ -19,8 +20,9 @@ export function success(request: FastifyRequest, data: unknown, pagination?: Pag
 /** Paths of the OpenAI-compatible API: their errors use OpenAI's shape (CONTRACT.md 9). */
 export const isOpenAiPath = (url: string) => url === '/v1' || url.startsWith('/v1/') || url.startsWith('/v1?');
 
-/** The error envelope. 5xx messages never carry internals. */
+/** The error envelope. 5xx messages never carry internals (the log has them). */
 export function sendError(request: FastifyRequest, reply: FastifyReply, err: AppError): FastifyReply {
+  logServerError(request, err);
   const status = err.httpStatus;
   const message = status === 500 ? 'Internal server error' : err.message;
   const details = status === 500 ? {} : err.details;

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppError } from '@svc/kit';
+import { logServerError } from './error-log';
 
 /** OpenAI's error `type` for an HTTP status (what OpenAI clients switch on). */
 function typeFor(status: number): string {
@@ -33,6 +34,7 @@ export function openAiErrorBody(err: AppError) {
 
 /** Errors under /v1 in OpenAI's shape, with the statuses of the rest of the API. */
 export function sendOpenAiError(request: FastifyRequest, reply: FastifyReply, err: AppError): FastifyReply {
+  logServerError(request, err);
   const status = err.httpStatus;
   const details = err.details as { retryAfterS?: unknown };
   if ((status === 429 || status === 503) && typeof details.retryAfterS === 'number' && !reply.hasHeader('retry-after'))

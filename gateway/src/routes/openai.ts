@@ -9,6 +9,7 @@ import type { ServerResponse } from 'node:http';
 import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
+import { callStream, type CallStream as CallStreamOf } from '../lib/call-stream';
 import { openAiErrorBody } from '../lib/openai-error';
 import { END_USER_MAX, endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
@@ -210,7 +211,8 @@ function writable(res: ServerResponse): Promise<void> {
   });
 }
 
-type CallStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
+type CallStream = CallStreamOf<{ event?: chatV1.CallEvent }>;
+type ChatStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
 
 export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { chat, agents } = deps.clients;
@@ -322,7 +324,8 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       const left = (streamsOf.get(tenantId) ?? 1) - 1;
       if (left > 0) streamsOf.set(tenantId, left);
       else streamsOf.delete(tenantId);
-      stream.cancel();
+      if (sawDone) stream.release();
+      else stream.cancel();
       res.end();
     }
   }
@@ -337,7 +340,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   }
 
   const startCall = (req: chatV1.StartCallRequest, call: HandlerArgs['call']) =>
-    chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as CallStream;
+    callStream(chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as ChatStream);
 
   route(app, {
     method: 'GET',
@@ -416,7 +419,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         try {
           rec = await finish(events);
         } finally {
-          stream.cancel();
+          stream.release();
         }
         if (rec.status === 'failed' || rec.status === 'cancelled') throw callFailure(rec);
         reply.header('X-Served-Model', rec.servedModel || rec.model);
@@ -435,7 +438,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       }
       const e0 = first.done ? undefined : first.value.event;
       if (!e0 || (e0.type === 'done' && (e0.call!.status === 'failed' || e0.call!.status === 'cancelled'))) {
-        stream.cancel();
+        stream.release();
         throw e0 ? callFailure(e0.call!) : new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call before it finished');
       }
       // The model that answered (a fallback's when the first failed before its first token).
@@ -530,7 +533,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         try {
           rec = await finish(events);
         } finally {
-          stream.cancel();
+          stream.release();
         }
         reply.header('X-Served-Model', modelOf(rec));
         return responseObject(rec);
@@ -595,10 +598,12 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       }
       assertStreamPlace(principal.tenantId);
       const startingAfter: number = query.starting_after ?? -1;
-      const stream = chat.streamResponse(
-        { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
-        { ...call, deadlineMs: STREAM_DEADLINE_MS },
-      ) as unknown as CallStream;
+      const stream = callStream(
+        chat.streamResponse(
+          { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
+          { ...call, deadlineMs: STREAM_DEADLINE_MS },
+        ) as unknown as ChatStream,
+      );
       const { events, started } = await begin(stream);
       await streamResponse(request, reply, stream, events, started, startingAfter);
     },

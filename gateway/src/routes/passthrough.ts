@@ -291,7 +291,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       scope.decorateRequest('passthrough', null);
       // Under /v1 errors are OpenAI's shape, the authentication hook's refusals (401, 403, 429) included.
       scope.setErrorHandler((err, request, reply) =>
-        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, request.log, request.id, limits.maxRequestBytes)),
+        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, limits.maxRequestBytes)),
       );
       // Bodies are forwarded as they came, whatever their type, up to the pass-through's own limit.
       scope.removeAllContentTypeParsers();

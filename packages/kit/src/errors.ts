@@ -27,13 +27,22 @@ export interface FieldError {
   message: string;
 }
 
+/**
+ * What an AppError was mapped from, for the logs only (never sent to a client): the gRPC status a service answered,
+ * or the error the gateway caught.
+ */
+export type ErrorCause = { grpcCode: string; grpcMessage: string } | Error;
+
 export class AppError extends Error {
+  declare readonly cause?: ErrorCause;
+
   constructor(
     readonly code: ErrorCode,
     message: string,
     readonly details: ErrorDetails = {},
+    options?: { cause?: ErrorCause },
   ) {
-    super(message);
+    super(message, options);
     this.name = 'AppError';
   }
 
@@ -61,4 +70,12 @@ export const errors = {
 
 export function isAppError(err: unknown): err is AppError {
   return err instanceof AppError;
+}
+
+/** The log fields of what an error was mapped from: the gRPC status, or the error caught (name, message, stack). */
+export function causeFields(err: unknown): { cause?: Record<string, unknown> } {
+  const cause = isAppError(err) ? err.cause : err;
+  if (!cause) return {};
+  if (cause instanceof Error) return { cause: { type: cause.name, message: cause.message, stack: cause.stack } };
+  return { cause: cause as Record<string, unknown> };
 }

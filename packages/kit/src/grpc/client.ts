@@ -161,8 +161,19 @@ function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptio
   };
 }
 
-/** gRPC status -> AppError. The app error in trailing metadata wins; otherwise the status decides. */
+/**
+ * gRPC status -> AppError, with the status and its message as the error's cause (for the log of whoever answers
+ * with it; never sent to a client).
+ */
 export function toAppError(err: grpc.ServiceError): AppError {
+  const mapped = statusToAppError(err);
+  return new AppError(mapped.code, mapped.message, mapped.details, {
+    cause: { grpcCode: grpc.status[err.code] ?? String(err.code), grpcMessage: err.details ?? '' },
+  });
+}
+
+/** The app error in trailing metadata wins; otherwise the status decides. */
+function statusToAppError(err: grpc.ServiceError): AppError {
   const bytes = err.metadata?.get(APP_ERROR_KEY)[0];
   const raw = Buffer.isBuffer(bytes) ? bytes.toString('utf8') : err.metadata?.get(LEGACY_APP_ERROR_KEY)[0];
   if (typeof raw === 'string') {
@@ -190,7 +201,8 @@ export function toAppError(err: grpc.ServiceError): AppError {
     case grpc.status.RESOURCE_EXHAUSTED:
       return new AppError('RATE_LIMIT_EXCEEDED', 'Too many requests');
     case grpc.status.UNAVAILABLE:
-      return new AppError('SERVICE_UNAVAILABLE', 'A backing service is unavailable');
+      // Down or restarting (the launcher and Kubernetes bring it back within seconds): worth retrying shortly.
+      return new AppError('SERVICE_UNAVAILABLE', 'A backing service is unavailable', { reason: 'service_unavailable', retryAfterS: 1 });
     case grpc.status.DEADLINE_EXCEEDED:
       return new AppError('GATEWAY_TIMEOUT', 'A backing service did not answer in time');
     default:

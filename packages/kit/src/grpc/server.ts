@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { HealthImplementation } from 'grpc-health-check';
 import { randomUUID } from 'node:crypto';
-import { AppError, ERROR_CODES, isAppError } from '../errors';
+import { AppError, causeFields, ERROR_CODES, isAppError } from '../errors';
 import type { JwtVerifier } from '../jwt';
 import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
@@ -171,8 +171,7 @@ export class GrpcServer {
     isPublic: boolean,
   ): Promise<CallContext> {
     const md = call.metadata;
-    const rawId = md.get('x-request-id')[0];
-    const requestId = typeof rawId === 'string' && SAFE_REQUEST_ID.test(rawId) ? rawId : randomUUID();
+    const requestId = requestIdOf(md) ?? randomUUID();
     const rawIp = md.get('x-client-ip')[0];
     const clientIp = typeof rawIp === 'string' && SAFE_CLIENT_IP.test(rawIp) ? rawIp : null;
     const rawUa = md.get(USER_AGENT_METADATA_KEY)[0];
@@ -212,9 +211,9 @@ export class GrpcServer {
         .then((ctx) => impl(call.request, ctx))
         .then(
           (res) => answer(null, res),
-          (err) => answer(this.toServiceError(path, err)),
+          (err) => answer(this.toServiceError(path, err, call.metadata)),
         )
-        .catch((err: unknown) => this.failSafe(path, err, (status) => answer(status)));
+        .catch((err: unknown) => this.failSafe(path, err, call.metadata, (status) => answer(status)));
     };
   }
 
@@ -240,7 +239,7 @@ export class GrpcServer {
             call.end();
           },
           (err) => {
-            const status = this.toServiceError(path, err);
+            const status = this.toServiceError(path, err, call.metadata);
             observe(path, started, abort.signal.aborted ? grpc.status.CANCELLED : status.code);
             // Not destroy(): a destroyed stream never sends its status, and the client would wait forever. grpc-js
             // turns an 'error' event into the trailing status.
@@ -248,7 +247,7 @@ export class GrpcServer {
           },
         )
         .catch((err: unknown) =>
-          this.failSafe(path, err, (status) => {
+          this.failSafe(path, err, call.metadata, (status) => {
             if (!abort.signal.aborted) call.emit('error', status);
           }),
         );
@@ -259,9 +258,9 @@ export class GrpcServer {
    * Last line of defence when answering itself failed: log (never rethrow) and answer with a bare INTERNAL status,
    * which carries no caller input and so cannot fail again.
    */
-  private failSafe(path: string, err: unknown, send: (status: Partial<grpc.StatusObject>) => void): void {
+  private failSafe(path: string, err: unknown, md: grpc.Metadata, send: (status: Partial<grpc.StatusObject>) => void): void {
     try {
-      this.options.logger.error({ err, path }, 'answering a gRPC call failed');
+      this.options.logger.error({ err, path, reqId: requestIdOf(md) }, 'answering a gRPC call failed');
     } catch {
       // a logger that throws must not take the process with it
     }
@@ -272,22 +271,33 @@ export class GrpcServer {
     }
   }
 
-  /** Domain error -> gRPC status with the app error in trailing metadata. The one mapping place in services. */
-  private toServiceError(path: string, err: unknown): Partial<grpc.StatusObject> {
+  /**
+   * Domain error -> gRPC status with the app error in trailing metadata. The one mapping place in services. An
+   * answer of INTERNAL (a bug, or an INTERNAL passed on from a peer) is logged with the caller's request id.
+   */
+  private toServiceError(path: string, err: unknown, md: grpc.Metadata): Partial<grpc.StatusObject> {
     let appError: AppError;
     if (isAppError(err)) appError = err;
     else if (err instanceof DuplicateKeyError) appError = new AppError('CONFLICT', 'Resource already exists', { fields: err.fields });
     else if (err instanceof InvalidCursorError)
       appError = new AppError('VALIDATION_ERROR', 'Invalid request parameters', { fields: [{ field: 'cursor', message: 'is not valid' }] });
-    else {
-      this.options.logger.error({ err, path }, 'unhandled error in gRPC handler');
-      appError = new AppError('INTERNAL_ERROR', 'Internal server error');
-    }
+    else appError = new AppError('INTERNAL_ERROR', 'Internal server error');
+    if (appError.code === 'INTERNAL_ERROR')
+      this.options.logger.error(
+        { path, reqId: requestIdOf(md), code: appError.code, ...(isAppError(err) ? causeFields(err) : { err }) },
+        'gRPC call answered INTERNAL',
+      );
     const metadata = new grpc.Metadata();
     metadata.set(APP_ERROR_KEY, Buffer.from(JSON.stringify({ code: appError.code, message: appError.message, details: appError.details })));
     // The status message is text metadata too (grpc-message is percent-encoded by grpc-js, but keep it ASCII).
     return { code: ERROR_CODES[appError.code].grpc, details: asciiOnly(appError.message), metadata };
   }
+}
+
+/** The caller's request id from call metadata, when it is a safe one. */
+function requestIdOf(md: grpc.Metadata): string | undefined {
+  const raw = md.get('x-request-id')[0];
+  return typeof raw === 'string' && SAFE_REQUEST_ID.test(raw) ? raw : undefined;
 }
 
 function asciiOnly(text: string): string {
