@@ -61,6 +61,10 @@ beforeAll(async () => {
   const created = await api.post('/v1/responses', { model: 'gpt-test', input: 'hello' }, { token: theirKey });
   expect(created.body.status).toBe('completed');
   theirIds['/v1/responses'] = created.body.id;
+  // A catalogue entry of theirs.
+  theirIds['/api/v1/models'] = (
+    await api.post('/api/v1/models', { name: 'their-model', provider: 'openai-compatible', baseUrl: llm.url, apiKey: 'sk-theirs' }, t)
+  ).body.data.id;
   // That model call in their request log, once billing has settled it.
   await eventually(async () => (await api.get('/api/v1/requests', t)).body.data.length === 1, 10_000);
   theirIds['/api/v1/requests'] = (await api.get('/api/v1/requests', t)).body.data[0].id;
@@ -165,6 +169,9 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
       'GET /v1/responses/{id}',
       'POST /v1/responses/{id}/cancel',
       'GET /api/v1/requests/{id}',
+      'GET /api/v1/models/{id}',
+      'PATCH /api/v1/models/{id}',
+      'DELETE /api/v1/models/{id}',
     ]),
   );
   // Nothing of theirs changed.
@@ -186,6 +193,10 @@ it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for ano
   expect((await api.get(`/api/v1/mcp-servers/${theirIds['/api/v1/mcp-servers']}`, t)).body.data.name).toBe('theirs');
   const theirKey = (await createKey(api, theirs.accessToken)).key;
   expect((await api.get(`/v1/responses/${theirIds['/v1/responses']}`, { token: theirKey })).body.status).toBe('completed');
+  expect((await api.get(`/api/v1/models/${theirIds['/api/v1/models']}`, t)).body.data).toMatchObject({
+    name: 'their-model',
+    enabled: true,
+  });
 });
 
 it('lists never show another tenant’s items', async () => {
@@ -200,6 +211,7 @@ it('lists never show another tenant’s items', async () => {
     '/api/v1/events',
     '/api/v1/mcp-servers',
     '/api/v1/requests',
+    '/api/v1/models',
   ]) {
     const text = (await api.get(`${path}?limit=100`, { token: mine.accessToken })).text;
     for (const id of Object.values(theirIds)) expect(text).not.toContain(id);

@@ -121,13 +121,19 @@ describe('generated secrets', () => {
   });
 
   it.each([
-    ['not base64', 'whsec_not base64 at all!!'],
-    ['too few bytes', `whsec_${Buffer.alloc(16).toString('base64')}`],
-    ['too many bytes', `whsec_${Buffer.alloc(65).toString('base64')}`],
-    ['base64 without its padding', `whsec_${Buffer.alloc(32).toString('base64').replace(/=+$/, '')}`],
-    ['empty', ''],
-  ])('refuses a secret that is %s with a 400 naming it', async (_name, secret) => {
-    const body = { url: `${receiver.url}/bad`, events: ['project.created'], secret };
+    ['not base64', 'whsec_console_secret_123456'],
+    ['too few bytes', `whsec_${Buffer.alloc(16, 1).toString('base64')}`],
+    ['too many bytes', `whsec_${Buffer.alloc(65, 1).toString('base64')}`],
+    ['base64 without its padding', `whsec_${Buffer.alloc(32, 1).toString('base64').replace(/=+$/, '')}`],
+  ])('keys a whsec_-prefixed secret that is %s (not the Standard Webhooks form) with its UTF-8 bytes', async (name, secret) => {
+    const path = `/utf8-${name.replace(/ /g, '-')}`;
+    await register(owner, path, secret);
+    const r = await deliveryAt(owner, path);
+    expect(verifyByHand(r, secret)).toBe(true);
+  });
+
+  it('refuses an empty secret with a 400 naming it', async () => {
+    const body = { url: `${receiver.url}/bad`, events: ['project.created'], secret: '' };
     const err = expectError(await api.post(W, body, { token: owner.accessToken }), 400, 'VALIDATION_ERROR');
     expect(err.details.fields.map((f: { field: string }) => f.field)).toEqual(['secret']);
   });

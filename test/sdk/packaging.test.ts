@@ -155,7 +155,7 @@ it('packs both packages: JavaScript and declarations, no TypeScript source, entr
       expect([name, target, existsSync(join(app, 'node_modules/@svc', name, target))]).toEqual([name, target, true]);
   // One runtime dependency: the SSE parser the whole repository shares (browser-safe, no dependencies of its own).
   expect(sdk.dependencies ?? {}).toEqual({ 'eventsource-parser': '3.1.1' });
-  expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'dist/svc.cjs' }, dependencies: { '@svc/sdk': VERSION } });
+  expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'bin/svc.js' }, dependencies: { '@svc/sdk': VERSION } });
   // One SDK, the installed tarball, serves the app and the CLI; no TypeScript runner came along.
   expect(existsSync(join(app, 'node_modules/@svc/cli/node_modules/@svc/sdk'))).toBe(false);
   expect(existsSync(join(app, 'node_modules/tsx'))).toBe(false);

@@ -232,6 +232,15 @@ it('drives every endpoint through the SDK', async () => {
   const calls = await sdk.listRequests({ query: { limit: 100 } });
   expect(calls.reduce((n, c) => n + c.credits, 0)).toBe(usage.reduce((n, r) => n + r.credits, 0));
   expect((await sdk.getRequest({ params: { id: calls[0].id } })).id).toBe(calls[0].id);
+  // The model catalogue.
+  const model = await sdk.createModel({
+    body: { name: 'sdk-model', provider: 'openai', upstreamModel: 'gpt-4o-mini', price: { input: 10, output: 20 } },
+  });
+  expect(model).toMatchObject({ name: 'sdk-model', upstreamModel: 'gpt-4o-mini', priceSource: 'entry', apiKeySet: false });
+  expect((await sdk.getModel({ params: { id: model.id } })).id).toBe(model.id);
+  expect((await sdk.updateModel({ params: { id: model.id }, body: { enabled: false } })).enabled).toBe(false);
+  expect((await sdk.listModels()).map((m) => m.id)).toContain(model.id);
+  await sdk.deleteModel({ params: { id: model.id } });
   const alerts = { balanceBelow: 100, keyBudgetPercents: [50, 80], dailyCreditsAbove: 5000 };
   expect(await sdk.putBillingAlerts({ body: alerts })).toEqual(alerts);
   expect(await sdk.getBillingAlerts()).toEqual(alerts);

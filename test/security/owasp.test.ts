@@ -372,6 +372,18 @@ describe('API3 and API8: secrets never leave', () => {
     const response = await api.post('/v1/responses', { model: 'gpt-test', input: 'probe' }, { token: keeperKey });
     expect(response.body.status).toBe('completed');
     ids['responses:id'] = response.body.id;
+    // A catalogue entry with its own key (write-only), and the request log's entry of a call.
+    const model = await api.post(
+      '/api/v1/models',
+      { name: 'owasp-model', provider: 'openai-compatible', baseUrl: llm.url, apiKey: remember('model apiKey', unique('sk-model')) },
+      t,
+    );
+    expect(model.status).toBe(201);
+    ids['models:id'] = model.body.data.id;
+    const window = `from=${new Date(Date.now() - 3_600_000).toISOString()}&to=${new Date(Date.now() + 3_600_000).toISOString()}`;
+    const logged = async () => (await api.get(`/api/v1/requests?${window}`, t)).body.data ?? [];
+    await eventually(async () => (await logged()).length > 0, 15_000, 250);
+    ids['requests:id'] = (await logged())[0].id;
     const agent = (await api.post('/api/v1/agents', { name: 'probe', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body.data
       .id;
     ids['agents:id'] = agent;

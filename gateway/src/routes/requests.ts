@@ -39,8 +39,10 @@ const RequestsQuery = Obj({
   ...PageQuery.properties,
   from: Type.Optional(Iso('calls at or after this time')),
   to: Type.Optional(Iso('calls before this time (exclusive)')),
-  model: Type.Optional(Str(1, 200, { description: 'The model as the caller asked for it' })),
-  apiKeyId: Type.Optional(Str(1, 100, { description: 'Calls of this API key' })),
+  model: Type.Optional(
+    Str(1, 200, { pattern: '^[A-Za-z0-9._:/@+-]+$', description: 'The model as the caller asked for it (a model name’s characters)' }),
+  ),
+  apiKeyId: Type.Optional(Str(1, 100, { pattern: '^[A-Za-z0-9_-]+$', description: 'Calls of this API key (its id)' })),
   source: Type.Optional(oneOf(SOURCES, 'Calls that came by this path')),
   status: Type.Optional(oneOf(STATUSES, 'Calls that ended so')),
 });

@@ -43,7 +43,7 @@ const Fields = {
   events: Type.Array(Str(1, 100), { minItems: 1, maxItems: 50, description: `Event names: ${PUBLIC_EVENT_TYPES.join(', ')}` }),
   secret: Str(8, 512, {
     description:
-      'Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes)',
+      'Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes)',
   }),
 };
 

@@ -23,16 +23,16 @@ export function generateSecret(): string {
 }
 
 /**
- * Why a secret that starts with `whsec_` cannot be used (null when it can, or when it does not start so): a receiver's
- * Standard Webhooks library would decode it, so it must be canonical base64 of 24 to 64 bytes.
+ * Whether a secret is of the Standard Webhooks form `whsec_<base64>`: the prefix, then canonical base64 of 24 to 64
+ * bytes (what Standard Webhooks libraries decode). Any other secret, one that merely starts with `whsec_` included, is
+ * "any other secret" of CONTRACT.md 14 and keeps its UTF-8 bytes, as every secret did before Standard Webhooks keying.
  */
-export function whsecProblem(secret: string): string | null {
-  if (!secret.startsWith(WHSEC_PREFIX)) return null;
+export function isWhsec(secret: string): boolean {
+  if (!secret.startsWith(WHSEC_PREFIX)) return false;
   const encoded = secret.slice(WHSEC_PREFIX.length);
-  const bytes = BASE64.test(encoded) ? Buffer.from(encoded, 'base64').length : 0;
-  return bytes >= WHSEC_BYTES.min && bytes <= WHSEC_BYTES.max
-    ? null
-    : `a secret starting with ${WHSEC_PREFIX} must go on with the base64 of ${WHSEC_BYTES.min} to ${WHSEC_BYTES.max} bytes (Standard Webhooks)`;
+  if (!BASE64.test(encoded)) return false;
+  const bytes = Buffer.from(encoded, 'base64').length;
+  return bytes >= WHSEC_BYTES.min && bytes <= WHSEC_BYTES.max;
 }
 
 /** The HMAC key of a secret as stored: its decoded bytes when set as a Standard Webhooks secret, else its UTF-8 bytes. */
@@ -42,7 +42,7 @@ export function keyOf(secret: string, whsec: boolean): Buffer {
 
 /** The stored fields of a secret being set now (create, PATCH, rotation). */
 export function sealSecret(box: SecretBox, secret: string): Pick<WebhookDoc, 'secretSealed' | 'secretWhsec'> {
-  return { secretSealed: box.encrypt(secret), secretWhsec: secret.startsWith(WHSEC_PREFIX) };
+  return { secretSealed: box.encrypt(secret), secretWhsec: isWhsec(secret) };
 }
 
 /** The keys a registration signs with: its secret's, and the rotated-out one's until its grace period ends. */

@@ -1,6 +1,6 @@
 import { EgressError, errors, parseIsoInstant, resolveAndCheck, type EgressPolicy, type FieldError, type IsoInstant } from '@svc/kit';
 import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
-import { GRACE_HOURS, whsecProblem } from './secrets';
+import { GRACE_HOURS } from './secrets';
 
 export const LIMITS = { url: 2048, secretMin: 8, secretMax: 512 } as const;
 const KNOWN = new Set<string>(PUBLIC_EVENT_TYPES);
@@ -58,10 +58,6 @@ export class Checks {
   secret(value: string): string {
     if (value.length < LIMITS.secretMin || value.length > LIMITS.secretMax)
       this.problems.push({ field: 'secret', message: `must be ${LIMITS.secretMin} to ${LIMITS.secretMax} characters` });
-    else {
-      const problem = whsecProblem(value);
-      if (problem) this.fail('secret', problem);
-    }
     return value;
   }
 
