@@ -164,10 +164,17 @@ describe('streamed pass-through', () => {
   });
 
   it("honours the key's tokens per minute after a streamed call", async () => {
-    const { key } = await tenant('Streamed tpm', { tokensPerMinute: 100 });
+    const { owner, key } = await tenant('Streamed tpm', { tokensPerMinute: 100 });
     openai.script({ type: 'text', text: 'many tokens', usage: { inputTokens: 150, outputTokens: 50 } });
     expect((await streamed(CHAT, chatBody('gpt-tpm', { stream: true }), key.key)).status).toBe(200);
-    await eventually(async () => (await api.post(CHAT, chatBody('gpt-tpm'), { token: key.key })).status === 429, 10_000);
+    // The stream's tokens are the key's: its next call waits for the next minute.
+    await eventually(
+      async () => (await api.get(`/api/v1/api-keys/${key.id}`, { token: owner.accessToken })).body.data.usage.tokensThisMinute >= 200,
+      10_000,
+    );
+    const next = await api.post(CHAT, chatBody('gpt-tpm'), { token: key.key });
+    expect(next.status).toBe(429);
+    expect(openai.requests).toHaveLength(1);
   });
 });
 
@@ -218,6 +225,15 @@ it('reserves at least what 60k CJK characters bill', async () => {
 });
 
 it("gives a refused call's hold back before it answers", async () => {
+  // A path the proxy refuses to build (a traversal), after the reservation.
+  const bad = await tenant('Bad path');
+  for (let i = 0; i < 3; i++) {
+    const res = await api.post('/v1/passthrough/openai/chat%2F..%2Fembeddings', chatBody('gpt-bad-path'), { token: bad.key.key });
+    expect(res.status).toBe(400);
+    expect((await summary(bad.owner)).reserved).toBe(0);
+  }
+  expect(openai.requests).toHaveLength(0);
+
   // A provider nothing listens on: refused after the reservation, when the connection fails.
   const { owner, key } = await tenant('Refused', undefined, 'http://127.0.0.1:9/v1');
   for (let i = 0; i < 5; i++) {

@@ -41,8 +41,6 @@ import { sendOpenAiError } from '../lib/openai-error';
 import { meteredStream, prepareBody, StreamMeter, usageOf, type Usage } from '../lib/passthrough-meter';
 import { tenantStreams } from '../lib/sse';
 
-export { usageOf } from '../lib/passthrough-meter';
-
 export const PASSTHROUGH_PREFIX = '/v1/passthrough/:provider';
 
 const DEFAULT_BASE: Record<string, string> = { openai: 'https://api.openai.com/v1', anthropic: 'https://api.anthropic.com' };

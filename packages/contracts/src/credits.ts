@@ -13,9 +13,9 @@ export function reservationTokens(promptChars: number, maxTokens: number): numbe
 }
 
 /** Prompts up to this many UTF-8 bytes are tokenized; larger ones are bounded by their bytes (see promptTokenBound). */
-export const TOKENIZE_MAX_BYTES = 32 * 1024;
+export const TOKENIZE_MAX_BYTES = 1024;
 /** A pre-tokenized piece longer than this counts as its bytes: BPE merging is quadratic in a piece's length. */
-const TOKENIZE_MAX_PIECE = 32;
+const TOKENIZE_MAX_PIECE = 16;
 
 interface Tokenizer {
   countTokens(text: string): number;
@@ -58,9 +58,10 @@ function tokenizerOf(model: string): Tokenizer | null {
  * Every byte-level BPE token covers at least one UTF-8 byte, so the bytes bound any model's tokens (60k CJK
  * characters are 180k bytes; they are ~67k tokens, not the 15k that 4 characters a token would hold). For a model
  * whose tokenizer is known (OpenAI's) and a prompt of at most TOKENIZE_MAX_BYTES, the tokenizer counts it, piece by
- * piece of its own pre-tokenizer, a piece longer than 32 characters counting as its bytes: the tokenizer's BPE is
- * quadratic in a piece's length (1,000 CJK characters without a space take ~0.3 s whole), so the work stays bounded
- * (~32 KiB tokenized at most) and a large prompt costs one O(n) Buffer.byteLength.
+ * piece of its own pre-tokenizer, a piece longer than 16 characters counting as its bytes. The caps are measured
+ * (docs/decisions.md, holes): gpt-tokenizer's BPE is quadratic in a piece's length (1,000 CJK characters without a
+ * space take ~0.3 s whole) and costs up to ~50 µs a byte on text its merge cache misses (random base64, rare CJK),
+ * so at most 1 KiB is tokenized and a larger prompt costs one O(n) Buffer.byteLength (0.2 ms a MiB).
  */
 export function promptTokenBound(text: string, model = ''): number {
   const bytes = Buffer.byteLength(text, 'utf8');
