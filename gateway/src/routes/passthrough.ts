@@ -211,7 +211,11 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       meter: null,
     };
     request.passthrough = target;
-    if (!metered) return;
+    if (!metered) {
+      // A stored response read as a stream holds a socket like any other stream (it is not billed).
+      if (request.method === 'GET' && /[?&]stream=true(&|$)/.test(request.url)) streams.holdFor(reply);
+      return;
+    }
 
     const path = `/${(request.params as { '*'?: string })['*'] ?? ''}`.split('?')[0];
     const body = prepareBody(provider, path, request.body, request.headers['content-type'], s!.maxTokens || deps.config.llmMaxTokens);
