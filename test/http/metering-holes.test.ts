@@ -160,6 +160,8 @@ describe('streamed pass-through', () => {
     expect(second.status).toBe(429);
     expect(second.body.error.message).toMatch(/at most 1 calls/);
     first.close();
+    // The client gone, the provider's stream is closed too (its generation stops).
+    await eventually(async () => openai.requests[0].aborted);
     await eventually(async () => (await api.post(CHAT, chatBody('gpt-after'), { token: key.key })).status === 200);
   });
 

@@ -352,6 +352,8 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       let ended = false;
       stream.on('end', () => (ended = true));
       metered.on('end', () => void settleStream(request, !ended));
+      // Its client gone, the provider's stream is closed too: the generation stops, what came is billed.
+      metered.on('close', () => !ended && stream.destroy());
       stream.on('error', (err) => metered.destroy(err));
       reply.send(stream.pipe(metered));
       return;
