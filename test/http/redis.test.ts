@@ -1,3 +1,4 @@
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startRedis } from '../helpers/redis';
 import { startStack, type Stack } from '../helpers/stack';
@@ -11,19 +12,28 @@ let stack: Stack;
 let a: Client;
 let b: Client;
 let owner: Account;
+let openai: FakeProviderServer;
 const MAX = 30;
 
 beforeAll(async () => {
   redis = await startRedis();
+  openai = await startFakeOpenAI();
   stack = await startStack({
     gateways: 2,
-    env: { REDIS_URL: redis.url, RATE_LIMIT_MAX: String(MAX), RATE_LIMIT_WINDOW_S: '86400', REVOCATION_POLL_MS: '1000' },
+    env: {
+      EGRESS_ALLOW_PRIVATE: 'true',
+      REDIS_URL: redis.url,
+      RATE_LIMIT_MAX: String(MAX),
+      RATE_LIMIT_WINDOW_S: '86400',
+      REVOCATION_POLL_MS: '1000',
+    },
   });
   a = client(stack.gateways[0].url);
   b = client(stack.gateways[1].url);
   owner = await signUp(a, 'Shared');
 });
 afterAll(async () => {
+  await openai.close();
   await stack.stop();
   if (!redisStopped) await redis.stop();
 });
@@ -89,6 +99,31 @@ it('an allowlist change through one instance applies on the other within one sec
 });
 
 // Last: stops Redis, then starts it again on the same port.
+it("holds a key's concurrent pass-through calls across both instances", async () => {
+  const llm = { provider: 'openai', model: 'gpt-shared', baseUrl: openai.url, apiKey: 'sk-shared-' + 'r'.repeat(32) };
+  expect((await a.patch('/api/v1/tenant/settings/llm', llm, { token: owner.accessToken })).status).toBe(200);
+  const { key } = await createKey(a, owner.accessToken, { limits: { concurrency: 1 } });
+  const chat = { model: 'gpt-shared', stream: true, messages: [{ role: 'user', content: 'hi' }] };
+  openai.script({ type: 'text', text: 'held open', holdEndMs: 10_000 });
+  const controller = new AbortController();
+  const held = await fetch(`${stack.gateways[0].url}/v1/passthrough/openai/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(chat),
+    signal: controller.signal,
+  });
+  expect(held.status).toBe(200);
+  const refused = await b.post('/v1/passthrough/openai/chat/completions', { ...chat, stream: false }, { token: key });
+  expect(refused.status).toBe(429);
+  expect(refused.body.error.message).toMatch(/at most 1 calls in progress/);
+  controller.abort();
+  await eventually(
+    async () => (await b.post('/v1/passthrough/openai/chat/completions', { ...chat, stream: false }, { token: key })).status === 200,
+    5000,
+    300, // few tries: the key's requests count against RATE_LIMIT_MAX
+  );
+});
+
 it('keeps answering, counting locally, when Redis goes away, and shares counts again when it is back', async () => {
   const { key } = await createKey(a, owner.accessToken);
   expect((await a.get('/api/v1/tenant', { token: key })).status).toBe(200);

@@ -44,3 +44,38 @@ export async function assertKeyTokens(deps: GatewayDeps, principal: Principal, c
     limit,
   });
 }
+
+/** A pass-through call's place lapses after this when its gateway died holding it (the reservation's own expiry). */
+export const KEY_SLOT_LEASE_MS = 10 * 60_000;
+
+/**
+ * A place among the API key's `concurrency` calls of `kind` in progress (CONTRACT.md 8), for the model calls the
+ * gateway makes itself (pass-through): taken where it is checked, shared by every gateway through the rate limit
+ * store (Redis when REDIS_URL is set). Refused with 429 `key_concurrency`. Returns the release (once), or null when
+ * the key has no concurrency limit.
+ */
+export async function takeKeySlot(
+  deps: GatewayDeps,
+  principal: Principal,
+  kind: string,
+  id: string,
+  reply: FastifyReply,
+): Promise<(() => Promise<void>) | null> {
+  const limit = principal.type === 'api_key' ? principal.limits?.concurrency : undefined;
+  if (!limit) return null;
+  const key = `${kind}:k:${principal.credentialId}`;
+  if (!(await deps.limiter.takeSlot(key, id, limit, KEY_SLOT_LEASE_MS))) {
+    reply.header('Retry-After', 1);
+    throw new AppError('RATE_LIMIT_EXCEEDED', `This API key may have at most ${limit} calls in progress at once; retry when one ends`, {
+      reason: 'key_concurrency',
+      limit,
+      retryAfterS: 1,
+    });
+  }
+  let released = false;
+  return async () => {
+    if (released) return;
+    released = true;
+    await deps.limiter.releaseSlot(key, id);
+  };
+}

@@ -21,6 +21,33 @@ export interface RateLimiter {
   hitCappedSync?(key: string, max: number, windowS: number): RateDecision;
   /** How many were counted for `key` in the current window of `windowS` (for the key view's usage). */
   peek(key: string, windowS: number): Promise<number>;
+  /**
+   * A place among at most `max` held at once under `key` (an API key's concurrency), taken by `id` where it is
+   * checked (one Redis script, or no await in memory); a place not released lapses after `leaseMs` (its holder died).
+   */
+  takeSlot(key: string, id: string, max: number, leaseMs: number): Promise<boolean>;
+  releaseSlot(key: string, id: string): Promise<void>;
+}
+
+/** Places held in this process: key -> holder id -> lease end (monotonic ms). */
+class MemorySlots {
+  private readonly held = new Map<string, Map<string, number>>();
+
+  take(key: string, id: string, max: number, leaseMs: number): boolean {
+    const now = performance.now();
+    let holders = this.held.get(key);
+    if (!holders) this.held.set(key, (holders = new Map()));
+    for (const [holder, until] of holders) if (until <= now) holders.delete(holder);
+    if (holders.size >= max && !holders.has(id)) return false;
+    holders.set(id, now + leaseMs);
+    return true;
+  }
+
+  release(key: string, id: string): void {
+    const holders = this.held.get(key);
+    holders?.delete(id);
+    if (holders?.size === 0) this.held.delete(key);
+  }
 }
 
 /** Fixed windows aligned to the epoch, so every instance agrees on when a window starts and resets. */
@@ -31,6 +58,7 @@ function windowOf(now: number, windowS: number) {
 
 export class MemoryRateLimiter implements RateLimiter {
   private readonly counts = new Map<string, { id: number; count: number }>();
+  private readonly slots = new MemorySlots();
 
   constructor(
     private readonly max: number,
@@ -78,6 +106,14 @@ export class MemoryRateLimiter implements RateLimiter {
     return [entry, alt].reduce((n, e) => n + (e && e.id === id ? e.count : 0), 0);
   }
 
+  async takeSlot(key: string, id: string, max: number, leaseMs: number): Promise<boolean> {
+    return this.slots.take(key, id, max, leaseMs);
+  }
+
+  async releaseSlot(key: string, id: string): Promise<void> {
+    this.slots.release(key, id);
+  }
+
   private sweep(current: number) {
     for (const [k, v] of this.counts) if (v.id !== current) this.counts.delete(k);
   }
@@ -92,6 +128,16 @@ return {1, n}`;
 
 // INCR and set the expiry on the first hit, atomically.
 const SCRIPT = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end return n`;
+
+// A sorted set of holders scored by lease end on Redis's own clock (no clocks compared across machines): lapsed
+// leases dropped, then a place taken only below the limit.
+const SLOT_SCRIPT = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) == false and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`;
 
 /** One count shared by every gateway instance. Falls back to a local count if Redis is unreachable. */
 export class RedisRateLimiter implements RateLimiter {
@@ -131,6 +177,24 @@ export class RedisRateLimiter implements RateLimiter {
     } catch (err) {
       this.logger.warn({ err: (err as Error).message }, 'rate limit store unreachable; counting locally');
       return this.fallback.hitCappedSync(key, max, windowS);
+    }
+  }
+
+  async takeSlot(key: string, id: string, max: number, leaseMs: number): Promise<boolean> {
+    try {
+      return (await this.redis.eval(SLOT_SCRIPT, 1, `svc:slots:${key}`, String(max), String(leaseMs), id)) === 1;
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'rate limit store unreachable; counting places locally');
+      return this.fallback.takeSlot(key, id, max, leaseMs);
+    }
+  }
+
+  async releaseSlot(key: string, id: string): Promise<void> {
+    await this.fallback.releaseSlot(key, id);
+    try {
+      await this.redis.zrem(`svc:slots:${key}`, id);
+    } catch {
+      // Unreachable: the place lapses with its lease.
     }
   }
 

@@ -6,6 +6,7 @@ import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
+import { tenantStreams } from '../lib/sse';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -104,9 +105,8 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const keepAliveMs = deps.config.sseKeepAliveMs;
   /** Open streams, ended when the gateway closes (an open SSE response would hold the server open). */
   const open = new Set<{ res: ServerResponse; cancel: () => void }>();
-  /** Open streams per tenant: one tenant cannot hold every socket (counted per gateway; each has its own cap). */
-  const streamsOf = new Map<string, number>();
-  const maxStreams = deps.config.sseStreamsPerTenant;
+  /** Open streams per tenant, one count with the other SSE routes (lib/sse.ts). */
+  const streams = tenantStreams(deps);
   app.addHook('preClose', (done) => {
     for (const s of open) {
       s.cancel();
@@ -250,22 +250,8 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       const header = request.headers['last-event-id'];
       const lastEventId = typeof header === 'string' && header !== '' ? header : (query.lastEventId ?? '');
       if (lastEventId.length > 200) throw errors.validation([{ field: 'Last-Event-ID', message: 'must be at most 200 characters' }]);
-      const tenantId = request.principal!.tenantId;
-      const held = streamsOf.get(tenantId) ?? 0;
-      if (held >= maxStreams)
-        throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${maxStreams} reply streams can be open at once; close one first`, {
-          reason: 'too_many_streams',
-          limit: maxStreams,
-          retryAfterS: 1,
-        });
-      streamsOf.set(tenantId, held + 1);
-      try {
-        await relay(params.id, lastEventId, call, request, reply);
-      } finally {
-        const left = (streamsOf.get(tenantId) ?? 1) - 1;
-        if (left > 0) streamsOf.set(tenantId, left);
-        else streamsOf.delete(tenantId);
-      }
+      streams.holdFor(reply);
+      await relay(params.id, lastEventId, call, request, reply);
     },
   });
 

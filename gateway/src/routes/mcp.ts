@@ -210,6 +210,14 @@ function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions,
 
 export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const handler = async (request: FastifyRequest, reply: FastifyReply) => {
+    // One HTTP request is one count against the key's rates, so it carries one message: a JSON-RPC batch (which MCP
+    // dropped in its 2025-06-18 revision, and no SDK client sends) would run up to 100 tool calls on one count.
+    if (Array.isArray(request.body))
+      return reply.code(400).send({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32600, message: 'JSON-RPC batches are not supported: send one message per request' },
+      });
     const principal = request.principal!;
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
     const server = buildServer(deps, principal, call, reply);

@@ -13,6 +13,7 @@ import { callStream, type CallStream as CallStreamOf } from '../lib/call-stream'
 import { openAiErrorBody } from '../lib/openai-error';
 import { END_USER_MAX, endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
+import { tenantStreams } from '../lib/sse';
 import {
   closingChunks,
   completionChunk,
@@ -217,9 +218,8 @@ type ChatStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void
 export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { chat, agents } = deps.clients;
   const keepAliveMs = deps.config.sseKeepAliveMs;
-  const maxStreams = deps.config.sseStreamsPerTenant;
+  const streams = tenantStreams(deps);
   const open = new Set<{ res: ServerResponse; cancel: () => void }>();
-  const streamsOf = new Map<string, number>();
   app.addHook('preClose', (done) => {
     for (const s of open) {
       s.cancel();
@@ -268,7 +268,6 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     onBroken: (e: AppError, write: (s: string) => void) => void,
     onStart?: (write: (s: string) => void) => void,
   ): Promise<void> {
-    const tenantId = request.principal!.tenantId;
     let sawDone = false;
     reply.hijack();
     const res = reply.raw;
@@ -283,7 +282,6 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     res.flushHeaders();
     const entry = { res, cancel: () => stream.cancel() };
     open.add(entry);
-    streamsOf.set(tenantId, (streamsOf.get(tenantId) ?? 0) + 1);
     res.on('close', () => stream.cancel());
     let pending = '';
     const write = (s: string) => {
@@ -321,22 +319,10 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       await flush().catch(() => undefined);
       clearInterval(keepAlive);
       open.delete(entry);
-      const left = (streamsOf.get(tenantId) ?? 1) - 1;
-      if (left > 0) streamsOf.set(tenantId, left);
-      else streamsOf.delete(tenantId);
       if (sawDone) stream.release();
       else stream.cancel();
       res.end();
     }
-  }
-
-  function assertStreamPlace(tenantId: string): void {
-    if ((streamsOf.get(tenantId) ?? 0) >= maxStreams)
-      throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${maxStreams} streams can be open at once; close one first`, {
-        reason: 'too_many_streams',
-        limit: maxStreams,
-        retryAfterS: 1,
-      });
   }
 
   const startCall = (req: chatV1.StartCallRequest, call: HandlerArgs['call']) =>
@@ -388,7 +374,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     alsoProduces: 'text/event-stream',
     handler: async ({ body, call, principal, request, reply }) => {
       const b = body as Body;
-      if (b.stream) assertStreamPlace(principal.tenantId);
+      if (b.stream) streams.holdFor(reply);
       await assertKeyTokens(deps, principal, call, reply);
       const req: chatV1.StartCallRequest = {
         ...baseRequest(),
@@ -492,7 +478,7 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         throw new AppError('VALIDATION_ERROR', 'Background responses need store: true', {
           fields: [{ field: 'store', message: 'must be true with background' }],
         });
-      if (b.stream) assertStreamPlace(principal.tenantId);
+      if (b.stream) streams.holdFor(reply);
       await assertKeyTokens(deps, principal, call, reply);
       const items: Body[] = typeof b.input === 'string' ? [{ role: 'user', content: b.input }] : b.input;
       const approval = items.find((i) => i.type === 'agent_approval_response');
@@ -590,13 +576,13 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     }),
     response: ResponseObject,
     alsoProduces: 'text/event-stream',
-    handler: async ({ params, query, call, principal, request, reply }) => {
+    handler: async ({ params, query, call, request, reply }) => {
       if (!query.stream) {
         const rec = (await chat.getResponse({ id: params.id }, call)).call!;
         reply.header('X-Served-Model', modelOf(rec));
         return responseObject(rec);
       }
-      assertStreamPlace(principal.tenantId);
+      streams.holdFor(reply);
       const startingAfter: number = query.starting_after ?? -1;
       const stream = callStream(
         chat.streamResponse(

@@ -2,9 +2,15 @@
  * `/v1/passthrough/:provider/*` (CONTRACT.md 9): the provider endpoints the platform does not model (embeddings,
  * moderations, audio, images) forwarded with @fastify/http-proxy to the tenant's own configured provider, with the
  * tenant's stored key put in and the caller's credential never passed on. API keys only, scope `llm:passthrough`;
- * the egress guard applies when the connection opens; request and response sizes are capped; a response that
- * reports usage is billed to the tenant and the key (a reservation holds the call's cost first, as every model call
- * does), and every request counts against the key's rate limits.
+ * the egress guard applies when the connection opens; request and response sizes are capped; every request counts
+ * against the key's rate limits.
+ *
+ * Metering (CONTRACT.md 8, 12): a POST (PUT, PATCH) is a model call. It takes a place among the key's concurrent
+ * calls and, streamed, among the tenant's open streams; its most possible cost is reserved before it leaves (the
+ * prompt's token bound plus its output bound, put in when the body has none, at the model's price); it is billed
+ * from the usage its answer reports, streamed or not (a streamed OpenAI chat is asked for its usage chunk), or, cut
+ * midway, from the tokens streamed so far; a call refused or answered without usage gives its hold back before the
+ * answer is sent. A GET or DELETE (a stored response, a file) is never billed.
  *
  * The path after the provider is relative to the provider's API version root: `/v1/passthrough/openai/embeddings`
  * goes to `<baseUrl>/embeddings` (`https://api.openai.com/v1/embeddings`), `/v1/passthrough/anthropic/messages/count_tokens`
@@ -26,11 +32,14 @@ import {
   isAppError,
   metrics,
 } from '@svc/kit';
-import { reservationTokens } from '@svc/contracts';
+import { promptTokenBound } from '@svc/contracts';
+import { resolvePrice, type ModelPrice } from '@svc/llm/pricing';
 import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
-import { assertKeyTokens } from '../lib/key-usage';
+import { assertKeyTokens, takeKeySlot } from '../lib/key-usage';
 import { sendOpenAiError } from '../lib/openai-error';
+import { meteredStream, prepareBody, StreamMeter, usageOf, type Usage } from '../lib/passthrough-meter';
+import { tenantStreams } from '../lib/sse';
 
 export const PASSTHROUGH_PREFIX = '/v1/passthrough/:provider';
 
@@ -46,12 +55,30 @@ interface Target {
   /** The path of the API version root on the upstream (`/v1`). */
   basePath: string;
   apiKey: string;
+  /** The body forwarded (the caller's, or with the output bound or the usage option put in). */
+  body: unknown;
+  call: CallOptions;
+  /** Null for a request that is not a model call (GET, DELETE): nothing reserved, nothing billed. */
+  meter: CallMeter | null;
+}
+
+interface CallMeter {
   /** The reservation's call id in billing (settled by RecordUsage, or released). */
   callId: string;
-  call: CallOptions;
-  /** The model the request named, when its body is JSON with a model (usage is billed under it if the response names none). */
+  /** The model the request named ('' when its body names none). */
   model: string;
-  settled: boolean;
+  price: ModelPrice;
+  /** The prompt's token bound: the input billed for a cut stream that reported none. */
+  promptBound: number;
+  endUser: string;
+  startedAt: number;
+  /** Set on a streamed answer: what it reported or streamed so far. */
+  stream: StreamMeter | null;
+  /** The pass-through asked for OpenAI's usage chunk, the caller did not: it is not shown. */
+  hideUsageChunk: boolean;
+  /** Frees the key's concurrency place (once). */
+  releaseSlot: (() => Promise<void>) | null;
+  settled: Promise<void> | null;
 }
 
 declare module 'fastify' {
@@ -64,39 +91,6 @@ export interface PassthroughLimits {
   maxRequestBytes: number;
   maxResponseBytes: number;
   timeoutMs: number;
-}
-
-function sizeOf(body: unknown): number {
-  return Buffer.isBuffer(body) ? body.length : 0;
-}
-
-/** The JSON body's fields that bound a call's cost, when it is JSON: its model and output token limit. */
-function describeBody(body: unknown, contentType: string | undefined): { model: string; maxTokens: number } {
-  if (!Buffer.isBuffer(body) || !/json/i.test(contentType ?? '') || body.length === 0) return { model: '', maxTokens: 0 };
-  try {
-    const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
-    const limit = [parsed.max_tokens, parsed.max_completion_tokens, parsed.max_output_tokens].find((v) => typeof v === 'number');
-    return {
-      model: typeof parsed.model === 'string' ? parsed.model.slice(0, 200) : '',
-      maxTokens: typeof limit === 'number' && Number.isFinite(limit) ? Math.max(0, Math.min(200_000, Math.floor(limit))) : 0,
-    };
-  } catch {
-    return { model: '', maxTokens: 0 };
-  }
-}
-
-/** Usage in the shapes OpenAI (`prompt_tokens`/`completion_tokens`, `input_tokens`/`output_tokens`) and Anthropic use. */
-export function usageOf(body: unknown): { inputTokens: number; outputTokens: number } | null {
-  const u = (body as { usage?: Record<string, unknown> } | null)?.usage;
-  if (!u || typeof u !== 'object') return null;
-  const num = (...values: unknown[]) => {
-    const v = values.find((x) => typeof x === 'number' && Number.isFinite(x) && x >= 0);
-    return typeof v === 'number' ? Math.floor(v) : 0;
-  };
-  const inputTokens = num(u.prompt_tokens, u.input_tokens);
-  const total = num(u.total_tokens);
-  const outputTokens = num(u.completion_tokens, u.output_tokens) || Math.max(0, total - inputTokens);
-  return inputTokens + outputTokens > 0 ? { inputTokens, outputTokens } : null;
 }
 
 function findEgressError(err: unknown): EgressError | null {
@@ -115,22 +109,67 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
   // Every connection to a provider goes through the egress guard: the address checked is the address used.
   const dispatcher = egressDispatcher({ ...policy, connectTimeoutMs: 5000 });
 
-  /** Closes the call in billing once: its usage when the provider reported some, else its reservation goes back. */
-  async function settle(request: FastifyRequest, usage: { inputTokens: number; outputTokens: number } | null, model: string) {
-    const t = request.passthrough;
-    if (!t || t.settled) return;
-    t.settled = true;
-    try {
-      if (usage)
-        await billing.recordUsage(
-          { callId: t.callId, provider: t.provider, model: model || t.model, ...usage, source: 'passthrough', sourceId: request.id },
-          t.call,
-        );
-      else await billing.release({ callId: t.callId }, t.call);
-    } catch (err) {
-      // The provider answered; billing's reservation expiry closes the hold if this did not reach it.
-      request.log.error({ err, reqId: request.id }, 'could not record pass-through usage');
-    }
+  const streams = tenantStreams(deps);
+  const pricing = { creditsPerUsd: deps.config.creditsPerUsd, creditsPer1kTokens: deps.config.creditsPer1kTokens };
+
+  /**
+   * Closes the call in billing once: its usage when the provider reported some (or, streamed, sent some), else its
+   * hold goes back; then its key place is freed. Awaited before an error answer, so `reserved` is back when it is read.
+   */
+  function settle(
+    request: FastifyRequest,
+    usage: Usage | null,
+    outcome: { status: 'ok' | 'error' | 'cancelled'; servedModel?: string; errorCode?: string },
+  ) {
+    const m = request.passthrough?.meter;
+    if (!m) return Promise.resolve();
+    m.settled ??= (async () => {
+      const t = request.passthrough!;
+      try {
+        if (usage)
+          await billing.recordUsage(
+            {
+              callId: m.callId,
+              provider: t.provider,
+              model: m.model || outcome.servedModel || '',
+              inputTokens: usage.inputTokens,
+              outputTokens: usage.outputTokens,
+              cachedInputTokens: usage.cachedInputTokens,
+              source: 'passthrough',
+              sourceId: request.id,
+              price: { input: m.price.input, output: m.price.output, cachedInput: m.price.cachedInput, source: m.price.source },
+              call: {
+                origin: 'passthrough',
+                requestId: request.id,
+                endUser: m.endUser,
+                status: outcome.status,
+                errorCode: outcome.errorCode ?? '',
+                latencyMs: Date.now() - m.startedAt,
+                ttftMs: m.stream?.firstTokenAt ?? 0,
+                entryId: '',
+                servedModel: outcome.servedModel || m.model,
+                userId: request.principal?.userId ?? '',
+              },
+            },
+            t.call,
+          );
+        else await billing.release({ callId: m.callId }, t.call);
+      } catch (err) {
+        // The provider answered; billing's reservation expiry closes the hold if this did not reach it.
+        request.log.error({ err, reqId: request.id }, 'could not record pass-through usage');
+      } finally {
+        await m.releaseSlot?.().catch(() => undefined);
+      }
+    })();
+    return m.settled;
+  }
+
+  /** A streamed answer's close: billed from what it reported or streamed; `cut` when it did not end cleanly. */
+  function settleStream(request: FastifyRequest, cut: boolean) {
+    const m = request.passthrough?.meter;
+    if (!m?.stream) return settle(request, null, { status: 'cancelled' });
+    const usage = m.stream.usage(m.promptBound);
+    return settle(request, usage, { status: cut ? 'cancelled' : 'ok', servedModel: m.stream.servedModel });
   }
 
   /** Resolves the tenant's provider, checks its address, and reserves the call; refusals are thrown as AppErrors. */
@@ -143,8 +182,9 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       });
     const principal = request.principal!;
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
+    const metered = request.method === 'POST' || request.method === 'PUT' || request.method === 'PATCH';
     // The key's tokens per minute, as before any model call (its requests per minute were counted on the way in).
-    await assertKeyTokens(deps, principal, call, reply);
+    if (metered) await assertKeyTokens(deps, principal, call, reply);
     const { settings: s } = await identity.resolveLlmSettings({}, call);
     const entry = s?.source === 'tenant' ? [s, ...s.fallbacks].find((e) => e.provider === provider) : undefined;
     if (!entry)
@@ -161,30 +201,70 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       if (err instanceof EgressError) throw notAllowed(err);
       throw err;
     }
-    const { model, maxTokens } = describeBody(request.body, request.headers['content-type']);
-    const callId = `pt_${randomUUID().replaceAll('-', '')}`;
-    // Held before the request leaves, like every model call (CONTRACT.md 8): the body at 4 characters a token plus
-    // the output bound it asks for.
-    await billing.reserve(
-      {
-        callId,
-        tokens: Math.max(1, reservationTokens(sizeOf(request.body), maxTokens)),
-        source: 'passthrough',
-        sourceId: request.id,
-        ttlMs: 0,
-      },
-      call,
-    );
-    request.passthrough = {
+    const target: Target = {
       provider,
       origin: base.origin,
       basePath: base.pathname.replace(/\/+$/, ''),
       apiKey: entry.apiKey,
-      callId,
+      body: request.body,
       call,
-      model,
-      settled: false,
+      meter: null,
     };
+    request.passthrough = target;
+    if (!metered) {
+      // A stored response read as a stream holds a socket like any other stream (it is not billed).
+      if (request.method === 'GET' && /[?&]stream=true(&|$)/.test(request.url)) streams.holdFor(reply);
+      return;
+    }
+
+    const path = `/${(request.params as { '*'?: string })['*'] ?? ''}`.split('?')[0];
+    const body = prepareBody(provider, path, request.body, request.headers['content-type'], s!.maxTokens || deps.config.llmMaxTokens);
+    target.body = body.body;
+    // A place for the stream (the tenant's cap) and for the call (the key's concurrency), each taken where it is
+    // checked; freed when the response closes and when the call is settled.
+    if (body.stream) streams.holdFor(reply);
+    const callId = `pt_${randomUUID().replaceAll('-', '')}`;
+    const releaseSlot = await takeKeySlot(deps, principal, 'passthrough', callId, reply);
+    const price = resolvePrice({ provider, upstreamModel: body.model, baseUrl: entry.baseUrl || undefined }, pricing);
+    const promptBound = promptTokenBound(body.text, provider === 'openai' ? body.model : '');
+    const meter: CallMeter = {
+      callId,
+      model: body.model,
+      price,
+      promptBound,
+      endUser: body.endUser,
+      startedAt: Date.now(),
+      stream: null,
+      hideUsageChunk: !body.clientWantsUsage,
+      releaseSlot,
+      settled: null,
+    };
+    // However the request ends (answered, refused, its client gone), its call is closed and its place freed.
+    reply.raw.once('close', () => void (meter.stream ? settleStream(request, true) : settle(request, null, { status: 'cancelled' })));
+    try {
+      // Held before the request leaves, like every model call (CONTRACT.md 8): the prompt's token bound plus the
+      // output bound it runs with, at the model's price.
+      await billing.reserve(
+        {
+          callId,
+          tokens: Math.max(1, promptBound + body.maxTokens),
+          inputTokens: promptBound,
+          outputTokens: body.maxTokens,
+          price: { input: price.input, output: price.output, cachedInput: price.cachedInput, source: price.source },
+          model: body.model,
+          source: 'passthrough',
+          sourceId: request.id,
+          ttlMs: 0,
+        },
+        call,
+      );
+    } catch (err) {
+      await releaseSlot?.();
+      throw err;
+    }
+    target.meter = meter;
+    // Its client left while the hold was being taken: nothing will be sent.
+    if (reply.raw.closed) await settle(request, null, { status: 'cancelled' });
   }
 
   function rewriteRequestHeaders(request: FastifyRequest, headers: IncomingHttpHeaders): IncomingHttpHeaders {
@@ -216,7 +296,10 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     });
   }
 
-  /** A JSON answer is read whole (capped) for its usage, then sent; anything else streams through, capped. */
+  /**
+   * A JSON answer is read whole (capped) for its usage, then sent; an event stream passes through its meter; anything
+   * else streams through, capped. A GET's or DELETE's answer is never billed, whatever usage it shows.
+   */
   function onResponse(
     request: FastifyRequest,
     reply: FastifyReply,
@@ -225,22 +308,26 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     const t = request.passthrough!;
     metrics.passthroughRequests.inc({ provider: t.provider, status: String(res.statusCode) });
     const stream = res.stream;
-    if (/json/i.test(String(res.headers['content-type'] ?? ''))) {
+    const type = String(res.headers['content-type'] ?? '');
+    const failed = { status: 'error' as const, errorCode: `http_${res.statusCode}` };
+    if (/json/i.test(type)) {
       const parts: Buffer[] = [];
       let size = 0;
       stream.on('data', (chunk: Buffer) => {
         size += chunk.length;
         if (size > limits.maxResponseBytes) {
           stream.destroy();
-          void settle(request, null, '');
-          if (!reply.sent) sendOpenAiError(request, reply, tooLarge());
+          void settle(request, null, failed).finally(() => !reply.sent && sendOpenAiError(request, reply, tooLarge()));
           return;
         }
         parts.push(chunk);
       });
       stream.on('error', () => {
-        void settle(request, null, '');
-        if (!reply.sent) sendOpenAiError(request, reply, errors.unavailable('The provider closed the connection before its answer ended'));
+        void settle(request, null, failed).finally(
+          () =>
+            !reply.sent &&
+            sendOpenAiError(request, reply, errors.unavailable('The provider closed the connection before its answer ended')),
+        );
       });
       stream.on('end', () => {
         if (reply.sent) return;
@@ -253,8 +340,22 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         }
         const usage = res.statusCode < 400 ? usageOf(parsed) : null;
         const model = typeof (parsed as { model?: unknown })?.model === 'string' ? (parsed as { model: string }).model.slice(0, 200) : '';
-        void settle(request, usage, model).finally(() => reply.send(body));
+        const outcome = res.statusCode < 400 ? { status: 'ok' as const, servedModel: model } : failed;
+        void settle(request, usage, outcome).finally(() => reply.send(body));
       });
+      return;
+    }
+    const m = t.meter;
+    if (m && /^text\/event-stream/i.test(type) && res.statusCode < 400) {
+      m.stream = new StreamMeter(!!m.hideUsageChunk);
+      const metered = meteredStream(m.stream, limits.maxResponseBytes, tooLarge);
+      let ended = false;
+      stream.on('end', () => (ended = true));
+      metered.on('end', () => void settleStream(request, !ended));
+      // Its client gone, the provider's stream is closed too: the generation stops, what came is billed.
+      metered.on('close', () => !ended && stream.destroy());
+      stream.on('error', (err) => metered.destroy(err));
+      reply.send(stream.pipe(metered));
       return;
     }
     let size = 0;
@@ -265,15 +366,13 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         done(null, chunk);
       },
     });
-    const finished = () => void settle(request, null, '');
-    capped.on('close', finished);
+    capped.on('close', () => void settle(request, null, res.statusCode < 400 ? { status: 'ok' } : failed));
     stream.on('error', (err) => capped.destroy(err));
     reply.send(stream.pipe(capped));
   }
 
-  function onError(reply: FastifyReply, { error }: { error: unknown }) {
+  async function onError(reply: FastifyReply, { error }: { error: unknown }) {
     const request = reply.request;
-    void settle(request, null, '');
     const egress = findEgressError(error);
     const status = (error as { statusCode?: number }).statusCode;
     metrics.passthroughRequests.inc({ provider: request.passthrough?.provider ?? 'unknown', status: '0' });
@@ -283,16 +382,20 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         ? new AppError('GATEWAY_TIMEOUT', 'The provider did not answer in time', { reason: 'provider_timeout' })
         : errors.unavailable('The provider could not be reached');
     if (!egress) request.log.warn({ err: error, reqId: request.id }, 'pass-through request failed');
-    sendOpenAiError(request, reply, appError);
+    // The hold goes back before the refusal is answered (the caller may read `reserved` at once).
+    await settle(request, null, { status: 'error', errorCode: appError.code.toLowerCase() });
+    if (!reply.sent) sendOpenAiError(request, reply, appError);
   }
 
   app.register(
     async (scope) => {
       scope.decorateRequest('passthrough', null);
       // Under /v1 errors are OpenAI's shape, the authentication hook's refusals (401, 403, 429) included.
-      scope.setErrorHandler((err, request, reply) =>
-        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, limits.maxRequestBytes)),
-      );
+      scope.setErrorHandler(async (err, request, reply) => {
+        // A refusal after the reservation (a path the proxy cannot build) gives the hold back before it is answered.
+        await settle(request, null, { status: 'error', errorCode: 'refused' });
+        sendOpenAiError(request, reply, isAppError(err) ? err : toAppError(err as never, limits.maxRequestBytes));
+      });
       // Bodies are forwarded as they came, whatever their type, up to the pass-through's own limit.
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: limits.maxRequestBytes }, (_req, body, done) => done(null, body));
@@ -314,7 +417,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         },
         handler: (request: FastifyRequest, reply: FastifyReply, dest: string, options: Record<string, unknown>) => {
           const t = request.passthrough!;
-          const body = request.body;
+          const body = t.body;
           const withBody =
             Buffer.isBuffer(body) && body.length > 0
               ? { body, contentType: request.headers['content-type'] ?? 'application/octet-stream' }

@@ -66,7 +66,7 @@ export function catalogueCandidate(e: ResolvedCatalogueEntry, pricing: PricingSe
 /**
  * The default model (or one of its fallbacks) as a candidate. It keeps CONTRACT.md 5's flat CREDITS_PER_1K_TOKENS:
  * per-model prices (an entry's own, or the platform list's) come with catalogue entries (section 12), so a tenant that
- * only set its LLM settings is billed as before (decision 90).
+ * only set its LLM settings is billed as before (decision 91).
  */
 export function settingsCandidate(settings: LlmSettings, pricing: PricingSettings): PlannedCandidate {
   return { weight: 1, settings, meta: { entryId: '', price: defaultPrice(pricing) } };

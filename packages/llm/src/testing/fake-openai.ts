@@ -3,7 +3,7 @@
  * answered with `data: {chat.completion.chunk}` SSE lines (text in `choices[0].delta.content`, tool calls as
  * `delta.tool_calls[{index, id, type, function: {name, arguments}}]` split over chunks, `finish_reason`, a final usage
  * chunk when `stream_options.include_usage`, then `data: [DONE]`), or one `chat.completion` object without `stream`.
- * Also `GET {basePath}/models`. Usable as a local "LLM provider" in end-to-end tests and benchmarks.
+ * Also `GET {basePath}/models`, `POST {basePath}/embeddings` and `GET {basePath}/responses/{id}` (a stored response). Usable as a local "LLM provider" in end-to-end tests and benchmarks.
  */
 import {
   estimateTokens,
@@ -268,6 +268,21 @@ export async function embeddings(ctx: FakeContext, sendErr: SendError = sendErro
   });
 }
 
+/** `GET /responses/{id}`: a stored Responses API response, with the usage it was billed for when it was created. */
+function storedResponse(ctx: FakeContext, id: string): void {
+  sendJson(ctx.res, 200, {
+    id,
+    object: 'response',
+    created_at: FAKE_CREATED,
+    status: 'completed',
+    model: 'gpt-fake-responses',
+    output: [
+      { type: 'message', id: `msg_${id}`, role: 'assistant', content: [{ type: 'output_text', text: 'Stored answer.', annotations: [] }] },
+    ],
+    usage: { input_tokens: 20, output_tokens: 10, total_tokens: 30 },
+  });
+}
+
 /** Starts a fake OpenAI server; `url` is `http://127.0.0.1:<port>/v1` (with `basePath`). */
 export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakeProviderServer> {
   const basePath = (options.basePath ?? '/v1').replace(/\/+$/, '');
@@ -298,6 +313,11 @@ export function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<FakePr
       }
       if (req.method === 'GET' && path === `${basePath}/models`) {
         sendJson(ctx.res, 200, { object: 'list', data: [{ id: 'fake-model', object: 'model', created: FAKE_CREATED, owned_by: 'fake' }] });
+        return;
+      }
+      const stored = new RegExp(`^${basePath}/responses/([\\w-]+)$`).exec(path);
+      if (req.method === 'GET' && stored) {
+        storedResponse(ctx, stored[1]);
         return;
       }
       if (req.method === 'POST' && path === `${basePath}/embeddings`) {
