@@ -89,6 +89,7 @@ const VALID_BODIES: Record<string, unknown> = {
   'PUT /api/v1/regions/storage/{tenantId}': { storageMode: 'platform', platformRegion: 'eu-west' },
   'PUT /api/v1/secrets/{name}': { value: 'hijacked' },
   'PATCH /api/v1/mcp-servers/{id}': { name: 'hijacked' },
+  'PATCH /api/v1/models/{id}': { name: 'hijacked', enabled: false },
 };
 
 it('answers 404 RESOURCE_NOT_FOUND with {resource, id} on every id route for another tenant’s ids', async () => {
