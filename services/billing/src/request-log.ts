@@ -10,7 +10,17 @@
  * not grow with the log. Several filters at once page from one of those indexes and check the others per entry.
  */
 import { createHash } from 'node:crypto';
-import { authed, errors, type CallContext, type CollectionDef, type Logger, type SortRange, type Store, type StoreSession } from '@svc/kit';
+import {
+  authed,
+  errors,
+  Retention,
+  type CallContext,
+  type CollectionDef,
+  type Logger,
+  type SortRange,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
 import type { billingV1, eventsV1 } from '@svc/proto';
 
 export const SOURCES = ['chat', 'agent', 'v1', 'passthrough', 'mcp'] as const;
@@ -55,9 +65,6 @@ export const requestLog: CollectionDef<RequestLogDoc> = {
   ],
 };
 
-const DAY_MS = 86_400_000;
-const SWEEP_EVERY_MS = 3_600_000;
-const SWEEP_BATCH = 500;
 const MAX_LIMIT = 100;
 const END_USER_MAX = 200;
 
@@ -183,17 +190,18 @@ export function parseRequestLogQuery(tenantId: string, req: billingV1.ListReques
 }
 
 export class RequestLog {
-  private timer: NodeJS.Timeout | null = null;
-  private sweeping: Promise<void> | null = null;
+  private readonly retention: Retention<RequestLogDoc>;
 
   constructor(
     private readonly store: Store,
-    private readonly o: { retentionDays: number; logger: Logger; now?: () => number },
-  ) {}
+    o: { retentionDays: number; logger: Logger; now?: () => number },
+  ) {
+    this.retention = new Retention(store, requestLog, { ...o, label: 'request log' });
+  }
 
   /** The oldest `at` still kept (exclusive). */
   cutoff(): string {
-    return new Date((this.o.now ?? Date.now)() - this.o.retentionDays * DAY_MS).toISOString();
+    return this.retention.cutoff();
   }
 
   /** The tenant's entry, unless past the retention; another tenant's is null, like a missing one. */
@@ -212,38 +220,18 @@ export class RequestLog {
     return this.store.collection(requestLog).find(where as Partial<RequestLogDoc>, { limit: q.limit, cursor: q.cursor, range });
   }
 
-  /** Deletes every entry past the retention, oldest first, a bounded batch per transaction; returns how many. */
-  async sweep(): Promise<number> {
-    let deleted = 0;
-    for (;;) {
-      const { items } = await this.store
-        .collection(requestLog)
-        .find({}, { order: 'asc', limit: SWEEP_BATCH, range: { lte: this.cutoff() } });
-      if (items.length === 0) return deleted;
-      await this.store.transaction(async (tx) => {
-        for (const doc of items) if (await tx.collection(requestLog).delete(doc.id)) deleted++;
-      });
-    }
+  /** Deletes every record past the retention; returns how many. */
+  sweep(): Promise<number> {
+    return this.retention.sweep();
   }
 
   /** Sweeps now and then hourly, until stopped. */
   start(): void {
-    const run = () => {
-      this.sweeping ??= this.sweep()
-        .then((n) => {
-          if (n > 0) this.o.logger.info({ deleted: n }, 'request log: entries past the retention deleted');
-        })
-        .catch((err: unknown) => this.o.logger.warn({ err }, 'request log sweep failed; next hour'))
-        .finally(() => (this.sweeping = null));
-    };
-    run();
-    this.timer = setInterval(run, SWEEP_EVERY_MS).unref();
+    this.retention.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.sweeping;
+  stop(): Promise<void> {
+    return this.retention.stop();
   }
 }
 

@@ -3,13 +3,19 @@
  * deliveries send, for `GET /events` and for recovery. An event older than the retention is out of every read at once
  * (reads bound `createdAt` by the cut-off) and deleted by an hourly sweep, oldest first.
  */
-import { DuplicateKeyError, encodeCursor, type Logger, type Page, type SortRange, type Store, type StoreSession } from '@svc/kit';
+import {
+  DuplicateKeyError,
+  encodeCursor,
+  Retention,
+  type Logger,
+  type Page,
+  type SortRange,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
 import { deliveries, events, type EventDoc, type WebhookDoc } from './collections';
 
-const DAY_MS = 86_400_000;
 /** How often the sweep runs; each run deletes in batches until nothing is past the retention. */
-const SWEEP_EVERY_MS = 3_600_000;
-const SWEEP_BATCH = 500;
 /** Events read per store page while looking for undelivered ones. */
 const SCAN_PAGE = 100;
 /**
@@ -34,17 +40,18 @@ export interface ListQuery {
 }
 
 export class EventLog {
-  private timer: NodeJS.Timeout | null = null;
-  private sweeping: Promise<void> | null = null;
+  private readonly retention: Retention<EventDoc>;
 
   constructor(
     private readonly store: Store,
-    private readonly o: { retentionDays: number; logger: Logger; now?: () => number },
-  ) {}
+    o: { retentionDays: number; logger: Logger; now?: () => number },
+  ) {
+    this.retention = new Retention(store, events, { ...o, label: 'event log' });
+  }
 
   /** The oldest `createdAt` still kept (exclusive). */
   cutoff(): string {
-    return new Date((this.o.now ?? Date.now)() - this.o.retentionDays * DAY_MS).toISOString();
+    return this.retention.cutoff();
   }
 
   /** Keeps an event (in the caller's transaction); one seen before (the bus delivers at least once) is left as it is. */
@@ -124,36 +131,18 @@ export class EventLog {
     return { ...(w.lower ? { [w.lower.op]: w.lower.iso } : {}), ...(w.upper ? { [w.upper.op]: w.upper.iso } : {}) };
   }
 
-  /** Deletes every event past the retention, oldest first; returns how many. */
-  async sweep(): Promise<number> {
-    let deleted = 0;
-    for (;;) {
-      const { items } = await this.store.collection(events).find({}, { order: 'asc', limit: SWEEP_BATCH, range: { lte: this.cutoff() } });
-      if (items.length === 0) return deleted;
-      await this.store.transaction(async (tx) => {
-        for (const doc of items) if (await tx.collection(events).delete(doc.id)) deleted++;
-      });
-    }
+  /** Deletes every record past the retention; returns how many. */
+  sweep(): Promise<number> {
+    return this.retention.sweep();
   }
 
   /** Sweeps now and then hourly, until stopped. */
   start(): void {
-    const run = () => {
-      this.sweeping ??= this.sweep()
-        .then((n) => {
-          if (n > 0) this.o.logger.info({ deleted: n }, 'event log: events past the retention deleted');
-        })
-        .catch((err: unknown) => this.o.logger.warn({ err }, 'event log sweep failed; next hour'))
-        .finally(() => (this.sweeping = null));
-    };
-    run();
-    this.timer = setInterval(run, SWEEP_EVERY_MS).unref();
+    this.retention.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.sweeping;
+  stop(): Promise<void> {
+    return this.retention.stop();
   }
 }
 

@@ -29,3 +29,4 @@ export async function openStore(options: {
   }
   return openSqliteStore({ path: options.sqlitePath });
 }
+export { Retention, type RetentionOptions } from './retention';
