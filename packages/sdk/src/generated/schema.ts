@@ -4936,7 +4936,7 @@ export interface operations {
           url: string;
           /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events: string[];
-          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes) */
+          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
           secret?: string;
         };
       };
@@ -5084,7 +5084,7 @@ export interface operations {
           url?: string;
           /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
           events?: string[];
-          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string (the key is its UTF-8 bytes) */
+          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
           secret?: string;
           active?: boolean;
         };
