@@ -127,7 +127,6 @@ describe('webhook registrations', () => {
     ['a huge secret', { secret: 'x'.repeat(100_000) }, 'secret'],
     ['a short secret', { secret: 'short' }, 'secret'],
     ['an empty secret', { secret: '' }, 'secret'],
-    ['a whsec_ secret that is not base64', { secret: 'whsec_not-base64-at-all' }, 'secret'],
     ['an unknown field', { tenantId: 'ten_other' }, 'tenantId'],
   ])('refuses %s with a 400 naming the field', async (_name, change, field) => {
     const body = { url: `${receiver.url}/bad`, events: ['project.created'], secret: SECRET, ...change };
