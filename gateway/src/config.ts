@@ -1,4 +1,4 @@
-import { DEFAULT_LLM_MAX_TOKENS } from '@svc/contracts';
+import { llmMaxTokensField, pricingConfig } from '@svc/contracts';
 import { commonConfig, field, loadConfig, type ConfigOf } from '@svc/kit';
 
 export const gatewaySpec = {
@@ -35,10 +35,9 @@ export const gatewaySpec = {
   }),
   passthroughTimeoutMs: field('PASSTHROUGH_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
   /** A pass-through call's output bound when its body has none and the tenant set none (as chat's and agents'). */
-  llmMaxTokens: field('LLM_MAX_TOKENS', 'int', { default: String(DEFAULT_LLM_MAX_TOKENS), min: 1, max: 200_000 }),
-  /** Prices of pass-through calls (CONTRACT.md 12): the platform price list in USD times this; else the flat price. */
-  creditsPerUsd: field('CREDITS_PER_USD', 'int', { default: '1000', min: 0, max: 1_000_000_000 }),
-  creditsPer1kTokens: field('CREDITS_PER_1K_TOKENS', 'int', { default: '1', min: 0, max: 1_000_000 }),
+  llmMaxTokens: llmMaxTokensField,
+  /** Prices of pass-through calls (CONTRACT.md 12): the platform price list in USD times CREDITS_PER_USD, else flat. */
+  ...pricingConfig,
 } as const;
 
 export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };

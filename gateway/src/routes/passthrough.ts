@@ -32,7 +32,7 @@ import {
   isAppError,
   metrics,
 } from '@svc/kit';
-import { promptTokenBound } from '@svc/contracts';
+import { modelCallInfo, promptTokenBound } from '@svc/contracts';
 import { resolvePrice, type ModelPrice } from '@svc/llm/pricing';
 import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
@@ -137,19 +137,22 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
               cachedInputTokens: usage.cachedInputTokens,
               source: 'passthrough',
               sourceId: request.id,
-              price: { input: m.price.input, output: m.price.output, cachedInput: m.price.cachedInput, source: m.price.source },
-              call: {
-                origin: 'passthrough',
-                requestId: request.id,
-                endUser: m.endUser,
-                status: outcome.status,
-                errorCode: outcome.errorCode ?? '',
-                latencyMs: Date.now() - m.startedAt,
-                ttftMs: m.stream?.firstTokenAt ?? 0,
-                entryId: '',
-                servedModel: outcome.servedModel || m.model,
-                userId: request.principal?.userId ?? '',
-              },
+              price: m.price,
+              call: modelCallInfo(
+                {
+                  origin: 'passthrough',
+                  requestId: request.id,
+                  endUser: m.endUser,
+                  servedModel: outcome.servedModel || m.model,
+                  userId: request.principal?.userId,
+                },
+                {
+                  status: outcome.status,
+                  errorCode: outcome.errorCode ?? '',
+                  latencyMs: Date.now() - m.startedAt,
+                  ttftMs: m.stream?.firstTokenAt ?? 0,
+                },
+              ),
             },
             t.call,
           );

@@ -92,6 +92,24 @@ export interface CallHold {
 }
 
 /**
+ * A model call's hold at a price (CONTRACT.md 8, 12): its prompt at 4 characters a token and its output bound, at the
+ * price of the dearest deployment that may serve it (`tokens` too, for a billing that prices alike).
+ */
+export function pricedHold(
+  call: Pick<CallHold, 'callId' | 'source' | 'sourceId' | 'model'>,
+  promptChars: number,
+  bound: { price: eventsV1.ModelPrice; outputTokens: number },
+): CallHold {
+  return {
+    ...call,
+    tokens: reservationTokens(promptChars, bound.outputTokens),
+    price: bound.price,
+    inputTokens: Math.ceil(Math.max(0, promptChars) / 4),
+    outputTokens: bound.outputTokens,
+  };
+}
+
+/**
  * Billing's reservations, as agents and chat use them (CONTRACT.md 8): before a model call, `reserve` holds its most
  * possible cost against the tenant's available credits, in billing's store, so the 402 INSUFFICIENT_CREDITS is exact
  * on every replica from the moment the balance changes (no cached balance). The call's `llm.usage` event settles it;

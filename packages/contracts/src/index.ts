@@ -4,3 +4,4 @@ export * from './identity';
 export * from './credits';
 export * from './plan-order';
 export * from './pricing-config';
+export * from './model-call';

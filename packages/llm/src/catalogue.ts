@@ -46,9 +46,9 @@ export interface CallPlan {
   fallbacks: PlannedCandidate[];
 }
 
-/** A catalogue entry as provider settings; `apiVersion` and `region` ride along for the providers that take them. */
+/** A catalogue entry as provider settings (`apiVersion` and `region` only where the entry has them). */
 export function catalogueCandidate(e: ResolvedCatalogueEntry, pricing: PricingSettings): PlannedCandidate {
-  const settings: LlmSettings & { apiVersion?: string; region?: string } = {
+  const settings: LlmSettings = {
     provider: e.provider as LlmSettings['provider'],
     model: e.upstreamModel,
     baseUrl: e.baseUrl || undefined,

@@ -1,5 +1,5 @@
 import { addToOutbox, metrics, type StoreSession } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { type CallOutcome, domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, Usage } from './collections';
 
@@ -27,14 +27,6 @@ export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: Ru
   if (type !== 'agent.started') metrics.runs.inc({ status: run.status });
 }
 
-/** How a model call ended, for the request log: latency and time to first token in ms (0 when unknown or none). */
-export interface CallOutcome {
-  status: 'ok' | 'error' | 'cancelled';
-  errorCode: string;
-  latencyMs: number;
-  ttftMs: number;
-}
-
 /** A call settled from what was stored (a crash, a cancel, a failure ended it): its timings are not known. */
 const CUT: CallOutcome = { status: 'error', errorCode: 'CALL_INTERRUPTED', latencyMs: 0, ttftMs: 0 };
 
@@ -57,18 +49,10 @@ export async function emitUsage(
     model: call.name || call.model,
     ...(call.usage.cachedInputTokens ? { cachedInputTokens: call.usage.cachedInputTokens } : {}),
     ...(call.price ? { price: call.price } : {}),
-    call: {
-      origin: 'agent',
-      requestId: run.requestId ?? '',
-      endUser: '',
-      status: outcome.status,
-      errorCode: outcome.errorCode,
-      latencyMs: Math.max(0, Math.round(outcome.latencyMs)),
-      ttftMs: Math.max(0, Math.round(outcome.ttftMs)),
-      entryId: call.entryId ?? '',
-      servedModel: call.model,
-      userId: run.userId ?? '',
-    },
+    call: modelCallInfo(
+      { origin: 'agent', requestId: run.requestId, entryId: call.entryId, servedModel: call.model, userId: run.userId },
+      outcome,
+    ),
     inputTokens: call.usage.inputTokens,
     outputTokens: call.usage.outputTokens,
     keySource: call.keySource,

@@ -11,7 +11,7 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
-import { reservationTokens } from '@svc/contracts';
+import { pricedHold } from '@svc/contracts';
 import { planHold, type PricingSettings } from '@svc/llm';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';
@@ -195,17 +195,7 @@ export function runHandlers(deps: RunHandlerDeps) {
       const { plan, keySource } = models.value;
       const promptChars = agent.systemPrompt.length + goal.length;
       const firstCall = firstCallOf(plan, keySource, promptChars);
-      const { price, outputTokens } = planHold(plan);
-      const hold = {
-        callId: firstCall.id,
-        tokens: reservationTokens(promptChars, outputTokens),
-        source: 'agent_run' as const,
-        sourceId: '',
-        price,
-        inputTokens: firstCall.promptTokens,
-        outputTokens,
-        model: plan.name,
-      };
+      const hold = pricedHold({ callId: firstCall.id, source: 'agent_run', sourceId: '', model: plan.name }, promptChars, planHold(plan));
       await deps.credits.reserve(c.token, hold);
       if (granted.status === 'rejected') {
         await deps.credits.release(c.token, firstCall.id).catch(() => undefined);

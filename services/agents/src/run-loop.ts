@@ -6,7 +6,7 @@
  */
 import { decodeJwt } from 'jose';
 import { isAppError, type Logger, nowIso, type SecretBox, type ServiceClient, type StoreSession } from '@svc/kit';
-import { reservationTokens } from '@svc/contracts';
+import { type CallOutcome, pricedHold } from '@svc/contracts';
 import {
   type CandidateMeta,
   type CircuitBreaker,
@@ -25,7 +25,7 @@ import type { identityV1, projectsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, StepDoc, Usage } from './collections';
 import type { CreditCheck } from './credits';
 import { agentModels, firstCallOf, LlmNotConfigured } from './model-plan';
-import { type CallOutcome, emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
+import { emitRunEvent, emitUsage, settleRecordedCall } from './run-events';
 import { callTool, EMPTY_TOOLSET, loadToolset, toolCallStep, type McpRuntime, type McpToolset } from './mcp-tools';
 import { runTool, toolsFor, type ProjectsClient, type Tool } from './tools';
 
@@ -355,16 +355,10 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
         call ??= firstCallOf(plan, keySource, promptChars);
         let status: string;
         try {
-          ({ status } = await deps.credits.reserve(token, {
-            callId: call.id,
-            tokens: reservationTokens(promptChars, hold.outputTokens),
-            source: 'agent_run',
-            sourceId: lease.run.id,
-            price: hold.price,
-            inputTokens: Math.ceil(promptChars / 4),
-            outputTokens: hold.outputTokens,
-            model: plan.name,
-          }));
+          ({ status } = await deps.credits.reserve(
+            token,
+            pricedHold({ callId: call.id, source: 'agent_run', sourceId: lease.run.id, model: plan.name }, promptChars, hold),
+          ));
         } catch (err) {
           if (isAppError(err) && err.code === 'INSUFFICIENT_CREDITS')
             throw new RunFailure('insufficient_credits: the credits available do not cover the next model call');

@@ -10,7 +10,7 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier, pricingConfig } from '@svc/contracts';
+import { CreditReservations, identityVerifier, llmMaxTokensField, pricingConfig } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { agentsV1, projectsV1 } from '@svc/proto';
 import { agentHandlers } from './agent-handlers';
@@ -24,7 +24,7 @@ import { RunWorker } from './worker';
 export const agentsConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
-  maxTokens: field('LLM_MAX_TOKENS', 'int', { default: String(DEFAULT_LLM_MAX_TOKENS), min: 1, max: 200_000 }),
+  maxTokens: llmMaxTokensField,
   maxAgentsPerTenant: field('AGENTS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   /**
    * Optional: stable across restarts and unique among live workers (never the host name alone, which replicas on

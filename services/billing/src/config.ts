@@ -1,9 +1,10 @@
 import { field } from '@svc/kit';
+import { pricingConfig } from '@svc/contracts';
 
 /** Settings of the billing service beyond the common ones. */
 export const billingConfig = {
   /** Credits per 1,000 tokens (input + output) of one model call, rounded up per call (CONTRACT.md 5). */
-  creditsPer1kTokens: field('CREDITS_PER_1K_TOKENS', 'int', { default: '1', min: 0, max: 1_000_000 }),
+  creditsPer1kTokens: pricingConfig.creditsPer1kTokens,
   /**
    * How long a model call's reservation holds its credits when nothing settles or releases it (its caller died and
    * recorded nothing): billing's sweep then gives it back, judged on its own clock.

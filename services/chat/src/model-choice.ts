@@ -4,7 +4,7 @@
  * call time from peers' short-lived caches.
  */
 import { AppError, type AuthedContext, isAppError } from '@svc/kit';
-import { type CallHold, reservationTokens } from '@svc/contracts';
+import { type CallHold, pricedHold } from '@svc/contracts';
 import { type CallPlan, planCall, planHold, type PricingSettings, type ResolvedCatalogueEntry } from '@svc/llm';
 import type { ReplyCall } from './collections';
 import type { Peers } from './peers';
@@ -64,22 +64,9 @@ export async function restPlan(
   return { plan: defaultPlan({ ...llm!, settings }, pricing), llm };
 }
 
-/**
- * The reservation of a call on `plan`: its prompt at 4 characters a token and its largest output bound, at the most
- * costly price among the deployments that may serve it (`tokens` for a billing that prices alike).
- */
+/** The reservation of a call on `plan`: its prompt and largest output bound at the dearest price that may serve it. */
 export function holdOf(callId: string, plan: CallPlan, promptChars: number): CallHold {
-  const { price, outputTokens } = planHold(plan);
-  return {
-    callId,
-    tokens: reservationTokens(promptChars, outputTokens),
-    source: 'chat_reply',
-    sourceId: callId,
-    price,
-    inputTokens: Math.ceil(Math.max(0, promptChars) / 4),
-    outputTokens,
-    model: plan.name,
-  };
+  return pricedHold({ callId, source: 'chat_reply', sourceId: callId, model: plan.name }, promptChars, planHold(plan));
 }
 
 /** Who and what a call is for, as the request log keeps it. */

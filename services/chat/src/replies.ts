@@ -10,7 +10,7 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { type CallOutcome, domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
 import {
   type CallPlan,
   type CandidateMeta,
@@ -94,14 +94,6 @@ const UNFINISHED: MessageStatus[] = ['pending', 'streaming'];
 
 type Tokens = { inputTokens: number; outputTokens: number; cachedInputTokens?: number };
 
-/** How a call ended, for the request log: latency and time to first token in ms (0 when unknown or none). */
-interface CallOutcome {
-  status: 'ok' | 'error' | 'cancelled';
-  errorCode: string;
-  latencyMs: number;
-  ttftMs: number;
-}
-
 /** The outcome of a reply failed with `code` by another process or a sweep: its timings are not known there. */
 export function failedOutcome(code: string): CallOutcome {
   return { status: code === 'REPLY_CANCELLED' ? 'cancelled' : 'error', errorCode: code, latencyMs: 0, ttftMs: 0 };
@@ -133,18 +125,17 @@ async function billReply(
         outputTokens: usage.outputTokens,
         ...(usage.cachedInputTokens ? { cachedInputTokens: usage.cachedInputTokens } : {}),
         ...(call.price ? { price: call.price } : {}),
-        call: {
-          origin: call.origin ?? 'chat',
-          requestId: call.requestId ?? '',
-          endUser: call.endUser ?? '',
-          status: outcome.status,
-          errorCode: outcome.errorCode,
-          latencyMs: Math.max(0, Math.round(outcome.latencyMs)),
-          ttftMs: Math.max(0, Math.round(outcome.ttftMs)),
-          entryId: call.entryId ?? '',
-          servedModel: call.model,
-          userId: call.userId ?? '',
-        },
+        call: modelCallInfo(
+          {
+            origin: call.origin ?? 'chat',
+            requestId: call.requestId,
+            endUser: call.endUser,
+            entryId: call.entryId,
+            servedModel: call.model,
+            userId: call.userId,
+          },
+          outcome,
+        ),
         keySource: call.keySource,
         credentialId: call.credentialId,
         credentialType: call.credentialType,

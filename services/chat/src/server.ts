@@ -9,7 +9,7 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { CreditReservations, DEFAULT_LLM_MAX_TOKENS, identityVerifier, pricingConfig } from '@svc/contracts';
+import { CreditReservations, identityVerifier, llmMaxTokensField, pricingConfig } from '@svc/contracts';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
@@ -23,7 +23,7 @@ const chatConfig = {
   projectsAddr: field('PROJECTS_ADDR', 'string', { default: '127.0.0.1:50052' }),
   agentsAddr: field('AGENTS_ADDR', 'string', { default: '127.0.0.1:50053' }),
   billingAddr: field('BILLING_ADDR', 'string', { default: '127.0.0.1:50056' }),
-  maxTokens: field('LLM_MAX_TOKENS', 'int', { default: String(DEFAULT_LLM_MAX_TOKENS), min: 1, max: 200_000 }),
+  maxTokens: llmMaxTokensField,
   flushMs: field('CHAT_FLUSH_MS', 'int', { default: '200', min: 10, max: 10_000 }),
   leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
