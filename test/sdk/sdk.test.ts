@@ -535,4 +535,34 @@ describe('client behaviour', () => {
     expect(events.map((e) => (e.type === 'delta' ? e.delta : e.type))).toEqual(['Hel', 'lo', ' there', 'completed']);
     expect(seen.map((s) => s.url)).toEqual(['/api/v1/chat/sessions/ses_x/stream', '/api/v1/chat/sessions/ses_x/stream']);
   });
+  it('streams a /v1 response and resumes it after a drop with starting_after: no event lost or repeated', async () => {
+    const sse = (type: string, seq: number | null, extra: object = {}) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, ...(seq === null ? {} : { sequence_number: seq }), ...extra })}\n\n`;
+    answers.push((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(sse('response.created', 0, { response: { id: 'resp_1', status: 'in_progress' } }));
+      res.write(sse('response.output_text.delta', 1, { delta: 'Hel' }));
+      // The gateway's own link breaks: an unnumbered error, then the end.
+      res.end(sse('error', null, { code: 'service_unavailable', message: 'resume with starting_after' }));
+    });
+    answers.push((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(sse('response.output_text.delta', 2, { delta: 'lo' }));
+      res.write(sse('response.completed', 3, { response: { id: 'resp_1', status: 'completed' } }));
+      setTimeout(() => res.end(), 5_000).unref(); // the SDK stops at the last event, without waiting for the end
+    });
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
+    const events = [];
+    for await (const e of c.v1.responses.stream({ model: 'gpt-fake', input: 'hi' })) events.push(e);
+    expect(events.map((e) => [e.event, e.data.sequence_number])).toEqual([
+      ['response.created', 0],
+      ['response.output_text.delta', 1],
+      ['response.output_text.delta', 2],
+      ['response.completed', 3],
+    ]);
+    expect(seen.map((s) => `${s.method} ${s.url}`)).toEqual([
+      'POST /v1/responses',
+      'GET /v1/responses/resp_1?stream=true&starting_after=1',
+    ]);
+  });
 });

@@ -57,13 +57,33 @@ interface Req {
 }
 type SendOptions = RequestOptions & { accept?: string };
 
-/** The client: resources (generated) over the flat methods (generated) over `send`. */
+/**
+ * The client: resources (generated) over the flat methods (generated) over `send`. The resources' types merge into the
+ * class here; `mountResources` puts their functions on each instance.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type, @typescript-eslint/no-unsafe-declaration-merging
 export interface SvcClient extends Resources {}
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
 export class SvcClient extends GeneratedMethods {
   private token: { value: string; expiresAt: number | null } | null = null;
   private readonly base: string;
   private readonly fetchImpl: typeof fetch;
   private readonly now: () => number;
+
+  /**
+   * OpenAI's Responses API under /v1 (an API key with `llm:use`), as a resumable stream; for the rest of /v1 use an
+   * OpenAI SDK with `baseURL: <origin>/v1`.
+   */
+  readonly v1 = {
+    responses: {
+      /**
+       * `POST /v1/responses` with `stream: true`: the response's events (`response.created`,
+       * `response.output_text.delta`, ..., `response.completed`). A dropped connection is resumed with
+       * `GET /v1/responses/{id}?stream=true&starting_after=<last sequence_number>`: no event lost or repeated.
+       */
+      stream: (body: V1ResponseBody, options: StreamOptions = {}) => this.streamResponse(body, options),
+    },
+  };
 
   constructor(private readonly options: SvcClientOptions) {
     super();
@@ -298,6 +318,39 @@ export class SvcClient extends GeneratedMethods {
     }
   }
 
+  private async *streamResponse(body: V1ResponseBody, options: StreamOptions): AsyncGenerator<SseEvent<V1ResponseEvent>> {
+    let responseId: string | undefined;
+    const events = resumableSse(
+      async (after) => {
+        // Until the response has an id there is nothing to resume: the first connection's failure is final.
+        if (responseId === undefined && after !== undefined) throw new APIConnectionError('The stream dropped before the response began');
+        const req: Req =
+          responseId === undefined
+            ? { method: 'POST', url: this.urlOf('/v1/responses'), body: { ...body, stream: true } }
+            : {
+                method: 'GET',
+                url: this.urlOf(`/v1/responses/${encodeURIComponent(responseId)}`, { stream: true, starting_after: after }),
+              };
+        return (await this.send(req, { ...options, accept: 'text/event-stream' })).res.body!;
+      },
+      {
+        after: options.lastEventId,
+        maxResumes: options.maxResumes,
+        signal: options.signal,
+        cursorOf: (e) => (typeof e.data?.sequence_number === 'number' ? String(e.data.sequence_number) : undefined),
+        isLast: (e) => END_OF_RESPONSE.has(e.event) || (e.event === 'error' && typeof e.data?.sequence_number === 'number'),
+        isFatal: (err) => !retryable(err),
+        pause: (resume) => sleep(this.retryDelay(resume - 1, new APIConnectionError('dropped')), options.signal),
+      },
+    );
+    for await (const e of events) {
+      responseId ??= e.data?.response?.id;
+      // An unnumbered error is the gateway's connection breaking, not the response: the stream resumes after it.
+      if (e.event === 'error' && typeof e.data?.sequence_number !== 'number') continue;
+      yield e;
+    }
+  }
+
   /**
    * An agent run's progress: the run each time its status or steps change, until it ends (or waits for an
    * approval, when `untilApproval`). Polls GET /agents/:id/runs/:run_id every `intervalMs`.
@@ -322,6 +375,12 @@ export class SvcClient extends GeneratedMethods {
     }
   }
 }
+
+/** The body of `POST /v1/responses` (OpenAI's); `stream` is set by the SDK. */
+export type V1ResponseBody = { model: string; input: unknown } & Record<string, unknown>;
+/** An event of a streamed response: its `type` and `sequence_number`, and the fields of that type. */
+export type V1ResponseEvent = { type: string; sequence_number: number } & Record<string, any>;
+const END_OF_RESPONSE = new Set(['response.completed', 'response.failed', 'response.incomplete']);
 
 /** Worth another attempt: no answer, or an answer that says to come back (never a 4xx about the request itself). */
 function retryable(error: unknown): boolean {

@@ -6,6 +6,8 @@ export {
   type ChatStreamEvent,
   type SvcClientOptions,
   type Token,
+  type V1ResponseBody,
+  type V1ResponseEvent,
 } from './client';
 export {
   SvcError,
