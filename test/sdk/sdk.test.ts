@@ -409,17 +409,22 @@ describe('client behaviour', () => {
     await c.billing.credits.purchase({ credits: 5 });
     await c.agents.runs.create('agt_1', { goal: 'g', projectId: 'prj_1' }, { idempotencyKey: 'mine-1' });
     await c.projects.retrieve('prj_1');
+    // The lower layer, for any path: the same headers.
+    expect(await c.request('POST', 'projects', { body: { name: 'q' } }, { idempotencyKey: 'mine-2' })).toEqual({ ok: true });
+    expect(await c.request('GET', '/tenant', { query: { a: 1 } })).toEqual({ ok: true });
     const keys = seen.map((s) => s.headers['idempotency-key']);
     expect(keys[0]).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(keys[1]).toBe(keys[0]);
     expect(new Set([keys[0], keys[2]]).size).toBe(2);
-    expect(keys.slice(3)).toEqual(['mine-1', undefined]);
+    expect(keys.slice(3)).toEqual(['mine-1', undefined, 'mine-2', undefined]);
     expect(seen.map((s) => `${s.method} ${s.url}`)).toEqual([
       'POST /api/v1/projects',
       'POST /api/v1/projects',
       'POST /api/v1/billing/credits/purchase',
       'POST /api/v1/agents/agt_1/execute',
       'GET /api/v1/projects/prj_1',
+      'POST /api/v1/projects',
+      'GET /api/v1/tenant?a=1',
     ]);
   });
 

@@ -7,11 +7,11 @@
  * exponential backoff (408, 409 `idempotency_key_in_progress`, 429 after `Retry-After`, 5xx, no answer) that reuse one
  * `Idempotency-Key` per POST, so a retry never does the work twice. Streams resume after a dropped connection.
  */
-import { APIConnectionError, APIError, APITimeoutError } from './errors';
+import { APIConnectionError, APIError, APITimeoutError, type SvcError } from './errors';
 import { GeneratedMethods, OPERATIONS } from './generated/methods';
 import { RESOURCE_METHODS, type Resources } from './generated/resources';
 import { PagedList, type PageAnswer } from './pagination';
-import { resumableSse, type SseEvent } from './sse';
+import { resumableSse, type ResumeOptions, type SseEvent } from './sse';
 import type { ChatStreamEvent, Input, OperationId, Output, RequestOptions, StreamOptions } from './types';
 
 export interface Token {
@@ -194,7 +194,7 @@ export class SvcClient extends GeneratedMethods {
         return await this.attempt(req, options, idempotencyKey, stream);
       } catch (error) {
         if (!retryable(error) || attempt >= maxRetries || options.signal?.aborted) throw error;
-        await sleep(this.retryDelay(attempt, error as APIError | APIConnectionError), options.signal);
+        await sleep(this.retryDelay(attempt, error as SvcError), options.signal);
       }
     }
   }
@@ -248,7 +248,7 @@ export class SvcClient extends GeneratedMethods {
   }
 
   /** `Retry-After` when the API gave one, else 0.5 s doubling up to 8 s, less up to a quarter at random. */
-  private retryDelay(attempt: number, error: APIError | APIConnectionError): number {
+  private retryDelay(attempt: number, error?: SvcError): number {
     const max = this.options.maxRetryDelayMs ?? 60_000;
     if (error instanceof APIError && error.retryAfterMs !== null) return Math.min(error.retryAfterMs, max);
     return Math.min(500 * 2 ** attempt, 8000, max) * (1 - Math.random() * 0.25);
@@ -279,6 +279,17 @@ export class SvcClient extends GeneratedMethods {
     yield* this.list(operationId, input, options) as AsyncIterable<any>;
   }
 
+  /** How every stream resumes: from the caller's last event id, after the retries' backoff, not after an error answer. */
+  private resumeOptions(options: StreamOptions): Omit<ResumeOptions, 'cursorOf' | 'isLast'> {
+    return {
+      after: options.lastEventId,
+      maxResumes: options.maxResumes,
+      signal: options.signal,
+      isFatal: (err) => !retryable(err),
+      pause: (resume) => sleep(this.retryDelay(resume - 1), options.signal),
+    };
+  }
+
   /** A streaming operation's events, resumed after a dropped connection with Last-Event-ID. */
   private stream(operationId: OperationId, input: Record<string, any>, options: StreamOptions): AsyncGenerator<unknown> {
     if (operationId === 'streamChatReply') return this.streamChatReply(String(input.params.id), options);
@@ -292,14 +303,7 @@ export class SvcClient extends GeneratedMethods {
         const { res } = await this.send(req, { ...options, headers, accept: 'text/event-stream' });
         return res.body!;
       },
-      {
-        after: options.lastEventId,
-        maxResumes: options.maxResumes,
-        signal: options.signal,
-        isLast,
-        isFatal: (err) => !retryable(err),
-        pause: (resume) => sleep(this.retryDelay(resume - 1, new APIConnectionError('dropped')), options.signal),
-      },
+      { ...this.resumeOptions(options), isLast },
     );
   }
 
@@ -334,13 +338,9 @@ export class SvcClient extends GeneratedMethods {
         return (await this.send(req, { ...options, accept: 'text/event-stream' })).res.body!;
       },
       {
-        after: options.lastEventId,
-        maxResumes: options.maxResumes,
-        signal: options.signal,
+        ...this.resumeOptions(options),
         cursorOf: (e) => (typeof e.data?.sequence_number === 'number' ? String(e.data.sequence_number) : undefined),
         isLast: (e) => END_OF_RESPONSE.has(e.event) || (e.event === 'error' && typeof e.data?.sequence_number === 'number'),
-        isFatal: (err) => !retryable(err),
-        pause: (resume) => sleep(this.retryDelay(resume - 1, new APIConnectionError('dropped')), options.signal),
       },
     );
     for await (const e of events) {
