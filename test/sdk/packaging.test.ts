@@ -3,10 +3,14 @@
  * does: `prepack` builds dist/) writes both tarballs, npm installs them into a fresh folder outside the repository
  * (their npm dependencies from the registry), and plain
  * JavaScript uses them against the running system: an ES module and a CommonJS script list projects and stream a chat
- * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, and TypeScript
- * type-checks against the shipped declarations in both module systems. No TypeScript runs: the packages hold none.
+ * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, TypeScript
+ * type-checks against the shipped declarations in both module systems, and a script uses the resources through a
+ * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream cut mid-reply). No TypeScript
+ * runs: the packages hold none.
  */
 import { execFile } from 'node:child_process';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
@@ -68,6 +72,53 @@ let app: string;
 let tarballs: Record<'sdk' | 'cli', { name: string; version: string; file: string; files: string[] }>;
 let env: Record<string, string>;
 let email: string;
+
+/**
+ * A proxy in front of the gateway that does what a header `x-test-fault` asks: a status (answered with the error
+ * envelope, not forwarded), `hang` (never answers), `503-once` (a 503 the first time an Idempotency-Key is seen, not
+ * forwarded), `cut-stream` (forwards the first time up to the end of the first `message.delta`, then resets).
+ */
+async function startFaultProxy(target: string) {
+  const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders }> = [];
+  const done = new Set<string>();
+  const server: Server = createServer((req, res) => {
+    seen.push({ method: req.method!, url: req.url!, headers: req.headers });
+    const fault = String(req.headers['x-test-fault'] ?? '');
+    const once = (key: string) => !done.has(key) && Boolean(done.add(key));
+    const fail = (status: number) =>
+      res
+        .writeHead(status, { 'content-type': 'application/json', 'x-request-id': `req-fault-${status}`, 'retry-after': '0' })
+        .end(JSON.stringify({ error: { code: `FAULT_${status}`, message: 'injected', details: { status } }, meta: {} }));
+    if (/^\d{3}$/.test(fault)) return fail(Number(fault));
+    if (fault === 'hang') return;
+    if (fault === '503-once' && once(`503:${req.headers['idempotency-key']}`)) return fail(503);
+    const cut = fault === 'cut-stream' && once(`cut:${req.url}`);
+    const upstream = httpRequest(`${target}${req.url}`, { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode!, up.headers);
+      if (!cut) return void up.pipe(res);
+      let text = '';
+      let cutDone = false;
+      up.on('data', (chunk: Buffer) => {
+        if (cutDone) return;
+        text += chunk.toString('utf8');
+        const delta = text.indexOf('event: message.delta');
+        const end = delta >= 0 ? text.indexOf('\n\n', delta) : -1;
+        if (end < 0) return;
+        cutDone = true;
+        res.write(text.slice(0, end + 2), () => res.socket?.destroy());
+        up.destroy();
+      });
+    });
+    upstream.on('error', () => res.socket?.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    seen,
+    close: () => new Promise<void>((ok) => (server.closeAllConnections(), server.close(() => ok()))),
+  };
+}
 
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'svc-packaging-'));
@@ -258,10 +309,16 @@ export const list = () => svc.listProjects();
 it('TypeScript checks against the shipped declarations, as an ES module and as CommonJS', async () => {
   writeFileSync(
     join(app, 'typed.mts'),
-    `import { SvcClient, ApiError, type Output } from '@svc/sdk';
-const svc = new SvcClient({ baseUrl: 'http://localhost:8080', apiKey: 'k' });
+    `import { SvcClient, ApiError, NotFoundError, type Output, type Project, type AgentRun, type Page } from '@svc/sdk';
+const svc = new SvcClient({ baseUrl: 'http://localhost:8080', apiKey: 'k', timeout: 5000, maxRetries: 3 });
 const projects: Output<'listProjects'> = await svc.listProjects({ query: { limit: 10 } });
 export const names: string[] = projects.map((p) => p.name);
+const created: Project = await svc.projects.create({ name: 'typed' }, { idempotencyKey: 'k-1', timeout: 1000 });
+for await (const p of svc.projects.list({ limit: 100 })) console.log(p.name.length, created.id);
+const page: Page<Project> = await svc.projects.list().page();
+const run: AgentRun = await svc.agents.runs.create('agt_1', { goal: 'g', projectId: page.data[0].id });
+export const status: string = run.status;
+export const missing = (e: unknown) => e instanceof NotFoundError && e.requestId;
 for await (const e of svc.streamChatReply('ses_1')) if (e.type === 'delta') console.log(e.delta.length);
 export const isError = (e: unknown) => e instanceof ApiError && e.status >= 400;
 `,
@@ -305,4 +362,115 @@ export const ids = new SvcClient({ baseUrl: 'http://localhost:8080' }).listProje
   expect(checked.code).not.toBe(0);
   const errors = checked.stdout.split('\n').filter((line) => /error TS\d+/.test(line));
   expect(errors).toEqual([expect.stringMatching(/^wrong\.mts\(2,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/)]);
+});
+
+it('the resources from the package, through faults: pages of 250 projects, every error class, a timeout, a 503 that does not run twice, a resumed chat stream', async () => {
+  // A tenant of its own (the scripts above see one project): an agent, a full key and a read-only one.
+  const anon = new SvcClient({ baseUrl: stack.url });
+  const owner = `res-${Date.now()}@example.com`;
+  await anon.auth.register({ email: owner, password: 'correct horse battery', name: 'Res', tenantName: 'Res Co' });
+  const { accessToken } = await anon.auth.login({ email: owner, password: 'correct horse battery' });
+  const admin = new SvcClient({ baseUrl: stack.url, token: { accessToken } });
+  await admin.tenant.settings.llm.update({ provider: 'openai', model: 'gpt-fake', baseUrl: llm.url, apiKey: 'sk-pack' });
+  const agent = await admin.agents.create({ name: 'res', systemPrompt: 'Be brief.', config: { autonomyLevel: 'manual' } });
+  const full = await admin.apiKeys.create({ name: 'res', type: 'sdk', environment: 'development' });
+  const readOnly = await admin.apiKeys.create({ name: 'ro', type: 'sdk', environment: 'development', scopes: ['projects:read'] });
+  const proxy = await startFaultProxy(stack.url);
+  try {
+    writeFileSync(
+      join(app, 'resources.mjs'),
+      `import { SvcClient, SvcError, APITimeoutError } from '@svc/sdk';
+const { PROXY, KEY, READ_ONLY, AGENT } = process.env;
+const svc = new SvcClient({ baseUrl: PROXY, apiKey: KEY });
+const out = {};
+// 250 projects, then every one of them through the pages (100 a page), and one page alone.
+for (let i = 0; i < 250; i += 25)
+  await Promise.all(Array.from({ length: 25 }, (_, j) => svc.projects.create({ name: 'p' + (i + j) })));
+const ids = [];
+for await (const p of svc.projects.list({ limit: 100 })) ids.push(p.id);
+const page = await svc.projects.list({ limit: 100 }).page();
+out.pages = { items: ids.length, unique: new Set(ids).size, first: page.data.length, hasMore: page.hasMore };
+const p = await svc.projects.retrieve(ids[0]);
+out.updated = (await svc.projects.update(p.id, { description: 'from the package' })).description;
+out.deleted = await svc.projects.del(p.id);
+// Every error class: the gateway's own errors, and the proxy's.
+const errorOf = (promise) => promise.then(() => null, (e) => ({ name: e.name, svc: e instanceof SvcError, status: e.status ?? null, code: e.code, requestId: e.requestId }));
+const fault = (status) => ({ maxRetries: 0, headers: { 'x-test-fault': status } });
+await svc.secrets.create({ name: 'DUP', value: 'x' });
+out.errors = [
+  await errorOf(svc.projects.create({ name: '' })),
+  await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: 'svc_sdk_not_a_key' }).projects.list().page()),
+  await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: READ_ONLY }).projects.create({ name: 'no' })),
+  await errorOf(svc.projects.retrieve('prj_missing')),
+  await errorOf(svc.secrets.create({ name: 'DUP', value: 'y' })),
+  await errorOf(svc.tenant.retrieve(fault('422'))),
+  await errorOf(svc.tenant.retrieve(fault('429'))),
+  await errorOf(svc.tenant.retrieve(fault('500'))),
+  await errorOf(new SvcClient({ baseUrl: 'http://127.0.0.1:9', apiKey: KEY, maxRetries: 0 }).tenant.retrieve()),
+];
+const timedOut = await svc.tenant.retrieve({ timeout: 300, maxRetries: 0, headers: { 'x-test-fault': 'hang' } }).catch((e) => e);
+out.timeout = timedOut instanceof APITimeoutError;
+// An agent run whose first POST meets a 503: retried with the same Idempotency-Key, one run.
+const project = await svc.projects.create({ name: 'for the run' });
+const run = await svc.agents.runs.create(AGENT, { goal: 'say hi', projectId: project.id }, { headers: { 'x-test-fault': '503-once' } });
+let status = run.status;
+while (!['completed', 'failed', 'cancelled'].includes(status)) {
+  await new Promise((r) => setTimeout(r, 50));
+  status = (await svc.agents.runs.retrieve(AGENT, run.id)).status;
+}
+const runs = [];
+for await (const r of svc.agents.runs.list(AGENT)) runs.push(r.id);
+out.runs = { runs, run: run.id, status };
+// A chat reply whose stream is cut after its first delta: resumed after it, nothing lost or repeated.
+const session = await svc.chat.sessions.create({ title: 'resume' });
+await svc.chat.sessions.messages.create(session.id, { content: 'one two three four five' });
+let reply = '';
+let message = null;
+for await (const e of svc.chat.sessions.stream(session.id, { headers: { 'x-test-fault': 'cut-stream' } })) {
+  if (e.type === 'delta') reply += e.delta;
+  if (e.type === 'completed') message = e.message;
+}
+out.chat = { reply, stored: message?.content, session: session.id };
+console.log(JSON.stringify(out));
+`,
+    );
+    const out = JSON.parse(
+      ok(
+        await run(process.execPath, ['resources.mjs'], {
+          cwd: app,
+          env: { PROXY: proxy.url, KEY: full.key, READ_ONLY: readOnly.key, AGENT: agent.id },
+        }),
+      ),
+    );
+    expect(out.pages).toEqual({ items: 250, unique: 250, first: 100, hasMore: true });
+    expect(out.updated).toBe('from the package');
+    expect(out.deleted).toEqual({ id: expect.any(String), deleted: true });
+    const requestId = expect.any(String);
+    expect(out.errors).toEqual([
+      { name: 'BadRequestError', svc: true, status: 400, code: 'VALIDATION_ERROR', requestId },
+      { name: 'AuthenticationError', svc: true, status: 401, code: expect.any(String), requestId },
+      { name: 'PermissionDeniedError', svc: true, status: 403, code: expect.any(String), requestId },
+      { name: 'NotFoundError', svc: true, status: 404, code: 'RESOURCE_NOT_FOUND', requestId },
+      { name: 'ConflictError', svc: true, status: 409, code: 'CONFLICT', requestId },
+      { name: 'UnprocessableEntityError', svc: true, status: 422, code: 'FAULT_422', requestId: 'req-fault-422' },
+      { name: 'RateLimitError', svc: true, status: 429, code: 'FAULT_429', requestId: 'req-fault-429' },
+      { name: 'InternalServerError', svc: true, status: 500, code: 'FAULT_500', requestId: 'req-fault-500' },
+      { name: 'APIConnectionError', svc: true, status: null, code: 'CONNECTION_ERROR', requestId: null },
+    ]);
+    expect(out.timeout).toBe(true);
+    // Two POSTs reached the proxy with one key; the gateway saw one and made one run.
+    const executes = proxy.seen.filter((r) => r.method === 'POST' && r.url.endsWith(`/agents/${agent.id}/execute`));
+    expect(executes).toHaveLength(2);
+    expect(executes[1].headers['idempotency-key']).toBe(executes[0].headers['idempotency-key']);
+    expect(out.runs).toEqual({ runs: [out.runs.run], run: expect.any(String), status: 'completed' });
+    // The stream was opened twice, the second time after the first delta's id.
+    const streams = proxy.seen.filter((r) => r.url.endsWith(`/chat/sessions/${out.chat.session}/stream`));
+    expect(streams).toHaveLength(2);
+    expect(streams[0].headers['last-event-id']).toBeUndefined();
+    expect(streams[1].headers['last-event-id']).toEqual(expect.any(String));
+    expect(out.chat.reply).toBe('Echo: one two three four five');
+    expect(out.chat.stored).toBe(out.chat.reply);
+  } finally {
+    await proxy.close();
+  }
 });

@@ -2,7 +2,29 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
-import { ApiError, OPERATIONS, SvcClient, type CallOptions, type Input, type OperationId, type Output } from '@svc/sdk';
+import {
+  APIConnectionError,
+  APIError,
+  APITimeoutError,
+  ApiError,
+  AuthenticationError,
+  BadRequestError,
+  ConflictError,
+  InternalServerError,
+  NotFoundError,
+  OPERATIONS,
+  PermissionDeniedError,
+  RateLimitError,
+  RESOURCE_METHODS,
+  SvcClient,
+  SvcError,
+  UnprocessableEntityError,
+  type CallOptions,
+  type Input,
+  type OperationId,
+  type Output,
+  type Project,
+} from '@svc/sdk';
 import { eventually } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { startTestMcpServer } from '../helpers/mcp-server';
@@ -49,6 +71,10 @@ it('has a method for every operation of the live OpenAPI document (a new route w
   const missing = live.filter((id) => typeof client[id] !== 'function' && !(id === 'streamChatReply' && client.streamChatReply));
   expect(missing).toEqual([]);
   expect(Object.keys(OPERATIONS).sort()).toEqual([...live].sort());
+  // And a resource method for each (svc.projects.create, svc.agents.runs.list, ...), every one mounted.
+  expect(Object.values(RESOURCE_METHODS).sort()).toEqual([...live].sort());
+  for (const dotted of Object.keys(RESOURCE_METHODS))
+    expect([dotted, typeof dotted.split('.').reduce((node: any, name) => node?.[name], client)]).toEqual([dotted, 'function']);
 });
 
 it('drives every endpoint through the SDK', async () => {
@@ -87,7 +113,14 @@ it('drives every endpoint through the SDK', async () => {
   const withKey = new TrackedClient({ baseUrl: stack.url, apiKey: key.key });
   expect((await withKey.me()).credential.type).toBe('api_key');
 
-  // Projects.
+  // Projects, through the resources (the methods above are their lower layer).
+  const viaResource: Project = await sdk.projects.create({ name: 'Via resource' });
+  expect(await sdk.projects.retrieve(viaResource.id)).toEqual(viaResource);
+  expect((await sdk.projects.update(viaResource.id, { description: 'changed' })).description).toBe('changed');
+  const firstPage = await sdk.projects.list({ limit: 1 }).page();
+  expect(firstPage).toMatchObject({ data: [{ id: viaResource.id }], hasMore: false, nextCursor: null });
+  expect(await sdk.projects.del(viaResource.id)).toEqual({ id: viaResource.id, deleted: true });
+  await expect(sdk.projects.retrieve(viaResource.id)).rejects.toBeInstanceOf(NotFoundError);
   const project = await sdk.createProject({ body: { name: 'Sdk project', description: 'd', language: 'ts' } });
   expect((await sdk.getProject({ params: { id: project.id } })).name).toBe('Sdk project');
   expect((await sdk.updateProject({ params: { id: project.id }, body: { name: 'Renamed' } })).name).toBe('Renamed');
@@ -114,19 +147,23 @@ it('drives every endpoint through the SDK', async () => {
   for await (const r of sdk.followRun(agent.id, run.id, { intervalMs: 100, untilApproval: true })) seen.push(r.status);
   if (seen[seen.length - 1] === 'requires_approval') await sdk.approveAgentRun({ params: { id: agent.id, run_id: run.id } });
   else await expect(sdk.approveAgentRun({ params: { id: agent.id, run_id: run.id } })).rejects.toMatchObject({ status: 409 });
-  const second = await sdk.executeAgent({ params: { id: agent.id }, body: { goal: 'again', projectId: project.id } });
+  const second = await sdk.agents.runs.create(agent.id, { goal: 'again', projectId: project.id });
   await sdk.cancelAgentRun({ params: { id: agent.id, run_id: second.id } }).catch((e: ApiError) => expect(e.status).toBe(409));
   expect((await sdk.getAgentRun({ params: { id: agent.id, run_id: run.id } })).id).toBe(run.id);
   expect((await sdk.listAgentRuns({ params: { id: agent.id } })).length).toBe(2);
+  const runIds: string[] = [];
+  for await (const r of sdk.agents.runs.list(agent.id, { limit: 1 })) runIds.push(r.id);
+  expect(runIds.sort()).toEqual([run.id, second.id].sort());
+  expect((await sdk.agents.runs.retrieve(agent.id, run.id)).agentId).toBe(agent.id);
 
   // Chat: a reply streamed as an async iterator.
   const session = await sdk.createChatSession({ body: { title: 'sdk chat' } });
   expect((await sdk.getChatSession({ params: { id: session.id } })).title).toBe('sdk chat');
   expect((await sdk.listChatSessions()).map((s) => s.id)).toContain(session.id);
   llm.script({ type: 'text', text: 'hello from the model', usage: { inputTokens: 3, outputTokens: 4 } });
-  await sdk.sendChatMessage({ params: { id: session.id }, body: { content: 'hi' } });
+  await sdk.chat.sessions.messages.create(session.id, { content: 'hi' });
   let text = '';
-  for await (const e of sdk.streamChatReply(session.id)) {
+  for await (const e of sdk.chat.sessions.stream(session.id)) {
     if (e.type === 'delta') text += e.delta;
     if (e.type === 'completed') expect(e.message).toMatchObject({ status: 'completed' });
   }
@@ -365,15 +402,122 @@ describe('client behaviour', () => {
     expect(seen[1].headers.authorization).toBeUndefined();
   });
 
-  it('sends an Idempotency-Key on billing POSTs, the same one on each retry', async () => {
+  it("sends one Idempotency-Key per POST, the same on each retry (the caller's when given), none on a GET", async () => {
     answers.push(error(503, 'SERVICE_UNAVAILABLE', { 'retry-after': '0' }));
     const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
-    await c.purchaseCredits({ body: { credits: 5 } });
+    await c.projects.create({ name: 'p' });
+    await c.billing.credits.purchase({ credits: 5 });
+    await c.agents.runs.create('agt_1', { goal: 'g', projectId: 'prj_1' }, { idempotencyKey: 'mine-1' });
+    await c.projects.retrieve('prj_1');
+    // The lower layer, for any path: the same headers.
+    expect(await c.request('POST', 'projects', { body: { name: 'q' } }, { idempotencyKey: 'mine-2' })).toEqual({ ok: true });
+    expect(await c.request('GET', '/tenant', { query: { a: 1 } })).toEqual({ ok: true });
     const keys = seen.map((s) => s.headers['idempotency-key']);
-    expect(keys[0]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(keys[0]).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(keys[1]).toBe(keys[0]);
-    await c.createProject({ body: { name: 'p' } });
-    expect(seen[2].headers['idempotency-key']).toBeUndefined();
+    expect(new Set([keys[0], keys[2]]).size).toBe(2);
+    expect(keys.slice(3)).toEqual(['mine-1', undefined, 'mine-2', undefined]);
+    expect(seen.map((s) => `${s.method} ${s.url}`)).toEqual([
+      'POST /api/v1/projects',
+      'POST /api/v1/projects',
+      'POST /api/v1/billing/credits/purchase',
+      'POST /api/v1/agents/agt_1/execute',
+      'GET /api/v1/projects/prj_1',
+      'POST /api/v1/projects',
+      'GET /api/v1/tenant?a=1',
+    ]);
+  });
+
+  it('throws the error class of each status, all SvcErrors with status, code, details and requestId', async () => {
+    const classes = [
+      [400, BadRequestError],
+      [401, AuthenticationError],
+      [403, PermissionDeniedError],
+      [404, NotFoundError],
+      [409, ConflictError],
+      [422, UnprocessableEntityError],
+      [429, RateLimitError],
+      [500, InternalServerError],
+      [418, APIError],
+    ] as const;
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 0 });
+    for (const [status, Class] of classes) {
+      answers.push(error(status, `CODE_${status}`));
+      const err = await c.tenant.retrieve().catch((e: unknown) => e);
+      expect([status, err]).toEqual([status, expect.any(Class)]);
+      expect(err).toBeInstanceOf(SvcError);
+      expect(err).toMatchObject({ status, code: `CODE_${status}`, details: { why: `CODE_${status}` }, requestId: `req-${status}` });
+    }
+    // The earlier names still catch them.
+    expect(new NotFoundError(404, 'X', 'x')).toBeInstanceOf(ApiError);
+  });
+
+  it('retries 408, 409 idempotency_key_in_progress, 429, 5xx and a dropped connection; not a 409 conflict nor a 400', async () => {
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 5 });
+    answers.push(
+      (_req, res) => res.socket!.destroy(), // first: the only wait without Retry-After (jittered 375-500 ms)
+      error(408, 'REQUEST_TIMEOUT', { 'retry-after': '0' }),
+      error(409, 'idempotency_key_in_progress', { 'retry-after': '0' }),
+      error(429, 'RATE_LIMIT_EXCEEDED', { 'retry-after': '0' }),
+      error(502, 'BAD_GATEWAY', { 'retry-after-ms': '1' }),
+    );
+    expect(await c.projects.create({ name: 'p' })).toEqual({ ok: true });
+    expect(seen).toHaveLength(6);
+    expect(new Set(seen.map((s) => s.headers['idempotency-key'])).size).toBe(1);
+    answers.push(error(409, 'CONFLICT', { 'retry-after': '0' }), error(400, 'VALIDATION_ERROR', { 'retry-after': '0' }));
+    await expect(c.projects.create({ name: 'p' })).rejects.toBeInstanceOf(ConflictError);
+    await expect(c.projects.create({ name: 'p' })).rejects.toBeInstanceOf(BadRequestError);
+    expect(seen).toHaveLength(8);
+  });
+
+  it('honours maxRetries per call and a dropped connection is an APIConnectionError once retries run out', async () => {
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 5 });
+    answers.push(...Array.from({ length: 2 }, () => error(503, 'SERVICE_UNAVAILABLE', { 'retry-after': '0' })));
+    await expect(c.tenant.retrieve({ maxRetries: 1 })).rejects.toMatchObject({ status: 503, constructor: InternalServerError });
+    expect(seen).toHaveLength(2);
+    answers.push((_req, res) => res.socket!.destroy());
+    const err = await c.tenant.retrieve({ maxRetries: 0 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(APIConnectionError);
+    expect(err).toMatchObject({ status: undefined, code: 'CONNECTION_ERROR', requestId: null });
+  });
+
+  it('times out an attempt after `timeout` ms (client-wide or per call) with an APITimeoutError, then retries it', async () => {
+    const hang = () => undefined; // never answers: the client's abort closes the connection
+    answers.push(hang);
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k', timeout: 100, maxRetries: 0 });
+    const err = await c.tenant.retrieve().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(APITimeoutError);
+    expect(err).toBeInstanceOf(APIConnectionError);
+    expect(err).toMatchObject({ code: 'TIMEOUT' });
+    // A timed-out attempt is retried: the second answers.
+    answers.push(hang);
+    expect(await new SvcClient({ baseUrl: url, apiKey: 'k' }).tenant.retrieve({ timeout: 100, maxRetries: 1 })).toEqual({ ok: true });
+    expect(seen).toHaveLength(3);
+  });
+
+  it('pages a list: .page() for one page, for await for every item, the cursor passed along', async () => {
+    const page = (ids: string[], next: string | null) => (_req: unknown, res: import('node:http').ServerResponse) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          data: ids.map((id) => ({ id })),
+          meta: { request_id: 'r', pagination: { limit: 2, next_cursor: next, has_more: !!next } },
+        }),
+      );
+    answers.push(page(['a', 'b'], 'c1'), page(['c'], null));
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
+    const ids: string[] = [];
+    for await (const p of c.projects.list({ limit: 2 })) ids.push(p.id);
+    expect(ids).toEqual(['a', 'b', 'c']);
+    answers.push(page(['a', 'b'], 'c1'), page(['c'], null));
+    const first = await c.projects.list({ limit: 2 }).page();
+    expect(first).toMatchObject({ data: [{ id: 'a' }, { id: 'b' }], hasMore: true, nextCursor: 'c1', requestId: 'r' });
+    expect((await first.nextPage()).data).toEqual([{ id: 'c' }]);
+    expect(seen.map((s) => s.url)).toEqual([
+      '/api/v1/projects?limit=2',
+      '/api/v1/projects?limit=2&cursor=c1',
+      '/api/v1/projects?limit=2',
+      '/api/v1/projects?limit=2&cursor=c1',
+    ]);
   });
 
   it('resumes a dropped chat stream with Last-Event-ID: no event lost or repeated', async () => {
@@ -392,8 +536,38 @@ describe('client behaviour', () => {
     });
     const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
     const events = [];
-    for await (const e of c.streamChatReply('ses_x')) events.push(e);
+    for await (const e of c.chat.sessions.stream('ses_x')) events.push(e);
     expect(events.map((e) => (e.type === 'delta' ? e.delta : e.type))).toEqual(['Hel', 'lo', ' there', 'completed']);
     expect(seen.map((s) => s.url)).toEqual(['/api/v1/chat/sessions/ses_x/stream', '/api/v1/chat/sessions/ses_x/stream']);
+  });
+  it('streams a /v1 response and resumes it after a drop with starting_after: no event lost or repeated', async () => {
+    const sse = (type: string, seq: number | null, extra: object = {}) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, ...(seq === null ? {} : { sequence_number: seq }), ...extra })}\n\n`;
+    answers.push((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(sse('response.created', 0, { response: { id: 'resp_1', status: 'in_progress' } }));
+      res.write(sse('response.output_text.delta', 1, { delta: 'Hel' }));
+      // The gateway's own link breaks: an unnumbered error, then the end.
+      res.end(sse('error', null, { code: 'service_unavailable', message: 'resume with starting_after' }));
+    });
+    answers.push((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(sse('response.output_text.delta', 2, { delta: 'lo' }));
+      res.write(sse('response.completed', 3, { response: { id: 'resp_1', status: 'completed' } }));
+      setTimeout(() => res.end(), 5_000).unref(); // the SDK stops at the last event, without waiting for the end
+    });
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k' });
+    const events = [];
+    for await (const e of c.v1.responses.stream({ model: 'gpt-fake', input: 'hi' })) events.push(e);
+    expect(events.map((e) => [e.event, e.data.sequence_number])).toEqual([
+      ['response.created', 0],
+      ['response.output_text.delta', 1],
+      ['response.output_text.delta', 2],
+      ['response.completed', 3],
+    ]);
+    expect(seen.map((s) => `${s.method} ${s.url}`)).toEqual([
+      'POST /v1/responses',
+      'GET /v1/responses/resp_1?stream=true&starting_after=1',
+    ]);
   });
 });

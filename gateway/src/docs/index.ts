@@ -53,11 +53,14 @@ const SDK_QUICK_START = `mkdir hello-svc && cd hello-svc && npm init -y
 npm install /path/to/svc/dist/release/svc-sdk-0.1.0.tgz   # from npm run release:pack (or: npm install @svc/sdk)
 
 // hello.mjs  (SVC_API_KEY=svc_sdk_... node hello.mjs)
-import { SvcClient } from '@svc/sdk';
-const svc = new SvcClient({ baseUrl: '{{origin}}', apiKey: process.env.SVC_API_KEY });
-const session = await svc.createChatSession({ body: { title: 'hello' } });
-await svc.sendChatMessage({ params: { id: session.id }, body: { content: 'Hi!' } });
-for await (const e of svc.streamChatReply(session.id)) if (e.type === 'delta') process.stdout.write(e.delta);`;
+import { SvcClient, NotFoundError } from '@svc/sdk';
+const svc = new SvcClient({ baseUrl: '{{origin}}', apiKey: process.env.SVC_API_KEY, timeout: 20000, maxRetries: 3 });
+const project = await svc.projects.create({ name: 'Docs bot' });
+for await (const p of svc.projects.list({ limit: 100 })) console.log(p.name);   // every page
+const session = await svc.chat.sessions.create({ title: 'hello', projectId: project.id });
+await svc.chat.sessions.messages.create(session.id, { content: 'Hi!' });
+for await (const e of svc.chat.sessions.stream(session.id)) if (e.type === 'delta') process.stdout.write(e.delta);
+await svc.projects.retrieve('prj_gone').catch((e) => e instanceof NotFoundError && console.log(e.code, e.requestId));`;
 
 const CLI_QUICK_START = `npm install -g /path/to/svc/dist/release/svc-sdk-0.1.0.tgz /path/to/svc/dist/release/svc-cli-0.1.0.tgz
 export SVC_BASE_URL={{origin}}
@@ -111,8 +114,14 @@ examples, and who may call it (<code>x-access</code>). Answers use the envelope 
 <div class="quick-starts">
 <section aria-labelledby="sdk-quick-start">
 <h2 id="sdk-quick-start">SDK quick start</h2>
-<p>The JavaScript and TypeScript SDK (<code>@svc/sdk</code>: ES module, CommonJS and a browser build, typed methods
-for every operation below).</p>
+<p>The JavaScript and TypeScript SDK (<code>@svc/sdk</code>: ES module, CommonJS and a browser build). Each operation
+below is a method of a resource named by its path (<code>svc.projects.create</code>, <code>svc.agents.runs.list</code>,
+<code>svc.chat.sessions.messages.create</code>), with a named type per resource (<code>import type { Project } from
+'@svc/sdk'</code>); <code>list()</code> walks every page (<code>.page()</code> for one); errors are classes per status
+(<code>NotFoundError</code>, <code>RateLimitError</code>, … with <code>code</code>, <code>details</code>,
+<code>requestId</code>); <code>timeout</code> and <code>maxRetries</code> apply client-wide or per call; 408, 409
+<code>idempotency_key_in_progress</code>, 429, 5xx and lost connections are retried with jittered backoff, every POST
+with one <code>Idempotency-Key</code>; chat and <code>/v1</code> streams resume after a dropped connection.</p>
 <pre tabindex="0"><code>${fill(SDK_QUICK_START)}</code></pre>
 </section>
 <section aria-labelledby="cli-quick-start">

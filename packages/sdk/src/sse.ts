@@ -1,5 +1,6 @@
 /** A server-sent events reader over a fetch body, on `eventsource-parser` (browser-safe: web streams only). */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { APIConnectionError, SvcError } from './errors';
 
 export interface SseEvent<T = unknown> {
   id: string | undefined;
@@ -35,5 +36,49 @@ export async function* readSse(body: ReadableStream<Uint8Array>): AsyncGenerator
   } finally {
     reader.releaseLock();
     await body.cancel().catch(() => undefined);
+  }
+}
+
+export interface ResumeOptions {
+  /** Where to start: the id (or cursor) of the last event already seen. */
+  after?: string;
+  /** How many dropped connections to resume before giving up (default 5). */
+  maxResumes?: number;
+  signal?: AbortSignal;
+  /** The cursor an event leaves for a resume (default its `id:`). */
+  cursorOf?: (e: SseEvent<any>) => string | undefined;
+  /** The event that ends the stream; any other end of the body is a drop (a live stream never ends). */
+  isLast?: (e: SseEvent<any>) => boolean;
+  /** Errors not worth a resume (an error answer of the API). */
+  isFatal: (err: SvcError) => boolean;
+  /** Waits before a resume (the client's jittered backoff). */
+  pause: (resume: number) => Promise<void>;
+}
+
+/**
+ * The events of a stream that survives dropped connections: `open(cursor)` (re)opens it after the last event seen
+ * (`Last-Event-ID` on /api/v1, `starting_after` on /v1), so no event is lost or repeated.
+ */
+export async function* resumableSse(
+  open: (cursor: string | undefined) => Promise<ReadableStream<Uint8Array>>,
+  options: ResumeOptions,
+): AsyncGenerator<SseEvent<any>> {
+  let cursor = options.after;
+  const cursorOf = options.cursorOf ?? ((e) => e.id);
+  for (let resumes = 0; ;) {
+    try {
+      for await (const e of readSse(await open(cursor))) {
+        cursor = cursorOf(e) ?? cursor;
+        yield e;
+        if (options.isLast?.(e)) return;
+      }
+    } catch (err) {
+      // An error answer may be final; anything else (a body cut off) is a dropped connection.
+      if ((err instanceof SvcError && options.isFatal(err)) || options.signal?.aborted) throw err;
+      if (resumes >= (options.maxResumes ?? 5)) throw err instanceof SvcError ? err : new APIConnectionError('The stream dropped', err);
+    }
+    // The connection dropped before the last event: resume after the last one seen.
+    if (resumes++ >= (options.maxResumes ?? 5)) throw new APIConnectionError('The stream kept dropping');
+    await options.pause(resumes);
   }
 }

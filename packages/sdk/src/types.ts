@@ -3,6 +3,7 @@
  * nothing here is written by hand per endpoint, so the SDK cannot drift from the API.
  */
 import type { operations } from './generated/schema';
+import type { SseEvent } from './sse';
 
 export type OperationId = keyof operations;
 type Op<K extends OperationId> = operations[K];
@@ -30,10 +31,36 @@ type DataOf<S> = S extends { content: { 'application/json': { data: infer D } } 
 
 /** What a call answers: the `data` of the success envelope. */
 export type Output<K extends OperationId> = DataOf<SuccessOf<Op<K>['responses']>>;
+/** One element of a list operation's answer. */
+export type Item<K extends OperationId> = Output<K> extends Array<infer T> ? T : never;
+/** A resource method's body (the request's JSON) and query. */
+export type Body<K extends OperationId> = Input<K> extends { body?: infer B } ? B : never;
+export type Query<K extends OperationId> = Input<K> extends { query?: infer Q } ? Q : never;
+/** What a streaming operation yields (the chat reply is its only one). */
+export type StreamEvent<K extends OperationId> = K extends 'streamChatReply' ? ChatStreamEvent : SseEvent;
 
-export interface CallOptions {
-  /** Sent as `Idempotency-Key` (billing POSTs get a fresh one when none is given). */
+export interface RequestOptions {
+  /** Sent as `Idempotency-Key` on a POST; by default every POST gets a fresh UUID, the same on each of its retries. */
   idempotencyKey?: string;
   signal?: AbortSignal;
   headers?: Record<string, string>;
+  /** This call's limits, over the client's: ms per attempt, and retries after the first attempt. */
+  timeout?: number;
+  maxRetries?: number;
 }
+/** The options of the lower-layer methods (`svc.createProject({ body })`): the same. */
+export type CallOptions = RequestOptions;
+
+export interface StreamOptions extends RequestOptions {
+  /** The stream's query parameters, if it has any. */
+  query?: Record<string, string | number | boolean | undefined>;
+  /** Resume after this event id (as `Last-Event-ID`). */
+  lastEventId?: string;
+  /** How many dropped connections to resume before giving up (default 5). */
+  maxResumes?: number;
+}
+
+export type ChatStreamEvent =
+  | { type: 'delta'; id: string; messageId: string; delta: string }
+  | { type: 'completed'; id: string; message: Record<string, unknown> }
+  | { type: 'error'; id: string; code: string; message: string };

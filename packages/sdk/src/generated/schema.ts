@@ -1410,6 +1410,1315 @@ export interface components {
         param: string | null;
       };
     };
+    OauthStart: {
+      url: string;
+    };
+    CliAuthStatus: {
+      status: 'pending' | 'approved' | 'expired' | 'consumed';
+    };
+    CliAuthInfo: {
+      verificationCode: string;
+      cliVersion: string;
+      platform: string;
+      status: 'pending' | 'approved' | 'expired' | 'consumed';
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      expiresAt: string;
+    };
+    Tenant: {
+      id: string;
+      name: string;
+      plan: 'free' | 'starter' | 'growth' | 'enterprise';
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+    };
+    TenantSecurityNetwork: {
+      ipAllowlist: string[];
+    };
+    TenantSettingsLlm: {
+      provider: ('openai' | 'anthropic' | 'openai-compatible') | null;
+      model: string | null;
+      baseUrl: string | null;
+      apiKeySet: boolean;
+      temperature: number | null;
+      maxTokens: number | null;
+      /** @description where the effective settings come from */
+      source: 'tenant' | 'platform' | 'none';
+      updatedAt: string | null;
+      /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
+      fallbacks: {
+        provider: 'openai' | 'anthropic' | 'openai-compatible';
+        model: string;
+        /** @description null: the provider's public API */
+        baseUrl: string | null;
+        apiKeySet: boolean;
+      }[];
+    };
+    Model: {
+      id: string;
+      name: string;
+      /** @description The wire protocol the entry is called with */
+      provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+      /** @description The provider's model id */
+      upstreamModel: string;
+      /** @description null: the provider's public API */
+      baseUrl: string | null;
+      /** @description Whether the entry has a key of its own (the key is write-only) */
+      apiKeySet: boolean;
+      /** @description The tenant secret whose value is the key, read at call time */
+      apiKeySecret: string | null;
+      apiVersion: string | null;
+      region: string | null;
+      /** @description Share of the calls to the name among its enabled entries */
+      weight: number;
+      /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
+      price: {
+        /** @description credits per 1,000,000 tokens */
+        input: number;
+        /** @description credits per 1,000,000 tokens */
+        output: number;
+        /** @description credits per 1,000,000 tokens */
+        cachedInput: number;
+      };
+      /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
+      priceSource: 'entry' | 'platform' | 'default';
+      /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
+      maxOutputTokens: number | null;
+      enabled: boolean;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    ApiKey: {
+      id: string;
+      name: string;
+      type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
+      environment: 'development' | 'staging' | 'production';
+      scopes: string[] | null;
+      /** @description First 12 characters of the key, for display */
+      start: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      lastUsedAt: string | null;
+      expiresAt: string | null;
+      limits: {
+        requestsPerMinute?: number;
+        tokensPerMinute?: number;
+        concurrency?: number;
+        /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
+        creditBudget?: {
+          credits: number;
+          period: 'total' | 'month';
+        };
+      };
+      usage: {
+        /** @description Requests counted against the key in the current rate window */
+        requestsThisMinute: number;
+        /** @description Model tokens recorded for the key in billing's current 60 s window */
+        tokensThisMinute: number;
+        /** @description Credits spent in the budget's period (this UTC month, else in total) */
+        creditsThisPeriod: number;
+      };
+    };
+    Project: {
+      id: string;
+      name: string;
+      description: string;
+      language: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      created_at: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updated_at: string;
+    };
+    Agent: {
+      id: string;
+      name: string;
+      systemPrompt: string;
+      config: {
+        /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
+        autonomyLevel: 'manual' | 'supervised' | 'autonomous';
+        maxSteps: number;
+        timeBudgetSeconds: number;
+        model: string | null;
+        temperature: number | null;
+        tools: {
+          serverId: string;
+          allow: string[];
+        }[];
+      };
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    AgentRun: {
+      id: string;
+      agentId: string;
+      projectId: string;
+      goal: string;
+      status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
+      output: string | null;
+      error: string | null;
+      steps: {
+        index: number;
+        /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
+        type: 'model' | 'tool' | 'tool_call';
+        /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
+        status: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        startedAt: string;
+        completedAt: string | null;
+        /** @description model: the text it produced */
+        text?: string;
+        usage?: {
+          inputTokens: number;
+          outputTokens: number;
+        };
+        /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
+        model?: string;
+        toolName?: string;
+        toolCallId?: string;
+        /** @description tool: the arguments the model gave */
+        arguments?: unknown;
+        /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
+        result?: unknown;
+        /** @description tool_call: the MCP server */
+        serverId?: string;
+        /** @description tool_call: the MCP tool's own name */
+        tool?: string;
+        error?: string | null;
+        durationMs?: number | null;
+      }[];
+      usage: {
+        inputTokens: number;
+        outputTokens: number;
+      };
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      startedAt: string | null;
+      completedAt: string | null;
+    };
+    McpServer: {
+      id: string;
+      name: string;
+      url: string;
+      auth: {
+        /** @constant */
+        type: 'bearer';
+        /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+        secret: string;
+      } | null;
+      status: 'ready' | 'error';
+      error: string | null;
+      tools: {
+        name: string;
+        description: string;
+        /** @description The tool's input JSON Schema */
+        inputSchema: unknown;
+        /** @description The server's readOnlyHint: supervised runs call it without asking */
+        readOnly: boolean;
+      }[];
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    Webhook: {
+      id: string;
+      url: string;
+      events: string[];
+      active: boolean;
+      disabledReason: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    SvcEvent: {
+      /** @description Also the webhook-id of its deliveries */
+      id: string;
+      type: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      tenantId: string;
+      /** @description Shaped by the type: its JSON Schema is in GET /event-types */
+      data: {
+        [key: string]: unknown;
+      };
+    };
+    ChatSession: {
+      id: string;
+      projectId: string | null;
+      agentId: string | null;
+      title: string | null;
+      /** @description The catalogue name its replies use (null: the tenant's default model) */
+      model: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+    };
+    BillingSummary: {
+      plan: string;
+      subscription: {
+        id: string;
+        plan: string;
+        status: string;
+        provider: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodStart: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodEnd: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      } | null;
+      credits: {
+        balance: number;
+        /** @description Credits held by model calls in progress (their most possible cost) */
+        reserved: number;
+        /** @description balance - reserved: a model call is accepted only when its reservation fits */
+        available: number;
+      };
+      usage: {
+        calls: number;
+        inputTokens: number;
+        outputTokens: number;
+        credits: number;
+        byCredential: {
+          key: string;
+          kind: string;
+          calls: number;
+          inputTokens: number;
+          outputTokens: number;
+          credits: number;
+        }[];
+        byModel: {
+          key: string;
+          kind: string;
+          calls: number;
+          inputTokens: number;
+          outputTokens: number;
+          credits: number;
+        }[];
+      };
+    };
+    BillingAlert: {
+      /** @description Alert when the balance falls from at least this to below it */
+      balanceBelow?: number;
+      /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
+      keyBudgetPercents?: number[];
+      /** @description Alert when a UTC day's debits rise above this */
+      dailyCreditsAbove?: number;
+    };
+    RequestLogEntry: {
+      id: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      at: string;
+      /** @description The path the call came by: REST chat, an agent run, /v1, /v1/passthrough or /mcp */
+      source: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
+      requestId: string | null;
+      apiKeyId: string | null;
+      userId: string | null;
+      endUser: string | null;
+      /** @description The model as the caller asked for it: a catalogue name, or the default model’s name */
+      model: string;
+      servedModel: string | null;
+      provider: string | null;
+      /** @description ok; error (the call failed, see errorCode); cancelled (the caller left or cancelled) */
+      status: 'ok' | 'error' | 'cancelled';
+      errorCode: string | null;
+      inputTokens: number;
+      outputTokens: number;
+      /** @description The call’s ledger debit (0 for a call that billed nothing) */
+      credits: number;
+      /** @description From the call’s start to its end */
+      latencyMs: number;
+      /** @description Time to the first token; 0 when none came */
+      ttftMs: number;
+    };
+    RegionPreference: {
+      primaryRegion: string;
+      secondaryRegion: string | null;
+      dataResidencyRequired: boolean;
+      dataResidencyRegion: string | null;
+      /** @description standard, soc2, iso27001, pci_dss, gdpr (data in the EU), hipaa (data in the US) */
+      complianceLevel: string;
+    };
+    RegionStorage: {
+      storageMode: 'platform' | 'byos';
+      platformRegion: string | null;
+      byosProvider: string | null;
+      byosEndpoint: string | null;
+      byosBucket: string | null;
+      byosRegion: string | null;
+      byosCredentialsSet: boolean;
+      byosAccessKeyLast4: string | null;
+      updatedAt: string | null;
+    };
+    RegionFeatureCheck: {
+      featureKey: string;
+      enabled: boolean;
+      plan: string;
+      requiredPlan: string;
+    };
+    RoutingInfo: {
+      tenantId: string;
+      plan: string | null;
+      regions: {
+        primary: string;
+        secondary: string | null;
+        dataResidencyRequired: boolean;
+        dataResidencyRegion: string | null;
+        /** @description the platform region of stored files, or byos:<provider> */
+        storage: string;
+      } | null;
+      servedBy: {
+        instanceId: string;
+        region: string;
+      };
+      /** @description each backing service as this gateway sees it: a gRPC health check, timed (kept for 1 s) */
+      services: {
+        name: string;
+        status: string;
+        latencyMs: number;
+        checkedAt: string;
+      }[];
+    };
+    Secret: {
+      name: string;
+      description: string | null;
+      /** @description 1 on create, +1 on each new value */
+      version: number;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    TenantTeamMember: {
+      userId: string;
+      email: string;
+      name: string;
+      role: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      joinedAt: string;
+    };
+    WebhookDelivery: {
+      id: string;
+      webhookId: string;
+      /** @description Sent as the webhook-id header, the same on every attempt */
+      eventId: string;
+      eventType: string;
+      status: 'pending' | 'succeeded' | 'failed';
+      attempts: {
+        number: number;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        at: string;
+        statusCode: number | null;
+        latencyMs: number;
+        error: string | null;
+        /** @description The first 1 KiB of the response body */
+        responseExcerpt: string;
+      }[];
+      nextAttemptAt: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    EventType: {
+      type: string;
+      /** @description When the event is emitted */
+      description: string;
+      /** @description Raised when `data` changes in a way a receiver must know about */
+      version: number;
+      /** @description JSON Schema (draft 2020-12) of `data` */
+      schema: {
+        [key: string]: unknown;
+      };
+    };
+    ChatSessionMessage: {
+      id: string;
+      sessionId: string;
+      role: 'user' | 'assistant';
+      content: string;
+      projectId: string | null;
+      status: 'pending' | 'streaming' | 'completed' | 'failed';
+      error: {
+        code: string;
+        message: string;
+      } | null;
+      usage: {
+        inputTokens: number;
+        outputTokens: number;
+      } | null;
+      /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+      model: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      completedAt: string | null;
+    };
+    BillingInvoice: {
+      id: string;
+      /** @description credits or subscription */
+      kind: string;
+      description: string;
+      amountCents: number;
+      currency: string;
+      /** @description open or paid */
+      status: string;
+      /** @description sandbox (settles at once) or stripe */
+      provider: string;
+      credits: number;
+      plan: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      paidAt: string | null;
+    };
+    BillingUsage: {
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      start: string;
+      model?: string | null;
+      apiKeyId?: string | null;
+      projectId?: string | null;
+      agentId?: string | null;
+      /** @description Model calls */
+      calls: number;
+      inputTokens: number;
+      outputTokens: number;
+      /** @description Credits debited: every grouping sums to the ledger’s usage debits of the window */
+      credits: number;
+    };
+    Region: {
+      id: string;
+      name: string;
+      jurisdiction: string;
+      available: boolean;
+    };
+    AuditLogEntry: {
+      id: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      at: string;
+      actor: {
+        type: 'user' | 'api_key' | 'admin' | 'system';
+        id: string;
+        email?: string;
+        /** @description First 12 characters of the acting API key (never the key) */
+        keyPrefix?: string;
+      };
+      /** @description Dotted name: api_key.created, member.role_changed, session.signed_in, ... */
+      action: string;
+      target: {
+        type: string;
+        id: string;
+      };
+      ip: string | null;
+      userAgent: string | null;
+      requestId: string | null;
+      /** @description What the action changed; secret values, keys and passwords are never shown */
+      changes: {
+        before: unknown;
+        after: unknown;
+      };
+      prevHash: string | null;
+      /** @description SHA-256 (hex) of the entry's canonical JSON (sorted keys, no spaces) without `hash` */
+      hash: string;
+    };
+    TenantTeamMemberCreateParams: {
+      email: string;
+      name: string;
+      role: 'owner' | 'admin' | 'member';
+      password: string;
+    };
+    ModelCreateParams: {
+      /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
+      name: string;
+      /** @description The wire protocol the entry is called with */
+      provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+      /** @description Defaults to name */
+      upstreamModel?: string;
+      /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
+      baseUrl?: string | null;
+      /** @description Write-only: stored encrypted, shown as apiKeySet */
+      apiKey?: string | null;
+      /** @description A tenant secret holding the key (read at each call) */
+      apiKeySecret?: string | null;
+      /** @description azure-openai: the api-version */
+      apiVersion?: string | null;
+      /** @description bedrock: the AWS region */
+      region?: string | null;
+      /** @description Default 1 */
+      weight?: number;
+      /** @description null: the platform's price list, else the default price */
+      price?: {
+        /** @description credits per 1,000,000 tokens */
+        input: number;
+        /** @description credits per 1,000,000 tokens */
+        output: number;
+        /** @description credits per 1,000,000 tokens */
+        cachedInput?: number;
+      } | null;
+      maxOutputTokens?: number | null;
+      /** @description Default true */
+      enabled?: boolean;
+    };
+    ApiKeyCreateResponse: {
+      id: string;
+      name: string;
+      type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
+      environment: 'development' | 'staging' | 'production';
+      scopes: string[] | null;
+      /** @description First 12 characters of the key, for display */
+      start: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      lastUsedAt: string | null;
+      expiresAt: string | null;
+      limits: {
+        requestsPerMinute?: number;
+        tokensPerMinute?: number;
+        concurrency?: number;
+        /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
+        creditBudget?: {
+          credits: number;
+          period: 'total' | 'month';
+        };
+      };
+      usage: {
+        /** @description Requests counted against the key in the current rate window */
+        requestsThisMinute: number;
+        /** @description Model tokens recorded for the key in billing's current 60 s window */
+        tokensThisMinute: number;
+        /** @description Credits spent in the budget's period (this UTC month, else in total) */
+        creditsThisPeriod: number;
+      };
+    } & {
+      key: string;
+    };
+    ApiKeyCreateParams: {
+      name: string;
+      type: string;
+      environment: string;
+      scopes?: string[];
+      expiresAt?: string | null;
+      limits?: {
+        requestsPerMinute?: number;
+        tokensPerMinute?: number;
+        concurrency?: number;
+        /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
+        creditBudget?: {
+          credits: number;
+          period: 'total' | 'month';
+        };
+      };
+    };
+    ProjectCreateParams: {
+      name: string;
+      description?: string;
+      language?: string;
+    };
+    AgentCreateParams: {
+      name: string;
+      systemPrompt?: string;
+      config?: {
+        /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
+        autonomyLevel?: 'manual' | 'supervised' | 'autonomous';
+        /** @description model calls per run; the last one is offered no tools */
+        maxSteps?: number;
+        /** @description running time per run (waiting for approval excluded) */
+        timeBudgetSeconds?: number;
+        /** @description overrides the tenant's model */
+        model?: string;
+        temperature?: number;
+        /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+        tools?: {
+          /** @description One of your MCP servers */
+          serverId: string;
+          /** @description Exact names of the server's tools the agent may call */
+          allow: string[];
+        }[];
+      };
+    };
+    AgentRunCreateParams: {
+      goal: string;
+      projectId: string;
+    };
+    McpServerCreateParams: {
+      name: string;
+      /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+      url: string;
+      /** @description Authentication sent to the server; the token itself is never stored in the registration */
+      auth?: {
+        /** @constant */
+        type: 'bearer';
+        /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+        secret: string;
+      };
+    };
+    WebhookCreateResponse: {
+      id: string;
+      url: string;
+      events: string[];
+      active: boolean;
+      disabledReason: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    } & {
+      /** @description Present when the request gave no secret: the generated one, shown this once */
+      secret?: string;
+    };
+    WebhookCreateParams: {
+      /** @description http(s) address that receives the events */
+      url: string;
+      /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
+      events: string[];
+      /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
+      secret?: string;
+    };
+    ChatSessionCreateParams: {
+      projectId?: string;
+      agentId?: string;
+      title?: string;
+      /** @description A catalogue name (GET /api/v1/models) or the default model's; 404 RESOURCE_NOT_FOUND with details.reason model_not_found otherwise */
+      model?: string;
+    };
+    ChatSessionMessageCreateResponse: {
+      message: {
+        id: string;
+        sessionId: string;
+        role: 'user' | 'assistant';
+        content: string;
+        projectId: string | null;
+        status: 'pending' | 'streaming' | 'completed' | 'failed';
+        error: {
+          code: string;
+          message: string;
+        } | null;
+        usage: {
+          inputTokens: number;
+          outputTokens: number;
+        } | null;
+        /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
+        model: string | null;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+        completedAt: string | null;
+      };
+      responseMessageId: string;
+    };
+    ChatSessionMessageCreateParams: {
+      content: string;
+      projectId?: string;
+      /** @description This reply's model, in place of the session's */
+      model?: string;
+    };
+    BillingSubscription: {
+      provider: string;
+      /** @description succeeded, or pending until the provider settles (see checkoutUrl) */
+      status: string;
+      invoice: {
+        id: string;
+        /** @description credits or subscription */
+        kind: string;
+        description: string;
+        amountCents: number;
+        currency: string;
+        /** @description open or paid */
+        status: string;
+        /** @description sandbox (settles at once) or stripe */
+        provider: string;
+        credits: number;
+        plan: string | null;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+        paidAt: string | null;
+      };
+      checkoutUrl: string | null;
+      creditsAdded: number;
+      balance: number;
+      subscription: {
+        id: string;
+        plan: string;
+        status: string;
+        provider: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodStart: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodEnd: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      } | null;
+    };
+    BillingSubscriptionCreateParams: {
+      plan: 'starter' | 'growth' | 'enterprise';
+    };
+    BillingPortal: {
+      url: string;
+      provider: string;
+    };
+    AdminGiftCard: {
+      codes: string[];
+    };
+    AdminGiftCardCreateParams: {
+      credits: number;
+      count: number;
+      /** @description ISO 8601; checked by billing */
+      expiresAt?: string;
+    };
+    SecretCreateParams: {
+      /** @description letters, digits and _, not starting with a digit */
+      name: string;
+      /** @description write-only: stored encrypted, never returned */
+      value: string;
+      description?: string;
+    };
+    TenantTeamMemberUpdateParams: {
+      role: 'owner' | 'admin' | 'member';
+    };
+    TenantSecurityNetworkUpdateParams: {
+      ipAllowlist: string[];
+    };
+    TenantSettingsLlmUpdateParams: {
+      provider?: 'openai' | 'anthropic' | 'openai-compatible';
+      model?: string;
+      baseUrl?: string | null;
+      apiKey?: string | null;
+      temperature?: number | null;
+      maxTokens?: number | null;
+      /** @description Replaces the list (at most 5); null or [] removes it */
+      fallbacks?:
+        | {
+            provider: 'openai' | 'anthropic' | 'openai-compatible';
+            model: string;
+            baseUrl?: string | null;
+            /** @description Write-only. Left out: the key of the saved entry with the same provider, model and base URL is kept; without one, the main key is used when the entry has the main provider and base URL. null: no key of its own */
+            apiKey?: string | null;
+          }[]
+        | null;
+    };
+    ModelUpdateParams: {
+      /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
+      name?: string;
+      /** @description The wire protocol the entry is called with */
+      provider?: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
+      /** @description Defaults to name */
+      upstreamModel?: string;
+      /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
+      baseUrl?: string | null;
+      /** @description Write-only: stored encrypted, shown as apiKeySet */
+      apiKey?: string | null;
+      /** @description A tenant secret holding the key (read at each call) */
+      apiKeySecret?: string | null;
+      /** @description azure-openai: the api-version */
+      apiVersion?: string | null;
+      /** @description bedrock: the AWS region */
+      region?: string | null;
+      /** @description Default 1 */
+      weight?: number;
+      /** @description null: the platform's price list, else the default price */
+      price?: {
+        /** @description credits per 1,000,000 tokens */
+        input: number;
+        /** @description credits per 1,000,000 tokens */
+        output: number;
+        /** @description credits per 1,000,000 tokens */
+        cachedInput?: number;
+      } | null;
+      maxOutputTokens?: number | null;
+      /** @description Default true */
+      enabled?: boolean;
+    };
+    ApiKeyUpdateParams: {
+      name?: string;
+      limits?: {
+        requestsPerMinute?: number | null;
+        tokensPerMinute?: number | null;
+        concurrency?: number | null;
+        creditBudget?: {
+          credits: number;
+          period: 'total' | 'month';
+        } | null;
+      };
+    };
+    ProjectUpdateParams: {
+      name?: string;
+      description?: string;
+      language?: string;
+    };
+    AgentUpdateParams: {
+      name?: string;
+      systemPrompt?: string;
+      config?: {
+        /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
+        autonomyLevel?: 'manual' | 'supervised' | 'autonomous';
+        /** @description model calls per run; the last one is offered no tools */
+        maxSteps?: number;
+        /** @description running time per run (waiting for approval excluded) */
+        timeBudgetSeconds?: number;
+        model?: string | null;
+        temperature?: number | null;
+        /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
+        tools?: {
+          /** @description One of your MCP servers */
+          serverId: string;
+          /** @description Exact names of the server's tools the agent may call */
+          allow: string[];
+        }[];
+      };
+    };
+    McpServerUpdateParams: {
+      name?: string;
+      /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
+      url?: string;
+      auth?: {
+        /** @constant */
+        type: 'bearer';
+        /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
+        secret: string;
+      } | null;
+    };
+    WebhookUpdateParams: {
+      /** @description http(s) address that receives the events */
+      url?: string;
+      /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
+      events?: string[];
+      /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
+      secret?: string;
+      active?: boolean;
+    };
+    BillingAlertUpdateParams: {
+      /** @description Alert when the balance falls from at least this to below it */
+      balanceBelow?: number;
+      /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
+      keyBudgetPercents?: number[];
+      /** @description Alert when a UTC day's debits rise above this */
+      dailyCreditsAbove?: number;
+    };
+    AdminTenant: {
+      tenantId: string;
+      plan: string;
+    };
+    AdminTenantUpdateParams: {
+      plan: 'free' | 'starter' | 'growth' | 'enterprise';
+    };
+    RegionPreferenceUpdateParams: {
+      primaryRegion?: string;
+      secondaryRegion?: string | null;
+      dataResidencyRequired?: boolean;
+      dataResidencyRegion?: string | null;
+      complianceLevel?: string;
+    };
+    RegionStorageUpdateParams: {
+      storageMode: 'platform' | 'byos';
+      platformRegion?: string;
+      byosProvider?: 's3' | 'r2' | 'gcs' | 'azure';
+      /** @description required for r2 and azure; defaults to the public endpoint for s3 and gcs */
+      byosEndpoint?: string;
+      /** @description bucket, or container for azure */
+      byosBucket?: string;
+      byosRegion?: string;
+      /** @description access key id; the account name for azure. Write-only */
+      byosAccessKey?: string;
+      /** @description secret key; the account key for azure. Write-only */
+      byosSecretKey?: string;
+    };
+    SecretUpdateParams: {
+      /** @description write-only: stored encrypted, never returned */
+      value: string;
+    };
+    AuthRegisterResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      accessToken: string;
+      refreshToken: string;
+      expiresIn: number;
+    };
+    AuthRegisterParams: {
+      email: string;
+      password: string;
+      name: string;
+      tenantName: string;
+    };
+    AuthLoginResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      accessToken: string;
+      refreshToken: string;
+      expiresIn: number;
+    };
+    AuthLoginParams: {
+      email: string;
+      password: string;
+    };
+    AuthRefreshResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      accessToken: string;
+      refreshToken: string;
+      expiresIn: number;
+    };
+    AuthRefreshParams: {
+      refreshToken: string;
+    };
+    AuthLogoutResponse: {
+      loggedOut: boolean;
+    };
+    AuthMeResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      role: string;
+      credential: {
+        type: string;
+        id: string;
+        environment?: string;
+        scopes?: string[];
+      };
+    };
+    AuthExchangeResponse: {
+      accessToken: string;
+      expiresIn: number;
+      /** @constant */
+      tokenType: 'Bearer';
+    };
+    AuthExchangeParams: {
+      token: string;
+    };
+    OauthAuthorizeResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      accessToken: string;
+      refreshToken: string;
+      expiresIn: number;
+    };
+    OauthAuthorizeParams: {
+      code: string;
+      state: string;
+    };
+    CliAuthStartResponse: {
+      loginId: string;
+      authUrl: string;
+      verificationCode: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      expiresAt: string;
+      interval: number;
+    };
+    CliAuthStartParams: {
+      state: string;
+      codeChallenge: string;
+      codeChallengeMethod: string;
+      cliVersion: string;
+      platform: string;
+    };
+    CliAuthCompleteResponse: {
+      status: 'pending' | 'approved' | 'expired' | 'consumed';
+    };
+    CliAuthCompleteParams: {
+      loginId: string;
+      state: string;
+    };
+    CliAuthDenyResponse: {
+      status: 'pending' | 'approved' | 'expired' | 'consumed';
+    };
+    CliAuthDenyParams: {
+      loginId: string;
+      state: string;
+    };
+    CliAuthTokenResponse: {
+      token: string;
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      refreshToken: string;
+      expiresIn: number;
+    };
+    CliAuthTokenParams: {
+      loginId: string;
+      codeVerifier: string;
+    };
+    TenantTeamMemberDeleted: {
+      userId: string;
+      removed: boolean;
+    };
+    ModelDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    ApiKeyDeleted: {
+      id: string;
+      revoked: boolean;
+    };
+    ApiKeyRotateResponse: {
+      id: string;
+      name: string;
+      type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
+      environment: 'development' | 'staging' | 'production';
+      scopes: string[] | null;
+      /** @description First 12 characters of the key, for display */
+      start: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      lastUsedAt: string | null;
+      expiresAt: string | null;
+      limits: {
+        requestsPerMinute?: number;
+        tokensPerMinute?: number;
+        concurrency?: number;
+        /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
+        creditBudget?: {
+          credits: number;
+          period: 'total' | 'month';
+        };
+      };
+      usage: {
+        /** @description Requests counted against the key in the current rate window */
+        requestsThisMinute: number;
+        /** @description Model tokens recorded for the key in billing's current 60 s window */
+        tokensThisMinute: number;
+        /** @description Credits spent in the budget's period (this UTC month, else in total) */
+        creditsThisPeriod: number;
+      };
+    } & {
+      key: string;
+    };
+    ApiKeyRotateParams: {
+      gracePeriodSeconds?: number;
+    };
+    ProjectDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    AgentDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    AgentRunRejectParams: {
+      reason?: string;
+    };
+    McpServerDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    WebhookDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    WebhookRotateSecretResponse: {
+      /** @description A generated `whsec_<base64 of 32 random bytes>` secret: shown this once, never again */
+      secret: string;
+      /** @description When the previous secret stops signing; null when it stopped at once */
+      graceEndsAt: string | null;
+    };
+    WebhookRotateSecretParams: {
+      /**
+       * @description Hours the previous secret keeps signing beside the new one (fractions allowed); 0: it stops at once
+       * @default 24
+       */
+      graceHours: number;
+    };
+    WebhookTestResponse: {
+      id: string;
+      webhookId: string;
+      /** @description Sent as the webhook-id header, the same on every attempt */
+      eventId: string;
+      eventType: string;
+      status: 'pending' | 'succeeded' | 'failed';
+      attempts: {
+        number: number;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        at: string;
+        statusCode: number | null;
+        latencyMs: number;
+        error: string | null;
+        /** @description The first 1 KiB of the response body */
+        responseExcerpt: string;
+      }[];
+      nextAttemptAt: string | null;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      updatedAt: string;
+    };
+    WebhookRecoverResponse: {
+      /** @description Deliveries queued */
+      queued: number;
+    };
+    WebhookRecoverParams: {
+      /** @description ISO 8601 date-time with a zone: events created at or after it */
+      since: string;
+      /** @description ISO 8601 date-time with a zone: events created before it (default: now) */
+      until?: string;
+    };
+    ChatSessionDeleted: {
+      id: string;
+      deleted: boolean;
+    };
+    BillingCreditPurchaseResponse: {
+      provider: string;
+      /** @description succeeded, or pending until the provider settles (see checkoutUrl) */
+      status: string;
+      invoice: {
+        id: string;
+        /** @description credits or subscription */
+        kind: string;
+        description: string;
+        amountCents: number;
+        currency: string;
+        /** @description open or paid */
+        status: string;
+        /** @description sandbox (settles at once) or stripe */
+        provider: string;
+        credits: number;
+        plan: string | null;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+        paidAt: string | null;
+      };
+      checkoutUrl: string | null;
+      creditsAdded: number;
+      balance: number;
+      subscription: {
+        id: string;
+        plan: string;
+        status: string;
+        provider: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodStart: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        currentPeriodEnd: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      } | null;
+    };
+    BillingCreditPurchaseParams: {
+      credits: number;
+    };
+    BillingGiftCardRedeemResponse: {
+      creditsAdded: number;
+      balance: number;
+    };
+    BillingGiftCardRedeemParams: {
+      code: string;
+    };
+    BillingWebhookStripeResponse: {
+      received: boolean;
+    };
+    AdminTenantCreditsResponse: {
+      balance: number;
+    };
+    AdminTenantCreditsParams: {
+      delta: number;
+      reason: string;
+    };
+    RegionStorageValidateResponse: {
+      valid: boolean;
+      provider: string;
+      checks: {
+        name: string;
+        ok: boolean;
+        message: string;
+        latencyMs: number;
+      }[];
+    };
+    RegionStorageValidateParams: {
+      storageMode?: 'platform' | 'byos';
+      platformRegion?: string;
+      byosProvider?: 's3' | 'r2' | 'gcs' | 'azure';
+      /** @description required for r2 and azure; defaults to the public endpoint for s3 and gcs */
+      byosEndpoint?: string;
+      /** @description bucket, or container for azure */
+      byosBucket?: string;
+      byosRegion?: string;
+      /** @description access key id; the account name for azure. Write-only */
+      byosAccessKey?: string;
+      /** @description secret key; the account key for azure. Write-only */
+      byosSecretKey?: string;
+    };
+    SecretDeleted: {
+      name: string;
+      deleted: boolean;
+    };
+    AuditLogEntryVerifyResponse: {
+      valid: boolean;
+      /** @description How many entries were checked */
+      entries: number;
+      firstBrokenId: string | null;
+    };
   };
   responses: never;
   parameters: never;
@@ -1428,12 +2737,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          email: string;
-          password: string;
-          name: string;
-          tenantName: string;
-        };
+        'application/json': components['schemas']['AuthRegisterParams'];
       };
     };
     responses: {
@@ -1444,26 +2748,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              accessToken: string;
-              refreshToken: string;
-              expiresIn: number;
-            };
+            data: components['schemas']['AuthRegisterResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1491,10 +2776,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          email: string;
-          password: string;
-        };
+        'application/json': components['schemas']['AuthLoginParams'];
       };
     };
     responses: {
@@ -1505,26 +2787,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              accessToken: string;
-              refreshToken: string;
-              expiresIn: number;
-            };
+            data: components['schemas']['AuthLoginResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1552,9 +2815,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          refreshToken: string;
-        };
+        'application/json': components['schemas']['AuthRefreshParams'];
       };
     };
     responses: {
@@ -1565,26 +2826,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              accessToken: string;
-              refreshToken: string;
-              expiresIn: number;
-            };
+            data: components['schemas']['AuthRefreshResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1619,9 +2861,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              loggedOut: boolean;
-            };
+            data: components['schemas']['AuthLogoutResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1656,30 +2896,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              role: string;
-              credential: {
-                type: string;
-                id: string;
-                environment?: string;
-                scopes?: string[];
-              };
-            };
+            data: components['schemas']['AuthMeResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1707,9 +2924,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          token: string;
-        };
+        'application/json': components['schemas']['AuthExchangeParams'];
       };
     };
     responses: {
@@ -1720,12 +2935,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              accessToken: string;
-              expiresIn: number;
-              /** @constant */
-              tokenType: 'Bearer';
-            };
+            data: components['schemas']['AuthExchangeResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1762,9 +2972,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              url: string;
-            };
+            data: components['schemas']['OauthStart'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1794,10 +3002,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          code: string;
-          state: string;
-        };
+        'application/json': components['schemas']['OauthAuthorizeParams'];
       };
     };
     responses: {
@@ -1808,26 +3013,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              accessToken: string;
-              refreshToken: string;
-              expiresIn: number;
-            };
+            data: components['schemas']['OauthAuthorizeResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1855,13 +3041,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          state: string;
-          codeChallenge: string;
-          codeChallengeMethod: string;
-          cliVersion: string;
-          platform: string;
-        };
+        'application/json': components['schemas']['CliAuthStartParams'];
       };
     };
     responses: {
@@ -1872,14 +3052,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              loginId: string;
-              authUrl: string;
-              verificationCode: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              expiresAt: string;
-              interval: number;
-            };
+            data: components['schemas']['CliAuthStartResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1916,9 +3089,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              status: 'pending' | 'approved' | 'expired' | 'consumed';
-            };
+            data: components['schemas']['CliAuthStatus'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1955,14 +3126,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              verificationCode: string;
-              cliVersion: string;
-              platform: string;
-              status: 'pending' | 'approved' | 'expired' | 'consumed';
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              expiresAt: string;
-            };
+            data: components['schemas']['CliAuthInfo'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -1990,10 +3154,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          loginId: string;
-          state: string;
-        };
+        'application/json': components['schemas']['CliAuthCompleteParams'];
       };
     };
     responses: {
@@ -2004,9 +3165,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              status: 'pending' | 'approved' | 'expired' | 'consumed';
-            };
+            data: components['schemas']['CliAuthCompleteResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2034,10 +3193,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          loginId: string;
-          state: string;
-        };
+        'application/json': components['schemas']['CliAuthDenyParams'];
       };
     };
     responses: {
@@ -2048,9 +3204,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              status: 'pending' | 'approved' | 'expired' | 'consumed';
-            };
+            data: components['schemas']['CliAuthDenyResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2078,10 +3232,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          loginId: string;
-          codeVerifier: string;
-        };
+        'application/json': components['schemas']['CliAuthTokenParams'];
       };
     };
     responses: {
@@ -2092,26 +3243,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              token: string;
-              user: {
-                id: string;
-                email: string;
-                name: string;
-                role: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              tenant: {
-                id: string;
-                name: string;
-                plan: 'free' | 'starter' | 'growth' | 'enterprise';
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              };
-              refreshToken: string;
-              expiresIn: number;
-            };
+            data: components['schemas']['CliAuthTokenResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2146,13 +3278,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              plan: 'free' | 'starter' | 'growth' | 'enterprise';
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-            };
+            data: components['schemas']['Tenant'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2190,14 +3316,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              userId: string;
-              email: string;
-              name: string;
-              role: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              joinedAt: string;
-            }[];
+            data: components['schemas']['TenantTeamMember'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2231,12 +3350,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          email: string;
-          name: string;
-          role: 'owner' | 'admin' | 'member';
-          password: string;
-        };
+        'application/json': components['schemas']['TenantTeamMemberCreateParams'];
       };
     };
     responses: {
@@ -2247,14 +3361,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              userId: string;
-              email: string;
-              name: string;
-              role: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              joinedAt: string;
-            };
+            data: components['schemas']['TenantTeamMember'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2291,10 +3398,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              userId: string;
-              removed: boolean;
-            };
+            data: components['schemas']['TenantTeamMemberDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2324,9 +3428,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          role: 'owner' | 'admin' | 'member';
-        };
+        'application/json': components['schemas']['TenantTeamMemberUpdateParams'];
       };
     };
     responses: {
@@ -2337,14 +3439,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              userId: string;
-              email: string;
-              name: string;
-              role: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              joinedAt: string;
-            };
+            data: components['schemas']['TenantTeamMember'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2379,9 +3474,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              ipAllowlist: string[];
-            };
+            data: components['schemas']['TenantSecurityNetwork'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2409,9 +3502,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          ipAllowlist: string[];
-        };
+        'application/json': components['schemas']['TenantSecurityNetworkUpdateParams'];
       };
     };
     responses: {
@@ -2422,9 +3513,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              ipAllowlist: string[];
-            };
+            data: components['schemas']['TenantSecurityNetwork'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2459,25 +3548,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              provider: ('openai' | 'anthropic' | 'openai-compatible') | null;
-              model: string | null;
-              baseUrl: string | null;
-              apiKeySet: boolean;
-              temperature: number | null;
-              maxTokens: number | null;
-              /** @description where the effective settings come from */
-              source: 'tenant' | 'platform' | 'none';
-              updatedAt: string | null;
-              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
-              fallbacks: {
-                provider: 'openai' | 'anthropic' | 'openai-compatible';
-                model: string;
-                /** @description null: the provider's public API */
-                baseUrl: string | null;
-                apiKeySet: boolean;
-              }[];
-            };
+            data: components['schemas']['TenantSettingsLlm'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2505,24 +3576,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          provider?: 'openai' | 'anthropic' | 'openai-compatible';
-          model?: string;
-          baseUrl?: string | null;
-          apiKey?: string | null;
-          temperature?: number | null;
-          maxTokens?: number | null;
-          /** @description Replaces the list (at most 5); null or [] removes it */
-          fallbacks?:
-            | {
-                provider: 'openai' | 'anthropic' | 'openai-compatible';
-                model: string;
-                baseUrl?: string | null;
-                /** @description Write-only. Left out: the key of the saved entry with the same provider, model and base URL is kept; without one, the main key is used when the entry has the main provider and base URL. null: no key of its own */
-                apiKey?: string | null;
-              }[]
-            | null;
-        };
+        'application/json': components['schemas']['TenantSettingsLlmUpdateParams'];
       };
     };
     responses: {
@@ -2533,25 +3587,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              provider: ('openai' | 'anthropic' | 'openai-compatible') | null;
-              model: string | null;
-              baseUrl: string | null;
-              apiKeySet: boolean;
-              temperature: number | null;
-              maxTokens: number | null;
-              /** @description where the effective settings come from */
-              source: 'tenant' | 'platform' | 'none';
-              updatedAt: string | null;
-              /** @description Tried in order when the model fails before its first token (429, 5xx, timeout, refused or cut connection) */
-              fallbacks: {
-                provider: 'openai' | 'anthropic' | 'openai-compatible';
-                model: string;
-                /** @description null: the provider's public API */
-                baseUrl: string | null;
-                apiKeySet: boolean;
-              }[];
-            };
+            data: components['schemas']['TenantSettingsLlm'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2589,42 +3625,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              /** @description The wire protocol the entry is called with */
-              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-              /** @description The provider's model id */
-              upstreamModel: string;
-              /** @description null: the provider's public API */
-              baseUrl: string | null;
-              /** @description Whether the entry has a key of its own (the key is write-only) */
-              apiKeySet: boolean;
-              /** @description The tenant secret whose value is the key, read at call time */
-              apiKeySecret: string | null;
-              apiVersion: string | null;
-              region: string | null;
-              /** @description Share of the calls to the name among its enabled entries */
-              weight: number;
-              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
-              price: {
-                /** @description credits per 1,000,000 tokens */
-                input: number;
-                /** @description credits per 1,000,000 tokens */
-                output: number;
-                /** @description credits per 1,000,000 tokens */
-                cachedInput: number;
-              };
-              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
-              priceSource: 'entry' | 'platform' | 'default';
-              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
-              maxOutputTokens: number | null;
-              enabled: boolean;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['Model'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2658,38 +3659,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
-          name: string;
-          /** @description The wire protocol the entry is called with */
-          provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-          /** @description Defaults to name */
-          upstreamModel?: string;
-          /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
-          baseUrl?: string | null;
-          /** @description Write-only: stored encrypted, shown as apiKeySet */
-          apiKey?: string | null;
-          /** @description A tenant secret holding the key (read at each call) */
-          apiKeySecret?: string | null;
-          /** @description azure-openai: the api-version */
-          apiVersion?: string | null;
-          /** @description bedrock: the AWS region */
-          region?: string | null;
-          /** @description Default 1 */
-          weight?: number;
-          /** @description null: the platform's price list, else the default price */
-          price?: {
-            /** @description credits per 1,000,000 tokens */
-            input: number;
-            /** @description credits per 1,000,000 tokens */
-            output: number;
-            /** @description credits per 1,000,000 tokens */
-            cachedInput?: number;
-          } | null;
-          maxOutputTokens?: number | null;
-          /** @description Default true */
-          enabled?: boolean;
-        };
+        'application/json': components['schemas']['ModelCreateParams'];
       };
     };
     responses: {
@@ -2700,42 +3670,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              /** @description The wire protocol the entry is called with */
-              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-              /** @description The provider's model id */
-              upstreamModel: string;
-              /** @description null: the provider's public API */
-              baseUrl: string | null;
-              /** @description Whether the entry has a key of its own (the key is write-only) */
-              apiKeySet: boolean;
-              /** @description The tenant secret whose value is the key, read at call time */
-              apiKeySecret: string | null;
-              apiVersion: string | null;
-              region: string | null;
-              /** @description Share of the calls to the name among its enabled entries */
-              weight: number;
-              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
-              price: {
-                /** @description credits per 1,000,000 tokens */
-                input: number;
-                /** @description credits per 1,000,000 tokens */
-                output: number;
-                /** @description credits per 1,000,000 tokens */
-                cachedInput: number;
-              };
-              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
-              priceSource: 'entry' | 'platform' | 'default';
-              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
-              maxOutputTokens: number | null;
-              enabled: boolean;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Model'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2772,42 +3707,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              /** @description The wire protocol the entry is called with */
-              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-              /** @description The provider's model id */
-              upstreamModel: string;
-              /** @description null: the provider's public API */
-              baseUrl: string | null;
-              /** @description Whether the entry has a key of its own (the key is write-only) */
-              apiKeySet: boolean;
-              /** @description The tenant secret whose value is the key, read at call time */
-              apiKeySecret: string | null;
-              apiVersion: string | null;
-              region: string | null;
-              /** @description Share of the calls to the name among its enabled entries */
-              weight: number;
-              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
-              price: {
-                /** @description credits per 1,000,000 tokens */
-                input: number;
-                /** @description credits per 1,000,000 tokens */
-                output: number;
-                /** @description credits per 1,000,000 tokens */
-                cachedInput: number;
-              };
-              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
-              priceSource: 'entry' | 'platform' | 'default';
-              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
-              maxOutputTokens: number | null;
-              enabled: boolean;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Model'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2844,10 +3744,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['ModelDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2877,38 +3774,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
-          name?: string;
-          /** @description The wire protocol the entry is called with */
-          provider?: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-          /** @description Defaults to name */
-          upstreamModel?: string;
-          /** @description Includes the version path; must pass the egress guard (400 base_url_not_allowed). Required for openai-compatible and azure-openai */
-          baseUrl?: string | null;
-          /** @description Write-only: stored encrypted, shown as apiKeySet */
-          apiKey?: string | null;
-          /** @description A tenant secret holding the key (read at each call) */
-          apiKeySecret?: string | null;
-          /** @description azure-openai: the api-version */
-          apiVersion?: string | null;
-          /** @description bedrock: the AWS region */
-          region?: string | null;
-          /** @description Default 1 */
-          weight?: number;
-          /** @description null: the platform's price list, else the default price */
-          price?: {
-            /** @description credits per 1,000,000 tokens */
-            input: number;
-            /** @description credits per 1,000,000 tokens */
-            output: number;
-            /** @description credits per 1,000,000 tokens */
-            cachedInput?: number;
-          } | null;
-          maxOutputTokens?: number | null;
-          /** @description Default true */
-          enabled?: boolean;
-        };
+        'application/json': components['schemas']['ModelUpdateParams'];
       };
     };
     responses: {
@@ -2919,42 +3785,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              /** @description The wire protocol the entry is called with */
-              provider: 'openai' | 'anthropic' | 'openai-compatible' | 'azure-openai' | 'gemini' | 'bedrock';
-              /** @description The provider's model id */
-              upstreamModel: string;
-              /** @description null: the provider's public API */
-              baseUrl: string | null;
-              /** @description Whether the entry has a key of its own (the key is write-only) */
-              apiKeySet: boolean;
-              /** @description The tenant secret whose value is the key, read at call time */
-              apiKeySecret: string | null;
-              apiVersion: string | null;
-              region: string | null;
-              /** @description Share of the calls to the name among its enabled entries */
-              weight: number;
-              /** @description The price calls on this entry are billed at (credits per 1,000,000 tokens) */
-              price: {
-                /** @description credits per 1,000,000 tokens */
-                input: number;
-                /** @description credits per 1,000,000 tokens */
-                output: number;
-                /** @description credits per 1,000,000 tokens */
-                cachedInput: number;
-              };
-              /** @description entry: its own price; platform: the platform's price list for its upstream model × CREDITS_PER_USD; default: CREDITS_PER_1K_TOKENS × 1000 */
-              priceSource: 'entry' | 'platform' | 'default';
-              /** @description Output bound of a call (null: the tenant's, else LLM_MAX_TOKENS) */
-              maxOutputTokens: number | null;
-              enabled: boolean;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Model'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -2992,37 +3823,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
-              environment: 'development' | 'staging' | 'production';
-              scopes: string[] | null;
-              /** @description First 12 characters of the key, for display */
-              start: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              lastUsedAt: string | null;
-              expiresAt: string | null;
-              limits: {
-                requestsPerMinute?: number;
-                tokensPerMinute?: number;
-                concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-                creditBudget?: {
-                  credits: number;
-                  period: 'total' | 'month';
-                };
-              };
-              usage: {
-                /** @description Requests counted against the key in the current rate window */
-                requestsThisMinute: number;
-                /** @description Model tokens recorded for the key in billing's current 60 s window */
-                tokensThisMinute: number;
-                /** @description Credits spent in the budget's period (this UTC month, else in total) */
-                creditsThisPeriod: number;
-              };
-            }[];
+            data: components['schemas']['ApiKey'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3056,23 +3857,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name: string;
-          type: string;
-          environment: string;
-          scopes?: string[];
-          expiresAt?: string | null;
-          limits?: {
-            requestsPerMinute?: number;
-            tokensPerMinute?: number;
-            concurrency?: number;
-            /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-            creditBudget?: {
-              credits: number;
-              period: 'total' | 'month';
-            };
-          };
-        };
+        'application/json': components['schemas']['ApiKeyCreateParams'];
       };
     };
     responses: {
@@ -3083,39 +3868,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
-              environment: 'development' | 'staging' | 'production';
-              scopes: string[] | null;
-              /** @description First 12 characters of the key, for display */
-              start: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              lastUsedAt: string | null;
-              expiresAt: string | null;
-              limits: {
-                requestsPerMinute?: number;
-                tokensPerMinute?: number;
-                concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-                creditBudget?: {
-                  credits: number;
-                  period: 'total' | 'month';
-                };
-              };
-              usage: {
-                /** @description Requests counted against the key in the current rate window */
-                requestsThisMinute: number;
-                /** @description Model tokens recorded for the key in billing's current 60 s window */
-                tokensThisMinute: number;
-                /** @description Credits spent in the budget's period (this UTC month, else in total) */
-                creditsThisPeriod: number;
-              };
-            } & {
-              key: string;
-            };
+            data: components['schemas']['ApiKeyCreateResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3152,37 +3905,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
-              environment: 'development' | 'staging' | 'production';
-              scopes: string[] | null;
-              /** @description First 12 characters of the key, for display */
-              start: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              lastUsedAt: string | null;
-              expiresAt: string | null;
-              limits: {
-                requestsPerMinute?: number;
-                tokensPerMinute?: number;
-                concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-                creditBudget?: {
-                  credits: number;
-                  period: 'total' | 'month';
-                };
-              };
-              usage: {
-                /** @description Requests counted against the key in the current rate window */
-                requestsThisMinute: number;
-                /** @description Model tokens recorded for the key in billing's current 60 s window */
-                tokensThisMinute: number;
-                /** @description Credits spent in the budget's period (this UTC month, else in total) */
-                creditsThisPeriod: number;
-              };
-            };
+            data: components['schemas']['ApiKey'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3219,10 +3942,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              revoked: boolean;
-            };
+            data: components['schemas']['ApiKeyDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3252,18 +3972,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name?: string;
-          limits?: {
-            requestsPerMinute?: number | null;
-            tokensPerMinute?: number | null;
-            concurrency?: number | null;
-            creditBudget?: {
-              credits: number;
-              period: 'total' | 'month';
-            } | null;
-          };
-        };
+        'application/json': components['schemas']['ApiKeyUpdateParams'];
       };
     };
     responses: {
@@ -3274,37 +3983,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
-              environment: 'development' | 'staging' | 'production';
-              scopes: string[] | null;
-              /** @description First 12 characters of the key, for display */
-              start: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              lastUsedAt: string | null;
-              expiresAt: string | null;
-              limits: {
-                requestsPerMinute?: number;
-                tokensPerMinute?: number;
-                concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-                creditBudget?: {
-                  credits: number;
-                  period: 'total' | 'month';
-                };
-              };
-              usage: {
-                /** @description Requests counted against the key in the current rate window */
-                requestsThisMinute: number;
-                /** @description Model tokens recorded for the key in billing's current 60 s window */
-                tokensThisMinute: number;
-                /** @description Credits spent in the budget's period (this UTC month, else in total) */
-                creditsThisPeriod: number;
-              };
-            };
+            data: components['schemas']['ApiKey'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3334,9 +4013,7 @@ export interface operations {
     };
     requestBody?: {
       content: {
-        'application/json': {
-          gracePeriodSeconds?: number;
-        };
+        'application/json': components['schemas']['ApiKeyRotateParams'];
       };
     };
     responses: {
@@ -3347,39 +4024,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              type: 'sdk' | 'cli' | 'ci' | 'integration' | 'marketplace';
-              environment: 'development' | 'staging' | 'production';
-              scopes: string[] | null;
-              /** @description First 12 characters of the key, for display */
-              start: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              lastUsedAt: string | null;
-              expiresAt: string | null;
-              limits: {
-                requestsPerMinute?: number;
-                tokensPerMinute?: number;
-                concurrency?: number;
-                /** @description Credits the key may spend in total, or per calendar month in UTC: a model call whose reservation does not fit in what is left gets 402 INSUFFICIENT_CREDITS with reason key_budget_exhausted */
-                creditBudget?: {
-                  credits: number;
-                  period: 'total' | 'month';
-                };
-              };
-              usage: {
-                /** @description Requests counted against the key in the current rate window */
-                requestsThisMinute: number;
-                /** @description Model tokens recorded for the key in billing's current 60 s window */
-                tokensThisMinute: number;
-                /** @description Credits spent in the budget's period (this UTC month, else in total) */
-                creditsThisPeriod: number;
-              };
-            } & {
-              key: string;
-            };
+            data: components['schemas']['ApiKeyRotateResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3417,16 +4062,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              description: string;
-              language: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              created_at: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updated_at: string;
-            }[];
+            data: components['schemas']['Project'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3460,11 +4096,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name: string;
-          description?: string;
-          language?: string;
-        };
+        'application/json': components['schemas']['ProjectCreateParams'];
       };
     };
     responses: {
@@ -3475,16 +4107,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              description: string;
-              language: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              created_at: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updated_at: string;
-            };
+            data: components['schemas']['Project'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3521,16 +4144,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              description: string;
-              language: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              created_at: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updated_at: string;
-            };
+            data: components['schemas']['Project'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3567,10 +4181,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['ProjectDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3600,11 +4211,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name?: string;
-          description?: string;
-          language?: string;
-        };
+        'application/json': components['schemas']['ProjectUpdateParams'];
       };
     };
     responses: {
@@ -3615,16 +4222,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              description: string;
-              language: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              created_at: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updated_at: string;
-            };
+            data: components['schemas']['Project'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3662,27 +4260,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              systemPrompt: string;
-              config: {
-                /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-                autonomyLevel: 'manual' | 'supervised' | 'autonomous';
-                maxSteps: number;
-                timeBudgetSeconds: number;
-                model: string | null;
-                temperature: number | null;
-                tools: {
-                  serverId: string;
-                  allow: string[];
-                }[];
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['Agent'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3716,28 +4294,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name: string;
-          systemPrompt?: string;
-          config?: {
-            /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-            autonomyLevel?: 'manual' | 'supervised' | 'autonomous';
-            /** @description model calls per run; the last one is offered no tools */
-            maxSteps?: number;
-            /** @description running time per run (waiting for approval excluded) */
-            timeBudgetSeconds?: number;
-            /** @description overrides the tenant's model */
-            model?: string;
-            temperature?: number;
-            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
-            tools?: {
-              /** @description One of your MCP servers */
-              serverId: string;
-              /** @description Exact names of the server's tools the agent may call */
-              allow: string[];
-            }[];
-          };
-        };
+        'application/json': components['schemas']['AgentCreateParams'];
       };
     };
     responses: {
@@ -3748,27 +4305,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              systemPrompt: string;
-              config: {
-                /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-                autonomyLevel: 'manual' | 'supervised' | 'autonomous';
-                maxSteps: number;
-                timeBudgetSeconds: number;
-                model: string | null;
-                temperature: number | null;
-                tools: {
-                  serverId: string;
-                  allow: string[];
-                }[];
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Agent'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3805,27 +4342,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              systemPrompt: string;
-              config: {
-                /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-                autonomyLevel: 'manual' | 'supervised' | 'autonomous';
-                maxSteps: number;
-                timeBudgetSeconds: number;
-                model: string | null;
-                temperature: number | null;
-                tools: {
-                  serverId: string;
-                  allow: string[];
-                }[];
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Agent'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3862,10 +4379,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['AgentDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3895,27 +4409,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name?: string;
-          systemPrompt?: string;
-          config?: {
-            /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-            autonomyLevel?: 'manual' | 'supervised' | 'autonomous';
-            /** @description model calls per run; the last one is offered no tools */
-            maxSteps?: number;
-            /** @description running time per run (waiting for approval excluded) */
-            timeBudgetSeconds?: number;
-            model?: string | null;
-            temperature?: number | null;
-            /** @description MCP tools the agent may call; only these are offered to the model (manual agents: none) */
-            tools?: {
-              /** @description One of your MCP servers */
-              serverId: string;
-              /** @description Exact names of the server's tools the agent may call */
-              allow: string[];
-            }[];
-          };
-        };
+        'application/json': components['schemas']['AgentUpdateParams'];
       };
     };
     responses: {
@@ -3926,27 +4420,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              systemPrompt: string;
-              config: {
-                /** @description manual: one model answer, no tools; supervised: tool calls that change data wait for approval; autonomous: tools run */
-                autonomyLevel: 'manual' | 'supervised' | 'autonomous';
-                maxSteps: number;
-                timeBudgetSeconds: number;
-                model: string | null;
-                temperature: number | null;
-                tools: {
-                  serverId: string;
-                  allow: string[];
-                }[];
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Agent'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -3976,10 +4450,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          goal: string;
-          projectId: string;
-        };
+        'application/json': components['schemas']['AgentRunCreateParams'];
       };
     };
     responses: {
@@ -3990,53 +4461,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            };
+            data: components['schemas']['AgentRun'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4076,53 +4501,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            }[];
+            data: components['schemas']['AgentRun'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4166,53 +4545,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            };
+            data: components['schemas']['AgentRun'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4250,53 +4583,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            };
+            data: components['schemas']['AgentRun'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4334,53 +4621,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            };
+            data: components['schemas']['AgentRun'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4411,9 +4652,7 @@ export interface operations {
     };
     requestBody?: {
       content: {
-        'application/json': {
-          reason?: string;
-        };
+        'application/json': components['schemas']['AgentRunRejectParams'];
       };
     };
     responses: {
@@ -4424,53 +4663,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              agentId: string;
-              projectId: string;
-              goal: string;
-              status: 'queued' | 'running' | 'requires_approval' | 'completed' | 'failed' | 'cancelled';
-              output: string | null;
-              error: string | null;
-              steps: {
-                index: number;
-                /** @description model; tool: a built-in tool; tool_call: an MCP server's tool */
-                type: 'model' | 'tool' | 'tool_call';
-                /** @description model: completed; tool: pending, requires_approval, approved, completed, failed, rejected */
-                status: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                startedAt: string;
-                completedAt: string | null;
-                /** @description model: the text it produced */
-                text?: string;
-                usage?: {
-                  inputTokens: number;
-                  outputTokens: number;
-                };
-                /** @description model: the model that served the call (a fallback's when the main model failed before answering) */
-                model?: string;
-                toolName?: string;
-                toolCallId?: string;
-                /** @description tool: the arguments the model gave */
-                arguments?: unknown;
-                /** @description tool: what the tool returned, or {error}; tool_call: the MCP result, or null */
-                result?: unknown;
-                /** @description tool_call: the MCP server */
-                serverId?: string;
-                /** @description tool_call: the MCP tool's own name */
-                tool?: string;
-                error?: string | null;
-                durationMs?: number | null;
-              }[];
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              };
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              startedAt: string | null;
-              completedAt: string | null;
-            };
+            data: components['schemas']['AgentRun'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4508,31 +4701,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              url: string;
-              auth: {
-                /** @constant */
-                type: 'bearer';
-                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-                secret: string;
-              } | null;
-              status: 'ready' | 'error';
-              error: string | null;
-              tools: {
-                name: string;
-                description: string;
-                /** @description The tool's input JSON Schema */
-                inputSchema: unknown;
-                /** @description The server's readOnlyHint: supervised runs call it without asking */
-                readOnly: boolean;
-              }[];
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['McpServer'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4566,18 +4735,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name: string;
-          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
-          url: string;
-          /** @description Authentication sent to the server; the token itself is never stored in the registration */
-          auth?: {
-            /** @constant */
-            type: 'bearer';
-            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-            secret: string;
-          };
-        };
+        'application/json': components['schemas']['McpServerCreateParams'];
       };
     };
     responses: {
@@ -4588,31 +4746,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              url: string;
-              auth: {
-                /** @constant */
-                type: 'bearer';
-                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-                secret: string;
-              } | null;
-              status: 'ready' | 'error';
-              error: string | null;
-              tools: {
-                name: string;
-                description: string;
-                /** @description The tool's input JSON Schema */
-                inputSchema: unknown;
-                /** @description The server's readOnlyHint: supervised runs call it without asking */
-                readOnly: boolean;
-              }[];
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['McpServer'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4649,31 +4783,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              url: string;
-              auth: {
-                /** @constant */
-                type: 'bearer';
-                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-                secret: string;
-              } | null;
-              status: 'ready' | 'error';
-              error: string | null;
-              tools: {
-                name: string;
-                description: string;
-                /** @description The tool's input JSON Schema */
-                inputSchema: unknown;
-                /** @description The server's readOnlyHint: supervised runs call it without asking */
-                readOnly: boolean;
-              }[];
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['McpServer'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4710,10 +4820,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['McpServerDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4743,17 +4850,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          name?: string;
-          /** @description The Streamable HTTP endpoint of the MCP server (http or https) */
-          url?: string;
-          auth?: {
-            /** @constant */
-            type: 'bearer';
-            /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-            secret: string;
-          } | null;
-        };
+        'application/json': components['schemas']['McpServerUpdateParams'];
       };
     };
     responses: {
@@ -4764,31 +4861,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              url: string;
-              auth: {
-                /** @constant */
-                type: 'bearer';
-                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-                secret: string;
-              } | null;
-              status: 'ready' | 'error';
-              error: string | null;
-              tools: {
-                name: string;
-                description: string;
-                /** @description The tool's input JSON Schema */
-                inputSchema: unknown;
-                /** @description The server's readOnlyHint: supervised runs call it without asking */
-                readOnly: boolean;
-              }[];
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['McpServer'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4825,31 +4898,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              url: string;
-              auth: {
-                /** @constant */
-                type: 'bearer';
-                /** @description The name of one of your secrets: its value is sent as the bearer token at each connection */
-                secret: string;
-              } | null;
-              status: 'ready' | 'error';
-              error: string | null;
-              tools: {
-                name: string;
-                description: string;
-                /** @description The tool's input JSON Schema */
-                inputSchema: unknown;
-                /** @description The server's readOnlyHint: supervised runs call it without asking */
-                readOnly: boolean;
-              }[];
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['McpServer'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4887,17 +4936,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              url: string;
-              events: string[];
-              active: boolean;
-              disabledReason: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['Webhook'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4931,14 +4970,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description http(s) address that receives the events */
-          url: string;
-          /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
-          events: string[];
-          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
-          secret?: string;
-        };
+        'application/json': components['schemas']['WebhookCreateParams'];
       };
     };
     responses: {
@@ -4949,20 +4981,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              url: string;
-              events: string[];
-              active: boolean;
-              disabledReason: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            } & {
-              /** @description Present when the request gave no secret: the generated one, shown this once */
-              secret?: string;
-            };
+            data: components['schemas']['WebhookCreateResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -4999,17 +5018,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              url: string;
-              events: string[];
-              active: boolean;
-              disabledReason: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Webhook'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5046,10 +5055,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['WebhookDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5079,15 +5085,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description http(s) address that receives the events */
-          url?: string;
-          /** @description Event names: agent.completed, agent.failed, agent.started, audit.entry_created, billing.threshold_crossed, project.created, project.deleted, project.updated, tenant.created, user.created, webhook.endpoint_disabled, webhook.endpoint_recovered */
-          events?: string[];
-          /** @description Shared secret, never returned: `whsec_<base64 of 24-64 bytes>` (Standard Webhooks: the HMAC key is the decoded bytes) or any other string, one that only starts with `whsec_` included (the key is its UTF-8 bytes) */
-          secret?: string;
-          active?: boolean;
-        };
+        'application/json': components['schemas']['WebhookUpdateParams'];
       };
     };
     responses: {
@@ -5098,17 +5096,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              url: string;
-              events: string[];
-              active: boolean;
-              disabledReason: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Webhook'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5138,13 +5126,7 @@ export interface operations {
     };
     requestBody?: {
       content: {
-        'application/json': {
-          /**
-           * @description Hours the previous secret keeps signing beside the new one (fractions allowed); 0: it stops at once
-           * @default 24
-           */
-          graceHours?: number;
-        };
+        'application/json': components['schemas']['WebhookRotateSecretParams'];
       };
     };
     responses: {
@@ -5155,12 +5137,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description A generated `whsec_<base64 of 32 random bytes>` secret: shown this once, never again */
-              secret: string;
-              /** @description When the previous secret stops signing; null when it stopped at once */
-              graceEndsAt: string | null;
-            };
+            data: components['schemas']['WebhookRotateSecretResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5200,29 +5177,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              webhookId: string;
-              /** @description Sent as the webhook-id header, the same on every attempt */
-              eventId: string;
-              eventType: string;
-              status: 'pending' | 'succeeded' | 'failed';
-              attempts: {
-                number: number;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                at: string;
-                statusCode: number | null;
-                latencyMs: number;
-                error: string | null;
-                /** @description The first 1 KiB of the response body */
-                responseExcerpt: string;
-              }[];
-              nextAttemptAt: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['WebhookDelivery'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5265,29 +5220,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              webhookId: string;
-              /** @description Sent as the webhook-id header, the same on every attempt */
-              eventId: string;
-              eventType: string;
-              status: 'pending' | 'succeeded' | 'failed';
-              attempts: {
-                number: number;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                at: string;
-                statusCode: number | null;
-                latencyMs: number;
-                error: string | null;
-                /** @description The first 1 KiB of the response body */
-                responseExcerpt: string;
-              }[];
-              nextAttemptAt: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['WebhookTestResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5317,12 +5250,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description ISO 8601 date-time with a zone: events created at or after it */
-          since: string;
-          /** @description ISO 8601 date-time with a zone: events created before it (default: now) */
-          until?: string;
-        };
+        'application/json': components['schemas']['WebhookRecoverParams'];
       };
     };
     responses: {
@@ -5333,10 +5261,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description Deliveries queued */
-              queued: number;
-            };
+            data: components['schemas']['WebhookRecoverResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5374,29 +5299,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              webhookId: string;
-              /** @description Sent as the webhook-id header, the same on every attempt */
-              eventId: string;
-              eventType: string;
-              status: 'pending' | 'succeeded' | 'failed';
-              attempts: {
-                number: number;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                at: string;
-                statusCode: number | null;
-                latencyMs: number;
-                error: string | null;
-                /** @description The first 1 KiB of the response body */
-                responseExcerpt: string;
-              }[];
-              nextAttemptAt: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['WebhookDelivery'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5439,18 +5342,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description Also the webhook-id of its deliveries */
-              id: string;
-              type: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              tenantId: string;
-              /** @description Shaped by the type: its JSON Schema is in GET /event-types */
-              data: {
-                [key: string]: unknown;
-              };
-            }[];
+            data: components['schemas']['SvcEvent'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5493,18 +5385,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description Also the webhook-id of its deliveries */
-              id: string;
-              type: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              tenantId: string;
-              /** @description Shaped by the type: its JSON Schema is in GET /event-types */
-              data: {
-                [key: string]: unknown;
-              };
-            };
+            data: components['schemas']['SvcEvent'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5539,17 +5420,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              type: string;
-              /** @description When the event is emitted */
-              description: string;
-              /** @description Raised when `data` changes in a way a receiver must know about */
-              version: number;
-              /** @description JSON Schema (draft 2020-12) of `data` */
-              schema: {
-                [key: string]: unknown;
-              };
-            }[];
+            data: components['schemas']['EventType'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5587,16 +5458,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              projectId: string | null;
-              agentId: string | null;
-              title: string | null;
-              /** @description The catalogue name its replies use (null: the tenant's default model) */
-              model: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-            }[];
+            data: components['schemas']['ChatSession'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5630,13 +5492,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          projectId?: string;
-          agentId?: string;
-          title?: string;
-          /** @description A catalogue name (GET /api/v1/models) or the default model's; 404 RESOURCE_NOT_FOUND with details.reason model_not_found otherwise */
-          model?: string;
-        };
+        'application/json': components['schemas']['ChatSessionCreateParams'];
       };
     };
     responses: {
@@ -5647,16 +5503,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              projectId: string | null;
-              agentId: string | null;
-              title: string | null;
-              /** @description The catalogue name its replies use (null: the tenant's default model) */
-              model: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-            };
+            data: components['schemas']['ChatSession'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5693,16 +5540,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              projectId: string | null;
-              agentId: string | null;
-              title: string | null;
-              /** @description The catalogue name its replies use (null: the tenant's default model) */
-              model: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-            };
+            data: components['schemas']['ChatSession'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5739,10 +5577,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['ChatSessionDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5782,27 +5617,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              sessionId: string;
-              role: 'user' | 'assistant';
-              content: string;
-              projectId: string | null;
-              status: 'pending' | 'streaming' | 'completed' | 'failed';
-              error: {
-                code: string;
-                message: string;
-              } | null;
-              usage: {
-                inputTokens: number;
-                outputTokens: number;
-              } | null;
-              /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
-              model: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              completedAt: string | null;
-            }[];
+            data: components['schemas']['ChatSessionMessage'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5838,12 +5653,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          content: string;
-          projectId?: string;
-          /** @description This reply's model, in place of the session's */
-          model?: string;
-        };
+        'application/json': components['schemas']['ChatSessionMessageCreateParams'];
       };
     };
     responses: {
@@ -5854,30 +5664,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              message: {
-                id: string;
-                sessionId: string;
-                role: 'user' | 'assistant';
-                content: string;
-                projectId: string | null;
-                status: 'pending' | 'streaming' | 'completed' | 'failed';
-                error: {
-                  code: string;
-                  message: string;
-                } | null;
-                usage: {
-                  inputTokens: number;
-                  outputTokens: number;
-                } | null;
-                /** @description assistant replies: the model that served it (a fallback's when the main model failed before answering) */
-                model: string | null;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-                completedAt: string | null;
-              };
-              responseMessageId: string;
-            };
+            data: components['schemas']['ChatSessionMessageCreateResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -5945,50 +5732,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              plan: string;
-              subscription: {
-                id: string;
-                plan: string;
-                status: string;
-                provider: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodStart: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodEnd: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              } | null;
-              credits: {
-                balance: number;
-                /** @description Credits held by model calls in progress (their most possible cost) */
-                reserved: number;
-                /** @description balance - reserved: a model call is accepted only when its reservation fits */
-                available: number;
-              };
-              usage: {
-                calls: number;
-                inputTokens: number;
-                outputTokens: number;
-                credits: number;
-                byCredential: {
-                  key: string;
-                  kind: string;
-                  calls: number;
-                  inputTokens: number;
-                  outputTokens: number;
-                  credits: number;
-                }[];
-                byModel: {
-                  key: string;
-                  kind: string;
-                  calls: number;
-                  inputTokens: number;
-                  outputTokens: number;
-                  credits: number;
-                }[];
-              };
-            };
+            data: components['schemas']['BillingSummary'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6026,23 +5770,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              /** @description credits or subscription */
-              kind: string;
-              description: string;
-              amountCents: number;
-              currency: string;
-              /** @description open or paid */
-              status: string;
-              /** @description sandbox (settles at once) or stripe */
-              provider: string;
-              credits: number;
-              plan: string | null;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              paidAt: string | null;
-            }[];
+            data: components['schemas']['BillingInvoice'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6088,20 +5816,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              start: string;
-              model?: string | null;
-              apiKeyId?: string | null;
-              projectId?: string | null;
-              agentId?: string | null;
-              /** @description Model calls */
-              calls: number;
-              inputTokens: number;
-              outputTokens: number;
-              /** @description Credits debited: every grouping sums to the ledger’s usage debits of the window */
-              credits: number;
-            }[];
+            data: components['schemas']['BillingUsage'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6130,9 +5845,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          credits: number;
-        };
+        'application/json': components['schemas']['BillingCreditPurchaseParams'];
       };
     };
     responses: {
@@ -6143,43 +5856,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              provider: string;
-              /** @description succeeded, or pending until the provider settles (see checkoutUrl) */
-              status: string;
-              invoice: {
-                id: string;
-                /** @description credits or subscription */
-                kind: string;
-                description: string;
-                amountCents: number;
-                currency: string;
-                /** @description open or paid */
-                status: string;
-                /** @description sandbox (settles at once) or stripe */
-                provider: string;
-                credits: number;
-                plan: string | null;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-                paidAt: string | null;
-              };
-              checkoutUrl: string | null;
-              creditsAdded: number;
-              balance: number;
-              subscription: {
-                id: string;
-                plan: string;
-                status: string;
-                provider: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodStart: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodEnd: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              } | null;
-            };
+            data: components['schemas']['BillingCreditPurchaseResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6207,9 +5884,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          plan: 'starter' | 'growth' | 'enterprise';
-        };
+        'application/json': components['schemas']['BillingSubscriptionCreateParams'];
       };
     };
     responses: {
@@ -6220,43 +5895,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              provider: string;
-              /** @description succeeded, or pending until the provider settles (see checkoutUrl) */
-              status: string;
-              invoice: {
-                id: string;
-                /** @description credits or subscription */
-                kind: string;
-                description: string;
-                amountCents: number;
-                currency: string;
-                /** @description open or paid */
-                status: string;
-                /** @description sandbox (settles at once) or stripe */
-                provider: string;
-                credits: number;
-                plan: string | null;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-                paidAt: string | null;
-              };
-              checkoutUrl: string | null;
-              creditsAdded: number;
-              balance: number;
-              subscription: {
-                id: string;
-                plan: string;
-                status: string;
-                provider: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodStart: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                currentPeriodEnd: string;
-                /** @description ISO 8601 UTC timestamp with milliseconds */
-                createdAt: string;
-              } | null;
-            };
+            data: components['schemas']['BillingSubscription'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6291,10 +5930,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              url: string;
-              provider: string;
-            };
+            data: components['schemas']['BillingPortal'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6322,9 +5958,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          code: string;
-        };
+        'application/json': components['schemas']['BillingGiftCardRedeemParams'];
       };
     };
     responses: {
@@ -6335,10 +5969,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              creditsAdded: number;
-              balance: number;
-            };
+            data: components['schemas']['BillingGiftCardRedeemResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6373,14 +6004,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description Alert when the balance falls from at least this to below it */
-              balanceBelow?: number;
-              /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
-              keyBudgetPercents?: number[];
-              /** @description Alert when a UTC day's debits rise above this */
-              dailyCreditsAbove?: number;
-            };
+            data: components['schemas']['BillingAlert'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6408,14 +6032,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description Alert when the balance falls from at least this to below it */
-          balanceBelow?: number;
-          /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
-          keyBudgetPercents?: number[];
-          /** @description Alert when a UTC day's debits rise above this */
-          dailyCreditsAbove?: number;
-        };
+        'application/json': components['schemas']['BillingAlertUpdateParams'];
       };
     };
     responses: {
@@ -6426,14 +6043,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              /** @description Alert when the balance falls from at least this to below it */
-              balanceBelow?: number;
-              /** @description Alert when an API key's spend in its budget's period reaches these percents of its creditBudget */
-              keyBudgetPercents?: number[];
-              /** @description Alert when a UTC day's debits rise above this */
-              dailyCreditsAbove?: number;
-            };
+            data: components['schemas']['BillingAlert'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6468,9 +6078,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              received: boolean;
-            };
+            data: components['schemas']['BillingWebhookStripeResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6514,32 +6122,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              at: string;
-              /** @description The path the call came by: REST chat, an agent run, /v1, /v1/passthrough or /mcp */
-              source: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
-              requestId: string | null;
-              apiKeyId: string | null;
-              userId: string | null;
-              endUser: string | null;
-              /** @description The model as the caller asked for it: a catalogue name, or the default model’s name */
-              model: string;
-              servedModel: string | null;
-              provider: string | null;
-              /** @description ok; error (the call failed, see errorCode); cancelled (the caller left or cancelled) */
-              status: 'ok' | 'error' | 'cancelled';
-              errorCode: string | null;
-              inputTokens: number;
-              outputTokens: number;
-              /** @description The call’s ledger debit (0 for a call that billed nothing) */
-              credits: number;
-              /** @description From the call’s start to its end */
-              latencyMs: number;
-              /** @description Time to the first token; 0 when none came */
-              ttftMs: number;
-            }[];
+            data: components['schemas']['RequestLogEntry'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6582,32 +6165,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              at: string;
-              /** @description The path the call came by: REST chat, an agent run, /v1, /v1/passthrough or /mcp */
-              source: 'chat' | 'agent' | 'v1' | 'passthrough' | 'mcp';
-              requestId: string | null;
-              apiKeyId: string | null;
-              userId: string | null;
-              endUser: string | null;
-              /** @description The model as the caller asked for it: a catalogue name, or the default model’s name */
-              model: string;
-              servedModel: string | null;
-              provider: string | null;
-              /** @description ok; error (the call failed, see errorCode); cancelled (the caller left or cancelled) */
-              status: 'ok' | 'error' | 'cancelled';
-              errorCode: string | null;
-              inputTokens: number;
-              outputTokens: number;
-              /** @description The call’s ledger debit (0 for a call that billed nothing) */
-              credits: number;
-              /** @description From the call’s start to its end */
-              latencyMs: number;
-              /** @description Time to the first token; 0 when none came */
-              ttftMs: number;
-            };
+            data: components['schemas']['RequestLogEntry'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6635,12 +6193,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          credits: number;
-          count: number;
-          /** @description ISO 8601; checked by billing */
-          expiresAt?: string;
-        };
+        'application/json': components['schemas']['AdminGiftCardCreateParams'];
       };
     };
     responses: {
@@ -6651,9 +6204,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              codes: string[];
-            };
+            data: components['schemas']['AdminGiftCard'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6683,9 +6234,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          plan: 'free' | 'starter' | 'growth' | 'enterprise';
-        };
+        'application/json': components['schemas']['AdminTenantUpdateParams'];
       };
     };
     responses: {
@@ -6696,10 +6245,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              tenantId: string;
-              plan: string;
-            };
+            data: components['schemas']['AdminTenant'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6729,10 +6275,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          delta: number;
-          reason: string;
-        };
+        'application/json': components['schemas']['AdminTenantCreditsParams'];
       };
     };
     responses: {
@@ -6743,9 +6286,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              balance: number;
-            };
+            data: components['schemas']['AdminTenantCreditsResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6780,12 +6321,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              name: string;
-              jurisdiction: string;
-              available: boolean;
-            }[];
+            data: components['schemas']['Region'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6822,14 +6358,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              primaryRegion: string;
-              secondaryRegion: string | null;
-              dataResidencyRequired: boolean;
-              dataResidencyRegion: string | null;
-              /** @description standard, soc2, iso27001, pci_dss, gdpr (data in the EU), hipaa (data in the US) */
-              complianceLevel: string;
-            };
+            data: components['schemas']['RegionPreference'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6859,13 +6388,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          primaryRegion?: string;
-          secondaryRegion?: string | null;
-          dataResidencyRequired?: boolean;
-          dataResidencyRegion?: string | null;
-          complianceLevel?: string;
-        };
+        'application/json': components['schemas']['RegionPreferenceUpdateParams'];
       };
     };
     responses: {
@@ -6876,14 +6399,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              primaryRegion: string;
-              secondaryRegion: string | null;
-              dataResidencyRequired: boolean;
-              dataResidencyRegion: string | null;
-              /** @description standard, soc2, iso27001, pci_dss, gdpr (data in the EU), hipaa (data in the US) */
-              complianceLevel: string;
-            };
+            data: components['schemas']['RegionPreference'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6920,17 +6436,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              storageMode: 'platform' | 'byos';
-              platformRegion: string | null;
-              byosProvider: string | null;
-              byosEndpoint: string | null;
-              byosBucket: string | null;
-              byosRegion: string | null;
-              byosCredentialsSet: boolean;
-              byosAccessKeyLast4: string | null;
-              updatedAt: string | null;
-            };
+            data: components['schemas']['RegionStorage'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -6960,20 +6466,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          storageMode: 'platform' | 'byos';
-          platformRegion?: string;
-          byosProvider?: 's3' | 'r2' | 'gcs' | 'azure';
-          /** @description required for r2 and azure; defaults to the public endpoint for s3 and gcs */
-          byosEndpoint?: string;
-          /** @description bucket, or container for azure */
-          byosBucket?: string;
-          byosRegion?: string;
-          /** @description access key id; the account name for azure. Write-only */
-          byosAccessKey?: string;
-          /** @description secret key; the account key for azure. Write-only */
-          byosSecretKey?: string;
-        };
+        'application/json': components['schemas']['RegionStorageUpdateParams'];
       };
     };
     responses: {
@@ -6984,17 +6477,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              storageMode: 'platform' | 'byos';
-              platformRegion: string | null;
-              byosProvider: string | null;
-              byosEndpoint: string | null;
-              byosBucket: string | null;
-              byosRegion: string | null;
-              byosCredentialsSet: boolean;
-              byosAccessKeyLast4: string | null;
-              updatedAt: string | null;
-            };
+            data: components['schemas']['RegionStorage'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7024,20 +6507,7 @@ export interface operations {
     };
     requestBody?: {
       content: {
-        'application/json': {
-          storageMode?: 'platform' | 'byos';
-          platformRegion?: string;
-          byosProvider?: 's3' | 'r2' | 'gcs' | 'azure';
-          /** @description required for r2 and azure; defaults to the public endpoint for s3 and gcs */
-          byosEndpoint?: string;
-          /** @description bucket, or container for azure */
-          byosBucket?: string;
-          byosRegion?: string;
-          /** @description access key id; the account name for azure. Write-only */
-          byosAccessKey?: string;
-          /** @description secret key; the account key for azure. Write-only */
-          byosSecretKey?: string;
-        };
+        'application/json': components['schemas']['RegionStorageValidateParams'];
       };
     };
     responses: {
@@ -7048,16 +6518,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              valid: boolean;
-              provider: string;
-              checks: {
-                name: string;
-                ok: boolean;
-                message: string;
-                latencyMs: number;
-              }[];
-            };
+            data: components['schemas']['RegionStorageValidateResponse'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7095,12 +6556,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              featureKey: string;
-              enabled: boolean;
-              plan: string;
-              requiredPlan: string;
-            };
+            data: components['schemas']['RegionFeatureCheck'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7135,29 +6591,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              tenantId: string;
-              plan: string | null;
-              regions: {
-                primary: string;
-                secondary: string | null;
-                dataResidencyRequired: boolean;
-                dataResidencyRegion: string | null;
-                /** @description the platform region of stored files, or byos:<provider> */
-                storage: string;
-              } | null;
-              servedBy: {
-                instanceId: string;
-                region: string;
-              };
-              /** @description each backing service as this gateway sees it: a gRPC health check, timed (kept for 1 s) */
-              services: {
-                name: string;
-                status: string;
-                latencyMs: number;
-                checkedAt: string;
-              }[];
-            };
+            data: components['schemas']['RoutingInfo'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7195,16 +6629,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              name: string;
-              description: string | null;
-              /** @description 1 on create, +1 on each new value */
-              version: number;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            }[];
+            data: components['schemas']['Secret'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7238,13 +6663,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description letters, digits and _, not starting with a digit */
-          name: string;
-          /** @description write-only: stored encrypted, never returned */
-          value: string;
-          description?: string;
-        };
+        'application/json': components['schemas']['SecretCreateParams'];
       };
     };
     responses: {
@@ -7255,16 +6674,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              name: string;
-              description: string | null;
-              /** @description 1 on create, +1 on each new value */
-              version: number;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Secret'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7301,16 +6711,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              name: string;
-              description: string | null;
-              /** @description 1 on create, +1 on each new value */
-              version: number;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Secret'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7340,10 +6741,7 @@ export interface operations {
     };
     requestBody: {
       content: {
-        'application/json': {
-          /** @description write-only: stored encrypted, never returned */
-          value: string;
-        };
+        'application/json': components['schemas']['SecretUpdateParams'];
       };
     };
     responses: {
@@ -7354,16 +6752,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              name: string;
-              description: string | null;
-              /** @description 1 on create, +1 on each new value */
-              version: number;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              createdAt: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              updatedAt: string;
-            };
+            data: components['schemas']['Secret'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7400,10 +6789,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              name: string;
-              deleted: boolean;
-            };
+            data: components['schemas']['SecretDeleted'];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7445,35 +6831,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              id: string;
-              /** @description ISO 8601 UTC timestamp with milliseconds */
-              at: string;
-              actor: {
-                type: 'user' | 'api_key' | 'admin' | 'system';
-                id: string;
-                email?: string;
-                /** @description First 12 characters of the acting API key (never the key) */
-                keyPrefix?: string;
-              };
-              /** @description Dotted name: api_key.created, member.role_changed, session.signed_in, ... */
-              action: string;
-              target: {
-                type: string;
-                id: string;
-              };
-              ip: string | null;
-              userAgent: string | null;
-              requestId: string | null;
-              /** @description What the action changed; secret values, keys and passwords are never shown */
-              changes: {
-                before: unknown;
-                after: unknown;
-              };
-              prevHash: string | null;
-              /** @description SHA-256 (hex) of the entry's canonical JSON (sorted keys, no spaces) without `hash` */
-              hash: string;
-            }[];
+            data: components['schemas']['AuditLogEntry'][];
             meta: {
               request_id: string;
               timestamp: string;
@@ -7514,12 +6872,7 @@ export interface operations {
         };
         content: {
           'application/json': {
-            data: {
-              valid: boolean;
-              /** @description How many entries were checked */
-              entries: number;
-              firstBrokenId: string | null;
-            };
+            data: components['schemas']['AuditLogEntryVerifyResponse'];
             meta: {
               request_id: string;
               timestamp: string;
