@@ -1,6 +1,6 @@
 // Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
 import { useCallback, useEffect, useState } from 'preact/hooks';
-import { ApiError, describe, toLogin } from './api';
+import { describe, isUnauthorized, toLogin } from './sdk';
 
 export interface Me {
   user: { id: string; email: string; name?: string };
@@ -16,7 +16,7 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]) {
     try {
       setState({ data: await load(), loading: false });
     } catch (err) {
-      if (err instanceof ApiError && err.status === 401) return toLogin();
+      if (isUnauthorized(err)) return toLogin();
       setState({ error: describe(err), loading: false });
     }
     // `deps` decide when to load again, as useEffect's list would.
@@ -61,7 +61,7 @@ export function Form(props: {
           setError(undefined);
           if (props.reset) form.reset();
         } catch (err) {
-          if (err instanceof ApiError && err.status === 401) return toLogin();
+          if (isUnauthorized(err)) return toLogin();
           setError(describe(err));
         } finally {
           setBusy(false);
@@ -100,7 +100,7 @@ export function useAction(changed: (message: string) => void) {
       setError(undefined);
       changed(done);
     } catch (err) {
-      if (err instanceof ApiError && err.status === 401) return toLogin();
+      if (isUnauthorized(err)) return toLogin();
       setError(describe(err));
     }
   };

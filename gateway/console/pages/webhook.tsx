@@ -1,6 +1,6 @@
 // /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
 import { useState } from 'preact/hooks';
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Table, useAction, useLoad, when } from '../ui';
 import type { Webhook } from './webhooks';
 
@@ -15,8 +15,8 @@ interface Delivery {
 
 export default function WebhookPage() {
   const id = decodeURIComponent(location.pathname.split('/')[2] ?? '');
-  const webhook = useLoad(() => api<Webhook>('GET', `/webhooks/${id}`), [id]);
-  const deliveries = useLoad(() => listAll<Delivery>(`/webhooks/${id}/deliveries`, 200), [id]);
+  const webhook = useLoad(() => call('getWebhook', { params: { id } }) as unknown as Promise<Webhook>, [id]);
+  const deliveries = useLoad(() => listAll('listWebhookDeliveries', { params: { id } }) as unknown as Promise<Delivery[]>, [id]);
   const [status, setStatus] = useState('');
   const { error, act } = useAction((done) => {
     setStatus(done);
@@ -34,7 +34,7 @@ export default function WebhookPage() {
         <dd>{webhook.data.active ? 'active' : `disabled${webhook.data.disabledReason ? `: ${webhook.data.disabledReason}` : ''}`}</dd>
       </dl>
       <p class="actions">
-        <button type="button" onClick={() => act(() => api('POST', `/webhooks/${id}/test`), 'Test event sent.')}>
+        <button type="button" onClick={() => act(() => call('testWebhook', { params: { id } }), 'Test event sent.')}>
           Send a test event
         </button>{' '}
         <button type="button" class="secondary" onClick={() => act(async () => undefined, 'Refreshed.')}>
@@ -66,7 +66,7 @@ export default function WebhookPage() {
                       type="button"
                       class="secondary"
                       aria-label={`Re-send ${d.eventType} ${d.eventId}`}
-                      onClick={() => act(() => api('POST', `/webhooks/${id}/deliveries/${d.id}/retry`), 'Re-sent.')}
+                      onClick={() => act(() => call('retryWebhookDelivery', { params: { id, deliveryId: d.id } }), 'Re-sent.')}
                     >
                       Re-send
                     </button>
