@@ -14,6 +14,14 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   usage: () => import('./pages/usage'),
   team: () => import('./pages/team'),
   secrets: () => import('./pages/secrets'),
+  models: () => import('./pages/models'),
+  requests: () => import('./pages/requests'),
+  'mcp-servers': () => import('./pages/mcp-servers'),
+  'audit-log': () => import('./pages/audit-log'),
+  events: () => import('./pages/events'),
+  'api-keys': () => import('./pages/api-keys'),
+  network: () => import('./pages/network'),
+  billing: () => import('./pages/billing'),
 };
 
 function showError(err: unknown) {

@@ -25,6 +25,27 @@ export async function listAll<K extends OperationId>(operation: K, input: Input<
   return out;
 }
 
+/**
+ * A long list read on demand (the request log, the audit log, events): `next(n)` answers up to n more items and
+ * whether any are left, following the cursor, so a page shows what it has and offers the rest.
+ */
+export function pager<K extends OperationId>(operation: K, input: Input<K>) {
+  const base = (input ?? {}) as { query?: Record<string, unknown> };
+  const items = client.paginate(operation, { ...base, query: { limit: 50, ...base.query } } as Input<K>);
+  let done = false;
+  return {
+    async next(n: number): Promise<{ items: Array<Item<K>>; more: boolean }> {
+      const out: Array<Item<K>> = [];
+      while (!done && out.length < n) {
+        const r = await items.next();
+        if (r.done) done = true;
+        else out.push(r.value as Item<K>);
+      }
+      return { items: out, more: !done };
+    },
+  };
+}
+
 /** The assistant's reply to a session's latest message as it streams (resumed with Last-Event-ID on a drop). */
 export const streamChatReply = (sessionId: string, signal?: AbortSignal): AsyncGenerator<ChatStreamEvent> =>
   client.streamChatReply(sessionId, { signal });

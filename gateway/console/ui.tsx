@@ -1,6 +1,7 @@
 // Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
 import { useCallback, useEffect, useState } from 'preact/hooks';
-import { describe, isUnauthorized, toLogin } from './sdk';
+import type { OperationId, Input } from '@svc/sdk/browser';
+import { describe, isUnauthorized, pager, toLogin, type Item } from './sdk';
 
 export interface Me {
   user: { id: string; email: string; name?: string };
@@ -126,3 +127,60 @@ export function Table(props: { id: string; columns: string[]; empty: string; row
     </table>
   );
 }
+
+/** A search box over a list: the part of `items` whose `name` holds the text typed (case-insensitive). */
+export function useSearch<T>(items: T[] | undefined, name: (item: T) => string, label = 'Search') {
+  const [text, setText] = useState('');
+  const shown = items?.filter((i) => name(i).toLowerCase().includes(text.trim().toLowerCase()));
+  const box = (
+    <p class="field search">
+      <label for="search">{label}</label>
+      <input id="search" type="search" value={text} onInput={(e) => setText((e.currentTarget as HTMLInputElement).value)} />
+    </p>
+  );
+  return { shown, box };
+}
+
+/**
+ * A long list read 50 at a time with a `Load more` button (never a silent stop): `input` is the operation's input
+ * (its filters); a change of `key` starts again.
+ */
+export function usePaged<K extends OperationId>(operation: K, input: Input<K>, key: string) {
+  const [state, setState] = useState<{ items: Array<Item<K>>; more: boolean; error?: string; loading: boolean }>({
+    items: [],
+    more: false,
+    loading: true,
+  });
+  const [source, setSource] = useState<ReturnType<typeof pager<K>>>();
+  const load = async (p: ReturnType<typeof pager<K>>, keep: Array<Item<K>>) => {
+    setState((s) => ({ ...s, loading: true }));
+    try {
+      const page = await p.next(50);
+      setState({ items: [...keep, ...page.items], more: page.more, loading: false });
+    } catch (err) {
+      if (isUnauthorized(err)) return toLogin();
+      setState({ items: keep, more: false, error: describe(err), loading: false });
+    }
+  };
+  useEffect(() => {
+    const p = pager(operation, input);
+    setSource(p);
+    void load(p, []);
+    // `key` names the input: a new filter, a new walk.
+  }, [key]);
+  const more = state.more ? (
+    <p>
+      <button type="button" class="secondary" disabled={state.loading} onClick={() => source && load(source, state.items)}>
+        Load more
+      </button>
+    </p>
+  ) : null;
+  return { ...state, more, reload: () => source && load(pager(operation, input), []) };
+}
+
+/** Form values: a trimmed string, or undefined when empty. */
+export const text = (f: FormData, name: string) => ((f.get(name) as string | null) ?? '').trim() || undefined;
+/** A number field: undefined when empty. */
+export const num = (f: FormData, name: string) => (text(f, name) === undefined ? undefined : Number(text(f, name)));
+/** A datetime-local field as an ISO time (the browser's zone), or undefined. */
+export const isoOf = (f: FormData, name: string) => (text(f, name) ? new Date(text(f, name)!).toISOString() : undefined);

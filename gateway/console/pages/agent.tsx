@@ -140,7 +140,10 @@ export default function AgentPage() {
           submit="Run"
           reset
           onSubmit={async (f) => {
-            await call('executeAgent', { params: { id }, body: { goal: f.get('goal') as string, projectId: f.get('projectId') as string } });
+            await call('executeAgent', {
+              params: { id },
+              body: { goal: f.get('goal') as string, projectId: f.get('projectId') as string },
+            });
             refresh();
           }}
         >

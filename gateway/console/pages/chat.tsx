@@ -49,7 +49,10 @@ export default function ChatPage() {
   const [messages, setMessages] = useState<Message[]>([]);
   const [error, setError] = useState<string>();
   const stream = useRef<AbortController | null>(null);
-  const names = useMemo(() => [...new Set((choices.data?.models ?? []).filter((m) => m.enabled).map((m) => m.name))].sort(), [choices.data]);
+  const names = useMemo(
+    () => [...new Set((choices.data?.models ?? []).filter((m) => m.enabled).map((m) => m.name))].sort(),
+    [choices.data],
+  );
 
   /** Follows the reply to the latest message: deltas append, `completed` or `error` ends it. */
   const follow = async (sid: string, replyId: string) => {
@@ -127,15 +130,28 @@ export default function ChatPage() {
             const temperature = f.get('temperature') === '' || f.get('temperature') === null ? null : Number(f.get('temperature'));
             const agentId =
               agentChoice ??
-              (systemPrompt || temperature !== null ? await playgroundAgent(choices.data?.agents ?? [], systemPrompt, temperature) : undefined);
+              (systemPrompt || temperature !== null
+                ? await playgroundAgent(choices.data?.agents ?? [], systemPrompt, temperature)
+                : undefined);
             sid = (await call('createChatSession', { body: { projectId, agentId, model } })).id;
             setSessionId(sid);
             history.replaceState(null, '', `/chat/${encodeURIComponent(sid)}`);
           }
-          const posted = await call('sendChatMessage', { params: { id: sid }, body: { content: f.get('content') as string, projectId, model } });
+          const posted = await call('sendChatMessage', {
+            params: { id: sid },
+            body: { content: f.get('content') as string, projectId, model },
+          });
           form.value = '';
           const user = posted.message as unknown as Message;
-          const reply: Message = { ...user, id: posted.responseMessageId, role: 'assistant', content: '', status: 'pending', error: null, usage: null };
+          const reply: Message = {
+            ...user,
+            id: posted.responseMessageId,
+            role: 'assistant',
+            content: '',
+            status: 'pending',
+            error: null,
+            usage: null,
+          };
           setMessages((ms) => [...ms, user, reply]);
           void follow(sid, posted.responseMessageId);
         }}

@@ -20,7 +20,12 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
         {renaming ? (
           <Form
             submit="Save"
-            onSubmit={(f) => act(() => call('updateProject', { params: { id: project.id }, body: { name: f.get('name') as string } }), `Renamed to ${f.get('name')}.`)}
+            onSubmit={(f) =>
+              act(
+                () => call('updateProject', { params: { id: project.id }, body: { name: f.get('name') as string } }),
+                `Renamed to ${f.get('name')}.`,
+              )
+            }
           >
             <label class="sr-only" for={`rename-${project.id}`}>{`New name for ${project.name}`}</label>
             <input id={`rename-${project.id}`} name="name" required maxLength={200} defaultValue={project.name} />
@@ -70,7 +75,9 @@ export default function ProjectsPage() {
           submit="Create"
           reset
           onSubmit={async (f) => {
-            const p = await call('createProject', { body: { name: f.get('name') as string, description: (f.get('description') as string) || undefined } });
+            const p = await call('createProject', {
+              body: { name: f.get('name') as string, description: (f.get('description') as string) || undefined },
+            });
             changed(`Created ${p.name}.`);
           }}
         >

@@ -31,7 +31,11 @@ export default function SecretsPage() {
           reset
           onSubmit={async (f) => {
             await call('createSecret', {
-              body: { name: f.get('name') as string, value: f.get('value') as string, description: (f.get('description') as string) || undefined },
+              body: {
+                name: f.get('name') as string,
+                value: f.get('value') as string,
+                description: (f.get('description') as string) || undefined,
+              },
             });
             changed(`Added ${f.get('name')}.`);
           }}

@@ -27,7 +27,10 @@ function MemberRow({ member, roles, self, changed }: { member: Member; roles: st
           disabled={self}
           onChange={(e) => {
             const role = (e.target as HTMLSelectElement).value;
-            void act(() => call('updateTeamMember', { params: { userId: member.userId }, body: { role: role as any } }), `${member.email} is now ${role}.`);
+            void act(
+              () => call('updateTeamMember', { params: { userId: member.userId }, body: { role: role as any } }),
+              `${member.email} is now ${role}.`,
+            );
           }}
         >
           {roles.map((r) => (

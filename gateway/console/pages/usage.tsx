@@ -73,7 +73,11 @@ export default function UsagePage() {
   const [days, setDays] = useState(30);
   const w = useMemo(() => lastDays(days), [days]);
   const { data, error, loading } = useLoad(async () => {
-    const [byModel, byKey, keys] = await Promise.all([usage(w, 'model'), usage(w, 'apiKey'), listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>]);
+    const [byModel, byKey, keys] = await Promise.all([
+      usage(w, 'model'),
+      usage(w, 'apiKey'),
+      listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>,
+    ]);
     return { byModel, byKey, keys };
   }, [days]);
   const labels = useMemo(

@@ -1,7 +1,7 @@
 // /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Table, useAction, useLoad, when } from '../ui';
+import { ErrorText, Form, Table, isoOf, useAction, useLoad, usePaged, when } from '../ui';
 import type { Webhook } from './webhooks';
 
 interface Delivery {
@@ -17,6 +17,8 @@ export default function WebhookPage() {
   const id = decodeURIComponent(location.pathname.split('/')[2] ?? '');
   const webhook = useLoad(() => call('getWebhook', { params: { id } }) as unknown as Promise<Webhook>, [id]);
   const deliveries = useLoad(() => listAll('listWebhookDeliveries', { params: { id } }) as unknown as Promise<Delivery[]>, [id]);
+  // Events of its types it has not received (failed, or never tried while disabled): CONTRACT 10.
+  const missed = usePaged('listEvents', { query: { deliveryFailed: true, webhookId: id } }, id);
   const [status, setStatus] = useState('');
   const { error, act } = useAction((done) => {
     setStatus(done);
@@ -76,6 +78,43 @@ export default function WebhookPage() {
             );
           })}
         </Table>
+      </section>
+      <section aria-labelledby="missed-title">
+        <h2 id="missed-title">Missed events</h2>
+        <ErrorText error={missed.error} />
+        <Table
+          id="missed"
+          columns={['Event type', 'Created', 'Event id']}
+          empty={missed.loading ? 'Loading…' : 'No missed events.'}
+          rows={missed.items}
+        >
+          {missed.items.map((e) => (
+            <tr key={e.id}>
+              <th scope="row">{e.type}</th>
+              <td>{when(e.createdAt)}</td>
+              <td class="mono">{e.id}</td>
+            </tr>
+          ))}
+        </Table>
+        {missed.more}
+        <Form
+          submit="Recover"
+          onSubmit={async (f) => {
+            const res = await call('recoverWebhook', { params: { id }, body: { since: isoOf(f, 'since')!, until: isoOf(f, 'until') } });
+            setStatus(`Recover queued ${(res as any).queued} events for delivery.`);
+            void missed.reload();
+            void deliveries.reload();
+          }}
+        >
+          <p class="field">
+            <label for="recover-since">Deliver again events since</label>
+            <input id="recover-since" name="since" type="datetime-local" required />
+          </p>
+          <p class="field">
+            <label for="recover-until">Until (empty: now)</label>
+            <input id="recover-until" name="until" type="datetime-local" />
+          </p>
+        </Form>
       </section>
     </>
   );

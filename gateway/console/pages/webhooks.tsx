@@ -23,7 +23,9 @@ export default function WebhooksPage() {
           submit="Add endpoint"
           reset
           onSubmit={async (f) => {
-            await call('createWebhook', { body: { url: f.get('url') as string, secret: f.get('secret') as string, events: f.getAll('events') as any } });
+            await call('createWebhook', {
+              body: { url: f.get('url') as string, secret: f.get('secret') as string, events: f.getAll('events') as any },
+            });
             await reload();
           }}
         >
