@@ -184,3 +184,54 @@ export const text = (f: FormData, name: string) => ((f.get(name) as string | nul
 export const num = (f: FormData, name: string) => (text(f, name) === undefined ? undefined : Number(text(f, name)));
 /** A datetime-local field as an ISO time (the browser's zone), or undefined. */
 export const isoOf = (f: FormData, name: string) => (text(f, name) ? new Date(text(f, name)!).toISOString() : undefined);
+
+/** A labelled input (its other attributes passed on). */
+export function Input(props: { id: string; label: string } & preact.InputHTMLAttributes) {
+  const { label, ...attrs } = props;
+  return (
+    <p class="field">
+      <label for={props.id}>{label}</label>
+      <input {...attrs} />
+    </p>
+  );
+}
+
+/** A labelled select of `options`, the first one `any` (value ''). */
+export function Choice(props: { id: string; name: string; label: string; any: string; options: Array<string | [string, string]> }) {
+  return (
+    <p class="field">
+      <label for={props.id}>{props.label}</label>
+      <select id={props.id} name={props.name}>
+        <option value="">{props.any}</option>
+        {props.options.map((o) => (typeof o === 'string' ? <option value={o}>{o}</option> : <option value={o[0]}>{o[1]}</option>))}
+      </select>
+    </p>
+  );
+}
+
+/**
+ * A list's filters: on `Filter`, `read` turns the form into the operation's query (empty values dropped) and
+ * `apply` receives it. Times are datetime-local fields read with `isoOf`.
+ */
+export function FilterForm(props: {
+  read: (f: FormData) => Record<string, string | undefined>;
+  apply: (filters: Record<string, string>) => void;
+  children: preact.ComponentChildren;
+}) {
+  return (
+    <form
+      class="filters"
+      aria-label="Filters"
+      onSubmit={(event) => {
+        event.preventDefault();
+        const read = props.read(new FormData(event.currentTarget as HTMLFormElement));
+        props.apply(Object.fromEntries(Object.entries(read).filter((e): e is [string, string] => Boolean(e[1]))));
+      }}
+    >
+      {props.children}
+      <p>
+        <button type="submit">Filter</button>
+      </p>
+    </form>
+  );
+}

@@ -2,7 +2,7 @@
 // usage against its limits; rotate with a grace period (the new key shown once); revoke.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, integer, num, props, text, useAction, useLoad, useSearch, when } from '../ui';
+import { ErrorText, Form, Input, Table, integer, num, props, text, useAction, useLoad, useSearch, when } from '../ui';
 
 interface Limits {
   requestsPerMinute?: number;
@@ -173,28 +173,13 @@ export default function ApiKeysPage() {
               </label>
             ))}
           </fieldset>
-          <p class="field">
-            <label for="key-expires">Expires on (UTC, empty: never)</label>
-            <input id="key-expires" name="expiresAt" type="date" />
-          </p>
+          <Input id="key-expires" name="expiresAt" label="Expires on (UTC, empty: never)" type="date" />
           <fieldset>
             <legend>Limits (empty: none)</legend>
-            <p class="field">
-              <label for="key-rpm">Requests per minute</label>
-              <input id="key-rpm" name="requestsPerMinute" type="number" min={1} step={1} />
-            </p>
-            <p class="field">
-              <label for="key-tpm">Tokens per minute</label>
-              <input id="key-tpm" name="tokensPerMinute" type="number" min={1} step={1} />
-            </p>
-            <p class="field">
-              <label for="key-concurrency">Concurrent calls</label>
-              <input id="key-concurrency" name="concurrency" type="number" min={1} step={1} />
-            </p>
-            <p class="field">
-              <label for="key-budget">Credit budget</label>
-              <input id="key-budget" name="budget" type="number" min={0} step={1} />
-            </p>
+            <Input id="key-rpm" name="requestsPerMinute" label="Requests per minute" type="number" min={1} step={1} />
+            <Input id="key-tpm" name="tokensPerMinute" label="Tokens per minute" type="number" min={1} step={1} />
+            <Input id="key-concurrency" name="concurrency" label="Concurrent calls" type="number" min={1} step={1} />
+            <Input id="key-budget" name="budget" label="Credit budget" type="number" min={0} step={1} />
             <p class="field">
               <label for="key-budget-period">Budget period</label>
               <select id="key-budget-period" name="budgetPeriod">

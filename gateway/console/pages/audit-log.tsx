@@ -2,7 +2,7 @@
 // the chain's verification (GET /audit-log/verify).
 import { useState } from 'preact/hooks';
 import { call, type Item } from '../sdk';
-import { ErrorText, Table, integer, isoOf, text, useLoad, usePaged, when } from '../ui';
+import { ErrorText, FilterForm, Input, Table, integer, isoOf, text, useLoad, usePaged, when } from '../ui';
 
 type Entry = Item<'listAuditLog'>;
 
@@ -32,43 +32,15 @@ export default function AuditLogPage() {
           </button>
         </p>
       </section>
-      <form
-        class="filters"
-        aria-label="Filters"
-        onSubmit={(event) => {
-          event.preventDefault();
-          const f = new FormData(event.currentTarget as HTMLFormElement);
-          const next: Record<string, string> = {};
-          for (const [k, val] of Object.entries({
-            action: text(f, 'action'),
-            actor: text(f, 'actor'),
-            after: isoOf(f, 'after'),
-            before: isoOf(f, 'before'),
-          }))
-            if (val) next[k] = val;
-          setFilters(next);
-        }}
+      <FilterForm
+        apply={setFilters}
+        read={(f) => ({ action: text(f, 'action'), actor: text(f, 'actor'), after: isoOf(f, 'after'), before: isoOf(f, 'before') })}
       >
-        <p class="field">
-          <label for="audit-action">Action</label>
-          <input id="audit-action" name="action" maxLength={100} placeholder="api_key.created" />
-        </p>
-        <p class="field">
-          <label for="audit-actor">Actor id</label>
-          <input id="audit-actor" name="actor" maxLength={100} />
-        </p>
-        <p class="field">
-          <label for="audit-after">After</label>
-          <input id="audit-after" name="after" type="datetime-local" />
-        </p>
-        <p class="field">
-          <label for="audit-before">Before</label>
-          <input id="audit-before" name="before" type="datetime-local" />
-        </p>
-        <p>
-          <button type="submit">Filter</button>
-        </p>
-      </form>
+        <Input id="audit-action" name="action" label="Action" maxLength={100} placeholder="api_key.created" />
+        <Input id="audit-actor" name="actor" label="Actor id" maxLength={100} />
+        <Input id="audit-after" name="after" label="After" type="datetime-local" />
+        <Input id="audit-before" name="before" label="Before" type="datetime-local" />
+      </FilterForm>
       <ErrorText error={log.error} />
       <Table
         id="audit"

@@ -2,7 +2,7 @@
 // body as its webhooks receive it.
 import { useState } from 'preact/hooks';
 import { type Item } from '../sdk';
-import { ErrorText, Table, isoOf, props, text, usePaged, when } from '../ui';
+import { Choice, ErrorText, FilterForm, Input, Table, isoOf, props, text, usePaged, when } from '../ui';
 
 type Event = Item<'listEvents'>;
 
@@ -14,39 +14,11 @@ export default function EventsPage() {
   return (
     <>
       <h1>Events</h1>
-      <form
-        class="filters"
-        aria-label="Filters"
-        onSubmit={(event) => {
-          event.preventDefault();
-          const f = new FormData(event.currentTarget as HTMLFormElement);
-          const next: Record<string, string> = {};
-          for (const [k, v] of Object.entries({ type: text(f, 'type'), after: isoOf(f, 'after'), before: isoOf(f, 'before') }))
-            if (v) next[k] = v;
-          setFilters(next);
-        }}
-      >
-        <p class="field">
-          <label for="event-type">Type</label>
-          <select id="event-type" name="type">
-            <option value="">Any type</option>
-            {eventTypes.map((t) => (
-              <option value={t}>{t}</option>
-            ))}
-          </select>
-        </p>
-        <p class="field">
-          <label for="event-after">After</label>
-          <input id="event-after" name="after" type="datetime-local" />
-        </p>
-        <p class="field">
-          <label for="event-before">Before</label>
-          <input id="event-before" name="before" type="datetime-local" />
-        </p>
-        <p>
-          <button type="submit">Filter</button>
-        </p>
-      </form>
+      <FilterForm apply={setFilters} read={(f) => ({ type: text(f, 'type'), after: isoOf(f, 'after'), before: isoOf(f, 'before') })}>
+        <Choice id="event-type" name="type" label="Type" any="Any type" options={eventTypes} />
+        <Input id="event-after" name="after" label="After" type="datetime-local" />
+        <Input id="event-before" name="before" label="Before" type="datetime-local" />
+      </FilterForm>
       <ErrorText error={events.error} />
       <Table
         id="events"

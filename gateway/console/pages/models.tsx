@@ -2,7 +2,7 @@
 // that price comes from; add, edit, disable and delete; and the default model (the tenant's LLM settings).
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
-import { ErrorText, Form, Table, num, text, useAction, useLoad, useSearch } from '../ui';
+import { ErrorText, Form, Input, Table, num, text, useAction, useLoad, useSearch } from '../ui';
 
 type Model = Item<'listModels'>;
 const PROVIDERS = ['openai', 'anthropic', 'openai-compatible', 'azure-openai', 'gemini', 'bedrock'] as const;
@@ -65,30 +65,26 @@ function ModelFields({ editing }: { editing?: Model }) {
           {editing?.apiKeySet ? 'A key is stored; leave empty to keep it.' : 'Stored encrypted, never shown again.'}
         </small>
       </p>
-      <p class="field">
-        <label for="model-price-input">Input price</label>
-        <input
-          id="model-price-input"
-          name="priceInput"
-          type="number"
-          min={0}
-          step="any"
-          defaultValue={own ? String(editing!.price.input) : ''}
-          aria-describedby="model-price-hint"
-        />
-      </p>
-      <p class="field">
-        <label for="model-price-output">Output price</label>
-        <input
-          id="model-price-output"
-          name="priceOutput"
-          type="number"
-          min={0}
-          step="any"
-          defaultValue={own ? String(editing!.price.output) : ''}
-          aria-describedby="model-price-hint"
-        />
-      </p>
+      <Input
+        id="model-price-input"
+        name="priceInput"
+        label="Input price"
+        type="number"
+        min={0}
+        step="any"
+        defaultValue={own ? String(editing!.price.input) : ''}
+        aria-describedby="model-price-hint"
+      />
+      <Input
+        id="model-price-output"
+        name="priceOutput"
+        label="Output price"
+        type="number"
+        min={0}
+        step="any"
+        defaultValue={own ? String(editing!.price.output) : ''}
+        aria-describedby="model-price-hint"
+      />
       <p id="model-price-hint">
         <small>Credits per 1M tokens. Empty: the platform's price list for the model, else the default price.</small>
       </p>

@@ -2,7 +2,7 @@
 // source and status, 50 at a time with Load more; a row's time opens its detail.
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
-import { ErrorText, Table, integer, isoOf, text, useLoad, usePaged, when } from '../ui';
+import { Choice, ErrorText, FilterForm, Input, Table, integer, isoOf, text, useLoad, usePaged, when } from '../ui';
 
 type Entry = Item<'listRequests'>;
 const SOURCES = ['chat', 'agent', 'v1', 'passthrough', 'mcp'];
@@ -43,68 +43,24 @@ export default function RequestsPage() {
   return (
     <>
       <h1>Requests</h1>
-      <form
-        class="filters"
-        aria-label="Filters"
-        onSubmit={(event) => {
-          event.preventDefault();
-          const f = new FormData(event.currentTarget as HTMLFormElement);
-          const next: Record<string, string> = {};
-          for (const [k, v] of Object.entries({
-            from: isoOf(f, 'from'),
-            to: isoOf(f, 'to'),
-            model: text(f, 'model'),
-            apiKeyId: text(f, 'apiKeyId'),
-            source: text(f, 'source'),
-            status: text(f, 'status'),
-          }))
-            if (v) next[k] = v;
-          setFilters(next);
-        }}
+      <FilterForm
+        apply={setFilters}
+        read={(f) => ({
+          from: isoOf(f, 'from'),
+          to: isoOf(f, 'to'),
+          model: text(f, 'model'),
+          apiKeyId: text(f, 'apiKeyId'),
+          source: text(f, 'source'),
+          status: text(f, 'status'),
+        })}
       >
-        <p class="field">
-          <label for="filter-from">From</label>
-          <input id="filter-from" name="from" type="datetime-local" />
-        </p>
-        <p class="field">
-          <label for="filter-to">To</label>
-          <input id="filter-to" name="to" type="datetime-local" />
-        </p>
-        <p class="field">
-          <label for="filter-model">Model name</label>
-          <input id="filter-model" name="model" maxLength={100} />
-        </p>
-        <p class="field">
-          <label for="filter-key">API key</label>
-          <select id="filter-key" name="apiKeyId">
-            <option value="">Any key</option>
-            {keys.data?.map((k) => (
-              <option value={k.id}>{k.name}</option>
-            ))}
-          </select>
-        </p>
-        <p class="field">
-          <label for="filter-source">Source</label>
-          <select id="filter-source" name="source">
-            <option value="">Any source</option>
-            {SOURCES.map((s) => (
-              <option value={s}>{s}</option>
-            ))}
-          </select>
-        </p>
-        <p class="field">
-          <label for="filter-status">Status</label>
-          <select id="filter-status" name="status">
-            <option value="">Any status</option>
-            {STATUSES.map((s) => (
-              <option value={s}>{s}</option>
-            ))}
-          </select>
-        </p>
-        <p>
-          <button type="submit">Filter</button>
-        </p>
-      </form>
+        <Input id="filter-from" name="from" label="From" type="datetime-local" />
+        <Input id="filter-to" name="to" label="To" type="datetime-local" />
+        <Input id="filter-model" name="model" label="Model name" maxLength={100} />
+        <Choice id="filter-key" name="apiKeyId" label="API key" any="Any key" options={keys.data?.map((k) => [k.id, k.name]) ?? []} />
+        <Choice id="filter-source" name="source" label="Source" any="Any source" options={SOURCES} />
+        <Choice id="filter-status" name="status" label="Status" any="Any status" options={STATUSES} />
+      </FilterForm>
       <ErrorText error={log.error} />
       {open && <Detail id={open} close={() => setOpen(undefined)} />}
       <Table
