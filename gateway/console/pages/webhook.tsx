@@ -23,6 +23,7 @@ export default function WebhookPage() {
   const { error, act } = useAction((done) => {
     setStatus(done);
     void deliveries.reload();
+    void missed.reload();
   });
   if (webhook.error) return <ErrorText error={webhook.error} />;
   if (!webhook.data) return <p aria-busy="true">Loading…</p>;
@@ -84,15 +85,17 @@ export default function WebhookPage() {
         <ErrorText error={missed.error} />
         <Table
           id="missed"
-          columns={['Event type', 'Created', 'Event id']}
+          columns={['Event id', 'Event type', 'Created']}
           empty={missed.loading ? 'Loading…' : 'No missed events.'}
           rows={missed.items}
         >
           {missed.items.map((e) => (
             <tr key={e.id}>
-              <th scope="row">{e.type}</th>
+              <th scope="row" class="mono">
+                {e.id}
+              </th>
+              <td>{e.type}</td>
               <td>{when(e.createdAt)}</td>
-              <td class="mono">{e.id}</td>
             </tr>
           ))}
         </Table>
