@@ -15,6 +15,7 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   team: () => import('./pages/team'),
   secrets: () => import('./pages/secrets'),
   models: () => import('./pages/models'),
+  'default-model': () => import('./pages/default-model'),
   requests: () => import('./pages/requests'),
   'mcp-servers': () => import('./pages/mcp-servers'),
   'audit-log': () => import('./pages/audit-log'),

@@ -232,6 +232,17 @@ it('as a new tenant: adds a model on /models and chats with it in the playground
     await row.getByRole('button').click();
     await page.getByRole('heading', { name: `Request ${entry.id}` }).waitFor();
   });
+  await step(page, 'default-model', async () => {
+    await page.goto(`${stack.url}/models`);
+    await page.getByRole('link', { name: 'Change the default model' }).click();
+    await page.getByLabel('Model', { exact: true }).fill('gpt-fake-default');
+    await page.getByLabel('Base URL').fill(openai.url);
+    await page.getByLabel('API key').fill(OPENAI_KEY);
+    await page.getByRole('button', { name: 'Save default model' }).click();
+    await page.getByText('Saved: calls that name no model use gpt-fake-default.').waitFor();
+  });
+  const llm = (await api.get('/api/v1/tenant/settings/llm', { token })).body.data;
+  expect(llm).toMatchObject({ provider: 'openai', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
   expect(problems).toEqual([]);
 });
 
@@ -306,6 +317,7 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     '/settings/security/network',
     '/settings/billing',
     '/models',
+    '/models/default',
     '/requests',
     '/mcp-servers',
     '/audit-log',

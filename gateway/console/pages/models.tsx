@@ -159,7 +159,8 @@ export default function ModelsPage() {
         <p>
           {d?.model
             ? `Calls that name no model use ${d.model} (${d.provider}${d.baseUrl ? `, ${d.baseUrl}` : ''}), billed at the default price.`
-            : 'No default model: a call must name one of the models below (or set the default with PATCH /tenant/settings/llm).'}
+            : 'No default model: a call must name one of the models below.'}{' '}
+          <a href="/models/default">Change the default model</a>
         </p>
         <ErrorText error={llm.error} />
       </section>

@@ -23,6 +23,7 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
   '/settings/team': { page: 'team', title: 'Team', props: { roles: ROLES } },
   '/settings/secrets': { page: 'secrets', title: 'Secrets' },
   '/models': { page: 'models', title: 'Models' },
+  '/models/default': { page: 'default-model', title: 'Default model' },
   '/requests': { page: 'requests', title: 'Requests' },
   '/mcp-servers': { page: 'mcp-servers', title: 'MCP servers' },
   '/audit-log': { page: 'audit-log', title: 'Audit log' },
