@@ -37,6 +37,15 @@ async function main() {
     { path: '/login', heading: 'h1', signedIn: false },
     { path: '/projects', heading: '#app h1', signedIn: true },
     { path: '/usage', heading: '#app canvas', signedIn: true },
+    // Every other console page (issue 34: each under 60 KB of compressed JavaScript).
+    ...['/agents', '/chat', '/webhooks', '/models', '/requests', '/events', '/mcp-servers', '/audit-log'].map((path) => ({
+      path,
+      heading: '#app h1',
+      signedIn: true,
+    })),
+    ...['/settings/security/api-keys', '/settings/security/network', '/settings/secrets', '/settings/team', '/settings/billing'].map(
+      (path) => ({ path, heading: '#app h1', signedIn: true }),
+    ),
   ];
   const results: Record<string, unknown> = {};
   for (const p of pages) {

@@ -1,7 +1,7 @@
 // The console's entry: the server sends a page shell (layout.ts) naming its page in `data-page`; this loads that
 // page's module (each its own chunk, so a page downloads only what it uses) and mounts it into #app.
 import { render } from 'preact';
-import { api, describe, toLogin, ApiError } from './api';
+import { call, describe, isUnauthorized, toLogin } from './sdk';
 import type { Me } from './ui';
 
 const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => preact.JSX.Element }>> = {
@@ -14,6 +14,15 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   usage: () => import('./pages/usage'),
   team: () => import('./pages/team'),
   secrets: () => import('./pages/secrets'),
+  models: () => import('./pages/models'),
+  'default-model': () => import('./pages/default-model'),
+  requests: () => import('./pages/requests'),
+  'mcp-servers': () => import('./pages/mcp-servers'),
+  'audit-log': () => import('./pages/audit-log'),
+  events: () => import('./pages/events'),
+  'api-keys': () => import('./pages/api-keys'),
+  network: () => import('./pages/network'),
+  billing: () => import('./pages/billing'),
 };
 
 function showError(err: unknown) {
@@ -24,14 +33,14 @@ function showError(err: unknown) {
 
 async function boot() {
   document.getElementById('sign-out')?.addEventListener('click', async () => {
-    await api('POST', '/auth/logout').catch(() => undefined);
+    await call('logout', {}).catch(() => undefined);
     location.assign('/login');
   });
   let me: Me;
   try {
-    me = await api<Me>('GET', '/auth/me');
+    me = (await call('me', {})) as unknown as Me;
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401) return toLogin();
+    if (isUnauthorized(err)) return toLogin();
     return showError(err);
   }
   const who = document.getElementById('who');

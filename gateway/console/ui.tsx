@@ -1,6 +1,7 @@
 // Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
 import { useCallback, useEffect, useState } from 'preact/hooks';
-import { ApiError, describe, toLogin } from './api';
+import type { OperationId, Input } from '@svc/sdk/browser';
+import { describe, isUnauthorized, pager, toLogin, type Item } from './sdk';
 
 export interface Me {
   user: { id: string; email: string; name?: string };
@@ -16,7 +17,7 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]) {
     try {
       setState({ data: await load(), loading: false });
     } catch (err) {
-      if (err instanceof ApiError && err.status === 401) return toLogin();
+      if (isUnauthorized(err)) return toLogin();
       setState({ error: describe(err), loading: false });
     }
     // `deps` decide when to load again, as useEffect's list would.
@@ -61,7 +62,7 @@ export function Form(props: {
           setError(undefined);
           if (props.reset) form.reset();
         } catch (err) {
-          if (err instanceof ApiError && err.status === 401) return toLogin();
+          if (isUnauthorized(err)) return toLogin();
           setError(describe(err));
         } finally {
           setBusy(false);
@@ -100,7 +101,7 @@ export function useAction(changed: (message: string) => void) {
       setError(undefined);
       changed(done);
     } catch (err) {
-      if (err instanceof ApiError && err.status === 401) return toLogin();
+      if (isUnauthorized(err)) return toLogin();
       setError(describe(err));
     }
   };
@@ -124,5 +125,113 @@ export function Table(props: { id: string; columns: string[]; empty: string; row
       </thead>
       <tbody>{props.children}</tbody>
     </table>
+  );
+}
+
+/** A search box over a list: the part of `items` whose `name` holds the text typed (case-insensitive). */
+export function useSearch<T>(items: T[] | undefined, name: (item: T) => string, label = 'Search') {
+  const [text, setText] = useState('');
+  const shown = items?.filter((i) => name(i).toLowerCase().includes(text.trim().toLowerCase()));
+  const box = (
+    <p class="field search">
+      <label for="search">{label}</label>
+      <input id="search" type="search" value={text} onInput={(e) => setText((e.currentTarget as HTMLInputElement).value)} />
+    </p>
+  );
+  return { shown, box };
+}
+
+/**
+ * A long list read 50 at a time with a `Load more` button (never a silent stop): `input` is the operation's input
+ * (its filters); a change of `key` starts again.
+ */
+export function usePaged<K extends OperationId>(operation: K, input: Input<K>, key: string) {
+  const [state, setState] = useState<{ items: Array<Item<K>>; more: boolean; error?: string; loading: boolean }>({
+    items: [],
+    more: false,
+    loading: true,
+  });
+  const [source, setSource] = useState<ReturnType<typeof pager<K>>>();
+  const load = async (p: ReturnType<typeof pager<K>>, keep: Array<Item<K>>) => {
+    setState((s) => ({ ...s, loading: true }));
+    try {
+      const page = await p.next(50);
+      setState({ items: [...keep, ...page.items], more: page.more, loading: false });
+    } catch (err) {
+      if (isUnauthorized(err)) return toLogin();
+      setState({ items: keep, more: false, error: describe(err), loading: false });
+    }
+  };
+  useEffect(() => {
+    const p = pager(operation, input);
+    setSource(p);
+    void load(p, []);
+    // `key` names the input: a new filter, a new walk.
+  }, [key]);
+  const more = state.more ? (
+    <p>
+      <button type="button" class="secondary" disabled={state.loading} onClick={() => source && load(source, state.items)}>
+        Load more
+      </button>
+    </p>
+  ) : null;
+  return { ...state, more, reload: () => source && load(pager(operation, input), []) };
+}
+
+/** Form values: a trimmed string, or undefined when empty. */
+export const text = (f: FormData, name: string) => ((f.get(name) as string | null) ?? '').trim() || undefined;
+/** A number field: undefined when empty. */
+export const num = (f: FormData, name: string) => (text(f, name) === undefined ? undefined : Number(text(f, name)));
+/** A datetime-local field as an ISO time (the browser's zone), or undefined. */
+export const isoOf = (f: FormData, name: string) => (text(f, name) ? new Date(text(f, name)!).toISOString() : undefined);
+
+/** A labelled input (its other attributes passed on). */
+export function Input(props: { id: string; label: string } & preact.InputHTMLAttributes) {
+  const { label, ...attrs } = props;
+  return (
+    <p class="field">
+      <label for={props.id}>{label}</label>
+      <input {...attrs} />
+    </p>
+  );
+}
+
+/** A labelled select of `options`, the first one `any` (value ''). */
+export function Choice(props: { id: string; name: string; label: string; any: string; options: Array<string | [string, string]> }) {
+  return (
+    <p class="field">
+      <label for={props.id}>{props.label}</label>
+      <select id={props.id} name={props.name}>
+        <option value="">{props.any}</option>
+        {props.options.map((o) => (typeof o === 'string' ? <option value={o}>{o}</option> : <option value={o[0]}>{o[1]}</option>))}
+      </select>
+    </p>
+  );
+}
+
+/**
+ * A list's filters: on `Filter`, `read` turns the form into the operation's query (empty values dropped) and
+ * `apply` receives it. Times are datetime-local fields read with `isoOf`.
+ */
+export function FilterForm(props: {
+  read: (f: FormData) => Record<string, string | undefined>;
+  apply: (filters: Record<string, string>) => void;
+  children: preact.ComponentChildren;
+}) {
+  return (
+    <form
+      class="filters"
+      aria-label="Filters"
+      onSubmit={(event) => {
+        event.preventDefault();
+        const read = props.read(new FormData(event.currentTarget as HTMLFormElement));
+        props.apply(Object.fromEntries(Object.entries(read).filter((e): e is [string, string] => Boolean(e[1]))));
+      }}
+    >
+      {props.children}
+      <p>
+        <button type="submit">Filter</button>
+      </p>
+    </form>
   );
 }

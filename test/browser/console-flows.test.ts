@@ -1,13 +1,17 @@
 /**
  * The console's flows in Debian's chromium (issue 23): an agent created, run with an approval step and approved in
  * the page; a chat reply streamed into the playground and still there after a reload; a webhook endpoint created
- * and its delivery in its log. Then axe-core on every console page: no serious or critical violation. Screenshots
- * on failure (step), and no CSP violation anywhere.
+ * and its delivery in its log. Issue 34: a new tenant signs up, adds a model on /models (by keyboard only) at the fake
+ * provider, chats with it in the playground (by keyboard only) and sees the call with its credits on /requests; a key
+ * with a budget created, then rotated with a grace period after which the old secret is refused; a run started
+ * through the API appearing on an open /agents/:id. Then axe-core on every console page: no serious or critical
+ * violation. Screenshots on failure (step), and no CSP violation anywhere.
  */
 import { readFileSync } from 'node:fs';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
+import type { Page } from 'playwright-core';
 import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
-import { client, signUp, type Account, type Client } from '../helpers/http';
+import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -126,6 +130,176 @@ it('creates a webhook endpoint and shows its delivery in the log', async () => {
   expect(problems).toEqual([]);
 });
 
+/** Presses Tab until the focused element is the one labelled `label` (at most 40 presses): reachable by keyboard. */
+async function tabTo(page: Page, label: string): Promise<void> {
+  const target = page.getByLabel(label, { exact: true });
+  for (let i = 0; i < 40; i++) {
+    if (await target.evaluate((el) => el === (globalThis as any).document.activeElement)) return;
+    await page.keyboard.press('Tab');
+  }
+  throw new Error(`${label} is not reachable with Tab`);
+}
+
+it('as a new tenant: adds a model on /models and chats with it in the playground, by keyboard only; the call is on /requests with its credits', async () => {
+  const { page, problems } = await browser.newPage();
+  const email = `models${Date.now()}@example.com`;
+  await step(page, 'models-signup', async () => {
+    await page.goto(`${stack.url}/login?signup=1&next=%2Fmodels`);
+    await page.getByLabel('Name').fill('Model Owner');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill('correct horse battery staple');
+    await page.getByLabel('Organization').fill('Models Inc');
+    await page.getByRole('button', { name: 'Create account' }).click();
+    await page.waitForURL('**/models');
+    await page.getByText('No models yet.').waitFor();
+  });
+  await step(page, 'models-keyboard', async () => {
+    // Every field in order by Tab, typed by keys, submitted with Enter.
+    await tabTo(page, 'Name');
+    await page.keyboard.type('house-model');
+    await page.keyboard.press('Tab');
+    expect(await page.getByLabel('Provider', { exact: true }).evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(
+      true,
+    );
+    await page.keyboard.press('Tab');
+    await page.keyboard.type('gpt-fake-house');
+    await tabTo(page, 'Base URL');
+    await page.keyboard.type(openai.url);
+    await tabTo(page, 'API key');
+    await page.keyboard.type(OPENAI_KEY);
+    await tabTo(page, 'Input price');
+    await page.keyboard.type('100000');
+    await tabTo(page, 'Output price');
+    await page.keyboard.type('200000');
+    await page.keyboard.press('Enter');
+    const row = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'house-model' }) });
+    await row.waitFor();
+    expect(await row.getByRole('cell').allTextContents()).toEqual([
+      'openai',
+      'gpt-fake-house',
+      '100000 in / 200000 out',
+      'its own price',
+      'enabled',
+      expect.any(String),
+    ]);
+  });
+  await step(page, 'playground-keyboard', async () => {
+    await page.goto(`${stack.url}/chat`);
+    await page.getByRole('option', { name: 'house-model' }).waitFor({ state: 'attached' });
+    await tabTo(page, 'Model');
+    await page.keyboard.press('ArrowDown'); // from "Default model" to the catalogue's first name
+    expect(await page.getByLabel('Model', { exact: true }).inputValue()).toBe('house-model');
+    await tabTo(page, 'System prompt');
+    await page.keyboard.type('Answer briefly.');
+    await tabTo(page, 'Temperature');
+    await page.keyboard.type('0.3');
+    await tabTo(page, 'Message');
+    await page.keyboard.type('hello from the keyboard');
+    await page.keyboard.press('Tab');
+    expect(await page.getByRole('button', { name: 'Send' }).evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
+    await page.keyboard.press('Enter');
+    await page.getByRole('list', { name: 'Conversation' }).getByText('Echo: hello from the keyboard').waitFor();
+    await page.waitForURL(/\/chat\/[^/]+$/);
+  });
+  // The provider got the playground's system prompt, temperature and the catalogue entry's upstream model.
+  const sent = openai.requests.filter((r) => (r.body as any)?.model === 'gpt-fake-house').at(-1)!.body as any;
+  expect(sent.messages[0]).toEqual({ role: 'system', content: 'Answer briefly.' });
+  expect(sent.temperature).toBe(0.3);
+
+  const login = await api.post('/api/v1/auth/login', { email, password: 'correct horse battery staple' });
+  const token = login.body.data.accessToken;
+  let entry: any;
+  await eventually(async () => {
+    entry = (await api.get('/api/v1/requests?model=house-model', { token })).body.data[0];
+    return entry?.credits > 0;
+  }, 10_000);
+  await step(page, 'playground-cost', async () => {
+    await page.locator('#session-tokens', { hasText: String(entry.inputTokens + entry.outputTokens) }).waitFor();
+    expect(await page.locator('#session-credits').textContent()).toBe(String(entry.credits));
+  });
+  await step(page, 'requests', async () => {
+    await page.getByRole('navigation').getByRole('link', { name: 'Requests' }).click();
+    await page.waitForURL('**/requests');
+    const row = page.getByRole('row').filter({ has: page.getByRole('cell', { name: 'house-model', exact: true }) });
+    await row.waitFor();
+    const cells = await row.getByRole('cell').allTextContents();
+    expect(cells).toEqual(['house-model', 'session', 'ok', String(entry.inputTokens + entry.outputTokens), String(entry.credits)]);
+    await page.getByLabel('Source').selectOption('v1');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByText('No requests match.').waitFor();
+    await page.getByLabel('Source').selectOption('chat');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await row.getByRole('button').click();
+    await page.getByRole('heading', { name: `Request ${entry.id}` }).waitFor();
+  });
+  await step(page, 'default-model', async () => {
+    await page.goto(`${stack.url}/models`);
+    await page.getByRole('link', { name: 'Change the default model' }).click();
+    await page.getByLabel('Model', { exact: true }).fill('gpt-fake-default');
+    await page.getByLabel('Base URL').fill(openai.url);
+    await page.getByLabel('API key').fill(OPENAI_KEY);
+    await page.getByRole('button', { name: 'Save default model' }).click();
+    await page.getByText('Saved: calls that name no model use gpt-fake-default.').waitFor();
+  });
+  const llm = (await api.get('/api/v1/tenant/settings/llm', { token })).body.data;
+  expect(llm).toMatchObject({ provider: 'openai', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
+  expect(problems).toEqual([]);
+});
+
+it('creates a key with a budget, shows its usage against it, and rotates it: the old secret is refused after the grace period', async () => {
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  let first = '';
+  await step(page, 'key-budget', async () => {
+    await page.goto(`${stack.url}/settings/security/api-keys`);
+    await page.getByLabel('Name').fill('budgeted');
+    await page.getByLabel('Credit budget').fill('500');
+    await page.getByLabel('Budget period').selectOption('total');
+    await page.getByRole('button', { name: 'Create key' }).click();
+    const shown = page.getByLabel('Key', { exact: true });
+    await eventually(async () => /^svc_/.test(await shown.inputValue().catch(() => '')), 5000);
+    first = await shown.inputValue();
+    const row = page.getByRole('row').filter({ has: page.getByRole('cell', { name: 'budgeted', exact: true }) });
+    await row.getByText('0 of 500 (total) credits').waitFor();
+  });
+  expect((await api.get('/api/v1/projects', { token: first })).status).toBe(200);
+  let second = '';
+  await step(page, 'key-rotate', async () => {
+    await page.getByRole('button', { name: 'Rotate budgeted' }).click();
+    await page.getByLabel('Grace period for the old budgeted key (seconds)').fill('1');
+    await page.getByRole('button', { name: 'Confirm rotate of budgeted' }).click();
+    await page.getByText('Key budgeted rotated').waitFor();
+    const shown = page.getByLabel('Key', { exact: true });
+    await eventually(async () => (await shown.inputValue()) !== first, 5000);
+    second = await shown.inputValue();
+  });
+  expect(second).toMatch(/^svc_/);
+  // Refused within a second of the grace period's end (1 s), the new secret working throughout.
+  await eventually(async () => (await api.get('/api/v1/projects', { token: first })).status === 401, 5000);
+  expect((await api.get('/api/v1/projects', { token: second })).status).toBe(200);
+  expect(problems).toEqual([]);
+});
+
+it('shows a run started through the API on an open /agents/:id, without a reload', async () => {
+  const agent = (
+    await api.post(
+      '/api/v1/agents',
+      { name: 'Watched agent', systemPrompt: '', config: { autonomyLevel: 'manual' } },
+      { token: owner.accessToken },
+    )
+  ).body.data;
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'agent-live', async () => {
+    await page.goto(`${stack.url}/agents/${agent.id}`);
+    await page.getByText('No runs yet.').waitFor();
+    openai.script({ type: 'text', text: 'Started elsewhere, shown here.' });
+    const run = await api.post(`/api/v1/agents/${agent.id}/execute`, { goal: 'Run from the API', projectId }, { token: owner.accessToken });
+    expect(run.status).toBe(202);
+    const item = page.getByRole('listitem', { name: 'Run: Run from the API' });
+    await item.getByLabel('Output').filter({ hasText: 'Started elsewhere, shown here.' }).waitFor();
+  });
+  expect(problems).toEqual([]);
+});
+
 it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {
   const agentId = (await api.get('/api/v1/agents', { token: owner.accessToken })).body.data[0].id;
   const webhookId = (await api.get('/api/v1/webhooks', { token: owner.accessToken })).body.data[0].id;
@@ -142,6 +316,12 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     '/settings/security/api-keys',
     '/settings/security/network',
     '/settings/billing',
+    '/models',
+    '/models/default',
+    '/requests',
+    '/mcp-servers',
+    '/audit-log',
+    '/events',
     '/login',
     // The API reference: Swagger UI with the page's mends (gateway/src/docs/assets, decision 81).
     '/docs',

@@ -67,4 +67,16 @@ export async function signedInPage(browser: Browser, baseUrl: string, cookie: st
 }
 
 /** Console and settings pages: one `nav` landmark with these links (CONTRACT.md 7). */
-export const CONSOLE_NAV = ['Projects', 'Agents', 'Chat', 'Webhooks', 'Usage', 'API keys', 'Network', 'Team', 'Billing'];
+export const CONSOLE_NAV = [
+  'Projects',
+  'Agents',
+  'Chat',
+  'Webhooks',
+  'Usage',
+  'Models',
+  'Requests',
+  'API keys',
+  'Network',
+  'Team',
+  'Billing',
+];

@@ -195,7 +195,8 @@ describe('every audited action', () => {
     const e1 = await entryOf(owner, 'secret.created', r);
     expectMeta(e1, r);
     expect(e1.actor).toEqual({ type: 'api_key', id: keyId, keyPrefix: key.slice(0, 12) });
-    expect(e1.target.type).toBe('secret');
+    // The secret's name, as the API shows it (GET /secrets/:name), not an internal id no response carries.
+    expect(e1.target).toEqual({ type: 'secret', id: 'DB_PASSWORD' });
     expect(e1.changes.after).toMatchObject({ name: 'DB_PASSWORD', version: 1 });
 
     r = nextId();

@@ -1,8 +1,8 @@
 // /agents/:id: edit the agent, run it in a project, and follow its runs: the list is read again every second while
-// a run is unfinished, so steps appear without a reload; a run waiting for approval offers Approve and Reject, a
+// the page is visible (a run started from the API or another tab appears without a reload); a run waiting for approval offers Approve and Reject, a
 // queued or running one Cancel.
 import { useEffect, useState } from 'preact/hooks';
-import { api, describe, listAll, request } from '../api';
+import { call, describe, listAll } from '../sdk';
 import { ErrorText, Form, useLoad, when } from '../ui';
 import { AgentFields, agentBody, type Agent } from './agents';
 import type { Project } from './projects';
@@ -31,14 +31,18 @@ interface Run {
   createdAt: string;
 }
 
-const UNFINISHED = ['queued', 'running', 'requires_approval'];
+/** How often the runs are read again while the page is visible. */
+const POLL_MS = 1000;
 const agentId = () => decodeURIComponent(location.pathname.split('/')[2] ?? '');
 
 function RunView({ run, acted }: { run: Run; acted: () => void }) {
   const [error, setError] = useState<string>();
   const act = (verb: 'approve' | 'reject' | 'cancel') => async () => {
     try {
-      await api('POST', `/agents/${agentId()}/runs/${run.id}/${verb}`, verb === 'reject' ? {} : undefined);
+      const params = { id: agentId(), run_id: run.id };
+      if (verb === 'approve') await call('approveAgentRun', { params });
+      else if (verb === 'reject') await call('rejectAgentRun', { params, body: {} });
+      else await call('cancelAgentRun', { params });
       setError(undefined);
       acted();
     } catch (err) {
@@ -89,8 +93,8 @@ function RunView({ run, acted }: { run: Run; acted: () => void }) {
 
 export default function AgentPage() {
   const id = agentId();
-  const agent = useLoad(() => api<Agent>('GET', `/agents/${id}`), [id]);
-  const projects = useLoad(() => listAll<Project>('/projects'), []);
+  const agent = useLoad(() => call('getAgent', { params: { id } }) as unknown as Promise<Agent>, [id]);
+  const projects = useLoad(() => listAll('listProjects', {}) as Promise<Project[]>, []);
   const [runs, setRuns] = useState<Run[]>([]);
   const [runsError, setRunsError] = useState<string>();
   const [tick, setTick] = useState(0);
@@ -100,21 +104,28 @@ export default function AgentPage() {
     let stopped = false;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const poll = async () => {
+      clearTimeout(timer);
       try {
-        const page = await request<Run[]>('GET', `/agents/${id}/runs?limit=20`);
+        const list = (await call('listAgentRuns', { params: { id }, query: { limit: 20 } })) as unknown as Run[];
         if (stopped) return;
-        setRuns(page.data);
+        setRuns(list);
         setRunsError(undefined);
-        // Follow while something is unfinished; otherwise rest until the next action.
-        if (page.data.some((r) => UNFINISHED.includes(r.status))) timer = setTimeout(poll, 1000);
       } catch (err) {
         if (!stopped) setRunsError(describe(err));
       }
+      // Runs started elsewhere (the API, the CLI, another tab) appear too: follow for as long as the page is seen,
+      // faster while a run is unfinished; a hidden tab rests until it is shown again.
+      if (!stopped && document.visibilityState === 'visible') timer = setTimeout(poll, POLL_MS);
     };
+    const shown = () => {
+      if (document.visibilityState === 'visible') void poll();
+    };
+    document.addEventListener('visibilitychange', shown);
     void poll();
     return () => {
       stopped = true;
       clearTimeout(timer);
+      document.removeEventListener('visibilitychange', shown);
     };
   }, [id, tick]);
 
@@ -129,7 +140,10 @@ export default function AgentPage() {
           submit="Run"
           reset
           onSubmit={async (f) => {
-            await api('POST', `/agents/${id}/execute`, { goal: f.get('goal'), projectId: f.get('projectId') });
+            await call('executeAgent', {
+              params: { id },
+              body: { goal: f.get('goal') as string, projectId: f.get('projectId') as string },
+            });
             refresh();
           }}
         >
@@ -165,7 +179,7 @@ export default function AgentPage() {
         <Form
           submit="Save agent"
           onSubmit={async (f) => {
-            await api('PATCH', `/agents/${id}`, agentBody(f));
+            await call('updateAgent', { params: { id }, body: agentBody(f) as any });
             await agent.reload();
           }}
         >

@@ -1,5 +1,5 @@
 // /agents: the tenant's agents and a create form; each links to its page (/agents/:id).
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Form, Table, useLoad, when } from '../ui';
 
 export interface Agent {
@@ -48,7 +48,7 @@ export const agentBody = (f: FormData) => ({
 });
 
 export default function AgentsPage() {
-  const { data, error, reload } = useLoad(() => listAll<Agent>('/agents'), []);
+  const { data, error, reload } = useLoad(() => listAll('listAgents', {}) as Promise<Agent[]>, []);
   return (
     <>
       <h1>Agents</h1>
@@ -57,7 +57,7 @@ export default function AgentsPage() {
         <Form
           submit="Create agent"
           onSubmit={async (f) => {
-            const agent = await api<Agent>('POST', '/agents', agentBody(f));
+            const agent = (await call('createAgent', { body: agentBody(f) as any })) as unknown as Agent;
             location.assign(`/agents/${agent.id}`);
             await reload();
           }}

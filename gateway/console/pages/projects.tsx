@@ -1,6 +1,6 @@
 // /projects: the tenant's projects, a create form, and rename and delete per project.
 import { useState } from 'preact/hooks';
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
 
 export interface Project {
@@ -20,7 +20,12 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
         {renaming ? (
           <Form
             submit="Save"
-            onSubmit={(f) => act(() => api('PATCH', `/projects/${project.id}`, { name: f.get('name') }), `Renamed to ${f.get('name')}.`)}
+            onSubmit={(f) =>
+              act(
+                () => call('updateProject', { params: { id: project.id }, body: { name: f.get('name') as string } }),
+                `Renamed to ${f.get('name')}.`,
+              )
+            }
           >
             <label class="sr-only" for={`rename-${project.id}`}>{`New name for ${project.name}`}</label>
             <input id={`rename-${project.id}`} name="name" required maxLength={200} defaultValue={project.name} />
@@ -40,7 +45,7 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
           <button
             type="button"
             class="danger"
-            onClick={() => act(() => api('DELETE', `/projects/${project.id}`), `Deleted ${project.name}.`)}
+            onClick={() => act(() => call('deleteProject', { params: { id: project.id } }), `Deleted ${project.name}.`)}
           >
             {`Confirm delete of ${project.name}`}
           </button>
@@ -55,7 +60,7 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
 }
 
 export default function ProjectsPage() {
-  const { data, error, reload } = useLoad(() => listAll<Project>('/projects'), []);
+  const { data, error, reload } = useLoad(() => listAll('listProjects', {}) as Promise<Project[]>, []);
   const [status, setStatus] = useState('');
   const changed = (message: string) => {
     setStatus(message);
@@ -70,7 +75,9 @@ export default function ProjectsPage() {
           submit="Create"
           reset
           onSubmit={async (f) => {
-            const p = await api<Project>('POST', '/projects', { name: f.get('name'), description: f.get('description') || undefined });
+            const p = await call('createProject', {
+              body: { name: f.get('name') as string, description: (f.get('description') as string) || undefined },
+            });
             changed(`Created ${p.name}.`);
           }}
         >

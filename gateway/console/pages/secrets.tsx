@@ -1,7 +1,7 @@
 // /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version) and a
 // secret deleted; the value field is write-only.
 import { useState } from 'preact/hooks';
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
 
 interface Secret {
@@ -13,7 +13,7 @@ interface Secret {
 }
 
 export default function SecretsPage() {
-  const { data, error, reload } = useLoad(() => listAll<Secret>('/secrets'), []);
+  const { data, error, reload } = useLoad(() => listAll('listSecrets', {}) as Promise<Secret[]>, []);
   const [status, setStatus] = useState('');
   const changed = (s: string) => {
     setStatus(s);
@@ -30,7 +30,13 @@ export default function SecretsPage() {
           submit="Add secret"
           reset
           onSubmit={async (f) => {
-            await api('POST', '/secrets', { name: f.get('name'), value: f.get('value'), description: f.get('description') || undefined });
+            await call('createSecret', {
+              body: {
+                name: f.get('name') as string,
+                value: f.get('value') as string,
+                description: (f.get('description') as string) || undefined,
+              },
+            });
             changed(`Added ${f.get('name')}.`);
           }}
         >
@@ -64,7 +70,7 @@ export default function SecretsPage() {
                 type="button"
                 class="secondary"
                 aria-label={`Delete ${s.name}`}
-                onClick={() => act(() => api('DELETE', `/secrets/${encodeURIComponent(s.name)}`), `Deleted ${s.name}.`)}
+                onClick={() => act(() => call('deleteSecret', { params: { name: s.name } }), `Deleted ${s.name}.`)}
               >
                 Delete
               </button>

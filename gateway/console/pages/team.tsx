@@ -1,6 +1,6 @@
 // /settings/team: the tenant's members and their roles; owners and admins add members, change roles and remove them.
 import { useState } from 'preact/hooks';
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Form, props, Table, useAction, useLoad, when, type Me } from '../ui';
 
 interface Member {
@@ -27,7 +27,10 @@ function MemberRow({ member, roles, self, changed }: { member: Member; roles: st
           disabled={self}
           onChange={(e) => {
             const role = (e.target as HTMLSelectElement).value;
-            void act(() => api('PATCH', `/tenant/team/members/${member.userId}`, { role }), `${member.email} is now ${role}.`);
+            void act(
+              () => call('updateTeamMember', { params: { userId: member.userId }, body: { role: role as any } }),
+              `${member.email} is now ${role}.`,
+            );
           }}
         >
           {roles.map((r) => (
@@ -42,7 +45,7 @@ function MemberRow({ member, roles, self, changed }: { member: Member; roles: st
             type="button"
             class="secondary"
             aria-label={`Remove ${member.email}`}
-            onClick={() => act(() => api('DELETE', `/tenant/team/members/${member.userId}`), `Removed ${member.email}.`)}
+            onClick={() => act(() => call('removeTeamMember', { params: { userId: member.userId } }), `Removed ${member.email}.`)}
           >
             Remove
           </button>
@@ -54,7 +57,7 @@ function MemberRow({ member, roles, self, changed }: { member: Member; roles: st
 
 export default function TeamPage({ me }: { me: Me }) {
   const roles = props<{ roles: string[] }>().roles ?? [];
-  const { data, error, reload } = useLoad(() => listAll<Member>('/tenant/team/members'), []);
+  const { data, error, reload } = useLoad(() => listAll('listTeamMembers', {}) as unknown as Promise<Member[]>, []);
   const [status, setStatus] = useState('');
   const changed = (s: string) => {
     setStatus(s);
@@ -76,11 +79,13 @@ export default function TeamPage({ me }: { me: Me }) {
           submit="Add member"
           reset
           onSubmit={async (f) => {
-            await api('POST', '/tenant/team/members', {
-              email: f.get('email'),
-              name: f.get('name'),
-              role: f.get('role'),
-              password: f.get('password'),
+            await call('addTeamMember', {
+              body: {
+                email: f.get('email') as string,
+                name: f.get('name') as string,
+                role: f.get('role') as any,
+                password: f.get('password') as string,
+              },
             });
             changed(`Added ${f.get('email')}.`);
           }}

@@ -2,7 +2,7 @@
 // usage beside each key's live counters. Both come from GET /billing/usage, which is built from the ledger.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { BarController, BarElement, CategoryScale, Chart, Legend, LinearScale, Tooltip } from 'chart.js';
-import { api } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, integer, useLoad } from '../ui';
 
 Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, Tooltip);
@@ -35,7 +35,7 @@ function lastDays(days: number) {
 }
 
 const usage = (w: { from: string; to: string }, groupBy: string) =>
-  api<UsageRow[]>('GET', `/billing/usage?${new URLSearchParams({ ...w, granularity: 'day', groupBy })}`);
+  call('getBillingUsage', { query: { ...w, granularity: 'day', groupBy } }) as unknown as Promise<UsageRow[]>;
 
 function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
   const canvas = useRef<HTMLCanvasElement>(null);
@@ -73,7 +73,11 @@ export default function UsagePage() {
   const [days, setDays] = useState(30);
   const w = useMemo(() => lastDays(days), [days]);
   const { data, error, loading } = useLoad(async () => {
-    const [byModel, byKey, keys] = await Promise.all([usage(w, 'model'), usage(w, 'apiKey'), api<ApiKey[]>('GET', '/api-keys?limit=100')]);
+    const [byModel, byKey, keys] = await Promise.all([
+      usage(w, 'model'),
+      usage(w, 'apiKey'),
+      listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>,
+    ]);
     return { byModel, byKey, keys };
   }, [days]);
   const labels = useMemo(

@@ -1,7 +1,7 @@
 // /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
 import { useState } from 'preact/hooks';
-import { api, listAll } from '../api';
-import { ErrorText, Table, useAction, useLoad, when } from '../ui';
+import { call, listAll } from '../sdk';
+import { ErrorText, Form, Table, isoOf, useAction, useLoad, usePaged, when } from '../ui';
 import type { Webhook } from './webhooks';
 
 interface Delivery {
@@ -15,12 +15,15 @@ interface Delivery {
 
 export default function WebhookPage() {
   const id = decodeURIComponent(location.pathname.split('/')[2] ?? '');
-  const webhook = useLoad(() => api<Webhook>('GET', `/webhooks/${id}`), [id]);
-  const deliveries = useLoad(() => listAll<Delivery>(`/webhooks/${id}/deliveries`, 200), [id]);
+  const webhook = useLoad(() => call('getWebhook', { params: { id } }) as unknown as Promise<Webhook>, [id]);
+  const deliveries = useLoad(() => listAll('listWebhookDeliveries', { params: { id } }) as unknown as Promise<Delivery[]>, [id]);
+  // Events of its types it has not received (failed, or never tried while disabled): CONTRACT 10.
+  const missed = usePaged('listEvents', { query: { deliveryFailed: true, webhookId: id } }, id);
   const [status, setStatus] = useState('');
   const { error, act } = useAction((done) => {
     setStatus(done);
     void deliveries.reload();
+    void missed.reload();
   });
   if (webhook.error) return <ErrorText error={webhook.error} />;
   if (!webhook.data) return <p aria-busy="true">Loading…</p>;
@@ -34,7 +37,7 @@ export default function WebhookPage() {
         <dd>{webhook.data.active ? 'active' : `disabled${webhook.data.disabledReason ? `: ${webhook.data.disabledReason}` : ''}`}</dd>
       </dl>
       <p class="actions">
-        <button type="button" onClick={() => act(() => api('POST', `/webhooks/${id}/test`), 'Test event sent.')}>
+        <button type="button" onClick={() => act(() => call('testWebhook', { params: { id } }), 'Test event sent.')}>
           Send a test event
         </button>{' '}
         <button type="button" class="secondary" onClick={() => act(async () => undefined, 'Refreshed.')}>
@@ -66,7 +69,7 @@ export default function WebhookPage() {
                       type="button"
                       class="secondary"
                       aria-label={`Re-send ${d.eventType} ${d.eventId}`}
-                      onClick={() => act(() => api('POST', `/webhooks/${id}/deliveries/${d.id}/retry`), 'Re-sent.')}
+                      onClick={() => act(() => call('retryWebhookDelivery', { params: { id, deliveryId: d.id } }), 'Re-sent.')}
                     >
                       Re-send
                     </button>
@@ -76,6 +79,45 @@ export default function WebhookPage() {
             );
           })}
         </Table>
+      </section>
+      <section aria-labelledby="missed-title">
+        <h2 id="missed-title">Missed events</h2>
+        <ErrorText error={missed.error} />
+        <Table
+          id="missed"
+          columns={['Event id', 'Event type', 'Created']}
+          empty={missed.loading ? 'Loading…' : 'No missed events.'}
+          rows={missed.items}
+        >
+          {missed.items.map((e) => (
+            <tr key={e.id}>
+              <th scope="row" class="mono">
+                {e.id}
+              </th>
+              <td>{e.type}</td>
+              <td>{when(e.createdAt)}</td>
+            </tr>
+          ))}
+        </Table>
+        {missed.more}
+        <Form
+          submit="Recover"
+          onSubmit={async (f) => {
+            const res = await call('recoverWebhook', { params: { id }, body: { since: isoOf(f, 'since')!, until: isoOf(f, 'until') } });
+            setStatus(`Recover queued ${(res as any).queued} events for delivery.`);
+            void missed.reload();
+            void deliveries.reload();
+          }}
+        >
+          <p class="field">
+            <label for="recover-since">Deliver again events since</label>
+            <input id="recover-since" name="since" type="datetime-local" required />
+          </p>
+          <p class="field">
+            <label for="recover-until">Until (empty: now)</label>
+            <input id="recover-until" name="until" type="datetime-local" />
+          </p>
+        </Form>
       </section>
     </>
   );

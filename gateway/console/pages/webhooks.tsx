@@ -1,5 +1,5 @@
 // /webhooks: the endpoints and a create form (the event types come with the page).
-import { api, listAll } from '../api';
+import { call, listAll } from '../sdk';
 import { ErrorText, Form, props, Table, useLoad, when } from '../ui';
 
 export interface Webhook {
@@ -12,7 +12,7 @@ export interface Webhook {
 }
 
 export default function WebhooksPage() {
-  const { data, error, reload } = useLoad(() => listAll<Webhook>('/webhooks'), []);
+  const { data, error, reload } = useLoad(() => listAll('listWebhooks', {}) as unknown as Promise<Webhook[]>, []);
   const eventTypes = props<{ eventTypes: string[] }>().eventTypes ?? [];
   return (
     <>
@@ -23,7 +23,9 @@ export default function WebhooksPage() {
           submit="Add endpoint"
           reset
           onSubmit={async (f) => {
-            await api('POST', '/webhooks', { url: f.get('url'), secret: f.get('secret'), events: f.getAll('events') });
+            await call('createWebhook', {
+              body: { url: f.get('url') as string, secret: f.get('secret') as string, events: f.getAll('events') as any },
+            });
             await reload();
           }}
         >

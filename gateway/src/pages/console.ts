@@ -1,4 +1,4 @@
-import { ROLES } from '@svc/kit';
+import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, ROLES, SCOPES } from '@svc/kit';
 import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import { esc, layout } from './layout';
 
@@ -22,6 +22,19 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
   '/usage': { page: 'usage', title: 'Usage' },
   '/settings/team': { page: 'team', title: 'Team', props: { roles: ROLES } },
   '/settings/secrets': { page: 'secrets', title: 'Secrets' },
+  '/models': { page: 'models', title: 'Models' },
+  '/models/default': { page: 'default-model', title: 'Default model' },
+  '/requests': { page: 'requests', title: 'Requests' },
+  '/mcp-servers': { page: 'mcp-servers', title: 'MCP servers' },
+  '/audit-log': { page: 'audit-log', title: 'Audit log' },
+  '/events': { page: 'events', title: 'Events', props: { eventTypes: PUBLIC_EVENT_TYPES } },
+  '/settings/security/api-keys': {
+    page: 'api-keys',
+    title: 'API keys',
+    props: { scopes: SCOPES, types: Object.keys(API_KEY_TYPES), environments: API_KEY_ENVIRONMENTS },
+  },
+  '/settings/security/network': { page: 'network', title: 'Network' },
+  '/settings/billing': { page: 'billing', title: 'Billing' },
 };
 
 /** A console page's shell: the navigation and an empty #app the console's script renders into. */

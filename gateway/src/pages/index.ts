@@ -3,10 +3,10 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative, sep } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, AppError, SCOPES } from '@svc/kit';
+import { AppError } from '@svc/kit';
 import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
 import { CONSOLE_PAGES, consolePage } from './console';
-import { apiKeysPage, billingPage, cliLoginPage, loginPage, networkPage, oauthCallbackPage, PAGE_CSP } from './layout';
+import { cliLoginPage, loginPage, oauthCallbackPage, PAGE_CSP } from './layout';
 
 const TYPES: Record<string, string> = {
   '.js': 'text/javascript; charset=utf-8',
@@ -70,13 +70,9 @@ export function registerPages(app: FastifyInstance): void {
       .header('cache-control', 'no-store')
       .send(render(request));
 
-  const keysPage = apiKeysPage(SCOPES, Object.keys(API_KEY_TYPES), API_KEY_ENVIRONMENTS);
   const pages: Record<string, (request: FastifyRequest) => string> = {
     '/login': (request) => loginPage((request.query as Record<string, string>).signup === '1'),
     '/cli/login': () => cliLoginPage(),
-    '/settings/security/api-keys': () => keysPage,
-    '/settings/security/network': () => networkPage(),
-    '/settings/billing': () => billingPage(['starter', 'growth', 'enterprise']),
     // Where an OpenID Connect provider sends the browser back; the script completes the sign-in.
     '/oauth/:provider/callback': () => oauthCallbackPage(),
   };

@@ -24,6 +24,11 @@ const NAV: Array<[string, string]> = [
   ['/chat', 'Chat'],
   ['/webhooks', 'Webhooks'],
   ['/usage', 'Usage'],
+  ['/models', 'Models'],
+  ['/requests', 'Requests'],
+  ['/events', 'Events'],
+  ['/mcp-servers', 'MCP servers'],
+  ['/audit-log', 'Audit log'],
   ['/settings/security/api-keys', 'API keys'],
   ['/settings/security/network', 'Network'],
   ['/settings/secrets', 'Secrets'],
@@ -70,8 +75,6 @@ ${opts.body}
 
 const field = (id: string, label: string, attrs: string) =>
   `<p class="field"><label for="${id}">${label}</label><input id="${id}" ${attrs}></p>`;
-const select = (id: string, label: string, options: readonly string[], name = id) =>
-  `<p class="field"><label for="${id}">${label}</label><select id="${id}" name="${name}">${options.map((o) => `<option value="${esc(o)}">${esc(o)}</option>`).join('')}</select></p>`;
 
 export function loginPage(signup: boolean): string {
   const body = signup
@@ -108,78 +111,6 @@ export function cliLoginPage(): string {
 <p class="actions"><button type="button" id="approve">Approve</button> <button type="button" id="deny" class="secondary">Deny</button></p>
 </section>
 <section id="outcome" hidden><h2 id="outcome-title"></h2><p id="outcome-text"></p></section>`,
-  });
-}
-
-export function apiKeysPage(scopes: readonly string[], types: readonly string[], environments: readonly string[]): string {
-  return layout({
-    title: 'API keys',
-    page: 'api-keys',
-    signedIn: true,
-    path: '/settings/security/api-keys',
-    body: `<h1>API keys</h1>
-<section aria-labelledby="create-title">
-<h2 id="create-title">Create a key</h2>
-<form id="create-key-form" novalidate>
-${field('key-name', 'Name', 'name="name" required maxlength="100"')}
-${select('key-type', 'Type', types, 'type')}
-${select('key-environment', 'Environment', environments, 'environment')}
-<fieldset><legend>Scopes (none: the key may do everything your role may)</legend>
-${scopes.map((s) => `<label class="check"><input type="checkbox" name="scopes" value="${esc(s)}"> ${esc(s)}</label>`).join('\n')}
-</fieldset>
-<p><button type="submit">Create key</button></p>
-</form>
-</section>
-<section id="new-key" hidden aria-labelledby="new-key-title">
-<h2 id="new-key-title">Your new key</h2>
-<p>Copy it now: it is shown only once.</p>
-<p class="field"><label for="new-key-value">Key</label><input id="new-key-value" readonly></p>
-<p><button type="button" id="copy-key">Copy</button> <span id="copied" role="status"></span></p>
-</section>
-<section aria-labelledby="list-title">
-<h2 id="list-title">Keys</h2>
-<table id="keys"><thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Type</th><th scope="col">Environment</th><th scope="col">Scopes</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead><tbody></tbody></table>
-<p id="no-keys" hidden>No keys yet.</p>
-</section>`,
-  });
-}
-
-export function networkPage(): string {
-  return layout({
-    title: 'Network',
-    page: 'network',
-    signedIn: true,
-    path: '/settings/security/network',
-    body: `<h1>Network allowlist</h1>
-<p>When the list is not empty, API keys work only from these addresses. Signed-in sessions are not limited.</p>
-<form id="network-form" novalidate>
-<p class="field"><label for="allowlist">Allowed addresses (one IP address or CIDR range per line, IPv4 or IPv6)</label>
-<textarea id="allowlist" name="allowlist" rows="8" spellcheck="false"></textarea></p>
-<p><button type="submit">Save</button></p>
-</form>`,
-  });
-}
-
-export function billingPage(plans: readonly string[]): string {
-  return layout({
-    title: 'Billing',
-    page: 'billing',
-    signedIn: true,
-    path: '/settings/billing',
-    body: `<h1>Billing</h1>
-<dl class="facts"><dt>Plan</dt><dd id="plan"></dd><dt>Credits</dt><dd id="balance"></dd><dt>Usage</dt><dd id="usage"></dd></dl>
-<section aria-labelledby="buy-title"><h2 id="buy-title">Buy credits</h2>
-<form id="buy-form" novalidate>${field('credits', 'Credits', 'name="credits" type="number" min="1" max="10000000" step="1" required value="1000"')}
-<p><button type="submit">Buy credits</button></p></form></section>
-<section aria-labelledby="gift-title"><h2 id="gift-title">Redeem a gift card</h2>
-<form id="gift-form" novalidate>${field('gift-code', 'Gift card code', 'name="code" required maxlength="64" autocomplete="off"')}
-<p><button type="submit">Redeem</button></p></form></section>
-<section aria-labelledby="plan-title"><h2 id="plan-title">Change plan</h2>
-<form id="plan-form" novalidate>${select('plan-choice', 'Plan', plans, 'plan')}
-<p><button type="submit">Subscribe</button></p></form></section>
-<section aria-labelledby="invoices-title"><h2 id="invoices-title">Invoices</h2>
-<table id="invoices"><thead><tr><th scope="col">Date</th><th scope="col">Description</th><th scope="col">Amount</th><th scope="col">Status</th><th scope="col">Provider</th></tr></thead><tbody></tbody></table>
-<p id="no-invoices" hidden>No invoices yet.</p></section>`,
   });
 }
 

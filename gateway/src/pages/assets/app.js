@@ -1,6 +1,6 @@
-// The web pages' one script (no build step, no dependencies). Everything shown from the API goes in with
-// textContent, never as HTML. Requests are same-origin with the session cookie; the browser adds the Origin header
-// the gateway's CSRF rule checks.
+// The script of the pages outside the console (sign-in and sign-up, the CLI approval, the OpenID callback): no build
+// step, no dependencies. Everything shown from the API goes in with textContent, never as HTML. Requests are
+// same-origin with the session cookie; the browser adds the Origin header the gateway's CSRF rule checks.
 const API = '/api/v1';
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -33,11 +33,6 @@ async function api(method, path, body, headers = {}) {
   }
   if (!res.ok) throw new ApiError(res.status, json, res.headers.get('x-request-id'));
   return json?.data;
-}
-
-function say(text) {
-  $('error').hidden = true;
-  $('status').textContent = text;
 }
 
 function showError(err) {
@@ -86,13 +81,6 @@ function onSubmit(form, action) {
       button.disabled = false;
     }
   });
-}
-
-function cell(row, text) {
-  const td = document.createElement('td');
-  td.textContent = text;
-  row.append(td);
-  return td;
 }
 
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : 'never');
@@ -184,140 +172,6 @@ const pages = {
     };
     $('approve').addEventListener('click', decide(true));
     $('deny').addEventListener('click', decide(false));
-  },
-
-  async 'api-keys'() {
-    if (!(await signedIn())) return;
-    const body = $('keys').querySelector('tbody');
-    async function load() {
-      const keys = await api('GET', '/api-keys?limit=100');
-      body.replaceChildren();
-      $('no-keys').hidden = keys.length > 0;
-      for (const k of keys) {
-        const row = document.createElement('tr');
-        cell(row, k.name);
-        cell(row, `${k.start}…`).className = 'mono';
-        cell(row, k.type);
-        cell(row, k.environment);
-        cell(row, k.scopes?.length ? k.scopes.join(', ') : 'all (unscoped)');
-        cell(row, when(k.createdAt));
-        cell(row, when(k.lastUsedAt));
-        const revoke = document.createElement('button');
-        revoke.type = 'button';
-        revoke.className = 'secondary';
-        revoke.textContent = 'Revoke';
-        revoke.setAttribute('aria-label', `Revoke ${k.name}`);
-        revoke.addEventListener('click', async () => {
-          revoke.disabled = true;
-          try {
-            await api('DELETE', `/api-keys/${encodeURIComponent(k.id)}`);
-            say(`Key ${k.name} revoked: it no longer works.`);
-            await load();
-          } catch (err) {
-            revoke.disabled = false;
-            showError(err);
-          }
-        });
-        cell(row, '').append(revoke);
-        body.append(row);
-      }
-    }
-    onSubmit($('create-key-form'), async (f) => {
-      const scopes = f.getAll('scopes');
-      const created = await api('POST', '/api-keys', {
-        name: f.get('name'),
-        type: f.get('type'),
-        environment: f.get('environment'),
-        ...(scopes.length ? { scopes } : {}),
-      });
-      $('new-key-value').value = created.key;
-      $('new-key').hidden = false;
-      $('copied').textContent = '';
-      $('create-key-form').reset();
-      say(`Key ${created.name} created.`);
-      $('new-key-value').focus();
-      $('new-key-value').select();
-      await load();
-    });
-    $('copy-key').addEventListener('click', async () => {
-      const input = $('new-key-value');
-      try {
-        await navigator.clipboard.writeText(input.value);
-      } catch {
-        input.select();
-        document.execCommand('copy');
-      }
-      $('copied').textContent = 'Copied';
-    });
-    await load().catch(showError);
-  },
-
-  async network() {
-    if (!(await signedIn())) return;
-    const area = $('allowlist');
-    try {
-      area.value = (await api('GET', '/tenant/security/network')).ipAllowlist.join('\n');
-    } catch (err) {
-      showError(err);
-    }
-    onSubmit($('network-form'), async (f) => {
-      const ipAllowlist = String(f.get('allowlist'))
-        .split(/[\s,]+/)
-        .map((s) => s.trim())
-        .filter(Boolean);
-      const saved = await api('PUT', '/tenant/security/network', { ipAllowlist });
-      area.value = saved.ipAllowlist.join('\n');
-      say(
-        saved.ipAllowlist.length
-          ? `Saved: API keys now work only from ${saved.ipAllowlist.length} address(es).`
-          : 'Saved: API keys work from any address.',
-      );
-    });
-  },
-
-  async billing() {
-    if (!(await signedIn())) return;
-    const key = () => crypto.randomUUID();
-    async function load() {
-      const [summary, invoices] = await Promise.all([api('GET', '/billing/summary'), api('GET', '/billing/invoices?limit=50')]);
-      $('plan').textContent = summary.plan;
-      $('balance').textContent = summary.credits.balance.toLocaleString();
-      $('usage').textContent = `${summary.usage.calls} model calls, ${summary.usage.credits} credits`;
-      const body = $('invoices').querySelector('tbody');
-      body.replaceChildren();
-      $('no-invoices').hidden = invoices.length > 0;
-      for (const i of invoices) {
-        const row = document.createElement('tr');
-        cell(row, when(i.createdAt));
-        cell(row, i.description);
-        cell(row, `${(i.amountCents / 100).toFixed(2)} ${i.currency.toUpperCase()}`);
-        cell(row, i.status);
-        cell(row, i.provider);
-        body.append(row);
-      }
-    }
-    /** A payment: the sandbox settles at once; a provider with a checkout (Stripe) takes the user there. */
-    function settled(payment, what) {
-      if (payment.status === 'pending' && payment.checkoutUrl) return location.assign(payment.checkoutUrl);
-      say(`${what} (${payment.provider}${payment.provider === 'sandbox' ? ': settled at once, no money moved' : ''}).`);
-    }
-    onSubmit($('buy-form'), async (f) => {
-      const payment = await api('POST', '/billing/credits/purchase', { credits: Number(f.get('credits')) }, { 'idempotency-key': key() });
-      settled(payment, `Bought ${payment.invoice.credits} credits`);
-      await load();
-    });
-    onSubmit($('gift-form'), async (f) => {
-      const res = await api('POST', '/billing/gift-cards/redeem', { code: f.get('code') }, { 'idempotency-key': key() });
-      $('gift-form').reset();
-      say(`Redeemed: ${res.creditsAdded} credits added.`);
-      await load();
-    });
-    onSubmit($('plan-form'), async (f) => {
-      const payment = await api('POST', '/billing/subscription/create', { plan: f.get('plan') }, { 'idempotency-key': key() });
-      settled(payment, `Subscribed to ${f.get('plan')}`);
-      await load();
-    });
-    await load().catch(showError);
   },
 };
 

@@ -69,7 +69,7 @@ export function secretHandlers(deps: IdentityDeps) {
             ctx,
             auth.tid,
             'secret.created',
-            { type: 'secret', id: doc.id },
+            { type: 'secret', id: doc.name },
             {
               after: { name: doc.name, description: doc.description, version: 1 },
             },
@@ -119,7 +119,7 @@ export function secretHandlers(deps: IdentityDeps) {
               ctx,
               auth.tid,
               'secret.versioned',
-              { type: 'secret', id: doc.id },
+              { type: 'secret', id: doc.name },
               {
                 before: { name: doc.name, version: doc.version },
                 after: { name: doc.name, version: next.version },
@@ -147,7 +147,7 @@ export function secretHandlers(deps: IdentityDeps) {
             ctx,
             auth.tid,
             'secret.deleted',
-            { type: 'secret', id: doc.id },
+            { type: 'secret', id: doc.name },
             {
               before: { name: doc.name, version: doc.version },
             },

@@ -1,0 +1,98 @@
+// /mcp-servers: the MCP servers agents may call (CONTRACT 11): register one (its bearer token a tenant secret),
+// its status and tools, list the tools again, delete.
+import { useState } from 'preact/hooks';
+import { call, listAll, type Item } from '../sdk';
+import { ErrorText, Form, Table, text, useAction, useLoad, useSearch } from '../ui';
+
+type Server = Item<'listMcpServers'>;
+
+function ServerRow({ server, changed }: { server: Server; changed: (m: string) => void }) {
+  const { error, act } = useAction(changed);
+  const s = server as any;
+  return (
+    <tr>
+      <th scope="row">{s.name}</th>
+      <td>{s.url}</td>
+      <td>{s.status === 'error' ? `error: ${s.error ?? ''}` : s.status}</td>
+      <td>{(s.tools ?? []).map((t: any) => `${t.name}${t.readOnly ? ' (read-only)' : ''}`).join(', ') || 'none'}</td>
+      <td class="actions">
+        <button
+          type="button"
+          class="secondary"
+          aria-label={`Refresh the tools of ${s.name}`}
+          onClick={() => act(() => call('refreshMcpServer', { params: { id: s.id } }), `Listed the tools of ${s.name} again.`)}
+        >
+          Refresh tools
+        </button>{' '}
+        <button
+          type="button"
+          class="secondary"
+          aria-label={`Delete ${s.name}`}
+          onClick={() => act(() => call('deleteMcpServer', { params: { id: s.id } }), `Deleted ${s.name}.`)}
+        >
+          Delete
+        </button>
+        <ErrorText error={error} />
+      </td>
+    </tr>
+  );
+}
+
+export default function McpServersPage() {
+  const servers = useLoad(() => listAll('listMcpServers', {}), []);
+  const secrets = useLoad(() => listAll('listSecrets', {}), []);
+  const [status, setStatus] = useState('');
+  const { shown, box } = useSearch(servers.data, (s: any) => s.name);
+  const changed = (message: string) => {
+    setStatus(message);
+    void servers.reload();
+  };
+  return (
+    <>
+      <h1>MCP servers</h1>
+      <section aria-labelledby="add-title">
+        <h2 id="add-title">Add a server</h2>
+        <Form
+          submit="Add server"
+          reset
+          onSubmit={async (f) => {
+            const secret = text(f, 'secret');
+            const s = (await call('createMcpServer', {
+              body: { name: text(f, 'name')!, url: text(f, 'url')!, ...(secret ? { auth: { type: 'bearer', secret } } : {}) },
+            })) as any;
+            changed(s.status === 'ready' ? `Added ${s.name}: ${s.tools.length} tools.` : `Added ${s.name}, not reachable: ${s.error}`);
+          }}
+        >
+          <p class="field">
+            <label for="mcp-name">Name</label>
+            <input id="mcp-name" name="name" required maxLength={100} />
+          </p>
+          <p class="field">
+            <label for="mcp-url">Server URL</label>
+            <input id="mcp-url" name="url" type="url" required maxLength={2000} />
+          </p>
+          <p class="field">
+            <label for="mcp-secret">Bearer token from the secret</label>
+            <select id="mcp-secret" name="secret">
+              <option value="">No authentication</option>
+              {secrets.data?.map((s) => (
+                <option value={s.name}>{s.name}</option>
+              ))}
+            </select>
+          </p>
+        </Form>
+      </section>
+      <p role="status">{status}</p>
+      <ErrorText error={servers.error ?? secrets.error} />
+      <section aria-labelledby="list-title">
+        <h2 id="list-title">Servers</h2>
+        {box}
+        <Table id="mcp-servers" columns={['Name', 'URL', 'Status', 'Tools', '']} empty="No MCP servers yet." rows={shown}>
+          {shown?.map((s: any) => (
+            <ServerRow key={s.id} server={s} changed={changed} />
+          ))}
+        </Table>
+      </section>
+    </>
+  );
+}

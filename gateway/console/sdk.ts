@@ -1,0 +1,68 @@
+// The console's one way to the API: @svc/sdk/browser, same-origin with the session cookie (the browser adds the
+// Origin header the gateway's CSRF rule checks). Pages call operations by their OpenAPI id through `call` and
+// `listAll`; this file alone knows how the SDK spells them, so a change of the SDK's shape is a change here only.
+import { ApiError, SvcClient, type ChatStreamEvent, type Input, type OperationId, type Output } from '@svc/sdk/browser';
+
+export { ApiError, type ChatStreamEvent };
+
+// `fetch` wrapped: the SDK calls the one it holds as its own method, which a browser refuses ("Illegal invocation")
+// for the window's fetch.
+const client = new SvcClient({ baseUrl: location.origin, maxRetries: 1, fetch: (input, init) => fetch(input, init) });
+
+type Method<K extends OperationId> = (input: Input<K>) => Promise<Output<K>>;
+/** An item of a list operation's answer. */
+export type Item<K extends OperationId> = Output<K> extends Array<infer T> ? T : never;
+
+/** One API operation: its answer's `data`. */
+export function call<K extends OperationId>(operation: K, input: Input<K>): Promise<Output<K>> {
+  return (client[operation as keyof SvcClient] as unknown as Method<K>).call(client, input);
+}
+
+/** Every item of a list operation, page after page until the last (no cap: a list shows all it has). */
+export async function listAll<K extends OperationId>(operation: K, input: Input<K>): Promise<Array<Item<K>>> {
+  const out: Array<Item<K>> = [];
+  const base = (input ?? {}) as { query?: Record<string, unknown> };
+  for await (const item of client.paginate(operation, { ...base, query: { limit: 100, ...base.query } } as Input<K>))
+    out.push(item as Item<K>);
+  return out;
+}
+
+/**
+ * A long list read on demand (the request log, the audit log, events): `next(n)` answers up to n more items and
+ * whether any are left, following the cursor, so a page shows what it has and offers the rest.
+ */
+export function pager<K extends OperationId>(operation: K, input: Input<K>) {
+  const base = (input ?? {}) as { query?: Record<string, unknown> };
+  const items = client.paginate(operation, { ...base, query: { limit: 50, ...base.query } } as Input<K>);
+  let done = false;
+  return {
+    async next(n: number): Promise<{ items: Array<Item<K>>; more: boolean }> {
+      const out: Array<Item<K>> = [];
+      while (!done && out.length < n) {
+        const r = await items.next();
+        if (r.done) done = true;
+        else out.push(r.value as Item<K>);
+      }
+      return { items: out, more: !done };
+    },
+  };
+}
+
+/** The assistant's reply to a session's latest message as it streams (resumed with Last-Event-ID on a drop). */
+export const streamChatReply = (sessionId: string, signal?: AbortSignal): AsyncGenerator<ChatStreamEvent> =>
+  client.streamChatReply(sessionId, { signal });
+
+/** An error for people: the API's message, each invalid field, and the request id to quote. */
+export function describe(err: unknown): string {
+  if (!(err instanceof ApiError)) return String((err as Error)?.message ?? err);
+  const fields = err.details.fields as Array<{ field: string; message: string }> | undefined;
+  const detail = Array.isArray(fields) ? ` ${fields.map((f) => `${f.field}: ${f.message}`).join('; ')}` : '';
+  return `${err.message}${detail}${err.requestId ? ` (request id ${err.requestId})` : ''}`;
+}
+
+/** A 401 on a console page means the session ended: sign in again and come back here. */
+export function toLogin(): void {
+  location.assign(`/login?next=${encodeURIComponent(location.pathname + location.search)}`);
+}
+
+export const isUnauthorized = (err: unknown) => err instanceof ApiError && err.status === 401;
