@@ -49,25 +49,25 @@ it('counts requests by route template and status, gRPC calls by method and code,
   const after = await scrape();
   const moved = (name: string, labels: Record<string, string>) => valueOf(after, name, labels) - valueOf(before, name, labels);
 
-  expect(moved('http_requests_total', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
-  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '200' })).toBe(2);
-  expect(moved('http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '404' })).toBe(1);
-  expect(moved('http_request_duration_seconds_count', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
-  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/CreateProject', code: 'OK' })).toBe(1);
-  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'NOT_FOUND' })).toBe(1);
-  expect(moved('rate_limit_rejections_total', { reason: 'rate_limit' })).toBe(limited);
-  expect(moved('gateway_read_cache_total', { cache: 'projects', outcome: 'miss' })).toBe(2);
-  expect(moved('gateway_read_cache_total', { cache: 'projects', outcome: 'hit' })).toBe(1);
-  expect(moved('grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'OK' })).toBe(1);
+  expect(moved('svc_http_requests_total', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
+  expect(moved('svc_http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '200' })).toBe(2);
+  expect(moved('svc_http_requests_total', { method: 'GET', route: '/api/v1/projects/:id', status: '404' })).toBe(1);
+  expect(moved('svc_http_request_duration_seconds_count', { method: 'POST', route: '/api/v1/projects', status: '201' })).toBe(1);
+  expect(moved('svc_grpc_server_handled_total', { method: '/projects.v1.ProjectsService/CreateProject', code: 'OK' })).toBe(1);
+  expect(moved('svc_grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'NOT_FOUND' })).toBe(1);
+  expect(moved('svc_rate_limit_rejections_total', { reason: 'rate_limit' })).toBe(limited);
+  expect(moved('svc_gateway_read_cache_total', { cache: 'projects', outcome: 'miss' })).toBe(2);
+  expect(moved('svc_gateway_read_cache_total', { cache: 'projects', outcome: 'hit' })).toBe(1);
+  expect(moved('svc_grpc_server_handled_total', { method: '/projects.v1.ProjectsService/GetProject', code: 'OK' })).toBe(1);
   // No raw ids in labels: one series per route, whatever the id.
   expect(after).not.toContain(created.body.data.id);
   // The process metrics and the event-loop delay are there too, and the outbox and bus series exist.
-  for (const name of ['process_cpu_seconds_total', 'nodejs_eventloop_lag_p99_seconds', 'process_resident_memory_bytes'])
+  for (const name of ['svc_process_cpu_seconds_total', 'svc_nodejs_eventloop_lag_p99_seconds', 'svc_process_resident_memory_bytes'])
     expect(after).toMatch(new RegExp(`^${name} `, 'm'));
-  for (const name of ['outbox_events_published_total', 'outbox_lag_seconds', 'bus_messages_handled_total', 'llm_tokens_total'])
+  for (const name of ['svc_outbox_events_published_total', 'svc_outbox_lag_seconds', 'svc_bus_messages_handled_total', 'svc_llm_tokens_total'])
     expect(after).toContain(`# TYPE ${name}`);
   // The sign-ups' tenant.created reached billing's consumer: its lag has a series (seconds, never negative).
-  const lag = /^bus_consumer_lag_seconds\{topic="([^"]+)",group="billing"\} ([0-9.e-]+)$/m.exec(after);
+  const lag = /^svc_bus_consumer_lag_seconds\{topic="([^"]+)",group="billing"\} ([0-9.e-]+)$/m.exec(after);
   expect(lag).not.toBeNull();
   expect(Number(lag![2])).toBeGreaterThanOrEqual(0);
 });
@@ -77,7 +77,7 @@ it('serves the same text on METRICS_PORT, for every process, without a credentia
     expect(port).toEqual(expect.any(Number));
     const res = await fetch(`http://127.0.0.1:${port}/metrics`);
     expect(res.status).toBe(200);
-    expect(await res.text()).toContain('# TYPE grpc_server_handled_total counter');
+    expect(await res.text()).toContain('# TYPE svc_grpc_server_handled_total counter');
     expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404);
   }
 });
