@@ -837,7 +837,9 @@ describe('docker-compose.yml', () => {
   });
 
   it('has exactly the processes the code has, plus the infrastructure they use', () => {
-    expect(Object.keys(all).sort()).toEqual([...PROCESSES, 'kafka', 'mongodb', 'redis', 'otel-collector', 'jaeger'].sort());
+    expect(Object.keys(all).sort()).toEqual(
+      [...PROCESSES, 'kafka', 'mongodb', 'redis', 'otel-collector', 'jaeger', 'prometheus', 'grafana'].sort(),
+    );
   });
 
   it('checks the health of the collector and the trace UI, and starts the collector after Jaeger is healthy', () => {
@@ -935,6 +937,13 @@ describe('docker-compose.yml', () => {
     const traces = otel.service.pipelines.traces;
     expect(traces.receivers).toContain('otlp');
     expect(traces.exporters.map((e) => otel.exporters[e]?.endpoint)).toContain('jaeger:4317');
+    // Logs and metrics go somewhere that keeps them: a file on a volume, and Prometheus (remote write it accepts).
+    const logs = otel.service.pipelines.logs.exporters.map((e) => otel.exporters[e] as { path?: string });
+    const logsDir = logs.find((e) => e.path)?.path?.replace(/\/[^/]+$/, '');
+    expect((all['otel-collector'] as ComposeService & { volumes?: string[] }).volumes?.some((v) => v.endsWith(`:${logsDir}`))).toBe(true);
+    const metrics = otel.service.pipelines.metrics.exporters.map((e) => otel.exporters[e]?.endpoint);
+    expect(metrics).toContain('http://prometheus:9090/api/v1/write');
+    expect(([] as string[]).concat(all.prometheus.command ?? [])).toContain('--web.enable-remote-write-receiver');
   });
 
   it('validates against the compose-spec JSON schema', () => {
