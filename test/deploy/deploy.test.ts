@@ -98,7 +98,7 @@ interface Deployment extends K8sObject {
         terminationGracePeriodSeconds?: number;
         securityContext?: SecurityContext;
         containers: Container[];
-        volumes?: Array<{ name: string; emptyDir?: object }>;
+        volumes?: Array<{ name: string; emptyDir?: object; secret?: { secretName: string } }>;
       };
     };
   };
@@ -722,9 +722,7 @@ describe('kubernetes: helm chart, lint and options', () => {
     ];
     expect(users.length).toBe(FACTS.filter((f) => f.storeAndBus).length + 1);
     for (const u of users) {
-      const pod = u.spec.template.spec as Deployment['spec']['template']['spec'] & {
-        volumes?: Array<{ name: string; secret?: { secretName: string } }>;
-      };
+      const pod = u.spec.template.spec;
       const [c] = pod.containers;
       const settings = { ...configMapOf(objects, c), ...plainEnvOf(c) };
       const mount = c.volumeMounts?.find((m) => settings.KAFKA_SSL_CA_FILE?.startsWith(`${m.mountPath}/`));

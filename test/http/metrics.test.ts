@@ -1,4 +1,6 @@
-import { client, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { startFakeOpenAI } from '@svc/llm/testing';
+import { client, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { exposedNames, monitoredMetrics } from '../helpers/promql';
 import { startStack, type Stack } from '../helpers/stack';
 
 // Prometheus metrics: the gateway serves them to the operator at /metrics; every process serves them on
@@ -64,7 +66,12 @@ it('counts requests by route template and status, gRPC calls by method and code,
   // The process metrics and the event-loop delay are there too, and the outbox and bus series exist.
   for (const name of ['svc_process_cpu_seconds_total', 'svc_nodejs_eventloop_lag_p99_seconds', 'svc_process_resident_memory_bytes'])
     expect(after).toMatch(new RegExp(`^${name} `, 'm'));
-  for (const name of ['svc_outbox_events_published_total', 'svc_outbox_lag_seconds', 'svc_bus_messages_handled_total', 'svc_llm_tokens_total'])
+  for (const name of [
+    'svc_outbox_events_published_total',
+    'svc_outbox_lag_seconds',
+    'svc_bus_messages_handled_total',
+    'svc_llm_tokens_total',
+  ])
     expect(after).toContain(`# TYPE ${name}`);
   // The sign-ups' tenant.created reached billing's consumer: its lag has a series (seconds, never negative).
   const lag = /^svc_bus_consumer_lag_seconds\{topic="([^"]+)",group="billing"\} ([0-9.e-]+)$/m.exec(after);
@@ -80,4 +87,46 @@ it('serves the same text on METRICS_PORT, for every process, without a credentia
     expect(await res.text()).toContain('# TYPE svc_grpc_server_handled_total counter');
     expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404);
   }
+});
+
+it('after a model call, offers every metric the alerts and the dashboard name, and the GenAI histograms by model and provider', async () => {
+  const fake = await startFakeOpenAI({ apiKey: 'sk-metered' });
+  try {
+    const t = { token: owner.accessToken };
+    const settings = await api.patch(
+      '/api/v1/tenant/settings/llm',
+      { provider: 'openai', model: 'gpt-metered', baseUrl: fake.url, apiKey: 'sk-metered' },
+      t,
+    );
+    expect(settings.status).toBe(200);
+    const session = (await api.post('/api/v1/chat/sessions', { title: 'metered' }, t)).body.data.id;
+    expect((await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'count me' }, t)).status).toBe(202);
+    await eventually(async () => {
+      const messages = (await api.get(`/api/v1/chat/sessions/${session}/messages`, t)).body.data;
+      return messages.some((m: { role: string; status: string }) => m.role === 'assistant' && m.status === 'completed');
+    }, 30_000);
+  } finally {
+    await fake.close();
+  }
+  // What Prometheus would scrape: the gateway's and every service's METRICS_PORT.
+  const ports = [stack.gateway.metricsPort, ...Object.values(stack.services).map((s) => s.metricsPort)];
+  const texts = await Promise.all(ports.map(async (port) => (await fetch(`http://127.0.0.1:${port}/metrics`)).text()));
+  const offered = new Set(texts.flatMap((text) => [...exposedNames(text)]));
+  // `up` is Prometheus's own series of each target, never a process's.
+  const named = monitoredMetrics().filter((m) => m !== 'up');
+  expect(named.length).toBeGreaterThan(15);
+  expect(named.filter((m) => !offered.has(m))).toEqual([]);
+  // One metric system: every series of the processes is svc_.
+  expect([...offered].filter((m) => !m.startsWith('svc_'))).toEqual([]);
+
+  const text = texts.join('\n');
+  const labels =
+    'gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-metered",gen_ai_response_model="gpt-metered"';
+  for (const type of ['input', 'output']) {
+    const count = new RegExp(`^svc_gen_ai_client_token_usage_count\\{${labels},gen_ai_token_type="${type}"\\} (\\d+)$`, 'm').exec(text);
+    expect({ type, calls: Number(count?.[1] ?? 0) >= 1 }).toEqual({ type, calls: true });
+  }
+  const sum = new RegExp(`^svc_gen_ai_client_token_usage_sum\\{${labels},gen_ai_token_type="output"\\} ([0-9.e+]+)$`, 'm').exec(text);
+  expect(Number(sum?.[1])).toBeGreaterThan(0);
+  expect(text).toMatch(new RegExp(`^svc_gen_ai_client_operation_duration_seconds_count\\{${labels},error_type=""\\} [1-9]`, 'm'));
 });
