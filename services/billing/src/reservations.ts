@@ -10,7 +10,17 @@
  * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, LeaseWatch, type Logger, metrics, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import {
+  AppError,
+  DuplicateKeyError,
+  LeaseWatch,
+  type Logger,
+  metrics,
+  monotonicNow,
+  nowIso,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf, usageCredits } from './ledger';
