@@ -90,9 +90,11 @@ it('serves the same text on METRICS_PORT, for every process, without a credentia
 });
 
 it('after a model call, offers every metric the alerts and the dashboard name, and the GenAI histograms by model and provider', async () => {
+  // Its own user: RATE_LIMIT_MAX is 5 a window here, and the reply is awaited on the metrics port, not the API.
+  const modeller = await signUp(api, 'Modelled');
+  const t = { token: modeller.accessToken };
   const fake = await startFakeOpenAI({ apiKey: 'sk-metered' });
   try {
-    const t = { token: owner.accessToken };
     const settings = await api.patch(
       '/api/v1/tenant/settings/llm',
       { provider: 'openai', model: 'gpt-metered', baseUrl: fake.url, apiKey: 'sk-metered' },
@@ -101,10 +103,14 @@ it('after a model call, offers every metric the alerts and the dashboard name, a
     expect(settings.status).toBe(200);
     const session = (await api.post('/api/v1/chat/sessions', { title: 'metered' }, t)).body.data.id;
     expect((await api.post(`/api/v1/chat/sessions/${session}/messages`, { content: 'count me' }, t)).status).toBe(202);
-    await eventually(async () => {
-      const messages = (await api.get(`/api/v1/chat/sessions/${session}/messages`, t)).body.data;
-      return messages.some((m: { role: string; status: string }) => m.role === 'assistant' && m.status === 'completed');
-    }, 30_000);
+    // The model call has ended once its duration is observed.
+    await eventually(
+      async () =>
+        /^svc_gen_ai_client_operation_duration_seconds_count\{[^}]*gpt-metered[^}]*\} [1-9]/m.test(
+          await (await fetch(`http://127.0.0.1:${stack.services.chat.metricsPort}/metrics`)).text(),
+        ),
+      30_000,
+    );
   } finally {
     await fake.close();
   }
@@ -128,5 +134,7 @@ it('after a model call, offers every metric the alerts and the dashboard name, a
   }
   const sum = new RegExp(`^svc_gen_ai_client_token_usage_sum\\{${labels},gen_ai_token_type="output"\\} ([0-9.e+]+)$`, 'm').exec(text);
   expect(Number(sum?.[1])).toBeGreaterThan(0);
+  // Every gRPC server's health, for the readiness alert.
+  expect(text).toMatch(/^svc_health_serving\{check=""\} 1$/m);
   expect(text).toMatch(new RegExp(`^svc_gen_ai_client_operation_duration_seconds_count\\{${labels},error_type=""\\} [1-9]`, 'm'));
 });
