@@ -12,7 +12,7 @@
  *   (the joined deltas equal the reply, event offsets increase by each delta's length), and the gateway's resident
  *   memory per open stream is reported (peak RSS while they are open minus RSS before, divided by the count).
  * - The credit reservation: every message reserves its most possible cost in billing (its own process) before the
- *   202. Chat's `credit_reservation_seconds` histogram (METRICS_PORT) times each reservation where it happens; its
+ *   202. Chat's `svc_credit_reservation_seconds` histogram (METRICS_PORT) times each reservation where it happens; its
  *   p50/p99 (interpolated in the buckets) are what the reservation adds to POST /messages, reported beside the whole
  *   POST. Target: p99 under 2 ms.
  */
@@ -119,7 +119,7 @@ async function directTtft(llmUrl: string): Promise<number> {
 /** p50 and p99 of chat's accepted reservations, from its Prometheus histogram, interpolated within a bucket. */
 async function reservationMs(metricsPort: number) {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
-  const buckets = [...text.matchAll(/^credit_reservation_seconds_bucket\{le="([^"]+)",outcome="accepted"\} (\d+)$/gm)].map((m) => ({
+  const buckets = [...text.matchAll(/^svc_credit_reservation_seconds_bucket\{le="([^"]+)",outcome="accepted"\} (\d+)$/gm)].map((m) => ({
     le: m[1] === '+Inf' ? Infinity : Number(m[1]) * 1000,
     count: Number(m[2]),
   }));

@@ -31,7 +31,7 @@ const ENTRIES = {
   start: 'scripts/start.ts',
   gateway: 'gateway/src/main.ts',
   services: 'scripts/services-host.ts',
-  // The deployment's topic creation (deploy/k8s: the kafka-topics Job).
+  // The deployment's topic creation (deploy/helm/svc: the kafka-topics hook Job).
   'kafka-topics': 'scripts/kafka-topics.ts',
   ...Object.fromEntries(SERVICES.map((s) => [`services/${s}`, `services/${s}/src/main.ts`])),
 };

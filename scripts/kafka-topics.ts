@@ -2,7 +2,7 @@
  * `npm run kafka:topics`: creates every topic the services use (each service topic and its `.dead-letters`) with
  * KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR and KAFKA_MIN_INSYNC_REPLICAS (defaults by NODE_ENV, as the services
  * read them), and checks the ones that exist. Production services never create topics (KAFKA_CREATE_TOPICS off):
- * deploy/k8s runs this as the kafka-topics Job (`node dist/kafka-topics.js`). Exit 0 when every topic exists as
+ * The Helm chart (deploy/helm/svc) runs this as the kafka-topics hook Job (`node dist/kafka-topics.js`). Exit 0 when every topic exists as
  * configured; 1 naming what is wrong (a topic with fewer replicas or a lower min.insync.replicas than configured is
  * reported, never changed: see docs/runbooks/distributed.md); 2 for bad settings.
  */

@@ -1,20 +1,22 @@
 /**
  * Offline checks of the deployment files. No cluster and no Docker engine run here, so these assert the
- * invariants that matter: every kustomize overlay as kubectl renders it (closed structural schemas per kind, see
- * k8s-shapes.ts), the network policies against the calls the code makes (code-facts.ts), and docker-compose.yml
- * against the compose-spec JSON schema (a copy in compose-spec.json, from github.com/compose-spec/compose-spec,
- * schema/compose-spec.json at 170098ba07d9, Apache-2.0).
+ * invariants that matter: the Helm chart deploy/helm/svc as real Helm lints and renders it (helm-java, one JVM for
+ * the file: test/helm/helm.ts), each object against the Kubernetes API schemas (kubernetes-models) and closed
+ * structural schemas per kind (k8s-shapes.ts), the network policies against the calls the code makes
+ * (code-facts.ts), and docker-compose.yml against the compose-spec JSON schema (a copy in compose-spec.json, from
+ * github.com/compose-spec/compose-spec, schema/compose-spec.json at 170098ba07d9, Apache-2.0).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { parse, parseAllDocuments } from 'yaml';
+import { parse } from 'yaml';
 import { loadGatewayConfig } from '../../gateway/src/config';
 import { commonConfig, kafkaTopicSettings, loadConfig } from '@svc/kit/config';
 import { processFacts, root, servicePorts, stopBudgetMs, type ProcessFacts } from './code-facts';
 import { K8S_SHAPES } from './k8s-shapes';
 import { allows, type Endpoint, type NetworkPolicy } from './network-policy';
+import { helm, type HelmResult } from '../helm/helm';
 
 /** Every process, from the code: the gateway (HTTP) and the gRPC services with their ports. */
 const SERVICES: Record<string, number> = servicePorts();
@@ -29,7 +31,9 @@ const neededSecrets = (f: ProcessFacts): string[] => [
   ...(f.redis ? ['REDIS_URL'] : []),
 ];
 const SECRET_KEYS = ['MONGODB_URI', 'SVC_MASTER_KEY', 'REDIS_URL', 'SVC_ADMIN_TOKEN'];
-const OVERLAYS = readdirSync(path.join(root, 'deploy/k8s/overlays'));
+const CHART = path.join(root, 'deploy/helm/svc');
+/** The chart's value sets, as each render is named: production defaults and the development cluster. */
+const VALUE_SETS = ['production', 'dev'];
 
 /**
  * The compiled entry a process's command must start (scripts/build.mjs writes it from `<dir>/src/main.ts`; the jest
@@ -94,7 +98,7 @@ interface Deployment extends K8sObject {
         terminationGracePeriodSeconds?: number;
         securityContext?: SecurityContext;
         containers: Container[];
-        volumes?: Array<{ name: string; emptyDir?: object }>;
+        volumes?: Array<{ name: string; emptyDir?: object; secret?: { secretName: string } }>;
       };
     };
   };
@@ -130,6 +134,9 @@ const configMapOf = (objects: K8sObject[], c: Container): Record<string, string>
   const name = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
   return (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === name) as ConfigMap | undefined)?.data ?? {};
 };
+/** A container's literal env values (a hook Job gets its settings this way: it runs before the ConfigMap exists). */
+const plainEnvOf = (c: Container): Record<string, string> =>
+  Object.fromEntries((c.env ?? []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
 
 /** ajv 8, the gateway's own dependency (the root's ajv is eslint's 6). */
 function newAjv(): { validate(schema: object, data: unknown): boolean; errorsText(errors?: unknown): string; errors?: unknown } {
@@ -139,25 +146,37 @@ function newAjv(): { validate(schema: object, data: unknown): boolean; errorsTex
   return new mod.default({ strict: false, allErrors: true, validateSchema: false });
 }
 
-/** Renders a kustomization with kubectl; a missing kubectl is a failure, never a skip. */
-function kustomize(dir: string): K8sObject[] {
-  let out: string;
-  try {
-    out = execFileSync('kubectl', ['kustomize', dir], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException & { stderr?: string };
-    if (e.code === 'ENOENT') {
-      throw new Error('kubectl is not on PATH: these checks render deploy/k8s with `kubectl kustomize` (works offline). Install kubectl.');
-    }
-    throw new Error(`kubectl kustomize ${dir} failed:\n${e.stderr ?? e.message}`);
-  }
-  return parseAllDocuments(out)
-    .map((doc) => {
-      if (doc.errors.length) throw new Error(`kustomize output is not valid YAML: ${doc.errors[0].message}`);
-      return doc.toJS() as K8sObject | null;
-    })
-    .filter((o): o is K8sObject => o !== null);
+/**
+ * The chart as Helm renders it, once for the file (one JVM): the value sets above, plus the options the checks
+ * below switch on (network policies off; monitoring, ExternalSecrets and Kafka over TLS with SASL on).
+ */
+type Rendered = HelmResult<K8sObject>;
+let renderedOnce: Rendered | undefined;
+const SECURE_KAFKA = {
+  'kafka.ssl': 'true',
+  'kafka.caSecret.name': 'kafka-ca',
+  'kafka.sasl.mechanism': 'scram-sha-512',
+  'kafka.sasl.username': 'svc',
+  'kafka.sasl.passwordSecret.name': 'kafka-user',
+};
+function rendered(): Rendered {
+  // helm-java's template prints the release's manifest without its hooks (Helm's CLI appends them), so the value
+  // sets are rendered with the topics Job as an ordinary resource too, and compared with the hooked render.
+  const noHook = { 'kafkaTopics.hook': 'false' };
+  renderedOnce ??= helm<K8sObject>(CHART, [
+    { name: 'production', namespace: 'svc', set: noHook },
+    { name: 'dev', namespace: 'svc-dev', valuesFiles: [path.join(CHART, 'values-dev.yaml')], set: noHook },
+    { name: 'hooked', namespace: 'svc' },
+    { name: 'no-policies', namespace: 'svc', set: { 'networkPolicy.enabled': 'false' } },
+    {
+      name: 'options',
+      namespace: 'svc',
+      set: { 'monitoring.enabled': 'true', 'externalSecrets.enabled': 'true', ...SECURE_KAFKA, ...noHook },
+    },
+  ]);
+  return renderedOnce;
 }
+const render = (name: string): K8sObject[] => rendered().renders[name];
 
 const matches = (selector: Labels, labels: Labels | undefined): boolean => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 
@@ -168,10 +187,10 @@ const preStopSeconds = (c: Container): number | undefined => {
   return c.lifecycle?.preStop?.sleep?.seconds;
 };
 
-describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
+describe.each(VALUE_SETS)('kubernetes: helm chart, %s values', (values) => {
   let objects: K8sObject[];
   beforeAll(() => {
-    objects = kustomize(`deploy/k8s/overlays/${overlay}`);
+    objects = render(values);
   });
 
   // kubernetes-models accepts unknown fields (the API's schemas are open); these closed shapes catch a misspelt one.
@@ -225,7 +244,7 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
     }
   });
 
-  it('creates the Kafka topics with a Job running the compiled kafka:topics, on the settings the services read', () => {
+  it('creates the Kafka topics with a hook Job running the compiled kafka:topics, on the settings the services read', () => {
     const jobs = objects.filter((o) => o.kind === 'Job') as Job[];
     expect(jobs.map((j) => j.metadata.name)).toEqual(['kafka-topics']);
     const [job] = jobs;
@@ -243,12 +262,14 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
       capabilities: { drop: ['ALL'] },
     });
     expect(c.resources?.limits?.memory).toBeDefined();
-    // The very settings every service pod gets, so the topics are what the services expect.
+    // The very settings every service pod gets (as env: a hook runs before the release's ConfigMap exists), so the
+    // topics are what the services expect.
     const services = (objects.filter((o) => o.kind === 'Deployment') as Deployment[]).filter((d) => facts(d.metadata.name).storeAndBus);
-    for (const d of services) expect(configMapOf(objects, d.spec.template.spec.containers[0])).toEqual(configMapOf(objects, c));
+    expect(c.envFrom).toBeUndefined();
+    for (const d of services) expect(configMapOf(objects, d.spec.template.spec.containers[0])).toEqual(plainEnvOf(c));
     // Production: no service creates a topic, and min.insync.replicas can be met.
-    const settings = topicSettingsOf(configMapOf(objects, c));
-    expect(configMapOf(objects, c).NODE_ENV).toBe('production');
+    const settings = topicSettingsOf(plainEnvOf(c));
+    expect(plainEnvOf(c).NODE_ENV).toBe('production');
     expect(settings.createTopics).toBe(false);
     expect(settings.minInsyncReplicas).toBeLessThanOrEqual(settings.replicationFactor);
   });
@@ -269,7 +290,7 @@ describe.each(OVERLAYS)('kubernetes: kustomize overlays/%s', (overlay) => {
   });
 });
 
-describe('kubernetes: kustomize overlays/dev', () => {
+describe('kubernetes: helm chart, dev values in namespace svc-dev', () => {
   let objects: K8sObject[];
   let deployments: Deployment[];
   let services: Service[];
@@ -281,7 +302,7 @@ describe('kubernetes: kustomize overlays/dev', () => {
   };
 
   beforeAll(() => {
-    objects = kustomize('deploy/k8s/overlays/dev');
+    objects = render('dev');
     deployments = byKind<Deployment>('Deployment');
     services = byKind<Service>('Service');
   });
@@ -292,12 +313,11 @@ describe('kubernetes: kustomize overlays/dev', () => {
       expect(typeof o.apiVersion).toBe('string');
       expect(typeof o.kind).toBe('string');
       expect(o.metadata?.name).toMatch(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/);
-      if (o.kind !== 'Namespace')
-        expect({ kind: o.kind, name: o.metadata.name, ns: o.metadata.namespace }).toEqual({
-          kind: o.kind,
-          name: o.metadata.name,
-          ns: 'svc-dev',
-        });
+      expect({ kind: o.kind, name: o.metadata.name, ns: o.metadata.namespace }).toEqual({
+        kind: o.kind,
+        name: o.metadata.name,
+        ns: 'svc-dev',
+      });
     }
     const keys = objects.map((o) => `${o.kind}/${o.metadata.name}`);
     expect(new Set(keys).size).toBe(keys.length);
@@ -585,24 +605,138 @@ describe('kubernetes: kustomize overlays/dev', () => {
 
   it('runs the development cluster on one Kafka broker: one replica, topics still from the Job', () => {
     const [job] = byKind<Job>('Job');
-    expect(topicSettingsOf(configMapOf(objects, job.spec.template.spec.containers[0]))).toMatchObject({
+    expect(topicSettingsOf(plainEnvOf(job.spec.template.spec.containers[0]))).toMatchObject({
       replicationFactor: 1,
       minInsyncReplicas: 1,
       createTopics: false,
     });
   });
 
-  it('keeps the base usable without the component', () => {
-    const base = kustomize('deploy/k8s/base');
+  it('renders without network policies when they are switched off', () => {
+    const base = render('no-policies');
     expect(base.some((o) => o.kind === 'NetworkPolicy')).toBe(false);
     expect(base.filter((o) => o.kind === 'Deployment')).toHaveLength(PROCESSES.length);
   });
 
-  it('replicates every topic in the base (production): 3 replicas, a write on 2 before it is acknowledged', () => {
-    const base = kustomize('deploy/k8s/base');
+  it('replicates every topic in production: 3 replicas, a write on 2 before it is acknowledged', () => {
+    const base = render('production');
     const config = (base.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data ?? {};
     expect(topicSettingsOf(config)).toEqual({ numPartitions: 6, replicationFactor: 3, minInsyncReplicas: 2, createTopics: false });
     expect(base.filter((o) => o.kind === 'Job').map((o) => o.metadata.name)).toEqual(['kafka-topics']);
+  });
+});
+
+describe('kubernetes: helm chart, lint and options', () => {
+  let objects: K8sObject[];
+  const byKind = <T extends K8sObject>(kind: string): T[] => objects.filter((o) => o.kind === kind) as T[];
+  beforeAll(() => {
+    objects = render('options');
+  });
+
+  it('passes helm lint --strict with no warning', () => {
+    const { lint } = rendered();
+    expect(lint.failed).toBe(false);
+    expect(lint.messages.filter((m) => /\[(WARNING|ERROR)\]/.test(m))).toEqual([]);
+  });
+
+  it('runs the topics Job as a Helm hook by default: Helm keeps it out of the manifest, which is otherwise the same', () => {
+    const hooked = render('hooked');
+    const production = render('production');
+    const key = (o: K8sObject) => `${o.kind}/${o.metadata.name}`;
+    expect(hooked.some((o) => o.kind === 'Job')).toBe(false);
+    expect(hooked.map(key).sort()).toEqual(
+      production
+        .filter((o) => o.kind !== 'Job')
+        .map(key)
+        .sort(),
+    );
+    // The annotations Helm split it by: before the processes of an install or an upgrade start; the previous run's
+    // Job replaced, a finished one removed.
+    const template = readFileSync(path.join(CHART, 'templates/kafka-topics-job.yaml'), 'utf8');
+    expect(template).toContain('helm.sh/hook: pre-install,pre-upgrade');
+    expect(template).toContain('helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded');
+  });
+
+  it('renders the monitoring pack and the ExternalSecret as their operators define them', () => {
+    const problems: string[] = [];
+    // The operators' models (kubernetes-models' packages); the ExternalSecret's v1 has v1beta1's fields used here.
+    const models: Record<string, () => { validate(): void }> = {
+      PodMonitor: () => {
+        const { PodMonitor } = require('@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor'); // eslint-disable-line @typescript-eslint/no-require-imports
+        return new PodMonitor(byKind('PodMonitor')[0]);
+      },
+      PrometheusRule: () => {
+        const { PrometheusRule } = require('@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule'); // eslint-disable-line @typescript-eslint/no-require-imports
+        return new PrometheusRule(byKind('PrometheusRule')[0]);
+      },
+      ExternalSecret: () => {
+        const { ExternalSecret } = require('@kubernetes-models/external-secrets/external-secrets.io/v1beta1/ExternalSecret'); // eslint-disable-line @typescript-eslint/no-require-imports
+        return new ExternalSecret({ ...byKind('ExternalSecret')[0], apiVersion: 'external-secrets.io/v1beta1' });
+      },
+    };
+    for (const [kind, model] of Object.entries(models)) {
+      expect({ kind, count: byKind(kind).length }).toEqual({ kind, count: 1 });
+      try {
+        model().validate();
+      } catch (err) {
+        problems.push(`${kind}: ${(err as Error).message}`);
+      }
+    }
+    expect(problems).toEqual([]);
+    expect(byKind<K8sObject & { spec: { target: { name: string } } }>('ExternalSecret')[0].spec.target.name).toBe('svc-secrets');
+  });
+
+  it('ships deploy/monitoring as it is: the same alerts (runbook links on the configured base) and dashboard', () => {
+    const rules = parse(readFileSync(path.join(root, 'deploy/monitoring/rules.yaml'), 'utf8')) as { groups: unknown[] };
+    const rule = byKind<K8sObject & { spec: { groups: unknown[] } }>('PrometheusRule')[0];
+    const base = 'https://github.com/your-org/svc/blob/main/docs/runbooks/';
+    expect(JSON.parse(JSON.stringify(rule.spec.groups).replaceAll(base, 'docs/runbooks/'))).toEqual(rules.groups);
+    expect(JSON.stringify(rule.spec.groups)).toContain(`${base}monitoring.md#`);
+    const dashboard = byKind<ConfigMap>('ConfigMap').find((c) => c.metadata.name === 'svc-platform-dashboard');
+    expect(dashboard?.metadata.labels?.grafana_dashboard).toBe('1');
+    expect(JSON.parse(dashboard?.data?.['svc-platform.json'] ?? '{}')).toEqual(
+      JSON.parse(readFileSync(path.join(root, 'deploy/monitoring/dashboard.json'), 'utf8')),
+    );
+    // Every pod of the release, at its metrics port, with the `app` label the rules group by.
+    const monitor = byKind<
+      K8sObject & {
+        spec: {
+          selector: { matchLabels: Labels };
+          podMetricsEndpoints: Array<{ port: string; relabelings: Array<{ targetLabel: string }> }>;
+        };
+      }
+    >('PodMonitor')[0];
+    for (const d of byKind<Deployment>('Deployment')) {
+      expect(matches(monitor.spec.selector.matchLabels, d.spec.template.metadata.labels)).toBe(true);
+      expect(d.spec.template.spec.containers[0].ports?.some((p) => p.name === monitor.spec.podMetricsEndpoints[0].port)).toBe(true);
+    }
+    expect(monitor.spec.podMetricsEndpoints[0].relabelings.map((r) => r.targetLabel)).toEqual(expect.arrayContaining(['app', 'pod']));
+  });
+
+  it('connects every Kafka user over TLS with SASL: the CA mounted where KAFKA_SSL_CA_FILE says, the password from its Secret', () => {
+    const config = (objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('svc-config')) as ConfigMap).data ?? {};
+    expect(config).toMatchObject({ KAFKA_SSL: 'true', KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: 'svc' });
+    const users = [
+      ...byKind<Deployment>('Deployment').filter((d) => facts(d.metadata.name).storeAndBus),
+      ...(byKind('Job') as unknown as Deployment[]),
+    ];
+    expect(users.length).toBe(FACTS.filter((f) => f.storeAndBus).length + 1);
+    for (const u of users) {
+      const pod = u.spec.template.spec;
+      const [c] = pod.containers;
+      const settings = { ...configMapOf(objects, c), ...plainEnvOf(c) };
+      const mount = c.volumeMounts?.find((m) => settings.KAFKA_SSL_CA_FILE?.startsWith(`${m.mountPath}/`));
+      expect({ name: u.metadata.name, ca: pod.volumes?.find((v) => v.name === mount?.name)?.secret?.secretName }).toEqual({
+        name: u.metadata.name,
+        ca: 'kafka-ca',
+      });
+      expect(c.env?.find((e) => e.name === 'KAFKA_SASL_PASSWORD')?.valueFrom?.secretKeyRef).toEqual({
+        name: 'kafka-user',
+        key: 'KAFKA_SASL_PASSWORD',
+      });
+    }
+    const [gateway] = byKind<Deployment>('Deployment').filter((d) => d.metadata.name === 'gateway');
+    expect(gateway.spec.template.spec.containers[0].env?.some((e) => e.name === 'KAFKA_SASL_PASSWORD')).toBe(false);
   });
 });
 
@@ -701,7 +835,9 @@ describe('docker-compose.yml', () => {
   });
 
   it('has exactly the processes the code has, plus the infrastructure they use', () => {
-    expect(Object.keys(all).sort()).toEqual([...PROCESSES, 'kafka', 'mongodb', 'redis', 'otel-collector', 'jaeger'].sort());
+    expect(Object.keys(all).sort()).toEqual(
+      [...PROCESSES, 'kafka', 'mongodb', 'redis', 'otel-collector', 'jaeger', 'prometheus', 'grafana'].sort(),
+    );
   });
 
   it('checks the health of the collector and the trace UI, and starts the collector after Jaeger is healthy', () => {
@@ -799,6 +935,13 @@ describe('docker-compose.yml', () => {
     const traces = otel.service.pipelines.traces;
     expect(traces.receivers).toContain('otlp');
     expect(traces.exporters.map((e) => otel.exporters[e]?.endpoint)).toContain('jaeger:4317');
+    // Logs and metrics go somewhere that keeps them: a file on a volume, and Prometheus (remote write it accepts).
+    const logs = otel.service.pipelines.logs.exporters.map((e) => otel.exporters[e] as { path?: string });
+    const logsDir = logs.find((e) => e.path)?.path?.replace(/\/[^/]+$/, '');
+    expect((all['otel-collector'] as ComposeService & { volumes?: string[] }).volumes?.some((v) => v.endsWith(`:${logsDir}`))).toBe(true);
+    const metrics = otel.service.pipelines.metrics.exporters.map((e) => otel.exporters[e]?.endpoint);
+    expect(metrics).toContain('http://prometheus:9090/api/v1/write');
+    expect(([] as string[]).concat(all.prometheus.command ?? [])).toContain('--web.enable-remote-write-receiver');
   });
 
   it('validates against the compose-spec JSON schema', () => {

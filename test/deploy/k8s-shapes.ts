@@ -65,6 +65,7 @@ const container = obj(
   {
     name: dnsName,
     image: str,
+    imagePullPolicy: { enum: ['Always', 'IfNotPresent', 'Never'] },
     command: arr({ type: 'string' }, 1),
     args: arr({ type: 'string' }),
     ports: arr(
@@ -122,7 +123,17 @@ const podSpec = obj(
       ),
     ),
     containers: arr(container, 1),
-    volumes: arr(obj({ name: dnsName, emptyDir: obj({ sizeLimit: quantity, medium: { type: 'string' } }) }, ['name'])),
+    imagePullSecrets: arr(obj({ name: dnsName }, ['name'])),
+    volumes: arr(
+      obj(
+        {
+          name: dnsName,
+          emptyDir: obj({ sizeLimit: quantity, medium: { type: 'string' } }),
+          secret: obj({ secretName: dnsName, items: arr(obj({ key: str, path: str }, ['key', 'path'])), defaultMode: int }, ['secretName']),
+        },
+        ['name'],
+      ),
+    ),
   },
   ['containers'],
 );

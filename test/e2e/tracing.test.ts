@@ -140,6 +140,38 @@ it('the tenant’s LLM key reaches the provider on a chat reply and an agent run
     const authorized = fake.requests.filter((r) => r.headers.authorization === `Bearer ${secret}`);
     expect(authorized.length).toBeGreaterThanOrEqual(2);
     expect(texts).not.toContain(secret);
+    // Each model call is a CLIENT span with the GenAI conventions' attributes (the chat reply's and the run's).
+    let modelSpans: string[] = [];
+    await eventually(async () => {
+      modelSpans = system
+        .output()
+        .split('\n{\n')
+        .filter((block) => /^ {2}name: 'chat gpt-test'/m.test(block));
+      return modelSpans.length >= 2;
+    }, 20_000);
+    for (const block of modelSpans) {
+      const attribute = (name: string) => new RegExp(`'${name.replaceAll('.', '\\.')}': ('[^']*'|\\d+)`).exec(block)?.[1];
+      expect({
+        kind: /^ {2}kind: (\d)/m.exec(block)?.[1],
+        service: /'service\.name': '([^']+)'/.exec(block)?.[1],
+        operation: attribute('gen_ai.operation.name'),
+        provider: attribute('gen_ai.provider.name'),
+        requestModel: attribute('gen_ai.request.model'),
+        responseModel: attribute('gen_ai.response.model'),
+        inputTokens: Number(attribute('gen_ai.usage.input_tokens')) > 0,
+        outputTokens: Number(attribute('gen_ai.usage.output_tokens')) > 0,
+      }).toEqual({
+        kind: '2',
+        service: expect.stringMatching(/^svc-(chat|agents)$/),
+        operation: "'chat'",
+        provider: "'openai'",
+        requestModel: "'gpt-test'",
+        responseModel: "'gpt-test'",
+        inputTokens: true,
+        outputTokens: true,
+      });
+    }
+    expect(new Set(modelSpans.map((b) => /'service\.name': '([^']+)'/.exec(b)?.[1]))).toEqual(new Set(['svc-chat', 'svc-agents']));
     await new Promise((r) => setTimeout(r, 300)); // the last spans are exported every 100 ms
     expect(system.output()).toContain('grpc.chat.v1.ChatService/PostMessage'); // spans and logs were written...
     expect(system.output()).not.toContain(secret); // ...and the key is in none of them

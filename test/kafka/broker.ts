@@ -7,40 +7,20 @@
  * are installed when running as root; otherwise it stops at once naming them. It never lets a suite skip silently.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createHash, randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { reservablePort } from '@svc/kit';
-import { ensurePackages } from '../setup/system-packages';
+import { mavenClasspath } from '../helpers/maven';
 
 const POM = resolve(__dirname, 'pom.xml');
 const CACHE_DIR = resolve(__dirname, '../../node_modules/.cache/svc-kafka');
 
-/** What running the broker needs: Debian package -> executable. */
-const JAVA_TOOLS = { 'default-jre-headless': 'java', maven: 'mvn' };
-
 /** The broker's classpath: Maven resolves it once per pom version; later calls read the kept answer. */
 export function brokerClasspath(): string {
-  const hash = createHash('sha256').update(readFileSync(POM)).digest('hex').slice(0, 16);
-  const kept = join(CACHE_DIR, `classpath-${hash}.txt`);
-  if (existsSync(kept)) {
-    const cp = readFileSync(kept, 'utf8').trim();
-    if (cp && cp.split(':').every((jar) => existsSync(jar))) return cp;
-  }
-  ensurePackages(JAVA_TOOLS);
-  mkdirSync(CACHE_DIR, { recursive: true });
-  const out = join(CACHE_DIR, `classpath-${hash}.tmp`);
-  const res = spawnSync('mvn', ['-q', '-B', '-f', POM, 'dependency:build-classpath', `-Dmdep.outputFile=${out}`], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  if (res.status !== 0) throw new Error(`Maven could not resolve the Kafka broker (${POM}):\n${(res.stdout + res.stderr).slice(-2000)}`);
-  const cp = readFileSync(out, 'utf8').trim();
-  writeFileSync(kept, cp);
-  rmSync(out, { force: true });
-  return cp;
+  return mavenClasspath(POM, CACHE_DIR, 'the Kafka broker');
 }
 
 export interface KafkaBroker {

@@ -249,7 +249,7 @@ export interface KafkaTopicSettings {
 /**
  * The Kafka topic settings, with the defaults of NODE_ENV: in production 3 replicas, min.insync.replicas 2 (with
  * acks=-1 a write is then on two disks before the outbox deletes it) and no implicit creation (topics are deployed:
- * deploy/k8s's kafka-topics Job); elsewhere 1, 1 and created on first use (one local broker).
+ * deploy/helm/svc's kafka-topics Job); elsewhere 1, 1 and created on first use (one local broker).
  */
 export function kafkaTopicSettings(config: {
   nodeEnv: string;

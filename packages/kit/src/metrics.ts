@@ -3,100 +3,114 @@ import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
 
 /**
- * The process's Prometheus metrics (prom-client). Counters cost nothing while idle; the default process metrics
+ * Every metric this project exports is named `svc_...` (the default process metrics too), so one job's series never
+ * collide with another's in a shared Prometheus; deploy/monitoring's rules and dashboard name them (docs/runbooks/monitoring.md).
+ */
+export const METRIC_PREFIX = 'svc_';
+
+/**
+ * The process's Prometheus metrics (prom-client), the one metric system of the project (the OpenTelemetry SDK exports
+ * traces and logs only). Counters cost nothing while idle; the default process metrics
  * (CPU, memory, event-loop delay) start only when something serves them, so an unscraped process keeps no timer.
  */
 export const registry = new client.Registry();
+
+/** Buckets the OpenTelemetry GenAI conventions advise for gen_ai.client.token.usage ({token}): powers of 4. */
+const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
+/** ...and for gen_ai.client.operation.duration (seconds), 10 ms doubling up to ~82 s. */
+const GEN_AI_SECONDS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
+/** The attributes of the GenAI conventions as Prometheus labels (dots become underscores, as the OTel exporter does). */
+const GEN_AI_LABELS = ['gen_ai_operation_name', 'gen_ai_provider_name', 'gen_ai_request_model', 'gen_ai_response_model'] as const;
 
 const SECONDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 export const metrics = {
   httpRequests: new client.Counter({
-    name: 'http_requests_total',
+    name: 'svc_http_requests_total',
     help: 'HTTP requests answered by the gateway, by route template and status',
     labelNames: ['method', 'route', 'status'] as const,
     registers: [registry],
   }),
   httpDuration: new client.Histogram({
-    name: 'http_request_duration_seconds',
+    name: 'svc_http_request_duration_seconds',
     help: 'Time from request to answer at the gateway',
     labelNames: ['method', 'route', 'status'] as const,
     buckets: SECONDS,
     registers: [registry],
   }),
   passthroughRequests: new client.Counter({
-    name: 'llm_passthrough_requests_total',
+    name: 'svc_llm_passthrough_requests_total',
     help: 'Requests forwarded to a tenant provider by /v1/passthrough, by provider and upstream status (0: not answered)',
     labelNames: ['provider', 'status'] as const,
     registers: [registry],
   }),
   rateLimited: new client.Counter({
-    name: 'rate_limit_rejections_total',
+    name: 'svc_rate_limit_rejections_total',
     help: 'Requests refused with 429, by reason',
     labelNames: ['reason'] as const,
     registers: [registry],
   }),
   grpcHandled: new client.Counter({
-    name: 'grpc_server_handled_total',
+    name: 'svc_grpc_server_handled_total',
     help: 'gRPC calls completed by this process, by method and status code',
     labelNames: ['method', 'code'] as const,
     registers: [registry],
   }),
   grpcDuration: new client.Histogram({
-    name: 'grpc_server_handling_seconds',
+    name: 'svc_grpc_server_handling_seconds',
     help: 'Time a gRPC call took in this process (unary; streams until their last message)',
     labelNames: ['method'] as const,
     buckets: SECONDS,
     registers: [registry],
   }),
   readCache: new client.Counter({
-    name: 'gateway_read_cache_total',
+    name: 'svc_gateway_read_cache_total',
     help: "Reads the gateway's caches saw, by cache (tenants, projects) and outcome (hit; miss: loaded from the service; bypass: the feed is not being read)",
     labelNames: ['cache', 'outcome'] as const,
     registers: [registry],
   }),
   outboxPublished: new client.Counter({
-    name: 'outbox_events_published_total',
+    name: 'svc_outbox_events_published_total',
     help: 'Domain events the outbox relay handed to the bus',
     registers: [registry],
   }),
   outboxLag: new client.Gauge({
-    name: 'outbox_lag_seconds',
+    name: 'svc_outbox_lag_seconds',
     help: 'Age of the oldest event in the last batch the relay published (0 when idle)',
     registers: [registry],
   }),
   busHandled: new client.Counter({
-    name: 'bus_messages_handled_total',
+    name: 'svc_bus_messages_handled_total',
     help: 'Bus messages given to a handler, by topic, consumer group and outcome (ok; retry: a dependency was unavailable, retried without limit; poison: the message is bad, retried up to BUS_MAX_ATTEMPTS; dead_letter)',
     labelNames: ['topic', 'group', 'outcome'] as const,
     registers: [registry],
   }),
   busLag: new client.Gauge({
-    name: 'bus_consumer_lag_seconds',
+    name: 'svc_bus_consumer_lag_seconds',
     help: "Age of the last message a consumer group's handler got in this process, by topic and group (publish time to handling)",
     labelNames: ['topic', 'group'] as const,
     registers: [registry],
   }),
   busStalled: new client.Gauge({
-    name: 'bus_consumer_stalled',
+    name: 'svc_bus_consumer_stalled',
     help: 'Partitions of a consumer group in this process whose handler is retrying a message on an unavailable dependency (the messages behind it wait), by topic and group',
     labelNames: ['topic', 'group'] as const,
     registers: [registry],
   }),
   deliveries: new client.Counter({
-    name: 'webhook_delivery_attempts_total',
+    name: 'svc_webhook_delivery_attempts_total',
     help: 'Webhook delivery attempts, by outcome (delivered, retry, failed)',
     labelNames: ['outcome'] as const,
     registers: [registry],
   }),
   runs: new client.Counter({
-    name: 'agent_runs_finished_total',
+    name: 'svc_agent_runs_finished_total',
     help: 'Agent runs that reached a final status',
     labelNames: ['status'] as const,
     registers: [registry],
   }),
   reservations: new client.Histogram({
-    name: 'credit_reservation_seconds',
+    name: 'svc_credit_reservation_seconds',
     help: 'Time a model call waited for its credit reservation in billing before it was accepted or refused (what a reservation adds to accepting a chat message or an agent step), by outcome',
     labelNames: ['outcome'] as const,
     // Fine below 10 ms: the reservation sits on the request path of every model call.
@@ -104,15 +118,51 @@ export const metrics = {
     registers: [registry],
   }),
   replies: new client.Counter({
-    name: 'chat_replies_finished_total',
+    name: 'svc_chat_replies_finished_total',
     help: 'Chat replies that reached a final status',
     labelNames: ['status'] as const,
     registers: [registry],
   }),
   llmTokens: new client.Counter({
-    name: 'llm_tokens_total',
+    name: 'svc_llm_tokens_total',
     help: 'Tokens of model calls, by caller (chat, agents) and direction (input, output)',
     labelNames: ['source', 'direction'] as const,
+    registers: [registry],
+  }),
+  genAiTokenUsage: new client.Histogram({
+    name: 'svc_gen_ai_client_token_usage',
+    help: 'Tokens of each model call, by gen_ai_token_type (input, output): gen_ai.client.token.usage of the OpenTelemetry GenAI conventions',
+    labelNames: [...GEN_AI_LABELS, 'gen_ai_token_type'] as const,
+    buckets: TOKEN_BUCKETS,
+    registers: [registry],
+  }),
+  genAiDuration: new client.Histogram({
+    name: 'svc_gen_ai_client_operation_duration_seconds',
+    help: 'Time of each model call, from the request to its last event, by outcome (error_type empty when it succeeded): gen_ai.client.operation.duration of the OpenTelemetry GenAI conventions',
+    labelNames: [...GEN_AI_LABELS, 'error_type'] as const,
+    buckets: GEN_AI_SECONDS,
+    registers: [registry],
+  }),
+  breakerOpened: new client.Counter({
+    name: 'svc_llm_breaker_opened_total',
+    help: "Times a model deployment's circuit breaker opened in this process (its calls skipped for the cooldown), by provider",
+    labelNames: ['provider'] as const,
+    registers: [registry],
+  }),
+  reservationsExpired: new client.Counter({
+    name: 'svc_credit_reservations_expired_total',
+    help: 'Credit reservations the sweeper expired because no settle or release came within their TTL (a caller died mid-call)',
+    registers: [registry],
+  }),
+  webhookDue: new client.Gauge({
+    name: 'svc_webhook_deliveries_due',
+    help: "Webhook deliveries due now and not yet claimed, as this replica's last queue scan saw them (the backlog)",
+    registers: [registry],
+  }),
+  healthServing: new client.Gauge({
+    name: 'svc_health_serving',
+    help: "1 while the process's health check (grpc.health.v1 name; '' is the whole service) is SERVING, 0 while it is not",
+    labelNames: ['check'] as const,
     registers: [registry],
   }),
 };
@@ -123,7 +173,7 @@ let defaultsStarted = false;
 export async function metricsText(): Promise<{ contentType: string; body: string }> {
   if (!defaultsStarted) {
     defaultsStarted = true;
-    client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 20 });
+    client.collectDefaultMetrics({ register: registry, prefix: METRIC_PREFIX, eventLoopMonitoringPrecision: 20 });
   }
   return { contentType: registry.contentType, body: await registry.metrics() };
 }

@@ -6,12 +6,12 @@ function breaker(failures = 3, windowMs = 60_000, cooldownMs = 30_000) {
   return { b, advance: (ms: number) => (now += ms) };
 }
 
-test('opens after N failures within the window, and refuses with the time left', () => {
+test('opens after N failures within the window (the failure that opens it says so), and refuses with the time left', () => {
   const { b, advance } = breaker(3);
-  b.failure('k');
-  b.failure('k');
+  expect(b.failure('k')).toBe(false);
+  expect(b.failure('k')).toBe(false);
   expect(b.admit('k')).toEqual({ allowed: true, trial: false });
-  b.failure('k');
+  expect(b.failure('k')).toBe(true); // counted as svc_llm_breaker_opened_total
   expect(b.state('k')).toBe('open');
   advance(10_000);
   expect(b.admit('k')).toEqual({ allowed: false, retryAfterMs: 20_000 });

@@ -80,8 +80,11 @@ export class CircuitBreaker {
     this.circuits.delete(key);
   }
 
-  /** A call failed in a way that says the deployment is unavailable (429, 5xx, timeout, connection). */
-  failure(key: string): void {
+  /**
+   * A call failed in a way that says the deployment is unavailable (429, 5xx, timeout, connection). True when this
+   * failure opened the circuit (again, after a failed trial).
+   */
+  failure(key: string): boolean {
     const now = this.now();
     let c = this.circuits.get(key);
     if (!c) {
@@ -93,14 +96,16 @@ export class CircuitBreaker {
       // A failed trial (or a call admitted before the circuit opened): open for another cooldown.
       c.openUntil = Math.max(c.openUntil, now + this.settings.cooldownMs);
       c.trial = false;
-      return;
+      return true;
     }
     c.failures.push(now);
     while (c.failures.length && now - c.failures[0] >= this.settings.windowMs) c.failures.shift();
     if (c.failures.length >= this.settings.failures) {
       c.openUntil = now + this.settings.cooldownMs;
       c.failures = [];
+      return true;
     }
+    return false;
   }
 
   /** A call ended without saying anything of the deployment (cancelled, refused as bad input): frees the trial. */

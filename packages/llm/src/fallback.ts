@@ -7,6 +7,7 @@
  * MAX_RETRY_AFTER_MS (after a 429, a 5xx or a lost connection; not after a timeout); a model followed by another is
  * not retried (the next model is its retry).
  */
+import { metrics } from '@svc/kit/metrics';
 import { backoffMs, MAX_RETRY_AFTER_MS, PROVIDER_LABEL } from './core';
 import type { CircuitBreaker } from './breaker';
 import { createProvider } from './provider';
@@ -109,6 +110,10 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
     let lastError: LlmError | undefined;
     let skipped: LlmError | undefined;
     let tried = 0;
+    // A failure that opens a circuit is counted (svc_llm_breaker_opened_total: the breaker-open alert).
+    const unavailable = (i: number) => {
+      if (breaker?.failure(keys[i])) metrics.breakerOpened.inc({ provider: candidates[i].provider });
+    };
     const fail = (i: number, error: LlmError, wasSkipped: boolean) =>
       options.onAttemptFailed?.({ provider: candidates[i].provider, model: models[i], index: i, error, skipped: wasSkipped });
 
@@ -151,14 +156,14 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
           const error = asLlmError(err);
           if (started) {
             // The answer had begun: no other model takes over (its text would be appended to this one's).
-            if (movesOn(error)) breaker?.failure(key);
+            if (movesOn(error)) unavailable(i);
             throw error;
           }
           if (error.kind === 'cancelled' || signal?.aborted || !movesOn(error)) {
             breaker?.release(key);
             throw error;
           }
-          breaker?.failure(key);
+          unavailable(i);
           lastError = error;
           fail(i, error, false);
           // The next model is this one's retry; the last one that can be tried retries itself.

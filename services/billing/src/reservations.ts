@@ -10,7 +10,17 @@
  * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import {
+  AppError,
+  DuplicateKeyError,
+  LeaseWatch,
+  type Logger,
+  metrics,
+  monotonicNow,
+  nowIso,
+  type Store,
+  type StoreSession,
+} from '@svc/kit';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf, usageCredits } from './ledger';
@@ -187,7 +197,10 @@ export class ReservationSweeper {
       }
       cursor = page.nextCursor;
     } while (cursor);
-    if (expired) this.logger.warn({ expired }, 'expired reservations that nothing settled or released');
+    if (expired) {
+      metrics.reservationsExpired.inc(expired);
+      this.logger.warn({ expired }, 'expired reservations that nothing settled or released');
+    }
     return expired;
   }
 }

@@ -17,6 +17,7 @@ import {
   holderStarted,
   holderStopped,
   LeaseWatch,
+  metrics,
   monotonicNow,
   newHolderId,
   nowIso,
@@ -234,16 +235,22 @@ export class DeliveryWorker {
     const col = this.o.store.collection(queue);
     const nowUs = Date.now() * 1000;
     let cursor: string | null = null;
+    let due = 0; // the backlog as this scan saw it (svc_webhook_deliveries_due; a capped count past 5 pages)
+    const until = (ms: number) => {
+      metrics.webhookDue.set(due);
+      return ms;
+    };
     for (let pages = 0; pages < 5; pages++) {
       const page = await col.find({}, { order: 'asc', limit: PAGE, cursor });
       for (const item of page.items) {
-        if (item.dueUs > nowUs) return Math.min(item.dueUs / 1000, Date.now() + IDLE_POLL_MS);
+        if (item.dueUs > nowUs) return until(Math.min(item.dueUs / 1000, Date.now() + IDLE_POLL_MS));
+        due++;
         if (!this.draining.has(item.webhookId)) this.wanted.add(item.webhookId);
       }
       cursor = page.nextCursor;
-      if (!cursor) return Date.now() + IDLE_POLL_MS;
+      if (!cursor) return until(Date.now() + IDLE_POLL_MS);
     }
-    return Date.now() + IDLE_POLL_MS; // a long due backlog, on registrations being drained: their drains go on
+    return until(Date.now() + IDLE_POLL_MS); // a long due backlog, on registrations being drained: their drains go on
   }
 
   /** The tenant a registration belongs to ('' for one that is gone: its drain only clears its queue). */

@@ -40,7 +40,7 @@ export function kafkaDeadLetters(options: KafkaDeadLettersOptions): KafkaDeadLet
 }
 
 /**
- * Each message handed to a handler records how old it is (bus_consumer_lag_seconds): a consumer falling behind shows
+ * Each message handed to a handler records how old it is (svc_bus_consumer_lag_seconds): a consumer falling behind shows
  * there before its backlog does. On Kafka the age is measured against the producer's clock.
  */
 function withConsumerLag(bus: EventBus): EventBus {

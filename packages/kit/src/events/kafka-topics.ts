@@ -2,7 +2,7 @@
  * Kafka topics as this platform deploys them: each topic asked for (the services' list is contracts' `SERVICE_TOPICS`,
  * every topic with its `.dead-letters` topic), with the configured partitions, replication factor and
  * min.insync.replicas. Used by the bus when it may create a missing topic (not in
- * production) and by `npm run kafka:topics`, which the deployment runs to create them (deploy/k8s: kafka-topics Job).
+ * production) and by `npm run kafka:topics`, which the deployment runs to create them (deploy/helm/svc: the kafka-topics hook Job).
  */
 import type { Admin } from 'kafkajs';
 

@@ -52,7 +52,7 @@ export interface KafkaBusOptions extends KafkaSecurity {
   minInsyncReplicas?: number;
   /**
    * Whether a topic found missing is created (default true). When not, publish and subscribe fail with
-   * MissingTopicsError naming it: production deploys its topics (deploy/k8s: the kafka-topics Job).
+   * MissingTopicsError naming it: production deploys its topics (deploy/helm/svc: the kafka-topics hook Job).
    */
   createTopics?: boolean;
   /**

@@ -3,7 +3,7 @@ import type { StalledConsumer } from './types';
 
 /**
  * The messages one subscription is retrying because a dependency is unavailable, by slot (a Kafka partition; the
- * embedded consumer has one slot). Kept for health (`EventBus.stalled()`) and the `bus_consumer_stalled` gauge.
+ * embedded consumer has one slot). Kept for health (`EventBus.stalled()`) and the `svc_bus_consumer_stalled` gauge.
  */
 export class Stalls {
   private readonly slots = new Map<string, StalledConsumer>();

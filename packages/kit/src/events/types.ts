@@ -91,7 +91,7 @@ export class MissingTopicsError extends Error {
   constructor(readonly topics: string[]) {
     super(
       `Kafka topic${topics.length > 1 ? 's' : ''} missing: ${topics.join(', ')} (KAFKA_CREATE_TOPICS is off: create ` +
-        'them with `npm run kafka:topics`, the kafka-topics Job in deploy/k8s)',
+        'them with `npm run kafka:topics`, the kafka-topics Job of deploy/helm/svc)',
     );
     this.name = 'MissingTopicsError';
   }

@@ -27,7 +27,7 @@ export const USER_AGENT_METADATA_KEY = 'x-client-user-agent';
 export function safeUserAgent(value: string): string {
   return value.replace(/[^\x20-\x7e]/g, '?').slice(0, 256);
 }
-/** Counts a finished call and its duration (grpc_server_handled_total, grpc_server_handling_seconds). */
+/** Counts a finished call and its duration (svc_grpc_server_handled_total, svc_grpc_server_handling_seconds). */
 function observe(path: string, started: number, code: grpc.status | undefined): void {
   metrics.grpcHandled.inc({ method: path, code: grpc.status[code ?? grpc.status.OK] });
   metrics.grpcDuration.observe({ method: path }, (performance.now() - started) / 1000);
@@ -94,6 +94,13 @@ export class GrpcServer {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
     const { HealthImplementation: Health, service: healthService } = require('grpc-health-check') as typeof import('grpc-health-check');
     this.health = new Health(statuses);
+    // Every status change shows on svc_health_serving too (the readiness alert reads it).
+    const setStatus = this.health.setStatus.bind(this.health);
+    this.health.setStatus = (name, status) => {
+      metrics.healthServing.set({ check: name }, status === 'SERVING' ? 1 : 0);
+      setStatus(name, status);
+    };
+    for (const name of Object.keys(statuses)) metrics.healthServing.set({ check: name }, 1);
     // The library's handlers, with Check answering after `refreshHealth` (statuses measured when asked, not by a
     // timer, so an idle service probes nothing).
     const handlers: grpc.UntypedServiceImplementation = {};
