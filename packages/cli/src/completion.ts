@@ -41,7 +41,8 @@ function walk(program: Command): { nodes: Node[]; valueFlags: string[] } {
 
 const quote = (s: string) => `'${s.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
 /** bash and zsh: a `case` arm per command path (command names and flags are plain words). */
-const cases = (nodes: Node[], words: (n: Node) => string[]) => nodes.map((n) => `    "${n.path}") echo "${words(n).join(' ')}" ;;`).join('\n');
+const cases = (nodes: Node[], words: (n: Node) => string[]) =>
+  nodes.map((n) => `    "${n.path}") echo "${words(n).join(' ')}" ;;`).join('\n');
 
 function bash(name: string, nodes: Node[], valueFlags: string[]): string {
   return `# ${name} completion for bash. Load it with: source <(${name} completion bash)
@@ -78,7 +79,12 @@ function fish(name: string, nodes: Node[], valueFlags: string[]): string {
   const arms = (pick: (n: Node) => Array<[string, string]>) =>
     nodes
       .filter((n) => pick(n).length)
-      .map((n) => `    case ${quote(n.path)}\n        printf '%s\\n' ${pick(n).map(([w, d]) => quote(`${w}\t${d}`)).join(' ')}`)
+      .map(
+        (n) =>
+          `    case ${quote(n.path)}\n        printf '%s\\n' ${pick(n)
+            .map(([w, d]) => quote(`${w}\t${d}`))
+            .join(' ')}`,
+      )
       .join('\n');
   return `# ${name} completion for fish. Load it with: ${name} completion fish | source
 function __${name}_subcommands

@@ -71,12 +71,15 @@ export function contextOf(options: GlobalOptions, env: NodeJS.ProcessEnv): Conte
         exchange: async () => {
           const current = saved();
           if (!current?.refreshToken) return null;
-          const next = await anonymous().call<{ accessToken: string; refreshToken: string; expiresIn: number }>(
-            'POST',
-            '/auth/refresh',
-            { body: { refreshToken: current.refreshToken } },
-          );
-          save({ ...current, accessToken: next.accessToken, refreshToken: next.refreshToken, expiresAt: Date.now() + next.expiresIn * 1000 });
+          const next = await anonymous().call<{ accessToken: string; refreshToken: string; expiresIn: number }>('POST', '/auth/refresh', {
+            body: { refreshToken: current.refreshToken },
+          });
+          save({
+            ...current,
+            accessToken: next.accessToken,
+            refreshToken: next.refreshToken,
+            expiresAt: Date.now() + next.expiresIn * 1000,
+          });
           return { accessToken: next.accessToken, expiresIn: next.expiresIn };
         },
       });

@@ -31,15 +31,19 @@ export async function loginWithBrowser(ctx: Context): Promise<void> {
   const api = ctx.anonymous();
   const state = randomBytes(32).toString('hex');
   const verifier = randomBytes(32).toString('base64url');
-  const started = await api.call<{ loginId: string; authUrl: string; verificationCode: string; interval: number }>('POST', '/cli/auth/start', {
-    body: {
-      state,
-      codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
-      codeChallengeMethod: 'S256',
-      cliVersion: VERSION,
-      platform: `${process.platform}-${process.arch}`,
+  const started = await api.call<{ loginId: string; authUrl: string; verificationCode: string; interval: number }>(
+    'POST',
+    '/cli/auth/start',
+    {
+      body: {
+        state,
+        codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+        codeChallengeMethod: 'S256',
+        cliVersion: VERSION,
+        platform: `${process.platform}-${process.arch}`,
+      },
     },
-  });
+  );
   // Plain text, also when the output is not a terminal: a script or another program can read both.
   ctx.out(`Open this address in your browser to sign in:\n\n  ${started.authUrl}\n\nVerification code: ${started.verificationCode}\n`);
   if (openBrowser(started.authUrl, ctx.env)) ctx.out('(Opened your browser.)');

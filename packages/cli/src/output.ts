@@ -27,7 +27,8 @@ export function cell(value: unknown): string {
 export type Column<T = any> = [header: string, field: string | ((row: T) => unknown)];
 
 export function rowsOf<T>(columns: Column<T>[], items: T[]): string[][] {
-  const value = (item: T, field: Column<T>[1]) => cell(typeof field === 'function' ? field(item) : (item as Record<string, unknown>)[field]);
+  const value = (item: T, field: Column<T>[1]) =>
+    cell(typeof field === 'function' ? field(item) : (item as Record<string, unknown>)[field]);
   return [columns.map(([h]) => h), ...items.map((item) => columns.map(([, f]) => value(item, f)))];
 }
 

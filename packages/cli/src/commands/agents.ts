@@ -37,21 +37,23 @@ async function follow(c: Context, agentId: string, runId: string, decide: 'appro
     if (run.status !== 'requires_approval') return run;
     let choice = decide;
     if (choice === 'ask' && !process.stdin.isTTY) choice = 'stop';
-    if (choice === 'ask')
-      choice = (await askYes('The agent waits for approval of this tool call. Approve?')) ? 'approve' : 'reject';
+    if (choice === 'ask') choice = (await askYes('The agent waits for approval of this tool call. Approve?')) ? 'approve' : 'reject';
     if (choice === 'stop') return run;
     if (choice === 'approve') await api.call('POST', `${runPath(agentId, runId)}/approve`);
     else await api.call('POST', `${runPath(agentId, runId)}/reject`, { body: { reason: 'rejected from the CLI' } });
   }
 }
 
+function describeEnd(run: Run): string {
+  if (run.status === 'completed') return `Completed.\n${run.output ?? ''}`.trimEnd();
+  if (run.status === 'requires_approval')
+    return `Waiting for approval. Approve with: svc agents approve ${run.agentId} ${run.id} (or reject)`;
+  return `Run ${run.status}${run.error ? `: ${run.error}` : ''}.`;
+}
+
+/** The run's end: with --json one more JSON line (a followed run prints one JSON object per line). */
 function printRunEnd(c: Context, run: Run): void {
-  c.print(run, () => {
-    if (run.status === 'completed') return `Completed.\n${run.output ?? ''}`.trimEnd();
-    if (run.status === 'requires_approval')
-      return `Waiting for approval. Approve with: svc agents approve ${run.agentId} ${run.id} (or reject)`;
-    return `Run ${run.status}${run.error ? `: ${run.error}` : ''}.`;
-  });
+  c.out(c.json ? JSON.stringify({ event: 'run', run }) : describeEnd(run));
   if (run.status === 'failed' || run.status === 'cancelled') process.exitCode = 1;
 }
 

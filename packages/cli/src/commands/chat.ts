@@ -14,7 +14,8 @@ function sendCommand(chat: Command, ctx: Ctx): void {
       const c = ctx();
       const api = c.api();
       const content = words.join(' ');
-      const sessionId = o.session ?? (await api.call<{ id: string }>('POST', '/chat/sessions', { body: { title: content.slice(0, 80) } })).id;
+      const sessionId =
+        o.session ?? (await api.call<{ id: string }>('POST', '/chat/sessions', { body: { title: content.slice(0, 80) } })).id;
       await api.call('POST', apiPath`/chat/sessions/${sessionId}/messages`, { body: { content } });
       let text = '';
       for await (const e of api.chatReply(sessionId)) {
@@ -59,7 +60,13 @@ export const chatCommands: CommandModule = (program, ctx) => {
       ['ID', 'id'],
       ['ROLE', 'role'],
       ['STATUS', 'status'],
-      ['CONTENT', (m) => String(m.content ?? '').replace(/\s+/g, ' ').slice(0, 80)],
+      [
+        'CONTENT',
+        (m) =>
+          String(m.content ?? '')
+            .replace(/\s+/g, ' ')
+            .slice(0, 80),
+      ],
     ],
   });
 };

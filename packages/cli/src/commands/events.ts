@@ -10,7 +10,7 @@ export const eventCommands: CommandModule = (program, ctx) => {
     description: 'List events, newest first',
     path: () => '/events',
     filters: [
-      ['--type <type>', 'type', 'only this type (a trailing * matches a prefix)'],
+      ['--type <type>', 'type', 'only this type'],
       ['--after <time>', 'after', 'ISO 8601: created after it'],
       ['--before <time>', 'before', 'ISO 8601: created before it'],
       ['--webhook <id>', 'webhookId', 'only events delivered to this endpoint'],

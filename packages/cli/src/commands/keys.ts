@@ -4,7 +4,9 @@ import { addDelete, addGet, addList, addWrite } from '../resource';
 import type { CommandModule } from '.';
 
 export const keyCommands: CommandModule = (program, ctx) => {
-  const keys = program.command('keys').description('List, show, create, update, rotate and revoke API keys (needs a signed-in user, not a key)');
+  const keys = program
+    .command('keys')
+    .description('List, show, create, update, rotate and revoke API keys (needs a signed-in user, not a key)');
   addList(keys, ctx, {
     description: 'List API keys',
     path: () => '/api-keys',
@@ -29,12 +31,18 @@ export const keyCommands: CommandModule = (program, ctx) => {
       ['-s, --scope <scope...>', 'limit the key to these scopes'],
       ['--expires-at <time>', 'ISO 8601: when it stops working'],
     ],
-    body: ([name], o) => ({ name, type: o.type ?? 'sdk', environment: o.environment ?? 'development', scopes: o.scope, expiresAt: o.expiresAt }),
+    body: ([name], o) => ({
+      name,
+      type: o.type ?? 'sdk',
+      environment: o.environment ?? 'development',
+      scopes: o.scope,
+      expiresAt: o.expiresAt,
+    }),
     human: (k) => `Created key ${k.id} (${k.name}). Copy it now, it is shown only once:\n${k.key}`,
   });
   addWrite(keys, ctx, {
     name: 'update <id>',
-    description: "Rename a key (its limits with --data '{\"limits\":{...}}')",
+    description: 'Rename a key (its limits with --data \'{"limits":{...}}\')',
     method: 'PATCH',
     path: ([id]) => apiPath`/api-keys/${id}`,
     options: [['-n, --name <name>', 'new name']],

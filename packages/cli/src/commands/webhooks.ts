@@ -3,7 +3,11 @@ import { apiPath } from '../api';
 import { addDelete, addGet, addList, addWrite } from '../resource';
 import type { CommandModule } from '.';
 
-const events = (list?: string) => list?.split(',').map((e) => e.trim()).filter(Boolean);
+const events = (list?: string) =>
+  list
+    ?.split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
 const webhookPath = ([id]: string[]) => apiPath`/webhooks/${id}`;
 
 export const webhookCommands: CommandModule = (program, ctx) => {
