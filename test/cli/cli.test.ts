@@ -262,15 +262,17 @@ describe('every command', () => {
     // Each chain runs in order (a step may use what an earlier one printed, by its `as`); the chains run at once.
     const chains: Step[][] = [
       [
-        step(() => ['whoami']),
         step(() => ['projects', 'create', 'Json', '--description', 'made for --json'], 'project'),
         step(() => ['projects', 'list', '--limit', '5']),
         step((o) => ['projects', 'get', o.project.id]),
         step((o) => ['projects', 'update', o.project.id, '--language', 'go']),
+        step((o) => ['projects', 'delete', o.project.id, '--yes']),
+        step(() => ['whoami']),
+        step(() => ['usage', '--group-by', 'model']),
+      ],
+      [
+        step(() => ['projects', 'create', 'Worked on'], 'project'),
         step(() => ['agents', 'create', 'json agent', '--prompt', 'Be brief.'], 'agent'),
-        step(() => ['agents', 'list']),
-        step((o) => ['agents', 'get', o.agent.id]),
-        step((o) => ['agents', 'update', o.agent.id, '--autonomy', 'supervised']),
         step((o) => ['agents', 'run', o.agent.id, '--project', o.project.id, '--goal', 'ask first', '--follow'], 'run1'),
         step((o) => ['agents', 'approve', o.agent.id, lastRun(o.run1).id]),
         step((o) => ['agents', 'follow', o.agent.id, lastRun(o.run1).id]),
@@ -280,6 +282,19 @@ describe('every command', () => {
         step((o) => ['agents', 'cancel', o.agent.id, o.run3.id]),
         step((o) => ['agents', 'runs', 'list', o.agent.id]),
         step((o) => ['agents', 'runs', 'get', o.agent.id, o.run3.id]),
+      ],
+      [
+        step(() => ['agents', 'create', 'json agent 2'], 'agent'),
+        step(() => ['agents', 'list']),
+        step((o) => ['agents', 'get', o.agent.id]),
+        step((o) => ['agents', 'update', o.agent.id, '--autonomy', 'supervised']),
+        step((o) => ['agents', 'delete', o.agent.id, '--yes']),
+        step(() => ['events', 'list', '--type', 'project.created', '--limit', '3']),
+        step(async () => ['events', 'get', await firstId('/api/v1/events')]),
+        step(() => ['events', 'types']),
+        step(() => ['api', 'GET', '/projects?limit=2']),
+      ],
+      [
         step(() => ['chat', 'send', 'hello', 'json'], 'chat'),
         step(() => ['chat', 'sessions', 'list']),
         step((o) => ['chat', 'sessions', 'get', o.chat[o.chat.length - 1].sessionId]),
@@ -287,9 +302,6 @@ describe('every command', () => {
         step((o) => ['chat', 'sessions', 'delete', o.chat[o.chat.length - 1].sessionId, '--yes']),
         step(() => ['requests', 'list', '--source', 'chat']),
         step(async () => ['requests', 'get', await firstId('/api/v1/requests')]),
-        step(() => ['usage', '--group-by', 'model']),
-        step((o) => ['agents', 'delete', o.agent.id, '--yes']),
-        step((o) => ['projects', 'delete', o.project.id, '--yes']),
       ],
       [
         step(
@@ -310,17 +322,19 @@ describe('every command', () => {
         step((o) => ['models', 'get', o.model.id]),
         step((o) => ['models', 'update', o.model.id, '--weight', '2']),
         step((o) => ['models', 'delete', o.model.id, '--yes']),
+        step(() => ['secrets', 'create', 'JSON_SECRET', '--value', 'one', '--description', 'for --json']),
+        step(() => ['secrets', 'list']),
+        step(() => ['secrets', 'get', 'JSON_SECRET']),
+        step(() => ['secrets', 'update', 'JSON_SECRET', '--value', 'two']),
+        step(() => ['secrets', 'delete', 'JSON_SECRET', '--yes']),
+      ],
+      [
         step(() => ['keys', 'create', 'json key', '--scope', 'projects:read'], 'key'),
         step(() => ['keys', 'list']),
         step((o) => ['keys', 'get', o.key.id]),
         step((o) => ['keys', 'update', o.key.id, '--name', 'renamed']),
         step((o) => ['keys', 'rotate', o.key.id, '--grace-period', '0']),
         step((o) => ['keys', 'revoke', o.key.id, '--yes']),
-        step(() => ['secrets', 'create', 'JSON_SECRET', '--value', 'one', '--description', 'for --json']),
-        step(() => ['secrets', 'list']),
-        step(() => ['secrets', 'get', 'JSON_SECRET']),
-        step(() => ['secrets', 'update', 'JSON_SECRET', '--value', 'two']),
-        step(() => ['secrets', 'delete', 'JSON_SECRET', '--yes']),
       ],
       [
         step(() => ['webhooks', 'create', receiverUrl, '--events', 'project.created'], 'webhook'),
@@ -333,10 +347,6 @@ describe('every command', () => {
         step((o) => ['webhooks', 'rotate-secret', o.webhook.id, '--grace-hours', '0']),
         step((o) => ['webhooks', 'recover', o.webhook.id, '--since', new Date(Date.now() - 60_000).toISOString()]),
         step((o) => ['webhooks', 'delete', o.webhook.id, '--yes']),
-        step(() => ['events', 'list', '--type', 'project.created', '--limit', '3']),
-        step(async () => ['events', 'get', await firstId('/api/v1/events')]),
-        step(() => ['events', 'types']),
-        step(() => ['api', 'GET', '/projects?limit=2']),
       ],
     ];
     const program = buildProgram({});
