@@ -369,7 +369,7 @@ describe('every command', () => {
     // Not here: login/logout (above), completion (prints a script), listen (streams until stopped; its own test).
     const elsewhere = ['login', 'logout', 'completion', 'listen'];
     expect(leaves(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
-  });
+  }, 180_000);
 });
 
 it('pages through every project with --all, --limit past one page, and svc api for any call', async () => {
