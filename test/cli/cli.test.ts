@@ -434,6 +434,8 @@ it('asks before a delete: without --yes and without a terminal it refuses and de
   const refused = await svc(['projects', 'delete', project.id], env);
   expect(refused.code).toBe(1);
   expect(refused.stderr).toContain(`Delete project ${project.id}? Not confirmed: stdin is not a terminal. Pass --yes to delete it.`);
+  const raw = await svc(['api', 'DELETE', `/projects/${project.id}`], env);
+  expect(raw).toMatchObject({ code: 1, stderr: expect.stringContaining('Not confirmed: stdin is not a terminal. Pass --yes to send it.') });
   expect((await api.get(`/api/v1/projects/${project.id}`, { token: key })).status).toBe(200);
 });
 

@@ -1,5 +1,6 @@
 /** `svc api METHOD PATH`: any call of the API, for what no command covers; prints the whole answer. */
 import { Argument, InvalidArgumentError } from 'commander';
+import { confirm } from '../prompt';
 import { readData } from '../resource';
 import type { CommandModule } from '.';
 
@@ -17,8 +18,11 @@ export const apiCommand: CommandModule = (program, ctx) => {
     )
     .argument('<path>', 'the path, with a query if any: /events?type=project.created')
     .option('-d, --data <json>', 'the body as JSON (or @file, @- for stdin)')
-    .action(async (method: string, path: string, o: { data?: string }) => {
+    .option('-y, --yes', 'a DELETE without asking')
+    .action(async (method: string, path: string, o: { data?: string; yes?: boolean }) => {
       const c = ctx();
+      // A raw DELETE asks first, as every delete command does.
+      if (method === 'DELETE') await confirm(`DELETE ${path}`, Boolean(o.yes), 'Pass --yes to send it.');
       const answer = await c.api().raw(method, path, { body: o.data ? readData(o.data) : undefined });
       c.out(typeof answer === 'string' ? answer : JSON.stringify(answer ?? null, null, 2));
     });
