@@ -1,14 +1,23 @@
-import { readFileSync, statSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { buildProgram } from '@svc/cli';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { cliHome, startCli, svc } from '../helpers/cli';
-import { client, createKey, signUp, type Account, type Client } from '../helpers/http';
+import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
 // The real `svc` as a process against the running system: API-key and browser-flow logins (approved and denied over
 // HTTP here; in a browser in test/browser), whoami, projects, agents run --follow, a streamed chat reply, keys,
-// --json, the credentials file's mode, and the exit codes of CONTRACT.md 7.
+// --json, the credentials file's mode, and the exit codes of CONTRACT.md 7. Then every command's --json output
+// (table-driven, checked against the command tree), --all past 100, svc api, completion in bash, delete's
+// confirmation, and profiles.
 jest.setTimeout(90_000);
+
+type Command = ReturnType<typeof buildProgram>;
 
 let stack: Stack;
 let api: Client;
@@ -52,7 +61,7 @@ it('signs in with an API key, keeps it in a 0600 file, and works with --json', a
   expect(project).toMatchObject({ name: 'From the CLI', description: 'made by svc' });
   const list = await svc(['projects'], envFor(home));
   expect(list.stdout).toMatch(new RegExp(`${project.id}\\s+From the CLI`));
-  expect((await svc(['projects', 'delete', project.id], envFor(home))).stdout).toContain(`Deleted project ${project.id}`);
+  expect((await svc(['projects', 'delete', project.id, '--yes'], envFor(home))).stdout).toContain(`Deleted project ${project.id}`);
 
   // SVC_API_KEY works without any saved login.
   const viaEnv = await svc(['whoami'], { ...envFor(cliHome()), SVC_API_KEY: key });
@@ -101,8 +110,8 @@ it('logs in through the browser flow: prints the address and code, polls, prints
   );
   expect(created).toMatchObject({ name: 'from svc', type: 'ci', scopes: ['projects:read'], key: expect.stringMatching(/^svc_ci_/) });
   expect((await svc(['keys'], envFor(home))).stdout).toMatch(new RegExp(`${created.id}\\s+from svc\\s+svc_ci_`));
-  expect((await svc(['keys', 'revoke', created.id], envFor(home))).stdout).toContain(`Revoked key ${created.id}`);
-  const token = JSON.parse(readFileSync(join(home, 'svc', 'credentials.json'), 'utf8')).accessToken as string;
+  expect((await svc(['keys', 'revoke', created.id, '-y'], envFor(home))).stdout).toContain(`Revoked key ${created.id}`);
+  const token = JSON.parse(readFileSync(join(home, 'svc', 'credentials.json'), 'utf8')).profiles.default.accessToken as string;
   expect((await svc(['logout'], envFor(home))).stdout).toContain('Signed out.');
   const after = await svc(['whoami'], envFor(home));
   expect(after.code).toBe(1);
@@ -171,4 +180,282 @@ it('streams a chat reply as it comes, and manages keys', async () => {
   const refused = await svc(['keys'], envFor(home));
   expect(refused.code).toBe(1);
   expect(refused.stderr).toContain('FORBIDDEN');
+});
+
+/** Every leaf command of the tree, as its path ('projects list'). */
+const leaves = (c: Command, path: string[] = []): string[] =>
+  c.commands.flatMap((s) => (s.commands.length ? leaves(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
+/** The leaf command that arguments run. */
+function commandOf(program: Command, args: string[]): string {
+  const path: string[] = [];
+  let c = program;
+  for (const a of args) {
+    const sub = c.commands.find((s) => s.name() === a);
+    if (!sub) break;
+    path.push(a);
+    c = sub;
+  }
+  return path.join(' ');
+}
+/** A command's --json output: one JSON document, or (streams) one JSON object per line. */
+function parseJson(stdout: string): unknown {
+  try {
+    return JSON.parse(stdout);
+  } catch {
+    return stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as unknown);
+  }
+}
+
+describe('every command', () => {
+  let receiver: Server;
+  let receiverUrl: string;
+  beforeAll(async () => {
+    receiver = createServer((_req, res) => res.writeHead(204).end());
+    await new Promise<void>((ok) => receiver.listen(0, '127.0.0.1', ok));
+    receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  });
+  afterAll(() => new Promise((ok) => receiver.close(ok)));
+
+  it('prints JSON that parses with --json, for every command of the tree', async () => {
+    // Signed in as a user (keys need one), in a named profile.
+    const home = cliHome();
+    const env = { ...envFor(home), SVC_PROFILE: 'user' };
+    const login = startCli(['login'], env);
+    const [, authUrl] = await login.waitFor(/^\s+(http\S+\/cli\/login\?\S+)$/m);
+    const url = new URL(authUrl);
+    await api.post(
+      '/api/v1/cli/auth/complete',
+      { loginId: url.searchParams.get('loginId'), state: url.searchParams.get('state') },
+      {
+        token: owner.accessToken,
+      },
+    );
+    expect((await login.done).code).toBe(0);
+    // The model's answers, by the goal: a tool call to approve or reject, a call that never answers (to cancel).
+    llm.setDefault((req) => {
+      const said = JSON.stringify(req.conversation?.messages ?? []);
+      if (said.includes('"role":"tool"')) return { type: 'text', text: 'done' };
+      if (said.includes('ask first'))
+        return { type: 'tool_calls', toolCalls: [{ name: 'update_project', arguments: { description: 'x' } }] };
+      if (said.includes('hang here')) return { type: 'hang' };
+      return { type: 'text', text: 'fine' };
+    });
+    const firstId = async (path: string) => {
+      let id = '';
+      await eventually(async () => Boolean((id = (await api.get(path, { token: owner.accessToken })).body.data[0]?.id ?? '')), 10_000);
+      return id;
+    };
+    const settled = async (webhookId: string, deliveryId: string) => {
+      const path = `/api/v1/webhooks/${webhookId}/deliveries`;
+      const status = async () =>
+        (await api.get(path, { token: owner.accessToken })).body.data.find((d: any) => d.id === deliveryId)?.status;
+      await eventually(async () => !['pending', undefined].includes(await status()), 10_000);
+      return deliveryId;
+    };
+    type Out = Record<string, any>;
+    type Step = { as?: string; args: (o: Out) => string[] | Promise<string[]> };
+    const step = (args: Step['args'], as?: string): Step => ({ args, as });
+    const lastRun = (lines: any[]) => lines[lines.length - 1].run;
+    // Each chain runs in order (a step may use what an earlier one printed, by its `as`); the chains run at once.
+    const chains: Step[][] = [
+      [
+        step(() => ['projects', 'create', 'Json', '--description', 'made for --json'], 'project'),
+        step(() => ['projects', 'list', '--limit', '5']),
+        step((o) => ['projects', 'get', o.project.id]),
+        step((o) => ['projects', 'update', o.project.id, '--language', 'go']),
+        step((o) => ['projects', 'delete', o.project.id, '--yes']),
+        step(() => ['whoami']),
+        step(() => ['usage', '--group-by', 'model']),
+      ],
+      [
+        step(() => ['projects', 'create', 'Worked on'], 'project'),
+        step(() => ['agents', 'create', 'json agent', '--prompt', 'Be brief.'], 'agent'),
+        step((o) => ['agents', 'run', o.agent.id, '--project', o.project.id, '--goal', 'ask first', '--follow'], 'run1'),
+        step((o) => ['agents', 'approve', o.agent.id, lastRun(o.run1).id]),
+        step((o) => ['agents', 'follow', o.agent.id, lastRun(o.run1).id]),
+        step((o) => ['agents', 'run', o.agent.id, '--project', o.project.id, '--goal', 'ask first', '--follow'], 'run2'),
+        step((o) => ['agents', 'reject', o.agent.id, lastRun(o.run2).id, '--reason', 'no']),
+        step((o) => ['agents', 'run', o.agent.id, '--project', o.project.id, '--goal', 'hang here'], 'run3'),
+        step((o) => ['agents', 'cancel', o.agent.id, o.run3.id]),
+        step((o) => ['agents', 'runs', 'list', o.agent.id]),
+        step((o) => ['agents', 'runs', 'get', o.agent.id, o.run3.id]),
+      ],
+      [
+        step(() => ['agents', 'create', 'json agent 2'], 'agent'),
+        step(() => ['agents', 'list']),
+        step((o) => ['agents', 'get', o.agent.id]),
+        step((o) => ['agents', 'update', o.agent.id, '--autonomy', 'supervised']),
+        step((o) => ['agents', 'delete', o.agent.id, '--yes']),
+        step(() => ['events', 'list', '--type', 'project.created', '--limit', '3']),
+        step(async () => ['events', 'get', await firstId('/api/v1/events')]),
+        step(() => ['events', 'types']),
+        step(() => ['api', 'GET', '/projects?limit=2']),
+      ],
+      [
+        step(() => ['chat', 'send', 'hello', 'json'], 'chat'),
+        step(() => ['chat', 'sessions', 'list']),
+        step((o) => ['chat', 'sessions', 'get', o.chat[o.chat.length - 1].sessionId]),
+        step((o) => ['chat', 'messages', o.chat[o.chat.length - 1].sessionId]),
+        step((o) => ['chat', 'sessions', 'delete', o.chat[o.chat.length - 1].sessionId, '--yes']),
+        step(() => ['requests', 'list', '--source', 'chat']),
+        step(async () => ['requests', 'get', await firstId('/api/v1/requests')]),
+      ],
+      [
+        step(
+          () => [
+            'models',
+            'create',
+            'json-model',
+            '--provider',
+            'openai-compatible',
+            '--upstream-model',
+            'gpt-fake',
+            '--provider-url',
+            llm.url,
+          ],
+          'model',
+        ),
+        step(() => ['models', 'list']),
+        step((o) => ['models', 'get', o.model.id]),
+        step((o) => ['models', 'update', o.model.id, '--weight', '2']),
+        step((o) => ['models', 'delete', o.model.id, '--yes']),
+        step(() => ['secrets', 'create', 'JSON_SECRET', '--value', 'one', '--description', 'for --json']),
+        step(() => ['secrets', 'list']),
+        step(() => ['secrets', 'get', 'JSON_SECRET']),
+        step(() => ['secrets', 'update', 'JSON_SECRET', '--value', 'two']),
+        step(() => ['secrets', 'delete', 'JSON_SECRET', '--yes']),
+      ],
+      [
+        step(() => ['keys', 'create', 'json key', '--scope', 'projects:read'], 'key'),
+        step(() => ['keys', 'list']),
+        step((o) => ['keys', 'get', o.key.id]),
+        step((o) => ['keys', 'update', o.key.id, '--name', 'renamed']),
+        step((o) => ['keys', 'rotate', o.key.id, '--grace-period', '0']),
+        step((o) => ['keys', 'revoke', o.key.id, '--yes']),
+      ],
+      [
+        step(() => ['webhooks', 'create', receiverUrl, '--events', 'project.created'], 'webhook'),
+        step(() => ['webhooks', 'list']),
+        step((o) => ['webhooks', 'get', o.webhook.id]),
+        step((o) => ['webhooks', 'update', o.webhook.id, '--events', 'project.created,project.deleted']),
+        step((o) => ['webhooks', 'test', o.webhook.id], 'test'),
+        step((o) => ['webhooks', 'deliveries', o.webhook.id]),
+        step(async (o) => ['webhooks', 'retry', o.webhook.id, await settled(o.webhook.id, o.test.id)]),
+        step((o) => ['webhooks', 'rotate-secret', o.webhook.id, '--grace-hours', '0']),
+        step((o) => ['webhooks', 'recover', o.webhook.id, '--since', new Date(Date.now() - 60_000).toISOString()]),
+        step((o) => ['webhooks', 'delete', o.webhook.id, '--yes']),
+      ],
+    ];
+    const program = buildProgram({});
+    const ran = new Set<string>();
+    await Promise.all(
+      chains.map(async (chain) => {
+        const out: Out = {};
+        for (const { args, as } of chain) {
+          const argv = await args(out);
+          ran.add(commandOf(program, argv));
+          const res = await svc([...argv, '--json'], env);
+          expect({ argv, code: res.code, stderr: res.stderr }).toEqual({ argv, code: 0, stderr: '' });
+          const parsed = parseJson(res.stdout);
+          expect(parsed).not.toBeUndefined();
+          if (as) out[as] = parsed;
+        }
+      }),
+    );
+    llm.setDefault(undefined as never);
+    // Not here: login/logout (above), completion (prints a script), listen (streams until stopped; its own test).
+    const elsewhere = ['login', 'logout', 'completion', 'listen'];
+    expect(leaves(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
+  }, 180_000);
+});
+
+it('pages through every project with --all, --limit past one page, and svc api for any call', async () => {
+  const other = await signUp(api, 'Cli pages');
+  const { key } = await createKey(api, other.accessToken);
+  const env = { ...envFor(cliHome()), SVC_API_KEY: key };
+  const made: string[] = [];
+  for (let batch = 0; batch < 6; batch++)
+    made.push(
+      ...(await Promise.all(
+        Array.from({ length: 20 }, async (_, i) => {
+          const res = await api.post('/api/v1/projects', { name: `p${batch * 20 + i}` }, { token: key });
+          expect(res.status).toBe(201);
+          return res.body.data.id as string;
+        }),
+      )),
+    );
+  const [all, some, firstPage, raw] = await Promise.all([
+    svc(['projects', 'list', '--all', '--json'], env),
+    svc(['projects', 'list', '--limit', '105', '--json'], env),
+    svc(['projects', 'list'], env),
+    svc(['api', 'GET', '/projects'], env),
+  ]);
+  expect(new Set(JSON.parse(all.stdout).map((p: { id: string }) => p.id))).toEqual(new Set(made));
+  expect(JSON.parse(all.stdout)).toHaveLength(120);
+  expect(JSON.parse(some.stdout)).toHaveLength(105);
+  expect(firstPage.stdout.trim().split('\n')).toHaveLength(101); // the header and the first 100
+  expect(firstPage.stderr).toContain('(more: --limit N for more, --all for every one)');
+  // svc api prints the whole answer: the envelope with its cursor.
+  expect(JSON.parse(raw.stdout)).toMatchObject({ data: expect.any(Array), meta: { pagination: { has_more: true } } });
+
+  const body = join(cliHome(), 'body.json');
+  writeFileSync(body, JSON.stringify({ name: 'From a file' }));
+  const posted = await svc(['api', 'post', '/projects', '--data', `@${body}`], env);
+  expect(JSON.parse(posted.stdout)).toMatchObject({ data: { name: 'From a file' } });
+  const missing = await svc(['api', 'GET', '/projects/prj_doesnotexist0000'], env);
+  expect(missing).toMatchObject({ code: 1, stderr: expect.stringContaining('RESOURCE_NOT_FOUND') });
+  expect((await svc(['api', 'FETCH', '/projects'], env)).code).toBe(2);
+});
+
+it('prints completion scripts; the bash one loads and completes commands and options', async () => {
+  const script = join(cliHome(), 'svc.bash');
+  writeFileSync(script, (await svc(['completion', 'bash'], {})).stdout);
+  const complete = (words: string) =>
+    promisify(execFile)('bash', [
+      '-c',
+      `source ${script} && complete -p svc && COMP_WORDS=(${words}) && COMP_CWORD=$((\${#COMP_WORDS[@]} - 1)) && _svc && echo "\${COMPREPLY[*]}"`,
+    ]);
+  expect((await complete('svc ""')).stdout).toMatch(/^complete -F _svc svc\n.*\bprojects\b.*\bwebhooks\b.*\bcompletion\b/);
+  expect((await complete('svc --profile work agents runs ""')).stdout).toContain('\nlist get\n');
+  expect((await complete('svc projects list --a')).stdout).toContain('\n--all\n');
+  const [zsh, fish] = await Promise.all([svc(['completion', 'zsh'], {}), svc(['completion', 'fish'], {})]);
+  expect(zsh.stdout).toContain('bashcompinit');
+  expect(fish.stdout).toContain("complete -c svc -f -a '(__svc_complete)'");
+  expect((await svc(['completion', 'tcsh'], {})).code).toBe(2);
+});
+
+it('asks before a delete: without --yes and without a terminal it refuses and deletes nothing', async () => {
+  const { key } = await createKey(api, owner.accessToken);
+  const env = { ...envFor(cliHome()), SVC_API_KEY: key };
+  const project = JSON.parse((await svc(['projects', 'create', 'Kept', '--json'], env)).stdout);
+  const refused = await svc(['projects', 'delete', project.id], env);
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toContain(`Delete project ${project.id}? Not confirmed: stdin is not a terminal. Pass --yes to delete it.`);
+  const raw = await svc(['api', 'DELETE', `/projects/${project.id}`], env);
+  expect(raw).toMatchObject({ code: 1, stderr: expect.stringContaining('Not confirmed: stdin is not a terminal. Pass --yes to send it.') });
+  expect((await api.get(`/api/v1/projects/${project.id}`, { token: key })).status).toBe(200);
+});
+
+it('keeps two logins apart in profiles (--profile and SVC_PROFILE), in one credentials file', async () => {
+  const home = cliHome();
+  const other = await signUp(api, 'Cli profiles');
+  const [work, play] = await Promise.all([createKey(api, owner.accessToken), createKey(api, other.accessToken)]);
+  expect((await svc(['login', '--profile', 'work', '--api-key', work.key], envFor(home))).stdout).toContain('profile work');
+  expect((await svc(['login', '--api-key', play.key], { ...envFor(home), SVC_PROFILE: 'play' })).code).toBe(0);
+  const whoami = async (env: Record<string, string>, ...args: string[]) =>
+    JSON.parse((await svc(['whoami', '--json', ...args], env)).stdout);
+  expect((await whoami(envFor(home), '--profile', 'work')).user.email).toBe(owner.email);
+  expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
+  // --profile wins over SVC_PROFILE.
+  expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' }, '--profile', 'work')).user.email).toBe(owner.email);
+  const file = JSON.parse(readFileSync(join(home, 'svc', 'credentials.json'), 'utf8'));
+  expect(Object.keys(file.profiles).sort()).toEqual(['play', 'work']);
+  expect((await svc(['logout', '--profile', 'work'], envFor(home))).stdout).toContain('Signed out.');
+  const gone = await svc(['whoami', '--profile', 'work'], envFor(home));
+  expect(gone).toMatchObject({ code: 1, stderr: expect.stringContaining('Not signed in: run svc login --profile work') });
+  expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
+  expect((await svc(['whoami', '--profile', '../x'], envFor(home))).stderr).toContain('Bad profile name');
 });

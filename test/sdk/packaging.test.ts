@@ -264,12 +264,16 @@ main();
   });
 });
 
-it('npx svc runs the installed CLI: whoami, and its version', async () => {
+it('npx svc runs the installed CLI: whoami, its version, svc api, and its completion script loads in bash', async () => {
   const me = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'whoami', '--json'], { cwd: app, env })));
   expect(me).toMatchObject({ user: { email }, tenant: { name: 'Pack Co' }, credential: { type: 'api_key' } });
   expect(ok(await run('npx', ['--no', '--', 'svc', '--version'], { cwd: app, env })).trim()).toBe(VERSION);
   const projects = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'projects', '--json'], { cwd: app, env })));
   expect(projects.map((p: { name: string }) => p.name)).toEqual(['Packed project']);
+  const raw = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'api', 'GET', '/projects'], { cwd: app, env })));
+  expect(raw).toMatchObject({ data: [{ name: 'Packed project' }], meta: { pagination: { has_more: false } } });
+  const completion = ok(await run('bash', ['-c', 'source <(npx --no -- svc completion bash) && complete -p svc'], { cwd: app, env }));
+  expect(completion.trim()).toBe('complete -F _svc svc');
 });
 
 it('a bundler builds the browser entry for browsers, with no Node built-in', async () => {

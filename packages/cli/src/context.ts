@@ -1,53 +1,69 @@
-/** What every command gets: the SDK client for the chosen base URL and credentials, and how to print. */
+/** What every command gets: the API for the chosen profile, base URL and credentials, and how to print. */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ApiError, NetworkError, SvcClient } from '@svc/sdk';
-import { readCredentials, writeCredentials, type Credentials } from './credentials';
+import { Api, ApiError, NetworkError } from './api';
+import { DEFAULT_PROFILE, PROFILE_NAME, readCredentials, writeCredentials, type Credentials } from './credentials';
 
 export const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
 /** The CLI's version: its package's, read beside src/ or dist/ (the release script stamps it there). */
 export const VERSION: string = (JSON.parse(readFileSync(join(__dirname, '../package.json'), 'utf8')) as { version: string }).version;
+export const USER_AGENT = `svc-cli/${VERSION} (${process.platform}-${process.arch})`;
 
 export class UsageError extends Error {}
 
 export interface GlobalOptions {
   baseUrl?: string;
   json?: boolean;
+  profile?: string;
 }
 
 export interface Context {
   env: NodeJS.ProcessEnv;
   baseUrl: string;
   json: boolean;
+  /** The credentials file's entry in use: --profile, else SVC_PROFILE, else `default`. */
+  profile: string;
   out: (text: string) => void;
   /** Prints data: JSON with --json, else the human form. */
   print: (data: unknown, human: () => string) => void;
-  /** A client with the saved credentials (or SVC_API_KEY); `required` fails when there are none. */
-  client: (required?: boolean) => SvcClient;
+  /** The API with the profile's credentials (or SVC_API_KEY); `required` fails when there are none. */
+  api: (required?: boolean) => Api;
+  /** The API with no credentials (sign-in calls). */
+  anonymous: () => Api;
   credentials: () => Credentials | null;
+  saveCredentials: (creds: Credentials) => string;
 }
 
 export function contextOf(options: GlobalOptions, env: NodeJS.ProcessEnv): Context {
-  const saved = () => readCredentials(env);
+  const profile = options.profile ?? (env.SVC_PROFILE || DEFAULT_PROFILE);
+  if (!PROFILE_NAME.test(profile)) throw new UsageError(`Bad profile name "${profile}": letters, digits, _ . - (at most 64)`);
+  const saved = () => readCredentials(env, profile);
+  const save = (creds: Credentials) => writeCredentials(env, profile, creds);
   const baseUrl = (options.baseUrl ?? env.SVC_BASE_URL ?? saved()?.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, '');
   const json = Boolean(options.json);
   const out = (text: string) => void process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
+  const anonymous = () => new Api({ baseUrl, userAgent: USER_AGENT });
   return {
     env,
     baseUrl,
     json,
+    profile,
     out,
-    print: (data, human) => out(json ? JSON.stringify(data, null, 2) : human()),
+    print: (data, human) => out(json ? JSON.stringify(data ?? null, null, 2) : human()),
     credentials: saved,
-    client(required = true) {
-      const userAgent = `svc-cli/${VERSION} (${process.platform}-${process.arch})`;
-      if (env.SVC_API_KEY) return new SvcClient({ baseUrl, apiKey: env.SVC_API_KEY, userAgent });
+    saveCredentials: save,
+    anonymous,
+    api(required = true) {
+      if (env.SVC_API_KEY) return new Api({ baseUrl, apiKey: env.SVC_API_KEY, userAgent: USER_AGENT });
       const creds = saved();
-      if (!creds && required) throw new UsageError('Not signed in: run svc login (or set SVC_API_KEY).');
-      if (creds?.apiKey) return new SvcClient({ baseUrl, apiKey: creds.apiKey, userAgent });
-      return new SvcClient({
+      if (!creds && required) {
+        const which = profile === DEFAULT_PROFILE ? '' : ` --profile ${profile}`;
+        throw new UsageError(`Not signed in: run svc login${which} (or set SVC_API_KEY).`);
+      }
+      if (creds?.apiKey) return new Api({ baseUrl, apiKey: creds.apiKey, userAgent: USER_AGENT });
+      return new Api({
         baseUrl,
-        userAgent,
+        userAgent: USER_AGENT,
         token: creds?.accessToken
           ? { accessToken: creds.accessToken, expiresIn: creds.expiresAt ? (creds.expiresAt - Date.now()) / 1000 : undefined }
           : undefined,
@@ -55,9 +71,10 @@ export function contextOf(options: GlobalOptions, env: NodeJS.ProcessEnv): Conte
         exchange: async () => {
           const current = saved();
           if (!current?.refreshToken) return null;
-          const anon = new SvcClient({ baseUrl, userAgent });
-          const next = await anon.refresh({ body: { refreshToken: current.refreshToken } });
-          writeCredentials(env, {
+          const next = await anonymous().call<{ accessToken: string; refreshToken: string; expiresIn: number }>('POST', '/auth/refresh', {
+            body: { refreshToken: current.refreshToken },
+          });
+          save({
             ...current,
             accessToken: next.accessToken,
             refreshToken: next.refreshToken,

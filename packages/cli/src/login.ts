@@ -6,9 +6,9 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createSpinner } from 'nanospinner';
-import { SvcClient } from '@svc/sdk';
-import { removeCredentials, writeCredentials } from './credentials';
-import { UsageError, VERSION, type Context } from './context';
+import { DEFAULT_PROFILE, removeCredentials } from './credentials';
+import { Api } from './api';
+import { USER_AGENT, UsageError, VERSION, type Context } from './context';
 
 /** Opens the address in a browser when there is one to open: never without a terminal, a display, or with BROWSER=none. */
 function openBrowser(url: string, env: NodeJS.ProcessEnv): boolean {
@@ -28,18 +28,22 @@ function openBrowser(url: string, env: NodeJS.ProcessEnv): boolean {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function loginWithBrowser(ctx: Context): Promise<void> {
-  const api = new SvcClient({ baseUrl: ctx.baseUrl, userAgent: `svc-cli/${VERSION}` });
+  const api = ctx.anonymous();
   const state = randomBytes(32).toString('hex');
   const verifier = randomBytes(32).toString('base64url');
-  const started = await api.startCliLogin({
-    body: {
-      state,
-      codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
-      codeChallengeMethod: 'S256',
-      cliVersion: VERSION,
-      platform: `${process.platform}-${process.arch}`,
+  const started = await api.call<{ loginId: string; authUrl: string; verificationCode: string; interval: number }>(
+    'POST',
+    '/cli/auth/start',
+    {
+      body: {
+        state,
+        codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+        codeChallengeMethod: 'S256',
+        cliVersion: VERSION,
+        platform: `${process.platform}-${process.arch}`,
+      },
     },
-  });
+  );
   // Plain text, also when the output is not a terminal: a script or another program can read both.
   ctx.out(`Open this address in your browser to sign in:\n\n  ${started.authUrl}\n\nVerification code: ${started.verificationCode}\n`);
   if (openBrowser(started.authUrl, ctx.env)) ctx.out('(Opened your browser.)');
@@ -48,15 +52,15 @@ export async function loginWithBrowser(ctx: Context): Promise<void> {
   try {
     for (;;) {
       await sleep(intervalMs);
-      const { status } = await api.getCliLoginStatus({ query: { loginId: started.loginId } });
+      const { status } = await api.call<{ status: string }>('GET', '/cli/auth/status', { query: { loginId: started.loginId } });
       if (status === 'approved') break;
       if (status !== 'pending') {
         spinner?.error({ text: 'Not approved' });
         throw new UsageError('The login was denied in the browser or expired. Run svc login to try again.');
       }
     }
-    const done = await api.exchangeCliLogin({ body: { loginId: started.loginId, codeVerifier: verifier } });
-    const file = writeCredentials(ctx.env, {
+    const done = await api.call('POST', '/cli/auth/token', { body: { loginId: started.loginId, codeVerifier: verifier } });
+    const file = ctx.saveCredentials({
       baseUrl: ctx.baseUrl,
       accessToken: done.token,
       refreshToken: done.refreshToken,
@@ -67,17 +71,19 @@ export async function loginWithBrowser(ctx: Context): Promise<void> {
     spinner?.success({ text: 'Approved' });
     ctx.print(
       { user: done.user, tenant: done.tenant, credentialsFile: file },
-      () => `Signed in as ${done.user.email} (tenant ${done.tenant.name}).`,
+      () => `Signed in as ${done.user.email} (tenant ${done.tenant.name})${profileNote(ctx)}.`,
     );
   } finally {
     if (spinner?.isSpinning()) spinner.stop();
   }
 }
 
+const profileNote = (ctx: Context) => (ctx.profile === DEFAULT_PROFILE ? '' : `, profile ${ctx.profile}`);
+
 export async function loginWithApiKey(ctx: Context, apiKey: string): Promise<void> {
-  const me = await new SvcClient({ baseUrl: ctx.baseUrl, apiKey }).me();
-  writeCredentials(ctx.env, { baseUrl: ctx.baseUrl, apiKey, email: me.user.email, tenant: me.tenant.name });
-  ctx.print(me, () => `Signed in with an API key as ${me.user.email} (tenant ${me.tenant.name}).`);
+  const me = await new Api({ baseUrl: ctx.baseUrl, apiKey, userAgent: USER_AGENT }).call('GET', '/auth/me');
+  ctx.saveCredentials({ baseUrl: ctx.baseUrl, apiKey, email: me.user.email, tenant: me.tenant.name });
+  ctx.print(me, () => `Signed in with an API key as ${me.user.email} (tenant ${me.tenant.name})${profileNote(ctx)}.`);
 }
 
 export async function logout(ctx: Context): Promise<void> {
@@ -85,9 +91,9 @@ export async function logout(ctx: Context): Promise<void> {
   // A CLI token is a session: end it on the service too (an API key stays valid: revoke it with svc keys revoke).
   if (creds?.accessToken)
     await ctx
-      .client()
-      .logout()
+      .api()
+      .call('POST', '/auth/logout')
       .catch(() => undefined);
-  const removed = removeCredentials(ctx.env);
+  const removed = removeCredentials(ctx.env, ctx.profile);
   ctx.print({ signedOut: removed }, () => (removed ? 'Signed out.' : 'Not signed in.'));
 }

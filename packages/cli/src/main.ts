@@ -2,47 +2,22 @@
  * `svc`, the command-line client. Exit codes (CONTRACT.md 7): 0 success, 1 an API or usage error, 2 bad arguments.
  */
 import { Command, CommanderError } from 'commander';
-import { agentCommands, chatCommand, keyCommands, projectCommands } from './commands';
+import { COMMAND_MODULES } from './commands';
 import { contextOf, describeError, VERSION, type Context, type GlobalOptions } from './context';
-import { loginWithApiKey, loginWithBrowser, logout } from './login';
+
+/** Every command of the tree, the program's own included. */
+const everyCommand = (c: Command): Command[] => [c, ...c.commands.flatMap(everyCommand)];
 
 export function buildProgram(env: NodeJS.ProcessEnv): Command {
   const program = new Command('svc')
     .description('The svc platform from your terminal')
     .version(VERSION)
-    .option('--base-url <url>', 'the service address (default: SVC_BASE_URL, the saved login, or http://127.0.0.1:8080)')
-    .option('--json', 'print JSON')
-    .showHelpAfterError()
-    .exitOverride();
+    .option('--base-url <url>', "the service address (default: SVC_BASE_URL, the profile's login, or http://127.0.0.1:8080)")
+    .option('--profile <name>', 'which saved login to use (default: SVC_PROFILE, else "default")')
+    .option('--json', 'print JSON');
   const ctx = (): Context => contextOf(program.opts<GlobalOptions>(), env);
-
-  program
-    .command('login')
-    .description('Sign in through the browser (or with an API key)')
-    .option('--api-key <key>', 'sign in with an API key instead (or set SVC_API_KEY)')
-    .action(async (o: { apiKey?: string }) => {
-      const key = o.apiKey ?? env.SVC_API_KEY;
-      if (key) await loginWithApiKey(ctx(), key);
-      else await loginWithBrowser(ctx());
-    });
-  program
-    .command('logout')
-    .description('Sign out and forget the saved credentials')
-    .action(() => logout(ctx()));
-  program
-    .command('whoami')
-    .description('Who you are signed in as')
-    .action(async () => {
-      const c = ctx();
-      const me = await c.client().me();
-      c.print(me, () => `${me.user.email} (tenant ${me.tenant.name}, role ${me.role}, signed in with ${me.credential.type})`);
-    });
-  projectCommands(program, ctx);
-  agentCommands(program, ctx);
-  chatCommand(program, ctx);
-  keyCommands(program, ctx);
-  for (const c of program.commands) c.exitOverride().showHelpAfterError();
-  for (const c of program.commands.flatMap((c) => c.commands)) c.exitOverride().showHelpAfterError();
+  for (const register of COMMAND_MODULES) register(program, ctx);
+  for (const c of everyCommand(program)) c.exitOverride().showHelpAfterError();
   return program;
 }
 

@@ -1,0 +1,87 @@
+/**
+ * The CLI's one door to @svc/sdk. Commands speak HTTP paths (`GET /projects`, as the API reference and `svc api`
+ * do) and never touch the SDK's method names, so when the SDK's surface changes only this file changes.
+ * Today it rides on the SDK's lower-level `send` (auth, token renewal, retries, typed errors) plus its two streams.
+ */
+import { randomUUID } from 'node:crypto';
+import { ApiError, NetworkError, SvcClient, type ChatStreamEvent, type Output, type SvcClientOptions } from '@svc/sdk';
+
+export { ApiError, NetworkError, type ChatStreamEvent };
+export type Run = Output<'getAgentRun'>;
+export type ClientOptions = SvcClientOptions;
+
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined | null>;
+  body?: unknown;
+}
+
+/** One page of a list: its items and the cursor of the next page (null on the last). */
+export interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+/** A path with each interpolated value URL-encoded: apiPath`/projects/${id}`. */
+export function apiPath(parts: TemplateStringsArray, ...values: Array<string | number>): string {
+  return parts.reduce((out, part, i) => out + part + (i < values.length ? encodeURIComponent(String(values[i])) : ''), '');
+}
+
+/** `/projects` is under /api/v1; a path already starting with /api/ or /v1/ is taken as it is. */
+function fullPath(path: string): string {
+  const p = path.startsWith('/') ? path : `/${path}`;
+  return /^\/(api|v1)(\/|\?|$)/.test(p) ? p : `/api/v1${p}`;
+}
+
+export class Api {
+  private readonly client: SvcClient;
+  private readonly base: string;
+
+  constructor(options: ClientOptions) {
+    this.client = new SvcClient(options);
+    this.base = options.baseUrl.replace(/\/+$/, '').replace(/\/api\/v1$/, '');
+  }
+
+  /** The raw answer: the parsed JSON body (the whole envelope), or the text when it is not JSON. */
+  async raw(method: string, path: string, options: RequestOptions = {}): Promise<unknown> {
+    const [pathname, inlineQuery = ''] = fullPath(path).split('?', 2);
+    const query = new URLSearchParams(inlineQuery);
+    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== null) query.set(k, String(v));
+    const qs = query.toString();
+    const verb = method.toUpperCase();
+    // Every POST carries an Idempotency-Key, so the SDK's retry of a 503 cannot do the work twice.
+    const res = await this.client.send(verb, pathname, `${this.base}${pathname}${qs ? `?${qs}` : ''}`, options.body, {
+      ...(verb === 'POST' ? { idempotencyKey: randomUUID() } : {}),
+    });
+    const text = await res.text();
+    if (!text) return undefined;
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      return text;
+    }
+  }
+
+  /** The `data` of the answer's envelope. */
+  async call<T = any>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const body = (await this.raw(method, path, options)) as { data?: T } | undefined;
+    return body?.data as T;
+  }
+
+  async page<T = any>(path: string, query: RequestOptions['query'], cursor: string | null, limit: number): Promise<Page<T>> {
+    const body = (await this.raw('GET', path, { query: { ...query, limit, ...(cursor ? { cursor } : {}) } })) as {
+      data: T[];
+      meta?: { pagination?: { next_cursor?: string | null } };
+    };
+    return { items: body.data, nextCursor: body.meta?.pagination?.next_cursor ?? null };
+  }
+
+  /** The reply to a chat session's latest message as it streams (resumed after a dropped connection). */
+  chatReply(sessionId: string): AsyncGenerator<ChatStreamEvent> {
+    return this.client.streamChatReply(sessionId);
+  }
+
+  /** A run each time its status or steps change, until it ends or waits for an approval. */
+  followRun(agentId: string, runId: string): AsyncGenerator<Run> {
+    return this.client.followRun(agentId, runId, { intervalMs: 300, untilApproval: true });
+  }
+}
