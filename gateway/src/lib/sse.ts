@@ -6,6 +6,7 @@
  * the response closes (however it ends: finished, refused, or its client gone). Counted per gateway: it guards this
  * process's sockets, as each gateway has its own.
  */
+import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
@@ -55,4 +56,91 @@ export function tenantStreams(deps: GatewayDeps): TenantStreams {
   let found = registries.get(deps);
   if (!found) registries.set(deps, (found = new TenantStreams(deps.config.sseStreamsPerTenant)));
   return found;
+}
+
+/** One SSE event. JSON never contains a raw newline, so `data` is always one line. */
+export function sseEvent(id: string, type: string, data: unknown): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+/** Resolves when the socket can take more, or is gone. */
+export function writable(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+/** An open SSE response: writes wait for the socket (backpressure); `end` stops its heartbeat and ends it once. */
+export interface SseWriter {
+  readonly res: ServerResponse;
+  /** The client is gone (or the response ended). */
+  readonly closed: boolean;
+  write(text: string): Promise<void>;
+  end(): void;
+}
+
+/**
+ * Answers the reply with a 200 `text/event-stream` (the reply is hijacked: what Fastify set, such as the request id,
+ * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and stops both when
+ * the response closes. `onEnd` runs once when it ends, however (the client gone, `end()`).
+ */
+export function openSse(reply: FastifyReply, keepAliveMs: number, onEnd: () => void = () => {}): SseWriter {
+  reply.hijack();
+  const res = reply.raw;
+  res.writeHead(200, {
+    ...(reply.getHeaders() as Record<string, string>),
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    'x-accel-buffering': 'no',
+    connection: 'keep-alive',
+  });
+  res.flushHeaders();
+  const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+  let ended = false;
+  const finish = () => {
+    if (ended) return;
+    ended = true;
+    clearInterval(keepAlive);
+    onEnd();
+  };
+  res.once('close', finish);
+  return {
+    res,
+    get closed() {
+      return ended || res.destroyed;
+    },
+    async write(text) {
+      if (!res.write(text)) await writable(res);
+    },
+    end() {
+      finish();
+      res.end();
+    },
+  };
+}
+
+/** The SSE responses a route has open, ended when the gateway closes (an open one would hold the server open). */
+export class OpenStreams {
+  private readonly open = new Set<{ writer: SseWriter; cancel: () => void }>();
+
+  /** Keeps `writer` until it ends; `cancel` stops what feeds it. */
+  add(writer: SseWriter, cancel: () => void): () => void {
+    const entry = { writer, cancel };
+    this.open.add(entry);
+    return () => this.open.delete(entry);
+  }
+
+  /** Cancels and ends every open stream (the gateway is closing). */
+  endAll(): void {
+    for (const { writer, cancel } of [...this.open]) {
+      cancel();
+      writer.end();
+    }
+  }
 }
