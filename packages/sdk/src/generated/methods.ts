@@ -117,6 +117,7 @@ export const OPERATIONS = {
     access: 'unscoped',
     stream: false,
   },
+  streamEvents: { method: 'GET', path: '/api/v1/events/stream', pathParams: [], access: 'events:read', stream: true },
   listEvents: { method: 'GET', path: '/api/v1/events', pathParams: [], access: 'events:read', stream: false },
   getEvent: { method: 'GET', path: '/api/v1/events/{id}', pathParams: ['id'], access: 'events:read', stream: false },
   listEventTypes: { method: 'GET', path: '/api/v1/event-types', pathParams: [], access: 'events:read', stream: false },
