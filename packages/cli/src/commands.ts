@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import type { Output } from '@svc/sdk';
 import { UsageError, type Context } from './context';
+export { listenCommand } from './commands/listen';
 
 type Run = Output<'getAgentRun'>;
 type Step = Run['steps'][number];

@@ -2,7 +2,7 @@
  * `svc`, the command-line client. Exit codes (CONTRACT.md 7): 0 success, 1 an API or usage error, 2 bad arguments.
  */
 import { Command, CommanderError } from 'commander';
-import { agentCommands, chatCommand, keyCommands, projectCommands } from './commands';
+import { agentCommands, chatCommand, keyCommands, listenCommand, projectCommands } from './commands';
 import { contextOf, describeError, VERSION, type Context, type GlobalOptions } from './context';
 import { loginWithApiKey, loginWithBrowser, logout } from './login';
 
@@ -41,6 +41,7 @@ export function buildProgram(env: NodeJS.ProcessEnv): Command {
   agentCommands(program, ctx);
   chatCommand(program, ctx);
   keyCommands(program, ctx);
+  listenCommand(program, ctx);
   for (const c of program.commands) c.exitOverride().showHelpAfterError();
   for (const c of program.commands.flatMap((c) => c.commands)) c.exitOverride().showHelpAfterError();
   return program;

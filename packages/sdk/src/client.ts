@@ -208,10 +208,16 @@ export class SvcClient extends GeneratedMethods {
   /**
    * The tenant's events as they happen (`GET /events/stream`), each as GET /events shows it, until `signal` aborts.
    * A dropped connection is resumed after the last event seen (Last-Event-ID: none lost, none twice), up to
-   * `maxResumes` times in a row (default 5; `Infinity` to follow for good); `onResume` hears of each.
+   * `maxResumes` times in a row (default 5; `Infinity` to follow for good); `onResume` hears of each. `onOpen` runs each
+   * time a connection is open: events committed from then on are sent.
    */
   async *streamEvents(
-    options: CallOptions & { lastEventId?: string; maxResumes?: number; onResume?: (lastEventId: string | undefined) => void } = {},
+    options: CallOptions & {
+      lastEventId?: string;
+      maxResumes?: number;
+      onOpen?: () => void;
+      onResume?: (lastEventId: string | undefined) => void;
+    } = {},
   ): AsyncGenerator<Output<'getEvent'>> {
     let lastEventId = options.lastEventId;
     let resumes = 0;
@@ -223,6 +229,7 @@ export class SvcClient extends GeneratedMethods {
           accept: 'text/event-stream',
           headers: { ...options.headers, ...(lastEventId ? { 'last-event-id': lastEventId } : {}) },
         });
+        options.onOpen?.();
         for await (const e of readSse(res.body!) as AsyncGenerator<SseEvent<Output<'getEvent'>>>) {
           resumes = 0;
           if (e.id) lastEventId = e.id;
