@@ -1,10 +1,11 @@
 /**
  * The tenant's open server-sent event streams on this gateway (SSE_STREAMS_PER_TENANT): one count for every SSE route
- * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams), so one tenant cannot hold
+ * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams, the live event stream), so one tenant cannot hold
  * every socket of a gateway whatever route it streams from. The place is taken where it is checked, with no await
  * between the check and the count, so a burst of concurrent requests cannot pass the cap; it is freed once, when
  * the response closes (however it ends: finished, refused, or its client gone). Counted per gateway: it guards this
- * process's sockets, as each gateway has its own.
+ * process's sockets, as each gateway has its own. Below it, the writer those routes share: the SSE response with its
+ * heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route ends on shutdown (`OpenStreams`).
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
