@@ -8,7 +8,9 @@ import { buildProgram } from '@svc/cli';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { cliHome, startCli, svc } from '../helpers/cli';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
+import { startReceiver } from '../helpers/receiver';
 import { startStack, type Stack } from '../helpers/stack';
+import { Webhook } from 'standardwebhooks';
 
 // The real `svc` as a process against the running system: API-key and browser-flow logins (approved and denied over
 // HTTP here; in a browser in test/browser), whoami, projects, agents run --follow, a streamed chat reply, keys,
@@ -458,4 +460,43 @@ it('keeps two logins apart in profiles (--profile and SVC_PROFILE), in one crede
   expect(gone).toMatchObject({ code: 1, stderr: expect.stringContaining('Not signed in: run svc login --profile work') });
   expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
   expect((await svc(['whoami', '--profile', '../x'], envFor(home))).stderr).toContain('Bad profile name');
+it('listen --forward-to delivers each project.created as a signed delivery that standardwebhooks verifies', async () => {
+  const receiver = await startReceiver();
+  receiver.answer = (r) => (r.json?.data?.name === 'Second' ? { status: 500, body: 'no' } : { status: 200, body: 'ok' });
+  const { key } = await createKey(api, owner.accessToken);
+  const env = { ...envFor(cliHome()), SVC_API_KEY: key };
+  expect((await svc(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.exploded'], env)).code).toBe(1);
+  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created'], env);
+  try {
+    const [, secret] = await listen.waitFor(/Webhook signing secret: (whsec_[A-Za-z0-9+/=]+)/);
+    const first = (await api.post('/api/v1/projects', { name: 'First' }, { token: owner.accessToken })).body.data;
+    await api.del(`/api/v1/projects/${first.id}`, { token: owner.accessToken }); // project.deleted: not asked for
+    const second = (await api.post('/api/v1/projects', { name: 'Second' }, { token: owner.accessToken })).body.data;
+    await eventually(async () => receiver.at('/hook').length >= 2, 20_000).catch((err) => {
+      throw new Error(`${err}\n${listen.stdout()}\n${listen.stderr()}\n${JSON.stringify(receiver.requests.map((r) => r.path))}`);
+    });
+    const [a, b] = receiver.at('/hook');
+    // Verified by the Standard Webhooks library with the printed secret and no options; another secret fails.
+    const wh = new Webhook(secret);
+    const headers = (r: typeof a) => ({
+      'webhook-id': String(r.headers['webhook-id']),
+      'webhook-timestamp': String(r.headers['webhook-timestamp']),
+      'webhook-signature': String(r.headers['webhook-signature']),
+    });
+    expect(wh.verify(a.body, headers(a))).toMatchObject({ type: 'project.created', data: { id: first.id } });
+    expect(wh.verify(b.body, headers(b))).toMatchObject({ type: 'project.created', data: { id: second.id } });
+    expect(() => new Webhook(`whsec_${Buffer.alloc(32, 1).toString('base64')}`).verify(a.body, headers(a))).toThrow();
+    // The delivery is the event as GET /events shows it, its id the webhook-id.
+    expect(a.headers['webhook-id']).toBe(a.json.id);
+    expect(a.json).toEqual((await api.get(`/api/v1/events/${a.json.id}`, { token: owner.accessToken })).body.data);
+    // Each delivery's status is printed.
+    await listen.waitFor(new RegExp(`project\\.created\\s+${a.json.id}\\s+-> 200`));
+    await listen.waitFor(new RegExp(`project\\.created\\s+${b.json.id}\\s+-> 500`));
+    expect(listen.stdout()).not.toContain('project.deleted');
+  } finally {
+    listen.proc.kill('SIGINT');
+    await listen.done;
+    await receiver.close();
+  }
+  expect((await listen.done).code).toBe(0);
 });

@@ -21,8 +21,10 @@ export interface SseResult {
 export interface SseOptions {
   token?: string;
   headers?: Record<string, string>;
-  /** Hang up (abort the request) once this returns true for the events so far. */
-  stopAfter?: (events: SseEvent[]) => boolean;
+  /** Hang up (abort the request) once this returns true for the events so far (also asked once the stream opens). */
+  stopAfter?: (events: SseEvent[], result: SseResult) => boolean;
+  /** Called once the answer's headers arrived (the stream is open), before its body is read. */
+  onOpen?: () => Promise<unknown>;
 }
 
 export async function readSse(url: string, options: SseOptions = {}): Promise<SseResult> {
@@ -36,6 +38,7 @@ export async function readSse(url: string, options: SseOptions = {}): Promise<Ss
     result.body = text ? JSON.parse(text) : undefined;
     return result;
   }
+  await options.onOpen?.();
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
   const parser = createParser({
@@ -44,14 +47,14 @@ export async function readSse(url: string, options: SseOptions = {}): Promise<Ss
   });
   try {
     for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      parser.feed(decoder.decode(value, { stream: true }));
-      if (options.stopAfter?.(result.events)) {
+      if (options.stopAfter?.(result.events, result)) {
         result.hungUp = true;
         controller.abort();
         break;
       }
+      const { value, done } = await reader.read();
+      if (done) break;
+      parser.feed(decoder.decode(value, { stream: true }));
     }
   } catch (err) {
     if (!result.hungUp) throw err;

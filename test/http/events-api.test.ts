@@ -1,5 +1,6 @@
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { readSse, type SseEvent, type SseOptions } from '../helpers/sse';
 import { startStack, type Stack } from '../helpers/stack';
 
 // The Events API (CONTRACT.md 10): GET /events and GET /events/:id show the tenant's public events exactly as their
@@ -22,7 +23,13 @@ const down = new Set<string>();
 beforeAll(async () => {
   [stack, receiver] = await Promise.all([
     startStack({
-      env: { RATE_LIMIT_MAX: '1000000', WEBHOOK_RETRY_SCHEDULE: '0.2,0.2', WEBHOOK_TIMEOUT_MS: '2000' },
+      env: {
+        RATE_LIMIT_MAX: '1000000',
+        WEBHOOK_RETRY_SCHEDULE: '0.2,0.2',
+        WEBHOOK_TIMEOUT_MS: '2000',
+        SSE_STREAMS_PER_TENANT: '3',
+        SSE_KEEPALIVE_MS: '100',
+      },
       webhooks: { now: () => Date.now() + clockShift },
     }),
     startReceiver(),
@@ -270,6 +277,106 @@ describe('GET /events?deliveryFailed=true&webhookId=', () => {
     const err = expectError(await api.get(`${E}?${q}`, { token: other.accessToken }), 404, 'RESOURCE_NOT_FOUND');
     expect(err.details).toEqual({ resource: 'webhook', id: hook.id });
     down.delete('/missed');
+  });
+});
+
+describe('GET /events/stream', () => {
+  const S = `${E}/stream`;
+  /** The tenant's sign-up events are in the log: a stream opened now starts after them. */
+  async function settled(name: string) {
+    const t = await signUp(api, name);
+    await eventually(async () => (await walk(t.accessToken)).length === 2, 10_000);
+    return t;
+  }
+  const stream = (token: string, options: SseOptions = {}) => readSse(`${stack.url}${S}`, { token, ...options });
+  const createdFor = (id: string) => (events: SseEvent[]) => events.some((e) => e.event === 'project.created' && e.data.data.id === id);
+
+  it("sends each event created after connecting, as GET /events shows it, and never another tenant's", async () => {
+    const [t, other] = await Promise.all([settled('Live'), settled('Live other')]);
+    let last = '';
+    const live = await stream(t.accessToken, {
+      onOpen: async () => {
+        await project(other, 'theirs');
+        await project(t, 'first');
+        last = (await project(t, 'second')).id;
+      },
+      stopAfter: (events) => last !== '' && createdFor(last)(events),
+    });
+    expect(live.status).toBe(200);
+    expect(live.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    expect(live.events.map((e) => [e.event, e.data.data.name])).toEqual([
+      ['project.created', 'first'],
+      ['project.created', 'second'],
+    ]);
+    for (const e of live.events) {
+      expect(e.id).toBe(e.data.id);
+      expect(e.data.tenantId).toBe(t.tenantId);
+      expect(e.data).toEqual((await api.get(`${E}/${e.id}`, { token: t.accessToken })).body.data);
+    }
+  });
+
+  it("resumes after Last-Event-ID with every event since, none twice; an unknown or another tenant's id is 404", async () => {
+    const [t, other] = await Promise.all([settled('Resume'), settled('Resume other')]);
+    const names = ['p1', 'p2', 'p3', 'p4'];
+    const ids: string[] = [];
+    const first = await stream(t.accessToken, {
+      onOpen: async () => {
+        for (const name of names.slice(0, 2)) ids.push((await project(t, name)).id);
+      },
+      stopAfter: (events) => ids.length === 2 && createdFor(ids[0])(events),
+    });
+    const seen = first.events[0];
+    expect(seen.data.data.name).toBe('p1');
+    // Disconnected: more happens meanwhile.
+    for (const name of names.slice(2)) ids.push((await project(t, name)).id);
+    const resumed = await stream(t.accessToken, { headers: { 'last-event-id': seen.id! }, stopAfter: createdFor(ids[3]) });
+    expect(resumed.status).toBe(200);
+    expect(resumed.events.map((e) => e.data.data.name)).toEqual(['p2', 'p3', 'p4']);
+    expect(new Set(resumed.events.map((e) => e.id)).size).toBe(3);
+    // The query parameter is the header's stand-in (for clients that cannot set headers).
+    const byQuery = await readSse(`${stack.url}${S}?lastEventId=${resumed.events[1].id}`, {
+      token: t.accessToken,
+      stopAfter: createdFor(ids[3]),
+    });
+    expect(byQuery.events.map((e) => e.data.data.name)).toEqual(['p4']);
+
+    const theirs = (await walk(other.accessToken))[0];
+    for (const id of ['evt_unknown', theirs.id]) {
+      const res = await stream(t.accessToken, { headers: { 'last-event-id': id } });
+      expect({ status: res.status, code: res.body.error.code }).toEqual({ status: 404, code: 'RESOURCE_NOT_FOUND' });
+      expect(JSON.stringify(res.body)).not.toContain(other.tenantId);
+    }
+  });
+
+  it('needs events:read, counts against SSE_STREAMS_PER_TENANT and sends heartbeats', async () => {
+    const t = await settled('Stream scopes');
+    const elsewhere = await createKey(api, t.accessToken, { scopes: ['projects:read'] });
+    const reader = await createKey(api, t.accessToken, { scopes: ['events:read'] });
+    const refused = await stream(elsewhere.key);
+    expect({ status: refused.status, code: refused.body.error.code }).toEqual({ status: 403, code: 'FORBIDDEN' });
+    expect((await stream('')).status).toBe(401);
+
+    // Three held open (the cap here), a fourth refused; each hears a heartbeat comment.
+    const release: Array<() => void> = [];
+    const held = [0, 1, 2].map(() => {
+      let opened!: () => void;
+      const isOpen = new Promise<void>((resolve) => (opened = resolve));
+      let stop = false;
+      release.push(() => (stop = true));
+      const done = stream(reader.key, {
+        onOpen: async () => opened(),
+        stopAfter: (_events, result) => stop && result.comments > 0,
+      });
+      return { isOpen, done };
+    });
+    await Promise.all(held.map((h) => h.isOpen));
+    const fourth = await stream(reader.key);
+    expect(fourth.status).toBe(429);
+    expect(fourth.body.error).toMatchObject({ code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } });
+    for (const r of release) r();
+    for (const r of await Promise.all(held.map((h) => h.done))) expect(r.comments).toBeGreaterThan(0);
+    // Their places are free again once they closed.
+    await eventually(async () => (await stream(reader.key, { stopAfter: () => true })).status === 200);
   });
 });
 

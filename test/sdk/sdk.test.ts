@@ -196,6 +196,18 @@ it('drives every endpoint through the SDK', async () => {
   await eventually(async () => (events = await sdk.listEvents({ query: { type: 'tenant.created' } })).length === 1);
   expect((await sdk.getEvent({ params: { id: events[0].id } })).data).toMatchObject({ id: tenantId });
   expect(await sdk.listEvents({ query: { deliveryFailed: true, webhookId: hook.id } })).toEqual([]);
+  // The live stream, resumed after the tenant.created event: the events after it, then one made now.
+  const stop = new AbortController();
+  const live: string[] = [];
+  const made = sdk.createProject({ body: { name: 'sdk-live' } });
+  for await (const e of sdk.streamEvents({ lastEventId: events[0].id, signal: stop.signal })) {
+    live.push(e.type);
+    if (e.type === 'project.created' && (e.data as { name?: string }).name === 'sdk-live') stop.abort();
+  }
+  called.add('streamEvents');
+  expect(live[live.length - 1]).toBe('project.created');
+  expect(live).not.toContain('tenant.created');
+  await made;
   const since = new Date(Date.now() - 60_000).toISOString();
   expect(await sdk.recoverWebhook({ params: { id: hook.id }, body: { since } })).toEqual({ queued: 0 });
   // The audit log: the key created above is in it, and the chain verifies.

@@ -239,7 +239,8 @@ it('lets each policy through for the callers it admits (a refusal, if any, is no
   for (const op of ops) {
     const token = admitted[op.access ?? ''];
     if (!token || op.method !== 'GET') continue; // reads only: no side effects from the matrix
-    const res = await api.request(op.method, op.path, { token });
+    // An unknown Last-Event-ID: an admitted live stream (GET /events/stream) answers 404 instead of staying open.
+    const res = await api.request(op.method, op.path, { token, headers: { 'last-event-id': 'evt_route_matrix_none' } });
     totals.admitted++;
     if (res.status === 401 || (res.status === 403 && res.body?.error?.details?.reason !== 'ip_not_allowed'))
       failures.push(`${op.method} ${op.path} (${op.access}): ${res.status} ${JSON.stringify(res.body?.error)}`);

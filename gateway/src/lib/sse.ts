@@ -1,11 +1,13 @@
 /**
  * The tenant's open server-sent event streams on this gateway (SSE_STREAMS_PER_TENANT): one count for every SSE route
- * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams), so one tenant cannot hold
+ * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams, the live event stream), so one tenant cannot hold
  * every socket of a gateway whatever route it streams from. The place is taken where it is checked, with no await
  * between the check and the count, so a burst of concurrent requests cannot pass the cap; it is freed once, when
  * the response closes (however it ends: finished, refused, or its client gone). Counted per gateway: it guards this
- * process's sockets, as each gateway has its own.
+ * process's sockets, as each gateway has its own. Below it, the writer those routes share: the SSE response with its
+ * heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route ends on shutdown (`OpenStreams`).
  */
+import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
@@ -55,4 +57,91 @@ export function tenantStreams(deps: GatewayDeps): TenantStreams {
   let found = registries.get(deps);
   if (!found) registries.set(deps, (found = new TenantStreams(deps.config.sseStreamsPerTenant)));
   return found;
+}
+
+/** One SSE event. JSON never contains a raw newline, so `data` is always one line. */
+export function sseEvent(id: string, type: string, data: unknown): string {
+  return `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+/** Resolves when the socket can take more, or is gone. */
+export function writable(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+/** An open SSE response: writes wait for the socket (backpressure); `end` stops its heartbeat and ends it once. */
+export interface SseWriter {
+  readonly res: ServerResponse;
+  /** The client is gone (or the response ended). */
+  readonly closed: boolean;
+  write(text: string): Promise<void>;
+  end(): void;
+}
+
+/**
+ * Answers the reply with a 200 `text/event-stream` (the reply is hijacked: what Fastify set, such as the request id,
+ * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and stops both when
+ * the response closes. `onEnd` runs once when it ends, however (the client gone, `end()`).
+ */
+export function openSse(reply: FastifyReply, keepAliveMs: number, onEnd: () => void = () => {}): SseWriter {
+  reply.hijack();
+  const res = reply.raw;
+  res.writeHead(200, {
+    ...(reply.getHeaders() as Record<string, string>),
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    'x-accel-buffering': 'no',
+    connection: 'keep-alive',
+  });
+  res.flushHeaders();
+  const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+  let ended = false;
+  const finish = () => {
+    if (ended) return;
+    ended = true;
+    clearInterval(keepAlive);
+    onEnd();
+  };
+  res.once('close', finish);
+  return {
+    res,
+    get closed() {
+      return ended || res.destroyed;
+    },
+    async write(text) {
+      if (!res.write(text)) await writable(res);
+    },
+    end() {
+      finish();
+      res.end();
+    },
+  };
+}
+
+/** The SSE responses a route has open, ended when the gateway closes (an open one would hold the server open). */
+export class OpenStreams {
+  private readonly open = new Set<{ writer: SseWriter; cancel: () => void }>();
+
+  /** Keeps `writer` until it ends; `cancel` stops what feeds it. */
+  add(writer: SseWriter, cancel: () => void): () => void {
+    const entry = { writer, cancel };
+    this.open.add(entry);
+    return () => this.open.delete(entry);
+  }
+
+  /** Cancels and ends every open stream (the gateway is closing). */
+  endAll(): void {
+    for (const { writer, cancel } of [...this.open]) {
+      cancel();
+      writer.end();
+    }
+  }
 }

@@ -6,7 +6,7 @@ import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
-import { tenantStreams } from '../lib/sse';
+import { sseEvent, tenantStreams, writable } from '../lib/sse';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -71,11 +71,6 @@ export function messageView(m: chatV1.Message) {
   };
 }
 
-/** One SSE event. JSON never contains a raw newline, so `data` is always one line. */
-export function sseEvent(id: string, type: string, data: unknown): string {
-  return `id: ${id}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
-}
-
 function sseOf(e: chatV1.StreamReplyResponse): string {
   switch (e.type) {
     case 'message.delta':
@@ -85,19 +80,6 @@ function sseOf(e: chatV1.StreamReplyResponse): string {
     default:
       return sseEvent(e.id, 'error', { code: e.errorCode, message: e.errorMessage });
   }
-}
-
-/** Resolves when the socket can take more, or is gone. */
-function writable(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }
 
 export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {

@@ -1,9 +1,12 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { EVENT_TYPES, PUBLIC_EVENT_TYPES } from '@svc/contracts';
+import { errors } from '@svc/kit';
 import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
+import { callStream } from '../lib/call-stream';
 import { pageOf, route } from '../lib/route';
+import { OpenStreams, openSse, sseEvent, tenantStreams } from '../lib/sse';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
 const Event = Obj({
@@ -42,9 +45,62 @@ export function eventView(e: webhooksV1.StoredEvent): unknown {
   return JSON.parse(e.bodyJson);
 }
 
-/** The public events of the tenant and their catalogue (CONTRACT.md 10); scope events:read. */
+/** The SSE form of a stored event: `id:` the event id, `event:` its type, `data:` the event as GET /events shows it. */
+export const eventSse = (e: webhooksV1.StoredEvent) => sseEvent(e.id, e.type, eventView(e));
+
+/** The public events of the tenant and their catalogue (CONTRACT.md 10), and their live stream (14); scope events:read. */
 export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { webhooks } = deps.clients;
+  const streams = tenantStreams(deps);
+  const open = new OpenStreams();
+  app.addHook('preClose', (done) => {
+    open.endAll();
+    done();
+  });
+
+  route(app, {
+    method: 'GET',
+    url: '/api/v1/events/stream',
+    operationId: 'streamEvents',
+    access: 'events:read',
+    tag: 'events',
+    summary:
+      "The tenant's events as they happen, as server-sent events: `id` the event id, `event` its type, `data` the event as GET /events shows it. Last-Event-ID (or ?lastEventId=) resumes after that event with none missed and none twice (an unknown or expired id: 404); without it, from now. Counts against SSE_STREAMS_PER_TENANT; a comment every SSE_KEEPALIVE_MS.",
+    query: Obj({ lastEventId: Type.Optional(Str(1, 200, { description: 'As the Last-Event-ID header (which wins)' })) }),
+    produces: 'text/event-stream',
+    handler: async ({ query, call, request, reply }) => {
+      const header = request.headers['last-event-id'];
+      const lastEventId = typeof header === 'string' && header !== '' ? header : (query.lastEventId ?? '');
+      if (lastEventId.length > 200) throw errors.validation([{ field: 'Last-Event-ID', message: 'must be at most 200 characters' }]);
+      streams.holdFor(reply);
+      // No deadline: the stream lasts as long as its reader; the service ends it when it stops.
+      const stream = callStream(webhooks.streamEvents({ afterEventId: lastEventId }, { ...call, deadlineMs: Infinity }));
+      const events = stream[Symbol.asyncIterator]();
+      try {
+        // The service answers `open` once the start is known: until then a refusal (an unknown id) is a JSON error.
+        const first = await events.next();
+        if (first.done || !first.value.open) throw errors.unavailable('The webhooks service ended the event stream early');
+      } catch (err) {
+        stream.cancel();
+        throw err;
+      }
+      const sse = openSse(reply, deps.config.sseKeepAliveMs, () => stream.cancel());
+      const forget = open.add(sse, () => stream.cancel());
+      try {
+        for (;;) {
+          const next = await events.next();
+          if (next.done || sse.closed) break;
+          if (next.value.event) await sse.write(eventSse(next.value.event));
+        }
+      } catch (err) {
+        // The service went away (restarting, stopping): the reader reconnects with the last id it got.
+        if (!sse.closed) request.log.warn({ err, reqId: request.id }, 'event stream ended by the service');
+      } finally {
+        forget();
+        sse.end();
+      }
+    },
+  });
 
   route(app, {
     method: 'GET',

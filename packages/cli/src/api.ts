@@ -80,6 +80,11 @@ export class Api {
     return this.client.streamChatReply(sessionId);
   }
 
+  /** The tenant's live events (GET /events/stream), resumed after a dropped connection with Last-Event-ID. */
+  events(options: Parameters<SvcClient['streamEvents']>[0]): AsyncGenerator<unknown> {
+    return this.client.streamEvents(options);
+  }
+
   /** A run each time its status or steps change, until it ends or waits for an approval. */
   followRun(agentId: string, runId: string): AsyncGenerator<Run> {
     return this.client.followRun(agentId, runId, { intervalMs: 300, untilApproval: true });

@@ -352,6 +352,48 @@ export class SvcClient extends GeneratedMethods {
   }
 
   /**
+   * The tenant's events as they happen (`GET /events/stream`), each as GET /events shows it, until `signal` aborts.
+   * A dropped connection is resumed after the last event seen (Last-Event-ID: none lost, none twice), up to
+   * `maxResumes` times in a row (default 5; `Infinity` to follow for good); `onResume` hears of each. `onOpen` runs each
+   * time a connection is open: events committed from then on are sent.
+   */
+  async *streamEvents(
+    options: CallOptions & {
+      lastEventId?: string;
+      maxResumes?: number;
+      onOpen?: () => void;
+      onResume?: (lastEventId: string | undefined) => void;
+    } = {},
+  ): AsyncGenerator<Output<'getEvent'>> {
+    let lastEventId = options.lastEventId;
+    let resumes = 0;
+    for (;;) {
+      const req = this.requestOf('streamEvents', {});
+      try {
+        const res = await this.send(req.method, req.path, req.url, undefined, {
+          ...options,
+          accept: 'text/event-stream',
+          headers: { ...options.headers, ...(lastEventId ? { 'last-event-id': lastEventId } : {}) },
+        });
+        options.onOpen?.();
+        for await (const e of readSse(res.body!) as AsyncGenerator<SseEvent<Output<'getEvent'>>>) {
+          resumes = 0;
+          if (e.id) lastEventId = e.id;
+          yield e.data;
+        }
+      } catch (err) {
+        if (err instanceof ApiError) throw err;
+      }
+      // Aborted by the caller: the end it asked for, not an error.
+      if (options.signal?.aborted) return;
+      // The stream ended (the server restarting) or dropped: resume after the last event seen.
+      if (resumes++ >= (options.maxResumes ?? 5)) throw new NetworkError('The event stream kept dropping');
+      options.onResume?.(lastEventId);
+      await sleep(Math.min(2000, 100 * 2 ** Math.min(resumes, 5)), options.signal);
+    }
+  }
+
+  /**
    * An agent run's progress: the run each time its status or steps change, until it ends (or waits for an
    * approval, when `untilApproval`). Polls GET /agents/:id/runs/:run_id every `intervalMs`.
    */

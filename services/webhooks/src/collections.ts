@@ -132,6 +132,23 @@ export const events: CollectionDef<EventDoc> = {
   indexes: [{ fields: ['tenantId'] }, { fields: ['tenantId', 'type'] }, { fields: [] }],
 };
 
+/**
+ * Each event's place in its tenant's commit order: `seq` comes from the tenant's head document, moved in the
+ * transaction that appends the event (kit advanceHead), so a reader that has seen a `seq` has seen every lower one.
+ * What the live stream (GET /events/stream) reads and resumes by; the id is the event's.
+ */
+export interface EventOrderDoc {
+  id: string;
+  tenantId: string;
+  seq: number;
+}
+
+export const eventOrder: CollectionDef<EventOrderDoc> = {
+  name: 'event_order',
+  sortField: 'seq',
+  indexes: [{ fields: ['tenantId'] }],
+};
+
 /** Ordered by due time: the loop reads the head; per registration for its in-order drain and for deletes. */
 export const queue: CollectionDef<QueueDoc> = {
   name: 'delivery_queue',

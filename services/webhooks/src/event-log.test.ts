@@ -205,3 +205,21 @@ describe('undelivered', () => {
     expect(second.nextCursor).toBeNull();
   });
 });
+
+test('the live order is commit order, per tenant, whatever createdAt says; a resume reads after a place; the sweep drops places', async () => {
+  // Committed in this order, with createdAt out of order (a producer's clock behind, the bus bringing one late).
+  await record(event(1, T0 - 1000), event(2, T0 - 5000));
+  await record(event(3, T0 - 9000, { tenantId: 'ten_b' }), event(4, T0 - 40 * DAY));
+  await record(event(5, T0 - 2000));
+  await record(event(1, T0 - 1000)); // the bus delivering it again: no second place
+  const all = await log.after('ten_a', 0, 100);
+  expect(all.events.map((e) => e.id)).toEqual(['evt_0001', 'evt_0002', 'evt_0005']); // 4 is past the retention
+  const place = (await log.placeOf('ten_a', 'evt_0002'))!;
+  expect((await log.after('ten_a', place, 100)).events.map((e) => e.id)).toEqual(['evt_0005']);
+  expect(await log.newestPlace('ten_a')).toBe(all.lastSeq);
+  expect(await log.placeOf('ten_a', 'evt_0003')).toBeNull(); // another tenant's
+  expect((await log.after('ten_b', 0, 100)).events.map((e) => e.id)).toEqual(['evt_0003']);
+  await log.sweep();
+  expect((await log.after('ten_a', 0, 100)).events.map((e) => e.id)).toEqual(['evt_0001', 'evt_0002', 'evt_0005']);
+  expect(await log.placeOf('ten_a', 'evt_0004')).toBeNull();
+});

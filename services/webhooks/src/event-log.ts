@@ -2,10 +2,14 @@
  * The event log (CONTRACT.md 10): every public event the fan-out consumer reads is kept here with the exact body its
  * deliveries send, for `GET /events` and for recovery. An event older than the retention is out of every read at once
  * (reads bound `createdAt` by the cut-off) and deleted by an hourly sweep, oldest first.
+ *
+ * Beside its `createdAt` (the producer's clock, and the bus may bring an event late), each event gets its place in
+ * the tenant's commit order (`event_order`), which the live stream follows: see `after`.
  */
 import {
-  DuplicateKeyError,
+  advanceHead,
   encodeCursor,
+  ensureHead,
   Retention,
   type Logger,
   type Page,
@@ -13,7 +17,7 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { deliveries, events, type EventDoc, type WebhookDoc } from './collections';
+import { deliveries, eventOrder, events, type EventDoc, type WebhookDoc } from './collections';
 
 /** How often the sweep runs; each run deletes in batches until nothing is past the retention. */
 /** Events read per store page while looking for undelivered ones. */
@@ -41,12 +45,19 @@ export interface ListQuery {
 
 export class EventLog {
   private readonly retention: Retention<EventDoc>;
+  /** Tenants whose head document is known to exist (see ensureHead); bounded by clearing. */
+  private readonly heads = new Set<string>();
+  private readonly appended = new Set<(tenantId: string) => void>();
 
   constructor(
     private readonly store: Store,
     o: { retentionDays: number; logger: Logger; now?: () => number },
   ) {
-    this.retention = new Retention(store, events, { ...o, label: 'event log' });
+    this.retention = new Retention(store, events, {
+      ...o,
+      label: 'event log',
+      alsoDelete: async (tx, doc) => void (await tx.collection(eventOrder).delete(doc.id)),
+    });
   }
 
   /** The oldest `createdAt` still kept (exclusive). */
@@ -54,19 +65,71 @@ export class EventLog {
     return this.retention.cutoff();
   }
 
-  /** Keeps an event (in the caller's transaction); one seen before (the bus delivers at least once) is left as it is. */
-  async record(tx: StoreSession, doc: EventDoc): Promise<void> {
-    const col = tx.collection(events);
-    if (!(await col.get(doc.id))) await col.insert(doc);
+  /**
+   * Before a transaction that records events of the tenant: its head document exists, so two first events written at
+   * once do not both insert it (a duplicate key dooms a transaction).
+   */
+  async prepare(tenantId: string): Promise<void> {
+    if (this.heads.has(tenantId)) return;
+    await ensureHead(this.store, headOf(tenantId));
+    if (this.heads.size > 100_000) this.heads.clear();
+    this.heads.add(tenantId);
   }
 
-  /** Keeps an event outside any transaction, in one insert; one seen before is left as it is. */
+  /**
+   * Keeps an event (in the caller's transaction) and gives it the next place in its tenant's commit order; one seen
+   * before (the bus delivers at least once) is left as it is. Call `prepare` first and `announce` after the commit.
+   */
+  async record(tx: StoreSession, doc: EventDoc): Promise<void> {
+    const col = tx.collection(events);
+    if (await col.get(doc.id)) return;
+    await col.insert(doc);
+    const seq = await advanceHead(tx, headOf(doc.tenantId));
+    await tx.collection(eventOrder).insert({ id: doc.id, tenantId: doc.tenantId, seq });
+  }
+
+  /** Keeps an event in a transaction of its own; one seen before is left as it is. */
   async recordAlone(doc: EventDoc): Promise<void> {
-    try {
-      await this.store.collection(events).insert(doc);
-    } catch (err) {
-      if (!(err instanceof DuplicateKeyError)) throw err;
-    }
+    await this.prepare(doc.tenantId);
+    await this.store.transaction((tx) => this.record(tx, doc));
+    this.announce(doc.tenantId);
+  }
+
+  /** After a commit that recorded events of the tenant: its live streams on this replica read now. */
+  announce(tenantId: string): void {
+    for (const listener of this.appended) listener(tenantId);
+  }
+
+  /** Calls `listener` after each commit of this process that recorded events; returns the function that stops it. */
+  onAppended(listener: (tenantId: string) => void): () => void {
+    this.appended.add(listener);
+    return () => this.appended.delete(listener);
+  }
+
+  /**
+   * The tenant's events after place `seq` of its commit order, oldest first, at most `limit`, and the last place read.
+   * Only what a majority holds (a place a failover could roll back would be handed out again). An event past the
+   * retention is skipped.
+   */
+  async after(tenantId: string, seq: number, limit: number): Promise<{ events: EventDoc[]; lastSeq: number }> {
+    const page = await this.store.collection(eventOrder).find({ tenantId }, { order: 'asc', limit, range: { gt: seq }, durable: true });
+    const found = await Promise.all(page.items.map((o) => this.get(tenantId, o.id)));
+    return {
+      events: found.filter((e) => e !== null),
+      lastSeq: page.items.length ? page.items[page.items.length - 1].seq : seq,
+    };
+  }
+
+  /** The place of the tenant's event in its commit order; null for an unknown one (or another tenant's). */
+  async placeOf(tenantId: string, eventId: string): Promise<number | null> {
+    const doc = eventId ? await this.store.collection(eventOrder).get(eventId, { tenantId }) : null;
+    return doc?.seq ?? null;
+  }
+
+  /** The place of the tenant's newest committed event (0 for none): where a stream that starts now begins. */
+  async newestPlace(tenantId: string): Promise<number> {
+    const page = await this.store.collection(eventOrder).find({ tenantId }, { order: 'desc', limit: 1, durable: true });
+    return page.items[0]?.seq ?? 0;
   }
 
   /** The tenant's event, unless it is past the retention; another tenant's is null, like a missing one. */
@@ -145,6 +208,9 @@ export class EventLog {
     return this.retention.stop();
   }
 }
+
+/** The head document of a tenant's commit order (kit feed heads). */
+const headOf = (tenantId: string) => `events/${tenantId}`;
 
 /** The later of two lower bounds and the earlier of two upper ones (exclusive wins a tie). */
 export function tighter(a: Window, b: Window): Window {

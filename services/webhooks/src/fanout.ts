@@ -94,12 +94,13 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
     // the first page's deliveries already there. The event joins the log in the first transaction that writes.
     let recorded = false;
     let cursor: string | null = null;
+    await log.prepare(event.tenantId);
     do {
       const page = await targetsOf(store, event, cursor);
       cursor = page.cursor;
       if (page.targets.length === 0 && (recorded || cursor)) continue;
       if (page.targets.length === 0) {
-        // Nothing to deliver: the log entry alone, one statement (a duplicate is the bus delivering it again).
+        // Nothing to deliver: the log entry alone (one seen before is the bus delivering it again).
         await log.recordAlone(event);
         recorded = true;
         continue;
@@ -109,6 +110,7 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
         if (first) await log.record(tx, event);
         return enqueueAll(tx, event, page.targets);
       });
+      if (first) log.announce(event.tenantId);
       recorded = true;
       for (const id of created) onQueued(id);
     } while (cursor);
@@ -140,11 +142,13 @@ export function fanOut(store: Store, log: EventLog, onQueued: (webhookId: string
         }
         return ids;
       });
+      for (const tenantId of new Set(items.map((i) => i.event.tenantId))) log.announce(tenantId);
       for (const id of created) onQueued(id);
     };
     for (const message of messages) {
       const event = publicEvent(message);
       if (!event) continue;
+      await log.prepare(event.tenantId);
       const page = await targetsOf(store, event, null);
       if (page.cursor || queued + page.targets.length > BATCH_DELIVERIES) {
         await flush();

@@ -3,6 +3,7 @@ import { eventsV1, type webhooksV1 } from '@svc/proto';
 import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';
 import type { EventLog, Window } from './event-log';
+import type { EventStreams } from './event-stream';
 import { enqueue, enqueueExisting } from './fanout';
 import { eventBody } from './payload';
 import { recover } from './recover';
@@ -19,11 +20,13 @@ export interface HandlerDeps {
   /** A commit recorded an event in the outbox: the relay publishes it now. */
   onOutbox: () => void;
   log: EventLog;
+  /** The live event streams (StreamEvents). */
+  streams: EventStreams;
   /** Registrations a tenant may keep (WEBHOOKS_PER_TENANT). */
   maxPerTenant: number;
 }
 
-export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, maxPerTenant }: HandlerDeps) {
+export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, streams, maxPerTenant }: HandlerDeps) {
   const hooks = store.collection(webhooks);
   const cap = webhookCap(store, maxPerTenant);
 
@@ -205,6 +208,22 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, m
       const doc = await log.get(auth.tid, req.id);
       if (!doc) throw errors.notFound('event', req.id);
       return { event: toStoredEvent(doc) };
+    },
+
+    streamEvents: (
+      req: webhooksV1.StreamEventsRequest,
+      ctx: CallContext,
+      send: (m: webhooksV1.StreamEventsResponse) => Promise<void>,
+      signal: AbortSignal,
+    ): Promise<void> => {
+      const { auth } = authed(ctx, 'events:read');
+      return streams.serve(
+        auth.tid,
+        req.afterEventId,
+        () => send({ open: true, event: undefined }),
+        (e) => send({ open: false, event: toStoredEvent(e) }),
+        signal,
+      );
     },
 
     async retryDelivery(req: webhooksV1.RetryDeliveryRequest, ctx: CallContext): Promise<webhooksV1.RetryDeliveryResponse> {

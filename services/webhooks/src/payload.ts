@@ -1,5 +1,5 @@
-import { createHmac } from 'node:crypto';
 import type { eventsV1 } from '@svc/proto';
+import { signedHeaders } from '@svc/contracts/webhook-signature';
 import { keysAt, type SigningKeys } from './secrets';
 
 /**
@@ -85,24 +85,9 @@ function dataOf(data: eventsV1.Event['data']): object {
   }
 }
 
-/**
- * Standard Webhooks signatures: `v1,` + base64 HMAC-SHA256 of `${id}.${timestamp}.${body}` under each key that signs
- * at this moment (the current secret's first), space-separated.
- */
-export function signatures(keys: Buffer[], id: string, timestamp: number, body: string): string {
-  return keys.map((key) => `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${body}`).digest('base64')}`).join(' ');
-}
-
 export const USER_AGENT = 'svc-webhooks/1.0';
 
 /** The headers of one attempt; `webhook-id` is the event id, the same on every retry. */
 export function deliveryHeaders(keys: SigningKeys, eventId: string, body: string, now = Date.now()): Record<string, string> {
-  const timestamp = Math.floor(now / 1000);
-  return {
-    'content-type': 'application/json',
-    'user-agent': USER_AGENT,
-    'webhook-id': eventId,
-    'webhook-timestamp': String(timestamp),
-    'webhook-signature': signatures(keysAt(keys, now), eventId, timestamp, body),
-  };
+  return signedHeaders(keysAt(keys, now), eventId, body, USER_AGENT, now);
 }

@@ -5,40 +5,13 @@
  * two a stored secret uses is recorded beside it when it is set (`secretWhsec`), never guessed from its form later: a
  * registration whose `whsec_...` secret was set before keeps the UTF-8 keying its receiver verifies with.
  */
-import { randomBytes } from 'node:crypto';
 import type { SecretBox } from '@svc/kit';
+import { isWhsec, keyOf } from '@svc/contracts/webhook-signature';
 import type { WebhookDoc } from './collections';
 
-export const WHSEC_PREFIX = 'whsec_';
-/** Standard Webhooks: secrets of 24 to 64 bytes; the ones generated here have 32. */
-export const WHSEC_BYTES = { min: 24, max: 64, generated: 32 } as const;
+export { generateSecret } from '@svc/contracts/webhook-signature';
 /** How long a rotated-out secret keeps signing: default and most (hours). */
 export const GRACE_HOURS = { default: 24, max: 168 } as const;
-
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
-
-/** A new secret, `whsec_<base64 of 32 random bytes>`. */
-export function generateSecret(): string {
-  return WHSEC_PREFIX + randomBytes(WHSEC_BYTES.generated).toString('base64');
-}
-
-/**
- * Whether a secret is of the Standard Webhooks form `whsec_<base64>`: the prefix, then canonical base64 of 24 to 64
- * bytes (what Standard Webhooks libraries decode). Any other secret, one that merely starts with `whsec_` included, is
- * "any other secret" of CONTRACT.md 14 and keeps its UTF-8 bytes, as every secret did before Standard Webhooks keying.
- */
-export function isWhsec(secret: string): boolean {
-  if (!secret.startsWith(WHSEC_PREFIX)) return false;
-  const encoded = secret.slice(WHSEC_PREFIX.length);
-  if (!BASE64.test(encoded)) return false;
-  const bytes = Buffer.from(encoded, 'base64').length;
-  return bytes >= WHSEC_BYTES.min && bytes <= WHSEC_BYTES.max;
-}
-
-/** The HMAC key of a secret as stored: its decoded bytes when set as a Standard Webhooks secret, else its UTF-8 bytes. */
-export function keyOf(secret: string, whsec: boolean): Buffer {
-  return whsec ? Buffer.from(secret.slice(WHSEC_PREFIX.length), 'base64') : Buffer.from(secret, 'utf8');
-}
 
 /** The stored fields of a secret being set now (create, PATCH, rotation). */
 export function sealSecret(box: SecretBox, secret: string): Pick<WebhookDoc, 'secretSealed' | 'secretWhsec'> {

@@ -1,9 +1,10 @@
-import { capCounters, egressPolicyFrom, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import { capCounters, egressPolicyFrom, feedHeads, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { identityVerifier, TOPICS } from '@svc/contracts';
 import { webhooksV1 } from '@svc/proto';
-import { deliveries, events, queue, webhooks } from './collections';
+import { deliveries, eventOrder, events, queue, webhooks } from './collections';
 import { parseRetrySchedule, webhooksConfig } from './config';
 import { EventLog } from './event-log';
+import { EventStreams } from './event-stream';
 import { fanOut } from './fanout';
 import { webhookHandlers } from './handlers';
 import { DeliveryWorker } from './worker';
@@ -21,7 +22,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, option
     name: 'webhooks',
     defaultPort: 50057,
     config: webhooksConfig,
-    collections: [webhooks, deliveries, queue, events, capCounters],
+    collections: [webhooks, deliveries, queue, events, eventOrder, feedHeads, capCounters],
     env,
   });
   const scheduleMs = parseRetrySchedule(rt.config.retrySchedule);
@@ -43,6 +44,7 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, option
   const log = new EventLog(rt.store, { retentionDays: rt.config.eventsRetentionDays, logger: rt.logger, now: options.now });
   log.start();
   const consumer = fanOut(rt.store, log, onQueued);
+  const streams = new EventStreams({ log, wake: rt.wake });
   return serve(rt, {
     verifier,
     healthNames: ['webhooks.v1.WebhooksService'],
@@ -70,10 +72,13 @@ export async function startWebhooks(env: NodeJS.ProcessEnv = process.env, option
           onQueued,
           onOutbox: () => rt.relay.notify(),
           log,
+          streams,
           maxPerTenant: rt.config.maxWebhooksPerTenant,
         }),
       }),
     ],
+    // Open event streams would hold the server's drain: they end first (the gateway ends its SSE responses).
+    beforeStop: () => streams.stop(),
     onStop: async () => {
       await log.stop();
       await worker.stop();

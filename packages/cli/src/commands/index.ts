@@ -11,6 +11,7 @@ import { chatCommands } from './chat';
 import { completionCommand } from './completion';
 import { eventCommands } from './events';
 import { keyCommands } from './keys';
+import { listenCommand } from './listen';
 import { modelCommands } from './models';
 import { projectCommands } from './projects';
 import { requestCommands } from './requests';
@@ -32,6 +33,7 @@ export const COMMAND_MODULES: CommandModule[] = [
   requestCommands,
   secretCommands,
   usageCommand,
+  listenCommand,
   apiCommand,
   completionCommand,
 ];

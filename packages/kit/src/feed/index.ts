@@ -45,10 +45,25 @@ export const feedHeads: CollectionDef<FeedHeadDoc> = { name: 'feed_heads', sortF
 let lastClockSeq = 0;
 
 /**
+ * Moves the head document `headId` one past its last sequence number (at least `floor`), inside the caller's
+ * transaction, and returns the new number. Two writers serialise on the head (SQLite's single writer; a MongoDB
+ * write conflict retries the later one), so the numbers handed out follow commit order: once a reader sees one
+ * committed, every lower one is committed too, whatever the writers' clocks say.
+ */
+export async function advanceHead(tx: StoreSession, headId: string, floor = 0): Promise<number> {
+  const heads = tx.collection(feedHeads);
+  const head = await heads.get(headId);
+  const seq = Math.max(floor, (head?.lastSeq ?? 0) + 1);
+  if (!head) await heads.insert({ id: headId, lastSeq: seq });
+  else if (!(await heads.update(headId, { lastSeq: head.lastSeq }, { lastSeq: seq })))
+    throw new Error('feed head moved inside the transaction'); // cannot happen under the store's isolation
+  return seq;
+}
+
+/**
  * Appends an entry, inside the transaction of the change it describes. Its `seq` is above the feed's head, which
- * the same transaction moves: two writers serialise on the head document (SQLite's single writer; a MongoDB write
- * conflict retries the later one), so `seq` order is commit order whatever the writers' clocks say, and a reader
- * that asks for entries after the last `seq` it saw misses none. (Near the writer's clock in microseconds otherwise.)
+ * the same transaction moves (advanceHead), so `seq` order is commit order and a reader that asks for entries after
+ * the last `seq` it saw misses none. (Near the writer's clock in microseconds otherwise.)
  */
 export async function recordFeedEntry<T extends FeedEntryDoc>(
   tx: StoreSession,
@@ -58,28 +73,28 @@ export async function recordFeedEntry<T extends FeedEntryDoc>(
 ): Promise<T> {
   const at = Date.now();
   lastClockSeq = Math.max(at * 1000, lastClockSeq + 1);
-  const heads = tx.collection(feedHeads);
-  const head = await heads.get(def.name);
-  const seq = Math.max(lastClockSeq, (head?.lastSeq ?? 0) + 1);
-  if (!head) await heads.insert({ id: def.name, lastSeq: seq });
-  else if (!(await heads.update(def.name, { lastSeq: head.lastSeq }, { lastSeq: seq })))
-    throw new Error('feed head moved inside the transaction'); // cannot happen under the store's isolation
+  const seq = await advanceHead(tx, def.name, lastClockSeq);
   const doc = { id: newId('fe'), seq, kind, subjectId, at, createdAt: nowIso() } as T;
   await tx.collection(def).insert(doc);
   return doc;
 }
 
 /**
- * Creates the feed's head document if it is missing (at start-up, outside any transaction), so that two first
- * entries written at once do not both insert it (a duplicate key would doom one writer's transaction).
+ * Creates a head document if it is missing (outside any transaction), so that two first writers at once do not
+ * both insert it (a duplicate key would doom one writer's transaction).
  */
-export async function ensureFeedHead<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>): Promise<void> {
-  if (await store.collection(feedHeads).get(def.name)) return;
+export async function ensureHead(store: Store, headId: string): Promise<void> {
+  if (await store.collection(feedHeads).get(headId)) return;
   try {
-    await store.collection(feedHeads).insert({ id: def.name, lastSeq: 0 });
+    await store.collection(feedHeads).insert({ id: headId, lastSeq: 0 });
   } catch (err) {
     if (!(err instanceof DuplicateKeyError)) throw err;
   }
+}
+
+/** The feed's head document, created at start-up (see ensureHead). */
+export function ensureFeedHead<T extends FeedEntryDoc>(store: Store, def: CollectionDef<T>): Promise<void> {
+  return ensureHead(store, def.name);
 }
 
 /** The most entries one read of a feed returns: a shorter page is the feed's end (readers page until they get one). */

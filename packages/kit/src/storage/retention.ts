@@ -5,18 +5,20 @@
  * records at worst, and deleting a record already gone changes nothing.
  */
 import type { Logger } from '../logger';
-import type { CollectionDef, Store } from './types';
+import type { CollectionDef, Store, StoreSession } from './types';
 
 const DAY_MS = 86_400_000;
 const SWEEP_EVERY_MS = 3_600_000;
 const SWEEP_BATCH = 500;
 
-export interface RetentionOptions {
+export interface RetentionOptions<T = unknown> {
   retentionDays: number;
   logger: Logger;
   /** What the log lines call the collection ('request log'). */
   label: string;
   now?: () => number;
+  /** Deletes what belongs to a record being swept, in the same transaction (an index kept beside it). */
+  alsoDelete?: (tx: StoreSession, doc: T) => Promise<void>;
 }
 
 export class Retention<T extends { id: string }> {
@@ -26,7 +28,7 @@ export class Retention<T extends { id: string }> {
   constructor(
     private readonly store: Store,
     private readonly collection: CollectionDef<T>,
-    private readonly o: RetentionOptions,
+    private readonly o: RetentionOptions<T>,
   ) {}
 
   /** The oldest sort value still kept (exclusive). */
@@ -43,7 +45,10 @@ export class Retention<T extends { id: string }> {
         .find({}, { order: 'asc', limit: SWEEP_BATCH, range: { lte: this.cutoff() } });
       if (items.length === 0) return deleted;
       await this.store.transaction(async (tx) => {
-        for (const doc of items) if (await tx.collection(this.collection).delete(doc.id)) deleted++;
+        for (const doc of items) {
+          if (await tx.collection(this.collection).delete(doc.id)) deleted++;
+          await this.o.alsoDelete?.(tx, doc);
+        }
       });
     }
   }

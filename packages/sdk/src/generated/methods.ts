@@ -666,6 +666,16 @@ export const OPERATIONS = {
     query: false,
     list: false,
   },
+  streamEvents: {
+    method: 'GET',
+    path: '/api/v1/events/stream',
+    pathParams: [],
+    access: 'events:read',
+    stream: true,
+    body: false,
+    query: true,
+    list: false,
+  },
   listEvents: {
     method: 'GET',
     path: '/api/v1/events',

@@ -184,6 +184,7 @@ export const RESOURCE_METHODS = {
   'webhooks.test': 'testWebhook',
   'webhooks.recover': 'recoverWebhook',
   'webhooks.deliveries.retry': 'retryWebhookDelivery',
+  'events.stream': 'streamEvents',
   'events.list': 'listEvents',
   'events.retrieve': 'getEvent',
   'eventTypes.list': 'listEventTypes',
@@ -405,6 +406,8 @@ export interface Resources {
     recover(id: string, body: Body<'recoverWebhook'>, options?: RequestOptions): Promise<Output<'recoverWebhook'>>;
   };
   events: {
+    /** The tenant's events as they happen, as server-sent events: `id` the event id, `event` its type, `data` the event as GET /events shows it. Last-Event-ID (or ?lastEventId=) resumes after that event with none missed and none twice (an unknown or expired id: 404); without it, from now. Counts against SSE_STREAMS_PER_TENANT; a comment every SSE_KEEPALIVE_MS. (`GET /api/v1/events/stream`) */
+    stream(options?: StreamOptions): AsyncGenerator<StreamEvent<'streamEvents'>>;
     /** The tenant's events, newest first, as webhooks deliver them; kept EVENTS_RETENTION_DAYS (30) (`GET /api/v1/events`) */
     list(query?: Query<'listEvents'>, options?: RequestOptions): PagedList<Item<'listEvents'>>;
     /** One event, as its webhook deliveries send it (`GET /api/v1/events/{id}`) */

@@ -838,6 +838,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/events/stream': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's events as they happen, as server-sent events: `id` the event id, `event` its type, `data` the event as GET /events shows it. Last-Event-ID (or ?lastEventId=) resumes after that event with none missed and none twice (an unknown or expired id: 404); without it, from now. Counts against SSE_STREAMS_PER_TENANT; a comment every SSE_KEEPALIVE_MS. */
+    get: operations['streamEvents'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/events': {
     parameters: {
       query?: never;
@@ -5305,6 +5322,37 @@ export interface operations {
               timestamp: string;
             };
           };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  streamEvents: {
+    parameters: {
+      query?: {
+        lastEventId?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/event-stream': string;
         };
       };
       /** @description Error */

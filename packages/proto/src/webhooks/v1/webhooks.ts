@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -202,6 +204,20 @@ export interface GetEventRequest {
 }
 
 export interface GetEventResponse {
+  event?: StoredEvent | undefined;
+}
+
+export interface StreamEventsRequest {
+  /**
+   * Resume after this event of the tenant (SSE Last-Event-ID): every event committed after it, none twice. Empty:
+   * from the newest event committed now. Unknown (or past the retention): NOT_FOUND.
+   */
+  afterEventId: string;
+}
+
+export interface StreamEventsResponse {
+  /** The first message, once the start is known; it carries no event. */
+  open: boolean;
   event?: StoredEvent | undefined;
 }
 
@@ -2993,6 +3009,166 @@ export const GetEventResponse: MessageFns<GetEventResponse> = {
   },
 };
 
+function createBaseStreamEventsRequest(): StreamEventsRequest {
+  return { afterEventId: "" };
+}
+
+export const StreamEventsRequest: MessageFns<StreamEventsRequest> = {
+  encode(message: StreamEventsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.afterEventId !== "") {
+      writer.uint32(10).string(message.afterEventId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StreamEventsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStreamEventsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.afterEventId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StreamEventsRequest {
+    return {
+      afterEventId: isSet(object.afterEventId)
+        ? globalThis.String(object.afterEventId)
+        : isSet(object.after_event_id)
+        ? globalThis.String(object.after_event_id)
+        : "",
+    };
+  },
+
+  toJSON(message: StreamEventsRequest): unknown {
+    const obj: any = {};
+    if (message.afterEventId !== "") {
+      obj.afterEventId = message.afterEventId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StreamEventsRequest>): StreamEventsRequest {
+    return StreamEventsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StreamEventsRequest>): StreamEventsRequest {
+    const message = createBaseStreamEventsRequest();
+    message.afterEventId = object.afterEventId ?? "";
+    return message;
+  },
+};
+
+function createBaseStreamEventsResponse(): StreamEventsResponse {
+  return { open: false, event: undefined };
+}
+
+export const StreamEventsResponse: MessageFns<StreamEventsResponse> = {
+  encode(message: StreamEventsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.open !== false) {
+      writer.uint32(8).bool(message.open);
+    }
+    if (message.event !== undefined) {
+      StoredEvent.encode(message.event, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StreamEventsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStreamEventsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.open = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.event = StoredEvent.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): StreamEventsResponse {
+    return {
+      open: isSet(object.open) ? globalThis.Boolean(object.open) : false,
+      event: isSet(object.event) ? StoredEvent.fromJSON(object.event) : undefined,
+    };
+  },
+
+  toJSON(message: StreamEventsResponse): unknown {
+    const obj: any = {};
+    if (message.open !== false) {
+      obj.open = message.open;
+    }
+    if (message.event !== undefined) {
+      obj.event = StoredEvent.toJSON(message.event);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<StreamEventsResponse>): StreamEventsResponse {
+    return StreamEventsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<StreamEventsResponse>): StreamEventsResponse {
+    const message = createBaseStreamEventsResponse();
+    message.open = object.open ?? false;
+    message.event = (object.event !== undefined && object.event !== null)
+      ? StoredEvent.fromPartial(object.event)
+      : undefined;
+    return message;
+  },
+};
+
 /** Webhook registrations and their deliveries (spec 2.7, 4.7, 6). The tenant comes from the caller's JWT. */
 export type WebhooksServiceService = typeof WebhooksServiceService;
 export const WebhooksServiceService = {
@@ -3125,6 +3301,20 @@ export const WebhooksServiceService = {
     responseSerialize: (value: GetEventResponse): Buffer => Buffer.from(GetEventResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetEventResponse => GetEventResponse.decode(value),
   },
+  /**
+   * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
+   * log's commit order, until the caller cancels or the service stops.
+   */
+  streamEvents: {
+    path: "/webhooks.v1.WebhooksService/StreamEvents" as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: StreamEventsRequest): Buffer => Buffer.from(StreamEventsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StreamEventsRequest => StreamEventsRequest.decode(value),
+    responseSerialize: (value: StreamEventsResponse): Buffer =>
+      Buffer.from(StreamEventsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): StreamEventsResponse => StreamEventsResponse.decode(value),
+  },
 } as const;
 
 export interface WebhooksServiceServer extends UntypedServiceImplementation {
@@ -3149,6 +3339,11 @@ export interface WebhooksServiceServer extends UntypedServiceImplementation {
   /** The tenant's public events, newest first, kept EVENTS_RETENTION_DAYS (scope events:read). */
   listEvents: handleUnaryCall<ListEventsRequest, ListEventsResponse>;
   getEvent: handleUnaryCall<GetEventRequest, GetEventResponse>;
+  /**
+   * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
+   * log's commit order, until the caller cancels or the service stops.
+   */
+  streamEvents: handleServerStreamingCall<StreamEventsRequest, StreamEventsResponse>;
 }
 
 export interface WebhooksServiceClient extends Client {
@@ -3341,6 +3536,19 @@ export interface WebhooksServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetEventResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
+   * log's commit order, until the caller cancels or the service stops.
+   */
+  streamEvents(
+    request: StreamEventsRequest,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<StreamEventsResponse>;
+  streamEvents(
+    request: StreamEventsRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<StreamEventsResponse>;
 }
 
 export const WebhooksServiceClient = makeGenericClientConstructor(
