@@ -460,6 +460,8 @@ it('keeps two logins apart in profiles (--profile and SVC_PROFILE), in one crede
   expect(gone).toMatchObject({ code: 1, stderr: expect.stringContaining('Not signed in: run svc login --profile work') });
   expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
   expect((await svc(['whoami', '--profile', '../x'], envFor(home))).stderr).toContain('Bad profile name');
+});
+
 it('listen --forward-to delivers each project.created as a signed delivery that standardwebhooks verifies', async () => {
   const receiver = await startReceiver();
   receiver.answer = (r) => (r.json?.data?.name === 'Second' ? { status: 500, body: 'no' } : { status: 200, body: 'ok' });

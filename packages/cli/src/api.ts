@@ -1,9 +1,8 @@
 /**
  * The CLI's one door to @svc/sdk. Commands speak HTTP paths (`GET /projects`, as the API reference and `svc api`
  * do) and never touch the SDK's method names, so when the SDK's surface changes only this file changes.
- * Today it rides on the SDK's lower-level `send` (auth, token renewal, retries, typed errors) plus its two streams.
+ * Today it rides on the SDK's `requestRaw` (auth, token renewal, retries, typed errors) plus its two streams.
  */
-import { randomUUID } from 'node:crypto';
 import { ApiError, NetworkError, SvcClient, type ChatStreamEvent, type Output, type SvcClientOptions } from '@svc/sdk';
 
 export { ApiError, NetworkError, type ChatStreamEvent };
@@ -34,31 +33,18 @@ function fullPath(path: string): string {
 
 export class Api {
   private readonly client: SvcClient;
-  private readonly base: string;
 
   constructor(options: ClientOptions) {
     this.client = new SvcClient(options);
-    this.base = options.baseUrl.replace(/\/+$/, '').replace(/\/api\/v1$/, '');
   }
 
   /** The raw answer: the parsed JSON body (the whole envelope), or the text when it is not JSON. */
   async raw(method: string, path: string, options: RequestOptions = {}): Promise<unknown> {
     const [pathname, inlineQuery = ''] = fullPath(path).split('?', 2);
-    const query = new URLSearchParams(inlineQuery);
-    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== null) query.set(k, String(v));
-    const qs = query.toString();
-    const verb = method.toUpperCase();
-    // Every POST carries an Idempotency-Key, so the SDK's retry of a 503 cannot do the work twice.
-    const res = await this.client.send(verb, pathname, `${this.base}${pathname}${qs ? `?${qs}` : ''}`, options.body, {
-      ...(verb === 'POST' ? { idempotencyKey: randomUUID() } : {}),
-    });
-    const text = await res.text();
-    if (!text) return undefined;
-    try {
-      return JSON.parse(text) as unknown;
-    } catch {
-      return text;
-    }
+    const query: Record<string, string> = Object.fromEntries(new URLSearchParams(inlineQuery));
+    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== null) query[k] = String(v);
+    // The SDK sends one Idempotency-Key per POST, kept across its retries, so a retried 503 cannot do the work twice.
+    return (await this.client.requestRaw(method, pathname, { query, body: options.body })).body;
   }
 
   /** The `data` of the answer's envelope. */

@@ -116,11 +116,30 @@ export class SvcClient extends GeneratedMethods {
     input: { query?: Record<string, unknown>; body?: unknown } = {},
     options: RequestOptions = {},
   ): Promise<T> {
-    const full = path.startsWith('/api/') || path.startsWith('/v1/') ? path : `/api/v1${path.startsWith('/') ? '' : '/'}${path}`;
-    const { text } = await this.send({ method: method.toUpperCase(), url: this.urlOf(full, input.query), body: input.body }, options);
-    const json = text ? (JSON.parse(text) as { data?: unknown }) : undefined;
+    const { path: full, body } = await this.requestRaw(method, path, input, options);
     // /v1 speaks OpenAI's wire format, with no envelope.
-    return (full.startsWith('/v1/') ? json : json?.data) as T;
+    return (full.startsWith('/v1/') ? body : (body as { data?: unknown } | undefined)?.data) as T;
+  }
+
+  /**
+   * `request`'s whole answer: status, headers and the parsed body (under /api/v1 the envelope, `meta` included; text
+   * when it is not JSON). For a client that shows the API's answers as they are (the CLI's `svc api`).
+   */
+  async requestRaw(
+    method: string,
+    path: string,
+    input: { query?: Record<string, unknown>; body?: unknown } = {},
+    options: RequestOptions = {},
+  ): Promise<{ path: string; status: number; headers: Headers; body: unknown }> {
+    const full = path.startsWith('/api/') || path.startsWith('/v1/') ? path : `/api/v1${path.startsWith('/') ? '' : '/'}${path}`;
+    const { res, text } = await this.send({ method: method.toUpperCase(), url: this.urlOf(full, input.query), body: input.body }, options);
+    let body: unknown = text || undefined;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      // Not JSON: the text as it came.
+    }
+    return { path: full, status: res.status, headers: res.headers, body };
   }
 
   /** Builds `svc.projects`, `svc.agents.runs`, ... from the generated table: each calls its operation. */
@@ -285,6 +304,8 @@ export class SvcClient extends GeneratedMethods {
       after: options.lastEventId,
       maxResumes: options.maxResumes,
       signal: options.signal,
+      onOpen: options.onOpen,
+      onResume: options.onResume,
       isFatal: (err) => !retryable(err),
       pause: (resume) => sleep(this.retryDelay(resume - 1), options.signal),
     };
@@ -357,39 +378,13 @@ export class SvcClient extends GeneratedMethods {
    * `maxResumes` times in a row (default 5; `Infinity` to follow for good); `onResume` hears of each. `onOpen` runs each
    * time a connection is open: events committed from then on are sent.
    */
-  async *streamEvents(
-    options: CallOptions & {
-      lastEventId?: string;
-      maxResumes?: number;
-      onOpen?: () => void;
-      onResume?: (lastEventId: string | undefined) => void;
-    } = {},
-  ): AsyncGenerator<Output<'getEvent'>> {
-    let lastEventId = options.lastEventId;
-    let resumes = 0;
-    for (;;) {
-      const req = this.requestOf('streamEvents', {});
-      try {
-        const res = await this.send(req.method, req.path, req.url, undefined, {
-          ...options,
-          accept: 'text/event-stream',
-          headers: { ...options.headers, ...(lastEventId ? { 'last-event-id': lastEventId } : {}) },
-        });
-        options.onOpen?.();
-        for await (const e of readSse(res.body!) as AsyncGenerator<SseEvent<Output<'getEvent'>>>) {
-          resumes = 0;
-          if (e.id) lastEventId = e.id;
-          yield e.data;
-        }
-      } catch (err) {
-        if (err instanceof ApiError) throw err;
-      }
+  async *streamEvents(options: StreamOptions = {}): AsyncGenerator<Output<'getEvent'>> {
+    try {
+      for await (const e of this.eventStream(this.requestOf('streamEvents', {}), options)) yield e.data as Output<'getEvent'>;
+    } catch (err) {
       // Aborted by the caller: the end it asked for, not an error.
       if (options.signal?.aborted) return;
-      // The stream ended (the server restarting) or dropped: resume after the last event seen.
-      if (resumes++ >= (options.maxResumes ?? 5)) throw new NetworkError('The event stream kept dropping');
-      options.onResume?.(lastEventId);
-      await sleep(Math.min(2000, 100 * 2 ** Math.min(resumes, 5)), options.signal);
+      throw err;
     }
   }
 

@@ -49,6 +49,10 @@ export interface ResumeOptions {
   cursorOf?: (e: SseEvent<any>) => string | undefined;
   /** The event that ends the stream; any other end of the body is a drop (a live stream never ends). */
   isLast?: (e: SseEvent<any>) => boolean;
+  /** Runs each time a connection is open. */
+  onOpen?: () => void;
+  /** Runs before each resume, with the cursor it resumes after. */
+  onResume?: (cursor: string | undefined) => void;
   /** Errors not worth a resume (an error answer of the API). */
   isFatal: (err: SvcError) => boolean;
   /** Waits before a resume (the client's jittered backoff). */
@@ -67,8 +71,12 @@ export async function* resumableSse(
   const cursorOf = options.cursorOf ?? ((e) => e.id);
   for (let resumes = 0; ;) {
     try {
-      for await (const e of readSse(await open(cursor))) {
+      const body = await open(cursor);
+      options.onOpen?.();
+      for await (const e of readSse(body)) {
         cursor = cursorOf(e) ?? cursor;
+        // An event arrived: the connection worked, so the count of drops in a row starts again.
+        resumes = 0;
         yield e;
         if (options.isLast?.(e)) return;
       }
@@ -80,5 +88,6 @@ export async function* resumableSse(
     // The connection dropped before the last event: resume after the last one seen.
     if (resumes++ >= (options.maxResumes ?? 5)) throw new APIConnectionError('The stream kept dropping');
     await options.pause(resumes);
+    options.onResume?.(cursor);
   }
 }

@@ -56,8 +56,12 @@ export interface StreamOptions extends RequestOptions {
   query?: Record<string, string | number | boolean | undefined>;
   /** Resume after this event id (as `Last-Event-ID`). */
   lastEventId?: string;
-  /** How many dropped connections to resume before giving up (default 5). */
+  /** How many dropped connections in a row to resume before giving up (default 5; `Infinity` to follow for good). */
   maxResumes?: number;
+  /** Runs each time a connection is open: events committed from then on are sent. */
+  onOpen?: () => void;
+  /** Runs before each resume, with the id of the last event seen. */
+  onResume?: (lastEventId: string | undefined) => void;
 }
 
 export type ChatStreamEvent =
