@@ -63,9 +63,9 @@ export function chatHandlers(deps: ChatDeps) {
    */
   async function assertReplySlot(tenantId: string): Promise<void> {
     const cap = deps.tenantConcurrency;
+    // Counted on the (tenantId, status) index: no reply is read (finding them decoded up to `cap` each time).
     let unfinished = 0;
-    for (const status of ['pending', 'streaming'] as const)
-      unfinished += (await messagesCol.find({ tenantId, status }, { limit: cap })).items.length;
+    for (const status of ['pending', 'streaming'] as const) unfinished += await messagesCol.count({ tenantId, status });
     if (unfinished >= cap)
       throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${cap} replies can be generated at once; try again when one finishes`, {
         reason: 'too_many_replies',
