@@ -4,13 +4,14 @@ import type { chatV1 } from '@svc/proto';
 import type { SessionDoc, StoredApproval } from '../collections';
 import { modelNotFound } from '../model-choice';
 import { type ReplySourceEvent, ReplyFailure } from '../replies';
+import { newMessage, startReply } from '../start-reply';
 import { ID_SHAPE, type Send, sleep } from './records';
 import type { CallDeps, CallParts } from './shared';
 
 /** A call on `agent:<id>`: the agent's run (started, or a previous response's followed), reported when it stops. */
 export function agentCall(deps: CallDeps, parts: CallParts) {
   const { replies, peers } = deps;
-  const { sessionFor, insert, messageDoc, responseDoc, follow } = parts;
+  const { sessionFor, responseDoc, follow } = parts;
 
   function runSource(agentId: string, runId: string, token: string) {
     return async function* watch(signal: AbortSignal): AsyncIterable<ReplySourceEvent> {
@@ -96,8 +97,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         ? null
         : { id: newId('chs'), tenantId: auth.tid, projectId, agentId, title: goal.slice(0, 200), createdAt: now };
     const sessionId = req.store ? (session ?? newSession)!.id : '';
-    const inputs = req.store && goal ? [messageDoc(auth, { role: 'user', content: goal, sessionId, projectId })] : [];
-    const reply = messageDoc(auth, {
+    const inputs = req.store && goal ? [newMessage(auth, { role: 'user', content: goal, sessionId, projectId })] : [];
+    const reply = newMessage(auth, {
       role: 'assistant',
       content: '',
       sessionId,
@@ -109,15 +110,18 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       ...(req.store ? {} : { ephemeral: true }),
     });
     const resp = responseDoc(auth, req, reply, sessionId, { agentId, runId });
-    await deps.keySlots.prepare(auth);
-    await insert(auth, newSession, { inputs, reply, resp });
-    replies.start({
-      tenantId: auth.tid,
-      message: reply,
-      history: [],
-      llm: { settings: { provider: 'openai-compatible' }, keySource: 'tenant' },
-      durable: true,
-      source: runSource(agentId, runId, token),
+    await startReply(deps, c, {
+      job: {
+        tenantId: auth.tid,
+        message: reply,
+        history: [],
+        llm: { settings: { provider: 'openai-compatible' }, keySource: 'tenant' },
+        durable: true,
+        source: runSource(agentId, runId, token),
+      },
+      inputs,
+      resp,
+      newSession,
     });
     await follow(resp, reply, true, send, signal);
   }

@@ -5,6 +5,7 @@ import type { chatV1 } from '@svc/proto';
 import type { MessageDoc, SessionDoc } from '../collections';
 import { cataloguePlan, defaultLlm, defaultPlan, holdOf, modelNotFound, replyCall } from '../model-choice';
 import type { ReplyLlm } from '../replies';
+import { newMessage, startReply } from '../start-reply';
 import type { agentCall } from './agent-call';
 import { toLlmMessage, toolsOf } from './input';
 import { AGENT_MODEL_PREFIX, type Send } from './records';
@@ -13,7 +14,7 @@ import type { CallDeps, CallParts } from './shared';
 /** Calls on a model: the catalogue's names and the default model's, and a call started on one. */
 export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: ReturnType<typeof agentCall>) {
   const { replies, peers } = deps;
-  const { sessionFor, insert, messageDoc, responseDoc, follow } = parts;
+  const { sessionFor, responseDoc, follow } = parts;
 
   return {
     /** Each catalogue name once (of its enabled entries), then the default model and its fallbacks. */
@@ -100,13 +101,13 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
               };
           sessionId = (session ?? newSession)!.id;
           inputs = turns.map((t) =>
-            messageDoc(auth, { role: t.role as 'user' | 'assistant', content: t.content, sessionId, projectId: session?.projectId ?? '' }),
+            newMessage(auth, { role: t.role as 'user' | 'assistant', content: t.content, sessionId, projectId: session?.projectId ?? '' }),
           );
         }
       }
       const promptChars = prompt.reduce((n, m) => n + m.content.length + (m.toolCalls ? JSON.stringify(m.toolCalls).length : 0), 0);
       const projectId = session?.projectId ?? '';
-      const reply = messageDoc(auth, {
+      const reply = newMessage(auth, {
         role: 'assistant',
         content: '',
         sessionId,
@@ -126,24 +127,21 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
         ...(completion || !req.store ? { ephemeral: true } : {}),
       });
       const resp = completion ? null : responseDoc(auth, req, reply, sessionId);
-      await deps.keySlots.prepare(auth);
-      await deps.credits.reserve(c, holdOf(reply.id, plan, promptChars));
-      try {
-        await deps.assertReplySlot(auth.tid);
-        await insert(auth, newSession, { inputs, reply, resp });
-      } catch (err) {
-        await deps.credits.release(c, reply.id).catch(() => undefined);
-        throw err;
-      }
-      replies.start({
-        tenantId: auth.tid,
-        credentialId: auth.sid,
-        credentialType: auth.typ,
-        message: reply,
-        history: prompt,
-        llm,
-        tools,
-        durable: !completion,
+      await startReply(deps, c, {
+        job: {
+          tenantId: auth.tid,
+          credentialId: auth.sid,
+          credentialType: auth.typ,
+          message: reply,
+          history: prompt,
+          llm,
+          tools,
+          durable: !completion,
+        },
+        hold: holdOf(reply.id, plan, promptChars),
+        inputs,
+        resp,
+        newSession,
       });
       // A chat completion nobody reads any more is stopped (and billed for what it produced); a response goes on.
       if (completion) signal.addEventListener('abort', () => void replies.cancel(reply.id), { once: true });

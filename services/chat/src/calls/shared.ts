@@ -1,39 +1,23 @@
 /** The parts of a model call shared by its kinds: its dependencies, how it is stored, and how it is followed. */
-import {
-  AppError,
-  type AuthedContext,
-  errors,
-  type KeySlots,
-  newId,
-  nowIso,
-  type Store,
-  type StoreSession,
-  type TenantCap,
-} from '@svc/kit';
+import { AppError, type AuthedContext, errors, nowIso } from '@svc/kit';
 import type { LlmMessage, PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
-import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from '../collections';
-import type { CreditCheck } from '../credits';
+import { messages, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from '../collections';
 import type { LiveReply } from '../live';
 import type { Peers } from '../peers';
-import type { Replies } from '../replies';
+import type { ReplyStarter } from '../start-reply';
 import { chunkOf, endsOf, event, ID_SHAPE, recordOf, type Send, sleep, TERMINAL } from './records';
 
-export interface CallDeps {
-  store: Store;
-  replies: Replies;
+/** What the calls need: how a reply starts (start-reply.ts), and the rest. */
+export interface CallDeps extends ReplyStarter {
   peers: Peers;
-  credits: CreditCheck;
   pollMs: number;
   defaultMaxTokens: number;
   pricing: PricingSettings;
   /** RESPONSES_RETENTION_HOURS in ms: how long a response is kept. */
   retentionMs: number;
-  cap: TenantCap;
-  keySlots: KeySlots<MessageDoc>;
   sessionOf(id: string, tenantId: string): Promise<SessionDoc>;
   history(session: SessionDoc): Promise<LlmMessage[]>;
-  assertReplySlot(tenantId: string): Promise<void>;
 }
 
 /**
@@ -124,54 +108,6 @@ export function callParts(deps: CallDeps) {
     return { session: null, previous: null };
   }
 
-  /**
-   * Stores what a new call needs in one transaction (a new session under its cap, the input turns, the reply, the
-   * response), taking the key's concurrency place.
-   */
-  async function insert(
-    auth: AuthedContext['auth'],
-    newSession: SessionDoc | null,
-    docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
-  ): Promise<void> {
-    const write = async (tx: StoreSession) => {
-      await deps.keySlots.take(tx, auth);
-      const col = tx.collection(messages);
-      for (const m of docs.inputs) await col.insert(m);
-      await col.insert(docs.reply);
-      if (docs.resp) await tx.collection(responses).insert(docs.resp);
-    };
-    if (newSession)
-      await deps.cap.transaction(auth.tid, async (tx, places) => {
-        await places.take();
-        await tx.collection(sessions).insert(newSession);
-        await write(tx);
-      });
-    else await store.transaction(write);
-  }
-
-  function messageDoc(
-    auth: AuthedContext['auth'],
-    fields: Partial<MessageDoc> & Pick<MessageDoc, 'role' | 'content' | 'sessionId'>,
-  ): MessageDoc {
-    const now = nowIso();
-    return {
-      id: newId('msg'),
-      tenantId: auth.tid,
-      projectId: '',
-      status: 'completed',
-      seq: nextSeq(),
-      errorCode: null,
-      errorMessage: null,
-      inputTokens: null,
-      outputTokens: null,
-      leaseBeat: null,
-      leaseMs: null,
-      createdAt: now,
-      completedAt: now,
-      ...fields,
-    };
-  }
-
   /** Streams a started call to its caller: `started`, then its chunks and `done`. */
   async function follow(resp: ResponseDoc | null, reply: MessageDoc, durable: boolean, send: Send, signal: AbortSignal) {
     await send(event('started', { call: recordOf(resp, reply) }));
@@ -222,5 +158,5 @@ export function callParts(deps: CallDeps) {
     };
   }
 
-  return { responseOf, sessionFor, insert, messageDoc, follow, fromStore, responseDoc, messagesCol };
+  return { responseOf, sessionFor, follow, fromStore, responseDoc, messagesCol };
 }
