@@ -12,13 +12,13 @@
  *
  * Load: BENCH_OPENAI_CLIENTS (32) clients sending non-streamed
  * `POST /v1/chat/completions` back to back for BENCH_OPENAI_LOAD_SECONDS (15) per round, BENCH_OPENAI_LOAD_ROUNDS
- * (3) rounds: requests a second, and the answers by status (every one must be a 2xx; the bench tenant has credits
+ * (3) rounds: requests a second, the system's CPU per call, and the answers by status (every one must be a 2xx; the bench tenant has credits
  * and limits to spare). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same run
  * (both parts), the two taking turns to go first. BENCH_OPENAI_ONLY=ttft|load runs one part.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { benchTenant, call, load, type LoadResult, ROOT, runBench, startNpmStart, startProcess } from './lib';
+import { benchTenant, call, cpuSeconds, load, type LoadResult, ROOT, runBench, startNpmStart, startProcess } from './lib';
 
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 300);
 const ROUNDS_MANY = Number(process.env.BENCH_OPENAI_ROUNDS_MANY ?? 20);
@@ -69,6 +69,8 @@ interface System {
   name: string;
   base: string;
   apiKey: string;
+  /** The launcher's process: its tree is the whole system (for the CPU it spends). */
+  pid: number;
 }
 
 async function main() {
@@ -90,7 +92,7 @@ async function main() {
 async function startSystems(llmUrl: string): Promise<System[]> {
   const systems: System[] = [];
   for (const [name, root] of [['this', ROOT], ...(BEFORE ? [['before', resolve(BEFORE)]] : [])]) {
-    const { port } = await startNpmStart(root, { EGRESS_ALLOW_PRIVATE: 'true', BILLING_STARTING_GRANT: '1000000000' });
+    const { port, pid } = await startNpmStart(root, { EGRESS_ALLOW_PRIVATE: 'true', BILLING_STARTING_GRANT: '1000000000' });
     const base = `http://127.0.0.1:${port}`;
     const tenant = await benchTenant(`${base}/api/v1`);
     await call(`${base}/api/v1`, 'PATCH', '/tenant/settings/llm', tenant.accessToken, {
@@ -99,7 +101,7 @@ async function startSystems(llmUrl: string): Promise<System[]> {
       baseUrl: llmUrl,
       apiKey: 'sk-bench',
     });
-    systems.push({ name, base, apiKey: tenant.apiKey });
+    systems.push({ name, base, apiKey: tenant.apiKey, pid });
   }
   return systems;
 }
@@ -159,9 +161,12 @@ async function ttftPhase(llmUrl: string, systems: System[]) {
 }
 
 async function loadPhase(systems: System[]) {
-  const runs: Record<string, LoadResult[]> = Object.fromEntries(systems.map((s) => [s.name, []]));
+  // CPU-seconds the system's processes spent per round: on a machine shared with other work, CPU per call is steadier
+  // than calls per second (which counts the time other processes held the cores).
+  const runs: Record<string, Array<LoadResult & { cpuS: number }>> = Object.fromEntries(systems.map((s) => [s.name, []]));
   for (let round = 1; round <= LOAD_ROUNDS; round++) {
     for (const s of round % 2 ? systems : [...systems].reverse()) {
+      const cpu0 = cpuSeconds(s.pid);
       const r = await load(`${s.base}/v1/chat/completions`, {
         connections: CLIENTS,
         seconds: LOAD_SECONDS,
@@ -169,8 +174,11 @@ async function loadPhase(systems: System[]) {
         headers: { 'content-type': 'application/json', authorization: `Bearer ${s.apiKey}` },
         body: JSON.stringify({ model: 'gpt-bench', messages: [{ role: 'user', content: 'load probe' }] }),
       });
-      runs[s.name].push(r);
-      console.log(`load, ${s.name}, round ${round}: ${r.rps.toFixed(1)} req/s, answers by status ${JSON.stringify(r.statuses)}`);
+      const cpuS = cpuSeconds(s.pid) - cpu0;
+      runs[s.name].push({ ...r, cpuS });
+      console.log(
+        `load, ${s.name}, round ${round}: ${r.rps.toFixed(1)} req/s, ${((cpuS * 1000) / Math.max(1, r.requests)).toFixed(2)} ms of CPU a call, answers by status ${JSON.stringify(r.statuses)}`,
+      );
     }
   }
   const summary = Object.fromEntries(
@@ -186,6 +194,7 @@ async function loadPhase(systems: System[]) {
           seconds: LOAD_SECONDS * rs.length,
           requests,
           rps: round2(requests / (LOAD_SECONDS * rs.length)),
+          cpuMsPerCall: round2((rs.reduce((n, r) => n + r.cpuS, 0) * 1000) / Math.max(1, requests)),
           non2xx,
           statuses,
         },
