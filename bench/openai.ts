@@ -10,10 +10,9 @@
  * before sending it (so any stream can be resumed): its figure includes that. One client runs BENCH_OPENAI_ROUNDS
  * (300) rounds, each of 32 clients BENCH_OPENAI_ROUNDS_MANY (20).
  *
- * Load: BENCH_OPENAI_CLIENTS (32) clients sending non-streamed
- * `POST /v1/chat/completions` back to back for BENCH_OPENAI_LOAD_SECONDS (15) per round, BENCH_OPENAI_LOAD_ROUNDS
- * (3) rounds: requests a second, the system's CPU per call, and the answers by status (every one must be a 2xx; the bench tenant has credits
- * and limits to spare). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same run
+ * Load: BENCH_OPENAI_CLIENTS (32) clients sending non-streamed `POST /v1/chat/completions` back to back for
+ * BENCH_OPENAI_LOAD_SECONDS (15) per round, BENCH_OPENAI_LOAD_ROUNDS (3) rounds: requests a second, the system's CPU
+ * per call, and the answers by status (every one must be a 2xx; the bench tenant has credits and limits to spare). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same run
  * (both parts), the two taking turns to go first. BENCH_OPENAI_ONLY=ttft|load runs one part.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
