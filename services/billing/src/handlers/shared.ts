@@ -26,10 +26,11 @@ export interface BillingDeps {
   /** BILLING_RESERVATION_TTL_MS: a reservation's life when its caller names none. */
   reservationTtlMs?: number;
   /**
-   * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits): a key's credit budget is
-   * read at each of its reservations. Absent: budgets are not enforced (tests of other parts).
+   * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits, kept a quarter of a second:
+   * key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
+   * other parts).
    */
-  keyLimits?: (token: string) => Promise<identityV1.ApiKeyLimits | undefined>;
+  keyLimits?: (token: string, tenantId: string, keyId: string) => Promise<identityV1.ApiKeyLimits | undefined>;
   /** This replica's wall clock (a test skews it); it stamps a plan change's time, which orders nothing. */
   now?: () => Date;
 }
@@ -235,12 +236,12 @@ export function billingParts(deps: BillingDeps) {
   }
 
   /**
-   * The calling key's credit budget, asked of identity per reservation, not cached: a change counts from identity's
-   * commit (identity down: refused). A key identity answers no limits for (revoked, or gone) keeps the budget it last
+   * The calling key's credit budget as identity answered it at most KEY_LIMITS_FRESH_MS ago (a change counts within
+   * that on every replica; identity down: refused once that has passed). A key identity answers no limits for (revoked, or gone) keeps the budget it last
    * had, so the work it started stays bounded (key-budget.ts).
    */
   async function callerKeyBudget(tenantId: string, keyId: string, token: string): Promise<KeyBudget | undefined> {
-    const limits = await deps.keyLimits!(token);
+    const limits = await deps.keyLimits!(token, tenantId, keyId);
     if (!limits) return lastKeyBudget(store, tenantId, keyId);
     const budget = limits.creditBudget;
     if (!budget) {
