@@ -386,7 +386,9 @@ describe('streamed replies', () => {
     const t = await signUp(api, 'Streams on both APIs');
     await api.patch(LLM, { provider: 'openai', baseUrl: openai.url, model: 'gpt-test', apiKey: OPENAI_KEY }, { token: t.accessToken });
     const key = (await createKey(api, t.accessToken)).key;
-    for (let i = 0; i < 3; i++) openai.script({ type: 'text', text: 'one two three four five six', chunks: 6, delayMs: 200 });
+    // Streams that outlast the checks (each is cancelled, or hung up on, at the end).
+    const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ');
+    for (let i = 0; i < 3; i++) openai.script({ type: 'text', text: words, chunks: 60, delayMs: 500 });
     const v1 = () =>
       fetch(`${stack.url}/v1/chat/completions`, {
         method: 'POST',
@@ -400,7 +402,8 @@ describe('streamed replies', () => {
     await post(t.accessToken, id, 'talk slowly');
     let opened!: () => void;
     const whenOpened = new Promise<void>((resolve) => (opened = resolve));
-    const rest = stream(id, t.accessToken, { stopAfter: (events) => (events.length === 1 && opened(), false) });
+    let checked = false;
+    const rest = stream(id, t.accessToken, { stopAfter: (events) => (events.length === 1 && opened(), checked) });
     await whenOpened;
     const refusedV1 = await v1();
     expect(refusedV1.status).toBe(429);
@@ -408,8 +411,15 @@ describe('streamed replies', () => {
     const refusedRest = await stream(await newSession(t.accessToken), t.accessToken);
     expect(refusedRest.status).toBe(429);
     expect(refusedRest.body.error).toMatchObject({ code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } });
+    checked = true;
     for (const r of held) await r.body!.cancel();
-    expect(joinedDeltas((await rest).events)).toBe('one two three four five six');
+    expect((await rest).hungUp).toBe(true);
+    // Every place is free again once the streams closed.
+    await eventually(async () => {
+      const again = await v1();
+      await again.body?.cancel();
+      return again.status !== 429;
+    });
   });
 
   it('keeps an idle stream alive with comment lines', async () => {
