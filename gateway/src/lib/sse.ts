@@ -7,6 +7,7 @@
  * process's sockets, as each gateway has its own.
  */
 import type { FastifyReply } from 'fastify';
+import type { ServerResponse } from 'node:http';
 import { AppError } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
 
@@ -55,4 +56,17 @@ export function tenantStreams(deps: GatewayDeps): TenantStreams {
   let found = registries.get(deps);
   if (!found) registries.set(deps, (found = new TenantStreams(deps.config.sseStreamsPerTenant)));
   return found;
+}
+
+/** Resolves when the socket can take more, or is gone (an SSE writer's back-pressure). */
+export function writable(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }

@@ -6,7 +6,7 @@ import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
-import { tenantStreams } from '../lib/sse';
+import { tenantStreams, writable } from '../lib/sse';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -85,19 +85,6 @@ function sseOf(e: chatV1.StreamReplyResponse): string {
     default:
       return sseEvent(e.id, 'error', { code: e.errorCode, message: e.errorMessage });
   }
-}
-
-/** Resolves when the socket can take more, or is gone. */
-function writable(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }
 
 export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {

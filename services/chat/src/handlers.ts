@@ -223,9 +223,6 @@ export function chatHandlers(deps: ChatDeps) {
       );
       await startReply(starter, authedCtx, {
         job: {
-          tenantId: auth.tid,
-          credentialId: auth.sid,
-          credentialType: auth.typ,
           message: reply,
           history: prompt,
           llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },

@@ -23,8 +23,8 @@ export interface ReplyStarter {
 }
 
 export interface ReplyStart {
-  /** What to generate; its `message` is the pending reply (see newMessage), stored first. */
-  job: ReplyJob;
+  /** What to generate (the caller's tenant and credential are added); its `message` is the pending reply (newMessage). */
+  job: Omit<ReplyJob, 'tenantId' | 'credentialId' | 'credentialType'>;
   /** The reply's reservation; absent for a reply whose source bills its own calls (an agent's run). */
   hold?: CallHold;
   /** Stored with the reply: the turns it answers, its response, the session it starts. */
@@ -71,7 +71,7 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
     if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
     throw err;
   }
-  deps.replies.start(start.job);
+  deps.replies.start({ ...start.job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
 }
 
 /** Stores a new reply and what goes with it in one transaction, taking the key's concurrency place. */

@@ -10,6 +10,7 @@ import type { GatewayDeps } from '../../deps';
 import { callStream, type CallStream as CallStreamOf } from '../../lib/call-stream';
 import type { CallRecord } from '../../lib/openai-format';
 import type { HandlerArgs } from '../../lib/route';
+import { writable } from '../../lib/sse';
 import type { Body } from './schemas';
 
 const STREAM_DEADLINE_MS = 60 * 60 * 1000;
@@ -48,19 +49,6 @@ export function baseRequest(): chatV1.StartCallRequest {
     approvalReason: '',
     endUser: '',
   };
-}
-
-/** Resolves when the socket can take more, or is gone. */
-function writable(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }
 
 export type CallStream = CallStreamOf<{ event?: chatV1.CallEvent }>;

@@ -112,7 +112,6 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     const resp = responseDoc(auth, req, reply, sessionId, { agentId, runId });
     await startReply(deps, c, {
       job: {
-        tenantId: auth.tid,
         message: reply,
         history: [],
         llm: { settings: { provider: 'openai-compatible' }, keySource: 'tenant' },

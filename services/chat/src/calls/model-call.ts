@@ -129,9 +129,6 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
       const resp = completion ? null : responseDoc(auth, req, reply, sessionId);
       await startReply(deps, c, {
         job: {
-          tenantId: auth.tid,
-          credentialId: auth.sid,
-          credentialType: auth.typ,
           message: reply,
           history: prompt,
           llm,
