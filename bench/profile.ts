@@ -8,6 +8,8 @@
  *
  *   npm run bench:profile                      the uncached list and create paths (default)
  *   BENCH_ROUTES=tenant,get npm run bench:profile    the cached reads; also `update`, `me` (GET /auth/me)
+ *   BENCH_ROUTES=openai npm run bench:profile        non-streamed POST /v1/chat/completions to the fake provider
+ *                                                    (its own process), chat and agents in the profiled process too
  */
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +19,7 @@ import { benchTenant, call, load, ROOT, runBench, startProcess, UNCAPPED } from 
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const TOP = Number(process.env.BENCH_TOP ?? 25);
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 50);
 const ROUTES = (process.env.BENCH_ROUTES ?? 'list,create').split(',');
 
 interface CpuProfile {
@@ -121,7 +124,7 @@ interface Target {
 }
 
 async function measure(name: string, proc: ChildProcess, target: Target, dir: string) {
-  const options = { connections: 50, headers: target.headers, method: target.method, body: target.body };
+  const options = { connections: CLIENTS, headers: target.headers, method: target.method, body: target.body };
   await load(target.url, { ...options, seconds: 3 }); // warm-up
   const file = join(dir, `${name}-${Date.now()}.cpuprofile`);
   await ask(proc, { type: 'profile-start' }, 'profile-started');
@@ -148,9 +151,12 @@ async function main() {
   const baseline = await startProcess('bench/fixtures/fastify-grpc-one-process.ts');
   const system = await startProcess('bench/fixtures/system-one-process.ts', {
     DATA_DIR: dir,
-    SERVICES: 'identity,projects,billing',
+    SERVICES: ROUTES.includes('openai') ? 'identity,projects,billing,agents,chat' : 'identity,projects,billing',
     ...UNCAPPED,
+    EGRESS_ALLOW_PRIVATE: 'true',
+    BILLING_STARTING_GRANT: '1000000000',
   });
+  const llm = ROUTES.includes('openai') ? await startProcess('bench/fixtures/fake-llm.ts') : undefined;
   const base = `http://127.0.0.1:${system.port}/api/v1`;
   const tenant = async () => {
     const { accessToken, apiKey } = await benchTenant(base);
@@ -158,6 +164,13 @@ async function main() {
   };
   const lister = await tenant();
   const writer = await tenant();
+  if (llm)
+    await call(base, 'PATCH', '/tenant/settings/llm', writer.token, {
+      provider: 'openai',
+      model: 'gpt-bench',
+      baseUrl: `http://127.0.0.1:${llm.port}/v1`,
+      apiKey: 'sk-bench',
+    });
   let last = '';
   for (let i = 0; i < 201; i++) last = (await call(base, 'POST', '/projects', lister.token, { name: `project ${i}` })).id;
   const targets: Record<string, Target> = {
@@ -172,6 +185,12 @@ async function main() {
     get: { url: `${base}/projects/${last}`, headers: lister.headers },
     tenant: { url: `${base}/tenant`, headers: lister.headers },
     me: { url: `${base}/auth/me`, headers: { authorization: `Bearer ${lister.token}` } },
+    openai: {
+      url: `${base.replace(/\/api\/v1$/, '')}/v1/chat/completions`,
+      method: 'POST',
+      body: JSON.stringify({ model: 'gpt-bench', messages: [{ role: 'user', content: 'load probe' }] }),
+      headers: writer.headers,
+    },
   };
   // The baseline answers the list with a constant page of 20 projects (the same payload), everything else with the
   // tenant: a list's distance from its baseline is what the system adds, apart from the size of the answer.

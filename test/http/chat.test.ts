@@ -382,6 +382,46 @@ describe('streamed replies', () => {
     expect((await stream(id, owner.accessToken)).status).toBe(200);
   });
 
+  it('counts /v1 streams and REST chat streams against the one SSE_STREAMS_PER_TENANT', async () => {
+    const t = await signUp(api, 'Streams on both APIs');
+    await api.patch(LLM, { provider: 'openai', baseUrl: openai.url, model: 'gpt-test', apiKey: OPENAI_KEY }, { token: t.accessToken });
+    const key = (await createKey(api, t.accessToken)).key;
+    // Streams that outlast the checks (each is cancelled, or hung up on, at the end).
+    const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ');
+    for (let i = 0; i < 3; i++) openai.script({ type: 'text', text: words, chunks: 60, delayMs: 500 });
+    const v1 = () =>
+      fetch(`${stack.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-test', stream: true, messages: [{ role: 'user', content: 'talk slowly' }] }),
+      });
+    // Two /v1 streams and one REST chat stream hold the tenant's three places.
+    const held = [await v1(), await v1()];
+    expect(held.map((r) => r.status)).toEqual([200, 200]);
+    const id = await newSession(t.accessToken);
+    await post(t.accessToken, id, 'talk slowly');
+    let opened!: () => void;
+    const whenOpened = new Promise<void>((resolve) => (opened = resolve));
+    let checked = false;
+    const rest = stream(id, t.accessToken, { stopAfter: (events) => (events.length === 1 && opened(), checked) });
+    await whenOpened;
+    const refusedV1 = await v1();
+    expect(refusedV1.status).toBe(429);
+    expect(await refusedV1.text()).toContain('too_many_streams');
+    const refusedRest = await stream(await newSession(t.accessToken), t.accessToken);
+    expect(refusedRest.status).toBe(429);
+    expect(refusedRest.body.error).toMatchObject({ code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } });
+    checked = true;
+    for (const r of held) await r.body!.cancel();
+    expect((await rest).hungUp).toBe(true);
+    // Every place is free again once the streams closed.
+    await eventually(async () => {
+      const again = await v1();
+      await again.body?.cancel();
+      return again.status !== 429;
+    });
+  });
+
   it('keeps an idle stream alive with comment lines', async () => {
     const id = await newSession(owner.accessToken);
     openai.script({ type: 'text', text: 'slow and steady', chunks: 2, delayMs: 150 });

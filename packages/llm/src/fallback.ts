@@ -10,7 +10,7 @@
 import { metrics } from '@svc/kit/metrics';
 import { backoffMs, MAX_RETRY_AFTER_MS, PROVIDER_LABEL } from './core';
 import type { CircuitBreaker } from './breaker';
-import { createProvider } from './provider';
+import { reusedProvider } from './provider';
 import {
   LlmError,
   type LlmEvent,
@@ -95,7 +95,7 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
     if (providers[i] === undefined) {
       try {
         // Retries are run here, attempt by attempt, so that the breaker sees each one.
-        providers[i] = createProvider({ ...candidates[i], maxRetries: 0 });
+        providers[i] = reusedProvider({ ...candidates[i], maxRetries: 0 });
       } catch (err) {
         providers[i] = asLlmError(err);
       }

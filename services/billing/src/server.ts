@@ -7,6 +7,7 @@ import { billingConfig } from './config';
 import { billingEventHandler } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
+import { keptKeyLimits } from './key-limits';
 import { paymentProvider } from './providers';
 import { requestLog, RequestLog, requestLogHandlers } from './request-log';
 import { ReservationSweeper } from './reservations';
@@ -73,7 +74,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
             startingGrant: rt.config.startingGrant,
             creditsPer1kTokens: rt.config.creditsPer1kTokens,
             reservationTtlMs: rt.config.reservationTtlMs,
-            keyLimits: async (token) => (await identity.getCallerKeyLimits({}, { token })).limits,
+            keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits),
           }),
         },
         // The provider's signature, or the operator token in the request, is the credential of these.

@@ -1,13 +1,14 @@
 import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
 import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
-import { messages, nextSeq, sessionCap, sessions, type MessageDoc, type SessionDoc } from './collections';
+import { messages, sessionCap, sessions, type SessionDoc } from './collections';
 import { callHandlers } from './calls';
 import type { CreditCheck } from './credits';
 import { keyReplySlots } from './key-concurrency';
 import { holdOf, replyCall, restPlan } from './model-choice';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
+import { newMessage, type ReplyStarter, startReply } from './start-reply';
 import { streamReply } from './stream';
 import { toMessage, toSession } from './views';
 
@@ -50,6 +51,7 @@ export function chatHandlers(deps: ChatDeps) {
   const sessionsCol = store.collection(sessions);
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
+  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, assertReplySlot };
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
@@ -63,9 +65,9 @@ export function chatHandlers(deps: ChatDeps) {
    */
   async function assertReplySlot(tenantId: string): Promise<void> {
     const cap = deps.tenantConcurrency;
+    // Counted on the (tenantId, status) index: no reply is read (finding them decoded up to `cap` each time).
     let unfinished = 0;
-    for (const status of ['pending', 'streaming'] as const)
-      unfinished += (await messagesCol.find({ tenantId, status }, { limit: cap })).items.length;
+    for (const status of ['pending', 'streaming'] as const) unfinished += await messagesCol.count({ tenantId, status });
     if (unfinished >= cap)
       throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${cap} replies can be generated at once; try again when one finishes`, {
         reason: 'too_many_replies',
@@ -196,69 +198,37 @@ export function chatHandlers(deps: ChatDeps) {
 
       const now = nowIso();
       const projectId = req.projectId || session.projectId;
-      const base = {
-        tenantId: auth.tid,
-        sessionId: session.id,
-        projectId,
-        errorCode: null,
-        errorMessage: null,
-        inputTokens: null,
-        outputTokens: null,
-        createdAt: now,
-      };
-      const user: MessageDoc = {
-        ...base,
-        id: newId('msg'),
-        role: 'user',
-        content: req.content,
-        status: 'completed',
-        seq: nextSeq(),
-        leaseBeat: null,
-        leaseMs: null,
-        completedAt: now,
-      };
-      const reply: MessageDoc = {
-        ...base,
-        id: newId('msg'),
-        role: 'assistant',
-        content: '',
-        status: 'pending',
-        seq: nextSeq(),
-        ...replies.newLease(),
-        call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
-          promptChars,
+      const user = newMessage(auth, { role: 'user', content: req.content, sessionId: session.id, projectId }, now);
+      const reply = newMessage(
+        auth,
+        {
+          role: 'assistant',
+          content: '',
+          sessionId: session.id,
           projectId,
-          agentId: session.agentId,
-          origin: 'chat',
-          requestId: ctx.requestId,
-          endUser: req.endUser,
-        }),
-        completedAt: null,
-        ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
-      };
-      await keySlots.prepare(auth);
-      // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
-      await credits.reserve(authedCtx, holdOf(reply.id, plan, promptChars));
-      try {
-        await assertReplySlot(auth.tid);
-        await store.transaction(async (tx) => {
-          await keySlots.take(tx, auth);
-          const col = tx.collection(messages);
-          await col.insert(user);
-          await col.insert(reply);
-        });
-      } catch (err) {
-        // Never started: the hold goes back at once (billing's expiry would, later).
-        await credits.release(authedCtx, reply.id).catch(() => undefined);
-        throw err;
-      }
-      replies.start({
-        tenantId: auth.tid,
-        credentialId: auth.sid,
-        credentialType: auth.typ,
-        message: reply,
-        history: prompt,
-        llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
+          status: 'pending',
+          ...replies.newLease(),
+          call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
+            promptChars,
+            projectId,
+            agentId: session.agentId,
+            origin: 'chat',
+            requestId: ctx.requestId,
+            endUser: req.endUser,
+          }),
+          completedAt: null,
+          ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
+        },
+        now,
+      );
+      await startReply(starter, authedCtx, {
+        job: {
+          message: reply,
+          history: prompt,
+          llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
+        },
+        hold: holdOf(reply.id, plan, promptChars),
+        inputs: [user],
       });
       return { message: toMessage(user), responseMessageId: reply.id };
     },

@@ -49,9 +49,23 @@ export function grpcPeers(
   identity?: ServiceClient<typeof identityV1.IdentityServiceService>,
 ): Peers {
   const { deadlineMs, llmCacheMs } = options;
-  // The LLM lookup is on the path to every reply's first token: one identity round trip saved per message.
-  const llmCache = new Map<string, { value: ReplyLlm; until: number }>();
-  const catalogueCache = new Map<string, { value: ResolvedCatalogueEntry[]; until: number }>();
+  // The LLM lookup is on the path to every reply's first token: one identity round trip saved per message. The
+  // answer is kept as it is asked: the calls that miss together (every call in flight when it lapses) share one.
+  const llmCache = new Map<string, { value: Promise<ReplyLlm>; until: number }>();
+  const catalogueCache = new Map<string, { value: Promise<ResolvedCatalogueEntry[]>; until: number }>();
+  function kept<T>(cache: Map<string, { value: Promise<T>; until: number }>, key: string, ask: () => Promise<T>): Promise<T> {
+    const cached = cache.get(key);
+    if (cached && cached.until > Date.now()) return cached.value;
+    const value = ask();
+    if (llmCacheMs > 0) {
+      if (cache.size >= 10_000) cache.clear();
+      const entry = { value, until: Date.now() + llmCacheMs };
+      cache.set(key, entry);
+      // Refusals are not kept.
+      value.catch(() => cache.get(key) === entry && cache.delete(key));
+    }
+    return value;
+  }
   const id = identity ?? createClient(identityV1.IdentityServiceService, addresses.identity, { deadlineMs });
   const projects = createClient(projectsV1.ProjectsServiceService, addresses.projects, { deadlineMs });
   const agents = createClient(agentsV1.AgentsServiceService, addresses.agents, { deadlineMs });
@@ -65,28 +79,16 @@ export function grpcPeers(
       return { systemPrompt: agent.systemPrompt, model: agent.config?.model ?? '', temperature: agent.config?.temperature };
     },
     async llm(token, tenantId) {
-      const cached = llmCache.get(tenantId);
-      if (cached && cached.until > Date.now()) return copy(cached.value);
-      const { settings: s } = await id.resolveLlmSettings({}, { token });
-      if (!s) throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
-      const [settings, ...fallbacks] = llmCandidatesFrom(s);
-      const value: ReplyLlm = { settings, fallbacks, keySource: s.source };
-      if (llmCacheMs > 0) {
-        if (llmCache.size >= 10_000) llmCache.clear();
-        llmCache.set(tenantId, { value, until: Date.now() + llmCacheMs });
-      }
+      const value = await kept(llmCache, tenantId, async () => {
+        const { settings: s } = await id.resolveLlmSettings({}, { token });
+        if (!s) throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
+        const [settings, ...fallbacks] = llmCandidatesFrom(s);
+        return { settings, fallbacks, keySource: s.source };
+      });
       return copy(value);
     },
     async catalogue(token, tenantId, name) {
-      const key = `${tenantId}|${name}`;
-      const cached = catalogueCache.get(key);
-      if (cached && cached.until > Date.now()) return cached.value;
-      const { models } = await id.resolveModels({ name }, { token });
-      if (llmCacheMs > 0) {
-        if (catalogueCache.size >= 10_000) catalogueCache.clear();
-        catalogueCache.set(key, { value: models, until: Date.now() + llmCacheMs });
-      }
-      return models;
+      return kept(catalogueCache, `${tenantId}|${name}`, async () => (await id.resolveModels({ name }, { token })).models);
     },
     async executeAgent(req, token) {
       return (await agents.executeAgent(req, { token })).run!;

@@ -177,8 +177,11 @@ export class Replies {
   /** Replies streaming in this process, written to the store together every flushMs. */
   private readonly progress = new Map<string, Progress>();
   private flushing: Promise<void> = Promise.resolve();
-  /** A flush is queued and has not started yet (durable replies ask for one per chunk: they share it). */
-  private flushQueued = false;
+  /**
+   * The flush asked for and not started yet: every chunk of a durable reply and every reply's usage ask for one, and
+   * all that ask meanwhile share it (group commit: one transaction for every live reply of the process).
+   */
+  private flushQueued: { durableOnly: boolean } | null = null;
   /** Replies being cancelled here (their cut is stored as REPLY_CANCELLED, not as interrupted). */
   private readonly cancelling = new Set<string>();
   private flusher: NodeJS.Timeout | undefined;
@@ -345,10 +348,11 @@ export class Replies {
    * Writes the text of every streaming reply that grew (and beats leases not beaten for a third of their length) in
    * one transaction: one commit per tick for all replies instead of one per reply. Runs one at a time.
    */
-  flush(durableOnly = false): Promise<void> {
+  flush(queued?: { durableOnly: boolean }): Promise<void> {
     this.flushing = this.flushing
       .then(async () => {
-        if (durableOnly) this.flushQueued = false;
+        if (queued && this.flushQueued === queued) this.flushQueued = null;
+        const durableOnly = queued?.durableOnly ?? false;
         const now = this.now();
         const due = [...this.progress.values()].filter(
           (p) =>
@@ -415,11 +419,19 @@ export class Replies {
     return this.flushing;
   }
 
-  /** Durable replies ask for a flush with each chunk; chunks arriving meanwhile share the next one. */
-  private flushSoon(): void {
-    if (this.flushQueued) return;
-    this.flushQueued = true;
-    void this.flush(true);
+  /**
+   * Asks for a flush soon: the one already queued, if any, takes this reply too. `durableOnly`: only durable replies'
+   * chunks are due (the others' text waits for the tick).
+   */
+  private flushSoon(durableOnly: boolean): void {
+    if (this.flushQueued) {
+      this.flushQueued.durableOnly &&= durableOnly;
+      return;
+    }
+    const queued = (this.flushQueued = { durableOnly });
+    // Started once this turn of the event loop has handled what arrived in it: every reply's chunks and ends that
+    // came together share the batch, and a reply that ended meanwhile is written once, by its end.
+    setImmediate(() => void this.flush(queued));
   }
 
   get size(): number {
@@ -490,16 +502,17 @@ export class Replies {
         if (ttftMs === 0 && (event.type === 'text' || event.type === 'tool_call')) ttftMs = Math.max(1, this.now() - startedAt);
         if (event.type === 'text') {
           live.append(event.delta);
-          if (job.durable) this.flushSoon();
+          if (job.durable) this.flushSoon(true);
         } else if (event.type === 'tool_call')
           toolCalls.push({ id: event.id, name: event.name, arguments: JSON.stringify(event.arguments) });
         else if (event.type === 'approval') approval = event.approval;
         else if (event.type === 'usage') {
           const cached = event.cachedInputTokens;
           usage = { inputTokens: event.inputTokens, outputTokens: event.outputTokens, ...(cached ? { cachedInputTokens: cached } : {}) };
-          // Stored at once: a crash from here on bills the provider's usage, not an estimate.
+          // Stored with the next batch (or with the end, if it comes first): a crash from then on bills the provider's
+          // usage, not an estimate.
           progress.usage = usage;
-          void this.flush();
+          this.flushSoon(false);
         } else if (event.type === 'finish') {
           if (event.reason === 'error') throw new RefusedError();
           finishReason = event.reason;
@@ -566,8 +579,15 @@ export class Replies {
         : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.
+    // A reply kept only while it ran that no other process reads (a chat completion: its one reader is here, on the
+    // live reply) ends with its delete, fenced the same way, in the commit that bills it.
+    const gone = message.ephemeral && !job.durable;
     const doc = await this.store.transaction(async (tx) => {
-      const updated = progress.lost ? null : await tx.collection(messages).update(message.id, this.fence(progress), final);
+      const col = tx.collection(messages);
+      let updated: MessageDoc | null = null;
+      if (progress.lost) updated = null;
+      else if (!gone) updated = await col.update(message.id, this.fence(progress), final);
+      else if (await col.delete(message.id, this.fence(progress))) updated = { ...message, ...final } as MessageDoc;
       await bill(tx);
       return updated;
     });
@@ -581,7 +601,8 @@ export class Replies {
     // Lost the reply to a sweeper: readers get what the store says.
     live.finish(doc ?? (await col.get(message.id)) ?? ({ ...message, ...final, status: 'failed' } as MessageDoc));
     // Kept only while it ran (its readers finish from memory).
-    if (message.ephemeral) await col.delete(message.id).catch((err: unknown) => this.logger.warn({ err }, 'could not delete a reply'));
+    if (message.ephemeral && !gone)
+      await col.delete(message.id).catch((err: unknown) => this.logger.warn({ err }, 'could not delete a reply'));
     if (this.stopping && outcome.status === 'failed') this.logger.info({ messageId: message.id }, 'reply cut by shutdown');
   }
 }

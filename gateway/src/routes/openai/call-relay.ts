@@ -1,0 +1,185 @@
+/**
+ * What every OpenAI-compatible route shares: starting a call on the chat service and reading its events (the
+ * `started` record, then deltas to the `done` record), and relaying them as server-sent events.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ServerResponse } from 'node:http';
+import { AppError, isAppError } from '@svc/kit';
+import type { chatV1 } from '@svc/proto';
+import type { GatewayDeps } from '../../deps';
+import { callStream, type CallStream as CallStreamOf } from '../../lib/call-stream';
+import type { CallRecord } from '../../lib/openai-format';
+import type { HandlerArgs } from '../../lib/route';
+import { writable } from '../../lib/sse';
+import type { Body } from './schemas';
+
+const STREAM_DEADLINE_MS = 60 * 60 * 1000;
+
+export function textOf(content: unknown): string {
+  if (content === null || content === undefined) return '';
+  if (typeof content === 'string') return content;
+  return (content as Array<{ text: string }>).map((p) => p.text).join('');
+}
+
+export function toolsOf(body: Body, responses: boolean): chatV1.ToolSpec[] {
+  if (!body.tools || body.tool_choice === 'none') return [];
+  return (body.tools as Body[]).map((t) => {
+    const f = responses ? t : t.function;
+    return { name: f.name, description: f.description ?? '', parametersJson: f.parameters ? JSON.stringify(f.parameters) : '' };
+  });
+}
+
+export function baseRequest(): chatV1.StartCallRequest {
+  return {
+    kind: '',
+    model: '',
+    input: [],
+    instructions: '',
+    tools: [],
+    temperature: undefined,
+    maxOutputTokens: undefined,
+    previousResponseId: '',
+    conversationId: '',
+    store: true,
+    background: false,
+    metadataJson: '',
+    echoJson: '',
+    approvalRequestId: '',
+    approve: false,
+    approvalReason: '',
+    endUser: '',
+  };
+}
+
+export type CallStream = CallStreamOf<{ event?: chatV1.CallEvent }>;
+export type ChatStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
+
+export type CallRelay = ReturnType<typeof callRelay>;
+
+/** The call helpers of one gateway app; streams still open when the app closes are cancelled and ended. */
+export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
+  const { chat } = deps.clients;
+  const keepAliveMs = deps.config.sseKeepAliveMs;
+  const open = new Set<{ res: ServerResponse; cancel: () => void }>();
+  app.addHook('preClose', (done) => {
+    for (const s of open) {
+      s.cancel();
+      s.res.end();
+    }
+    done();
+  });
+
+  /** Opens a call stream and reads its `started` event: until then a refusal is an ordinary JSON error. */
+  async function begin(stream: CallStream) {
+    const events = stream[Symbol.asyncIterator]();
+    let first: IteratorResult<{ event?: chatV1.CallEvent }>;
+    try {
+      first = await events.next();
+    } catch (err) {
+      stream.cancel();
+      throw err;
+    }
+    if (first.done || first.value.event?.type !== 'started') {
+      stream.cancel();
+      throw new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call early');
+    }
+    return { events, started: first.value.event.call! };
+  }
+
+  /** Reads a call to its end (its `done` record). */
+  async function finish(events: AsyncIterator<{ event?: chatV1.CallEvent }>): Promise<CallRecord> {
+    for (;;) {
+      const next = await events.next();
+      if (next.done) throw new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call before it finished');
+      if (next.value.event?.type === 'done') return next.value.event.call!;
+    }
+  }
+
+  /**
+   * Streams server-sent events: `onEvent` turns each call event into text. A break in the stream to the chat service
+   * is reported with `onBroken` (never a silent end). The tenant's open streams are capped per gateway.
+   */
+  async function sse(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    stream: CallStream,
+    events: AsyncIterator<{ event?: chatV1.CallEvent }>,
+    servedModel: string,
+    onEvent: (e: chatV1.CallEvent, write: (s: string) => void) => void,
+    onBroken: (e: AppError, write: (s: string) => void) => void,
+    onStart?: (write: (s: string) => void) => void,
+  ): Promise<void> {
+    let sawDone = false;
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, {
+      ...(reply.getHeaders() as Record<string, string>),
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+      'x-served-model': servedModel,
+      connection: 'keep-alive',
+    });
+    res.flushHeaders();
+    const entry = { res, cancel: () => stream.cancel() };
+    open.add(entry);
+    res.on('close', () => stream.cancel());
+    let pending = '';
+    const write = (s: string) => {
+      pending += s;
+    };
+    const flush = async () => {
+      if (!pending || res.destroyed) return;
+      const text = pending;
+      pending = '';
+      if (!res.write(text)) await writable(res);
+    };
+    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+    try {
+      onStart?.(write);
+      await flush();
+      for (;;) {
+        const next = await events.next();
+        if (next.done || res.destroyed) {
+          if (next.done && !res.destroyed && !sawDone) onBroken(new AppError('SERVICE_UNAVAILABLE', 'The stream ended early'), write);
+          break;
+        }
+        const e = next.value.event!;
+        if (e.type === 'done') sawDone = true;
+        onEvent(e, write);
+        await flush();
+        if (sawDone) break;
+      }
+    } catch (err) {
+      if (!res.destroyed) {
+        const e = isAppError(err) ? err : new AppError('SERVICE_UNAVAILABLE', 'The stream broke');
+        if (!isAppError(err)) request.log.warn({ err, reqId: request.id }, 'openai-compatible stream broke');
+        onBroken(e, write);
+      }
+    } finally {
+      await flush().catch(() => undefined);
+      clearInterval(keepAlive);
+      open.delete(entry);
+      if (sawDone) stream.release();
+      else stream.cancel();
+      res.end();
+    }
+  }
+
+  const startCall = (req: chatV1.StartCallRequest, call: HandlerArgs['call']) =>
+    callStream(chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as ChatStream);
+
+  return { begin, finish, sse, startCall, streamDeadlineMs: STREAM_DEADLINE_MS };
+}
+
+/** The record with the model that served it as reported by a delta (the first-choice model until one answered). */
+export function served(rec: CallRecord, model: string): CallRecord {
+  return model && model !== rec.servedModel ? { ...rec, servedModel: model } : rec;
+}
+
+/** A call that failed, as an error of the API: the provider's failure is a 503 naming its code. */
+export function callFailure(rec: CallRecord): AppError {
+  return new AppError('SERVICE_UNAVAILABLE', rec.errorMessage || 'The model call failed', {
+    reason: (rec.errorCode || 'llm_unavailable').toLowerCase(),
+  });
+}

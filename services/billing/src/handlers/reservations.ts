@@ -1,0 +1,39 @@
+import { authed, type CallContext, errors } from '@svc/kit';
+import type { billingV1 } from '@svc/proto';
+import { closeReservation, reserve, validReserve } from '../reservations';
+import { type BillingDeps, type BillingParts } from './shared';
+
+/** Holds for model calls (CONTRACT.md 8): reserved before a call, released when it never started. */
+export function reservationHandlers(deps: BillingDeps, parts: BillingParts) {
+  const { store } = deps;
+  const { openedAccount, callerKeyBudget } = parts;
+
+  return {
+    async reserve(req: billingV1.ReserveRequest, ctx: CallContext): Promise<billingV1.ReserveResponse> {
+      const { auth } = authed(ctx);
+      const input = {
+        tenantId: auth.tid,
+        callId: req.callId,
+        tokens: req.tokens,
+        source: req.source.slice(0, 50),
+        sourceId: req.sourceId.slice(0, 200),
+        ttlMs: req.ttlMs || (deps.reservationTtlMs ?? 600_000),
+        ...(req.price ? { price: req.price, inputTokens: req.inputTokens ?? 0, outputTokens: req.outputTokens ?? 0 } : {}),
+      };
+      const problem = validReserve(input);
+      if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
+      const keyBudget = auth.typ === 'api_key' && deps.keyLimits ? await callerKeyBudget(auth.tid, auth.sid, ctx.token!) : undefined;
+      // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
+      await openedAccount(auth.tid);
+      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
+      return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
+    },
+
+    async release(req: billingV1.ReleaseRequest, ctx: CallContext): Promise<billingV1.ReleaseResponse> {
+      const { auth } = authed(ctx);
+      if (!req.callId) throw errors.validation([{ field: 'callId', message: 'is required' }]);
+      const closed = await store.transaction((tx) => closeReservation(tx, auth.tid, req.callId, 'released'));
+      return { released: closed !== null };
+    },
+  };
+}

@@ -1,0 +1,98 @@
+/**
+ * How every reply starts, whatever asked for it (a REST chat message, a `/v1` call, a response on an agent), so the
+ * guarantees come in the same order everywhere: the key's concurrency place prepared; the call's most possible cost
+ * reserved before anything is stored (CONTRACT.md 8); the tenant's cap of replies in progress checked; the reply
+ * stored `pending` with its lease, with what goes with it (a new session under its cap, the input turns, the
+ * response), in one transaction that takes the key's place; then generated. A reservation whose reply could not be
+ * stored is given back at once.
+ */
+import { type AuthedContext, type KeySlots, newId, nowIso, type Store, type StoreSession, type TenantCap } from '@svc/kit';
+import type { CallHold } from '@svc/contracts';
+import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
+import type { CreditCheck } from './credits';
+import type { ReplyJob, Replies } from './replies';
+
+export interface ReplyStarter {
+  store: Store;
+  replies: Replies;
+  credits: CreditCheck;
+  /** CHAT_SESSIONS_PER_TENANT: a new session takes its place in the reply's transaction. */
+  cap: TenantCap;
+  keySlots: KeySlots<MessageDoc>;
+  assertReplySlot(tenantId: string): Promise<void>;
+}
+
+export interface ReplyStart {
+  /** What to generate (the caller's tenant and credential are added); its `message` is the pending reply (newMessage). */
+  job: Omit<ReplyJob, 'tenantId' | 'credentialId' | 'credentialType'>;
+  /** The reply's reservation; absent for a reply whose source bills its own calls (an agent's run). */
+  hold?: CallHold;
+  /** Stored with the reply: the turns it answers, its response, the session it starts. */
+  inputs?: MessageDoc[];
+  resp?: ResponseDoc | null;
+  newSession?: SessionDoc | null;
+}
+
+/** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
+export function newMessage(
+  auth: AuthedContext['auth'],
+  fields: Partial<MessageDoc> & Pick<MessageDoc, 'role' | 'content' | 'sessionId'>,
+  now = nowIso(),
+): MessageDoc {
+  return {
+    id: newId('msg'),
+    tenantId: auth.tid,
+    projectId: '',
+    status: 'completed',
+    seq: nextSeq(),
+    errorCode: null,
+    errorMessage: null,
+    inputTokens: null,
+    outputTokens: null,
+    leaseBeat: null,
+    leaseMs: null,
+    createdAt: now,
+    completedAt: now,
+    ...fields,
+  };
+}
+
+export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
+  const { auth } = c;
+  const reply = start.job.message;
+  await deps.keySlots.prepare(auth);
+  // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
+  if (start.hold) await deps.credits.reserve(c, start.hold);
+  try {
+    if (start.hold) await deps.assertReplySlot(auth.tid);
+    await insert(deps, auth, start.newSession ?? null, { inputs: start.inputs ?? [], reply, resp: start.resp ?? null });
+  } catch (err) {
+    // Never started: the hold goes back at once (billing's expiry would, later).
+    if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
+    throw err;
+  }
+  deps.replies.start({ ...start.job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
+}
+
+/** Stores a new reply and what goes with it in one transaction, taking the key's concurrency place. */
+async function insert(
+  deps: ReplyStarter,
+  auth: AuthedContext['auth'],
+  newSession: SessionDoc | null,
+  docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
+): Promise<void> {
+  const write = async (tx: StoreSession) => {
+    await deps.keySlots.take(tx, auth);
+    const col = tx.collection(messages);
+    for (const m of docs.inputs) await col.insert(m);
+    await col.insert(docs.reply);
+    if (docs.resp) await tx.collection(responses).insert(docs.resp);
+  };
+  if (newSession)
+    await deps.cap.transaction(auth.tid, async (tx, places) => {
+      await places.take();
+      await tx.collection(sessions).insert(newSession);
+      await write(tx);
+    });
+  else await deps.store.transaction(write);
+}
