@@ -16,6 +16,8 @@ export interface AuthClaims {
   env?: string;
   /** An API key's concurrency limit (CONTRACT.md 8): runs and replies the services let it have at once. */
   kcc?: number;
+  /** The user has not verified their email (CONTRACT.md 13); absent once they have. */
+  unv?: boolean;
   jti: string;
   iat: number;
   /** Issue time in milliseconds (`iat` has whole seconds); user revocations compare against it. */

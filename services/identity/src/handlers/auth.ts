@@ -24,6 +24,7 @@ import { toLimits } from '../key-limits';
 import { toTenant, toUser } from './views';
 import { auditChange, recordAudit } from '../audit/log';
 import { countSignInFailure, forgetSignInFailures } from '../audit/sign-in-failures';
+import { queueVerification } from './account-links';
 
 export function requireAuth(ctx: CallContext): asserts ctx is AuthedContext {
   if (!ctx.auth || !ctx.token) throw errors.unauthorized();
@@ -105,12 +106,15 @@ export function authHandlers(deps: IdentityDeps) {
       c.done();
       const passwordHash = await hashPassword(password);
       const { tenant, user } = ownerOfNewTenant({ email, name, tenantName, passwordHash });
+      user.emailVerified = false;
       try {
         const out = await store.transaction(async (tx) => {
           await createTenantWithOwner(tx, tenant, user);
+          await queueVerification(tx, deps, user);
           return startSession(deps, tx, user);
         });
         deps.relay.notify();
+        deps.mail.notify();
         return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens: out.tokens };
       } catch (err) {
         if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
@@ -259,6 +263,7 @@ export function authHandlers(deps: IdentityDeps) {
             ipAllowlist: tenant.ipAllowlist,
             serviceToken: token,
             serviceTokenExpiresAt: Math.min(Date.now() + ttl * 1000, Date.parse(session.expiresAt)),
+            emailUnverified: user.emailVerified === false,
           },
         };
       }
@@ -295,6 +300,7 @@ export function authHandlers(deps: IdentityDeps) {
           serviceTokenExpiresAt: expiry,
           limits: toLimits(key.limits),
           validForMs: graceLeftMs ?? undefined,
+          emailUnverified: creator.emailVerified === false,
         },
       };
     },
