@@ -182,6 +182,7 @@ function toClaims(p: JWTPayload): AuthClaims {
     scp: p.scp as string[] | undefined,
     env: typeof p.env === 'string' ? p.env : undefined,
     ...(typeof p.kcc === 'number' && Number.isInteger(p.kcc) && p.kcc > 0 ? { kcc: p.kcc } : {}),
+    ...(p.unv === true ? { unv: true } : {}),
     jti: p.jti!,
     iat: p.iat!,
     ...(typeof p.ims === 'number' && Number.isFinite(p.ims) && Math.floor(p.ims / 1000) === p.iat ? { ims: p.ims } : {}),
