@@ -11,6 +11,10 @@ export const OPERATIONS = {
   exchangeToken: { method: 'POST', path: '/api/v1/auth/exchange', pathParams: [], access: 'public', stream: false },
   startOAuth: { method: 'GET', path: '/api/v1/oauth/{provider}/start', pathParams: ['provider'], access: 'public', stream: false },
   authorizeOAuth: { method: 'POST', path: '/api/v1/oauth/{provider}/authorize', pathParams: ['provider'], access: 'public', stream: false },
+  acceptInvitation: { method: 'POST', path: '/api/v1/auth/invitations/accept', pathParams: [], access: 'public', stream: false },
+  forgotPassword: { method: 'POST', path: '/api/v1/auth/password/forgot', pathParams: [], access: 'public', stream: false },
+  resetPassword: { method: 'POST', path: '/api/v1/auth/password/reset', pathParams: [], access: 'public', stream: false },
+  verifyEmail: { method: 'POST', path: '/api/v1/auth/email/verify', pathParams: [], access: 'public', stream: false },
   startCliLogin: { method: 'POST', path: '/api/v1/cli/auth/start', pathParams: [], access: 'public', stream: false },
   getCliLoginStatus: { method: 'GET', path: '/api/v1/cli/auth/status', pathParams: [], access: 'public', stream: false },
   getCliLoginInfo: { method: 'GET', path: '/api/v1/cli/auth/info', pathParams: [], access: 'public', stream: false },
@@ -36,6 +40,15 @@ export const OPERATIONS = {
   },
   getNetworkSettings: { method: 'GET', path: '/api/v1/tenant/security/network', pathParams: [], access: 'manager', stream: false },
   putNetworkSettings: { method: 'PUT', path: '/api/v1/tenant/security/network', pathParams: [], access: 'manager', stream: false },
+  createInvitation: { method: 'POST', path: '/api/v1/tenant/team/invitations', pathParams: [], access: 'manager', stream: false },
+  listInvitations: { method: 'GET', path: '/api/v1/tenant/team/invitations', pathParams: [], access: 'manager', stream: false },
+  revokeInvitation: {
+    method: 'DELETE',
+    path: '/api/v1/tenant/team/invitations/{id}',
+    pathParams: ['id'],
+    access: 'manager',
+    stream: false,
+  },
   getLlmSettings: { method: 'GET', path: '/api/v1/tenant/settings/llm', pathParams: [], access: 'unscoped', stream: false },
   updateLlmSettings: { method: 'PATCH', path: '/api/v1/tenant/settings/llm', pathParams: [], access: 'manager', stream: false },
   createModel: { method: 'POST', path: '/api/v1/models', pathParams: [], access: 'manager', stream: false },
@@ -257,6 +270,26 @@ export abstract class GeneratedMethods {
     return this.call('authorizeOAuth', input, options);
   }
 
+  /** Join a tenant with an invitation's token: set a name and password, and sign in (as login) (`POST /api/v1/auth/invitations/accept`) */
+  acceptInvitation(input: Input<'acceptInvitation'>, options?: CallOptions): Promise<Output<'acceptInvitation'>> {
+    return this.call('acceptInvitation', input, options);
+  }
+
+  /** Email a one-time password reset link to the address when an account has it (the answer is the same either way) (`POST /api/v1/auth/password/forgot`) */
+  forgotPassword(input: Input<'forgotPassword'>, options?: CallOptions): Promise<Output<'forgotPassword'>> {
+    return this.call('forgotPassword', input, options);
+  }
+
+  /** Set a new password with a reset link's token; every session and refresh token of the user ends (`POST /api/v1/auth/password/reset`) */
+  resetPassword(input: Input<'resetPassword'>, options?: CallOptions): Promise<Output<'resetPassword'>> {
+    return this.call('resetPassword', input, options);
+  }
+
+  /** Verify the account's email address with the token of the link sent at sign-up (`POST /api/v1/auth/email/verify`) */
+  verifyEmail(input: Input<'verifyEmail'>, options?: CallOptions): Promise<Output<'verifyEmail'>> {
+    return this.call('verifyEmail', input, options);
+  }
+
   /** Start a CLI login: a login id, the browser address and the code to compare (`POST /api/v1/cli/auth/start`) */
   startCliLogin(input: Input<'startCliLogin'>, options?: CallOptions): Promise<Output<'startCliLogin'>> {
     return this.call('startCliLogin', input, options);
@@ -332,6 +365,24 @@ export abstract class GeneratedMethods {
   /** Replace the IP allowlist (IPs and CIDRs, v4 and v6; empty allows any address) (`PUT /api/v1/tenant/security/network`) */
   putNetworkSettings(input: Input<'putNetworkSettings'>, options?: CallOptions): Promise<Output<'putNetworkSettings'>> {
     return this.call('putNetworkSettings', input, options);
+  }
+
+  /** Invite someone by email with a role: they get a one-time link (INVITATION_TTL_HOURS) to join (`POST /api/v1/tenant/team/invitations`) */
+  createInvitation(input: Input<'createInvitation'>, options?: CallOptions): Promise<Output<'createInvitation'>> {
+    return this.call('createInvitation', input, options);
+  }
+
+  /** The tenant's invitations, newest first, with their status (`GET /api/v1/tenant/team/invitations`) */
+  listInvitations(
+    input: Input<'listInvitations'> = {} as Input<'listInvitations'>,
+    options?: CallOptions,
+  ): Promise<Output<'listInvitations'>> {
+    return this.call('listInvitations', input, options);
+  }
+
+  /** Revoke a pending invitation: its link stops working (`DELETE /api/v1/tenant/team/invitations/{id}`) */
+  revokeInvitation(input: Input<'revokeInvitation'>, options?: CallOptions): Promise<Output<'revokeInvitation'>> {
+    return this.call('revokeInvitation', input, options);
   }
 
   /** The tenant's LLM settings (the platform default when it has none) (`GET /api/v1/tenant/settings/llm`) */
