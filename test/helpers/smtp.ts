@@ -1,5 +1,7 @@
 /** A real SMTP server for tests (smtp-server): records each message it accepts, parsed (mailparser). */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { simpleParser } from 'mailparser';
 import { SMTPServer } from 'smtp-server';
 
@@ -60,4 +62,24 @@ export function linkToken(mail: ReceivedMail, path: string): string {
   const m = new RegExp(`${path}/([0-9A-Za-z]+)`).exec(mail.text);
   if (!m) throw new Error(`no ${path} link in: ${mail.text}`);
   return m[1];
+}
+
+/**
+ * Without SMTP_URL the system writes each email to DATA_DIR/outbox/<id>.eml: the token of the newest link at `path`
+ * in a message to `to`, once one is there.
+ */
+export async function outboxToken(dataDir: string, to: string, path: string): Promise<string> {
+  const dir = join(dataDir, 'outbox');
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const names = existsSync(dir) ? readdirSync(dir) : [];
+    for (const name of names.sort().reverse()) {
+      const parsed = await simpleParser(readFileSync(join(dir, name)));
+      const address = (Array.isArray(parsed.to) ? parsed.to[0] : parsed.to)?.value[0]?.address;
+      const m = new RegExp(`${path}/([0-9A-Za-z]+)`).exec(parsed.text ?? '');
+      if (address === to && m) return m[1];
+    }
+    if (Date.now() > deadline) throw new Error(`no email to ${to} with a ${path} link in ${dir}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
