@@ -19,6 +19,9 @@ import { toUser } from './views';
 
 type Purpose = AccountTokenDoc['purpose'];
 
+/** A second reset email within this time of the last unused one is not sent (the link already sent still works). */
+const RESET_EMAIL_GAP_MS = 60_000;
+
 /** A one-time token for `user`, stored in the caller's transaction; returns the token for the email. */
 async function storeToken(tx: StoreSession, user: UserDoc, purpose: Purpose, ttlMs: number, link = newLinkToken()) {
   const doc: AccountTokenDoc = {
@@ -63,15 +66,18 @@ export function accountLinkHandlers(deps: IdentityDeps) {
       const email = req.email.trim().toLowerCase();
       const link = newLinkToken();
       const user = email ? await store.collection(users).findOne({ email }) : null;
-      await store.transaction(async (tx) => {
-        if (!user || user.disabled) {
-          await tx.collection(accountTokens).get(link.hash); // the same round trips as for a known address
-          return;
-        }
+      const sent = await store.transaction(async (tx) => {
+        // The newest link of the account: one reset email a minute at most, however often someone asks. An unknown
+        // address makes the same read.
+        const newest = (await tx.collection(accountTokens).find({ userId: user?.id ?? '' }, { limit: 1 })).items[0];
+        if (!user || user.disabled) return false;
+        if (newest?.purpose === 'password_reset' && !newest.usedAt && Date.parse(newest.createdAt) > Date.now() - RESET_EMAIL_GAP_MS)
+          return false;
         const { token, expiresAt } = await storeToken(tx, user, 'password_reset', a.passwordResetTtlMs, link);
         await queueEmail(tx, passwordResetEmail({ to: user.email, token, publicUrl: a.publicUrl, expiresAt }), a.emailDomain);
+        return true;
       });
-      if (user) deps.mail.notify();
+      if (sent) deps.mail.notify();
       return {};
     },
 
