@@ -48,6 +48,12 @@ export async function userCreated(tx: StoreSession, user: UserDoc): Promise<void
   );
 }
 
+/** A new user's document (not stored yet). */
+export function newUser(f: Pick<UserDoc, 'tenantId' | 'email' | 'name' | 'role' | 'passwordHash' | 'emailVerified'>): UserDoc {
+  const now = nowIso();
+  return { id: newId('usr'), ...f, disabled: false, createdAt: now, updatedAt: now };
+}
+
 /** The documents of a new tenant and its owner (not stored yet). */
 export function ownerOfNewTenant(f: { email: string; name: string; tenantName: string; passwordHash: string }): {
   tenant: TenantDoc;
@@ -55,17 +61,7 @@ export function ownerOfNewTenant(f: { email: string; name: string; tenantName: s
 } {
   const now = nowIso();
   const tenant: TenantDoc = { id: newId('ten'), name: f.tenantName, plan: 'free', ipAllowlist: [], createdAt: now, updatedAt: now };
-  const user: UserDoc = {
-    id: newId('usr'),
-    tenantId: tenant.id,
-    email: f.email,
-    name: f.name,
-    role: 'owner',
-    passwordHash: f.passwordHash,
-    disabled: false,
-    createdAt: now,
-    updatedAt: now,
-  };
+  const user = newUser({ tenantId: tenant.id, email: f.email, name: f.name, role: 'owner', passwordHash: f.passwordHash });
   return { tenant, user };
 }
 

@@ -6,7 +6,7 @@
  */
 import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, sha256Hex } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
-import { invitations, tenants, users, type InvitationDoc, type UserDoc } from '../collections';
+import { invitations, tenants, users, type InvitationDoc } from '../collections';
 import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { queueEmail } from '../mail/outbox';
@@ -16,7 +16,7 @@ import { hashPassword } from '../passwords';
 import { startSession } from '../tokens';
 import { Checks } from '../validate';
 import { auditChange, recordAudit } from '../audit/log';
-import { signedIn, userCreated } from './auth';
+import { newUser, signedIn, userCreated } from './auth';
 import { requireManager } from './team';
 import { toTenant, toUser } from './views';
 
@@ -110,20 +110,15 @@ export function invitationHandlers(deps: IdentityDeps) {
       if (!invitation || invitation.status !== 'pending' || hasExpired(invitation.expiresAt)) throw notValid();
       const tenant = await store.collection(tenants).get(invitation.tenantId);
       if (!tenant) throw notValid();
-      const now = nowIso();
-      const user: UserDoc = {
-        id: newId('usr'),
+      const user = newUser({
         tenantId: invitation.tenantId,
         email: invitation.email,
         name,
         role: invitation.role,
         passwordHash: await hashPassword(password),
-        disabled: false,
         // The link came to this address: it is verified.
         emailVerified: true,
-        createdAt: now,
-        updatedAt: now,
-      };
+      });
       let started;
       try {
         started = await cap.transaction(invitation.tenantId, async (tx, places) => {
