@@ -248,7 +248,7 @@ export interface InvitationDoc {
 
 export const invitations: CollectionDef<InvitationDoc> = {
   name: 'invitations',
-  indexes: [{ fields: ['tokenHash'], unique: true }, { fields: ['tenantId'] }],
+  indexes: [{ fields: ['tokenHash'], unique: true }, { fields: ['tenantId'] }, { fields: ['tenantId', 'status'] }],
 };
 
 /** A one-time token of an emailed link (password reset, email verification); id = the token's SHA-256. */

@@ -58,7 +58,8 @@ export function invitationHandlers(deps: IdentityDeps) {
         createdAt: now,
         updatedAt: now,
       };
-      await store.transaction(async (tx) => {
+      await cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
         await tx.collection(invitations).insert(doc);
         const mail = invitationEmail({ to: email, tenantName: tenant.name, role, token, publicUrl: a.publicUrl, expiresAt: doc.expiresAt });
         await queueEmail(tx, mail, a.emailDomain);
@@ -82,11 +83,12 @@ export function invitationHandlers(deps: IdentityDeps) {
       if (!doc) throw errors.notFound('invitation', req.id);
       if (doc.status === 'accepted') throw errors.conflict('This invitation was already accepted', { reason: 'invitation_accepted' });
       if (doc.status === 'revoked') return { invitation: toInvitation(doc) };
-      const revoked = await store.transaction(async (tx) => {
+      const revoked = await cap.transaction(auth.tid, async (tx, places) => {
         const done = await tx
           .collection(invitations)
           .update(doc.id, { tenantId: auth.tid, status: 'pending' }, { status: 'revoked', updatedAt: nowIso() });
         if (!done) throw errors.conflict('The invitation changed meanwhile; retry');
+        await places.free();
         await auditChange(
           tx,
           ctx,
@@ -121,12 +123,12 @@ export function invitationHandlers(deps: IdentityDeps) {
       });
       let started;
       try {
-        started = await cap.transaction(invitation.tenantId, async (tx, places) => {
+        // The invitation's place under the members cap becomes the member's: nothing to take.
+        started = await store.transaction(async (tx) => {
           const taken = await tx
             .collection(invitations)
             .update(invitation.id, { status: 'pending' }, { status: 'accepted', updatedAt: nowIso() });
           if (!taken) throw notValid();
-          await places.take();
           await tx.collection(users).insert(user);
           await userCreated(tx, user);
           const actor = { type: 'user' as const, id: user.id, email: user.email };
