@@ -150,7 +150,17 @@ it('invites by email from the team page; the invitee opens the emailed link, set
   });
   const login = await api.post('/api/v1/auth/login', { email, password: 'an invited password' });
   expect([login.body.data.user.role, login.body.data.tenant.id]).toEqual(['admin', owner.tenantId]);
-  expect([...problems, ...invitee.problems]).toEqual([]);
+  // Sign-in's way to a reset link.
+  const visitor = await browser.newPage();
+  await step(visitor.page, 'forgot-password', async () => {
+    await visitor.page.goto(`${stack.url}/login`);
+    await visitor.page.getByRole('link', { name: 'Forgot password?' }).click();
+    await visitor.page.getByLabel('Email').fill(email);
+    await visitor.page.getByRole('button', { name: 'Send reset link' }).click();
+    await visitor.page.getByText('If an account has this address').waitFor();
+  });
+  expect(await outboxToken(stack.dataDir, email, '/reset-password')).toMatch(/^[0-9A-Za-z]{43}$/);
+  expect([...problems, ...invitee.problems, ...visitor.problems]).toEqual([]);
 });
 
 it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {
