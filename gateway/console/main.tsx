@@ -25,6 +25,14 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   billing: () => import('./pages/billing'),
 };
 
+/** Pages of the emailed links and the reset request: drawn for a visitor who is not signed in. */
+const PUBLIC_PAGES: Record<string, () => Promise<{ default: () => preact.JSX.Element }>> = {
+  invitation: () => import('./pages/invitation'),
+  'forgot-password': () => import('./pages/forgot-password'),
+  'reset-password': () => import('./pages/reset-password'),
+  'verify-email': () => import('./pages/verify-email'),
+};
+
 function showError(err: unknown) {
   const el = document.getElementById('error')!;
   el.textContent = describe(err);
@@ -32,6 +40,8 @@ function showError(err: unknown) {
 }
 
 async function boot() {
+  const open = PUBLIC_PAGES[document.body.dataset.page ?? ''];
+  if (open) return open().then(({ default: Page }) => render(<Page />, document.getElementById('app')!), showError);
   document.getElementById('sign-out')?.addEventListener('click', async () => {
     await call('logout', {}).catch(() => undefined);
     location.assign('/login');

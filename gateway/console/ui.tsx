@@ -235,3 +235,6 @@ export function FilterForm(props: {
     </form>
   );
 }
+
+/** The one-time token a link carries as its last path segment (/invitations/:token, /reset-password/:token, ...). */
+export const linkToken = (): string => decodeURIComponent(location.pathname.split('/').pop() ?? '');

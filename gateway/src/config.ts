@@ -1,4 +1,4 @@
-import { llmMaxTokensField, pricingConfig } from '@svc/contracts';
+import { llmMaxTokensField, pricingConfig, requireVerifiedEmailField } from '@svc/contracts';
 import { commonConfig, field, loadConfig, type ConfigOf } from '@svc/kit';
 
 export const gatewaySpec = {
@@ -38,6 +38,8 @@ export const gatewaySpec = {
   llmMaxTokens: llmMaxTokensField,
   /** Prices of pass-through calls (CONTRACT.md 12): the platform price list in USD times CREDITS_PER_USD, else flat. */
   ...pricingConfig,
+  /** Model calls of users who have not verified their email are refused (plugins/verified-email.ts). */
+  requireVerifiedEmail: requireVerifiedEmailField,
 } as const;
 
 export type GatewayConfig = ConfigOf<typeof gatewaySpec> & { publicUrl: string };

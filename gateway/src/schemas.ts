@@ -15,7 +15,14 @@ export const PageQuery = Obj({
 
 export const IdParams = Obj({ id: Str(1, 100) });
 
-export const User = Obj({ id: Type.String(), email: Type.String(), name: Type.String(), role: Type.String(), createdAt: Timestamp });
+export const User = Obj({
+  id: Type.String(),
+  email: Type.String(),
+  name: Type.String(),
+  role: Type.String(),
+  createdAt: Timestamp,
+  emailVerified: Type.Boolean(),
+});
 export const Tenant = Obj({
   id: Type.String(),
   name: Type.String(),

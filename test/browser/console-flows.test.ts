@@ -13,6 +13,7 @@ import type { Page } from 'playwright-core';
 import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
 jest.setTimeout(120_000);
@@ -298,6 +299,42 @@ it('shows a run started through the API on an open /agents/:id, without a reload
     await item.getByLabel('Output').filter({ hasText: 'Started elsewhere, shown here.' }).waitFor();
   });
   expect(problems).toEqual([]);
+});
+
+it('invites by email from the team page; the invitee opens the emailed link, sets a password and lands in the tenant', async () => {
+  const email = `invited-${Date.now()}@example.com`;
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'invite', async () => {
+    await page.goto(`${stack.url}/settings/team`);
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Role', { exact: true }).selectOption('admin');
+    await page.getByRole('button', { name: 'Invite' }).click();
+    await page.getByRole('rowheader', { name: email }).waitFor();
+  });
+  // No SMTP_URL here: the system writes the message to DATA_DIR/outbox, where its link is read.
+  const token = await outboxToken(stack.dataDir, email, '/invitations');
+  const invitee = await browser.newPage();
+  await step(invitee.page, 'accept-invitation', async () => {
+    await invitee.page.goto(`${stack.url}/invitations/${token}`);
+    await invitee.page.getByLabel('Name').fill('Invited Admin');
+    await invitee.page.getByLabel('Password').fill('an invited password');
+    await invitee.page.getByRole('button', { name: 'Join' }).click();
+    await invitee.page.waitForURL(/\/projects$/);
+    await invitee.page.getByText(`${email} · Flows`).waitFor();
+  });
+  const login = await api.post('/api/v1/auth/login', { email, password: 'an invited password' });
+  expect([login.body.data.user.role, login.body.data.tenant.id]).toEqual(['admin', owner.tenantId]);
+  // Sign-in's way to a reset link.
+  const visitor = await browser.newPage();
+  await step(visitor.page, 'forgot-password', async () => {
+    await visitor.page.goto(`${stack.url}/login`);
+    await visitor.page.getByRole('link', { name: 'Forgot password?' }).click();
+    await visitor.page.getByLabel('Email').fill(email);
+    await visitor.page.getByRole('button', { name: 'Send reset link' }).click();
+    await visitor.page.getByText('If an account has this address').waitFor();
+  });
+  expect(await outboxToken(stack.dataDir, email, '/reset-password')).toMatch(/^[0-9A-Za-z]{43}$/);
+  expect([...problems, ...invitee.problems, ...visitor.problems]).toEqual([]);
 });
 
 it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {

@@ -91,6 +91,7 @@ describe('me, with every kind of credential', () => {
       name: expect.any(String),
       role: 'owner',
       createdAt: expect.stringMatching(/Z$/),
+      emailVerified: false,
     });
   });
 

@@ -29,6 +29,9 @@ beforeAll(async () => {
       t,
     )
   ).body.data.userId;
+  theirIds['/api/v1/tenant/team/invitations'] = (
+    await api.post('/api/v1/tenant/team/invitations', { email: `i${Date.now()}@example.com`, role: 'member' }, t)
+  ).body.data.id;
   theirIds['/api/v1/agents'] = (await api.post('/api/v1/agents', { name: 'theirs', systemPrompt: 'p', config: {} }, t)).body.data.id;
   const hook = (
     await api.post('/api/v1/webhooks', { url: 'http://127.0.0.1:9/theirs', events: ['project.deleted'], secret: 'whsec-theirs-1' }, t)

@@ -28,6 +28,7 @@ import {
 import { eventually } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { startTestMcpServer } from '../helpers/mcp-server';
+import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
 // The SDK against the running system: every operation of the OpenAPI document is a method, and the walk below
@@ -95,6 +96,19 @@ it('drives every endpoint through the SDK', async () => {
   expect((await sdk.listTeamMembers()).map((m) => m.email)).toContain(`m-${email}`);
   expect((await sdk.updateTeamMember({ params: { userId: member.userId }, body: { role: 'admin' } })).role).toBe('admin');
   await sdk.removeTeamMember({ params: { userId: member.userId } });
+  // Accounts: no SMTP_URL here, so the emails are files under DATA_DIR/outbox, where their links are read.
+  const invited = await sdk.createInvitation({ body: { email: `i-${email}`, role: 'member' } });
+  expect((await sdk.listInvitations()).map((i) => i.id)).toContain(invited.id);
+  const joined = await anon.acceptInvitation({
+    body: { token: await outboxToken(stack.dataDir, `i-${email}`, '/invitations'), name: 'I', password: 'password123' },
+  });
+  expect(joined.user.role).toBe('member');
+  const unwanted = await sdk.createInvitation({ body: { email: `r-${email}`, role: 'member' } });
+  expect((await sdk.revokeInvitation({ params: { id: unwanted.id } })).status).toBe('revoked');
+  await anon.verifyEmail({ body: { token: await outboxToken(stack.dataDir, email, '/verify-email') } });
+  await anon.forgotPassword({ body: { email: `i-${email}` } });
+  const resetToken = await outboxToken(stack.dataDir, `i-${email}`, '/reset-password');
+  expect(await anon.resetPassword({ body: { token: resetToken, password: 'password456' } })).toEqual({ reset: true });
   await sdk.putNetworkSettings({ body: { ipAllowlist: [] } });
   expect((await sdk.getNetworkSettings()).ipAllowlist).toEqual([]);
   await sdk.updateLlmSettings({ body: { provider: 'openai', model: 'gpt-fake', baseUrl: llm.url, apiKey: 'sk-sdk' } });

@@ -146,4 +146,7 @@ it('caps every collection a tenant grows (projects, agents, secrets, members, ch
   expect((await api.post('/api/v1/tenant/team/members', member, t)).status).toBe(201);
   const over = await api.post('/api/v1/tenant/team/members', { ...member, email: `n-${member.email}` }, t);
   expect(expectError(over, 409, 'CONFLICT').details).toEqual({ reason: 'member_limit', limit: 2 });
+  // A pending invitation holds a member's place.
+  const invite = await api.post('/api/v1/tenant/team/invitations', { email: `i-${member.email}`, role: 'member' }, t);
+  expect(expectError(invite, 409, 'CONFLICT').details).toEqual({ reason: 'member_limit', limit: 2 });
 });

@@ -1,7 +1,9 @@
-// /settings/team: the tenant's members and their roles; owners and admins add members, change roles and remove them.
+// /settings/team: the tenant's members and their roles; owners and admins invite members by email, change roles and
+// remove them. (Adding a member with a password stays an API call.)
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, props, Table, useAction, useLoad, when, type Me } from '../ui';
+import { ErrorText, props, Table, useAction, useLoad, when, type Me } from '../ui';
+import { Invitations } from './invitations';
 
 interface Member {
   userId: string;
@@ -73,53 +75,7 @@ export default function TeamPage({ me }: { me: Me }) {
           <MemberRow key={m.userId} member={m} roles={roles} self={m.userId === me.user.id} changed={changed} />
         ))}
       </Table>
-      <section aria-labelledby="add-title">
-        <h2 id="add-title">Add a member</h2>
-        <Form
-          submit="Add member"
-          reset
-          onSubmit={async (f) => {
-            await call('addTeamMember', {
-              body: {
-                email: f.get('email') as string,
-                name: f.get('name') as string,
-                role: f.get('role') as any,
-                password: f.get('password') as string,
-              },
-            });
-            changed(`Added ${f.get('email')}.`);
-          }}
-        >
-          <p class="field">
-            <label for="member-email">Email</label>
-            <input id="member-email" name="email" type="email" required maxLength={254} autoComplete="off" />
-          </p>
-          <p class="field">
-            <label for="member-name">Name</label>
-            <input id="member-name" name="name" required maxLength={200} />
-          </p>
-          <p class="field">
-            <label for="member-role">Role</label>
-            <select id="member-role" name="role">
-              {roles.map((r) => (
-                <option value={r}>{r}</option>
-              ))}
-            </select>
-          </p>
-          <p class="field">
-            <label for="member-password">Initial password</label>
-            <input
-              id="member-password"
-              name="password"
-              type="password"
-              required
-              minLength={8}
-              maxLength={200}
-              autoComplete="new-password"
-            />
-          </p>
-        </Form>
-      </section>
+      <Invitations roles={roles} changed={changed} />
     </>
   );
 }

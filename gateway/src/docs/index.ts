@@ -36,6 +36,7 @@ const ERROR_MEANINGS: Record<ErrorCode, string> = {
   RESOURCE_NOT_FOUND: 'No such resource in your tenant (another tenant\u2019s resources are never visible).',
   METHOD_NOT_ALLOWED: 'The path exists with other methods; the Allow header lists them.',
   CONFLICT: 'The resource already exists, or its state does not allow the change.',
+  GONE: 'A one-time link was already used, revoked or has expired; ask for a new one.',
   PAYLOAD_TOO_LARGE: 'The request body is larger than 1 MiB.',
   UNSUPPORTED_MEDIA_TYPE: 'Request bodies must be application/json in UTF-8.',
   RATE_LIMIT_EXCEEDED: 'Too many requests; retry after the Retry-After header.',

@@ -132,6 +132,7 @@ it('asks identity again for a cached API key while the feed is not current (the 
       ipAllowlist: [],
       serviceToken: 'minted',
       serviceTokenExpiresAt: Date.now() + 600_000,
+      emailUnverified: false,
     };
     return { principal };
   };

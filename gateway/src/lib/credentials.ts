@@ -118,6 +118,7 @@ export class CredentialResolver {
       ipAllowlist: p.ipAllowlist,
       token: p.serviceToken,
       via,
+      ...(p.emailUnverified ? { emailUnverified: true } : {}),
       ...(p.limits && (p.limits.requestsPerMinute || p.limits.tokensPerMinute || p.limits.concurrency)
         ? {
             limits: {

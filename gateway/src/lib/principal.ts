@@ -20,6 +20,8 @@ export interface Principal {
   via: 'api_key' | 'bearer_jwt' | 'cookie';
   /** An API key's limits (CONTRACT.md 8); absent for other credentials and for a key without any. */
   limits?: { requestsPerMinute?: number; tokensPerMinute?: number; concurrency?: number };
+  /** The user (a key's creator) had not verified their email when the credential was read (lib/verified-email.ts). */
+  emailUnverified?: boolean;
 }
 
 export function principalFromClaims(claims: AuthClaims, token: string): Principal {
@@ -35,5 +37,6 @@ export function principalFromClaims(claims: AuthClaims, token: string): Principa
     ipAllowlist: [],
     token,
     via: 'bearer_jwt',
+    ...(claims.unv ? { emailUnverified: true } : {}),
   };
 }

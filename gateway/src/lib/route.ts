@@ -101,6 +101,7 @@ const RESOURCE_OF_SEGMENT: Record<string, string> = {
   'mcp-servers': 'mcp_server',
   events: 'event',
   responses: 'response',
+  invitations: 'invitation',
 };
 
 /** [param, resource] for each id parameter of a route URL. */

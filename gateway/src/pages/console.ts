@@ -8,6 +8,8 @@ interface ConsolePage {
   title: string;
   /** What the page's script needs from the server, as JSON in #app's data-props. */
   props?: Record<string, unknown>;
+  /** Drawn for a visitor who is not signed in (the emailed links' pages): no navigation. */
+  public?: boolean;
 }
 
 /** Console page path -> its page. The page itself is drawn by gateway/console. */
@@ -35,10 +37,14 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
   },
   '/settings/security/network': { page: 'network', title: 'Network' },
   '/settings/billing': { page: 'billing', title: 'Billing' },
+  '/invitations/:token': { page: 'invitation', title: 'Join your team', public: true },
+  '/forgot-password': { page: 'forgot-password', title: 'Reset your password', public: true },
+  '/reset-password/:token': { page: 'reset-password', title: 'Choose a new password', public: true },
+  '/verify-email/:token': { page: 'verify-email', title: 'Verify your email', public: true },
 };
 
 /** A console page's shell: the navigation and an empty #app the console's script renders into. */
-export function consolePage({ page, title, props }: ConsolePage, path: string): string {
+export function consolePage({ page, title, props, public: open }: ConsolePage, path: string): string {
   const data = props ? ` data-props="${esc(JSON.stringify(props))}"` : '';
-  return layout({ title, page, signedIn: true, console: true, path: path.replace(/\/:.*$/, ''), body: `<div id="app"${data}></div>` });
+  return layout({ title, page, signedIn: !open, console: true, path: path.replace(/\/:.*$/, ''), body: `<div id="app"${data}></div>` });
 }

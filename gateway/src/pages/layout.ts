@@ -93,6 +93,7 @@ ${field('email', 'Email', 'name="email" type="email" autocomplete="username" req
 ${field('password', 'Password', 'name="password" type="password" autocomplete="current-password" required')}
 <p><button type="submit">Sign in</button></p>
 </form>
+<p><a id="to-forgot" href="/forgot-password">Forgot password?</a></p>
 <p>New here? <a id="to-signup" href="/login?signup=1">Create an account</a></p>`;
   return layout({ title: signup ? 'Create an account' : 'Sign in', page: 'login', signedIn: false, body });
 }

@@ -170,4 +170,68 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     handler: async ({ params, body, call, reply }) =>
       signedIn(await identity.completeOAuth({ provider: params.provider, code: body.code, state: body.state }, call), reply),
   });
+
+  // Accounts (CONTRACT.md 13): the emailed one-time links land here through the console's pages.
+  const Token = Str(20, 200);
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/invitations/accept',
+    operationId: 'acceptInvitation',
+    access: 'public',
+    tag: 'auth',
+    summary: "Join a tenant with an invitation's token: set a name and password, and sign in (as login)",
+    description: 'A used, revoked or expired invitation: 410 `GONE` with `details.reason = "invitation_not_valid"`.',
+    body: Obj({ token: Token, name: Str(1, 200), password: Str(8, 200) }),
+    response: SignedIn,
+    handler: async ({ body, call, reply }) => signedIn(await identity.acceptInvitation(body, call), reply),
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/password/forgot',
+    operationId: 'forgotPassword',
+    access: 'public',
+    tag: 'auth',
+    summary: 'Email a one-time password reset link to the address when an account has it (the answer is the same either way)',
+    status: 202,
+    body: Obj({ email: Str(1, 254) }),
+    response: Obj({ accepted: Type.Boolean() }),
+    handler: async ({ body, call }) => {
+      await identity.forgotPassword(body, call);
+      return { accepted: true };
+    },
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/password/reset',
+    operationId: 'resetPassword',
+    access: 'public',
+    tag: 'auth',
+    summary: "Set a new password with a reset link's token; every session and refresh token of the user ends",
+    description: 'A used or expired token: 410 `GONE` with `details.reason = "token_not_valid"`.',
+    body: Obj({ token: Token, password: Str(8, 200) }),
+    response: Obj({ reset: Type.Boolean() }),
+    handler: async ({ body, call }) => {
+      await identity.resetPassword(body, call);
+      return { reset: true };
+    },
+  });
+
+  route(app, {
+    method: 'POST',
+    url: '/api/v1/auth/email/verify',
+    operationId: 'verifyEmail',
+    access: 'public',
+    tag: 'auth',
+    summary: "Verify the account's email address with the token of the link sent at sign-up",
+    description: 'A used or expired token: 410 `GONE` with `details.reason = "token_not_valid"`.',
+    body: Obj({ token: Token }),
+    response: Obj({ verified: Type.Boolean() }),
+    handler: async ({ body, call }) => {
+      await identity.verifyEmail(body, call);
+      return { verified: true };
+    },
+  });
 }

@@ -21,6 +21,7 @@ import { secretRoutes } from './secrets';
 import { settingsRoutes } from './settings';
 import { systemRoutes } from './system';
 import { tenantRoutes } from './tenant';
+import { invitationRoutes } from './invitations';
 import { webhookRoutes } from './webhooks';
 
 export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
@@ -28,6 +29,7 @@ export function registerRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   authRoutes(app, deps);
   cliAuthRoutes(app, deps);
   tenantRoutes(app, deps);
+  invitationRoutes(app, deps);
   settingsRoutes(app, deps);
   modelRoutes(app, deps);
   apiKeyRoutes(app, deps);

@@ -5,3 +5,4 @@ export * from './credits';
 export * from './plan-order';
 export * from './pricing-config';
 export * from './model-call';
+export * from './accounts-config';

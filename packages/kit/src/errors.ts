@@ -12,6 +12,8 @@ export const ERROR_CODES = {
   RESOURCE_NOT_FOUND: { http: 404, grpc: GrpcStatus.NOT_FOUND },
   METHOD_NOT_ALLOWED: { http: 405, grpc: GrpcStatus.UNIMPLEMENTED },
   CONFLICT: { http: 409, grpc: GrpcStatus.ALREADY_EXISTS },
+  /** A one-time link's token that was used, revoked or expired (CONTRACT.md 13); `details.reason` names it. */
+  GONE: { http: 410, grpc: GrpcStatus.FAILED_PRECONDITION },
   PAYLOAD_TOO_LARGE: { http: 413, grpc: GrpcStatus.INVALID_ARGUMENT },
   UNSUPPORTED_MEDIA_TYPE: { http: 415, grpc: GrpcStatus.INVALID_ARGUMENT },
   RATE_LIMIT_EXCEEDED: { http: 429, grpc: GrpcStatus.RESOURCE_EXHAUSTED },
@@ -64,6 +66,7 @@ export const errors = {
     new AppError('FORBIDDEN', 'This needs a credential without a scope list', { reason: 'unscoped_credential_required' }),
   notFound: (resource: string, id: string) => new AppError('RESOURCE_NOT_FOUND', `${resource} not found`, { resource, id }),
   conflict: (message: string, details: ErrorDetails = {}) => new AppError('CONFLICT', message, details),
+  gone: (reason: string, message: string) => new AppError('GONE', message, { reason }),
   unavailable: (message: string, details: ErrorDetails = {}) => new AppError('SERVICE_UNAVAILABLE', message, details),
   internal: () => new AppError('INTERNAL_ERROR', 'Internal server error'),
 };

@@ -16,6 +16,8 @@ export interface AuthClaims {
   env?: string;
   /** An API key's concurrency limit (CONTRACT.md 8): runs and replies the services let it have at once. */
   kcc?: number;
+  /** The user has not verified their email (CONTRACT.md 13); absent once they have. */
+  unv?: boolean;
   jti: string;
   iat: number;
   /** Issue time in milliseconds (`iat` has whole seconds); user revocations compare against it. */
@@ -180,6 +182,7 @@ function toClaims(p: JWTPayload): AuthClaims {
     scp: p.scp as string[] | undefined,
     env: typeof p.env === 'string' ? p.env : undefined,
     ...(typeof p.kcc === 'number' && Number.isInteger(p.kcc) && p.kcc > 0 ? { kcc: p.kcc } : {}),
+    ...(p.unv === true ? { unv: true } : {}),
     jti: p.jti!,
     iat: p.iat!,
     ...(typeof p.ims === 'number' && Number.isFinite(p.ims) && Math.floor(p.ims / 1000) === p.iat ? { ims: p.ims } : {}),

@@ -1,5 +1,5 @@
 import { type Store, TenantCap } from '@svc/kit';
-import { apiKeys, models, secrets, users } from './collections';
+import { apiKeys, invitations, models, secrets, users } from './collections';
 import type { IdentitySettings } from './context';
 
 /**
@@ -8,11 +8,14 @@ import type { IdentitySettings } from './context';
  */
 export function identityCaps(store: Store, settings: IdentitySettings) {
   return {
+    /** Members and pending invitations: an invitation holds its invitee's place (its acceptance moves nothing). */
     members: new TenantCap(store, {
       kind: 'member',
       plural: 'members',
+      free: 'remove one or revoke an invitation',
       limit: settings.maxMembersPerTenant,
-      count: (tx, tenantId) => tx.collection(users).count({ tenantId }),
+      count: async (tx, tenantId) =>
+        (await tx.collection(users).count({ tenantId })) + (await tx.collection(invitations).count({ tenantId, status: 'pending' })),
     }),
     /** Live keys: a revoke frees a place. */
     apiKeys: new TenantCap(store, {

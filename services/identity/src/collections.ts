@@ -29,6 +29,8 @@ export interface UserDoc {
   role: Role;
   passwordHash: string;
   disabled: boolean;
+  /** False until the verification link is opened; absent on users from before verification (counted verified). */
+  emailVerified?: boolean;
   createdAt: string;
   updatedAt: string;
 }
@@ -229,7 +231,42 @@ export const models: CollectionDef<ModelDoc> = {
   indexes: [{ fields: ['tenantId', 'name'] }, { fields: ['tenantId'] }],
 };
 
+/** An invitation by email (CONTRACT.md 13); the link's token is never stored, only its SHA-256. */
+export interface InvitationDoc {
+  id: string;
+  tenantId: string;
+  email: string;
+  role: Role;
+  tokenHash: string;
+  invitedBy: string;
+  /** Stored states; `expired` is only ever computed from `expiresAt`. */
+  status: 'pending' | 'accepted' | 'revoked';
+  expiresAt: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export const invitations: CollectionDef<InvitationDoc> = {
+  name: 'invitations',
+  indexes: [{ fields: ['tokenHash'], unique: true }, { fields: ['tenantId'] }, { fields: ['tenantId', 'status'] }],
+};
+
+/** A one-time token of an emailed link (password reset, email verification); id = the token's SHA-256. */
+export interface AccountTokenDoc {
+  id: string;
+  purpose: 'password_reset' | 'email_verification';
+  userId: string;
+  tenantId: string;
+  usedAt: string | null;
+  expiresAt: string;
+  createdAt: string;
+}
+
+export const accountTokens: CollectionDef<AccountTokenDoc> = { name: 'account_tokens', indexes: [{ fields: ['userId'] }] };
+
 export const ALL_COLLECTIONS = [
+  invitations,
+  accountTokens,
   models,
   oauthStates,
   tenants,

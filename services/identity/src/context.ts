@@ -23,6 +23,20 @@ export interface IdentitySettings {
   pricing: PricingSettings;
   /** The platform's default LLM (LLM_* settings), used by tenants that set none. */
   platformLlm: PlatformLlm | null;
+  accounts: AccountSettings;
+}
+
+/** Invitations, password reset and email verification (CONTRACT.md 13). */
+export interface AccountSettings {
+  /** The console's address, for the emailed links (PUBLIC_URL). */
+  publicUrl: string;
+  /** The right-hand side of the emails' Message-IDs (EMAIL_FROM's domain). */
+  emailDomain: string;
+  invitationTtlMs: number;
+  passwordResetTtlMs: number;
+  verificationTtlMs: number;
+  /** REQUIRE_VERIFIED_EMAIL: an unverified user may not create API keys. */
+  requireVerifiedEmail: boolean;
 }
 
 export interface PlatformLlm {
@@ -47,6 +61,8 @@ export interface IdentityDeps {
   loginThrottle: FailureThrottle;
   /** Appends recorded audit entries to their tenants' chains: `kick()` after a change's transaction commits. */
   audit: AuditChainer;
+  /** The email outbox's sender: `notify()` after a transaction that queued an email commits. */
+  mail: { notify(): void };
   /** Tells gateways at once (Redis pub/sub) that a revocation was recorded; they also poll. */
   announceRevocation: () => void;
 }

@@ -10,9 +10,14 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { pricingConfig, TOPICS } from '@svc/contracts';
+import { pricingConfig, requireVerifiedEmailField, TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
+import { emailOutbox } from './mail/outbox';
+import { EmailSender } from './mail/sender';
+import { fileTransport, smtpTransport } from './mail/transport';
+import { accountLinkHandlers } from './handlers/account-links';
+import { invitationHandlers } from './handlers/invitations';
 import { AUDIT_COLLECTIONS, AuditChainer } from './audit/log';
 import { auditHandlers, auditRecordedHandler } from './audit/handlers';
 import { signInFailures } from './audit/sign-in-failures';
@@ -74,6 +79,18 @@ const config = {
   revocationPollMs: field('REVOCATION_POLL_MS', 'int', { default: '500', min: 50, max: 1000 }),
   // The audit log keeps entries this long (CONTRACT.md 10); the chain then starts at the oldest kept entry.
   auditRetentionDays: field('AUDIT_RETENTION_DAYS', 'int', { default: '365', min: 1, max: 36_500 }),
+  // Accounts' emails (CONTRACT.md 13). Without SMTP_URL each email goes to the log and DATA_DIR/outbox/<id>.eml.
+  smtpUrl: field('SMTP_URL', 'string', { secret: true, pattern: /^smtps?:\/\// }),
+  emailFrom: field('EMAIL_FROM', 'string', { default: 'svc <no-reply@localhost>', pattern: /@[^@\s>]+>?$/ }),
+  smtpTimeoutMs: field('SMTP_TIMEOUT_MS', 'int', { default: '30000', min: 1000, max: 600_000 }),
+  // Where the emailed links point (the console); default http://HOST:PORT as the gateway's.
+  publicUrl: field('PUBLIC_URL', 'url'),
+  gatewayHost: field('HOST', 'string', { default: '127.0.0.1' }),
+  gatewayPort: field('PORT', 'int', { default: '8080', min: 0, max: 65535 }),
+  invitationTtlHours: field('INVITATION_TTL_HOURS', 'string', { default: '72', pattern: /^\d{1,5}(\.\d{1,9})?$/ }),
+  passwordResetTtlMinutes: field('PASSWORD_RESET_TTL_MINUTES', 'int', { default: '60', min: 1, max: 10_080 }),
+  emailVerificationTtlHours: field('EMAIL_VERIFICATION_TTL_HOURS', 'int', { default: '72', min: 1, max: 8760 }),
+  requireVerifiedEmail: requireVerifiedEmailField,
 };
 
 export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
@@ -81,7 +98,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     name: 'identity',
     defaultPort: 50051,
     config,
-    collections: [...ALL_COLLECTIONS, ...AUDIT_COLLECTIONS, signInFailures],
+    collections: [...ALL_COLLECTIONS, ...AUDIT_COLLECTIONS, signInFailures, emailOutbox],
     env,
   });
   const keys = new SigningKeys(rt.store, rt.box);
@@ -96,8 +113,14 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   );
   const feed = await FeedNotifier.open(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
   const audit = new AuditChainer(rt.store, rt.logger, rt.config.auditRetentionDays, rt.relay);
+  const c = rt.config;
+  const transport = c.smtpUrl
+    ? smtpTransport(c.smtpUrl, c.emailFrom, c.smtpTimeoutMs)
+    : fileTransport(`${c.dataDir}/outbox`, c.emailFrom, rt.logger);
+  const mail = new EmailSender({ store: rt.store, send: transport.send, logger: rt.logger, leaseMs: c.smtpTimeoutMs + 15_000 });
   const deps: IdentityDeps = {
     audit,
+    mail,
     egress: egressPolicyFrom(rt.config),
     loginThrottle: new FailureThrottle({
       perAddress: rt.config.loginAttemptsPerAddress,
@@ -131,6 +154,14 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
             apiKey: rt.config.llmApiKey ?? null,
           }
         : null,
+      accounts: {
+        publicUrl: c.publicUrl ?? `http://${c.gatewayHost}:${c.gatewayPort}`,
+        emailDomain: c.emailFrom.replace(/>$/, '').split('@').pop()!,
+        invitationTtlMs: Math.round(Number(c.invitationTtlHours) * 3_600_000),
+        passwordResetTtlMs: c.passwordResetTtlMinutes * 60_000,
+        verificationTtlMs: c.emailVerificationTtlHours * 3_600_000,
+        requireVerifiedEmail: c.requireVerifiedEmail,
+      },
     },
     announceRevocation: () => {
       feed.announce();
@@ -141,6 +172,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   const applyPlanChange = planChangeHandler(rt.store, rt.logger, deps.announceRevocation);
   const applyAuditRecord = auditRecordedHandler(rt.store, audit);
   audit.start(rt.wake);
+  mail.start(rt.wake);
   return serve(rt, {
     verifier,
     healthNames: ['identity.v1.IdentityService'],
@@ -165,6 +197,8 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...authHandlers(deps),
           ...apiKeyHandlers(deps),
           ...teamHandlers(deps),
+          ...invitationHandlers(deps),
+          ...accountLinkHandlers(deps),
           ...networkHandlers(deps),
           ...llmSettingsHandlers(deps),
           ...secretHandlers(deps),
@@ -191,15 +225,22 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           'exchangeExternalToken',
           'startOAuth',
           'completeOAuth',
+          'acceptInvitation',
+          'forgotPassword',
+          'resetPassword',
+          'verifyEmail',
         ],
       }),
     ],
     beforeStop: () => {
       audit.halt();
+      void mail.stop();
       feed.stop();
     },
     onStop: async () => {
       await audit.stop();
+      await mail.stop();
+      transport.close();
       await redis?.quit().catch(() => undefined);
     },
   });

@@ -12,6 +12,8 @@ export interface AccessClaims {
   scp?: string[];
   env?: string;
   kcc?: number;
+  /** The user has not verified their email (absent once they have): REQUIRE_VERIFIED_EMAIL's gate at the gateway. */
+  unv?: boolean;
 }
 
 export async function signAccessToken(deps: IdentityDeps, claims: AccessClaims, ttlSeconds: number): Promise<string> {
@@ -20,8 +22,10 @@ export async function signAccessToken(deps: IdentityDeps, claims: AccessClaims, 
 }
 
 export function userClaims(user: UserDoc, session: SessionDoc): AccessClaims {
-  return { sub: user.id, tid: user.tenantId, typ: session.type, role: user.role, sid: session.id };
+  return { sub: user.id, tid: user.tenantId, typ: session.type, role: user.role, sid: session.id, ...unverified(user) };
 }
+
+const unverified = (user: UserDoc) => (user.emailVerified === false ? { unv: true } : {});
 
 export function apiKeyClaims(key: ApiKeyDoc, creator: UserDoc): AccessClaims {
   return {
@@ -35,6 +39,7 @@ export function apiKeyClaims(key: ApiKeyDoc, creator: UserDoc): AccessClaims {
     // The services count a key's runs and replies against it; a change reaches them with the next token (the
     // gateway drops its cached principal of the key when identity records the change).
     ...(key.limits?.concurrency ? { kcc: key.limits.concurrency } : {}),
+    ...unverified(creator),
   };
 }
 

@@ -86,6 +86,46 @@ export const OPERATIONS = {
     query: false,
     list: false,
   },
+  acceptInvitation: {
+    method: 'POST',
+    path: '/api/v1/auth/invitations/accept',
+    pathParams: [],
+    access: 'public',
+    stream: false,
+    body: true,
+    query: false,
+    list: false,
+  },
+  forgotPassword: {
+    method: 'POST',
+    path: '/api/v1/auth/password/forgot',
+    pathParams: [],
+    access: 'public',
+    stream: false,
+    body: true,
+    query: false,
+    list: false,
+  },
+  resetPassword: {
+    method: 'POST',
+    path: '/api/v1/auth/password/reset',
+    pathParams: [],
+    access: 'public',
+    stream: false,
+    body: true,
+    query: false,
+    list: false,
+  },
+  verifyEmail: {
+    method: 'POST',
+    path: '/api/v1/auth/email/verify',
+    pathParams: [],
+    access: 'public',
+    stream: false,
+    body: true,
+    query: false,
+    list: false,
+  },
   startCliLogin: {
     method: 'POST',
     path: '/api/v1/cli/auth/start',
@@ -213,6 +253,36 @@ export const OPERATIONS = {
     access: 'manager',
     stream: false,
     body: true,
+    query: false,
+    list: false,
+  },
+  createInvitation: {
+    method: 'POST',
+    path: '/api/v1/tenant/team/invitations',
+    pathParams: [],
+    access: 'manager',
+    stream: false,
+    body: true,
+    query: false,
+    list: false,
+  },
+  listInvitations: {
+    method: 'GET',
+    path: '/api/v1/tenant/team/invitations',
+    pathParams: [],
+    access: 'manager',
+    stream: false,
+    body: false,
+    query: true,
+    list: 'paged',
+  },
+  revokeInvitation: {
+    method: 'DELETE',
+    path: '/api/v1/tenant/team/invitations/{id}',
+    pathParams: ['id'],
+    access: 'manager',
+    stream: false,
+    body: false,
     query: false,
     list: false,
   },
@@ -1122,6 +1192,26 @@ export abstract class GeneratedMethods {
     return this.call('authorizeOAuth', input, options);
   }
 
+  /** Join a tenant with an invitation's token: set a name and password, and sign in (as login) (`POST /api/v1/auth/invitations/accept`) */
+  acceptInvitation(input: Input<'acceptInvitation'>, options?: CallOptions): Promise<Output<'acceptInvitation'>> {
+    return this.call('acceptInvitation', input, options);
+  }
+
+  /** Email a one-time password reset link to the address when an account has it (the answer is the same either way) (`POST /api/v1/auth/password/forgot`) */
+  forgotPassword(input: Input<'forgotPassword'>, options?: CallOptions): Promise<Output<'forgotPassword'>> {
+    return this.call('forgotPassword', input, options);
+  }
+
+  /** Set a new password with a reset link's token; every session and refresh token of the user ends (`POST /api/v1/auth/password/reset`) */
+  resetPassword(input: Input<'resetPassword'>, options?: CallOptions): Promise<Output<'resetPassword'>> {
+    return this.call('resetPassword', input, options);
+  }
+
+  /** Verify the account's email address with the token of the link sent at sign-up (`POST /api/v1/auth/email/verify`) */
+  verifyEmail(input: Input<'verifyEmail'>, options?: CallOptions): Promise<Output<'verifyEmail'>> {
+    return this.call('verifyEmail', input, options);
+  }
+
   /** Start a CLI login: a login id, the browser address and the code to compare (`POST /api/v1/cli/auth/start`) */
   startCliLogin(input: Input<'startCliLogin'>, options?: CallOptions): Promise<Output<'startCliLogin'>> {
     return this.call('startCliLogin', input, options);
@@ -1197,6 +1287,24 @@ export abstract class GeneratedMethods {
   /** Replace the IP allowlist (IPs and CIDRs, v4 and v6; empty allows any address) (`PUT /api/v1/tenant/security/network`) */
   putNetworkSettings(input: Input<'putNetworkSettings'>, options?: CallOptions): Promise<Output<'putNetworkSettings'>> {
     return this.call('putNetworkSettings', input, options);
+  }
+
+  /** Invite someone by email with a role: they get a one-time link (INVITATION_TTL_HOURS) to join (`POST /api/v1/tenant/team/invitations`) */
+  createInvitation(input: Input<'createInvitation'>, options?: CallOptions): Promise<Output<'createInvitation'>> {
+    return this.call('createInvitation', input, options);
+  }
+
+  /** The tenant's invitations, newest first, with their status (`GET /api/v1/tenant/team/invitations`) */
+  listInvitations(
+    input: Input<'listInvitations'> = {} as Input<'listInvitations'>,
+    options?: CallOptions,
+  ): Promise<Output<'listInvitations'>> {
+    return this.call('listInvitations', input, options);
+  }
+
+  /** Revoke a pending invitation: its link stops working (`DELETE /api/v1/tenant/team/invitations/{id}`) */
+  revokeInvitation(input: Input<'revokeInvitation'>, options?: CallOptions): Promise<Output<'revokeInvitation'>> {
+    return this.call('revokeInvitation', input, options);
   }
 
   /** The tenant's LLM settings (the platform default when it has none) (`GET /api/v1/tenant/settings/llm`) */

@@ -27,6 +27,7 @@ export type RegionFeatureCheck = components['schemas']['RegionFeatureCheck'];
 export type RoutingInfo = components['schemas']['RoutingInfo'];
 export type Secret = components['schemas']['Secret'];
 export type TenantTeamMember = components['schemas']['TenantTeamMember'];
+export type TenantTeamInvitation = components['schemas']['TenantTeamInvitation'];
 export type WebhookDelivery = components['schemas']['WebhookDelivery'];
 export type EventType = components['schemas']['EventType'];
 export type ChatSessionMessage = components['schemas']['ChatSessionMessage'];
@@ -35,6 +36,7 @@ export type BillingUsage = components['schemas']['BillingUsage'];
 export type Region = components['schemas']['Region'];
 export type AuditLogEntry = components['schemas']['AuditLogEntry'];
 export type TenantTeamMemberCreateParams = components['schemas']['TenantTeamMemberCreateParams'];
+export type TenantTeamInvitationCreateParams = components['schemas']['TenantTeamInvitationCreateParams'];
 export type ModelCreateParams = components['schemas']['ModelCreateParams'];
 export type ApiKeyCreateResponse = components['schemas']['ApiKeyCreateResponse'];
 export type ApiKeyCreateParams = components['schemas']['ApiKeyCreateParams'];
@@ -80,6 +82,14 @@ export type AuthExchangeResponse = components['schemas']['AuthExchangeResponse']
 export type AuthExchangeParams = components['schemas']['AuthExchangeParams'];
 export type OauthAuthorizeResponse = components['schemas']['OauthAuthorizeResponse'];
 export type OauthAuthorizeParams = components['schemas']['OauthAuthorizeParams'];
+export type AuthInvitationAcceptResponse = components['schemas']['AuthInvitationAcceptResponse'];
+export type AuthInvitationAcceptParams = components['schemas']['AuthInvitationAcceptParams'];
+export type AuthPasswordForgotResponse = components['schemas']['AuthPasswordForgotResponse'];
+export type AuthPasswordForgotParams = components['schemas']['AuthPasswordForgotParams'];
+export type AuthPasswordResetResponse = components['schemas']['AuthPasswordResetResponse'];
+export type AuthPasswordResetParams = components['schemas']['AuthPasswordResetParams'];
+export type AuthEmailVerifyResponse = components['schemas']['AuthEmailVerifyResponse'];
+export type AuthEmailVerifyParams = components['schemas']['AuthEmailVerifyParams'];
 export type CliAuthStartResponse = components['schemas']['CliAuthStartResponse'];
 export type CliAuthStartParams = components['schemas']['CliAuthStartParams'];
 export type CliAuthCompleteResponse = components['schemas']['CliAuthCompleteResponse'];
@@ -126,6 +136,10 @@ export const RESOURCE_METHODS = {
   'auth.exchange': 'exchangeToken',
   'oauth.start.retrieve': 'startOAuth',
   'oauth.authorize': 'authorizeOAuth',
+  'auth.invitations.accept': 'acceptInvitation',
+  'auth.password.forgot': 'forgotPassword',
+  'auth.password.reset': 'resetPassword',
+  'auth.email.verify': 'verifyEmail',
   'cli.auth.start': 'startCliLogin',
   'cli.auth.status.retrieve': 'getCliLoginStatus',
   'cli.auth.info.retrieve': 'getCliLoginInfo',
@@ -139,6 +153,9 @@ export const RESOURCE_METHODS = {
   'tenant.team.members.del': 'removeTeamMember',
   'tenant.security.network.retrieve': 'getNetworkSettings',
   'tenant.security.network.update': 'putNetworkSettings',
+  'tenant.team.invitations.create': 'createInvitation',
+  'tenant.team.invitations.list': 'listInvitations',
+  'tenant.team.invitations.del': 'revokeInvitation',
   'tenant.settings.llm.retrieve': 'getLlmSettings',
   'tenant.settings.llm.update': 'updateLlmSettings',
   'models.create': 'createModel',
@@ -242,6 +259,20 @@ export interface Resources {
     me(options?: RequestOptions): Promise<Output<'me'>>;
     /** Sign in with a token of the configured OpenID provider (OIDC_ISSUER): an access token for this session (`POST /api/v1/auth/exchange`) */
     exchange(body: Body<'exchangeToken'>, options?: RequestOptions): Promise<Output<'exchangeToken'>>;
+    invitations: {
+      /** Join a tenant with an invitation's token: set a name and password, and sign in (as login) (`POST /api/v1/auth/invitations/accept`) */
+      accept(body: Body<'acceptInvitation'>, options?: RequestOptions): Promise<Output<'acceptInvitation'>>;
+    };
+    password: {
+      /** Email a one-time password reset link to the address when an account has it (the answer is the same either way) (`POST /api/v1/auth/password/forgot`) */
+      forgot(body: Body<'forgotPassword'>, options?: RequestOptions): Promise<Output<'forgotPassword'>>;
+      /** Set a new password with a reset link's token; every session and refresh token of the user ends (`POST /api/v1/auth/password/reset`) */
+      reset(body: Body<'resetPassword'>, options?: RequestOptions): Promise<Output<'resetPassword'>>;
+    };
+    email: {
+      /** Verify the account's email address with the token of the link sent at sign-up (`POST /api/v1/auth/email/verify`) */
+      verify(body: Body<'verifyEmail'>, options?: RequestOptions): Promise<Output<'verifyEmail'>>;
+    };
   };
   oauth: {
     start: {
@@ -284,6 +315,14 @@ export interface Resources {
         update(userId: string, body: Body<'updateTeamMember'>, options?: RequestOptions): Promise<Output<'updateTeamMember'>>;
         /** Remove a member; their sessions end (`DELETE /api/v1/tenant/team/members/{userId}`) */
         del(userId: string, options?: RequestOptions): Promise<Output<'removeTeamMember'>>;
+      };
+      invitations: {
+        /** Invite someone by email with a role: they get a one-time link (INVITATION_TTL_HOURS) to join (`POST /api/v1/tenant/team/invitations`) */
+        create(body: Body<'createInvitation'>, options?: RequestOptions): Promise<Output<'createInvitation'>>;
+        /** The tenant's invitations, newest first, with their status (`GET /api/v1/tenant/team/invitations`) */
+        list(query?: Query<'listInvitations'>, options?: RequestOptions): PagedList<Item<'listInvitations'>>;
+        /** Revoke a pending invitation: its link stops working (`DELETE /api/v1/tenant/team/invitations/{id}`) */
+        del(id: string, options?: RequestOptions): Promise<Output<'revokeInvitation'>>;
       };
     };
     security: {

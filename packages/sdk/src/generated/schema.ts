@@ -136,6 +136,83 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/auth/invitations/accept': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Join a tenant with an invitation's token: set a name and password, and sign in (as login)
+     * @description A used, revoked or expired invitation: 410 `GONE` with `details.reason = "invitation_not_valid"`.
+     */
+    post: operations['acceptInvitation'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/auth/password/forgot': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Email a one-time password reset link to the address when an account has it (the answer is the same either way) */
+    post: operations['forgotPassword'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/auth/password/reset': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Set a new password with a reset link's token; every session and refresh token of the user ends
+     * @description A used or expired token: 410 `GONE` with `details.reason = "token_not_valid"`.
+     */
+    post: operations['resetPassword'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/auth/email/verify': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Verify the account's email address with the token of the link sent at sign-up
+     * @description A used or expired token: 410 `GONE` with `details.reason = "token_not_valid"`.
+     */
+    post: operations['verifyEmail'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/cli/auth/start': {
     parameters: {
       query?: never;
@@ -304,6 +381,41 @@ export interface paths {
     put: operations['putNetworkSettings'];
     post?: never;
     delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/tenant/team/invitations': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's invitations, newest first, with their status */
+    get: operations['listInvitations'];
+    put?: never;
+    /** Invite someone by email with a role: they get a one-time link (INVITATION_TTL_HOURS) to join */
+    post: operations['createInvitation'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/api/v1/tenant/team/invitations/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    post?: never;
+    /** Revoke a pending invitation: its link stops working */
+    delete: operations['revokeInvitation'];
     options?: never;
     head?: never;
     patch?: never;
@@ -1405,6 +1517,7 @@ export interface components {
           | 'RESOURCE_NOT_FOUND'
           | 'METHOD_NOT_ALLOWED'
           | 'CONFLICT'
+          | 'GONE'
           | 'PAYLOAD_TOO_LARGE'
           | 'UNSUPPORTED_MEDIA_TYPE'
           | 'RATE_LIMIT_EXCEEDED'
@@ -1817,6 +1930,16 @@ export interface components {
       /** @description ISO 8601 UTC timestamp with milliseconds */
       joinedAt: string;
     };
+    TenantTeamInvitation: {
+      id: string;
+      email: string;
+      role: string;
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      expiresAt: string;
+      status: 'pending' | 'accepted' | 'revoked' | 'expired';
+      /** @description ISO 8601 UTC timestamp with milliseconds */
+      createdAt: string;
+    };
     WebhookDelivery: {
       id: string;
       webhookId: string;
@@ -1943,6 +2066,10 @@ export interface components {
       name: string;
       role: 'owner' | 'admin' | 'member';
       password: string;
+    };
+    TenantTeamInvitationCreateParams: {
+      email: string;
+      role: 'owner' | 'admin' | 'member';
     };
     ModelCreateParams: {
       /** @description What clients send as `model` (not starting with `agent:`); several entries may share a name */
@@ -2350,6 +2477,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -2376,6 +2504,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -2400,6 +2529,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -2426,6 +2556,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -2459,6 +2590,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -2474,6 +2606,51 @@ export interface components {
     OauthAuthorizeParams: {
       code: string;
       state: string;
+    };
+    AuthInvitationAcceptResponse: {
+      user: {
+        id: string;
+        email: string;
+        name: string;
+        role: string;
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+        emailVerified: boolean;
+      };
+      tenant: {
+        id: string;
+        name: string;
+        plan: 'free' | 'starter' | 'growth' | 'enterprise';
+        /** @description ISO 8601 UTC timestamp with milliseconds */
+        createdAt: string;
+      };
+      accessToken: string;
+      refreshToken: string;
+      expiresIn: number;
+    };
+    AuthInvitationAcceptParams: {
+      token: string;
+      name: string;
+      password: string;
+    };
+    AuthPasswordForgotResponse: {
+      accepted: boolean;
+    };
+    AuthPasswordForgotParams: {
+      email: string;
+    };
+    AuthPasswordResetResponse: {
+      reset: boolean;
+    };
+    AuthPasswordResetParams: {
+      token: string;
+      password: string;
+    };
+    AuthEmailVerifyResponse: {
+      verified: boolean;
+    };
+    AuthEmailVerifyParams: {
+      token: string;
     };
     CliAuthStartResponse: {
       loginId: string;
@@ -2513,6 +2690,7 @@ export interface components {
         role: string;
         /** @description ISO 8601 UTC timestamp with milliseconds */
         createdAt: string;
+        emailVerified: boolean;
       };
       tenant: {
         id: string;
@@ -3049,6 +3227,162 @@ export interface operations {
       };
     };
   };
+  acceptInvitation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['AuthInvitationAcceptParams'];
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['AuthInvitationAcceptResponse'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  forgotPassword: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['AuthPasswordForgotParams'];
+      };
+    };
+    responses: {
+      /** @description Success */
+      202: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['AuthPasswordForgotResponse'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  resetPassword: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['AuthPasswordResetParams'];
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['AuthPasswordResetResponse'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  verifyEmail: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['AuthEmailVerifyParams'];
+      };
+    };
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['AuthEmailVerifyResponse'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
   startCliLogin: {
     parameters: {
       query?: never;
@@ -3531,6 +3865,126 @@ export interface operations {
         content: {
           'application/json': {
             data: components['schemas']['TenantSecurityNetwork'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listInvitations: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['TenantTeamInvitation'][];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            } & {
+              pagination: {
+                limit: number;
+                next_cursor: string | null;
+                has_more: boolean;
+              };
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createInvitation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['TenantTeamInvitationCreateParams'];
+      };
+    };
+    responses: {
+      /** @description Success */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['TenantTeamInvitation'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  revokeInvitation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['TenantTeamInvitation'];
             meta: {
               request_id: string;
               timestamp: string;

@@ -11,7 +11,7 @@ import {
   sha256Hex,
 } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
-import { apiKeys, type ApiKeyDoc } from '../collections';
+import { apiKeys, users, type ApiKeyDoc } from '../collections';
 import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { recordRevocation } from '../revocations';
@@ -59,6 +59,8 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       }
       const limits = checkLimits(c, req.limits);
       c.done();
+      if (deps.settings.accounts.requireVerifiedEmail && (await deps.store.collection(users).get(auth.sub))?.emailVerified === false)
+        throw errors.forbidden('Verify your email address first (see the email sent at sign-up)', { reason: 'email_not_verified' });
       const key = API_KEY_TYPES[type] + randomBase62(43);
       const doc: ApiKeyDoc = {
         id: newId('key'),

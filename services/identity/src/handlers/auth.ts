@@ -24,6 +24,7 @@ import { toLimits } from '../key-limits';
 import { toTenant, toUser } from './views';
 import { auditChange, recordAudit } from '../audit/log';
 import { countSignInFailure, forgetSignInFailures } from '../audit/sign-in-failures';
+import { queueVerification } from './account-links';
 
 export function requireAuth(ctx: CallContext): asserts ctx is AuthedContext {
   if (!ctx.auth || !ctx.token) throw errors.unauthorized();
@@ -47,6 +48,12 @@ export async function userCreated(tx: StoreSession, user: UserDoc): Promise<void
   );
 }
 
+/** A new user's document (not stored yet). */
+export function newUser(f: Pick<UserDoc, 'tenantId' | 'email' | 'name' | 'role' | 'passwordHash' | 'emailVerified'>): UserDoc {
+  const now = nowIso();
+  return { id: newId('usr'), ...f, disabled: false, createdAt: now, updatedAt: now };
+}
+
 /** The documents of a new tenant and its owner (not stored yet). */
 export function ownerOfNewTenant(f: { email: string; name: string; tenantName: string; passwordHash: string }): {
   tenant: TenantDoc;
@@ -54,17 +61,7 @@ export function ownerOfNewTenant(f: { email: string; name: string; tenantName: s
 } {
   const now = nowIso();
   const tenant: TenantDoc = { id: newId('ten'), name: f.tenantName, plan: 'free', ipAllowlist: [], createdAt: now, updatedAt: now };
-  const user: UserDoc = {
-    id: newId('usr'),
-    tenantId: tenant.id,
-    email: f.email,
-    name: f.name,
-    role: 'owner',
-    passwordHash: f.passwordHash,
-    disabled: false,
-    createdAt: now,
-    updatedAt: now,
-  };
+  const user = newUser({ tenantId: tenant.id, email: f.email, name: f.name, role: 'owner', passwordHash: f.passwordHash });
   return { tenant, user };
 }
 
@@ -105,12 +102,15 @@ export function authHandlers(deps: IdentityDeps) {
       c.done();
       const passwordHash = await hashPassword(password);
       const { tenant, user } = ownerOfNewTenant({ email, name, tenantName, passwordHash });
+      user.emailVerified = false;
       try {
         const out = await store.transaction(async (tx) => {
           await createTenantWithOwner(tx, tenant, user);
+          await queueVerification(tx, deps, user);
           return startSession(deps, tx, user);
         });
         deps.relay.notify();
+        deps.mail.notify();
         return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens: out.tokens };
       } catch (err) {
         if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
@@ -259,6 +259,7 @@ export function authHandlers(deps: IdentityDeps) {
             ipAllowlist: tenant.ipAllowlist,
             serviceToken: token,
             serviceTokenExpiresAt: Math.min(Date.now() + ttl * 1000, Date.parse(session.expiresAt)),
+            emailUnverified: user.emailVerified === false,
           },
         };
       }
@@ -295,6 +296,7 @@ export function authHandlers(deps: IdentityDeps) {
           serviceTokenExpiresAt: expiry,
           limits: toLimits(key.limits),
           validForMs: graceLeftMs ?? undefined,
+          emailUnverified: creator.emailVerified === false,
         },
       };
     },

@@ -1,4 +1,4 @@
-import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { tenants, users, type UserDoc } from '../collections';
 import { identityCaps } from '../caps';
@@ -6,7 +6,7 @@ import type { IdentityDeps } from '../context';
 import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
-import { requireAuth, userCreated } from './auth';
+import { newUser, requireAuth, userCreated } from './auth';
 import { toMember } from './views';
 import { auditChange } from '../audit/log';
 
@@ -63,18 +63,7 @@ export function teamHandlers(deps: IdentityDeps) {
       c.done();
       checkOwnerRules(auth.role, null, role);
       await cap.refuseWhenFull(auth.tid); // before the password hash
-      const now = nowIso();
-      const user: UserDoc = {
-        id: newId('usr'),
-        tenantId: auth.tid,
-        email,
-        name,
-        role,
-        passwordHash: await hashPassword(password),
-        disabled: false,
-        createdAt: now,
-        updatedAt: now,
-      };
+      const user = newUser({ tenantId: auth.tid, email, name, role, passwordHash: await hashPassword(password) });
       try {
         await cap.transaction(auth.tid, async (tx, places) => {
           await places.take();

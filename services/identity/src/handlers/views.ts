@@ -4,7 +4,7 @@ import { toLimits } from '../key-limits';
 
 /** Stored documents -> protobuf messages. Hashes and password hashes never leave the service. */
 export function toUser(u: UserDoc): identityV1.User {
-  return { id: u.id, email: u.email, name: u.name, createdAt: u.createdAt };
+  return { id: u.id, email: u.email, name: u.name, createdAt: u.createdAt, emailVerified: u.emailVerified !== false };
 }
 
 export function toTenant(t: TenantDoc): identityV1.Tenant {

@@ -39,6 +39,8 @@ export interface User {
   email: string;
   name: string;
   createdAt: string;
+  /** False until the user opened the verification link (users from before verification count as verified). */
+  emailVerified: boolean;
 }
 
 /** Tokens issued on sign-in. session_token is the opaque value of the browser session cookie. */
@@ -152,7 +154,14 @@ export interface Principal {
    * Milliseconds from the answer after which this credential must be resolved again: set when the credential is
    * a rotated-out secret in its grace period (relative, so no clock of another machine is compared).
    */
-  validForMs?: number | undefined;
+  validForMs?:
+    | number
+    | undefined;
+  /**
+   * The user (an API key's creator) has not verified their email: with REQUIRE_VERIFIED_EMAIL the gateway refuses
+   * model calls after checking with GetMe (a verification since the answer lifts it).
+   */
+  emailUnverified: boolean;
 }
 
 export interface AuthenticateResponse {
@@ -364,6 +373,79 @@ export interface RemoveMemberRequest {
 }
 
 export interface RemoveMemberResponse {
+}
+
+export interface Invitation {
+  id: string;
+  email: string;
+  role: string;
+  expiresAt: string;
+  /** pending, accepted, revoked or expired */
+  status: string;
+  createdAt: string;
+}
+
+export interface CreateInvitationRequest {
+  email: string;
+  role: string;
+}
+
+export interface CreateInvitationResponse {
+  invitation?: Invitation | undefined;
+}
+
+export interface ListInvitationsRequest {
+  limit: number;
+  cursor: string;
+}
+
+export interface ListInvitationsResponse {
+  invitations: Invitation[];
+  nextCursor: string;
+}
+
+export interface RevokeInvitationRequest {
+  id: string;
+}
+
+export interface RevokeInvitationResponse {
+  invitation?: Invitation | undefined;
+}
+
+export interface AcceptInvitationRequest {
+  token: string;
+  name: string;
+  password: string;
+}
+
+export interface AcceptInvitationResponse {
+  user?: User | undefined;
+  tenant?: Tenant | undefined;
+  role: string;
+  tokens?: SessionTokens | undefined;
+}
+
+export interface ForgotPasswordRequest {
+  email: string;
+}
+
+export interface ForgotPasswordResponse {
+}
+
+export interface ResetPasswordRequest {
+  token: string;
+  password: string;
+}
+
+export interface ResetPasswordResponse {
+}
+
+export interface VerifyEmailRequest {
+  token: string;
+}
+
+export interface VerifyEmailResponse {
+  user?: User | undefined;
 }
 
 export interface GetNetworkAllowlistRequest {
@@ -942,7 +1024,7 @@ export const Tenant: MessageFns<Tenant> = {
 };
 
 function createBaseUser(): User {
-  return { id: "", email: "", name: "", createdAt: "" };
+  return { id: "", email: "", name: "", createdAt: "", emailVerified: false };
 }
 
 export const User: MessageFns<User> = {
@@ -958,6 +1040,9 @@ export const User: MessageFns<User> = {
     }
     if (message.createdAt !== "") {
       writer.uint32(34).string(message.createdAt);
+    }
+    if (message.emailVerified !== false) {
+      writer.uint32(40).bool(message.emailVerified);
     }
     return writer;
   },
@@ -1007,6 +1092,14 @@ export const User: MessageFns<User> = {
             message.createdAt = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.emailVerified = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1029,6 +1122,11 @@ export const User: MessageFns<User> = {
         : isSet(object.created_at)
         ? globalThis.String(object.created_at)
         : "",
+      emailVerified: isSet(object.emailVerified)
+        ? globalThis.Boolean(object.emailVerified)
+        : isSet(object.email_verified)
+        ? globalThis.Boolean(object.email_verified)
+        : false,
     };
   },
 
@@ -1046,6 +1144,9 @@ export const User: MessageFns<User> = {
     if (message.createdAt !== "") {
       obj.createdAt = message.createdAt;
     }
+    if (message.emailVerified !== false) {
+      obj.emailVerified = message.emailVerified;
+    }
     return obj;
   },
 
@@ -1058,6 +1159,7 @@ export const User: MessageFns<User> = {
     message.email = object.email ?? "";
     message.name = object.name ?? "";
     message.createdAt = object.createdAt ?? "";
+    message.emailVerified = object.emailVerified ?? false;
     return message;
   },
 };
@@ -2451,6 +2553,7 @@ function createBasePrincipal(): Principal {
     sessionId: "",
     limits: undefined,
     validForMs: undefined,
+    emailUnverified: false,
   };
 }
 
@@ -2497,6 +2600,9 @@ export const Principal: MessageFns<Principal> = {
     }
     if (message.validForMs !== undefined) {
       writer.uint32(112).int64(message.validForMs);
+    }
+    if (message.emailUnverified !== false) {
+      writer.uint32(120).bool(message.emailUnverified);
     }
     return writer;
   },
@@ -2626,6 +2732,14 @@ export const Principal: MessageFns<Principal> = {
             message.validForMs = longToNumber(reader.int64());
             continue;
           }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.emailUnverified = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2688,6 +2802,11 @@ export const Principal: MessageFns<Principal> = {
         : isSet(object.valid_for_ms)
         ? globalThis.Number(object.valid_for_ms)
         : undefined,
+      emailUnverified: isSet(object.emailUnverified)
+        ? globalThis.Boolean(object.emailUnverified)
+        : isSet(object.email_unverified)
+        ? globalThis.Boolean(object.email_unverified)
+        : false,
     };
   },
 
@@ -2735,6 +2854,9 @@ export const Principal: MessageFns<Principal> = {
     if (message.validForMs !== undefined) {
       obj.validForMs = Math.round(message.validForMs);
     }
+    if (message.emailUnverified !== false) {
+      obj.emailUnverified = message.emailUnverified;
+    }
     return obj;
   },
 
@@ -2759,6 +2881,7 @@ export const Principal: MessageFns<Principal> = {
       ? ApiKeyLimits.fromPartial(object.limits)
       : undefined;
     message.validForMs = object.validForMs ?? undefined;
+    message.emailUnverified = object.emailUnverified ?? false;
     return message;
   },
 };
@@ -6170,6 +6293,1241 @@ export const RemoveMemberResponse: MessageFns<RemoveMemberResponse> = {
   },
   fromPartial(_: DeepPartial<RemoveMemberResponse>): RemoveMemberResponse {
     const message = createBaseRemoveMemberResponse();
+    return message;
+  },
+};
+
+function createBaseInvitation(): Invitation {
+  return { id: "", email: "", role: "", expiresAt: "", status: "", createdAt: "" };
+}
+
+export const Invitation: MessageFns<Invitation> = {
+  encode(message: Invitation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.email !== "") {
+      writer.uint32(18).string(message.email);
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.expiresAt !== "") {
+      writer.uint32(34).string(message.expiresAt);
+    }
+    if (message.status !== "") {
+      writer.uint32(42).string(message.status);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(50).string(message.createdAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Invitation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInvitation();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.expiresAt = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Invitation {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      expiresAt: isSet(object.expiresAt)
+        ? globalThis.String(object.expiresAt)
+        : isSet(object.expires_at)
+        ? globalThis.String(object.expires_at)
+        : "",
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+    };
+  },
+
+  toJSON(message: Invitation): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.expiresAt !== "") {
+      obj.expiresAt = message.expiresAt;
+    }
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Invitation>): Invitation {
+    return Invitation.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Invitation>): Invitation {
+    const message = createBaseInvitation();
+    message.id = object.id ?? "";
+    message.email = object.email ?? "";
+    message.role = object.role ?? "";
+    message.expiresAt = object.expiresAt ?? "";
+    message.status = object.status ?? "";
+    message.createdAt = object.createdAt ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateInvitationRequest(): CreateInvitationRequest {
+  return { email: "", role: "" };
+}
+
+export const CreateInvitationRequest: MessageFns<CreateInvitationRequest> = {
+  encode(message: CreateInvitationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.email !== "") {
+      writer.uint32(10).string(message.email);
+    }
+    if (message.role !== "") {
+      writer.uint32(18).string(message.role);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateInvitationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateInvitationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateInvitationRequest {
+    return {
+      email: isSet(object.email) ? globalThis.String(object.email) : "",
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+    };
+  },
+
+  toJSON(message: CreateInvitationRequest): unknown {
+    const obj: any = {};
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateInvitationRequest>): CreateInvitationRequest {
+    return CreateInvitationRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateInvitationRequest>): CreateInvitationRequest {
+    const message = createBaseCreateInvitationRequest();
+    message.email = object.email ?? "";
+    message.role = object.role ?? "";
+    return message;
+  },
+};
+
+function createBaseCreateInvitationResponse(): CreateInvitationResponse {
+  return { invitation: undefined };
+}
+
+export const CreateInvitationResponse: MessageFns<CreateInvitationResponse> = {
+  encode(message: CreateInvitationResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.invitation !== undefined) {
+      Invitation.encode(message.invitation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CreateInvitationResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCreateInvitationResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.invitation = Invitation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CreateInvitationResponse {
+    return { invitation: isSet(object.invitation) ? Invitation.fromJSON(object.invitation) : undefined };
+  },
+
+  toJSON(message: CreateInvitationResponse): unknown {
+    const obj: any = {};
+    if (message.invitation !== undefined) {
+      obj.invitation = Invitation.toJSON(message.invitation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<CreateInvitationResponse>): CreateInvitationResponse {
+    return CreateInvitationResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<CreateInvitationResponse>): CreateInvitationResponse {
+    const message = createBaseCreateInvitationResponse();
+    message.invitation = (object.invitation !== undefined && object.invitation !== null)
+      ? Invitation.fromPartial(object.invitation)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListInvitationsRequest(): ListInvitationsRequest {
+  return { limit: 0, cursor: "" };
+}
+
+export const ListInvitationsRequest: MessageFns<ListInvitationsRequest> = {
+  encode(message: ListInvitationsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limit !== 0) {
+      writer.uint32(8).int32(message.limit);
+    }
+    if (message.cursor !== "") {
+      writer.uint32(18).string(message.cursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListInvitationsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListInvitationsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.limit = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.cursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListInvitationsRequest {
+    return {
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+      cursor: isSet(object.cursor) ? globalThis.String(object.cursor) : "",
+    };
+  },
+
+  toJSON(message: ListInvitationsRequest): unknown {
+    const obj: any = {};
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    if (message.cursor !== "") {
+      obj.cursor = message.cursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListInvitationsRequest>): ListInvitationsRequest {
+    return ListInvitationsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListInvitationsRequest>): ListInvitationsRequest {
+    const message = createBaseListInvitationsRequest();
+    message.limit = object.limit ?? 0;
+    message.cursor = object.cursor ?? "";
+    return message;
+  },
+};
+
+function createBaseListInvitationsResponse(): ListInvitationsResponse {
+  return { invitations: [], nextCursor: "" };
+}
+
+export const ListInvitationsResponse: MessageFns<ListInvitationsResponse> = {
+  encode(message: ListInvitationsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.invitations) {
+      Invitation.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextCursor !== "") {
+      writer.uint32(18).string(message.nextCursor);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListInvitationsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListInvitationsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.invitations.push(Invitation.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextCursor = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListInvitationsResponse {
+    return {
+      invitations: globalThis.Array.isArray(object?.invitations)
+        ? object.invitations.map((e: any) => Invitation.fromJSON(e))
+        : [],
+      nextCursor: isSet(object.nextCursor)
+        ? globalThis.String(object.nextCursor)
+        : isSet(object.next_cursor)
+        ? globalThis.String(object.next_cursor)
+        : "",
+    };
+  },
+
+  toJSON(message: ListInvitationsResponse): unknown {
+    const obj: any = {};
+    if (message.invitations?.length) {
+      obj.invitations = message.invitations.map((e) => Invitation.toJSON(e));
+    }
+    if (message.nextCursor !== "") {
+      obj.nextCursor = message.nextCursor;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListInvitationsResponse>): ListInvitationsResponse {
+    return ListInvitationsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListInvitationsResponse>): ListInvitationsResponse {
+    const message = createBaseListInvitationsResponse();
+    message.invitations = object.invitations?.map((e) => Invitation.fromPartial(e)) || [];
+    message.nextCursor = object.nextCursor ?? "";
+    return message;
+  },
+};
+
+function createBaseRevokeInvitationRequest(): RevokeInvitationRequest {
+  return { id: "" };
+}
+
+export const RevokeInvitationRequest: MessageFns<RevokeInvitationRequest> = {
+  encode(message: RevokeInvitationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeInvitationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeInvitationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeInvitationRequest {
+    return { id: isSet(object.id) ? globalThis.String(object.id) : "" };
+  },
+
+  toJSON(message: RevokeInvitationRequest): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RevokeInvitationRequest>): RevokeInvitationRequest {
+    return RevokeInvitationRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RevokeInvitationRequest>): RevokeInvitationRequest {
+    const message = createBaseRevokeInvitationRequest();
+    message.id = object.id ?? "";
+    return message;
+  },
+};
+
+function createBaseRevokeInvitationResponse(): RevokeInvitationResponse {
+  return { invitation: undefined };
+}
+
+export const RevokeInvitationResponse: MessageFns<RevokeInvitationResponse> = {
+  encode(message: RevokeInvitationResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.invitation !== undefined) {
+      Invitation.encode(message.invitation, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RevokeInvitationResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRevokeInvitationResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.invitation = Invitation.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RevokeInvitationResponse {
+    return { invitation: isSet(object.invitation) ? Invitation.fromJSON(object.invitation) : undefined };
+  },
+
+  toJSON(message: RevokeInvitationResponse): unknown {
+    const obj: any = {};
+    if (message.invitation !== undefined) {
+      obj.invitation = Invitation.toJSON(message.invitation);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RevokeInvitationResponse>): RevokeInvitationResponse {
+    return RevokeInvitationResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RevokeInvitationResponse>): RevokeInvitationResponse {
+    const message = createBaseRevokeInvitationResponse();
+    message.invitation = (object.invitation !== undefined && object.invitation !== null)
+      ? Invitation.fromPartial(object.invitation)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseAcceptInvitationRequest(): AcceptInvitationRequest {
+  return { token: "", name: "", password: "" };
+}
+
+export const AcceptInvitationRequest: MessageFns<AcceptInvitationRequest> = {
+  encode(message: AcceptInvitationRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.password !== "") {
+      writer.uint32(26).string(message.password);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcceptInvitationRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcceptInvitationRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.password = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AcceptInvitationRequest {
+    return {
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      password: isSet(object.password) ? globalThis.String(object.password) : "",
+    };
+  },
+
+  toJSON(message: AcceptInvitationRequest): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.password !== "") {
+      obj.password = message.password;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AcceptInvitationRequest>): AcceptInvitationRequest {
+    return AcceptInvitationRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AcceptInvitationRequest>): AcceptInvitationRequest {
+    const message = createBaseAcceptInvitationRequest();
+    message.token = object.token ?? "";
+    message.name = object.name ?? "";
+    message.password = object.password ?? "";
+    return message;
+  },
+};
+
+function createBaseAcceptInvitationResponse(): AcceptInvitationResponse {
+  return { user: undefined, tenant: undefined, role: "", tokens: undefined };
+}
+
+export const AcceptInvitationResponse: MessageFns<AcceptInvitationResponse> = {
+  encode(message: AcceptInvitationResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.user !== undefined) {
+      User.encode(message.user, writer.uint32(10).fork()).join();
+    }
+    if (message.tenant !== undefined) {
+      Tenant.encode(message.tenant, writer.uint32(18).fork()).join();
+    }
+    if (message.role !== "") {
+      writer.uint32(26).string(message.role);
+    }
+    if (message.tokens !== undefined) {
+      SessionTokens.encode(message.tokens, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcceptInvitationResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcceptInvitationResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.user = User.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = Tenant.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tokens = SessionTokens.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AcceptInvitationResponse {
+    return {
+      user: isSet(object.user) ? User.fromJSON(object.user) : undefined,
+      tenant: isSet(object.tenant) ? Tenant.fromJSON(object.tenant) : undefined,
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      tokens: isSet(object.tokens) ? SessionTokens.fromJSON(object.tokens) : undefined,
+    };
+  },
+
+  toJSON(message: AcceptInvitationResponse): unknown {
+    const obj: any = {};
+    if (message.user !== undefined) {
+      obj.user = User.toJSON(message.user);
+    }
+    if (message.tenant !== undefined) {
+      obj.tenant = Tenant.toJSON(message.tenant);
+    }
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.tokens !== undefined) {
+      obj.tokens = SessionTokens.toJSON(message.tokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AcceptInvitationResponse>): AcceptInvitationResponse {
+    return AcceptInvitationResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AcceptInvitationResponse>): AcceptInvitationResponse {
+    const message = createBaseAcceptInvitationResponse();
+    message.user = (object.user !== undefined && object.user !== null) ? User.fromPartial(object.user) : undefined;
+    message.tenant = (object.tenant !== undefined && object.tenant !== null)
+      ? Tenant.fromPartial(object.tenant)
+      : undefined;
+    message.role = object.role ?? "";
+    message.tokens = (object.tokens !== undefined && object.tokens !== null)
+      ? SessionTokens.fromPartial(object.tokens)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseForgotPasswordRequest(): ForgotPasswordRequest {
+  return { email: "" };
+}
+
+export const ForgotPasswordRequest: MessageFns<ForgotPasswordRequest> = {
+  encode(message: ForgotPasswordRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.email !== "") {
+      writer.uint32(10).string(message.email);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForgotPasswordRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForgotPasswordRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.email = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForgotPasswordRequest {
+    return { email: isSet(object.email) ? globalThis.String(object.email) : "" };
+  },
+
+  toJSON(message: ForgotPasswordRequest): unknown {
+    const obj: any = {};
+    if (message.email !== "") {
+      obj.email = message.email;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForgotPasswordRequest>): ForgotPasswordRequest {
+    return ForgotPasswordRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ForgotPasswordRequest>): ForgotPasswordRequest {
+    const message = createBaseForgotPasswordRequest();
+    message.email = object.email ?? "";
+    return message;
+  },
+};
+
+function createBaseForgotPasswordResponse(): ForgotPasswordResponse {
+  return {};
+}
+
+export const ForgotPasswordResponse: MessageFns<ForgotPasswordResponse> = {
+  encode(_: ForgotPasswordResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForgotPasswordResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForgotPasswordResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ForgotPasswordResponse {
+    return {};
+  },
+
+  toJSON(_: ForgotPasswordResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForgotPasswordResponse>): ForgotPasswordResponse {
+    return ForgotPasswordResponse.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ForgotPasswordResponse>): ForgotPasswordResponse {
+    const message = createBaseForgotPasswordResponse();
+    return message;
+  },
+};
+
+function createBaseResetPasswordRequest(): ResetPasswordRequest {
+  return { token: "", password: "" };
+}
+
+export const ResetPasswordRequest: MessageFns<ResetPasswordRequest> = {
+  encode(message: ResetPasswordRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    if (message.password !== "") {
+      writer.uint32(18).string(message.password);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResetPasswordRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResetPasswordRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.password = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResetPasswordRequest {
+    return {
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      password: isSet(object.password) ? globalThis.String(object.password) : "",
+    };
+  },
+
+  toJSON(message: ResetPasswordRequest): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.password !== "") {
+      obj.password = message.password;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResetPasswordRequest>): ResetPasswordRequest {
+    return ResetPasswordRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResetPasswordRequest>): ResetPasswordRequest {
+    const message = createBaseResetPasswordRequest();
+    message.token = object.token ?? "";
+    message.password = object.password ?? "";
+    return message;
+  },
+};
+
+function createBaseResetPasswordResponse(): ResetPasswordResponse {
+  return {};
+}
+
+export const ResetPasswordResponse: MessageFns<ResetPasswordResponse> = {
+  encode(_: ResetPasswordResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResetPasswordResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResetPasswordResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ResetPasswordResponse {
+    return {};
+  },
+
+  toJSON(_: ResetPasswordResponse): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResetPasswordResponse>): ResetPasswordResponse {
+    return ResetPasswordResponse.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ResetPasswordResponse>): ResetPasswordResponse {
+    const message = createBaseResetPasswordResponse();
+    return message;
+  },
+};
+
+function createBaseVerifyEmailRequest(): VerifyEmailRequest {
+  return { token: "" };
+}
+
+export const VerifyEmailRequest: MessageFns<VerifyEmailRequest> = {
+  encode(message: VerifyEmailRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VerifyEmailRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerifyEmailRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VerifyEmailRequest {
+    return { token: isSet(object.token) ? globalThis.String(object.token) : "" };
+  },
+
+  toJSON(message: VerifyEmailRequest): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<VerifyEmailRequest>): VerifyEmailRequest {
+    return VerifyEmailRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<VerifyEmailRequest>): VerifyEmailRequest {
+    const message = createBaseVerifyEmailRequest();
+    message.token = object.token ?? "";
+    return message;
+  },
+};
+
+function createBaseVerifyEmailResponse(): VerifyEmailResponse {
+  return { user: undefined };
+}
+
+export const VerifyEmailResponse: MessageFns<VerifyEmailResponse> = {
+  encode(message: VerifyEmailResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.user !== undefined) {
+      User.encode(message.user, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VerifyEmailResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVerifyEmailResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.user = User.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VerifyEmailResponse {
+    return { user: isSet(object.user) ? User.fromJSON(object.user) : undefined };
+  },
+
+  toJSON(message: VerifyEmailResponse): unknown {
+    const obj: any = {};
+    if (message.user !== undefined) {
+      obj.user = User.toJSON(message.user);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<VerifyEmailResponse>): VerifyEmailResponse {
+    return VerifyEmailResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<VerifyEmailResponse>): VerifyEmailResponse {
+    const message = createBaseVerifyEmailResponse();
+    message.user = (object.user !== undefined && object.user !== null) ? User.fromPartial(object.user) : undefined;
     return message;
   },
 };
@@ -13829,6 +15187,85 @@ export const IdentityServiceService = {
       Buffer.from(RemoveMemberResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RemoveMemberResponse => RemoveMemberResponse.decode(value),
   },
+  /** Invitations by email (owners and admins): a one-time link the invitee opens to join with the role. */
+  createInvitation: {
+    path: "/identity.v1.IdentityService/CreateInvitation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CreateInvitationRequest): Buffer =>
+      Buffer.from(CreateInvitationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CreateInvitationRequest => CreateInvitationRequest.decode(value),
+    responseSerialize: (value: CreateInvitationResponse): Buffer =>
+      Buffer.from(CreateInvitationResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CreateInvitationResponse => CreateInvitationResponse.decode(value),
+  },
+  listInvitations: {
+    path: "/identity.v1.IdentityService/ListInvitations" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListInvitationsRequest): Buffer =>
+      Buffer.from(ListInvitationsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListInvitationsRequest => ListInvitationsRequest.decode(value),
+    responseSerialize: (value: ListInvitationsResponse): Buffer =>
+      Buffer.from(ListInvitationsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListInvitationsResponse => ListInvitationsResponse.decode(value),
+  },
+  revokeInvitation: {
+    path: "/identity.v1.IdentityService/RevokeInvitation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RevokeInvitationRequest): Buffer =>
+      Buffer.from(RevokeInvitationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RevokeInvitationRequest => RevokeInvitationRequest.decode(value),
+    responseSerialize: (value: RevokeInvitationResponse): Buffer =>
+      Buffer.from(RevokeInvitationResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RevokeInvitationResponse => RevokeInvitationResponse.decode(value),
+  },
+  /** no JWT. The invitee sets a name and password with the link's token, and is signed in (as Login). */
+  acceptInvitation: {
+    path: "/identity.v1.IdentityService/AcceptInvitation" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AcceptInvitationRequest): Buffer =>
+      Buffer.from(AcceptInvitationRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AcceptInvitationRequest => AcceptInvitationRequest.decode(value),
+    responseSerialize: (value: AcceptInvitationResponse): Buffer =>
+      Buffer.from(AcceptInvitationResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AcceptInvitationResponse => AcceptInvitationResponse.decode(value),
+  },
+  /** no JWT. Sends a one-time reset link when the email belongs to an account; the answer never tells. */
+  forgotPassword: {
+    path: "/identity.v1.IdentityService/ForgotPassword" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ForgotPasswordRequest): Buffer =>
+      Buffer.from(ForgotPasswordRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ForgotPasswordRequest => ForgotPasswordRequest.decode(value),
+    responseSerialize: (value: ForgotPasswordResponse): Buffer =>
+      Buffer.from(ForgotPasswordResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ForgotPasswordResponse => ForgotPasswordResponse.decode(value),
+  },
+  /** no JWT. Sets the password with the link's token and ends every session of the user. */
+  resetPassword: {
+    path: "/identity.v1.IdentityService/ResetPassword" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResetPasswordRequest): Buffer => Buffer.from(ResetPasswordRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResetPasswordRequest => ResetPasswordRequest.decode(value),
+    responseSerialize: (value: ResetPasswordResponse): Buffer =>
+      Buffer.from(ResetPasswordResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResetPasswordResponse => ResetPasswordResponse.decode(value),
+  },
+  /** no JWT. Marks the email of the link's account verified. */
+  verifyEmail: {
+    path: "/identity.v1.IdentityService/VerifyEmail" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: VerifyEmailRequest): Buffer => Buffer.from(VerifyEmailRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): VerifyEmailRequest => VerifyEmailRequest.decode(value),
+    responseSerialize: (value: VerifyEmailResponse): Buffer => Buffer.from(VerifyEmailResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): VerifyEmailResponse => VerifyEmailResponse.decode(value),
+  },
   getNetworkAllowlist: {
     path: "/identity.v1.IdentityService/GetNetworkAllowlist" as const,
     requestStream: false as const,
@@ -14175,6 +15612,18 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   addMember: handleUnaryCall<AddMemberRequest, AddMemberResponse>;
   updateMember: handleUnaryCall<UpdateMemberRequest, UpdateMemberResponse>;
   removeMember: handleUnaryCall<RemoveMemberRequest, RemoveMemberResponse>;
+  /** Invitations by email (owners and admins): a one-time link the invitee opens to join with the role. */
+  createInvitation: handleUnaryCall<CreateInvitationRequest, CreateInvitationResponse>;
+  listInvitations: handleUnaryCall<ListInvitationsRequest, ListInvitationsResponse>;
+  revokeInvitation: handleUnaryCall<RevokeInvitationRequest, RevokeInvitationResponse>;
+  /** no JWT. The invitee sets a name and password with the link's token, and is signed in (as Login). */
+  acceptInvitation: handleUnaryCall<AcceptInvitationRequest, AcceptInvitationResponse>;
+  /** no JWT. Sends a one-time reset link when the email belongs to an account; the answer never tells. */
+  forgotPassword: handleUnaryCall<ForgotPasswordRequest, ForgotPasswordResponse>;
+  /** no JWT. Sets the password with the link's token and ends every session of the user. */
+  resetPassword: handleUnaryCall<ResetPasswordRequest, ResetPasswordResponse>;
+  /** no JWT. Marks the email of the link's account verified. */
+  verifyEmail: handleUnaryCall<VerifyEmailRequest, VerifyEmailResponse>;
   getNetworkAllowlist: handleUnaryCall<GetNetworkAllowlistRequest, GetNetworkAllowlistResponse>;
   setNetworkAllowlist: handleUnaryCall<SetNetworkAllowlistRequest, SetNetworkAllowlistResponse>;
   /** The tenant's LLM settings as shown to users: the API key never leaves, only whether one is set. */
@@ -14565,6 +16014,116 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RemoveMemberResponse) => void,
+  ): ClientUnaryCall;
+  /** Invitations by email (owners and admins): a one-time link the invitee opens to join with the role. */
+  createInvitation(
+    request: CreateInvitationRequest,
+    callback: (error: ServiceError | null, response: CreateInvitationResponse) => void,
+  ): ClientUnaryCall;
+  createInvitation(
+    request: CreateInvitationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CreateInvitationResponse) => void,
+  ): ClientUnaryCall;
+  createInvitation(
+    request: CreateInvitationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CreateInvitationResponse) => void,
+  ): ClientUnaryCall;
+  listInvitations(
+    request: ListInvitationsRequest,
+    callback: (error: ServiceError | null, response: ListInvitationsResponse) => void,
+  ): ClientUnaryCall;
+  listInvitations(
+    request: ListInvitationsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListInvitationsResponse) => void,
+  ): ClientUnaryCall;
+  listInvitations(
+    request: ListInvitationsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListInvitationsResponse) => void,
+  ): ClientUnaryCall;
+  revokeInvitation(
+    request: RevokeInvitationRequest,
+    callback: (error: ServiceError | null, response: RevokeInvitationResponse) => void,
+  ): ClientUnaryCall;
+  revokeInvitation(
+    request: RevokeInvitationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RevokeInvitationResponse) => void,
+  ): ClientUnaryCall;
+  revokeInvitation(
+    request: RevokeInvitationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RevokeInvitationResponse) => void,
+  ): ClientUnaryCall;
+  /** no JWT. The invitee sets a name and password with the link's token, and is signed in (as Login). */
+  acceptInvitation(
+    request: AcceptInvitationRequest,
+    callback: (error: ServiceError | null, response: AcceptInvitationResponse) => void,
+  ): ClientUnaryCall;
+  acceptInvitation(
+    request: AcceptInvitationRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AcceptInvitationResponse) => void,
+  ): ClientUnaryCall;
+  acceptInvitation(
+    request: AcceptInvitationRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AcceptInvitationResponse) => void,
+  ): ClientUnaryCall;
+  /** no JWT. Sends a one-time reset link when the email belongs to an account; the answer never tells. */
+  forgotPassword(
+    request: ForgotPasswordRequest,
+    callback: (error: ServiceError | null, response: ForgotPasswordResponse) => void,
+  ): ClientUnaryCall;
+  forgotPassword(
+    request: ForgotPasswordRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ForgotPasswordResponse) => void,
+  ): ClientUnaryCall;
+  forgotPassword(
+    request: ForgotPasswordRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ForgotPasswordResponse) => void,
+  ): ClientUnaryCall;
+  /** no JWT. Sets the password with the link's token and ends every session of the user. */
+  resetPassword(
+    request: ResetPasswordRequest,
+    callback: (error: ServiceError | null, response: ResetPasswordResponse) => void,
+  ): ClientUnaryCall;
+  resetPassword(
+    request: ResetPasswordRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResetPasswordResponse) => void,
+  ): ClientUnaryCall;
+  resetPassword(
+    request: ResetPasswordRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResetPasswordResponse) => void,
+  ): ClientUnaryCall;
+  /** no JWT. Marks the email of the link's account verified. */
+  verifyEmail(
+    request: VerifyEmailRequest,
+    callback: (error: ServiceError | null, response: VerifyEmailResponse) => void,
+  ): ClientUnaryCall;
+  verifyEmail(
+    request: VerifyEmailRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: VerifyEmailResponse) => void,
+  ): ClientUnaryCall;
+  verifyEmail(
+    request: VerifyEmailRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: VerifyEmailResponse) => void,
   ): ClientUnaryCall;
   getNetworkAllowlist(
     request: GetNetworkAllowlistRequest,
