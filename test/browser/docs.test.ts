@@ -162,7 +162,9 @@ it('shows every operation of the OpenAPI document, with schemas, an example, aut
     expect(await rows.count()).toBe(Object.keys(ERROR_CODES).length);
     for (const [code, { http }] of Object.entries(ERROR_CODES))
       await expect(page.locator('table.error-codes tr', { hasText: code }).locator('td').nth(1).textContent()).resolves.toBe(String(http));
-    await expect(page.locator('#sdk-quick-start + p + pre').textContent()).resolves.toContain("import { SvcClient, NotFoundError } from '@svc/sdk'");
+    await expect(page.locator('#sdk-quick-start + p + pre').textContent()).resolves.toContain(
+      "import { SvcClient, NotFoundError } from '@svc/sdk'",
+    );
     await expect(page.locator('#cli-quick-start + p + pre').textContent()).resolves.toContain('svc whoami');
   });
   expect(problems).toEqual([]);
