@@ -13,6 +13,7 @@ export const ERROR_CODES = {
   METHOD_NOT_ALLOWED: { http: 405, grpc: GrpcStatus.UNIMPLEMENTED },
   CONFLICT: { http: 409, grpc: GrpcStatus.ALREADY_EXISTS },
   PAYLOAD_TOO_LARGE: { http: 413, grpc: GrpcStatus.INVALID_ARGUMENT },
+  UNPROCESSABLE_ENTITY: { http: 422, grpc: GrpcStatus.FAILED_PRECONDITION },
   UNSUPPORTED_MEDIA_TYPE: { http: 415, grpc: GrpcStatus.INVALID_ARGUMENT },
   RATE_LIMIT_EXCEEDED: { http: 429, grpc: GrpcStatus.RESOURCE_EXHAUSTED },
   INTERNAL_ERROR: { http: 500, grpc: GrpcStatus.INTERNAL },
