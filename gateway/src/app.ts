@@ -11,6 +11,7 @@ import { drainRefusedBody } from './lib/refused-body';
 import { securityHeaders } from './lib/security-headers';
 import { registerAccessLog } from './plugins/access-log';
 import { registerAuthentication } from './plugins/authenticate';
+import { registerIdempotency } from './plugins/idempotency';
 import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
@@ -123,6 +124,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     limiter: deps.limiter,
     publicOrigin: () => new URL(deps.config.publicUrl).origin,
   });
+  registerIdempotency(app, () => deps.clients);
   registerRoutes(app, deps);
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);
