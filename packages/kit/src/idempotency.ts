@@ -67,8 +67,13 @@ export interface IdempotencyTimings {
 
 const TIMINGS: IdempotencyTimings = { leaseMs: 30_000, beatMs: 5_000, waitMs: 10_000 };
 
-/** Runs the work's transaction and records its answer (`fn`'s result) in that same transaction. */
-export type Commit<R> = (fn: (tx: StoreSession) => Promise<R>) => Promise<R>;
+/** Runs `body` in one transaction of the work's own kind (a cap's, say: `(body) => cap.transaction(t, body)`). */
+export type Within = <T>(body: (tx: StoreSession) => Promise<T>) => Promise<T>;
+/**
+ * Runs the work's transaction and records its answer (`fn`'s result) in that same transaction; `within` runs the
+ * transaction when the work needs its own kind (default: the service's plain one).
+ */
+export type Commit<R> = (fn: (tx: StoreSession) => Promise<R>, within?: Within) => Promise<R>;
 
 /** This process, as the holder of its claims (a restart is another holder; the old one is then gone). */
 const HOLDER = newHolderId();
@@ -83,7 +88,16 @@ class ClaimLost extends Error {}
 export type Transact = <R>(store: Store, fn: (tx: StoreSession) => Promise<R>) => Promise<R>;
 const plainTransaction: Transact = (store, fn) => store.transaction(fn);
 
+/** Seals stored answers that carry a secret shown once (a new API key, a generated webhook secret). */
+export interface AnswerSeal {
+  encrypt(plain: string): string;
+  decrypt(sealed: string): string;
+}
+const UNSEALED: AnswerSeal = { encrypt: (s) => s, decrypt: (s) => s };
+
 export interface IdempotentOptions {
+  /** Answers at rest encrypted with it (kit SecretBox): for work whose answer holds a secret. */
+  seal?: AnswerSeal;
   watch?: LeaseWatch;
   timings?: Partial<IdempotencyTimings>;
   transact?: Transact;
@@ -100,22 +114,23 @@ export async function idempotent<R>(
   options: IdempotentOptions = {},
 ): Promise<R> {
   const transact = options.transact ?? plainTransaction;
-  if (!scope.key) return work((fn) => transact(store, fn));
+  if (!scope.key) return work((fn, within) => (within ? within(fn) : transact(store, fn)));
   if (scope.key.length > 255) throw errors.validation([{ field: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
   const timings = { ...TIMINGS, ...options.timings };
   const watch = options.watch ?? WATCH;
+  const seal = options.seal ?? UNSEALED;
   const record = { tenantId: scope.tenantId, operation: scope.operation, key: scope.key, bodyHash: sha256Hex(JSON.stringify(scope.body)) };
   const deadline = monotonicNow() + timings.waitMs;
   for (;;) {
     const found = await claimIdempotencyKey(store, record, { holder: HOLDER, watch, leaseMs: timings.leaseMs });
-    if (found.state === 'done') return replay<R>(found.record);
+    if (found.state === 'done') return replay<R>(found.record, seal);
     if (found.state === 'held') {
       if (monotonicNow() > deadline) throw idempotencyErrors.inProgress();
       await new Promise((r) => setTimeout(r, POLL_MS));
       continue;
     }
     const claim = found.claim;
-    const outcome = await hold(store, transact, claim, work, timings.beatMs);
+    const outcome = await hold(store, { transact, seal }, claim, work, timings.beatMs);
     if (outcome.lost) continue; // taken over while working: wait for the new holder's answer
     return outcome.result;
   }
@@ -183,19 +198,19 @@ export async function claimIdempotencyKey(
 /** Does the work under the claim, beating it meanwhile, and records the answer. */
 async function hold<R>(
   store: Store,
-  transact: Transact,
+  { transact, seal }: { transact: Transact; seal: AnswerSeal },
   claim: IdempotencyDoc,
   work: (commit: Commit<R>) => Promise<R>,
   beatMs: number,
 ): Promise<{ lost: true } | { lost: false; result: R }> {
   const col = store.collection(idempotency);
   const mine = { status: 'pending' as const, gen: claim.gen };
-  const answer = (saved: object) => ({ status: 'done' as const, response: JSON.stringify(saved) });
+  const answer = (saved: object) => ({ status: 'done' as const, response: seal.encrypt(JSON.stringify(saved)) });
   const beat = setInterval(() => void col.increment(claim.id, mine, { beat: 1 }).catch(() => undefined), beatMs);
   beat.unref();
   let committed = false;
-  const commit: Commit<R> = (fn) =>
-    transact(store, async (tx) => {
+  const commit: Commit<R> = (fn, within = (body) => transact(store, body)) =>
+    within(async (tx) => {
       const result = await fn(tx);
       // In the work's transaction: the work and its answer commit together, and only under our claim.
       if (!(await tx.collection(idempotency).update(claim.id, mine, answer({ ok: result })))) throw new ClaimLost();
@@ -209,8 +224,9 @@ async function hold<R>(
     return { lost: false, result };
   } catch (err) {
     if (err instanceof ClaimLost) return { lost: true };
-    // A refusal is an answer too (the same request gets it again); anything else frees the key for a retry.
-    if (err instanceof AppError && err.httpStatus < 500)
+    // A refusal is an answer too (the same request gets it again); anything else frees the key for a retry, and so
+    // does a rate limit (it passes: a retry with the key must be able to succeed).
+    if (err instanceof AppError && err.httpStatus < 500 && err.httpStatus !== 429)
       await col.update(claim.id, mine, answer({ error: { code: err.code, message: err.message, details: err.details } }));
     else await col.delete(claim.id, mine);
     throw err;
@@ -219,8 +235,8 @@ async function hold<R>(
   }
 }
 
-function replay<R>(doc: IdempotencyDoc): R {
-  const saved = JSON.parse(doc.response ?? '{}') as {
+function replay<R>(doc: IdempotencyDoc, seal: AnswerSeal): R {
+  const saved = JSON.parse(doc.response ? seal.decrypt(doc.response) : '{}') as {
     ok?: R;
     error?: { code: AppError['code']; message: string; details: Record<string, unknown> };
   };

@@ -4,6 +4,7 @@
  * claim while the request runs, and then records the HTTP answer to replay, or releases the claim (a 5xx, a 429)
  * so that a retry runs again. The records are kit's idempotency records (operation `http`), and a claim's take-over
  * follows kit's lease rule: a gateway gone from this host at once, another after its beat stood still for LEASE_MS.
+ * Answers are kept encrypted with the service's SecretBox.
  */
 import {
   authed,
@@ -47,7 +48,7 @@ export function idempotencyClaimHandlers(deps: IdentityDeps) {
       const found = await claimIdempotencyKey(deps.store, scope, { holder: req.holder, watch, leaseMs: LEASE_MS });
       if (found.state === 'held') throw idempotencyErrors.inProgress();
       if (found.state === 'done')
-        return { outcome: 'replay', gen: found.record.gen ?? 0, answer: JSON.parse(found.record.response ?? '{}') as identityV1.IdempotentAnswer };
+        return { outcome: 'replay', gen: found.record.gen ?? 0, answer: JSON.parse(deps.box.decrypt(found.record.response ?? '')) as identityV1.IdempotentAnswer };
       return { outcome: 'claimed', gen: found.claim.gen ?? 0 };
     },
 
@@ -67,8 +68,10 @@ export function idempotencyClaimHandlers(deps: IdentityDeps) {
       const id = recordId(auth.tid, req.key);
       const mine = { status: 'pending' as const, gen: req.gen };
       if (req.release || !req.answer || req.answer.body.length > MAX_BODY_CHARS) return { recorded: await col.delete(id, mine) };
-      // Only under the claim: a take-over (this gateway judged gone) leaves the new holder's answer alone.
-      return { recorded: (await col.update(id, mine, { status: 'done', response: JSON.stringify(req.answer) })) !== null };
+      // Only under the claim: a take-over (this gateway judged gone) leaves the new holder's answer alone. Sealed: an
+      // answer may hold a secret shown once (a new API key, a generated webhook secret).
+      const response = deps.box.encrypt(JSON.stringify(req.answer));
+      return { recorded: (await col.update(id, mine, { status: 'done', response })) !== null };
     },
   };
 }
