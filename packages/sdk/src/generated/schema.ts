@@ -1389,6 +1389,7 @@ export interface components {
           | 'METHOD_NOT_ALLOWED'
           | 'CONFLICT'
           | 'PAYLOAD_TOO_LARGE'
+          | 'UNPROCESSABLE_ENTITY'
           | 'UNSUPPORTED_MEDIA_TYPE'
           | 'RATE_LIMIT_EXCEEDED'
           | 'INTERNAL_ERROR'
@@ -1412,7 +1413,10 @@ export interface components {
     };
   };
   responses: never;
-  parameters: never;
+  parameters: {
+    /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+    IdempotencyKey: string;
+  };
   requestBodies: never;
   headers: never;
   pathItems: never;
@@ -1422,7 +1426,10 @@ export interface operations {
   register: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1485,7 +1492,10 @@ export interface operations {
   login: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1546,7 +1556,10 @@ export interface operations {
   refresh: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1606,7 +1619,10 @@ export interface operations {
   logout: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1701,7 +1717,10 @@ export interface operations {
   exchangeToken: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1786,7 +1805,10 @@ export interface operations {
   authorizeOAuth: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         provider: string;
       };
@@ -1849,7 +1871,10 @@ export interface operations {
   startCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -1984,7 +2009,10 @@ export interface operations {
   completeCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -2028,7 +2056,10 @@ export interface operations {
   denyCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -2072,7 +2103,10 @@ export interface operations {
   exchangeCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -2225,7 +2259,10 @@ export interface operations {
   addTeamMember: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -2652,7 +2689,10 @@ export interface operations {
   createModel: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3050,7 +3090,10 @@ export interface operations {
   createApiKey: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3326,7 +3369,10 @@ export interface operations {
   rotateApiKey: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -3454,7 +3500,10 @@ export interface operations {
   createProject: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3710,7 +3759,10 @@ export interface operations {
   createAgent: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3968,7 +4020,10 @@ export interface operations {
   executeAgent: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -4234,7 +4289,10 @@ export interface operations {
   cancelAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -4318,7 +4376,10 @@ export interface operations {
   approveAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -4402,7 +4463,10 @@ export interface operations {
   rejectAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -4560,7 +4624,10 @@ export interface operations {
   createMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4810,7 +4877,10 @@ export interface operations {
   refreshMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -4925,7 +4995,10 @@ export interface operations {
   createWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -5130,7 +5203,10 @@ export interface operations {
   rotateWebhookSecret: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5250,7 +5326,10 @@ export interface operations {
   testWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5309,7 +5388,10 @@ export interface operations {
   recoverWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5358,7 +5440,10 @@ export interface operations {
   retryWebhookDelivery: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         deliveryId: string;
@@ -5624,7 +5709,10 @@ export interface operations {
   createChatSession: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -5830,7 +5918,10 @@ export interface operations {
   sendChatMessage: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -6124,7 +6215,10 @@ export interface operations {
   purchaseCredits: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6201,7 +6295,10 @@ export interface operations {
   createSubscription: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6278,7 +6375,10 @@ export interface operations {
   createBillingPortal: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6316,7 +6416,10 @@ export interface operations {
   redeemGiftCard: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6455,7 +6558,10 @@ export interface operations {
   receiveStripeWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6629,7 +6735,10 @@ export interface operations {
   adminMintGiftCards: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6721,7 +6830,10 @@ export interface operations {
   adminAdjustCredits: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -7016,7 +7128,10 @@ export interface operations {
   validateStorageConfig: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         tenantId: string;
       };
@@ -7232,7 +7347,10 @@ export interface operations {
   createSecret: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
