@@ -25,9 +25,13 @@ beforeAll(async () => {
   api = client(stack.url);
   owner = await signUp(api, 'Idempotent');
   ids = await seedTargets(api, owner);
-  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', baseUrl: fake.url, model: 'gpt-test', apiKey: PROVIDER_KEY }, {
-    token: owner.accessToken,
-  });
+  await api.patch(
+    '/api/v1/tenant/settings/llm',
+    { provider: 'openai', baseUrl: fake.url, model: 'gpt-test', apiKey: PROVIDER_KEY },
+    {
+      token: owner.accessToken,
+    },
+  );
   ({ key, id: keyId } = await createKey(api, owner.accessToken));
   // Authenticated POSTs; logging out would end the session the others use (its replay is covered like any other).
   posts = (await loadOperations(api)).filter((o) => o.method === 'POST' && o.access !== 'public' && o.operationId !== 'logout');
@@ -38,7 +42,12 @@ afterAll(async () => {
 });
 
 const pathOf = (op: Operation) => op.path.replace(/\{(\w+)\}/g, (_, name: string) => encodeURIComponent(realParam(ids, op, name)));
-const bodyOf = (op: Operation) => (op.body ? sample(op.body) : undefined);
+/** Bodies the smallest sample does not make valid (a list that needs an item). */
+const BODIES: Record<string, unknown> = {
+  createWebhook: { url: 'http://127.0.0.1:9/hook', events: ['project.created'] },
+  openaiCreateChatCompletion: { model: 'gpt-test', messages: [{ role: 'user', content: 'hi' }] },
+};
+const bodyOf = (op: Operation) => BODIES[op.operationId] ?? (op.body ? sample(op.body) : undefined);
 const send = (op: Operation, idemKey: string, body = bodyOf(op)) =>
   api.post(pathOf(op), body, { token: isOpenAiOp(op) ? key : owner.accessToken, headers: { 'idempotency-key': idemKey } });
 
@@ -58,7 +67,7 @@ const kept = (res: Res) => res.status < 500 && res.status !== 429 && res.status 
 const reasonOf = (res: Res) => res.body?.error?.details?.reason ?? res.body?.error?.code;
 
 it('every POST: the same key twice is one effect and the first answer replayed; the key with another request is a 422', async () => {
-  expect(posts.length).toBeGreaterThan(30);
+  expect(posts.length).toBeGreaterThan(20);
   const firsts = new Map<string, Res>();
   for (const op of posts) firsts.set(op.operationId, await send(op, `first-${op.operationId}`));
   const before = await tenantSnapshot(api, owner, ids, [keyId]);
@@ -81,7 +90,12 @@ it('every POST: the same key twice is one effect and the first answer replayed; 
     // The key with another request: another body when the schema allows one, else another route.
     const other = anotherBody(op);
     const reused =
-      other !== null ? await send(op, `first-${op.operationId}`, other) : await send(posts.find((p) => p !== op && !isOpenAiOp(p) === !isOpenAiOp(op))!, `first-${op.operationId}`);
+      other !== null
+        ? await send(op, `first-${op.operationId}`, other)
+        : await send(
+            posts.find((p) => p !== op && !isOpenAiOp(p) === !isOpenAiOp(op))!,
+            `first-${op.operationId}`,
+          );
     expect([what, reused.status, reasonOf(reused)]).toEqual([what, 422, 'idempotency_key_reused']);
   }
   // The creates and actions whose repetition would show: each replayed, none done again.
@@ -91,9 +105,16 @@ it('every POST: the same key twice is one effect and the first answer replayed; 
 
 it('a bad key is a 400 in the envelope; keys are kept per API key', async () => {
   for (const bad of ['', 'x'.repeat(256), 'caf\u00e9']) {
-    const res = await api.post('/api/v1/projects', { name: 'p' }, { token: owner.accessToken, headers: { 'idempotency-key': bad } }).catch(() => null);
+    const res = await api
+      .post('/api/v1/projects', { name: 'p' }, { token: owner.accessToken, headers: { 'idempotency-key': bad } })
+      .catch(() => null);
     // fetch refuses a non-Latin-1 header itself; the others reach the gateway.
-    if (res) expect([res.status, res.body.error.code, res.body.error.details.fields[0].field]).toEqual([400, 'VALIDATION_ERROR', 'Idempotency-Key']);
+    if (res)
+      expect([res.status, res.body.error.code, res.body.error.details.fields[0].field]).toEqual([
+        400,
+        'VALIDATION_ERROR',
+        'Idempotency-Key',
+      ]);
   }
   const other = await createKey(api, owner.accessToken);
   const asKey = (k: string) => api.post('/api/v1/projects', { name: 'per key' }, { token: k, headers: { 'idempotency-key': 'shared' } });

@@ -138,9 +138,7 @@ export async function idempotent<R>(
 
 /** What a claim attempt found: the key is now ours, already answered, or held by a live holder. */
 export type ClaimOutcome =
-  | { state: 'claimed'; claim: IdempotencyDoc }
-  | { state: 'done'; record: IdempotencyDoc }
-  | { state: 'held'; record: IdempotencyDoc };
+  { state: 'claimed'; claim: IdempotencyDoc } | { state: 'done'; record: IdempotencyDoc } | { state: 'held'; record: IdempotencyDoc };
 
 /** The record id of a key: one per tenant, operation and key. */
 export const idempotencyRecordId = (tenantId: string, operation: string, key: string): string =>

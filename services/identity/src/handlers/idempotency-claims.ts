@@ -28,7 +28,8 @@ const MAX_BODY_CHARS = 1024 * 1024;
 
 function checkRef(key: string, gen?: number): void {
   if (!SHA256_HEX.test(key)) throw errors.validation([{ field: 'key', message: 'must be a sha256 in hex' }]);
-  if (gen !== undefined && (!Number.isSafeInteger(gen) || gen < 1)) throw errors.validation([{ field: 'gen', message: 'must be positive' }]);
+  if (gen !== undefined && (!Number.isSafeInteger(gen) || gen < 1))
+    throw errors.validation([{ field: 'gen', message: 'must be positive' }]);
 }
 
 export function idempotencyClaimHandlers(deps: IdentityDeps) {
@@ -48,7 +49,11 @@ export function idempotencyClaimHandlers(deps: IdentityDeps) {
       const found = await claimIdempotencyKey(deps.store, scope, { holder: req.holder, watch, leaseMs: LEASE_MS });
       if (found.state === 'held') throw idempotencyErrors.inProgress();
       if (found.state === 'done')
-        return { outcome: 'replay', gen: found.record.gen ?? 0, answer: JSON.parse(deps.box.decrypt(found.record.response ?? '')) as identityV1.IdempotentAnswer };
+        return {
+          outcome: 'replay',
+          gen: found.record.gen ?? 0,
+          answer: JSON.parse(deps.box.decrypt(found.record.response ?? '')) as identityV1.IdempotentAnswer,
+        };
       return { outcome: 'claimed', gen: found.claim.gen ?? 0 };
     },
 
