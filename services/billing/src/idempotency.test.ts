@@ -2,7 +2,18 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { AppError, idempotency, LeaseWatch, newId, openEmbeddedBus, openSqliteStore, OutboxRelay, sha256Hex, type EventBus, type Store } from '@svc/kit';
+import {
+  AppError,
+  idempotency,
+  LeaseWatch,
+  newId,
+  openEmbeddedBus,
+  openSqliteStore,
+  OutboxRelay,
+  sha256Hex,
+  type EventBus,
+  type Store,
+} from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
 import { accounts, ALL_COLLECTIONS, invoices, ledger } from './collections';
 import { callAs } from './fixtures/call';
