@@ -60,32 +60,46 @@ function fingerprint(request: FastifyRequest): string {
 export function registerIdempotency(app: FastifyInstance, clients: () => Pick<Clients, 'identity'>): void {
   app.decorateRequest('idempotency', null);
 
-  app.addHook('preHandler', async (request, reply) => {
-    if (!covered(request)) return;
-    const raw = request.headers[IDEMPOTENCY_HEADER];
-    if (raw === undefined) return;
-    if (typeof raw !== 'string' || !KEY_SHAPE.test(raw))
-      throw errors.validation([{ field: 'Idempotency-Key', message: 'must be 1 to 255 printable ASCII characters' }]);
-    const principal = request.principal;
-    if (!principal) return;
-    const owner = principal.type === 'api_key' ? `key:${principal.credentialId}` : 'tenant';
-    const key = sha256Hex(`${principal.tenantId}|${owner}|${raw}`);
-    const call: CallOptions = { token: principal.token, requestId: request.id };
-    const { identity } = clients();
-    const claimed = await identity.claimIdempotencyKey({ key, fingerprint: fingerprint(request), holder: HOLDER }, call);
-    if (claimed.outcome === 'replay') return replay(reply, claimed.answer!);
-    const gen = claimed.gen;
-    const beat = setInterval(() => void identity.beatIdempotencyKey({ key, gen }, call).catch(() => undefined), BEAT_MS).unref();
-    request.idempotency = { key, gen, call, beat, settled: false };
-    // A streamed or hijacked answer never reaches onSend as text: it is settled when its response closes.
-    reply.raw.once('close', () => void settle(request, identity, reply.raw.statusCode, null));
+  // Callback style on purpose: a request without the header (nearly all) passes without a promise.
+  app.addHook('preHandler', (request, reply, done) => {
+    const raw = covered(request) ? request.headers[IDEMPOTENCY_HEADER] : undefined;
+    if (raw === undefined) return done();
+    // A replay has answered: the route's handler must not run (so `done` is not called).
+    claim(request, reply, raw, clients().identity).then((replayed) => replayed || done(), done);
   });
 
-  app.addHook('onSend', async (request, reply, payload) => {
-    if (request.idempotency && !request.idempotency.settled && (typeof payload === 'string' || Buffer.isBuffer(payload)))
-      await settle(request, clients().identity, reply.statusCode, payload.toString(), String(reply.getHeader('content-type') ?? ''));
-    return payload;
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const hold = request.idempotency;
+    if (!hold || hold.settled || !(typeof payload === 'string' || Buffer.isBuffer(payload))) return done(null, payload);
+    const answer = payload.toString();
+    void settle(request, clients().identity, reply.statusCode, answer, String(reply.getHeader('content-type') ?? '')).then(() =>
+      done(null, payload),
+    );
   });
+}
+
+type Identity = Pick<Clients, 'identity'>['identity'];
+
+/** Claims the request's key; true when the first answer was replayed instead. */
+async function claim(request: FastifyRequest, reply: FastifyReply, raw: string | string[], identity: Identity): Promise<boolean> {
+  if (typeof raw !== 'string' || !KEY_SHAPE.test(raw))
+    throw errors.validation([{ field: 'Idempotency-Key', message: 'must be 1 to 255 printable ASCII characters' }]);
+  const principal = request.principal;
+  if (!principal) return false;
+  const owner = principal.type === 'api_key' ? `key:${principal.credentialId}` : 'tenant';
+  const key = sha256Hex(`${principal.tenantId}|${owner}|${raw}`);
+  const call: CallOptions = { token: principal.token, requestId: request.id };
+  const claimed = await identity.claimIdempotencyKey({ key, fingerprint: fingerprint(request), holder: HOLDER }, call);
+  if (claimed.outcome === 'replay') {
+    replay(reply, claimed.answer!);
+    return true;
+  }
+  const gen = claimed.gen;
+  const beat = setInterval(() => void identity.beatIdempotencyKey({ key, gen }, call).catch(() => undefined), BEAT_MS).unref();
+  request.idempotency = { key, gen, call, beat, settled: false };
+  // A streamed or hijacked answer never reaches onSend as text: it is settled when its response closes.
+  reply.raw.once('close', () => void settle(request, identity, reply.raw.statusCode, null));
+  return false;
 }
 
 function replay(reply: FastifyReply, answer: identityV1.IdempotentAnswer): FastifyReply {
@@ -100,13 +114,7 @@ function replay(reply: FastifyReply, answer: identityV1.IdempotentAnswer): Fasti
 }
 
 /** Records the answer to replay, or releases the claim of one that a retry should run again. */
-async function settle(
-  request: FastifyRequest,
-  identity: Pick<Clients, 'identity'>['identity'],
-  status: number,
-  body: string | null,
-  contentType = '',
-): Promise<void> {
+async function settle(request: FastifyRequest, identity: Identity, status: number, body: string | null, contentType = ''): Promise<void> {
   const hold = request.idempotency!;
   if (hold.settled) return;
   hold.settled = true;
