@@ -12,6 +12,7 @@ import { securityHeaders } from './lib/security-headers';
 import { registerAccessLog } from './plugins/access-log';
 import { registerAuthentication } from './plugins/authenticate';
 import { registerVerifiedEmailGate } from './plugins/verified-email';
+import { registerIdempotency } from './plugins/idempotency';
 import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
@@ -125,6 +126,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     publicOrigin: () => new URL(deps.config.publicUrl).origin,
   });
   registerVerifiedEmailGate(app, deps);
+  registerIdempotency(app, () => deps.clients);
   registerRoutes(app, deps);
   registerPages(app);
   registerDocs(app, () => deps.config.publicUrl);

@@ -38,14 +38,20 @@ it('grants 1,000 credits to a new tenant, on the free plan, with no invoices', a
   expect(invoices.body).toMatchObject({ data: [], meta: { pagination: { has_more: false } } });
 });
 
-it('charges once for concurrent purchases with one Idempotency-Key and answers both the same', async () => {
+it('charges once for concurrent purchases with one Idempotency-Key: the other is in progress or the same answer', async () => {
   const a = await tenant('Buyer');
   const headers = { 'idempotency-key': 'buy-once-1' };
-  const [one, two] = await Promise.all(
-    [1, 2].map(() => api.post('/api/v1/billing/credits/purchase', { credits: 250 }, { token: a.accessToken, headers })),
-  );
-  expect(one.status).toBe(200);
-  expect(two.status).toBe(200);
+  const buy = () => api.post('/api/v1/billing/credits/purchase', { credits: 250 }, { token: a.accessToken, headers });
+  const both = await Promise.all([buy(), buy()]);
+  const one = both.find((r) => r.status === 200)!;
+  expect(one).toBeDefined();
+  for (const r of both.filter((x) => x !== one)) {
+    if (r.status === 200) expect(r.body.data).toEqual(one.body.data);
+    else expect(expectError(r, 409, 'CONFLICT').details.reason).toBe('idempotency_key_in_progress');
+  }
+  // A retry of the refused one gets that answer again.
+  const two = await buy();
+  expect([two.status, two.headers.get('idempotent-replayed')]).toEqual([200, 'true']);
   expect(two.body.data).toEqual(one.body.data);
   expect(one.body.data).toMatchObject({ provider: 'sandbox', status: 'succeeded', creditsAdded: 250, balance: 1250 });
   expect(await balanceOf(a)).toBe(1250);
@@ -54,7 +60,7 @@ it('charges once for concurrent purchases with one Idempotency-Key and answers b
   expect(list[0]).toMatchObject({ kind: 'credits', credits: 250, status: 'paid', provider: 'sandbox' });
   // The same key with another body is refused; without a key every purchase is its own.
   const other = await api.post('/api/v1/billing/credits/purchase', { credits: 5 }, { token: a.accessToken, headers });
-  expect(expectError(other, 409, 'CONFLICT').details.reason).toBe('idempotency_key_reused');
+  expect(expectError(other, 422, 'UNPROCESSABLE_ENTITY').details.reason).toBe('idempotency_key_reused');
   expect((await api.post('/api/v1/billing/credits/purchase', { credits: 5 }, { token: a.accessToken })).body.data.balance).toBe(1255);
 });
 

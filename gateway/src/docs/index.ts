@@ -35,9 +35,11 @@ const ERROR_MEANINGS: Record<ErrorCode, string> = {
   FORBIDDEN: 'The credential is valid but may not do this (role, scope, network allowlist).',
   RESOURCE_NOT_FOUND: 'No such resource in your tenant (another tenant\u2019s resources are never visible).',
   METHOD_NOT_ALLOWED: 'The path exists with other methods; the Allow header lists them.',
-  CONFLICT: 'The resource already exists, or its state does not allow the change.',
+  CONFLICT:
+    'The resource already exists, or its state does not allow the change; details.reason idempotency_key_in_progress: a request with this Idempotency-Key is still running (retry it).',
   GONE: 'A one-time link was already used, revoked or has expired; ask for a new one.',
   PAYLOAD_TOO_LARGE: 'The request body is larger than 1 MiB.',
+  UNPROCESSABLE_ENTITY: 'details.reason idempotency_key_reused: this Idempotency-Key was used with another request (use a new key).',
   UNSUPPORTED_MEDIA_TYPE: 'Request bodies must be application/json in UTF-8.',
   RATE_LIMIT_EXCEEDED: 'Too many requests; retry after the Retry-After header.',
   INTERNAL_ERROR: 'Something failed on our side; the request id helps us find it.',

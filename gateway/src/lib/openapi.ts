@@ -24,12 +24,29 @@ const OpenAiError = Type.Object({
   }),
 });
 
+/** The header every POST accepts (CONTRACT.md 14; gateway/src/plugins/idempotency.ts), one shared parameter. */
+const IdempotencyKey = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  description:
+    'Makes a retry safe: the same key with the same request within 24 h answers the first status and body again ' +
+    '(with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 ' +
+    '`idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per ' +
+    'tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`).',
+  schema: Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\x20-\\x7e]+$' }),
+};
+
 /** OpenAPI 3.1 from the same TypeBox schemas that validate requests. */
 export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
-    const parameters = [...paramsOf(r.params, 'path'), ...paramsOf(r.query, 'query')];
+    const parameters: unknown[] = [
+      ...paramsOf(r.params, 'path'),
+      ...paramsOf(r.query, 'query'),
+      ...(r.method === 'POST' ? [{ $ref: '#/components/parameters/IdempotencyKey' }] : []),
+    ];
     const data: TSchema = r.response ?? Type.Object({});
     const successBody =
       r.envelope === false
@@ -73,6 +90,7 @@ export function buildOpenApi(routes: RouteSpec[], serverUrl: string) {
         bearer: { type: 'http', scheme: 'bearer', description: 'An API key (svc_sdk_..., svc_cli_..., ...) or an access token (JWT)' },
         session: { type: 'apiKey', in: 'cookie', name: 'svc_session' },
       },
+      parameters: { IdempotencyKey },
       schemas: { Error: ErrorEnvelope, OpenAIError: OpenAiError },
     },
     paths,

@@ -162,6 +162,7 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
         requestId: request.id,
         clientIp: request.ip,
         userAgent: request.headers['user-agent'] ?? null,
+        idempotencyKey: request.idempotency?.key ?? null,
         timing,
       };
       const result = await spec.handler({

@@ -140,10 +140,12 @@ function alertsView(a: billingV1.BillingAlerts | undefined) {
   };
 }
 
-/** The `Idempotency-Key` header of a billing POST ('' when absent). CONTRACT.md 5: same key, same answer, 24 h. */
+/**
+ * The `Idempotency-Key` of a billing POST as the gateway scoped it ('' when absent; plugins/idempotency.ts): billing
+ * records its answer with the charge, in one transaction (CONTRACT.md 5 and 14).
+ */
 function idempotencyKey(request: FastifyRequest): string {
-  const key = request.headers['idempotency-key'];
-  return typeof key === 'string' ? key : '';
+  return request.idempotency?.key ?? '';
 }
 
 export function billingRoutes(app: FastifyInstance, deps: GatewayDeps): void {

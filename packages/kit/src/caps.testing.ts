@@ -42,3 +42,4 @@ export async function raceForPlaces(
   for (const o of outcomes) if (o.status === 'rejected' && !(o.reason instanceof AppError)) throw o.reason;
   return outcomes.filter((o) => o.status === 'fulfilled').length;
 }
+export * from './crash.testing';

@@ -98,7 +98,8 @@ export class TenantCap {
     return `${this.def.kind}:${tenantId}`;
   }
 
-  private places(tx: StoreSession, tenantId: string): Places {
+  /** The tenant's places in a transaction already open (one `transaction` runs, e.g. through kit `idempotent`). */
+  places(tx: StoreSession, tenantId: string): Places {
     const counters = tx.collection(capCounters);
     const id = this.counterId(tenantId);
     return {

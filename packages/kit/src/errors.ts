@@ -15,6 +15,7 @@ export const ERROR_CODES = {
   /** A one-time link's token that was used, revoked or expired (CONTRACT.md 13); `details.reason` names it. */
   GONE: { http: 410, grpc: GrpcStatus.FAILED_PRECONDITION },
   PAYLOAD_TOO_LARGE: { http: 413, grpc: GrpcStatus.INVALID_ARGUMENT },
+  UNPROCESSABLE_ENTITY: { http: 422, grpc: GrpcStatus.FAILED_PRECONDITION },
   UNSUPPORTED_MEDIA_TYPE: { http: 415, grpc: GrpcStatus.INVALID_ARGUMENT },
   RATE_LIMIT_EXCEEDED: { http: 429, grpc: GrpcStatus.RESOURCE_EXHAUSTED },
   INTERNAL_ERROR: { http: 500, grpc: GrpcStatus.INTERNAL },

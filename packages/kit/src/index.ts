@@ -19,5 +19,6 @@ export * from './egress';
 export * from './metrics';
 export * from './ports';
 export * from './lease';
+export * from './idempotency';
 export * from './feed';
 export * from './telemetry-attributes';

@@ -22,6 +22,7 @@ import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
+import { idempotency } from './idempotency';
 import { openStore } from './storage';
 import { flushTelemetry } from './telemetry-flush';
 import type { CollectionDef, Store } from './storage/types';
@@ -87,7 +88,8 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
     // MongoDB: an index replaced because its definition changed, or one no definition declares any more.
     onIndexReport: (message, details) => logger.warn(details, message),
   });
-  for (const def of [...options.collections, ...OUTBOX_COLLECTIONS, feedHeads]) await store.ensure(def);
+  for (const def of [...options.collections, ...OUTBOX_COLLECTIONS, feedHeads, idempotency] as Array<CollectionDef<any>>)
+    await store.ensure(def);
   const bus = openBus({
     kafkaBrokers: config.kafkaBrokers?.length ? config.kafkaBrokers : undefined,
     kafkaSecurity: kafkaSecurity(config),

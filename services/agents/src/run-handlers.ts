@@ -5,6 +5,7 @@ import {
   type CallContext,
   encodeCursor,
   errors,
+  idempotent,
   nowIso,
   type OutboxRelay,
   type SecretBox,
@@ -170,63 +171,68 @@ export function runHandlers(deps: RunHandlerDeps) {
   return {
     async executeAgent(req: agentsV1.ExecuteAgentRequest, ctx: CallContext): Promise<agentsV1.ExecuteAgentResponse> {
       const c = authed(ctx, 'agents:write');
-      const goal = req.goal.trim();
-      const problems = [];
-      if (goal.length < 1 || goal.length > GOAL_MAX) problems.push({ field: 'goal', message: `must be 1 to ${GOAL_MAX} characters` });
-      if (req.projectId.length < 1 || req.projectId.length > 100) problems.push({ field: 'projectId', message: 'is required' });
-      if (problems.length) throw errors.validation(problems);
-      const agent = await loadAgent(store, c.auth.tid, req.agentId);
-      const call = { token: c.token, requestId: c.requestId };
-      // Asked at once, answered in order. The project must be the caller's (the projects service answers NOT_FOUND
-      // for another tenant's id); validation includes llm_not_configured (400), then credits (402): CONTRACT.md 5.
-      const [project, models, granted] = await Promise.allSettled([
-        deps.projects.getProject({ id: req.projectId }, call),
-        agentModels(deps.identity, call, agent.config.model ?? undefined, deps),
-        delegate(deps, c, scopesFor(agent.config.autonomyLevel)),
-      ]);
-      if (project.status === 'rejected') throw project.reason;
-      if (models.status === 'rejected') {
-        if (models.reason instanceof LlmNotConfigured)
-          throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
-        throw models.reason;
-      }
-      // The first model call's reservation (its prompt as known now: the agent's instructions and the goal), held
-      // from here so that concurrent executes cannot all start on the same credits.
-      const { plan, keySource } = models.value;
-      const promptChars = agent.systemPrompt.length + goal.length;
-      const firstCall = firstCallOf(plan, keySource, promptChars);
-      const hold = pricedHold({ callId: firstCall.id, source: 'agent_run', sourceId: '', model: plan.name }, promptChars, planHold(plan));
-      await deps.credits.reserve(c.token, hold);
-      if (granted.status === 'rejected') {
-        await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
-        throw granted.reason;
-      }
-      const doc = queuedRun({
-        tenantId: c.auth.tid,
-        agentId: agent.id,
-        projectId: req.projectId,
-        goal,
-        agent: { name: agent.name, systemPrompt: agent.systemPrompt, config: agent.config },
-        delegate: granted.value.sealed,
-        delegateScopes: granted.value.scopes,
-        credentialId: c.auth.sid,
-        credentialType: c.auth.typ,
-        requestId: c.requestId,
-        userId: c.auth.sub,
-        call: firstCall,
-      });
-      try {
-        await keySlots.prepare(c.auth);
-        await store.transaction(async (tx) => {
-          await keySlots.take(tx, c.auth);
-          await tx.collection(runs).insert(doc);
+      // Once per Idempotency-Key: the run and the answer commit together (a retry after a crash finds that run).
+      const scope = { tenantId: c.auth.tid, operation: 'executeAgent', key: ctx.idempotencyKey, body: req };
+      const answer = await idempotent<agentsV1.ExecuteAgentResponse>(store, scope, async (commit) => {
+        const goal = req.goal.trim();
+        const problems = [];
+        if (goal.length < 1 || goal.length > GOAL_MAX) problems.push({ field: 'goal', message: `must be 1 to ${GOAL_MAX} characters` });
+        if (req.projectId.length < 1 || req.projectId.length > 100) problems.push({ field: 'projectId', message: 'is required' });
+        if (problems.length) throw errors.validation(problems);
+        const agent = await loadAgent(store, c.auth.tid, req.agentId);
+        const call = { token: c.token, requestId: c.requestId };
+        // Asked at once, answered in order. The project must be the caller's (the projects service answers NOT_FOUND
+        // for another tenant's id); validation includes llm_not_configured (400), then credits (402): CONTRACT.md 5.
+        const [project, models, granted] = await Promise.allSettled([
+          deps.projects.getProject({ id: req.projectId }, call),
+          agentModels(deps.identity, call, agent.config.model ?? undefined, deps),
+          delegate(deps, c, scopesFor(agent.config.autonomyLevel)),
+        ]);
+        if (project.status === 'rejected') throw project.reason;
+        if (models.status === 'rejected') {
+          if (models.reason instanceof LlmNotConfigured)
+            throw errors.badRequest('llm_not_configured', 'No LLM is configured: set one with PATCH /api/v1/tenant/settings/llm');
+          throw models.reason;
+        }
+        // The first model call's reservation (its prompt as known now: the agent's instructions and the goal), held
+        // from here so that concurrent executes cannot all start on the same credits.
+        const { plan, keySource } = models.value;
+        const promptChars = agent.systemPrompt.length + goal.length;
+        const firstCall = firstCallOf(plan, keySource, promptChars);
+        const hold = pricedHold({ callId: firstCall.id, source: 'agent_run', sourceId: '', model: plan.name }, promptChars, planHold(plan));
+        await deps.credits.reserve(c.token, hold);
+        if (granted.status === 'rejected') {
+          await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
+          throw granted.reason;
+        }
+        const doc = queuedRun({
+          tenantId: c.auth.tid,
+          agentId: agent.id,
+          projectId: req.projectId,
+          goal,
+          agent: { name: agent.name, systemPrompt: agent.systemPrompt, config: agent.config },
+          delegate: granted.value.sealed,
+          delegateScopes: granted.value.scopes,
+          credentialId: c.auth.sid,
+          credentialType: c.auth.typ,
+          requestId: c.requestId,
+          userId: c.auth.sub,
+          call: firstCall,
         });
-      } catch (err) {
-        await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
-        throw err;
-      }
+        try {
+          await keySlots.prepare(c.auth);
+          return await commit(async (tx) => {
+            await keySlots.take(tx, c.auth);
+            await tx.collection(runs).insert(doc);
+            return { run: toRun(doc) };
+          });
+        } catch (err) {
+          await deps.credits.release(c.token, firstCall.id).catch(() => undefined);
+          throw err;
+        }
+      });
       deps.worker.notify();
-      return { run: toRun(doc) };
+      return answer;
     },
 
     async listRuns(req: agentsV1.ListRunsRequest, ctx: CallContext): Promise<agentsV1.ListRunsResponse> {

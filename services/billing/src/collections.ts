@@ -1,4 +1,4 @@
-import type { CollectionDef } from '@svc/kit';
+import { idempotency, type CollectionDef } from '@svc/kit';
 
 /** One per tenant (id = tenant id): the balance the ledger's entries add up to, and the plan. */
 export interface AccountDoc {
@@ -122,25 +122,6 @@ export interface UsageStatDoc {
   createdAt: string;
 }
 
-/** An Idempotency-Key's claim and, once done, the answer given (id = hash of tenant, operation and key). */
-export interface IdempotencyDoc {
-  id: string;
-  tenantId: string;
-  operation: string;
-  bodyHash: string;
-  /** `done` is written in the transaction of the work it answers (or, for a refusal, after it). */
-  status: 'pending' | 'done';
-  /** The claiming process (kit newHolderId): a claim of a process gone from this host is taken over at once. */
-  holder?: string;
-  /** Bumped by every take-over; the answer's commit is a compare-and-set on it (absent on claims of older versions). */
-  gen?: number;
-  /** Bumped by the holder while it works: others take the claim over after seeing it still for the lease's length. */
-  beat?: number;
-  response: string | null;
-  createdAt: string;
-  expiresAt: number;
-}
-
 /** A model call's hold on credits (reservations.ts). */
 export type ReservationStatus = 'open' | 'settled' | 'released' | 'expired';
 
@@ -184,6 +165,5 @@ export const subscriptions: CollectionDef<SubscriptionDoc> = {
 };
 export const giftCards: CollectionDef<GiftCardDoc> = { name: 'gift_cards' };
 export const usageStats: CollectionDef<UsageStatDoc> = { name: 'usage_stats', indexes: [{ fields: ['tenantId', 'group'] }] };
-export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency' };
 
 export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency, reservations];

@@ -2,9 +2,20 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { AppError, LeaseWatch, newId, openEmbeddedBus, openSqliteStore, OutboxRelay, sha256Hex, type EventBus, type Store } from '@svc/kit';
+import {
+  AppError,
+  idempotency,
+  LeaseWatch,
+  newId,
+  openEmbeddedBus,
+  openSqliteStore,
+  OutboxRelay,
+  sha256Hex,
+  type EventBus,
+  type Store,
+} from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
-import { accounts, ALL_COLLECTIONS, idempotency, invoices, ledger } from './collections';
+import { accounts, ALL_COLLECTIONS, invoices, ledger } from './collections';
 import { callAs } from './fixtures/call';
 import { billingHandlers } from './handlers';
 import { idempotent, type Commit } from './idempotency';
@@ -78,7 +89,7 @@ async function retry(handlers: ReturnType<typeof replica>, key: string) {
     try {
       return await purchase(handlers, key);
     } catch (err) {
-      if (!(err instanceof AppError && err.details?.reason === 'idempotency_in_progress') || Date.now() - started > 60_000) throw err;
+      if (!(err instanceof AppError && err.details?.reason === 'idempotency_key_in_progress') || Date.now() - started > 60_000) throw err;
     }
   }
 }
@@ -179,9 +190,9 @@ describe('a claim whose holder is on another host', () => {
     const watch = new LeaseWatch(() => observed);
     const scope = { tenantId: 'ten_a', operation: 'purchase', key: 'buy-4', body };
     const options = { watch, timings: { leaseMs: 30_000, waitMs: 200 } };
-    await expect(idempotent(store, scope, work, options)).rejects.toMatchObject({ details: { reason: 'idempotency_in_progress' } });
+    await expect(idempotent(store, scope, work, options)).rejects.toMatchObject({ details: { reason: 'idempotency_key_in_progress' } });
     observed += 29_000;
-    await expect(idempotent(store, scope, work, options)).rejects.toMatchObject({ details: { reason: 'idempotency_in_progress' } });
+    await expect(idempotent(store, scope, work, options)).rejects.toMatchObject({ details: { reason: 'idempotency_key_in_progress' } });
     expect(await charged()).toMatchObject({ balance: 1000, purchases: 0 });
     observed += 1_000;
     expect(await idempotent(store, scope, work, options)).toMatchObject({ payment: { balance: 1050 } });

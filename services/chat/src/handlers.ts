@@ -1,4 +1,4 @@
-import { AppError, authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { AppError, authed, type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
 import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, sessionCap, sessions, type SessionDoc } from './collections';
@@ -173,64 +173,72 @@ export function chatHandlers(deps: ChatDeps) {
       checkLength('content', req.content, LIMITS.content, 1);
       checkLength('projectId', req.projectId, LIMITS.id);
       checkLength('model', req.model, LIMITS.model);
-      // Everything that can refuse the message runs before anything is stored: the lookups at once (they are on the
-      // path to the first token), their refusals reported in a fixed order (session, project, LLM, agent).
-      const sessionP = sessionOf(req.sessionId, auth.tid);
-      const projectP = sessionP.then((s) =>
-        req.projectId && req.projectId !== s.projectId ? peers.checkProject(req.projectId, token) : undefined,
-      );
-      const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
-      // The message's model, else the session's, else the agent's (a catalogue name or, as before the catalogue, a
-      // model of the default provider), else the default model.
-      const planP = Promise.all([sessionP, agentP]).then(([s, a]) =>
-        restPlan(peers, token, auth.tid, deps.pricing, req.model || s.model || '', a?.model ?? ''),
-      );
-      const turnsP = sessionP.then((s) => history(s));
-      const [session, , chosen, agent, turns] = await inOrder([sessionP, projectP, planP, agentP, turnsP] as const);
-      // The reply's output is bounded, so its reservation is its most possible cost.
-      const plan = boundPlan(chosen.plan, {
-        maxTokens: chosen.llm?.settings.maxTokens ?? deps.defaultMaxTokens,
-        temperature: agent?.temperature ?? chosen.llm?.settings.temperature,
-      });
-      const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
-      const prompt: LlmMessage[] = [...system, ...turns, { role: 'user', content: req.content }];
-      const promptChars = prompt.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
+      // Once per Idempotency-Key: the message, its pending reply and the answer commit together; a replay starts
+      // nothing (a reply committed before a crash is taken up by the replies' lease).
+      const scope = { tenantId: auth.tid, operation: 'postMessage', key: ctx.idempotencyKey, body: req };
+      return idempotent<chatV1.PostMessageResponse>(store, scope, async (commit) => {
+        // Everything that can refuse the message runs before anything is stored: the lookups at once (they are on the
+        // path to the first token), their refusals reported in a fixed order (session, project, LLM, agent).
+        const sessionP = sessionOf(req.sessionId, auth.tid);
+        const projectP = sessionP.then((s) =>
+          req.projectId && req.projectId !== s.projectId ? peers.checkProject(req.projectId, token) : undefined,
+        );
+        const agentP = sessionP.then((s) => (s.agentId ? peers.agent(s.agentId, token) : null));
+        // The message's model, else the session's, else the agent's (a catalogue name or, as before the catalogue, a
+        // model of the default provider), else the default model.
+        const planP = Promise.all([sessionP, agentP]).then(([s, a]) =>
+          restPlan(peers, token, auth.tid, deps.pricing, req.model || s.model || '', a?.model ?? ''),
+        );
+        const turnsP = sessionP.then((s) => history(s));
+        const [session, , chosen, agent, turns] = await inOrder([sessionP, projectP, planP, agentP, turnsP] as const);
+        // The reply's output is bounded, so its reservation is its most possible cost.
+        const plan = boundPlan(chosen.plan, {
+          maxTokens: chosen.llm?.settings.maxTokens ?? deps.defaultMaxTokens,
+          temperature: agent?.temperature ?? chosen.llm?.settings.temperature,
+        });
+        const system: LlmMessage[] = agent?.systemPrompt ? [{ role: 'system', content: agent.systemPrompt }] : [];
+        const prompt: LlmMessage[] = [...system, ...turns, { role: 'user', content: req.content }];
+        const promptChars = prompt.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : 0), 0);
 
-      const now = nowIso();
-      const projectId = req.projectId || session.projectId;
-      const user = newMessage(auth, { role: 'user', content: req.content, sessionId: session.id, projectId }, now);
-      const reply = newMessage(
-        auth,
-        {
-          role: 'assistant',
-          content: '',
-          sessionId: session.id,
-          projectId,
-          status: 'pending',
-          ...replies.newLease(),
-          call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
-            promptChars,
+        const now = nowIso();
+        const projectId = req.projectId || session.projectId;
+        const user = newMessage(auth, { role: 'user', content: req.content, sessionId: session.id, projectId }, now);
+        const reply = newMessage(
+          auth,
+          {
+            role: 'assistant',
+            content: '',
+            sessionId: session.id,
             projectId,
-            agentId: session.agentId,
-            origin: 'chat',
-            requestId: ctx.requestId,
-            endUser: req.endUser,
-          }),
-          completedAt: null,
-          ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
-        },
-        now,
-      );
-      await startReply(starter, authedCtx, {
-        job: {
-          message: reply,
-          history: prompt,
-          llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
-        },
-        hold: holdOf(reply.id, plan, promptChars),
-        inputs: [user],
+            status: 'pending',
+            ...replies.newLease(),
+            call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
+              promptChars,
+              projectId,
+              agentId: session.agentId,
+              origin: 'chat',
+              requestId: ctx.requestId,
+              endUser: req.endUser,
+            }),
+            completedAt: null,
+            ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
+          },
+          now,
+        );
+        const answer = { message: toMessage(user), responseMessageId: reply.id };
+        await startReply(starter, authedCtx, {
+          job: {
+            message: reply,
+            history: prompt,
+            llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
+          },
+          hold: holdOf(reply.id, plan, promptChars),
+          inputs: [user],
+          // The answer is recorded under the Idempotency-Key in the transaction that stores the message and its reply.
+          commit: (write) => commit(async (tx) => (await write(tx), answer)),
+        });
+        return answer;
       });
-      return { message: toMessage(user), responseMessageId: reply.id };
     },
 
     streamReply: (

@@ -31,6 +31,11 @@ export interface ReplyStart {
   inputs?: MessageDoc[];
   resp?: ResponseDoc | null;
   newSession?: SessionDoc | null;
+  /**
+   * Runs the transaction that stores the reply (default: the store's own), so a caller can record its answer in it
+   * (an Idempotency-Key's). Not used with `newSession`, whose transaction is the session cap's.
+   */
+  commit?: (write: (tx: StoreSession) => Promise<void>) => Promise<void>;
 }
 
 /** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
@@ -65,7 +70,7 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
   if (start.hold) await deps.credits.reserve(c, start.hold);
   try {
     if (start.hold) await deps.assertReplySlot(auth.tid);
-    await insert(deps, auth, start.newSession ?? null, { inputs: start.inputs ?? [], reply, resp: start.resp ?? null });
+    await insert(deps, auth, start.newSession ?? null, { inputs: start.inputs ?? [], reply, resp: start.resp ?? null }, start.commit);
   } catch (err) {
     // Never started: the hold goes back at once (billing's expiry would, later).
     if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
@@ -80,6 +85,7 @@ async function insert(
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
   docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
+  commit: ReplyStart['commit'] = (write) => deps.store.transaction(write),
 ): Promise<void> {
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
@@ -94,5 +100,5 @@ async function insert(
       await tx.collection(sessions).insert(newSession);
       await write(tx);
     });
-  else await deps.store.transaction(write);
+  else await commit(write);
 }

@@ -26,6 +26,7 @@ import { apiKeyHandlers } from './handlers/api-keys';
 import { authHandlers } from './handlers/auth';
 import { cliLoginHandlers } from './handlers/cli-login';
 import { externalAuthHandlers } from './handlers/external-auth';
+import { idempotencyClaimHandlers } from './handlers/idempotency-claims';
 import { llmSettingsHandlers } from './handlers/llm-settings';
 import { modelHandlers } from './handlers/models';
 import { networkHandlers } from './handlers/network';
@@ -205,6 +206,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           ...modelHandlers(deps),
           ...cliLoginHandlers(deps),
           ...auditHandlers(deps),
+          ...idempotencyClaimHandlers(deps),
           watchRevocations: feed.serveWatch,
           ...externalAuthHandlers(deps, {
             exchange: rt.config.oidcIssuer ? { issuer: rt.config.oidcIssuer, audience: rt.config.oidcAudience ?? '' } : null,

@@ -10,6 +10,7 @@ import {
   recordFeedEntry,
   type FeedNotifier,
   type Store,
+  idempotent,
   type StoreSession,
   type OutboxRelay,
 } from '@svc/kit';
@@ -74,13 +75,21 @@ export function projectHandlers(store: Store, relay: OutboxRelay, feed: FeedNoti
         createdAt: now,
         updatedAt: now,
       };
-      await cap.transaction(auth.tid, async (tx, places) => {
-        await places.take();
-        await tx.collection(projects).insert(doc);
-        await emit(tx, 'project.created', auth.tid, projectData(doc));
-      });
+      // Once per Idempotency-Key: the project and the answer commit together (a retry after a crash finds it).
+      const scope = { tenantId: auth.tid, operation: 'createProject', key: ctx.idempotencyKey, body: req };
+      const answer = await idempotent<projectsV1.CreateProjectResponse>(store, scope, (commit) =>
+        commit(
+          async (tx) => {
+            await cap.places(tx, auth.tid).take();
+            await tx.collection(projects).insert(doc);
+            await emit(tx, 'project.created', auth.tid, projectData(doc));
+            return { project: toProject(doc) };
+          },
+          (body) => cap.transaction(auth.tid, (tx) => body(tx)),
+        ),
+      );
       relay.notify();
-      return { project: toProject(doc) };
+      return answer;
     },
 
     async listProjects(req: projectsV1.ListProjectsRequest, ctx: CallContext): Promise<projectsV1.ListProjectsResponse> {

@@ -1,4 +1,15 @@
-import { authed, errors, isoBound, newId, nowIso, type CallContext, type EgressPolicy, type SecretBox, type Store } from '@svc/kit';
+import {
+  authed,
+  errors,
+  idempotent,
+  isoBound,
+  newId,
+  nowIso,
+  type CallContext,
+  type EgressPolicy,
+  type SecretBox,
+  type Store,
+} from '@svc/kit';
 import { eventsV1, type webhooksV1 } from '@svc/proto';
 import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';
@@ -60,11 +71,22 @@ export function webhookHandlers({ store, box, policy, onQueued, onOutbox, log, s
         createdAt: now,
         updatedAt: now,
       };
-      await cap.transaction(auth.tid, async (tx, places) => {
-        await places.take();
-        await tx.collection(webhooks).insert(doc);
-      });
-      return { webhook: toWebhook(doc), secret: generated ?? '' };
+      // Once per Idempotency-Key, with the answer in the same transaction (sealed: it may hold the generated secret).
+      const scope = { tenantId: auth.tid, operation: 'createWebhook', key: ctx.idempotencyKey, body: req };
+      return idempotent<webhooksV1.CreateWebhookResponse>(
+        store,
+        scope,
+        (commit) =>
+          commit(
+            async (tx) => {
+              await cap.places(tx, auth.tid).take();
+              await tx.collection(webhooks).insert(doc);
+              return { webhook: toWebhook(doc), secret: generated ?? '' };
+            },
+            (body) => cap.transaction(auth.tid, (tx) => body(tx)),
+          ),
+        { seal: box },
+      );
     },
 
     async listWebhooks(req: webhooksV1.ListWebhooksRequest, ctx: CallContext): Promise<webhooksV1.ListWebhooksResponse> {

@@ -3,6 +3,7 @@ import { AppError, type ErrorCode, ERROR_CODES } from '../errors';
 import {
   APP_ERROR_KEY,
   HEALTH_REASON_KEY,
+  IDEMPOTENCY_METADATA_KEY,
   LEGACY_APP_ERROR_KEY,
   safeUserAgent,
   TOKEN_METADATA_KEY,
@@ -17,6 +18,8 @@ export interface CallOptions {
   clientIp?: string | null;
   /** The client's User-Agent as the gateway saw it (x-client-user-agent), for the audit log. */
   userAgent?: string | null;
+  /** The caller's Idempotency-Key as the gateway scoped it (a sha256 hex of tenant, credential and key). */
+  idempotencyKey?: string | null;
   /** Overrides the client's default deadline. Every call has one. */
   deadlineMs?: number;
   /** Milliseconds spent waiting for services are added here (the gateway's Server-Timing `upstream`). */
@@ -77,6 +80,7 @@ function metadataFor(options: CallOptions | undefined): grpc.Metadata {
   if (options?.requestId) md.set('x-request-id', options.requestId);
   if (options?.clientIp) md.set('x-client-ip', options.clientIp);
   if (options?.userAgent) md.set(USER_AGENT_METADATA_KEY, safeUserAgent(options.userAgent));
+  if (options?.idempotencyKey) md.set(IDEMPOTENCY_METADATA_KEY, options.idempotencyKey);
   return md;
 }
 

@@ -21,6 +21,9 @@ export const HEALTH_REASON_KEY = 'x-health-reason';
 /** Request ids travel in metadata and logs: anything else is replaced (the gateway applies the same rule). */
 const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,128}$/;
 const SAFE_CLIENT_IP = /^[0-9A-Fa-f:.]{2,45}$/;
+/** Metadata key of the request's Idempotency-Key as the gateway scoped it: a sha256 in hex, anything else ignored. */
+export const IDEMPOTENCY_METADATA_KEY = 'x-idempotency-key';
+const SCOPED_IDEMPOTENCY_KEY = /^[0-9a-f]{64}$/;
 /** Metadata key of the client's User-Agent (the gateway passes it on for the audit log). */
 export const USER_AGENT_METADATA_KEY = 'x-client-user-agent';
 /** A User-Agent as metadata may carry it: printable ASCII, at most 256 characters. */
@@ -181,19 +184,21 @@ export class GrpcServer {
     const requestId = requestIdOf(md) ?? randomUUID();
     const rawIp = md.get('x-client-ip')[0];
     const clientIp = typeof rawIp === 'string' && SAFE_CLIENT_IP.test(rawIp) ? rawIp : null;
+    const rawKey = md.get(IDEMPOTENCY_METADATA_KEY)[0];
+    const idempotencyKey = typeof rawKey === 'string' && SCOPED_IDEMPOTENCY_KEY.test(rawKey) ? rawKey : null;
     const rawUa = md.get(USER_AGENT_METADATA_KEY)[0];
     const userAgent = typeof rawUa === 'string' && rawUa ? safeUserAgent(rawUa) : null;
     const header = md.get('authorization')[0] as string | undefined;
     const token = (md.get(TOKEN_METADATA_KEY)[0] as string | undefined) ?? (header?.startsWith('Bearer ') ? header.slice(7) : null);
     if (!token) {
-      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, metadata: md };
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, idempotencyKey, metadata: md };
       throw new AppError('UNAUTHORIZED', 'Authentication required');
     }
     try {
       const auth = await this.options.verifier.verify(token);
-      return { auth, token, requestId, clientIp, userAgent, metadata: md };
+      return { auth, token, requestId, clientIp, userAgent, idempotencyKey, metadata: md };
     } catch (err) {
-      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, metadata: md };
+      if (isPublic) return { auth: null, token: null, requestId, clientIp, userAgent, idempotencyKey, metadata: md };
       throw err;
     }
   }

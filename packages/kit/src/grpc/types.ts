@@ -12,6 +12,11 @@ export interface CallContext {
   clientIp: string | null;
   /** Client User-Agent as the gateway saw it (x-client-user-agent), for audit. */
   userAgent?: string | null;
+  /**
+   * The request's Idempotency-Key, scoped by the gateway to the tenant and credential (x-idempotency-key): work that
+   * must not run twice records its answer under it in its own transaction (kit `idempotent`).
+   */
+  idempotencyKey?: string | null;
   metadata: Metadata;
 }
 

@@ -1519,6 +1519,7 @@ export interface components {
           | 'CONFLICT'
           | 'GONE'
           | 'PAYLOAD_TOO_LARGE'
+          | 'UNPROCESSABLE_ENTITY'
           | 'UNSUPPORTED_MEDIA_TYPE'
           | 'RATE_LIMIT_EXCEEDED'
           | 'INTERNAL_ERROR'
@@ -2916,7 +2917,10 @@ export interface components {
     };
   };
   responses: never;
-  parameters: never;
+  parameters: {
+    /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+    IdempotencyKey: string;
+  };
   requestBodies: never;
   headers: never;
   pathItems: never;
@@ -2926,7 +2930,10 @@ export interface operations {
   register: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -2965,7 +2972,10 @@ export interface operations {
   login: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3004,7 +3014,10 @@ export interface operations {
   refresh: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3043,7 +3056,10 @@ export interface operations {
   logout: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3113,7 +3129,10 @@ export interface operations {
   exchangeToken: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3189,7 +3208,10 @@ export interface operations {
   authorizeOAuth: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         provider: string;
       };
@@ -3230,7 +3252,10 @@ export interface operations {
   acceptInvitation: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3269,7 +3294,10 @@ export interface operations {
   forgotPassword: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3308,7 +3336,10 @@ export interface operations {
   resetPassword: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3347,7 +3378,10 @@ export interface operations {
   verifyEmail: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3386,7 +3420,10 @@ export interface operations {
   startCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3499,7 +3536,10 @@ export interface operations {
   completeCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3538,7 +3578,10 @@ export interface operations {
   denyCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3577,7 +3620,10 @@ export interface operations {
   exchangeCliLogin: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3695,7 +3741,10 @@ export interface operations {
   addTeamMember: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -3930,7 +3979,10 @@ export interface operations {
   createInvitation: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4124,7 +4176,10 @@ export interface operations {
   createModel: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4322,7 +4377,10 @@ export interface operations {
   createApiKey: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4476,7 +4534,10 @@ export interface operations {
   rotateApiKey: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -4561,7 +4622,10 @@ export interface operations {
   createProject: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4759,7 +4823,10 @@ export interface operations {
   createAgent: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -4913,7 +4980,10 @@ export interface operations {
   executeAgent: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5038,7 +5108,10 @@ export interface operations {
   cancelAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -5076,7 +5149,10 @@ export interface operations {
   approveAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -5114,7 +5190,10 @@ export interface operations {
   rejectAgentRun: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         run_id: string;
@@ -5200,7 +5279,10 @@ export interface operations {
   createMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -5354,7 +5436,10 @@ export interface operations {
   refreshMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5435,7 +5520,10 @@ export interface operations {
   createWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -5589,7 +5677,10 @@ export interface operations {
   rotateWebhookSecret: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5676,7 +5767,10 @@ export interface operations {
   testWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5713,7 +5807,10 @@ export interface operations {
   recoverWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -5754,7 +5851,10 @@ export interface operations {
   retryWebhookDelivery: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
         deliveryId: string;
@@ -5988,7 +6088,10 @@ export interface operations {
   createChatSession: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6147,7 +6250,10 @@ export interface operations {
   sendChatMessage: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -6341,7 +6447,10 @@ export interface operations {
   purchaseCredits: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6380,7 +6489,10 @@ export interface operations {
   createSubscription: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6419,7 +6531,10 @@ export interface operations {
   createBillingPortal: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6454,7 +6569,10 @@ export interface operations {
   redeemGiftCard: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6567,7 +6685,10 @@ export interface operations {
   receiveStripeWebhook: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6689,7 +6810,10 @@ export interface operations {
   adminMintGiftCards: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };
@@ -6769,7 +6893,10 @@ export interface operations {
   adminAdjustCredits: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         id: string;
       };
@@ -7001,7 +7128,10 @@ export interface operations {
   validateStorageConfig: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path: {
         tenantId: string;
       };
@@ -7159,7 +7289,10 @@ export interface operations {
   createSecret: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        /** @description Makes a retry safe: the same key with the same request within 24 h answers the first status and body again (with `Idempotent-Replayed: true`) and does the work once; the key with another request is a 422 `idempotency_key_reused`, and while the first is still running a 409 `idempotency_key_in_progress`. Kept per tenant, and per API key for API keys. A streamed answer is not replayed (409 `idempotency_key_streamed`). */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
       path?: never;
       cookie?: never;
     };

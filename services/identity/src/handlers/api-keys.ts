@@ -4,6 +4,7 @@ import {
   type ApiKeyType,
   type CallContext,
   errors,
+  idempotent,
   newId,
   nowIso,
   randomBase62,
@@ -81,13 +82,25 @@ export function apiKeyHandlers(deps: IdentityDeps) {
       };
       // Each key is its own rate-limit principal (CONTRACT.md 6): the cap bounds how far one tenant can multiply
       // its budget.
-      await cap.transaction(auth.tid, async (tx, places) => {
-        await places.take();
-        await tx.collection(apiKeys).insert(doc);
-        await auditChange(tx, ctx, auth.tid, 'api_key.created', { type: 'api_key', id: doc.id }, { after: keyAudit(doc) });
-      });
+      // Once per Idempotency-Key, the key and the answer in one transaction; the answer (it holds the key) sealed.
+      const scope = { tenantId: auth.tid, operation: 'createApiKey', key: ctx.idempotencyKey, body: req };
+      const answer = await idempotent<identityV1.CreateApiKeyResponse>(
+        deps.store,
+        scope,
+        (commit) =>
+          commit(
+            async (tx) => {
+              await cap.places(tx, auth.tid).take();
+              await tx.collection(apiKeys).insert(doc);
+              await auditChange(tx, ctx, auth.tid, 'api_key.created', { type: 'api_key', id: doc.id }, { after: keyAudit(doc) });
+              return { apiKey: toApiKey(doc), key };
+            },
+            (body) => cap.transaction(auth.tid, (tx) => body(tx)),
+          ),
+        { seal: deps.box },
+      );
       deps.audit.kick();
-      return { apiKey: toApiKey(doc), key };
+      return answer;
     },
 
     async listApiKeys(req: identityV1.ListApiKeysRequest, ctx: CallContext): Promise<identityV1.ListApiKeysResponse> {

@@ -902,6 +902,57 @@ export interface ResolveModelsResponse {
   models: ResolvedModel[];
 }
 
+/** An HTTP answer as the gateway sent it, kept for replay. */
+export interface IdempotentAnswer {
+  status: number;
+  contentType: string;
+  body: string;
+  /** The first request's id (the replay's X-Request-Id, equal to meta.request_id in its body). */
+  requestId: string;
+  /** The answer was a stream: it cannot be replayed. */
+  streamed: boolean;
+}
+
+export interface ClaimIdempotencyKeyRequest {
+  /** The key as the gateway scoped it to the credential (sha256 hex); the tenant comes from the caller's JWT. */
+  key: string;
+  /** sha256 hex of the method, path and body: another fingerprint with the same key is a reuse. */
+  fingerprint: string;
+  /** The claiming gateway process (kit newHolderId). */
+  holder: string;
+}
+
+export interface ClaimIdempotencyKeyResponse {
+  /** "claimed" (answer the request, then finish) or "replay" (`answer` is the first answer). */
+  outcome: string;
+  gen: number;
+  answer?: IdempotentAnswer | undefined;
+}
+
+export interface BeatIdempotencyKeyRequest {
+  key: string;
+  gen: number;
+}
+
+export interface BeatIdempotencyKeyResponse {
+  /** False once the claim was taken over or finished. */
+  held: boolean;
+}
+
+export interface FinishIdempotencyKeyRequest {
+  key: string;
+  gen: number;
+  answer?:
+    | IdempotentAnswer
+    | undefined;
+  /** Give the claim up instead (a 5xx, a 429): a retry with the key does the request again. */
+  release: boolean;
+}
+
+export interface FinishIdempotencyKeyResponse {
+  recorded: boolean;
+}
+
 function createBaseTenant(): Tenant {
   return { id: "", name: "", plan: "", createdAt: "" };
 }
@@ -14962,6 +15013,689 @@ export const ResolveModelsResponse: MessageFns<ResolveModelsResponse> = {
   },
 };
 
+function createBaseIdempotentAnswer(): IdempotentAnswer {
+  return { status: 0, contentType: "", body: "", requestId: "", streamed: false };
+}
+
+export const IdempotentAnswer: MessageFns<IdempotentAnswer> = {
+  encode(message: IdempotentAnswer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.status !== 0) {
+      writer.uint32(8).int32(message.status);
+    }
+    if (message.contentType !== "") {
+      writer.uint32(18).string(message.contentType);
+    }
+    if (message.body !== "") {
+      writer.uint32(26).string(message.body);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(34).string(message.requestId);
+    }
+    if (message.streamed !== false) {
+      writer.uint32(40).bool(message.streamed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): IdempotentAnswer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseIdempotentAnswer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.status = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.contentType = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.body = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.streamed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): IdempotentAnswer {
+    return {
+      status: isSet(object.status) ? globalThis.Number(object.status) : 0,
+      contentType: isSet(object.contentType)
+        ? globalThis.String(object.contentType)
+        : isSet(object.content_type)
+        ? globalThis.String(object.content_type)
+        : "",
+      body: isSet(object.body) ? globalThis.String(object.body) : "",
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      streamed: isSet(object.streamed) ? globalThis.Boolean(object.streamed) : false,
+    };
+  },
+
+  toJSON(message: IdempotentAnswer): unknown {
+    const obj: any = {};
+    if (message.status !== 0) {
+      obj.status = Math.round(message.status);
+    }
+    if (message.contentType !== "") {
+      obj.contentType = message.contentType;
+    }
+    if (message.body !== "") {
+      obj.body = message.body;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.streamed !== false) {
+      obj.streamed = message.streamed;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<IdempotentAnswer>): IdempotentAnswer {
+    return IdempotentAnswer.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<IdempotentAnswer>): IdempotentAnswer {
+    const message = createBaseIdempotentAnswer();
+    message.status = object.status ?? 0;
+    message.contentType = object.contentType ?? "";
+    message.body = object.body ?? "";
+    message.requestId = object.requestId ?? "";
+    message.streamed = object.streamed ?? false;
+    return message;
+  },
+};
+
+function createBaseClaimIdempotencyKeyRequest(): ClaimIdempotencyKeyRequest {
+  return { key: "", fingerprint: "", holder: "" };
+}
+
+export const ClaimIdempotencyKeyRequest: MessageFns<ClaimIdempotencyKeyRequest> = {
+  encode(message: ClaimIdempotencyKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.fingerprint !== "") {
+      writer.uint32(18).string(message.fingerprint);
+    }
+    if (message.holder !== "") {
+      writer.uint32(26).string(message.holder);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClaimIdempotencyKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClaimIdempotencyKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.fingerprint = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ClaimIdempotencyKeyRequest {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      fingerprint: isSet(object.fingerprint) ? globalThis.String(object.fingerprint) : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+    };
+  },
+
+  toJSON(message: ClaimIdempotencyKeyRequest): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.fingerprint !== "") {
+      obj.fingerprint = message.fingerprint;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ClaimIdempotencyKeyRequest>): ClaimIdempotencyKeyRequest {
+    return ClaimIdempotencyKeyRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ClaimIdempotencyKeyRequest>): ClaimIdempotencyKeyRequest {
+    const message = createBaseClaimIdempotencyKeyRequest();
+    message.key = object.key ?? "";
+    message.fingerprint = object.fingerprint ?? "";
+    message.holder = object.holder ?? "";
+    return message;
+  },
+};
+
+function createBaseClaimIdempotencyKeyResponse(): ClaimIdempotencyKeyResponse {
+  return { outcome: "", gen: 0, answer: undefined };
+}
+
+export const ClaimIdempotencyKeyResponse: MessageFns<ClaimIdempotencyKeyResponse> = {
+  encode(message: ClaimIdempotencyKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.outcome !== "") {
+      writer.uint32(10).string(message.outcome);
+    }
+    if (message.gen !== 0) {
+      writer.uint32(16).int64(message.gen);
+    }
+    if (message.answer !== undefined) {
+      IdempotentAnswer.encode(message.answer, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClaimIdempotencyKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClaimIdempotencyKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.outcome = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.gen = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.answer = IdempotentAnswer.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ClaimIdempotencyKeyResponse {
+    return {
+      outcome: isSet(object.outcome) ? globalThis.String(object.outcome) : "",
+      gen: isSet(object.gen) ? globalThis.Number(object.gen) : 0,
+      answer: isSet(object.answer) ? IdempotentAnswer.fromJSON(object.answer) : undefined,
+    };
+  },
+
+  toJSON(message: ClaimIdempotencyKeyResponse): unknown {
+    const obj: any = {};
+    if (message.outcome !== "") {
+      obj.outcome = message.outcome;
+    }
+    if (message.gen !== 0) {
+      obj.gen = Math.round(message.gen);
+    }
+    if (message.answer !== undefined) {
+      obj.answer = IdempotentAnswer.toJSON(message.answer);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ClaimIdempotencyKeyResponse>): ClaimIdempotencyKeyResponse {
+    return ClaimIdempotencyKeyResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ClaimIdempotencyKeyResponse>): ClaimIdempotencyKeyResponse {
+    const message = createBaseClaimIdempotencyKeyResponse();
+    message.outcome = object.outcome ?? "";
+    message.gen = object.gen ?? 0;
+    message.answer = (object.answer !== undefined && object.answer !== null)
+      ? IdempotentAnswer.fromPartial(object.answer)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseBeatIdempotencyKeyRequest(): BeatIdempotencyKeyRequest {
+  return { key: "", gen: 0 };
+}
+
+export const BeatIdempotencyKeyRequest: MessageFns<BeatIdempotencyKeyRequest> = {
+  encode(message: BeatIdempotencyKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.gen !== 0) {
+      writer.uint32(16).int64(message.gen);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BeatIdempotencyKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBeatIdempotencyKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.gen = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BeatIdempotencyKeyRequest {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      gen: isSet(object.gen) ? globalThis.Number(object.gen) : 0,
+    };
+  },
+
+  toJSON(message: BeatIdempotencyKeyRequest): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.gen !== 0) {
+      obj.gen = Math.round(message.gen);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BeatIdempotencyKeyRequest>): BeatIdempotencyKeyRequest {
+    return BeatIdempotencyKeyRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BeatIdempotencyKeyRequest>): BeatIdempotencyKeyRequest {
+    const message = createBaseBeatIdempotencyKeyRequest();
+    message.key = object.key ?? "";
+    message.gen = object.gen ?? 0;
+    return message;
+  },
+};
+
+function createBaseBeatIdempotencyKeyResponse(): BeatIdempotencyKeyResponse {
+  return { held: false };
+}
+
+export const BeatIdempotencyKeyResponse: MessageFns<BeatIdempotencyKeyResponse> = {
+  encode(message: BeatIdempotencyKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.held !== false) {
+      writer.uint32(8).bool(message.held);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): BeatIdempotencyKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseBeatIdempotencyKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.held = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): BeatIdempotencyKeyResponse {
+    return { held: isSet(object.held) ? globalThis.Boolean(object.held) : false };
+  },
+
+  toJSON(message: BeatIdempotencyKeyResponse): unknown {
+    const obj: any = {};
+    if (message.held !== false) {
+      obj.held = message.held;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<BeatIdempotencyKeyResponse>): BeatIdempotencyKeyResponse {
+    return BeatIdempotencyKeyResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<BeatIdempotencyKeyResponse>): BeatIdempotencyKeyResponse {
+    const message = createBaseBeatIdempotencyKeyResponse();
+    message.held = object.held ?? false;
+    return message;
+  },
+};
+
+function createBaseFinishIdempotencyKeyRequest(): FinishIdempotencyKeyRequest {
+  return { key: "", gen: 0, answer: undefined, release: false };
+}
+
+export const FinishIdempotencyKeyRequest: MessageFns<FinishIdempotencyKeyRequest> = {
+  encode(message: FinishIdempotencyKeyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.gen !== 0) {
+      writer.uint32(16).int64(message.gen);
+    }
+    if (message.answer !== undefined) {
+      IdempotentAnswer.encode(message.answer, writer.uint32(26).fork()).join();
+    }
+    if (message.release !== false) {
+      writer.uint32(32).bool(message.release);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FinishIdempotencyKeyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFinishIdempotencyKeyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.gen = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.answer = IdempotentAnswer.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.release = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FinishIdempotencyKeyRequest {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      gen: isSet(object.gen) ? globalThis.Number(object.gen) : 0,
+      answer: isSet(object.answer) ? IdempotentAnswer.fromJSON(object.answer) : undefined,
+      release: isSet(object.release) ? globalThis.Boolean(object.release) : false,
+    };
+  },
+
+  toJSON(message: FinishIdempotencyKeyRequest): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.gen !== 0) {
+      obj.gen = Math.round(message.gen);
+    }
+    if (message.answer !== undefined) {
+      obj.answer = IdempotentAnswer.toJSON(message.answer);
+    }
+    if (message.release !== false) {
+      obj.release = message.release;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<FinishIdempotencyKeyRequest>): FinishIdempotencyKeyRequest {
+    return FinishIdempotencyKeyRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<FinishIdempotencyKeyRequest>): FinishIdempotencyKeyRequest {
+    const message = createBaseFinishIdempotencyKeyRequest();
+    message.key = object.key ?? "";
+    message.gen = object.gen ?? 0;
+    message.answer = (object.answer !== undefined && object.answer !== null)
+      ? IdempotentAnswer.fromPartial(object.answer)
+      : undefined;
+    message.release = object.release ?? false;
+    return message;
+  },
+};
+
+function createBaseFinishIdempotencyKeyResponse(): FinishIdempotencyKeyResponse {
+  return { recorded: false };
+}
+
+export const FinishIdempotencyKeyResponse: MessageFns<FinishIdempotencyKeyResponse> = {
+  encode(message: FinishIdempotencyKeyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.recorded !== false) {
+      writer.uint32(8).bool(message.recorded);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FinishIdempotencyKeyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFinishIdempotencyKeyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.recorded = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FinishIdempotencyKeyResponse {
+    return { recorded: isSet(object.recorded) ? globalThis.Boolean(object.recorded) : false };
+  },
+
+  toJSON(message: FinishIdempotencyKeyResponse): unknown {
+    const obj: any = {};
+    if (message.recorded !== false) {
+      obj.recorded = message.recorded;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<FinishIdempotencyKeyResponse>): FinishIdempotencyKeyResponse {
+    return FinishIdempotencyKeyResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<FinishIdempotencyKeyResponse>): FinishIdempotencyKeyResponse {
+    const message = createBaseFinishIdempotencyKeyResponse();
+    message.recorded = object.recorded ?? false;
+    return message;
+  },
+};
+
 /**
  * Identity: tenants, users, sessions and tokens, API keys, team members, the network allowlist.
  * Calls carry the caller's JWT in the `authorization` metadata, except the ones marked "no JWT".
@@ -15571,6 +16305,46 @@ export const IdentityServiceService = {
       Buffer.from(ResolveModelsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResolveModelsResponse => ResolveModelsResponse.decode(value),
   },
+  /**
+   * For the gateway only: the Idempotency-Key of a POST (CONTRACT.md 14) in a store every gateway shares. A key used
+   * with another request is refused (422 idempotency_key_reused); one held by a live gateway's request answers 409
+   * idempotency_key_in_progress.
+   */
+  claimIdempotencyKey: {
+    path: "/identity.v1.IdentityService/ClaimIdempotencyKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ClaimIdempotencyKeyRequest): Buffer =>
+      Buffer.from(ClaimIdempotencyKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ClaimIdempotencyKeyRequest => ClaimIdempotencyKeyRequest.decode(value),
+    responseSerialize: (value: ClaimIdempotencyKeyResponse): Buffer =>
+      Buffer.from(ClaimIdempotencyKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ClaimIdempotencyKeyResponse => ClaimIdempotencyKeyResponse.decode(value),
+  },
+  /** The holder of a claim is still at work (kit lease rule: a claim whose beat stands still is taken over). */
+  beatIdempotencyKey: {
+    path: "/identity.v1.IdentityService/BeatIdempotencyKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: BeatIdempotencyKeyRequest): Buffer =>
+      Buffer.from(BeatIdempotencyKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): BeatIdempotencyKeyRequest => BeatIdempotencyKeyRequest.decode(value),
+    responseSerialize: (value: BeatIdempotencyKeyResponse): Buffer =>
+      Buffer.from(BeatIdempotencyKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): BeatIdempotencyKeyResponse => BeatIdempotencyKeyResponse.decode(value),
+  },
+  /** The answer to replay for the key from now on, or (release) the claim given up so that a retry runs again. */
+  finishIdempotencyKey: {
+    path: "/identity.v1.IdentityService/FinishIdempotencyKey" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: FinishIdempotencyKeyRequest): Buffer =>
+      Buffer.from(FinishIdempotencyKeyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): FinishIdempotencyKeyRequest => FinishIdempotencyKeyRequest.decode(value),
+    responseSerialize: (value: FinishIdempotencyKeyResponse): Buffer =>
+      Buffer.from(FinishIdempotencyKeyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): FinishIdempotencyKeyResponse => FinishIdempotencyKeyResponse.decode(value),
+  },
 } as const;
 
 export interface IdentityServiceServer extends UntypedServiceImplementation {
@@ -15686,6 +16460,16 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
    * entry when `name` is empty), API keys decrypted and api_key_secret read from the tenant's secrets now.
    */
   resolveModels: handleUnaryCall<ResolveModelsRequest, ResolveModelsResponse>;
+  /**
+   * For the gateway only: the Idempotency-Key of a POST (CONTRACT.md 14) in a store every gateway shares. A key used
+   * with another request is refused (422 idempotency_key_reused); one held by a live gateway's request answers 409
+   * idempotency_key_in_progress.
+   */
+  claimIdempotencyKey: handleUnaryCall<ClaimIdempotencyKeyRequest, ClaimIdempotencyKeyResponse>;
+  /** The holder of a claim is still at work (kit lease rule: a claim whose beat stands still is taken over). */
+  beatIdempotencyKey: handleUnaryCall<BeatIdempotencyKeyRequest, BeatIdempotencyKeyResponse>;
+  /** The answer to replay for the key from now on, or (release) the claim given up so that a retry runs again. */
+  finishIdempotencyKey: handleUnaryCall<FinishIdempotencyKeyRequest, FinishIdempotencyKeyResponse>;
 }
 
 export interface IdentityServiceClient extends Client {
@@ -16564,6 +17348,58 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResolveModelsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * For the gateway only: the Idempotency-Key of a POST (CONTRACT.md 14) in a store every gateway shares. A key used
+   * with another request is refused (422 idempotency_key_reused); one held by a live gateway's request answers 409
+   * idempotency_key_in_progress.
+   */
+  claimIdempotencyKey(
+    request: ClaimIdempotencyKeyRequest,
+    callback: (error: ServiceError | null, response: ClaimIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  claimIdempotencyKey(
+    request: ClaimIdempotencyKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ClaimIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  claimIdempotencyKey(
+    request: ClaimIdempotencyKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ClaimIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  /** The holder of a claim is still at work (kit lease rule: a claim whose beat stands still is taken over). */
+  beatIdempotencyKey(
+    request: BeatIdempotencyKeyRequest,
+    callback: (error: ServiceError | null, response: BeatIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  beatIdempotencyKey(
+    request: BeatIdempotencyKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: BeatIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  beatIdempotencyKey(
+    request: BeatIdempotencyKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: BeatIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  /** The answer to replay for the key from now on, or (release) the claim given up so that a retry runs again. */
+  finishIdempotencyKey(
+    request: FinishIdempotencyKeyRequest,
+    callback: (error: ServiceError | null, response: FinishIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  finishIdempotencyKey(
+    request: FinishIdempotencyKeyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: FinishIdempotencyKeyResponse) => void,
+  ): ClientUnaryCall;
+  finishIdempotencyKey(
+    request: FinishIdempotencyKeyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: FinishIdempotencyKeyResponse) => void,
   ): ClientUnaryCall;
 }
 
