@@ -22,6 +22,14 @@ const LOADED_INDIRECTLY: Record<string, string[]> = {
   gateway: ['swagger-ui-dist'],
 };
 
+/**
+ * Workspace packages a published package bundles into its dist/ (scripts/release-pack.mjs marks only its declared
+ * dependencies external), so its users never install them: the CLI carries the webhook signing of @svc/contracts.
+ */
+const BUNDLED: Record<string, string[]> = {
+  'packages/cli': ['@svc/contracts'],
+};
+
 function files(dir: string, out: string[] = [], withTests = false): string[] {
   for (const name of readdirSync(dir)) {
     const path = join(dir, name);
@@ -77,7 +85,7 @@ describe.each(WORKSPACES.filter((w) => statSync(join(ROOT, w)).isDirectory()))('
     const declared = new Set(Object.keys({ ...manifest.dependencies, ...manifest.peerDependencies }));
     const used = imported(workspace);
     used.delete(manifest.name);
-    const undeclared = [...used].filter((p) => !declared.has(p)).sort();
+    const undeclared = [...used].filter((p) => !declared.has(p) && !(BUNDLED[workspace] ?? []).includes(p)).sort();
     // A used package's peer dependencies are declared beside it, as npm asks.
     const peers = new Set([...used].flatMap((p) => peerDependenciesOf(p, join(ROOT, workspace))));
     const unused = [...declared].filter((p) => !used.has(p) && !peers.has(p) && !(LOADED_INDIRECTLY[workspace] ?? []).includes(p)).sort();

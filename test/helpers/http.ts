@@ -13,6 +13,8 @@ export interface ReqOptions {
   token?: string;
   cookie?: string;
   headers?: Record<string, string>;
+  /** A 2xx event stream is answered once its headers are in, with no body (a live stream never ends by itself). */
+  streamHeadersOnly?: boolean;
 }
 
 export function client(baseUrl: string) {
@@ -27,6 +29,10 @@ export function client(baseUrl: string) {
       headers['content-type'] ??= 'application/json';
     }
     const res = await fetch(baseUrl + path, { method, headers, body });
+    if (options.streamHeadersOnly && res.ok && res.headers.get('content-type')?.startsWith('text/event-stream')) {
+      await res.body?.cancel();
+      return { status: res.status, headers: res.headers, body: undefined as T, text: '' };
+    }
     const text = await res.text();
     let parsed: unknown = undefined;
     try {

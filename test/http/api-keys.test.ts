@@ -128,7 +128,9 @@ describe('the secret is shown once and only its hash is stored', () => {
       .body.data;
     // Used once so that lastUsedAt is written too.
     expect((await api.get('/api/v1/tenant', { token: created.key })).status).toBe(200);
-    const files = readdirSync(stack.dataDir).map((f) => join(stack.dataDir, f));
+    const files = readdirSync(stack.dataDir, { recursive: true, withFileTypes: true })
+      .filter((f) => f.isFile())
+      .map((f) => join(f.parentPath, f.name));
     expect(files.some((f) => f.endsWith('identity.db'))).toBe(true);
     const disk = readAll(files);
     const secretPart = created.key.slice(created.start.length);

@@ -204,7 +204,7 @@ async function send(op: Operation, c: Case, token: string | undefined, targets: 
   const raw = op.method === 'GET' ? undefined : c.body === undefined ? undefined : JSON.stringify(c.body);
   const hdrs: Record<string, string> = { ...c.headers };
   if (raw === undefined) delete hdrs['content-type'];
-  const res = await api.request(op.method, pathOf(op, c, targets), { token, raw, headers: hdrs });
+  const res = await api.request(op.method, pathOf(op, c, targets), { token, raw, headers: hdrs, streamHeadersOnly: true });
   totals.cases++;
   totals.byStatus[res.status] = (totals.byStatus[res.status] ?? 0) + 1;
   if (res.status >= 500) totals.fiveHundreds++;

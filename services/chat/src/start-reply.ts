@@ -35,7 +35,7 @@ export interface ReplyStart {
    * Runs the transaction that stores the reply (default: the store's own), so a caller can record its answer in it
    * (an Idempotency-Key's). Not used with `newSession`, whose transaction is the session cap's.
    */
-  commit?: (write: (tx: StoreSession) => Promise<void>) => Promise<void>;
+  commit?: (write: (tx: StoreSession) => Promise<void>) => Promise<unknown>;
 }
 
 /** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
