@@ -41,7 +41,7 @@ describe('Anthropic provider against a fake Anthropic server over HTTP', () => {
     expect(text).toBe(reply);
     expect(events.filter((e) => e.type === 'text')).toHaveLength(4);
     expect(events.slice(-2)).toEqual([
-      { type: 'usage', inputTokens: 21, outputTokens: 8 },
+      { type: 'usage', inputTokens: 21, outputTokens: 8, model: 'claude-test' },
       { type: 'finish', reason: 'stop' },
     ]);
   });
@@ -239,7 +239,7 @@ describe('Anthropic provider against a fake Anthropic server over HTTP', () => {
     expect(error).toBeUndefined();
     expect(events).toEqual([
       { type: 'text', delta: 'partial' },
-      { type: 'usage', inputTokens: 1105, outputTokens: 42, cachedInputTokens: 1000 },
+      { type: 'usage', inputTokens: 1105, outputTokens: 42, cachedInputTokens: 1000, model: 'x' },
       { type: 'finish', reason: 'length' },
     ]);
   });

@@ -194,6 +194,8 @@ export async function* translateAnthropicStream(
   const input = { plain: 0, cacheWrite: 0, cacheRead: 0 };
   let outputTokens = 0;
   let sawUsage = false;
+  /** The model that answered, as message_start names it. */
+  let answeredBy: string | undefined;
   let stopReason: string | null | undefined;
 
   for await (const message of messages) {
@@ -211,7 +213,9 @@ export async function* translateAnthropicStream(
         ).error;
       }
       case 'message_start': {
-        const usage = (event as Extract<RawMessageStreamEvent, { type: 'message_start' }>).message?.usage;
+        const message = (event as Extract<RawMessageStreamEvent, { type: 'message_start' }>).message;
+        const usage = message?.usage;
+        if (typeof message?.model === 'string') answeredBy = message.model;
         started = true;
         if (usage) {
           sawUsage = true;
@@ -278,7 +282,7 @@ export async function* translateAnthropicStream(
       }
       case 'message_stop':
         if (!started) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} ended a message it did not start`, { provider });
-        if (sawUsage) yield usageEvent(input.plain + input.cacheWrite + input.cacheRead, outputTokens, input.cacheRead);
+        if (sawUsage) yield usageEvent(input.plain + input.cacheWrite + input.cacheRead, outputTokens, input.cacheRead, answeredBy);
         yield { type: 'finish', reason: mapStopReason(stopReason) };
         return;
       default:

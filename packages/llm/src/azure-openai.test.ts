@@ -27,7 +27,7 @@ describe('azure-openai provider against a fake Azure OpenAI resource over HTTP',
     expect(error).toBeUndefined();
     expect(text).toBe('Hello from Azure.');
     expect(events.slice(-2)).toEqual([
-      { type: 'usage', inputTokens: 12, outputTokens: 4, cachedInputTokens: 8 },
+      { type: 'usage', inputTokens: 12, outputTokens: 4, cachedInputTokens: 8, model: 'gpt-4o-prod' },
       { type: 'finish', reason: 'stop' },
     ]);
     const [request] = fake.requests;

@@ -483,10 +483,19 @@ export function parseToolArguments(provider: LlmProviderKind, name: string, json
   return value as Record<string, unknown>;
 }
 
-/** A usage event from a provider's counts; `cachedInputTokens` only when the provider reported some. */
-export function usageEvent(input: number | null | undefined, output: number | null | undefined, cached?: number | null): LlmUsageEvent {
+/**
+ * A usage event from a provider's counts; `cachedInputTokens` only when the provider reported some, `model` (the model
+ * that answered) only when it named one.
+ */
+export function usageEvent(
+  input: number | null | undefined,
+  output: number | null | undefined,
+  cached?: number | null,
+  model?: string | null,
+): LlmUsageEvent {
   const event: LlmUsageEvent = { type: 'usage', inputTokens: input ?? 0, outputTokens: output ?? 0 };
   if (typeof cached === 'number' && cached > 0) event.cachedInputTokens = cached;
+  if (typeof model === 'string' && model) event.model = model;
   return event;
 }
 

@@ -28,7 +28,7 @@ describe('gemini provider against a fake Gemini API over HTTP', () => {
     expect(text).toBe(reply);
     expect(events.filter((e) => e.type === 'text')).toHaveLength(4);
     expect(events.slice(-2)).toEqual([
-      { type: 'usage', inputTokens: 40, outputTokens: 7, cachedInputTokens: 32 },
+      { type: 'usage', inputTokens: 40, outputTokens: 7, cachedInputTokens: 32, model: 'gemini-2.5-flash' },
       { type: 'finish', reason: 'stop' },
     ]);
     const [request] = fake.requests;

@@ -265,6 +265,8 @@ interface GeminiChunk {
     cachedContentTokenCount?: number;
   };
   promptFeedback?: { blockReason?: string };
+  /** The model version that answered. */
+  modelVersion?: string;
   error?: GeminiErrorBody;
 }
 
@@ -288,7 +290,7 @@ export async function* translateGeminiStream(
     if (counts) {
       // Cumulative; thinking tokens are billed as output.
       const output = (counts.candidatesTokenCount ?? 0) + (counts.thoughtsTokenCount ?? 0);
-      usage = usageEvent(counts.promptTokenCount, output, counts.cachedContentTokenCount);
+      usage = usageEvent(counts.promptTokenCount, output, counts.cachedContentTokenCount, chunk.modelVersion);
     }
     const candidate = chunk.candidates?.find((c) => (c.index ?? 0) === 0);
     if (!candidate) {

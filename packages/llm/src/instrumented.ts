@@ -46,14 +46,15 @@ class ModelCall {
     });
   }
 
-  tokens(inputTokens: number, outputTokens: number | undefined): void {
+  tokens(inputTokens: number, outputTokens: number | undefined, responseModel?: string): void {
     this.call.inputTokens = inputTokens;
     this.call.outputTokens = outputTokens;
+    if (responseModel) this.call.responseModel = responseModel;
   }
 
   end(err?: unknown): void {
     const c = this.call;
-    // Without an echo of the model from the adapters, the model that answered is the one asked for.
+    // A provider that did not name the model that answered (Bedrock's Converse never does): the one asked for.
     c.responseModel ??= c.requestModel;
     this.span.setAttributes(genAiSpanAttributes(c));
     const errorType = err === undefined ? '' : isLlmError(err) ? err.kind : 'error';
@@ -85,7 +86,7 @@ export function instrumented(provider: LlmProvider, settings: LlmSettings): LlmP
     let failure: unknown;
     try {
       for await (const event of provider.stream(request, options)) {
-        if (event.type === 'usage') call.tokens(event.inputTokens, event.outputTokens);
+        if (event.type === 'usage') call.tokens(event.inputTokens, event.outputTokens, event.model);
         yield event;
       }
     } catch (err) {

@@ -37,7 +37,7 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     expect(text).toBe(reply);
     expect(events.filter((e) => e.type === 'text')).toHaveLength(5);
     expect(events.slice(-2)).toEqual([
-      { type: 'usage', inputTokens: 11, outputTokens: 9 },
+      { type: 'usage', inputTokens: 11, outputTokens: 9, model: 'gpt-test' },
       { type: 'finish', reason: 'stop' },
     ]);
   });
@@ -54,7 +54,7 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
         if (e.type === 'usage') abort.abort();
       }
     })().catch((err: unknown) => err);
-    expect(seen.filter((e) => e.type !== 'text')).toEqual([{ type: 'usage', inputTokens: 4, outputTokens: 3 }]);
+    expect(seen.filter((e) => e.type !== 'text')).toEqual([{ type: 'usage', inputTokens: 4, outputTokens: 3, model: 'gpt-test' }]);
     expect(llmError(error).kind).toBe('cancelled');
   });
 
@@ -62,7 +62,7 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     const { text, events } = await drain(createProvider(settings()).stream(ask('hello there')));
     expect(text).toBe(echoText('hello there'));
     expect(events.filter((e) => e.type === 'text').length).toBeGreaterThan(1);
-    expect(events.find((e) => e.type === 'usage')).toEqual({ type: 'usage', inputTokens: 3, outputTokens: 5 });
+    expect(events.find((e) => e.type === 'usage')).toEqual({ type: 'usage', inputTokens: 3, outputTokens: 5, model: 'gpt-test' });
   });
 
   it('sends the Chat Completions request shape, with the key as a bearer token', async () => {

@@ -279,7 +279,12 @@ export async function* translateOpenAIStream(
     const chunk = parseEventData(provider, message.data) as ChatCompletionChunk & { error?: Record<string, unknown> };
     if (chunk.error && typeof chunk.error === 'object') throw streamedError(provider, chunk.error, secrets);
     if (chunk.usage) {
-      usage = usageEvent(chunk.usage.prompt_tokens, chunk.usage.completion_tokens, chunk.usage.prompt_tokens_details?.cached_tokens);
+      usage = usageEvent(
+        chunk.usage.prompt_tokens,
+        chunk.usage.completion_tokens,
+        chunk.usage.prompt_tokens_details?.cached_tokens,
+        chunk.model,
+      );
     }
     const choice = chunk.choices?.find((c) => (c.index ?? 0) === 0);
     if (!choice) {

@@ -67,6 +67,8 @@ export interface LlmUsageEvent {
   inputTokens: number;
   outputTokens: number;
   cachedInputTokens?: number;
+  /** The model that answered, as the provider named it (a dated version of the one asked for), when it said. */
+  model?: string;
 }
 
 export interface LlmStreamOptions {
