@@ -261,7 +261,10 @@ export class Replies {
       result = await routed.chain.embed(request, { signal, onServed: (s) => (served = { ...s, meta: routed.metaOf(s.index) }) });
     } catch (err) {
       const { code } = errorCodeFor(err);
-      await bill({ inputTokens: 0, outputTokens: 0 }, false, failedOutcome(signal.aborted ? 'REPLY_CANCELLED' : code));
+      // Logged with no tokens (its hold given back); a store that fails here leaves the hold to expire.
+      await bill({ inputTokens: 0, outputTokens: 0 }, false, failedOutcome(signal.aborted ? 'REPLY_CANCELLED' : code)).catch(
+        (billErr: unknown) => this.logger.warn({ err: billErr, callId }, 'recording a failed embeddings call failed'),
+      );
       throw err;
     }
     await bill({ inputTokens: result.inputTokens, outputTokens: 0 }, result.estimated ?? false, { status: 'ok', errorCode: '' });

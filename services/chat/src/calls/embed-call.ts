@@ -1,7 +1,7 @@
 /**
  * Embeddings on a model (CONTRACT.md 12, POST /v1/embeddings): the model resolved as a REST chat call's (a catalogue
  * name, else the default model), its most possible cost reserved (the inputs' token bound at the dearest input price
- * that may serve), the call routed as a reply's (entries by weight, then fallbacks), then billed once at the serving
+ * that may serve), the call routed as a reply's (entries by weight; no fallbacks), then billed once at the serving
  * model's input price with its request-log entry (origin `v1`).
  */
 import { AppError, authed, type CallContext, errors, isAppError, newId } from '@svc/kit';
@@ -38,7 +38,10 @@ export function embedCall(deps: CallDeps) {
       if (req.dimensions !== undefined && req.dimensions < 1)
         throw errors.validation([{ field: 'dimensions', message: 'must be at least 1' }]);
 
-      const { plan, llm } = await restPlan(peers, token, auth.tid, deps.pricing, req.model, '');
+      const resolved = await restPlan(peers, token, auth.tid, deps.pricing, req.model, '');
+      // The name's own entries (or the default model) only: the default model's fallbacks are chat models.
+      const plan: CallPlan = { ...resolved.plan, fallbacks: [] };
+      const { llm } = resolved;
       const callId = newId('emb');
       const inputTokens = inputTokenBound(req.input, plan);
       const hold: CallHold = {
