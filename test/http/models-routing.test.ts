@@ -5,7 +5,7 @@
  * the agents; a name the catalogue does not have is 404 model_not_found on /v1 (OpenAI's shape) and on REST; the
  * usage is recorded under the name asked for.
  */
-import { startFakeAnthropic, startFakeOpenAI, echoText, type FakeProviderServer, type FakeRequest } from '@svc/llm/testing';
+import { startFakeAnthropic, startFakeOpenAI, echoText, fakeEmbedding, type FakeProviderServer, type FakeRequest } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -216,4 +216,103 @@ it('records the usage under the name asked for, not the upstream model', async (
   }, 10_000).catch(() => undefined);
   expect(models).toEqual(expect.arrayContaining(['pair', 'claude-fast', 'shaky', 'default-model']));
   for (const upstream of ['pair-left', 'pair-right', 'shaky-good', 'claude-up']) expect(models).not.toContain(upstream);
+});
+
+describe('POST /v1/embeddings', () => {
+  const embed = (body: Record<string, unknown>, token = key) => api.post('/v1/embeddings', body, { token });
+  const embedRequests = (fake: FakeProviderServer, model: string) =>
+    fake.requests.filter((r: FakeRequest) => r.path.endsWith('/embeddings') && (r.body as { model?: string })?.model === model);
+
+  beforeAll(async () => {
+    const entries = [
+      // One credit a token: the call's credits are its input tokens.
+      {
+        name: 'embedder',
+        provider: 'openai-compatible',
+        upstreamModel: 'embed-up',
+        baseUrl: right.url,
+        price: { input: 1_000_000, output: 0 },
+      },
+      { name: 'dear-embed', provider: 'openai-compatible', upstreamModel: 'dear-up', baseUrl: right.url, price: { input: 1e8, output: 0 } },
+    ];
+    for (const e of entries) expect((await api.post(M, e, t)).status).toBe(201);
+  });
+
+  it("embeds on a catalogue model, as OpenAI answers, billed at the entry's input price and logged as a v1 call", async () => {
+    const input = ['first text', 'the second text'];
+    const res = await embed({ model: 'embedder', input, dimensions: 8, user: 'end-user-7' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-served-model')).toBe('embed-up');
+    expect(res.body).toMatchObject({
+      object: 'list',
+      model: 'embed-up',
+      data: [
+        { object: 'embedding', index: 0, embedding: fakeEmbedding(input[0], 8) },
+        { object: 'embedding', index: 1, embedding: fakeEmbedding(input[1], 8) },
+      ],
+    });
+    const tokens = res.body.usage.prompt_tokens;
+    expect(tokens).toBeGreaterThan(0);
+    expect(res.body.usage).toEqual({ prompt_tokens: tokens, total_tokens: tokens });
+    expect(embedRequests(right, 'embed-up').at(-1)?.body).toMatchObject({ input, dimensions: 8 });
+
+    // base64: the same vector as little-endian float32s; one string is one input.
+    const b64 = await embed({ model: 'embedder', input: input[0], dimensions: 8, encoding_format: 'base64' });
+    expect(b64.status).toBe(200);
+    const bytes = Buffer.from(b64.body.data[0].embedding as string, 'base64');
+    const floats = Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(i * 4));
+    expect(floats).toHaveLength(8);
+    floats.forEach((f, i) => expect(f).toBeCloseTo(fakeEmbedding(input[0], 8)[i], 5));
+
+    let logged: Array<Record<string, any>> = [];
+    await eventually(async () => {
+      logged = (await api.get('/api/v1/requests?model=embedder', t)).body.data;
+      return logged.length === 2;
+    }, 10_000);
+    // Newest first: the first call is the second entry.
+    expect(logged[1]).toMatchObject({
+      source: 'v1',
+      model: 'embedder',
+      servedModel: 'embed-up',
+      status: 'ok',
+      endUser: 'end-user-7',
+      inputTokens: tokens,
+      outputTokens: 0,
+      credits: tokens,
+    });
+    expect(logged[1].apiKeyId).toEqual(expect.any(String));
+    expect(logged[0].credits).toBe(logged[0].inputTokens);
+  });
+
+  it('answers an unknown model 404, a model without embeddings 400 and a bad body 400, in OpenAI shape', async () => {
+    for (const name of ['nope', 'off']) {
+      const res = await embed({ model: name, input: 'hi' });
+      expect(res.status).toBe(404);
+      expect(res.body.error).toMatchObject({ code: 'model_not_found', param: 'model', message: expect.any(String) });
+    }
+    const anthropic = await embed({ model: 'claude-fast', input: 'hi' });
+    expect(anthropic.status).toBe(400);
+    expect(anthropic.body.error).toMatchObject({ code: 'embeddings_not_supported', type: 'invalid_request_error' });
+    for (const body of [
+      { model: 'embedder' },
+      { model: 'embedder', input: [] },
+      { model: 'embedder', input: [1, 2, 3] },
+      { model: 'embedder', input: '' },
+      { model: 'embedder', input: 'hi', encoding_format: 'int8' },
+      { model: 'embedder', input: 'hi', dimensions: 0 },
+      { input: 'hi' },
+    ]) {
+      const res = await embed(body);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
+    }
+  });
+
+  it('refuses a call the credits do not cover with 402 before the provider sees it', async () => {
+    // 100 credits a token: 100 characters hold far more than the 1,000 credits a tenant starts with.
+    const res = await embed({ model: 'dear-embed', input: 'x'.repeat(100) });
+    expect(res.status).toBe(402);
+    expect(res.body.error).toMatchObject({ type: 'insufficient_quota', message: expect.any(String) });
+    expect(embedRequests(right, 'dear-up')).toHaveLength(0);
+  });
 });

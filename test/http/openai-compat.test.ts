@@ -1,5 +1,5 @@
 import OpenAI from 'openai';
-import { echoText, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
+import { echoText, fakeEmbedding, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -196,6 +196,23 @@ describe('chat completions', () => {
       expect(err.status).toBe(503);
       expect(err.error).toMatchObject({ type: 'server_error', code: 'llm_unavailable' });
     }
+    await settled();
+  });
+});
+
+describe('embeddings', () => {
+  it("embeds on the tenant's default model through the official client (base64 by default, decoded by it)", async () => {
+    const input = ['one', 'three words here'];
+    const res = await ai.embeddings.create({ model: MODEL, input });
+    expect(res.object).toBe('list');
+    expect(res.model).toBe(MODEL);
+    expect(res.data.map((d) => d.index)).toEqual([0, 1]);
+    res.data.forEach((d, i) => d.embedding.forEach((v, j) => expect(v).toBeCloseTo(fakeEmbedding(input[i])[j], 5)));
+    expect(res.usage.prompt_tokens).toBeGreaterThan(0);
+    expect(res.usage.total_tokens).toBe(res.usage.prompt_tokens);
+    const sent = fake.requests.filter((r) => r.path.endsWith('/embeddings')).at(-1);
+    expect(sent?.body).toMatchObject({ model: MODEL, input });
+    expect(sent?.headers.authorization).toBe(`Bearer ${PROVIDER_KEY}`);
     await settled();
   });
 });

@@ -160,3 +160,31 @@ test('the request model applies to the main model only', async () => {
   expect(a.requests[0].conversation?.model).toBe('agent-model');
   expect(b.requests[0].conversation?.model).toBe('second');
 });
+
+describe('embed', () => {
+  const embeddings = (fake: FakeProviderServer) => fake.requests.filter((r) => r.path.endsWith('/embeddings'));
+
+  test('moves on from a model that fails before answering, as a stream does, and names the model that served', async () => {
+    a.script({ type: 'error', status: 503 });
+    const served: ServedModel[] = [];
+    const res = await chain().embed({ input: ['one', 'two'], dimensions: 4 }, { onServed: (s) => served.push(s) });
+    expect(res.vectors).toHaveLength(2);
+    expect(res.vectors[0]).toHaveLength(4);
+    expect(res.inputTokens).toBeGreaterThan(0);
+    expect(served).toEqual([{ provider: 'openai-compatible', model: 'second', index: 1 }]);
+    expect(embeddings(a)).toHaveLength(1);
+    expect(embeddings(b)[0].body).toMatchObject({ model: 'second', input: ['one', 'two'], dimensions: 4 });
+  });
+
+  test('refuses a model whose provider has no embeddings, without moving on', async () => {
+    const only = createModelChain(
+      [
+        { provider: 'anthropic', baseUrl: c.url, apiKey: 'ak-fallback', model: 'third' },
+        { provider: 'openai-compatible', baseUrl: b.url, model: 'second' },
+      ],
+      { scope: 'tenant_1' },
+    );
+    await expect(only.embed({ input: ['x'] })).rejects.toMatchObject({ kind: 'bad_request', code: 'embeddings_not_supported' });
+    expect(embeddings(b)).toHaveLength(0);
+  });
+});

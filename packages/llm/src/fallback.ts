@@ -12,6 +12,8 @@ import { backoffMs, MAX_RETRY_AFTER_MS, PROVIDER_LABEL } from './core';
 import type { CircuitBreaker } from './breaker';
 import { reusedProvider } from './provider';
 import {
+  type LlmEmbedRequest,
+  type LlmEmbedResult,
   LlmError,
   type LlmEvent,
   type LlmProvider,
@@ -47,6 +49,7 @@ export interface ModelChainOptions {
 
 export interface ModelChain extends LlmProvider {
   stream(request: LlmRequest, options?: ChainStreamOptions): AsyncIterable<LlmEvent>;
+  embed(request: LlmEmbedRequest, options?: ChainStreamOptions): Promise<LlmEmbedResult>;
 }
 
 /** Errors that say the model (not the request) failed: the next one may answer. */
@@ -103,9 +106,17 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
     return providers[i]!;
   };
 
-  async function* stream(request: LlmRequest, streamOptions: ChainStreamOptions = {}): AsyncGenerator<LlmEvent> {
+  /**
+   * One call over the candidates: `call` on each in turn until one yields its first item (then that one's items are
+   * the answer). `firstModel` is the request's model, for the main model only.
+   */
+  async function* attempts<E>(
+    firstModel: string | undefined,
+    call: (provider: LlmProvider, model: string, index: number) => AsyncIterable<E>,
+    streamOptions: ChainStreamOptions,
+  ): AsyncGenerator<E> {
     const { signal, onServed } = streamOptions;
-    const models = candidates.map((c, i) => (i === 0 ? (request.model ?? c.model ?? '') : (c.model ?? '')));
+    const models = candidates.map((c, i) => (i === 0 ? (firstModel ?? c.model ?? '') : (c.model ?? '')));
     const keys = candidates.map((c, i) => breakerKey(scope, { ...c, model: models[i] }));
     let lastError: LlmError | undefined;
     let skipped: LlmError | undefined;
@@ -138,12 +149,11 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
         fail(i, provider, false);
         continue;
       }
-      const request_: LlmRequest = i === 0 ? request : { ...request, model: models[i] };
       for (let attempt = 0; ; attempt++) {
         tried++;
         let started = false;
         try {
-          for await (const event of provider.stream(request_, { signal })) {
+          for await (const event of call(provider, models[i], i)) {
             if (!started) {
               started = true;
               breaker?.success(key);
@@ -193,5 +203,22 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
     throw skipped!;
   }
 
-  return { stream };
+  const stream = (request: LlmRequest, options: ChainStreamOptions = {}) =>
+    attempts(request.model, (p, model, i) => p.stream(i === 0 ? request : { ...request, model }, { signal: options.signal }), options);
+
+  /** Embeddings on the first candidate that answers, moving on as a stream does before its first event. */
+  async function embed(request: LlmEmbedRequest, options: ChainStreamOptions = {}): Promise<LlmEmbedResult> {
+    const embedOn = async function* (p: LlmProvider, model: string, i: number) {
+      if (!p.embed)
+        throw new LlmError('bad_request', `${PROVIDER_LABEL[candidates[i].provider]} model ${model} has no embeddings`, {
+          provider: candidates[i].provider,
+          code: 'embeddings_not_supported',
+        });
+      yield await p.embed({ ...request, model }, { signal: options.signal });
+    };
+    for await (const result of attempts(request.model, embedOn, options)) return result;
+    throw new LlmError('protocol', 'the model answered no embeddings');
+  }
+
+  return { stream, embed };
 }

@@ -17,6 +17,8 @@ import {
   type CircuitBreaker,
   estimateUsage,
   isLlmError,
+  type LlmEmbedRequest,
+  type LlmEmbedResult,
   type LlmEvent,
   type LlmMessage,
   type LlmSettings,
@@ -209,6 +211,64 @@ export class Replies {
     const { temperature, maxTokens } = llm.settings;
     const fallbacks = (llm.fallbacks ?? []).map((f) => ({ ...f, temperature, maxTokens }));
     return planCall(llm.settings.model ?? '', [], [llm.settings, ...fallbacks], pricing);
+  }
+
+  /** A call on `plan` as one model chain, with this process's breaker, timeout, retries and egress-guarded fetch. */
+  private route(plan: CallPlan, tenantId: string, callId: string) {
+    const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
+    return routePlan(
+      plan,
+      {
+        breaker: this.models.breaker,
+        scope: tenantId,
+        maxRetries: this.models.maxRetries,
+        onAttemptFailed: (a) =>
+          this.logger.warn(
+            { messageId: callId, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
+            a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
+          ),
+      },
+      extra,
+    );
+  }
+
+  /**
+   * Embeds `request` on `plan` (CONTRACT.md 12), routed as a reply's call, and bills it once: its input tokens at the
+   * serving model's input price, with its request-log info, as the `llm.usage` of `callId` (the reservation's call
+   * id), in a transaction of its own. A failed call is logged with no tokens, which gives its hold back.
+   */
+  async embed(
+    tenantId: string,
+    callId: string,
+    call: ReplyCall,
+    plan: CallPlan,
+    request: LlmEmbedRequest,
+    signal: AbortSignal,
+  ): Promise<{ result: LlmEmbedResult; servedModel: string }> {
+    const routed = this.route(plan, tenantId, callId);
+    let served: Served | undefined;
+    const startedAt = this.now();
+    const bill = async (usage: Tokens, estimated: boolean, outcome: Omit<CallOutcome, 'latencyMs' | 'ttftMs'>) => {
+      const latencyMs = Math.max(1, this.now() - startedAt);
+      const billed = served ? { ...call, ...servedCall(served) } : call;
+      await this.store.transaction((tx) =>
+        billReply(tx, tenantId, callId, billed, usage, estimated, { ...outcome, latencyMs, ttftMs: latencyMs }),
+      );
+      this.relay.notify();
+    };
+    let result: LlmEmbedResult;
+    try {
+      result = await routed.chain.embed(request, { signal, onServed: (s) => (served = { ...s, meta: routed.metaOf(s.index) }) });
+    } catch (err) {
+      const { code } = errorCodeFor(err);
+      // Logged with no tokens (its hold given back); a store that fails here leaves the hold to expire.
+      await bill({ inputTokens: 0, outputTokens: 0 }, false, failedOutcome(signal.aborted ? 'REPLY_CANCELLED' : code)).catch(
+        (billErr: unknown) => this.logger.warn({ err: billErr, callId }, 'recording a failed embeddings call failed'),
+      );
+      throw err;
+    }
+    await bill({ inputTokens: result.inputTokens, outputTokens: 0 }, result.estimated ?? false, { status: 'ok', errorCode: '' });
+    return { result, servedModel: served?.model ?? call.model };
   }
 
   /** The reply if this process is generating it (or just finished it). */
@@ -475,23 +535,9 @@ export class Replies {
       let events: AsyncIterable<ReplySourceEvent>;
       if (job.source) events = job.source(signal);
       else {
-        const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
         // The name's entries by weight (or the default model), then the fallbacks; the reply's one reservation
         // covers whichever serves (it holds the most costly price and the largest output bound among them).
-        const routed = routePlan(
-          job.llm.plan ?? this.planOf(job.llm),
-          {
-            breaker: this.models.breaker,
-            scope: tenantId,
-            maxRetries: this.models.maxRetries,
-            onAttemptFailed: (a) =>
-              this.logger.warn(
-                { messageId: message.id, provider: a.provider, model: a.model, kind: a.error.kind, skipped: a.skipped },
-                a.skipped ? 'model skipped (circuit open)' : 'model failed before answering',
-              ),
-          },
-          extra,
-        );
+        const routed = this.route(job.llm.plan ?? this.planOf(job.llm), tenantId, message.id);
         const onServed = (served: ServedModel) => {
           progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;

@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import type { GatewayDeps } from '../../deps';
 import { callRelay } from './call-relay';
 import { chatCompletionsRoute } from './chat-completions';
+import { embeddingsRoute } from './embeddings';
 import { modelsRoute } from './models';
 import { responsesRoutes } from './responses';
 
@@ -15,5 +16,6 @@ export function openAiRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   modelsRoute(app, deps);
   chatCompletionsRoute(app, deps, relay);
   responsesRoutes(app, deps, relay);
+  embeddingsRoute(app, deps);
   // Another endpoint family: its own file here, registered with one line.
 }

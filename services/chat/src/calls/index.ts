@@ -6,6 +6,7 @@
  * before any reader sends it: a stream resumed after any event, from any process, continues exactly there.
  */
 import { agentCall } from './agent-call';
+import { embedCall } from './embed-call';
 import { modelCalls } from './model-call';
 import { responseReads } from './responses';
 import { callParts, type CallDeps } from './shared';
@@ -15,5 +16,5 @@ export type { CallDeps } from './shared';
 
 export function callHandlers(deps: CallDeps) {
   const parts = callParts(deps);
-  return { ...modelCalls(deps, parts, agentCall(deps, parts)), ...responseReads(deps, parts) };
+  return { ...modelCalls(deps, parts, agentCall(deps, parts)), ...responseReads(deps, parts), ...embedCall(deps) };
 }

@@ -157,6 +157,30 @@ export interface ListModelsResponse {
   models: string[];
 }
 
+export interface EmbedRequest {
+  /** A catalogue name, or the default model's name; empty: the default model. */
+  model: string;
+  input: string[];
+  dimensions?:
+    | number
+    | undefined;
+  /** OpenAI's `user`, kept as the request log's end user. */
+  endUser: string;
+}
+
+export interface Embedding {
+  values: number[];
+}
+
+export interface EmbedResponse {
+  /** The model as the caller named it, and the upstream model that served. */
+  model: string;
+  servedModel: string;
+  /** One per input, in order. */
+  data: Embedding[];
+  inputTokens: number;
+}
+
 /** A tool the model may call: `parameters_json` is its JSON Schema. */
 export interface ToolSpec {
   name: string;
@@ -2319,6 +2343,335 @@ export const ListModelsResponse: MessageFns<ListModelsResponse> = {
   },
 };
 
+function createBaseEmbedRequest(): EmbedRequest {
+  return { model: "", input: [], dimensions: undefined, endUser: "" };
+}
+
+export const EmbedRequest: MessageFns<EmbedRequest> = {
+  encode(message: EmbedRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    for (const v of message.input) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.dimensions !== undefined) {
+      writer.uint32(24).int32(message.dimensions);
+    }
+    if (message.endUser !== "") {
+      writer.uint32(34).string(message.endUser);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EmbedRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.input.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.dimensions = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.endUser = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EmbedRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      input: globalThis.Array.isArray(object?.input) ? object.input.map((e: any) => globalThis.String(e)) : [],
+      dimensions: isSet(object.dimensions) ? globalThis.Number(object.dimensions) : undefined,
+      endUser: isSet(object.endUser)
+        ? globalThis.String(object.endUser)
+        : isSet(object.end_user)
+        ? globalThis.String(object.end_user)
+        : "",
+    };
+  },
+
+  toJSON(message: EmbedRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.input?.length) {
+      obj.input = message.input;
+    }
+    if (message.dimensions !== undefined) {
+      obj.dimensions = Math.round(message.dimensions);
+    }
+    if (message.endUser !== "") {
+      obj.endUser = message.endUser;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<EmbedRequest>): EmbedRequest {
+    return EmbedRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<EmbedRequest>): EmbedRequest {
+    const message = createBaseEmbedRequest();
+    message.model = object.model ?? "";
+    message.input = object.input?.map((e) => e) || [];
+    message.dimensions = object.dimensions ?? undefined;
+    message.endUser = object.endUser ?? "";
+    return message;
+  },
+};
+
+function createBaseEmbedding(): Embedding {
+  return { values: [] };
+}
+
+export const Embedding: MessageFns<Embedding> = {
+  encode(message: Embedding, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.values.length !== 0) {
+      writer.uint32(10).fork();
+      for (const v of message.values) {
+        writer.double(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Embedding {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedding();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag === 9) {
+              message.values.push(reader.double());
+
+              continue;
+            }
+
+            if (tag === 10) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.values.push(reader.double());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Embedding {
+    return {
+      values: globalThis.Array.isArray(object?.values) ? object.values.map((e: any) => globalThis.Number(e)) : [],
+    };
+  },
+
+  toJSON(message: Embedding): unknown {
+    const obj: any = {};
+    if (message.values?.length) {
+      obj.values = message.values.map((e) => floatToJson(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Embedding>): Embedding {
+    return Embedding.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Embedding>): Embedding {
+    const message = createBaseEmbedding();
+    message.values = object.values?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseEmbedResponse(): EmbedResponse {
+  return { model: "", servedModel: "", data: [], inputTokens: 0 };
+}
+
+export const EmbedResponse: MessageFns<EmbedResponse> = {
+  encode(message: EmbedResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.servedModel !== "") {
+      writer.uint32(18).string(message.servedModel);
+    }
+    for (const v of message.data) {
+      Embedding.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.inputTokens !== 0) {
+      writer.uint32(32).int32(message.inputTokens);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EmbedResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.servedModel = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.data.push(Embedding.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.inputTokens = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EmbedResponse {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      servedModel: isSet(object.servedModel)
+        ? globalThis.String(object.servedModel)
+        : isSet(object.served_model)
+        ? globalThis.String(object.served_model)
+        : "",
+      data: globalThis.Array.isArray(object?.data) ? object.data.map((e: any) => Embedding.fromJSON(e)) : [],
+      inputTokens: isSet(object.inputTokens)
+        ? globalThis.Number(object.inputTokens)
+        : isSet(object.input_tokens)
+        ? globalThis.Number(object.input_tokens)
+        : 0,
+    };
+  },
+
+  toJSON(message: EmbedResponse): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.servedModel !== "") {
+      obj.servedModel = message.servedModel;
+    }
+    if (message.data?.length) {
+      obj.data = message.data.map((e) => Embedding.toJSON(e));
+    }
+    if (message.inputTokens !== 0) {
+      obj.inputTokens = Math.round(message.inputTokens);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<EmbedResponse>): EmbedResponse {
+    return EmbedResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<EmbedResponse>): EmbedResponse {
+    const message = createBaseEmbedResponse();
+    message.model = object.model ?? "";
+    message.servedModel = object.servedModel ?? "";
+    message.data = object.data?.map((e) => Embedding.fromPartial(e)) || [];
+    message.inputTokens = object.inputTokens ?? 0;
+    return message;
+  },
+};
+
 function createBaseToolSpec(): ToolSpec {
   return { name: "", description: "", parametersJson: "" };
 }
@@ -4472,6 +4825,19 @@ export const ChatServiceService = {
       Buffer.from(CancelResponseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CancelResponseResponse => CancelResponseResponse.decode(value),
   },
+  /**
+   * Embeds each input on a model (a catalogue name, or the default model): reserved, called, billed at the model's
+   * input price and logged (origin `v1`), like a chat completion.
+   */
+  embed: {
+    path: "/chat.v1.ChatService/Embed" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: EmbedRequest): Buffer => Buffer.from(EmbedRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): EmbedRequest => EmbedRequest.decode(value),
+    responseSerialize: (value: EmbedResponse): Buffer => Buffer.from(EmbedResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): EmbedResponse => EmbedResponse.decode(value),
+  },
 } as const;
 
 export interface ChatServiceServer extends UntypedServiceImplementation {
@@ -4500,6 +4866,11 @@ export interface ChatServiceServer extends UntypedServiceImplementation {
   getResponse: handleUnaryCall<GetResponseRequest, GetResponseResponse>;
   /** Stops a response still in progress (any process may be generating it); a finished one is returned as it is. */
   cancelResponse: handleUnaryCall<CancelResponseRequest, CancelResponseResponse>;
+  /**
+   * Embeds each input on a model (a catalogue name, or the default model): reserved, called, billed at the model's
+   * input price and logged (origin `v1`), like a chat completion.
+   */
+  embed: handleUnaryCall<EmbedRequest, EmbedResponse>;
 }
 
 export interface ChatServiceClient extends Client {
@@ -4671,6 +5042,25 @@ export interface ChatServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CancelResponseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Embeds each input on a model (a catalogue name, or the default model): reserved, called, billed at the model's
+   * input price and logged (origin `v1`), like a chat completion.
+   */
+  embed(
+    request: EmbedRequest,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
+  ): ClientUnaryCall;
+  embed(
+    request: EmbedRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
+  ): ClientUnaryCall;
+  embed(
+    request: EmbedRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
   ): ClientUnaryCall;
 }
 
