@@ -75,8 +75,8 @@ let email: string;
 
 /**
  * A proxy in front of the gateway that does what a header `x-test-fault` asks: a status (answered with the error
- * envelope, not forwarded), `hang` (never answers), `503-once` (a 503 the first time an Idempotency-Key is seen, not
- * forwarded), `cut-stream` (forwards the first time up to the end of the first `message.delta`, then resets).
+ * envelope, not forwarded), `hang` (never answers), `503-once` (the first time an Idempotency-Key is seen, the request is
+ * forwarded and done, and its answer replaced by a 503: the retry must not do the work again), `cut-stream` (forwards the first time up to the end of the first `message.delta`, then resets).
  */
 async function startFaultProxy(target: string) {
   const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders }> = [];
@@ -91,9 +91,11 @@ async function startFaultProxy(target: string) {
         .end(JSON.stringify({ error: { code: `FAULT_${status}`, message: 'injected', details: { status } }, meta: {} }));
     if (/^\d{3}$/.test(fault)) return fail(Number(fault));
     if (fault === 'hang') return;
-    if (fault === '503-once' && once(`503:${req.headers['idempotency-key']}`)) return fail(503);
+    const lose = fault === '503-once' && once(`503:${req.headers['idempotency-key']}`);
     const cut = fault === 'cut-stream' && once(`cut:${req.url}`);
     const upstream = httpRequest(`${target}${req.url}`, { method: req.method, headers: req.headers }, (up) => {
+      // The work was done; the answer is lost on the way back.
+      if (lose) return void up.resume().on('end', () => fail(503));
       res.writeHead(up.statusCode!, up.headers);
       if (!cut) return void up.pipe(res);
       let text = '';
