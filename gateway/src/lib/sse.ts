@@ -8,7 +8,7 @@
  * heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route ends on shutdown (`OpenStreams`).
  */
 import type { ServerResponse } from 'node:http';
-import type { FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
 
@@ -91,11 +91,17 @@ export interface SseWriter {
  * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and stops both when
  * the response closes. `onEnd` runs once when it ends, however (the client gone, `end()`).
  */
-export function openSse(reply: FastifyReply, keepAliveMs: number, onEnd: () => void = () => {}): SseWriter {
+export function openSse(
+  reply: FastifyReply,
+  keepAliveMs: number,
+  onEnd: () => void = () => {},
+  headers: Record<string, string> = {},
+): SseWriter {
   reply.hijack();
   const res = reply.raw;
   res.writeHead(200, {
     ...(reply.getHeaders() as Record<string, string>),
+    ...headers,
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache, no-transform',
     'x-accel-buffering': 'no',
@@ -127,6 +133,15 @@ export function openSse(reply: FastifyReply, keepAliveMs: number, onEnd: () => v
 }
 
 /** The SSE responses a route has open, ended when the gateway closes (an open one would hold the server open). */
+export function openStreams(app: FastifyInstance): OpenStreams {
+  const open = new OpenStreams();
+  app.addHook('preClose', (done) => {
+    open.endAll();
+    done();
+  });
+  return open;
+}
+
 export class OpenStreams {
   private readonly open = new Set<{ writer: SseWriter; cancel: () => void }>();
 

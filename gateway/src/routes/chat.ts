@@ -1,12 +1,11 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ServerResponse } from 'node:http';
 import { AppError, errors, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
-import { sseEvent, tenantStreams, writable } from '../lib/sse';
+import { openSse, openStreams, sseEvent, tenantStreams } from '../lib/sse';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -86,16 +85,9 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { chat } = deps.clients;
   const keepAliveMs = deps.config.sseKeepAliveMs;
   /** Open streams, ended when the gateway closes (an open SSE response would hold the server open). */
-  const open = new Set<{ res: ServerResponse; cancel: () => void }>();
+  const open = openStreams(app);
   /** Open streams per tenant, one count with the other SSE routes (lib/sse.ts). */
   const streams = tenantStreams(deps);
-  app.addHook('preClose', (done) => {
-    for (const s of open) {
-      s.cancel();
-      s.res.end();
-    }
-    done();
-  });
 
   route(app, {
     method: 'POST',
@@ -251,21 +243,10 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     if (first.done || first.value.type !== 'open') throw errors.unavailable('The chat service ended the stream early');
     let lastId = `${first.value.messageId}:0`;
 
-    reply.hijack();
-    const res = reply.raw;
-    res.writeHead(200, {
-      ...(reply.getHeaders() as Record<string, string>),
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-      connection: 'keep-alive',
-    });
-    res.flushHeaders();
-    const entry = { res, cancel: () => stream.cancel() };
-    open.add(entry);
     // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
-    res.on('close', () => stream.cancel());
-    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+    const writer = openSse(reply, keepAliveMs, () => stream.cancel());
+    const forget = open.add(writer, () => stream.cancel());
+    const res = writer.res;
     // A reader resuming after the final event has it already: the service answers `open` and nothing more.
     let finished = lastEventId.endsWith(':end');
     try {
@@ -275,7 +256,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         lastId = next.value.id;
         if (next.value.type === 'message.completed' || next.value.type === 'error') finished = true;
         // Backpressure: stop pulling from gRPC until the client has taken what was written.
-        if (!res.write(sseOf(next.value))) await writable(res);
+        await writer.write(sseOf(next.value));
       }
       // Never a silent end (CONTRACT.md 5, 9): a stream that stops before its final event says so, and the reader
       // can resume with the last id it got.
@@ -293,9 +274,8 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         res.write(sseEvent(lastId, 'error', { code: e.code, message: e.httpStatus === 500 ? 'Internal server error' : e.message }));
       }
     } finally {
-      clearInterval(keepAlive);
-      open.delete(entry);
-      res.end();
+      forget();
+      writer.end();
     }
   }
 }

@@ -6,7 +6,7 @@ import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { callStream } from '../lib/call-stream';
 import { pageOf, route } from '../lib/route';
-import { OpenStreams, openSse, sseEvent, tenantStreams } from '../lib/sse';
+import { openSse, openStreams, sseEvent, tenantStreams } from '../lib/sse';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
 const Event = Obj({
@@ -52,11 +52,7 @@ export const eventSse = (e: webhooksV1.StoredEvent) => sseEvent(e.id, e.type, ev
 export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
   const { webhooks } = deps.clients;
   const streams = tenantStreams(deps);
-  const open = new OpenStreams();
-  app.addHook('preClose', (done) => {
-    open.endAll();
-    done();
-  });
+  const open = openStreams(app);
 
   route(app, {
     method: 'GET',

@@ -3,14 +3,13 @@
  * `started` record, then deltas to the `done` record), and relaying them as server-sent events.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ServerResponse } from 'node:http';
 import { AppError, isAppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../../deps';
 import { callStream, type CallStream as CallStreamOf } from '../../lib/call-stream';
 import type { CallRecord } from '../../lib/openai-format';
 import type { HandlerArgs } from '../../lib/route';
-import { writable } from '../../lib/sse';
+import { openSse, openStreams } from '../../lib/sse';
 import type { Body } from './schemas';
 
 const STREAM_DEADLINE_MS = 60 * 60 * 1000;
@@ -60,14 +59,7 @@ export type CallRelay = ReturnType<typeof callRelay>;
 export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
   const { chat } = deps.clients;
   const keepAliveMs = deps.config.sseKeepAliveMs;
-  const open = new Set<{ res: ServerResponse; cancel: () => void }>();
-  app.addHook('preClose', (done) => {
-    for (const s of open) {
-      s.cancel();
-      s.res.end();
-    }
-    done();
-  });
+  const open = openStreams(app);
 
   /** Opens a call stream and reads its `started` event: until then a refusal is an ordinary JSON error. */
   async function begin(stream: CallStream) {
@@ -110,20 +102,9 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
     onStart?: (write: (s: string) => void) => void,
   ): Promise<void> {
     let sawDone = false;
-    reply.hijack();
-    const res = reply.raw;
-    res.writeHead(200, {
-      ...(reply.getHeaders() as Record<string, string>),
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-      'x-served-model': servedModel,
-      connection: 'keep-alive',
-    });
-    res.flushHeaders();
-    const entry = { res, cancel: () => stream.cancel() };
-    open.add(entry);
-    res.on('close', () => stream.cancel());
+    const writer = openSse(reply, keepAliveMs, () => stream.cancel(), { 'x-served-model': servedModel });
+    const forget = open.add(writer, () => stream.cancel());
+    const res = writer.res;
     let pending = '';
     const write = (s: string) => {
       pending += s;
@@ -132,9 +113,8 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
       if (!pending || res.destroyed) return;
       const text = pending;
       pending = '';
-      if (!res.write(text)) await writable(res);
+      await writer.write(text);
     };
-    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
     try {
       onStart?.(write);
       await flush();
@@ -158,11 +138,10 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
       }
     } finally {
       await flush().catch(() => undefined);
-      clearInterval(keepAlive);
-      open.delete(entry);
+      forget();
       if (sawDone) stream.release();
       else stream.cancel();
-      res.end();
+      writer.end();
     }
   }
 
