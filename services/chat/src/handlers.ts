@@ -8,7 +8,7 @@ import { keyReplySlots } from './key-concurrency';
 import { holdOf, replyCall, restPlan } from './model-choice';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
-import { newMessage, type ReplyStarter, startReply } from './start-reply';
+import { newMessage, pendingReply, type ReplyStarter, startReply } from './start-reply';
 import { streamReply } from './stream';
 import { toMessage, toSession } from './views';
 
@@ -203,15 +203,12 @@ export function chatHandlers(deps: ChatDeps) {
         const now = nowIso();
         const projectId = req.projectId || session.projectId;
         const user = newMessage(auth, { role: 'user', content: req.content, sessionId: session.id, projectId }, now);
-        const reply = newMessage(
+        const reply = pendingReply(
           auth,
+          replies.newLease(),
           {
-            role: 'assistant',
-            content: '',
             sessionId: session.id,
             projectId,
-            status: 'pending',
-            ...replies.newLease(),
             call: replyCall(authedCtx, plan, chosen.llm?.keySource ?? 'tenant', {
               promptChars,
               projectId,
@@ -220,8 +217,6 @@ export function chatHandlers(deps: ChatDeps) {
               requestId: ctx.requestId,
               endUser: req.endUser,
             }),
-            completedAt: null,
-            ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
           },
           now,
         );

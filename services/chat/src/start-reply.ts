@@ -62,6 +62,31 @@ export function newMessage(
   };
 }
 
+/**
+ * The pending assistant reply a call starts with: empty, leased to the replica that generates it, and carrying the API
+ * key that asked (its concurrency place is counted on it).
+ */
+export function pendingReply(
+  auth: AuthedContext['auth'],
+  lease: Pick<MessageDoc, 'leaseBeat' | 'leaseMs'>,
+  fields: Partial<MessageDoc> & Pick<MessageDoc, 'sessionId' | 'projectId'>,
+  now = nowIso(),
+): MessageDoc {
+  return newMessage(
+    auth,
+    {
+      role: 'assistant',
+      content: '',
+      status: 'pending',
+      completedAt: null,
+      ...lease,
+      ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
+      ...fields,
+    },
+    now,
+  );
+}
+
 export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
   const { auth } = c;
   const reply = start.job.message;

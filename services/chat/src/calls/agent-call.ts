@@ -4,7 +4,7 @@ import type { chatV1 } from '@svc/proto';
 import type { SessionDoc, StoredApproval } from '../collections';
 import { modelNotFound } from '../model-choice';
 import { type ReplySourceEvent, ReplyFailure } from '../replies';
-import { newMessage, startReply } from '../start-reply';
+import { newMessage, pendingReply, startReply } from '../start-reply';
 import { ID_SHAPE, type Send, sleep } from './records';
 import type { CallDeps, CallParts } from './shared';
 
@@ -98,17 +98,7 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         : { id: newId('chs'), tenantId: auth.tid, projectId, agentId, title: goal.slice(0, 200), createdAt: now };
     const sessionId = req.store ? (session ?? newSession)!.id : '';
     const inputs = req.store && goal ? [newMessage(auth, { role: 'user', content: goal, sessionId, projectId })] : [];
-    const reply = newMessage(auth, {
-      role: 'assistant',
-      content: '',
-      sessionId,
-      projectId,
-      status: 'pending',
-      completedAt: null,
-      ...replies.newLease(),
-      ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
-      ...(req.store ? {} : { ephemeral: true }),
-    });
+    const reply = pendingReply(auth, replies.newLease(), { sessionId, projectId, ...(req.store ? {} : { ephemeral: true }) });
     const resp = responseDoc(auth, req, reply, sessionId, { agentId, runId });
     await startReply(deps, c, {
       job: {

@@ -5,7 +5,7 @@ import type { chatV1 } from '@svc/proto';
 import type { MessageDoc, SessionDoc } from '../collections';
 import { cataloguePlan, defaultLlm, defaultPlan, holdOf, modelNotFound, replyCall } from '../model-choice';
 import type { ReplyLlm } from '../replies';
-import { newMessage, startReply } from '../start-reply';
+import { newMessage, pendingReply, startReply } from '../start-reply';
 import type { agentCall } from './agent-call';
 import { toLlmMessage, toolsOf } from './input';
 import { AGENT_MODEL_PREFIX, type Send } from './records';
@@ -107,14 +107,9 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
       }
       const promptChars = prompt.reduce((n, m) => n + m.content.length + (m.toolCalls ? JSON.stringify(m.toolCalls).length : 0), 0);
       const projectId = session?.projectId ?? '';
-      const reply = newMessage(auth, {
-        role: 'assistant',
-        content: '',
+      const reply = pendingReply(auth, replies.newLease(), {
         sessionId,
         projectId,
-        status: 'pending',
-        completedAt: null,
-        ...replies.newLease(),
         call: replyCall(c, plan, llm.keySource, {
           promptChars,
           projectId,
@@ -123,7 +118,6 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
           requestId: ctx.requestId,
           endUser: req.endUser,
         }),
-        ...(auth.typ === 'api_key' ? { credentialId: auth.sid } : {}),
         ...(completion || !req.store ? { ephemeral: true } : {}),
       });
       const resp = completion ? null : responseDoc(auth, req, reply, sessionId);
