@@ -5,9 +5,7 @@ import { ApiError, SvcClient, type ChatStreamEvent, type Input, type OperationId
 
 export { ApiError, type ChatStreamEvent };
 
-// `fetch` wrapped: the SDK calls the one it holds as its own method, which a browser refuses ("Illegal invocation")
-// for the window's fetch.
-const client = new SvcClient({ baseUrl: location.origin, maxRetries: 1, fetch: (input, init) => fetch(input, init) });
+const client = new SvcClient({ baseUrl: location.origin, maxRetries: 1 });
 
 type Method<K extends OperationId> = (input: Input<K>) => Promise<Output<K>>;
 /** An item of a list operation's answer. */

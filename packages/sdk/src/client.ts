@@ -88,6 +88,7 @@ export class SvcClient extends GeneratedMethods {
   constructor(private readonly options: SvcClientOptions) {
     super();
     this.base = options.baseUrl.replace(/\/+$/, '').replace(/\/api\/v1$/, '');
+    // The global fetch called as itself: held as this object's method, a browser refuses it ("Illegal invocation").
     this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
     this.now = options.now ?? Date.now;
     if (options.token) this.setToken(options.token);
