@@ -15,6 +15,7 @@ const MODEL_CALLS = new Set([
   'POST /api/v1/agents/:id/execute',
   'POST /v1/chat/completions',
   'POST /v1/responses',
+  'POST /v1/embeddings',
 ]);
 
 const isModelCall = (method: string, url: string | undefined) =>
