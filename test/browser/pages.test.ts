@@ -25,7 +25,15 @@ afterAll(async () => {
 });
 
 it('serves the pages with a strict CSP, no inline code and no other origin', async () => {
-  for (const path of ['/login', '/cli/login', '/settings/security/api-keys', '/settings/security/network', '/settings/billing']) {
+  for (const path of [
+    '/login',
+    '/login?signup=1',
+    '/cli/login',
+    '/oauth/acme/callback',
+    '/settings/security/api-keys',
+    '/settings/security/network',
+    '/settings/billing',
+  ]) {
     const res = await api.get(path);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8');
@@ -36,11 +44,17 @@ it('serves the pages with a strict CSP, no inline code and no other origin', asy
     expect(res.text).not.toMatch(/<script(?![^>]*\bsrc=)/); // no inline script
     expect(res.text).not.toMatch(/\son\w+=/); // no inline handlers
     expect(res.text).not.toMatch(/https?:\/\//); // no external asset
+    // Every page, sign-in and the CLI approval included, is drawn by the console's one script.
+    expect(res.text).toContain('<script type="module" src="/assets/console/main.js"></script>');
   }
-  const js = await api.get('/assets/app.js');
-  expect(js.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
-  const etag = js.headers.get('etag')!;
-  expect((await api.get('/assets/app.js', { headers: { 'if-none-match': etag } })).status).toBe(304);
+  expect((await api.get('/login?signup=1')).text).toContain('<title>Create an account · svc</title>');
+  expect((await api.get('/login')).text).toContain('<title>Sign in · svc</title>');
+  const css = await api.get('/assets/app.css');
+  expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
+  const etag = css.headers.get('etag')!;
+  expect((await api.get('/assets/app.css', { headers: { 'if-none-match': etag } })).status).toBe(304);
+  // The old hand-written page script is gone.
+  expect((await api.get('/assets/app.js')).status).toBe(404);
 });
 
 it('signs up, then signs in with the labelled form, and signs out', async () => {
