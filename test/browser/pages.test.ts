@@ -62,8 +62,12 @@ it('signs up, then signs in with the labelled form, and signs out', async () => 
   const email = `pages-${Date.now()}@example.com`;
   await step(page, 'sign-up', async () => {
     await page.goto(`${stack.url}/login`);
+    // The form's first field has the focus: typing starts at once.
+    expect(await page.getByLabel('Email').evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
     await page.getByRole('link', { name: 'Create an account' }).click();
-    await page.getByLabel('Name').fill('Page User');
+    await page.waitForURL('**/login?signup=1&next=%2Fprojects');
+    await page.keyboard.type('Page User');
+    expect(await page.getByLabel('Name').inputValue()).toBe('Page User');
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill('correct horse battery staple');
     await page.getByLabel('Organization').fill('Pages Inc');
@@ -129,7 +133,17 @@ it('denies a second svc login from the page: the CLI stops with a clear message'
   await step(page, 'cli-deny', async () => {
     await page.goto(authUrl);
     await page.getByRole('button', { name: 'Deny' }).click();
-    await page.getByRole('heading', { name: 'CLI login denied' }).waitFor();
+    const said = page.getByRole('heading', { name: 'CLI login denied' });
+    await said.waitFor();
+    // What happened takes the focus, so a screen reader reads it out.
+    expect(await said.evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
+    // The same address again: the request no longer waits, and the page says so instead of offering Approve.
+    await page.reload();
+    await page.getByRole('heading', { name: 'This login request is no longer waiting' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).toBe(0);
+    // An address without its state is incomplete.
+    await page.goto(`${stack.url}/cli/login?loginId=x`);
+    await page.getByRole('heading', { name: 'This link is incomplete' }).waitFor();
   });
   const done = await cli.done;
   expect(done.code).toBe(1);
