@@ -3,7 +3,7 @@
  * `npm start` runs it, in Debian's chromium (a fresh context per load: nothing cached). Per page: the time from
  * navigation start to the first contentful paint and to the page's heading drawn by its script (the data loaded and
  * rendered), and the compressed bytes of JavaScript and CSS it fetched. Baseline in the same run: the sign-in page,
- * which is server HTML with the small hand-written script and no toolkit. Results go to bench/results/console.json.
+ * the smallest page (a form, no data). Results go to bench/results/console.json.
  */
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -34,7 +34,7 @@ async function main() {
 
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu'] });
   const pages = [
-    { path: '/login', heading: 'h1', signedIn: false },
+    { path: '/login', heading: '#app h1', signedIn: false },
     { path: '/projects', heading: '#app h1', signedIn: true },
     { path: '/usage', heading: '#app canvas', signedIn: true },
     // Every other console page (issue 34: each under 60 KB of compressed JavaScript).

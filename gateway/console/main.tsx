@@ -25,8 +25,14 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   billing: () => import('./pages/billing'),
 };
 
-/** Pages of the emailed links and the reset request: drawn for a visitor who is not signed in. */
+/**
+ * Pages drawn for a visitor who may not be signed in: sign-in and sign-up, the OpenID callback, the emailed links and
+ * the reset request; and the CLI approval, which asks for the session itself (after its own check of the link).
+ */
 const PUBLIC_PAGES: Record<string, () => Promise<{ default: () => preact.JSX.Element }>> = {
+  login: () => import('./pages/login'),
+  'cli-login': () => import('./pages/cli-login'),
+  'oauth-callback': () => import('./pages/oauth-callback'),
   invitation: () => import('./pages/invitation'),
   'forgot-password': () => import('./pages/forgot-password'),
   'reset-password': () => import('./pages/reset-password'),

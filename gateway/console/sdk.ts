@@ -3,7 +3,7 @@
 // `listAll`; this file alone knows how the SDK spells them, so a change of the SDK's shape is a change here only.
 import { ApiError, SvcClient, type ChatStreamEvent, type Input, type OperationId, type Output } from '@svc/sdk/browser';
 
-export { ApiError, type ChatStreamEvent };
+export { ApiError, type ChatStreamEvent, type Output };
 
 const client = new SvcClient({ baseUrl: location.origin, maxRetries: 1 });
 
@@ -63,4 +63,9 @@ export function toLogin(): void {
   location.assign(`/login?next=${encodeURIComponent(location.pathname + location.search)}`);
 }
 
-export const isUnauthorized = (err: unknown) => err instanceof ApiError && err.status === 401;
+/**
+ * A 401 that means "sign in again": on a signed-in page (it has the Sign out button). On the pages of a visitor who
+ * is not signed in (sign-in itself, the emailed links) a 401 is the answer to show, e.g. a wrong password.
+ */
+export const isUnauthorized = (err: unknown) =>
+  err instanceof ApiError && err.status === 401 && document.getElementById('sign-out') !== null;

@@ -196,6 +196,22 @@ export function Input(props: { id: string; label: string } & preact.InputHTMLAtt
   );
 }
 
+/**
+ * A select's options with `current` selected. (Preact hands a select's `defaultValue` to the browser as an attribute,
+ * which it ignores: an edit form would show the first option and save it.)
+ */
+export function Options({ values, current }: { values: readonly string[]; current?: string | null }) {
+  return (
+    <>
+      {values.map((v) => (
+        <option value={v} selected={v === current}>
+          {v}
+        </option>
+      ))}
+    </>
+  );
+}
+
 /** A labelled select of `options`, the first one `any` (value ''). */
 export function Choice(props: { id: string; name: string; label: string; any: string; options: Array<string | [string, string]> }) {
   return (
@@ -235,6 +251,10 @@ export function FilterForm(props: {
     </form>
   );
 }
+
+/** The catalogue's names a call can choose (enabled entries; a name with several entries once), sorted. */
+export const modelNames = (models: Array<{ name: string; enabled: boolean }>): string[] =>
+  [...new Set(models.filter((m) => m.enabled).map((m) => m.name))].sort();
 
 /** The one-time token a link carries as its last path segment (/invitations/:token, /reset-password/:token, ...). */
 export const linkToken = (): string => decodeURIComponent(location.pathname.split('/').pop() ?? '');

@@ -12,6 +12,7 @@ import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import type { Page } from 'playwright-core';
 import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
+import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
@@ -23,6 +24,7 @@ let api: Client;
 let browser: Browser;
 let openai: FakeProviderServer;
 let receiver: Receiver;
+let mcp: TestMcpServer;
 let owner: Account;
 let projectId: string;
 const OPENAI_KEY = 'sk-tenant-openai-' + 'f'.repeat(32);
@@ -31,6 +33,7 @@ const AXE = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 beforeAll(async () => {
   openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
   receiver = await startReceiver();
+  mcp = await startTestMcpServer();
   stack = await startStack({
     env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', AGENTS_POLL_MS: '50', WEBHOOK_RETRY_SCHEDULE: '1' },
   });
@@ -46,6 +49,7 @@ afterAll(async () => {
   await stack?.stop();
   await openai?.close();
   await receiver?.close();
+  await mcp?.close();
 });
 
 it('creates an agent, runs it, approves its tool call in the page and shows the output', async () => {
@@ -233,17 +237,59 @@ it('as a new tenant: adds a model on /models and chats with it in the playground
     await row.getByRole('button').click();
     await page.getByRole('heading', { name: `Request ${entry.id}` }).waitFor();
   });
+  // An agent on a catalogue model, allowed an MCP server's tools: chosen in the agent form, shown on /mcp-servers.
+  const server = (await api.post('/api/v1/mcp-servers', { name: 'test-tools', url: mcp.url }, { token })).body.data;
+  expect(server.status).toBe('ready');
+  await step(page, 'agent-model-and-tools', async () => {
+    await page.goto(`${stack.url}/agents`);
+    await page.getByRole('option', { name: 'house-model' }).waitFor({ state: 'attached' });
+    await page.getByLabel('Name').fill('Catalogue agent');
+    await page.getByLabel('Model', { exact: true }).selectOption('house-model');
+    await page.getByLabel('Autonomy').selectOption('autonomous');
+    await page.getByRole('group', { name: 'Tools of test-tools' }).getByLabel('lookup (read-only)').check();
+    await page.getByRole('button', { name: 'Create agent' }).click();
+    await page.waitForURL(/\/agents\/[^/]+$/);
+    await page.getByRole('heading', { name: 'Catalogue agent', level: 1 }).waitFor();
+  });
+  const agentId = new URL(page.url()).pathname.split('/')[2];
+  const made = (await api.get(`/api/v1/agents/${agentId}`, { token })).body.data.config;
+  expect([made.model, made.autonomyLevel, made.tools]).toEqual(['house-model', 'autonomous', [{ serverId: server.id, allow: ['lookup'] }]]);
+  await step(page, 'agent-edit-model-and-tools', async () => {
+    // The settings form shows what is set; back to the default model, one more tool.
+    const tools = page.getByRole('group', { name: 'Tools of test-tools' });
+    expect(await tools.getByLabel('lookup (read-only)').isChecked()).toBe(true);
+    expect(await page.getByLabel('Model', { exact: true }).inputValue()).toBe('house-model');
+    expect(await page.getByLabel('Autonomy').inputValue()).toBe('autonomous');
+    await page.getByLabel('Model', { exact: true }).selectOption('');
+    await tools.getByLabel('write_note').check();
+    await page.getByRole('button', { name: 'Save agent' }).click();
+    await eventually(async () => (await api.get(`/api/v1/agents/${agentId}`, { token })).body.data.config.model === null, 5000);
+  });
+  const saved = (await api.get(`/api/v1/agents/${agentId}`, { token })).body.data.config;
+  expect([saved.autonomyLevel, saved.tools]).toEqual(['autonomous', [{ serverId: server.id, allow: ['lookup', 'write_note'] }]]);
+  await step(page, 'mcp-allowed-tools', async () => {
+    await page.goto(`${stack.url}/mcp-servers`);
+    const row = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'test-tools' }) });
+    await row.getByRole('cell').filter({ hasText: 'Catalogue agent: lookup, write_note' }).waitFor();
+    await row.getByRole('link', { name: 'Catalogue agent' }).click();
+    await page.waitForURL(`**/agents/${agentId}#edit-title`);
+  });
   await step(page, 'default-model', async () => {
     await page.goto(`${stack.url}/models`);
     await page.getByRole('link', { name: 'Change the default model' }).click();
+    await page.getByLabel('Provider').selectOption('openai-compatible');
     await page.getByLabel('Model', { exact: true }).fill('gpt-fake-default');
     await page.getByLabel('Base URL').fill(openai.url);
     await page.getByLabel('API key').fill(OPENAI_KEY);
     await page.getByRole('button', { name: 'Save default model' }).click();
     await page.getByText('Saved: calls that name no model use gpt-fake-default.').waitFor();
+    // Drawn again, the form shows the saved provider (not the list's first), so saving again keeps it.
+    await page.reload();
+    await page.getByLabel('Model', { exact: true }).waitFor();
+    expect(await page.getByLabel('Provider').inputValue()).toBe('openai-compatible');
   });
   const llm = (await api.get('/api/v1/tenant/settings/llm', { token })).body.data;
-  expect(llm).toMatchObject({ provider: 'openai', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
+  expect(llm).toMatchObject({ provider: 'openai-compatible', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
   expect(problems).toEqual([]);
 });
 
@@ -368,6 +414,18 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     // The API reference: Swagger UI with the page's mends (gateway/src/docs/assets, decision 81).
     '/docs',
   ];
+  // An MCP server, so the agent form shows its tools; a CLI login waiting for approval, so /cli/login shows it.
+  await api.post('/api/v1/mcp-servers', { name: 'axe-tools', url: mcp.url }, { token: owner.accessToken });
+  const cli = (
+    await api.post('/api/v1/cli/auth/start', {
+      state: 'a'.repeat(64),
+      codeChallenge: 'b'.repeat(43),
+      codeChallengeMethod: 'S256',
+      cliVersion: '1.0.0',
+      platform: 'linux-x64',
+    })
+  ).body.data;
+  pages.push('/login?signup=1', `/cli/login?loginId=${cli.loginId}&state=${'a'.repeat(64)}`, '/oauth/acme/callback?error=access_denied');
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   const found: Record<string, string[]> = {};
   for (const path of pages) {

@@ -25,7 +25,15 @@ afterAll(async () => {
 });
 
 it('serves the pages with a strict CSP, no inline code and no other origin', async () => {
-  for (const path of ['/login', '/cli/login', '/settings/security/api-keys', '/settings/security/network', '/settings/billing']) {
+  for (const path of [
+    '/login',
+    '/login?signup=1',
+    '/cli/login',
+    '/oauth/acme/callback',
+    '/settings/security/api-keys',
+    '/settings/security/network',
+    '/settings/billing',
+  ]) {
     const res = await api.get(path);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8');
@@ -36,11 +44,17 @@ it('serves the pages with a strict CSP, no inline code and no other origin', asy
     expect(res.text).not.toMatch(/<script(?![^>]*\bsrc=)/); // no inline script
     expect(res.text).not.toMatch(/\son\w+=/); // no inline handlers
     expect(res.text).not.toMatch(/https?:\/\//); // no external asset
+    // Every page, sign-in and the CLI approval included, is drawn by the console's one script.
+    expect(res.text).toContain('<script type="module" src="/assets/console/main.js"></script>');
   }
-  const js = await api.get('/assets/app.js');
-  expect(js.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
-  const etag = js.headers.get('etag')!;
-  expect((await api.get('/assets/app.js', { headers: { 'if-none-match': etag } })).status).toBe(304);
+  expect((await api.get('/login?signup=1')).text).toContain('<title>Create an account · svc</title>');
+  expect((await api.get('/login')).text).toContain('<title>Sign in · svc</title>');
+  const css = await api.get('/assets/app.css');
+  expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
+  const etag = css.headers.get('etag')!;
+  expect((await api.get('/assets/app.css', { headers: { 'if-none-match': etag } })).status).toBe(304);
+  // The old hand-written page script is gone.
+  expect((await api.get('/assets/app.js')).status).toBe(404);
 });
 
 it('signs up, then signs in with the labelled form, and signs out', async () => {
@@ -48,8 +62,12 @@ it('signs up, then signs in with the labelled form, and signs out', async () => 
   const email = `pages-${Date.now()}@example.com`;
   await step(page, 'sign-up', async () => {
     await page.goto(`${stack.url}/login`);
+    // The form's first field has the focus: typing starts at once.
+    expect(await page.getByLabel('Email').evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
     await page.getByRole('link', { name: 'Create an account' }).click();
-    await page.getByLabel('Name').fill('Page User');
+    await page.waitForURL('**/login?signup=1&next=%2Fprojects');
+    await page.keyboard.type('Page User');
+    expect(await page.getByLabel('Name').inputValue()).toBe('Page User');
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill('correct horse battery staple');
     await page.getByLabel('Organization').fill('Pages Inc');
@@ -115,7 +133,17 @@ it('denies a second svc login from the page: the CLI stops with a clear message'
   await step(page, 'cli-deny', async () => {
     await page.goto(authUrl);
     await page.getByRole('button', { name: 'Deny' }).click();
-    await page.getByRole('heading', { name: 'CLI login denied' }).waitFor();
+    const said = page.getByRole('heading', { name: 'CLI login denied' });
+    await said.waitFor();
+    // What happened takes the focus, so a screen reader reads it out.
+    expect(await said.evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
+    // The same address again: the request no longer waits, and the page says so instead of offering Approve.
+    await page.reload();
+    await page.getByRole('heading', { name: 'This login request is no longer waiting' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Approve' }).count()).toBe(0);
+    // An address without its state is incomplete.
+    await page.goto(`${stack.url}/cli/login?loginId=x`);
+    await page.getByRole('heading', { name: 'This link is incomplete' }).waitFor();
   });
   const done = await cli.done;
   expect(done.code).toBe(1);

@@ -149,6 +149,20 @@ it('completes the sign-in on the callback page in a browser, which then shows th
       await page.waitForURL('**/projects');
       await page.getByText('alice@idp.example · Alice Idp').waitFor();
     });
+    await step(page, 'oauth-callback-refused', async () => {
+      // The provider refused (or the visitor cancelled): the page says why, and offers the way back.
+      await page.goto(`${stack.url}/oauth/acme/callback?error=access_denied&error_description=The+user+said+no`);
+      await page.getByRole('alert').filter({ hasText: 'The identity provider said: The user said no' }).waitFor();
+      // The same code and state again: the API refuses it (its request id shown), and nobody is sent on.
+      await page.goto(`${stack.url}/oauth/acme/callback${back.search}`);
+      await page
+        .getByRole('alert')
+        .filter({ hasText: /request id/ })
+        .waitFor();
+      expect(new URL(page.url()).pathname).toBe('/oauth/acme/callback');
+      await page.getByRole('link', { name: 'Back to sign in' }).click();
+      await page.waitForURL('**/login');
+    });
     expect(problems).toEqual([]);
   } finally {
     await browser.close();

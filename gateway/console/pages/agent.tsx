@@ -4,7 +4,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { call, describe, listAll } from '../sdk';
 import { ErrorText, Form, useLoad, when } from '../ui';
-import { AgentFields, agentBody, type Agent } from './agents';
+import { AgentFields, agentBody, loadAgentChoices, type Agent } from './agents';
 import type { Project } from './projects';
 
 interface Step {
@@ -95,6 +95,7 @@ export default function AgentPage() {
   const id = agentId();
   const agent = useLoad(() => call('getAgent', { params: { id } }) as unknown as Promise<Agent>, [id]);
   const projects = useLoad(() => listAll('listProjects', {}) as Promise<Project[]>, []);
+  const choices = useLoad(loadAgentChoices, []);
   const [runs, setRuns] = useState<Run[]>([]);
   const [runsError, setRunsError] = useState<string>();
   const [tick, setTick] = useState(0);
@@ -179,11 +180,12 @@ export default function AgentPage() {
         <Form
           submit="Save agent"
           onSubmit={async (f) => {
-            await call('updateAgent', { params: { id }, body: agentBody(f) as any });
+            await call('updateAgent', { params: { id }, body: agentBody(f, choices.data, agent.data) as any });
             await agent.reload();
           }}
         >
-          <AgentFields agent={agent.data} />
+          <AgentFields agent={agent.data} choices={choices.data} />
+          <ErrorText error={choices.error} />
         </Form>
       </section>
     </>

@@ -7,7 +7,7 @@
 // is kept on a `Playground` agent (manual: it answers, no tools) that the session is opened with (decision NN).
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { call, describe, listAll, streamChatReply, type Item } from '../sdk';
-import { ErrorText, Form, integer, useLoad } from '../ui';
+import { ErrorText, Form, integer, modelNames, useLoad } from '../ui';
 import type { Agent } from './agents';
 import type { Project } from './projects';
 
@@ -49,10 +49,7 @@ export default function ChatPage() {
   const [messages, setMessages] = useState<Message[]>([]);
   const [error, setError] = useState<string>();
   const stream = useRef<AbortController | null>(null);
-  const names = useMemo(
-    () => [...new Set((choices.data?.models ?? []).filter((m) => m.enabled).map((m) => m.name))].sort(),
-    [choices.data],
-  );
+  const names = useMemo(() => modelNames(choices.data?.models ?? []), [choices.data]);
 
   /** Follows the reply to the latest message: deltas append, `completed` or `error` ends it. */
   const follow = async (sid: string, replyId: string) => {

@@ -2,7 +2,7 @@
 // agents included. The key is write-only: left empty, the stored one stays.
 import { useState } from 'preact/hooks';
 import { call } from '../sdk';
-import { ErrorText, Form, Input, num, text, useLoad } from '../ui';
+import { ErrorText, Form, Input, num, Options, text, useLoad } from '../ui';
 
 const PROVIDERS = ['openai', 'anthropic', 'openai-compatible'] as const;
 
@@ -37,10 +37,8 @@ export default function DefaultModelPage() {
         >
           <p class="field">
             <label for="llm-provider">Provider</label>
-            <select id="llm-provider" name="provider" defaultValue={d.provider ?? 'openai'}>
-              {PROVIDERS.map((p) => (
-                <option value={p}>{p}</option>
-              ))}
+            <select id="llm-provider" name="provider">
+              <Options values={PROVIDERS} current={d.provider ?? 'openai'} />
             </select>
           </p>
           <Input id="llm-model" name="model" label="Model" required maxLength={200} defaultValue={d.model ?? ''} />

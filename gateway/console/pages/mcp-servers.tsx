@@ -1,12 +1,32 @@
 // /mcp-servers: the MCP servers agents may call (CONTRACT 11): register one (its bearer token a tenant secret),
-// its status and tools, list the tools again, delete.
+// its status and tools, list the tools again, delete. Which tools an agent may call is the agent's own setting
+// (config.tools): each server shows the agents allowed its tools, and links to the agent's form that edits them.
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
 import { ErrorText, Form, Table, text, useAction, useLoad, useSearch } from '../ui';
+import type { Agent } from './agents';
 
 type Server = Item<'listMcpServers'>;
 
-function ServerRow({ server, changed }: { server: Server; changed: (m: string) => void }) {
+/** The agents allowed some of the server's tools, each linked to its settings. */
+function AllowedFor({ serverId, agents }: { serverId: string; agents?: Agent[] }) {
+  const allowed = (agents ?? []).flatMap((a) =>
+    a.config.tools.filter((g) => g.serverId === serverId).map((g) => ({ agent: a, tools: g.allow })),
+  );
+  if (allowed.length === 0) return <>no agent</>;
+  return (
+    <ul class="plain">
+      {allowed.map(({ agent, tools }) => (
+        <li key={agent.id}>
+          <a href={`/agents/${agent.id}#edit-title`}>{agent.name}</a>
+          {`: ${tools.join(', ')}`}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+function ServerRow({ server, agents, changed }: { server: Server; agents?: Agent[]; changed: (m: string) => void }) {
   const { error, act } = useAction(changed);
   const s = server as any;
   return (
@@ -15,11 +35,14 @@ function ServerRow({ server, changed }: { server: Server; changed: (m: string) =
       <td>{s.url}</td>
       <td>{s.status === 'error' ? `error: ${s.error ?? ''}` : s.status}</td>
       <td>{(s.tools ?? []).map((t: any) => `${t.name}${t.readOnly ? ' (read-only)' : ''}`).join(', ') || 'none'}</td>
+      <td>
+        <AllowedFor serverId={s.id} agents={agents} />
+      </td>
       <td class="actions">
         <button
           type="button"
           class="secondary"
-          aria-label={`Refresh the tools of ${s.name}`}
+          aria-label={`Refresh tools of ${s.name}`}
           onClick={() => act(() => call('refreshMcpServer', { params: { id: s.id } }), `Listed the tools of ${s.name} again.`)}
         >
           Refresh tools
@@ -41,6 +64,7 @@ function ServerRow({ server, changed }: { server: Server; changed: (m: string) =
 export default function McpServersPage() {
   const servers = useLoad(() => listAll('listMcpServers', {}), []);
   const secrets = useLoad(() => listAll('listSecrets', {}), []);
+  const agents = useLoad(() => listAll('listAgents', {}) as unknown as Promise<Agent[]>, []);
   const [status, setStatus] = useState('');
   const { shown, box } = useSearch(servers.data, (s: any) => s.name);
   const changed = (message: string) => {
@@ -83,13 +107,13 @@ export default function McpServersPage() {
         </Form>
       </section>
       <p role="status">{status}</p>
-      <ErrorText error={servers.error ?? secrets.error} />
+      <ErrorText error={servers.error ?? secrets.error ?? agents.error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Servers</h2>
         {box}
-        <Table id="mcp-servers" columns={['Name', 'URL', 'Status', 'Tools', '']} empty="No MCP servers yet." rows={shown}>
+        <Table id="mcp-servers" columns={['Name', 'URL', 'Status', 'Tools', 'Allowed for', '']} empty="No MCP servers yet." rows={shown}>
           {shown?.map((s: any) => (
-            <ServerRow key={s.id} server={s} changed={changed} />
+            <ServerRow key={s.id} server={s} agents={agents.data} changed={changed} />
           ))}
         </Table>
       </section>

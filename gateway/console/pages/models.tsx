@@ -2,7 +2,7 @@
 // that price comes from; add, edit, disable and delete; and the default model (the tenant's LLM settings).
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
-import { ErrorText, Form, Input, Table, num, text, useAction, useLoad, useSearch } from '../ui';
+import { ErrorText, Form, Input, num, Options, Table, text, useAction, useLoad, useSearch } from '../ui';
 
 type Model = Item<'listModels'>;
 const PROVIDERS = ['openai', 'anthropic', 'openai-compatible', 'azure-openai', 'gemini', 'bedrock'] as const;
@@ -37,10 +37,8 @@ function ModelFields({ editing }: { editing?: Model }) {
       </p>
       <p class="field">
         <label for="model-provider">Provider</label>
-        <select id="model-provider" name="provider" defaultValue={editing?.provider ?? 'openai'}>
-          {PROVIDERS.map((p) => (
-            <option value={p}>{p}</option>
-          ))}
+        <select id="model-provider" name="provider">
+          <Options values={PROVIDERS} current={editing?.provider ?? 'openai'} />
         </select>
       </p>
       <p class="field">

@@ -5,15 +5,20 @@ import { esc, layout } from './layout';
 interface ConsolePage {
   /** The console script's name for the page (gateway/console/main.tsx). */
   page: string;
-  title: string;
+  /** The document's title, or a function of the query string for a page that is two (sign in or sign up). */
+  title: string | ((query: Record<string, string | undefined>) => string);
   /** What the page's script needs from the server, as JSON in #app's data-props. */
   props?: Record<string, unknown>;
-  /** Drawn for a visitor who is not signed in (the emailed links' pages): no navigation. */
+  /** Drawn for a visitor who may not be signed in (sign-in, the CLI approval, the emailed links): no navigation. */
   public?: boolean;
 }
 
 /** Console page path -> its page. The page itself is drawn by gateway/console. */
 export const CONSOLE_PAGES: Record<string, ConsolePage> = {
+  '/login': { page: 'login', title: (q) => (q.signup === '1' ? 'Create an account' : 'Sign in'), public: true },
+  '/cli/login': { page: 'cli-login', title: 'Approve the CLI login', public: true },
+  // Where an OpenID Connect provider sends the browser back; the page completes the sign-in.
+  '/oauth/:provider/callback': { page: 'oauth-callback', title: 'Signing in', public: true },
   '/projects': { page: 'projects', title: 'Projects' },
   '/agents': { page: 'agents', title: 'Agents' },
   '/agents/:id': { page: 'agent', title: 'Agent' },
@@ -44,7 +49,17 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
 };
 
 /** A console page's shell: the navigation and an empty #app the console's script renders into. */
-export function consolePage({ page, title, props, public: open }: ConsolePage, path: string): string {
+export function consolePage(
+  { page, title, props, public: open }: ConsolePage,
+  path: string,
+  query: Record<string, string | undefined> = {},
+): string {
   const data = props ? ` data-props="${esc(JSON.stringify(props))}"` : '';
-  return layout({ title, page, signedIn: !open, console: true, path: path.replace(/\/:.*$/, ''), body: `<div id="app"${data}></div>` });
+  return layout({
+    title: typeof title === 'string' ? title : title(query),
+    page,
+    signedIn: !open,
+    path: path.replace(/\/:.*$/, ''),
+    body: `<div id="app"${data}></div>`,
+  });
 }

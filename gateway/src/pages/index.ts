@@ -6,7 +6,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '@svc/kit';
 import { readCookie, SESSION_COOKIE } from '../plugins/authenticate';
 import { CONSOLE_PAGES, consolePage } from './console';
-import { cliLoginPage, loginPage, oauthCallbackPage, PAGE_CSP } from './layout';
+import { PAGE_CSP } from './layout';
 
 const TYPES: Record<string, string> = {
   '.js': 'text/javascript; charset=utf-8',
@@ -25,8 +25,7 @@ interface Asset {
 }
 
 /**
- * Every static file the pages use, read once at start-up: the hand-written script and stylesheet beside this module
- * (`assets/`), and the console's bundle that scripts/build.mjs writes (`gateway/public` when the gateway runs from
+ * Every static file the pages use, read once at start-up: the hand-written stylesheet beside this module (`assets/`), and the console's bundle that scripts/build.mjs writes (`gateway/public` when the gateway runs from
  * source; copied into dist/assets for the compiled gateway, where `assets/` holds both).
  */
 function loadAssets(): Map<string, Asset> {
@@ -58,9 +57,9 @@ function loadAssets(): Map<string, Asset> {
 }
 
 /**
- * The web pages (CONTRACT.md 7): sign in / sign up, the CLI approval, the settings pages, and the console. Pages are
- * public shells; their script reads the API with the session cookie, and a visitor who is not signed in is sent to
- * /login and back.
+ * The web pages (CONTRACT.md 7): sign in / sign up, the CLI approval, the settings pages, and the console, every one
+ * drawn by the console's script (gateway/console). Pages are public shells; their script reads the API with the
+ * session cookie, and a visitor who is not signed in is sent to /login and back.
  */
 export function registerPages(app: FastifyInstance): void {
   const html = (render: (request: FastifyRequest) => string) => async (request: FastifyRequest, reply: FastifyReply) =>
@@ -70,14 +69,11 @@ export function registerPages(app: FastifyInstance): void {
       .header('cache-control', 'no-store')
       .send(render(request));
 
-  const pages: Record<string, (request: FastifyRequest) => string> = {
-    '/login': (request) => loginPage((request.query as Record<string, string>).signup === '1'),
-    '/cli/login': () => cliLoginPage(),
-    // Where an OpenID Connect provider sends the browser back; the script completes the sign-in.
-    '/oauth/:provider/callback': () => oauthCallbackPage(),
-  };
-  for (const [url, page] of Object.entries(CONSOLE_PAGES)) pages[url] = () => consolePage(page, url);
-  for (const [url, render] of Object.entries(pages)) app.get(url, html(render));
+  for (const [url, page] of Object.entries(CONSOLE_PAGES))
+    app.get(
+      url,
+      html((request) => consolePage(page, url, request.query as Record<string, string | undefined>)),
+    );
 
   // The console's front door: a session cookie goes to the console (whose script signs in again if the session has
   // ended), anyone else to the sign-in page, which comes back to the console.
