@@ -11,7 +11,7 @@ import {
   type FakeProviderServer,
   type FakeRequest,
 } from '@svc/llm/testing';
-import { client, eventually, signUp } from '../helpers/http';
+import { client, createKey, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 
 // Issue 20, 5: SIGKILL of the chat and agents processes (`SVC_LAYOUT=per-service`, the launcher restarts them) while
@@ -50,6 +50,29 @@ function behaviour(r: FakeRequest): FakeBehaviour {
   if (label.startsWith('held')) return { type: 'text', text: words(8), delayMs: 10, holdEndMs: 60_000 };
   // The provider cuts the stream before its usage (a run retries it once: a second call, billed on its own).
   return { type: 'cut', afterChunks: 4 };
+}
+
+/** The tenant's ledger entries and reservations, as billing stored them. */
+function billingOf(tenantId: string) {
+  const db = new Database(join(dataDir, 'billing.db'), { readonly: true });
+  try {
+    const docs = (table: string) => (db.prepare(`SELECT doc FROM ${table}`).all() as Array<{ doc: string }>).map((r) => JSON.parse(r.doc));
+    return {
+      entries: docs('ledger').filter((e) => e.tenantId === tenantId) as Array<{
+        kind: string;
+        credits: number;
+        sourceKey: string;
+        description: string;
+      }>,
+      reservations: docs('reservations').filter((r) => r.tenantId === tenantId) as Array<{
+        status: string;
+        callId: string;
+        credits: number;
+      }>,
+    };
+  } finally {
+    db.close();
+  }
 }
 
 beforeAll(async () => {
@@ -140,16 +163,7 @@ it('after SIGKILL of chat and agents mid-call, every reservation closes in time 
   expect(summary.credits.reserved).toBe(0);
 
   const calls = fake.requests.filter((r) => r.conversation);
-  const db = new Database(join(dataDir, 'billing.db'), { readonly: true });
-  let entries: Array<{ kind: string; credits: number; sourceKey: string; description: string }>;
-  let reservations: Array<{ status: string; callId: string }>;
-  try {
-    const docs = (table: string) => (db.prepare(`SELECT doc FROM ${table}`).all() as Array<{ doc: string }>).map((r) => JSON.parse(r.doc));
-    entries = docs('ledger').filter((e) => e.tenantId === owner.tenantId);
-    reservations = docs('reservations').filter((r) => r.tenantId === owner.tenantId);
-  } finally {
-    db.close();
-  }
+  const { entries, reservations } = billingOf(owner.tenantId);
   const debits = entries.filter((e) => e.kind === 'usage');
 
   // One reservation per call the provider received, each closed by its usage: none released for a call that was
@@ -190,4 +204,45 @@ it('after SIGKILL of chat and agents mid-call, every reservation closes in time 
   );
   expect(entries.filter((e) => e.kind !== 'usage')).toHaveLength(2);
   expect(summary.credits).toEqual({ balance: GRANT + ADDED - spent, reserved: 0, available: GRANT + ADDED - spent });
+});
+
+it("an embeddings call cut by SIGKILL of chat held the key's place, and is billed once, its hold, from its stored record", async () => {
+  const sys = system!;
+  const api = client(sys.url);
+  const owner = await signUp(api, 'KillEmbed');
+  const t = { token: owner.accessToken };
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-fake', baseUrl: fake.url, apiKey: API_KEY }, t);
+  const { key } = await createKey(api, owner.accessToken, { limits: { concurrency: 1 } });
+  const embed = (input: string) => api.post('/v1/embeddings', { model: 'gpt-fake', input }, { token: key });
+  const embedRequests = () => fake.requests.filter((r) => r.path.endsWith('/embeddings')).length;
+
+  // The provider holds the call until chat dies.
+  const before = embedRequests();
+  fake.script({ type: 'hang' });
+  const held = embed('a text to embed, cut by the kill');
+  await eventually(async () => embedRequests() === before + 1);
+  // Its record holds the key's one place: a second call is refused before the provider sees it.
+  const refused = await embed('second');
+  expect(refused.status).toBe(429);
+  expect(refused.body.error).toMatchObject({ type: 'rate_limit_error', code: 'key_concurrency' });
+  const hold = (await api.get('/api/v1/billing/summary', t)).body.data.credits.reserved;
+  expect(hold).toBeGreaterThan(0);
+
+  const chatPid = await sys.killService('chat');
+  await sys.restarted('chat', chatPid);
+  expect((await held).status).toBe(503);
+  // The restarted chat's sweep bills the record once its lease has run out: nothing is left reserved.
+  await eventually(async () => (await api.get('/api/v1/billing/summary', t)).body.data.credits.reserved === 0, TTL_MS / 2);
+  const { entries, reservations } = billingOf(owner.tenantId);
+  // The refused call's hold was given back at once; the cut call's settled by its one debit: its hold (a credit a token).
+  expect(reservations.map((r) => r.status).sort()).toEqual(['released', 'settled']);
+  const cut = reservations.find((r) => r.status === 'settled')!;
+  const debits = entries.filter((e) => e.kind === 'usage');
+  expect(debits.map((d) => [d.sourceKey, -d.credits])).toEqual([[`usage:call:${cut.callId}`, hold]]);
+  expect(embedRequests()).toBe(before + 1);
+
+  // The place is free again.
+  const next = await embed('after the restart');
+  expect(next.status).toBe(200);
+  expect(next.body.data).toHaveLength(1);
 });

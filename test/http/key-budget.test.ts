@@ -1,3 +1,5 @@
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
@@ -15,6 +17,13 @@ const OPENAI_KEY = 'sk-tenant-openai-' + 'b'.repeat(32);
 const S = '/api/v1/chat/sessions';
 const BUDGET = 40;
 const HOLD = 11;
+const DEFAULT_REPLY = () => ({
+  type: 'text' as const,
+  text: 'fine',
+  chunks: 2,
+  delayMs: 100,
+  usage: { inputTokens: 50, outputTokens: 40 },
+});
 
 beforeAll(async () => {
   openai = await startFakeOpenAI();
@@ -25,7 +34,7 @@ beforeAll(async () => {
   owner = await signUp(api, 'Key budget');
   const llm = { provider: 'openai', baseUrl: openai.url, model: 'gpt-test', apiKey: OPENAI_KEY };
   expect((await api.patch('/api/v1/tenant/settings/llm', llm, { token: owner.accessToken })).status).toBe(200);
-  openai.setDefault(() => ({ type: 'text', text: 'fine', chunks: 2, delayMs: 100, usage: { inputTokens: 50, outputTokens: 40 } }));
+  openai.setDefault(DEFAULT_REPLY);
   projectId = (await api.post('/api/v1/projects', { name: 'Site', description: 'd', language: 'go' }, { token: owner.accessToken })).body
     .data.id;
   const agent = await api.post(
@@ -161,4 +170,130 @@ it('a revoked key’s running agent stops at its budget: the run’s later steps
     calls: number;
   }>;
   expect(lines.find((l) => l.key === id)).toMatchObject({ calls: 2, credits: 18 });
+});
+
+describe('every model-call path under one budget', () => {
+  // Each path on a key of its own with a budget of 25: about two calls fit (9 spent each beside an 11-credit hold;
+  // embeddings: 5 spent beside a 20-credit hold), then the budget refuses the next before any model call.
+  const PATH_BUDGET = 25;
+  const reply = { type: 'text' as const, text: 'fine', chunks: 2, usage: { inputTokens: 50, outputTokens: 40 } };
+  const chat = { model: 'gpt-test', messages: [{ role: 'user', content: 'hi' }] };
+  const mcp: McpClient[] = [];
+  afterAll(async () => {
+    await Promise.all(mcp.map((c) => c.close()));
+  });
+
+  /** Nothing held any more: the call is settled (or was refused). */
+  const idle = () =>
+    eventually(
+      async () => (await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data.credits.reserved === 0,
+      15_000,
+      50,
+    );
+  /** A POST read to its end (a stream included); its status. */
+  async function post(path: string, body: unknown, key: string): Promise<number> {
+    const res = await fetch(stack.url + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    await res.text();
+    return res.status;
+  }
+  /** 402 is the budget refusing; anything else must be the path's success. */
+  const outcome = (status: number, ok: number) => {
+    if (status === 402) return false;
+    expect(status).toBe(ok);
+    return true;
+  };
+  async function runEnd(runId: string) {
+    let run: { status: string; error: string | null } = { status: '', error: null };
+    await eventually(async () => {
+      run = (await api.get(`/api/v1/agents/${agentId}/runs/${runId}`, { token: owner.accessToken })).body.data;
+      return ['completed', 'failed', 'cancelled'].includes(run.status);
+    }, 15_000);
+    // A run whose step the budget refused fails with insufficient_credits, having called no model.
+    if (run.status === 'failed' && /^insufficient_credits: /.test(run.error ?? '')) return false;
+    expect(run.status).toBe('completed');
+    return true;
+  }
+
+  /** One call on each path: true when it ran (and is settled), false when the key's budget refused it. */
+  const paths: Array<[string, (key: string) => Promise<boolean>]> = [
+    ['REST chat', async (key) => outcome((await send(key)).status, 202)],
+    [
+      'agent run',
+      async (key) => {
+        const res = await api.post(`/api/v1/agents/${agentId}/execute`, { goal: 'Look', projectId }, { token: key });
+        return outcome(res.status, 202) && runEnd(res.body.data.id);
+      },
+    ],
+    ['/v1 chat completion', async (key) => outcome(await post('/v1/chat/completions', chat, key), 200)],
+    ['/v1 chat completion, streamed', async (key) => outcome(await post('/v1/chat/completions', { ...chat, stream: true }, key), 200)],
+    [
+      '/v1 response in the background',
+      async (key) => outcome(await post('/v1/responses', { model: 'gpt-test', input: 'hi', background: true }, key), 200),
+    ],
+    ['/v1 embeddings', async (key) => outcome(await post('/v1/embeddings', { model: 'gpt-test', input: 'word '.repeat(40) }, key), 200)],
+    ['pass-through', async (key) => outcome(await post('/v1/passthrough/openai/chat/completions', chat, key), 200)],
+    [
+      'pass-through, streamed',
+      async (key) => outcome(await post('/v1/passthrough/openai/chat/completions', { ...chat, stream: true }, key), 200),
+    ],
+    [
+      '/mcp run_agent',
+      async (key) => {
+        const c = new McpClient({ name: 'budget-table', version: '1.0.0' });
+        await c.connect(
+          new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
+        );
+        mcp.push(c);
+        const ran = (await c.callTool({ name: 'run_agent', arguments: { agentId, projectId, goal: 'Look' } })) as {
+          isError?: boolean;
+          content: Array<{ text: string }>;
+          structuredContent?: { runId: string };
+        };
+        if (ran.isError) {
+          expect(ran.content[0].text).toMatch(/INSUFFICIENT_CREDITS|key_budget/);
+          return false;
+        }
+        return runEnd(ran.structuredContent!.runId);
+      },
+    ],
+  ];
+
+  it.each(paths)(
+    '%s: a key spends at most its budget, and each model call is in /requests once with its ledger credits',
+    async (_, call) => {
+      const { key, id } = await createKey(api, owner.accessToken, { limits: { creditBudget: { credits: PATH_BUDGET, period: 'total' } } });
+      openai.reset();
+      openai.setDefault(() => reply);
+      let ran = 0;
+      try {
+        for (let i = 0; i < 6; i++) {
+          const ok = await call(key);
+          await idle();
+          if (!ok) break;
+          ran++;
+        }
+      } finally {
+        openai.setDefault(DEFAULT_REPLY);
+      }
+      expect(ran).toBeGreaterThanOrEqual(1);
+      expect(ran).toBeLessThan(6); // the budget refused a call
+      const spent = (await keyView(id)).usage.creditsThisPeriod as number;
+      expect(spent).toBeGreaterThan(0);
+      expect(spent).toBeLessThanOrEqual(PATH_BUDGET);
+      // Every request the provider received is one request-log entry of the key, whose credits sum to its spend.
+      const calls = openai.requests.length;
+      let logged: Array<{ credits: number; status: string }> = [];
+      await eventually(async () => {
+        logged = (await api.get(`/api/v1/requests?apiKeyId=${id}&limit=100`, { token: owner.accessToken })).body.data;
+        return logged.length >= calls;
+      }, 10_000);
+      expect(logged).toHaveLength(calls);
+      expect(logged.every((r) => r.status === 'ok')).toBe(true);
+      expect(logged.reduce((n, r) => n + r.credits, 0)).toBe(spent);
+    },
+  );
 });

@@ -296,7 +296,10 @@ describe('POST /v1/embeddings', () => {
     for (const body of [
       { model: 'embedder' },
       { model: 'embedder', input: [] },
-      { model: 'embedder', input: [1, 2, 3] },
+      { model: 'embedder', input: ['text', 2, 3] },
+      { model: 'embedder', input: [[1, 2], []] },
+      { model: 'embedder', input: [-1] },
+      { model: 'embedder', input: [1.5] },
       { model: 'embedder', input: '' },
       { model: 'embedder', input: 'hi', encoding_format: 'int8' },
       { model: 'embedder', input: 'hi', dimensions: 0 },
@@ -306,6 +309,40 @@ describe('POST /v1/embeddings', () => {
       expect(res.status).toBe(400);
       expect(res.body.error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
     }
+  });
+
+  it('embeds token arrays as OpenAI does: passed to the provider as they are, billed a token an id', async () => {
+    const before = embedRequests(right, 'embed-up').length;
+    const one = await embed({ model: 'embedder', input: [11, 22, 33], dimensions: 8 });
+    expect(one.status).toBe(200);
+    expect(one.body.data).toEqual([{ object: 'embedding', index: 0, embedding: fakeEmbedding('11 22 33', 8) }]);
+    expect(one.body.usage).toEqual({ prompt_tokens: 3, total_tokens: 3 });
+    const many = await embed({
+      model: 'embedder',
+      input: [
+        [1, 2],
+        [3, 4, 5, 6],
+      ],
+    });
+    expect(many.status).toBe(200);
+    expect(many.body.data.map((d: { embedding: number[] }) => d.embedding)).toEqual([fakeEmbedding('1 2'), fakeEmbedding('3 4 5 6')]);
+    expect(many.body.usage.prompt_tokens).toBe(6);
+    expect(
+      embedRequests(right, 'embed-up')
+        .slice(before)
+        .map((r) => (r.body as { input: unknown }).input),
+    ).toEqual([
+      [[11, 22, 33]],
+      [
+        [1, 2],
+        [3, 4, 5, 6],
+      ],
+    ]);
+    // One credit a token: each call is billed its ids.
+    await eventually(async () => {
+      const logged = (await api.get('/api/v1/requests?model=embedder&limit=2', t)).body.data as Array<{ credits: number }>;
+      return logged.map((r) => r.credits).join() === '6,3';
+    }, 10_000);
   });
 
   it('refuses a call the credits do not cover with 402 before the provider sees it', async () => {

@@ -513,7 +513,47 @@ describe('agents', () => {
     await settled();
   });
 
-  it('needs a project for a new run, and answers only on Responses', async () => {
+  it("runs an agent through Chat Completions: the run's output is the message; a run waiting for approval answers its run id", async () => {
+    const t = { token: owner.accessToken };
+    const project = (await api.post('/api/v1/projects', { name: 'Completion target', description: 'old' }, t)).body.data;
+    const agent = (
+      await api.post('/api/v1/agents', { name: 'Chatty', systemPrompt: 'You edit projects', config: { autonomyLevel: 'supervised' } }, t)
+    ).body.data;
+    const model = `agent:${agent.id}`;
+    const metadata = { project_id: project.id };
+
+    fake.script({ type: 'text', text: 'Nothing needs to change.' });
+    const done = await ai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Look at it' }], metadata }).withResponse();
+    expect(done.response.headers.get('x-served-model')).toBe(model);
+    expect(done.data.model).toBe(model);
+    expect(done.data.choices[0]).toMatchObject({
+      finish_reason: 'stop',
+      message: { role: 'assistant', content: 'Nothing needs to change.' },
+    });
+    expect(lastRequest().conversation!.messages.map((m) => m.text)).toContain('Look at it');
+
+    // Streamed, waiting for approval: a chunk carries the request with the run id, then finish_reason stop.
+    fake.script({ type: 'tool_calls', toolCalls: [{ name: 'update_project', arguments: { description: 'via completions' } }] });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const c of await ai.chat.completions.create({
+      model,
+      messages: [{ role: 'user', content: 'Change it' }],
+      metadata,
+      stream: true,
+    }))
+      chunks.push(c);
+    const requests = chunks
+      .map((c) => (c.choices[0]?.delta as { agent_approval_request?: Record<string, string> } | undefined)?.agent_approval_request)
+      .filter(Boolean);
+    expect(requests).toEqual([expect.objectContaining({ type: 'agent_approval_request', agent_id: agent.id, name: 'update_project' })]);
+    expect(chunks.at(-1)!.choices[0].finish_reason).toBe('stop');
+    const runId = requests[0]!.run_id;
+    expect((await api.get(`/api/v1/agents/${agent.id}/runs/${runId}`, t)).body.data.status).toBe('requires_approval');
+    expect((await api.post(`/api/v1/agents/${agent.id}/runs/${runId}/reject`, undefined, t)).status).toBe(200);
+    await settled();
+  });
+
+  it('needs a project for a new run, on Responses and Chat Completions', async () => {
     const agent = (await api.post('/api/v1/agents', { name: 'Lost', systemPrompt: 'p', config: {} }, { token: owner.accessToken })).body
       .data;
     const noProject = (await ai.responses.create({ model: `agent:${agent.id}`, input: 'go' }).catch((e: unknown) => e)) as InstanceType<
@@ -525,6 +565,7 @@ describe('agents', () => {
       .create({ model: `agent:${agent.id}`, messages: [{ role: 'user', content: 'go' }] })
       .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
     expect(completion).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(completion.error).toMatchObject({ code: 'project_required', param: 'metadata.project_id' });
     const unknown = (await ai.responses.create({ model: 'agent:agt_nope', input: 'go' }).catch((e: unknown) => e)) as InstanceType<
       typeof OpenAI.APIError
     >;

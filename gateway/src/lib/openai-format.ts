@@ -58,6 +58,7 @@ export function completionObject(rec: CallRecord) {
           content: rec.content === '' && tools.length ? null : rec.content,
           refusal: null,
           ...(tools.length ? { tool_calls: tools } : {}),
+          ...(rec.approval ? { agent_approval_request: approvalItem(rec) } : {}),
         },
         logprobs: null,
         finish_reason: finishReasonOf(rec),
@@ -78,10 +79,14 @@ export function completionChunk(rec: CallRecord, delta: Record<string, unknown>,
   };
 }
 
-/** The chunks that close a completed completion: its tool calls, the finish reason, and the usage when asked for. */
+/**
+ * The chunks that close a completed completion: its tool calls, an agent's approval request, the finish reason, and
+ * the usage when asked for.
+ */
 export function closingChunks(rec: CallRecord, includeUsage: boolean): unknown[] {
   const out: unknown[] = [];
   toolCallsOf(rec).forEach((call, index) => out.push(completionChunk(rec, { tool_calls: [{ index, ...call }] }, null, includeUsage)));
+  if (rec.approval) out.push(completionChunk(rec, { agent_approval_request: approvalItem(rec) }, null, includeUsage));
   out.push(completionChunk(rec, {}, finishReasonOf(rec), includeUsage));
   if (includeUsage)
     out.push({

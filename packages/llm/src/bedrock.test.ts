@@ -213,6 +213,12 @@ describe('bedrock provider (the AWS SDK, SigV4) against a fake Bedrock runtime o
     ]);
   });
 
+  it('refuses token arrays (Titan embeds texts only) before any request', async () => {
+    const err = await createProvider(settings()).embed!({ model: 'amazon.titan-embed-text-v2:0', input: [[7]] }).catch((e: unknown) => e);
+    expect(llmError(err)).toMatchObject({ kind: 'bad_request', code: 'token_inputs_not_supported' });
+    expect(fake.requests).toHaveLength(0);
+  });
+
   it('embeddings: a 429 is rate_limited with retryAfterMs', async () => {
     fake.script({ type: 'error', status: 429, retryAfter: 120 });
     const err = await createProvider(settings()).embed!({ model: 'amazon.titan-embed-text-v2:0', input: ['x'] }).catch((e: unknown) => e);

@@ -12,7 +12,7 @@ import {
   buildTurns,
   classifyHttpFailure,
   connectionFailure,
-  embedInputs,
+  embedTexts,
   guardedFetch,
   parseToolArguments,
   PROVIDER_LABEL,
@@ -173,7 +173,7 @@ export class BedrockProvider implements LlmProvider {
   /** Titan text embeddings (v2) through InvokeModel: one call per input, as the model takes one text. */
   async embed(request: LlmEmbedRequest, options: LlmStreamOptions = {}): Promise<LlmEmbedResult> {
     const settings = this.settings;
-    const { model, input } = embedInputs(settings, request);
+    const { model, input } = embedTexts(settings, request);
     const { InvokeModelCommand } = bedrockSdk();
     const vectors: number[][] = [];
     let inputTokens = 0;

@@ -499,18 +499,36 @@ export function usageEvent(
   return event;
 }
 
-/** Checks an embedding request: its model (or the settings'), and a non-empty list of strings. */
-export function embedInputs(settings: ResolvedSettings, request: LlmEmbedRequest): { model: string; input: string[] } {
+const isTokenArray = (i: unknown): i is number[] =>
+  Array.isArray(i) && i.length > 0 && i.every((t) => Number.isInteger(t) && (t as number) >= 0);
+
+/**
+ * Checks an embedding request: its model (or the settings'), and a non-empty list of strings or of token arrays
+ * (non-empty lists of token ids).
+ */
+export function embedInputs(settings: ResolvedSettings, request: LlmEmbedRequest): { model: string; input: string[] | number[][] } {
   const provider = settings.provider;
   const model = request.model || settings.model;
   if (!model) throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider });
-  if (!Array.isArray(request.input) || request.input.length === 0 || request.input.some((i) => typeof i !== 'string')) {
-    throw new LlmError('bad_request', 'input must be a non-empty list of strings', { provider });
+  const input: unknown[] = Array.isArray(request.input) ? request.input : [];
+  if (input.length === 0 || !(input.every((i) => typeof i === 'string') || input.every(isTokenArray))) {
+    throw new LlmError('bad_request', 'input must be a non-empty list of strings or of token arrays', { provider });
   }
   if (request.dimensions !== undefined && (!Number.isInteger(request.dimensions) || request.dimensions <= 0)) {
     throw new LlmError('bad_request', 'dimensions must be a positive integer', { provider });
   }
   return { model, input: request.input };
+}
+
+/** embedInputs for a provider that embeds texts only: token arrays are refused (400 token_inputs_not_supported). */
+export function embedTexts(settings: ResolvedSettings, request: LlmEmbedRequest): { model: string; input: string[] } {
+  const { model, input } = embedInputs(settings, request);
+  if (typeof input[0] !== 'string')
+    throw new LlmError('bad_request', `${PROVIDER_LABEL[settings.provider]} embeds texts only, not token arrays`, {
+      provider: settings.provider,
+      code: 'token_inputs_not_supported',
+    });
+  return { model, input: input as string[] };
 }
 
 export interface TurnBlocks<B> {

@@ -208,6 +208,12 @@ describe('gemini provider against a fake Gemini API over HTTP', () => {
     });
   });
 
+  it('refuses token arrays (it embeds texts only) before any request', async () => {
+    const err = await createProvider(settings()).embed!({ model: 'gemini-embedding-001', input: [[1, 2]] }).catch((e: unknown) => e);
+    expect(llmError(err)).toMatchObject({ kind: 'bad_request', code: 'token_inputs_not_supported' });
+    expect(fake.requests).toHaveLength(0);
+  });
+
   it('embeddings: a 429 is rate_limited with retryAfterMs', async () => {
     fake.script({ type: 'error', status: 429, retryAfter: 120 });
     const err = await createProvider(settings()).embed!({ model: 'gemini-embedding-001', input: ['x'] }).catch((e: unknown) => e);

@@ -12,7 +12,7 @@ import {
   buildTurns,
   classifyHttpFailure,
   connectionFailure,
-  embedInputs,
+  embedTexts,
   parseEventData,
   PROVIDER_LABEL,
   resolveSettings,
@@ -95,7 +95,7 @@ export class GeminiProvider implements LlmProvider {
 
   async embed(request: LlmEmbedRequest, options: LlmStreamOptions = {}): Promise<LlmEmbedResult> {
     const settings = this.settings;
-    const { model, input } = embedInputs(settings, request);
+    const { model, input } = embedTexts(settings, request);
     const path = modelPath(model);
     const body = {
       requests: input.map((text) => ({

@@ -92,7 +92,8 @@ export interface LlmProvider {
 export interface LlmEmbedRequest {
   /** Embedding model (Azure: the deployment). Falls back to the settings' `model`. */
   model?: string;
-  input: string[];
+  /** Texts, or token arrays (the model's token ids, as OpenAI takes them; only the OpenAI protocol's providers do). */
+  input: string[] | number[][];
   /** Output dimensions, for the models that can shorten their vectors. */
   dimensions?: number;
 }

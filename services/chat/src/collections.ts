@@ -62,6 +62,11 @@ export interface MessageDoc {
   approval?: StoredApproval | null;
   /** Not kept once it ends: a chat completion, or a response with `store: false` (no session). */
   ephemeral?: boolean;
+  /**
+   * The record of an embeddings call while it runs (ephemeral, no text): its whole input goes in the request, so a
+   * call cut by a crash is billed its input tokens as reserved (`call.promptTokens`).
+   */
+  embeddings?: boolean;
 }
 
 export interface StoredToolCall {

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, newId, nowIso, openBus, openSqliteStore, OutboxRelay, type EventBus, type Store } from '@svc/kit';
 import { decodeDomainEvent, TOPICS } from '@svc/contracts';
-import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
+import { planCall } from '@svc/llm';
+import { fakeEmbedding, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { messages, nextSeq, type MessageDoc } from './collections';
 import { Replies, type ReplyTimings } from './replies';
 
@@ -226,4 +227,45 @@ it("stores the provider's usage with the reply as soon as it arrives, before the
   // The flusher ticks every 5 s: the write before the final one was the usage's own.
   expect(flush).toHaveBeenCalled();
   expect(await store.collection(messages).get(doc.id)).toMatchObject({ status: 'completed', inputTokens: 9, outputTokens: 2 });
+});
+
+it("an embeddings call's record is beaten while the provider takes longer than a lease, then deleted and billed once", async () => {
+  // The provider answers after more than two leases: another process's sweep would fail (and bill) a record not beaten.
+  const slow: typeof fetch = async (input, init) => {
+    await new Promise((r) => setTimeout(r, 700));
+    return fetch(input, init);
+  };
+  const a = new Replies(store, relay, logger, slow, { flushMs: 50, leaseMs: 300, drainMs: 5000 });
+  processes.push(a);
+  const b = chatProcess();
+  const record: MessageDoc = {
+    id: newId('msg'),
+    tenantId: 'ten_1',
+    sessionId: '',
+    role: 'assistant',
+    content: '',
+    projectId: '',
+    status: 'pending',
+    seq: nextSeq(),
+    errorCode: null,
+    errorMessage: null,
+    inputTokens: null,
+    outputTokens: null,
+    ...a.newLease(),
+    createdAt: nowIso(),
+    completedAt: null,
+    ephemeral: true,
+    embeddings: true,
+    call: { provider: 'openai', model: 'text-embed', keySource: 'tenant', credentialId: '', credentialType: '', promptTokens: 99 },
+  };
+  await store.collection(messages).insert(record);
+  const settings = { provider: 'openai' as const, baseUrl: fake.url, apiKey: API_KEY, model: 'text-embed' };
+  const plan = planCall('text-embed', [], [settings], { creditsPerUsd: 1000, creditsPer1kTokens: 1 });
+  const done = a.embed('ten_1', record, plan, { input: ['one two'] });
+  await sweepWhileRunning(b, a, 50);
+  const { result } = await done;
+  expect(result.vectors).toEqual([fakeEmbedding('one two')]);
+  expect(await store.collection(messages).get(record.id)).toBeNull();
+  // Billed once, by its generator, the provider's count (not the sweep's 99 reserved).
+  expect((await usageOf(record.id)).map((u) => u.inputTokens)).toEqual([result.inputTokens]);
 });

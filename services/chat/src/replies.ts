@@ -152,6 +152,7 @@ async function billReply(
 
 /** What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated). */
 export function recordedUsage(m: MessageDoc): { usage: Tokens; estimated: boolean } {
+  if (m.embeddings) return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: 0 }, estimated: true };
   if (m.inputTokens !== null || m.outputTokens !== null)
     return { usage: { inputTokens: m.inputTokens ?? 0, outputTokens: m.outputTokens ?? 0 }, estimated: false };
   if (!m.content) return { usage: { inputTokens: 0, outputTokens: 0 }, estimated: true };
@@ -233,42 +234,72 @@ export class Replies {
   }
 
   /**
-   * Embeds `request` on `plan` (CONTRACT.md 12), routed as a reply's call, and bills it once: its input tokens at the
-   * serving model's input price, with its request-log info, as the `llm.usage` of `callId` (the reservation's call
-   * id), in a transaction of its own. A failed call is logged with no tokens, which gives its hold back.
+   * Embeds `request` on `plan` (CONTRACT.md 12) for `record`, the call's pending record stored with its lease and hold
+   * (admitReply). Its lease is beaten while the call runs, as a streaming reply's, so only a dead process's record is
+   * swept (and billed its input tokens as reserved). Routed as a reply's call and billed once, in the transaction that
+   * deletes the record: its input tokens at the serving model's input price, with its request-log info; a failed call
+   * is billed no tokens, which gives its hold back. Cut after the drain on stop, as replies are.
    */
   async embed(
     tenantId: string,
-    callId: string,
-    call: ReplyCall,
+    record: MessageDoc,
+    plan: CallPlan,
+    request: LlmEmbedRequest,
+  ): Promise<{ result: LlmEmbedResult; servedModel: string }> {
+    const abort = new AbortController();
+    const work = this.runEmbed(tenantId, record, plan, request, abort.signal);
+    this.running.set(record.id, { abort, done: work.then(settledNothing, settledNothing) });
+    try {
+      return await work;
+    } finally {
+      this.running.delete(record.id);
+    }
+  }
+
+  private async runEmbed(
+    tenantId: string,
+    record: MessageDoc,
     plan: CallPlan,
     request: LlmEmbedRequest,
     signal: AbortSignal,
   ): Promise<{ result: LlmEmbedResult; servedModel: string }> {
-    const routed = this.route(plan, tenantId, callId);
-    let served: Served | undefined;
+    const progress = this.track(record, tenantId, new LiveReply(record.id), false);
+    const routed = this.route(plan, tenantId, record.id);
     const startedAt = this.now();
-    const bill = async (usage: Tokens, estimated: boolean, outcome: Omit<CallOutcome, 'latencyMs' | 'ttftMs'>) => {
-      const latencyMs = Math.max(1, this.now() - startedAt);
-      const billed = served ? { ...call, ...servedCall(served) } : call;
-      await this.store.transaction((tx) =>
-        billReply(tx, tenantId, callId, billed, usage, estimated, { ...outcome, latencyMs, ttftMs: latencyMs }),
-      );
-      this.relay.notify();
-    };
-    let result: LlmEmbedResult;
+    let result: LlmEmbedResult | undefined;
+    let failure: unknown;
     try {
-      result = await routed.chain.embed(request, { signal, onServed: (s) => (served = { ...s, meta: routed.metaOf(s.index) }) });
+      result = await routed.chain.embed(request, {
+        signal,
+        onServed: (s) => (progress.served = { ...s, meta: routed.metaOf(s.index) }),
+      });
     } catch (err) {
-      const { code } = errorCodeFor(err);
-      // Logged with no tokens (its hold given back); a store that fails here leaves the hold to expire.
-      await bill({ inputTokens: 0, outputTokens: 0 }, false, failedOutcome(signal.aborted ? 'REPLY_CANCELLED' : code)).catch(
-        (billErr: unknown) => this.logger.warn({ err: billErr, callId }, 'recording a failed embeddings call failed'),
-      );
-      throw err;
+      failure = err;
+    } finally {
+      this.progress.delete(record.id);
     }
-    await bill({ inputTokens: result.inputTokens, outputTokens: 0 }, result.estimated ?? false, { status: 'ok', errorCode: '' });
-    return { result, servedModel: served?.model ?? call.model };
+    // A flush in flight may still beat the record: the last write comes after it.
+    await this.flushing;
+    const latencyMs = Math.max(1, this.now() - startedAt);
+    const call = progress.served ? { ...record.call!, ...servedCall(progress.served) } : record.call!;
+    const outcome: CallOutcome = result
+      ? { status: 'ok', errorCode: '', latencyMs, ttftMs: latencyMs }
+      : { ...failedOutcome(signal.aborted ? 'REPLY_CANCELLED' : errorCodeFor(failure).code), latencyMs, ttftMs: latencyMs };
+    const usage = { inputTokens: result?.inputTokens ?? 0, outputTokens: 0 };
+    try {
+      await this.store.transaction(async (tx) => {
+        // Fenced as a reply's last write: a record another process failed meanwhile was billed there (billing keeps
+        // the first llm.usage of a call).
+        if (!progress.lost) await tx.collection(messages).delete(record.id, this.fence(progress));
+        await billReply(tx, tenantId, record.id, call, usage, result?.estimated ?? false, outcome);
+      });
+      this.relay.notify();
+    } catch (err) {
+      // The record stays unfinished with a lease nobody beats: a sweep bills it once the lease has run out.
+      this.logger.warn({ err, callId: record.id }, 'recording an embeddings call failed; the sweep will bill it');
+    }
+    if (!result) throw failure;
+    return { result, servedModel: progress.served?.model ?? call.model };
   }
 
   /** The reply if this process is generating it (or just finished it). */
@@ -503,9 +534,8 @@ export class Replies {
     return { tenantId: p.tenantId, status: p.stored, leaseBeat: p.beat };
   }
 
-  private async generate(job: ReplyJob, live: LiveReply, signal: AbortSignal): Promise<void> {
-    const col = this.store.collection(messages);
-    const { message, tenantId } = job;
+  /** A call this process runs from its stored record on: the flusher stores its progress and beats its lease. */
+  private track(message: MessageDoc, tenantId: string, live: LiveReply, durable: boolean): Progress {
     const progress: Progress = {
       message,
       tenantId,
@@ -517,12 +547,19 @@ export class Replies {
       lost: false,
       usage: undefined,
       storedUsage: undefined,
-      durable: job.durable ?? false,
+      durable,
       served: undefined,
       storedServed: undefined,
     };
     this.progress.set(message.id, progress);
     this.ensureFlusher();
+    return progress;
+  }
+
+  private async generate(job: ReplyJob, live: LiveReply, signal: AbortSignal): Promise<void> {
+    const col = this.store.collection(messages);
+    const { message, tenantId } = job;
+    const progress = this.track(message, tenantId, live, job.durable ?? false);
 
     let usage: Tokens | undefined;
     const startedAt = this.now();
@@ -654,6 +691,8 @@ export class Replies {
 }
 
 class RefusedError extends Error {}
+
+const settledNothing = () => undefined;
 
 /** A model that serves a reply, with the entry it came from and its price. */
 type Served = ServedModel & { meta?: CandidateMeta };

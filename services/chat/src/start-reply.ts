@@ -88,8 +88,24 @@ export function pendingReply(
 }
 
 export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
+  const { job, ...rest } = start;
+  await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
-  const reply = start.job.message;
+  deps.replies.start({ ...job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
+}
+
+/**
+ * Everything before a reply's model call: its key place prepared, its hold reserved, the tenant's cap checked and the
+ * pending reply stored (taking the key's place). From here a crash leaves a record the sweep bills or releases. Used
+ * alone by a call that is not a streamed reply (an embeddings call).
+ */
+export async function admitReply(
+  deps: ReplyStarter,
+  c: AuthedContext,
+  start: Omit<ReplyStart, 'job'> & { reply: MessageDoc },
+): Promise<void> {
+  const { auth } = c;
+  const { reply } = start;
   await deps.keySlots.prepare(auth);
   // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
   if (start.hold) await deps.credits.reserve(c, start.hold);
@@ -101,7 +117,6 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
     if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
     throw err;
   }
-  deps.replies.start({ ...start.job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
 }
 
 /** Stores a new reply and what goes with it in one transaction, taking the key's concurrency place. */

@@ -23,7 +23,7 @@ export function chatCompletionsRoute(app: FastifyInstance, deps: GatewayDeps, re
     access: 'llm:use',
     tag: 'openai',
     summary:
-      'OpenAI-compatible Chat Completions on the tenant\'s model: streamed (stream_options.include_usage puts usage on the last chunk) or not; function tools pass through. A stream cut after its first token ends with data: {"error": ...} and no [DONE]',
+      'OpenAI-compatible Chat Completions on the tenant\'s model: streamed (stream_options.include_usage puts usage on the last chunk) or not; function tools pass through. A stream cut after its first token ends with data: {"error": ...} and no [DONE]. model "agent:<id>" runs the agent (metadata.project_id names its project; the user messages are its goal) and answers its output; a run waiting for approval answers finish_reason "stop" with message.agent_approval_request {id, run_id, agent_id, name, call_id, arguments}',
     envelope: false,
     body: ChatCompletionBody,
     response: CompletionObject,

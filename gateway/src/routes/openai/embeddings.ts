@@ -10,12 +10,24 @@ import { Nullable, Obj, Str } from '../../schemas';
 /** A provider may take this long to embed a full request (each attempt is bounded by the chat service's timeout). */
 const EMBED_DEADLINE_MS = 5 * 60 * 1000;
 const INPUT_MAX = 1024 * 1024;
+const INPUTS_MAX = 2048;
+/** A token array: the model's token ids (int32 on the way to the chat service). */
+const Tokens = Type.Array(Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 }), { minItems: 1, maxItems: INPUT_MAX });
 
 const EmbeddingsBody = Obj({
   model: Str(1, 200),
-  input: Type.Union([Str(1, INPUT_MAX), Type.Array(Str(1, INPUT_MAX), { minItems: 1, maxItems: 2048 })], {
-    description: 'A string or up to 2048 strings, each not empty (token arrays are not accepted)',
-  }),
+  input: Type.Union(
+    [
+      Str(1, INPUT_MAX),
+      Type.Array(Str(1, INPUT_MAX), { minItems: 1, maxItems: INPUTS_MAX }),
+      Tokens,
+      Type.Array(Tokens, { minItems: 1, maxItems: INPUTS_MAX }),
+    ],
+    {
+      description:
+        "A string, up to 2048 strings, a token array, or up to 2048 token arrays, none empty; token arrays go to the provider as they are (OpenAI's protocol only) and count one token an id",
+    },
+  ),
   encoding_format: Type.Optional(Type.Union([Type.Literal('float'), Type.Literal('base64')])),
   dimensions: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 65_536 }))),
   user: Type.Optional(Str(0, 10_000)),
@@ -41,6 +53,14 @@ function base64Of(values: number[]): string {
   return buf.toString('base64');
 }
 
+/** The body's `input` as the chat service takes it: texts, or token arrays (one array is one input). */
+function inputsOf(input: string | string[] | number[] | number[][]): { input: string[]; tokenInput: Array<{ tokens: number[] }> } {
+  if (typeof input === 'string') return { input: [input], tokenInput: [] };
+  if (typeof input[0] === 'string') return { input: input as string[], tokenInput: [] };
+  if (typeof input[0] === 'number') return { input: [], tokenInput: [{ tokens: input as number[] }] };
+  return { input: [], tokenInput: (input as number[][]).map((tokens) => ({ tokens })) };
+}
+
 export function embeddingsRoute(app: FastifyInstance, deps: GatewayDeps): void {
   const { chat } = deps.clients;
 
@@ -57,11 +77,10 @@ export function embeddingsRoute(app: FastifyInstance, deps: GatewayDeps): void {
     response: EmbeddingsObject,
     handler: async ({ body, call, principal, request, reply }) => {
       await assertKeyTokens(deps, principal, call, reply);
-      const inputs = typeof body.input === 'string' ? [body.input] : body.input;
       const res = await chat.embed(
         {
           model: body.model,
-          input: inputs,
+          ...inputsOf(body.input),
           dimensions: body.dimensions ?? undefined,
           endUser: (body.user ?? endUserOf(request)).slice(0, END_USER_MAX),
         },

@@ -243,8 +243,18 @@ export async function chat(ctx: FakeContext, conversation: FakeConversation, sen
   }
 }
 
+const isTokens = (v: unknown): v is number[] => Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t));
+
+/** OpenAI's forms of `input`: a string, strings, one token array, or token arrays; null for anything else. */
+function embeddingInputs(input: unknown): Array<string | number[]> | null {
+  if (typeof input === 'string') return [input];
+  if (isTokens(input)) return [input];
+  if (!Array.isArray(input) || input.length === 0) return null;
+  return input.every((i) => typeof i === 'string') || input.every(isTokens) ? (input as Array<string | number[]>) : null;
+}
+
 /**
- * `POST /embeddings`: one deterministic vector per input (a string or an array of strings; {@link fakeEmbedding},
+ * `POST /embeddings`: one deterministic vector per input (a string, strings or token arrays; {@link fakeEmbedding},
  * `dimensions` long), with usage (`prompt_tokens` = the fakes' token count of the inputs), as OpenAI answers. A
  * scripted `error` or `hang` at the head of the script applies to it.
  */
@@ -253,16 +263,21 @@ export async function embeddings(ctx: FakeContext, sendErr: SendError = sendErro
   if (failure?.type === 'error') return sendErr(ctx, failure.status, failure.message, failure.code, retryAfterHeader(failure));
   if (failure?.type === 'hang') return waitForClose(ctx.res);
   const body = ctx.record.body as { input?: unknown; model?: unknown; dimensions?: unknown } | undefined;
-  const inputs = typeof body?.input === 'string' ? [body.input] : Array.isArray(body?.input) ? body.input : null;
-  if (!inputs || inputs.some((i) => typeof i !== 'string') || typeof body?.model !== 'string') {
-    sendErr(ctx, 400, "'input' must be a string or an array of strings, and 'model' a string");
+  const inputs = embeddingInputs(body?.input);
+  if (!inputs || typeof body?.model !== 'string') {
+    sendErr(ctx, 400, "'input' must be a string, an array of strings or of token arrays, and 'model' a string");
     return;
   }
   const dimensions = typeof body.dimensions === 'number' ? body.dimensions : undefined;
-  const tokens = inputs.reduce((n: number, i: string) => n + estimateTokens(i), 0);
+  // A token array counts its length; its vector is the fakes' embedding of its ids joined by spaces.
+  const tokens = inputs.reduce((n: number, i) => n + (typeof i === 'string' ? estimateTokens(i) : i.length), 0);
   sendJson(ctx.res, 200, {
     object: 'list',
-    data: (inputs as string[]).map((text, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, dimensions) })),
+    data: inputs.map((i, index) => ({
+      object: 'embedding',
+      index,
+      embedding: fakeEmbedding(typeof i === 'string' ? i : i.join(' '), dimensions),
+    })),
     model: body.model,
     usage: { prompt_tokens: tokens, total_tokens: tokens },
   });

@@ -8,7 +8,10 @@ import { newMessage, pendingReply, startReply } from '../start-reply';
 import { ID_SHAPE, type Send, sleep } from './records';
 import type { CallDeps, CallParts } from './shared';
 
-/** A call on `agent:<id>`: the agent's run (started, or a previous response's followed), reported when it stops. */
+/**
+ * A call on `agent:<id>` (a response or a chat completion): the agent's run (started, or a previous response's
+ * followed), reported when it stops.
+ */
 export function agentCall(deps: CallDeps, parts: CallParts) {
   const { replies, peers } = deps;
   const { sessionFor, responseDoc, follow } = parts;
@@ -53,8 +56,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     signal: AbortSignal,
   ): Promise<void> {
     const { auth, token } = c;
-    if (req.kind !== 'response')
-      throw errors.badRequest('agent_model_needs_responses', 'Agents answer through POST /v1/responses', { param: 'model' });
+    // A chat completion on an agent: a new run each time (no previous response to follow), its answer not kept.
+    const completion = req.kind === 'completion';
     if (!ID_SHAPE.test(agentId)) throw modelNotFound(req.model);
     await peers.agent(agentId, token).catch((err: unknown) => {
       if ((err as { code?: string }).code === 'RESOURCE_NOT_FOUND') throw modelNotFound(req.model);
@@ -98,21 +101,29 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         : { id: newId('chs'), tenantId: auth.tid, projectId, agentId, title: goal.slice(0, 200), createdAt: now };
     const sessionId = req.store ? (session ?? newSession)!.id : '';
     const inputs = req.store && goal ? [newMessage(auth, { role: 'user', content: goal, sessionId, projectId })] : [];
-    const reply = pendingReply(auth, replies.newLease(), { sessionId, projectId, ...(req.store ? {} : { ephemeral: true }) });
-    const resp = responseDoc(auth, req, reply, sessionId, { agentId, runId });
+    // A completion has no response record: the reply names the agent as the model that answered.
+    const reply = pendingReply(auth, replies.newLease(), {
+      sessionId,
+      projectId,
+      ...(req.store ? {} : { ephemeral: true }),
+      ...(completion ? { model: req.model } : {}),
+    });
+    const resp = completion ? null : responseDoc(auth, req, reply, sessionId, { agentId, runId });
     await startReply(deps, c, {
       job: {
         message: reply,
         history: [],
         llm: { settings: { provider: 'openai-compatible' }, keySource: 'tenant' },
-        durable: true,
+        durable: !completion,
         source: runSource(agentId, runId, token),
       },
       inputs,
       resp,
       newSession,
     });
-    await follow(resp, reply, true, send, signal);
+    // A completion nobody reads any more stops following the run (which goes on, and bills its own calls).
+    if (completion) signal.addEventListener('abort', () => void replies.cancel(reply.id), { once: true });
+    await follow(resp, reply, !completion, send, signal);
   }
 
   return startAgentCall;

@@ -160,12 +160,19 @@ export interface ListModelsResponse {
 export interface EmbedRequest {
   /** A catalogue name, or the default model's name; empty: the default model. */
   model: string;
+  /** The inputs as text; or, when empty, as token arrays (`token_input`, passed to the provider as OpenAI takes them). */
   input: string[];
   dimensions?:
     | number
     | undefined;
   /** OpenAI's `user`, kept as the request log's end user. */
   endUser: string;
+  tokenInput: TokenInput[];
+}
+
+/** One input given as the model's token ids. */
+export interface TokenInput {
+  tokens: number[];
 }
 
 export interface Embedding {
@@ -2344,7 +2351,7 @@ export const ListModelsResponse: MessageFns<ListModelsResponse> = {
 };
 
 function createBaseEmbedRequest(): EmbedRequest {
-  return { model: "", input: [], dimensions: undefined, endUser: "" };
+  return { model: "", input: [], dimensions: undefined, endUser: "", tokenInput: [] };
 }
 
 export const EmbedRequest: MessageFns<EmbedRequest> = {
@@ -2360,6 +2367,9 @@ export const EmbedRequest: MessageFns<EmbedRequest> = {
     }
     if (message.endUser !== "") {
       writer.uint32(34).string(message.endUser);
+    }
+    for (const v of message.tokenInput) {
+      TokenInput.encode(v!, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -2409,6 +2419,14 @@ export const EmbedRequest: MessageFns<EmbedRequest> = {
             message.endUser = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tokenInput.push(TokenInput.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2431,6 +2449,11 @@ export const EmbedRequest: MessageFns<EmbedRequest> = {
         : isSet(object.end_user)
         ? globalThis.String(object.end_user)
         : "",
+      tokenInput: globalThis.Array.isArray(object?.tokenInput)
+        ? object.tokenInput.map((e: any) => TokenInput.fromJSON(e))
+        : globalThis.Array.isArray(object?.token_input)
+        ? object.token_input.map((e: any) => TokenInput.fromJSON(e))
+        : [],
     };
   },
 
@@ -2448,6 +2471,9 @@ export const EmbedRequest: MessageFns<EmbedRequest> = {
     if (message.endUser !== "") {
       obj.endUser = message.endUser;
     }
+    if (message.tokenInput?.length) {
+      obj.tokenInput = message.tokenInput.map((e) => TokenInput.toJSON(e));
+    }
     return obj;
   },
 
@@ -2460,6 +2486,90 @@ export const EmbedRequest: MessageFns<EmbedRequest> = {
     message.input = object.input?.map((e) => e) || [];
     message.dimensions = object.dimensions ?? undefined;
     message.endUser = object.endUser ?? "";
+    message.tokenInput = object.tokenInput?.map((e) => TokenInput.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseTokenInput(): TokenInput {
+  return { tokens: [] };
+}
+
+export const TokenInput: MessageFns<TokenInput> = {
+  encode(message: TokenInput, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tokens.length !== 0) {
+      writer.uint32(10).fork();
+      for (const v of message.tokens) {
+        writer.int32(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TokenInput {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTokenInput();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag === 8) {
+              message.tokens.push(reader.int32());
+
+              continue;
+            }
+
+            if (tag === 10) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.tokens.push(reader.int32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TokenInput {
+    return {
+      tokens: globalThis.Array.isArray(object?.tokens) ? object.tokens.map((e: any) => globalThis.Number(e)) : [],
+    };
+  },
+
+  toJSON(message: TokenInput): unknown {
+    const obj: any = {};
+    if (message.tokens?.length) {
+      obj.tokens = message.tokens.map((e) => Math.round(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TokenInput>): TokenInput {
+    return TokenInput.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TokenInput>): TokenInput {
+    const message = createBaseTokenInput();
+    message.tokens = object.tokens?.map((e) => e) || [];
     return message;
   },
 };
