@@ -9,7 +9,8 @@ import { startSystem, type SystemProcess } from '../helpers/process';
 // The system as `npm start` runs it with one process per service. A streamed response of the OpenAI-compatible API
 // is dropped by its client at event 10, then the chat service generating it is SIGKILLed. Resumed with
 // starting_after=10, the stream sends 11..N with no gap and no duplicate: the chunks stored before the kill, then
-// response.failed (the reply was interrupted), never response.completed.
+// response.failed (the reply was interrupted), never response.completed. A chat completion and an embeddings call
+// with an Idempotency-Key, cut the same way, are retried with their keys: the provider is not called again.
 jest.setTimeout(120_000);
 
 let dataDir: string;
@@ -82,4 +83,44 @@ it('resumes a response stream after its client left and the chat service was SIG
   const stored = await ai.responses.retrieve(id);
   expect(stored.status).toBe('failed');
   expect((stored.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0]).toMatchObject({ text: deltas });
+});
+
+it('a /v1 call with an Idempotency-Key cut by SIGKILL of the chat service is not made again by its retries', async () => {
+  // The system the test above left running (its chat process restarted once).
+  const api = client(system!.url);
+  const token = (await signUp(api, 'KeyedCrash')).accessToken;
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-fake', baseUrl: fake.url, apiKey: 'sk-x' }, { token });
+  const key = (await createKey(api, token)).key;
+  const post = (path: string, body: object, idemKey: string) =>
+    api.post(path, body, { token: key, headers: { 'idempotency-key': idemKey } });
+  const complete = () =>
+    post('/v1/chat/completions', { model: 'gpt-fake', messages: [{ role: 'user', content: 'keyed-crash' }] }, 'crash-1');
+  const embed = () => post('/v1/embeddings', { model: 'gpt-fake', input: 'keyed-embed' }, 'crash-2');
+  const asked = (word: string) => fake.requests.filter((r) => JSON.stringify(r.body ?? '').includes(word)).length;
+
+  // The provider answers the completion in full but holds back its end; it never answers the embeddings.
+  fake.script({ type: 'text', text: 'answered in full', holdEndMs: 60_000 });
+  fake.script({ type: 'hang' });
+  const completion = complete();
+  await eventually(async () => asked('keyed-crash') === 1);
+  const embedding = embed();
+  await eventually(async () => asked('keyed-embed') === 1);
+  const pid = await system!.killService('chat');
+  expect([(await completion).status, (await embedding).status]).toEqual([503, 503]);
+  await system!.restarted('chat', pid);
+
+  // Retried with their keys: in progress (409) until the restarted chat service fails the cut reply, or a 503 while
+  // the gateway reconnects; then the interruption, every time. The provider is never asked again.
+  for (const retry of [complete, embed]) {
+    const seen = new Set<number>();
+    let last: Awaited<ReturnType<typeof retry>>;
+    await eventually(async () => {
+      last = await retry();
+      seen.add(last.status);
+      return last.body?.error?.code === 'reply_interrupted';
+    }, 30_000);
+    expect([...seen].every((s) => s === 409 || s === 503)).toBe(true);
+    expect([last!.status, (await retry()).body.error.code]).toEqual([503, 'reply_interrupted']);
+  }
+  expect([asked('keyed-crash'), asked('keyed-embed')]).toEqual([1, 1]);
 });

@@ -62,6 +62,11 @@ export interface MessageDoc {
   approval?: StoredApproval | null;
   /** Not kept once it ends: a chat completion, or a response with `store: false` (no session). */
   ephemeral?: boolean;
+  /**
+   * A `/v1` call's Idempotency-Key record (kit idempotency, calls/keyed.ts): the transaction that ends the reply adds
+   * it there as it ended, for a retry with the key to replay.
+   */
+  idempotencyId?: string;
 }
 
 export interface StoredToolCall {

@@ -5,13 +5,14 @@ import type { SessionDoc, StoredApproval } from '../collections';
 import { modelNotFound } from '../model-choice';
 import { type ReplySourceEvent, ReplyFailure } from '../replies';
 import { newMessage, pendingReply, startReply } from '../start-reply';
-import { ID_SHAPE, type Send, sleep } from './records';
+import type { KeyedStart, StartedCall } from './keyed';
+import { ID_SHAPE, sleep } from './records';
 import type { CallDeps, CallParts } from './shared';
 
 /** A call on `agent:<id>`: the agent's run (started, or a previous response's followed), reported when it stops. */
 export function agentCall(deps: CallDeps, parts: CallParts) {
   const { replies, peers } = deps;
-  const { sessionFor, responseDoc, follow } = parts;
+  const { sessionFor, responseDoc } = parts;
 
   function runSource(agentId: string, runId: string, token: string) {
     return async function* watch(signal: AbortSignal): AsyncIterable<ReplySourceEvent> {
@@ -49,9 +50,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     c: AuthedContext,
     req: chatV1.StartCallRequest,
     agentId: string,
-    send: Send,
-    signal: AbortSignal,
-  ): Promise<void> {
+    keyed: KeyedStart | null,
+  ): Promise<StartedCall> {
     const { auth, token } = c;
     if (req.kind !== 'response')
       throw errors.badRequest('agent_model_needs_responses', 'Agents answer through POST /v1/responses', { param: 'model' });
@@ -89,7 +89,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         throw errors.badRequest('project_required', "An agent's run works in a project: give metadata.project_id", {
           param: 'metadata.project_id',
         });
-      runId = (await peers.executeAgent({ agentId, goal, projectId }, token)).id;
+      // Under the call's key: a call run again after a crash before its reply was stored finds the same run.
+      runId = (await peers.executeAgent({ agentId, goal, projectId }, token, keyed?.key)).id;
     }
     const now = nowIso();
     const newSession: SessionDoc | null =
@@ -98,7 +99,12 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         : { id: newId('chs'), tenantId: auth.tid, projectId, agentId, title: goal.slice(0, 200), createdAt: now };
     const sessionId = req.store ? (session ?? newSession)!.id : '';
     const inputs = req.store && goal ? [newMessage(auth, { role: 'user', content: goal, sessionId, projectId })] : [];
-    const reply = pendingReply(auth, replies.newLease(), { sessionId, projectId, ...(req.store ? {} : { ephemeral: true }) });
+    const reply = pendingReply(auth, replies.newLease(), {
+      sessionId,
+      projectId,
+      ...(req.store ? {} : { ephemeral: true }),
+      ...(keyed ? { idempotencyId: keyed.idempotencyId } : {}),
+    });
     const resp = responseDoc(auth, req, reply, sessionId, { agentId, runId });
     await startReply(deps, c, {
       job: {
@@ -111,8 +117,9 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       inputs,
       resp,
       newSession,
+      commit: keyed?.commit({ messageId: reply.id, resp }),
     });
-    await follow(resp, reply, true, send, signal);
+    return { resp, reply, durable: true };
   }
 
   return startAgentCall;
