@@ -7,9 +7,10 @@
  * - The answer is recorded before it leaves (onSend), so a retry that follows it is always a replay: the first status,
  *   content type and body, with `Idempotent-Replayed: true` and the first request's id.
  * - A 5xx, a 429, a 408 or a service's own 409 `idempotency_key_in_progress` (a `/v1` call whose reply has not ended,
- *   services/chat/src/calls/keyed.ts) is not an answer to keep: the claim is released and a retry runs again. The services whose
- *   work must not run twice record their own answer in the work's transaction under the same scoped key (sent as
- *   gRPC metadata, kit `idempotent`), so a retry after a crash between their commit and this answer finds it.
+ *   services/chat/src/calls/keyed.ts) is not an answer to keep: the claim is released and a retry runs again. The
+ *   services whose work must not run twice record their own answer in the work's transaction under the same scoped
+ *   key (sent as gRPC metadata, kit `idempotent`), so a retry after a crash between their commit and this answer
+ *   finds it.
  * - A streamed answer (SSE, the pass-through) cannot be replayed: while it runs the key is held (409), afterwards
  *   the same request answers 409 `idempotency_key_streamed`.
  * - Bad input refused before the handler (validation, authentication, rate limits) claims nothing. A POST without a
