@@ -9,6 +9,7 @@ import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { cliHome, startCli, svc } from '../helpers/cli';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver } from '../helpers/receiver';
+import { startTcpProxy } from '../helpers/tcp-proxy';
 import { startStack, type Stack } from '../helpers/stack';
 import { Webhook } from 'standardwebhooks';
 
@@ -16,7 +17,7 @@ import { Webhook } from 'standardwebhooks';
 // HTTP here; in a browser in test/browser), whoami, projects, agents run --follow, a streamed chat reply, keys,
 // --json, the credentials file's mode, and the exit codes of CONTRACT.md 7. Then every command's --json output
 // (table-driven, checked against the command tree), --all past 100, svc api, completion in bash, delete's
-// confirmation, and profiles.
+// confirmation, profiles, and listen (forwarding, and its resume after a dropped connection through a local proxy).
 jest.setTimeout(90_000);
 
 type Command = ReturnType<typeof buildProgram>;
@@ -501,4 +502,36 @@ it('listen --forward-to delivers each project.created as a signed delivery that 
     await receiver.close();
   }
   expect((await listen.done).code).toBe(0);
+});
+
+it('listen resumes after its connection drops, from the last event seen: no event lost, none twice', async () => {
+  const receiver = await startReceiver();
+  const proxy = await startTcpProxy(stack.url);
+  const { key } = await createKey(api, owner.accessToken);
+  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created'], {
+    ...envFor(cliHome()),
+    SVC_BASE_URL: proxy.url,
+    SVC_API_KEY: key,
+  });
+  const create = async (name: string) => (await api.post('/api/v1/projects', { name }, { token: owner.accessToken })).body.data.id;
+  const delivered = () => receiver.at('/hook').map((r) => r.json.data.id as string);
+  try {
+    await listen.waitFor(/Webhook signing secret/);
+    const before = await create('Before the drop');
+    await eventually(async () => delivered().includes(before), 20_000);
+    // The stream is cut; its resume is held until a project was created while it was away.
+    proxy.cut();
+    await eventually(async () => proxy.held() > 0, 20_000);
+    const during = await create('During the drop');
+    proxy.release();
+    const after = await create('After the drop');
+    await eventually(async () => delivered().includes(after), 20_000);
+    expect(delivered()).toEqual([before, during, after]);
+    expect(listen.stderr()).toContain('Connection to the event stream lost; resuming...');
+  } finally {
+    listen.proc.kill('SIGINT');
+    await listen.done;
+    await receiver.close();
+    await proxy.close();
+  }
 });

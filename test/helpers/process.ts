@@ -43,6 +43,7 @@ const ROOT = resolve(__dirname, '../..');
 
 /** The command line that marks a part's process: the services host, or one service's own bundle (dist/). */
 function entryOf(name: string): string {
+  if (name === 'gateway') return 'dist/gateway.js';
   return name === 'services' ? 'dist/services.js' : `dist/services/${name}.js`;
 }
 

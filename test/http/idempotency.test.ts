@@ -138,3 +138,26 @@ it('while the first request with a key runs, the same key answers 409 idempotenc
   expect([third.status, third.headers.get('idempotent-replayed'), third.text]).toEqual([200, 'true', done.text]);
   expect(fake.requests.filter((r) => JSON.stringify(r.body ?? '').includes('hold'))).toHaveLength(1);
 });
+
+it('a /v1 call let through again after a 5xx is not made again: its failure is replayed; a call the model refused runs afresh', async () => {
+  const asked = (word: string) => fake.requests.filter((r) => JSON.stringify(r.body ?? '').includes(word)).length;
+  const complete = (word: string, idemKey: string) =>
+    api.post(
+      '/v1/chat/completions',
+      { model: 'gpt-test', messages: [{ role: 'user', content: word }] },
+      { token: key, headers: { 'idempotency-key': idemKey } },
+    );
+  // Cut by the provider after its first words: the call was made (and billed); the gateway keeps no 5xx answer, so
+  // the retry reaches the chat service, which answers what the call ended with instead of calling the model again.
+  fake.script({ type: 'cut', afterChunks: 2, text: 'a few words then nothing' });
+  const cut = await complete('cut-midway', 'v1-cut');
+  expect([cut.status, reasonOf(cut)]).toEqual([503, expect.stringMatching(/^llm_/)]);
+  const again = await complete('cut-midway', 'v1-cut');
+  expect([again.status, again.text]).toEqual([503, cut.text]);
+  expect(asked('cut-midway')).toBe(1);
+  // Refused before answering: nothing was made or billed, so the key is free and the retry calls the model.
+  fake.script({ type: 'error', status: 400, message: 'refused' });
+  expect((await complete('refused-first', 'v1-refused')).status).toBe(503);
+  const retried = await complete('refused-first', 'v1-refused');
+  expect([retried.status, asked('refused-first')]).toEqual([200, 2]);
+});

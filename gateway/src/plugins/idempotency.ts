@@ -6,9 +6,11 @@
  *   `idempotency_key_in_progress`; the key with another method, path or body answers 422 `idempotency_key_reused`.
  * - The answer is recorded before it leaves (onSend), so a retry that follows it is always a replay: the first status,
  *   content type and body, with `Idempotent-Replayed: true` and the first request's id.
- * - A 5xx, a 429 or a 408 is not an answer to keep: the claim is released and a retry runs again. The services whose
- *   work must not run twice record their own answer in the work's transaction under the same scoped key (sent as
- *   gRPC metadata, kit `idempotent`), so a retry after a crash between their commit and this answer finds it.
+ * - A 5xx, a 429, a 408 or a service's own 409 `idempotency_key_in_progress` (a `/v1` call whose reply has not ended,
+ *   services/chat/src/calls/keyed.ts) is not an answer to keep: the claim is released and a retry runs again. The
+ *   services whose work must not run twice record their own answer in the work's transaction under the same scoped
+ *   key (sent as gRPC metadata, kit `idempotent`), so a retry after a crash between their commit and this answer
+ *   finds it.
  * - A streamed answer (SSE, the pass-through) cannot be replayed: while it runs the key is held (409), afterwards
  *   the same request answers 409 `idempotency_key_streamed`.
  * - Bad input refused before the handler (validation, authentication, rate limits) claims nothing. A POST without a
@@ -16,7 +18,7 @@
  *   nothing is stored (its answers carry fresh credentials, which must never be handed to a replay).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { errors, holderStarted, newHolderId, sha256Hex, type CallOptions } from '@svc/kit';
+import { errors, holderStarted, isAppError, newHolderId, sha256Hex, type CallOptions } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import type { Clients } from '../clients';
 
@@ -36,6 +38,8 @@ interface Hold {
   call: CallOptions;
   beat: NodeJS.Timeout;
   settled: boolean;
+  /** The answer is not to be kept (see settle). */
+  release?: boolean;
 }
 
 declare module 'fastify' {
@@ -66,6 +70,12 @@ export function registerIdempotency(app: FastifyInstance, clients: () => Pick<Cl
     if (raw === undefined) return done();
     // A replay has answered: the route's handler must not run (so `done` is not called).
     claim(request, reply, raw, clients().identity).then((replayed) => replayed || done(), done);
+  });
+
+  // A service's own "still in progress" answers nothing yet: a retry must reach the service again.
+  app.addHook('onError', (request, _reply, err, done) => {
+    if (request.idempotency && isAppError(err) && err.details.reason === 'idempotency_key_in_progress') request.idempotency.release = true;
+    done();
   });
 
   app.addHook('onSend', (request, reply, payload, done) => {
@@ -119,7 +129,7 @@ async function settle(request: FastifyRequest, identity: Identity, status: numbe
   if (hold.settled) return;
   hold.settled = true;
   clearInterval(hold.beat);
-  const release = status >= 500 || status === 429 || status === 408;
+  const release = hold.release === true || status >= 500 || status === 429 || status === 408;
   const answer = { status, contentType, body: body ?? '', requestId: request.id, streamed: body === null };
   try {
     await identity.finishIdempotencyKey({ key: hold.key, gen: hold.gen, release, answer: release ? undefined : answer }, hold.call);

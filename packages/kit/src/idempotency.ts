@@ -18,7 +18,9 @@
 import { sha256Hex } from './crypto';
 import { AppError, errors } from './errors';
 import { holderIsGone, holderStarted, LeaseWatch, monotonicNow, newHolderId } from './lease';
+import type { Logger } from './logger';
 import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession } from './storage';
+import { Retention } from './storage/retention';
 import { nowIso } from './ids';
 
 /** An Idempotency-Key's claim and, once done, the answer given (id = hash of tenant, operation and key). */
@@ -41,8 +43,8 @@ export interface IdempotencyDoc {
   expiresAt: number;
 }
 
-/** Every service's keys and answers (ensured by openRuntime, like the outbox). */
-export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency' };
+/** Every service's keys and answers (ensured by openRuntime, like the outbox); swept by `createdAt` after 24 h. */
+export const idempotency: CollectionDef<IdempotencyDoc> = { name: 'idempotency', indexes: [{ fields: [] }] };
 
 /** The refusals of CONTRACT.md 14, shared by the gateway's claims and the services' own. */
 export const idempotencyErrors = {
@@ -101,6 +103,16 @@ export interface IdempotentOptions {
   watch?: LeaseWatch;
   timings?: Partial<IdempotencyTimings>;
   transact?: Transact;
+  /**
+   * For work with an effect outside the store that must not happen twice (a model call): a claim whose holder died
+   * while it worked is not run again but answered with this error, which is kept as its answer.
+   */
+  abandoned?: () => AppError;
+  /**
+   * An answer recorded after the work (not in its transaction) longer than this, as JSON, is not kept: the key is
+   * freed and a retry runs again (a store's record has a size limit; MongoDB's is 16 MB).
+   */
+  maxAnswerChars?: number;
 }
 
 /**
@@ -130,7 +142,19 @@ export async function idempotent<R>(
       continue;
     }
     const claim = found.claim;
-    const outcome = await hold(store, { transact, seal }, claim, work, timings.beatMs);
+    if (found.takenOver && options.abandoned) {
+      const err = options.abandoned();
+      const kept = await store
+        .collection(idempotency)
+        .update(
+          claim.id,
+          { status: 'pending', gen: claim.gen },
+          { status: 'done', response: seal.encrypt(JSON.stringify(errorAnswer(err))) },
+        );
+      if (!kept) continue;
+      throw err;
+    }
+    const outcome = await hold(store, { transact, seal, maxAnswerChars: options.maxAnswerChars ?? Infinity }, claim, work, timings.beatMs);
     if (outcome.lost) continue; // taken over while working: wait for the new holder's answer
     return outcome.result;
   }
@@ -138,7 +162,10 @@ export async function idempotent<R>(
 
 /** What a claim attempt found: the key is now ours, already answered, or held by a live holder. */
 export type ClaimOutcome =
-  { state: 'claimed'; claim: IdempotencyDoc } | { state: 'done'; record: IdempotencyDoc } | { state: 'held'; record: IdempotencyDoc };
+  /** `takenOver`: the key was held by a claim whose holder is gone (its work may have started). */
+  | { state: 'claimed'; claim: IdempotencyDoc; takenOver: boolean }
+  | { state: 'done'; record: IdempotencyDoc }
+  | { state: 'held'; record: IdempotencyDoc };
 
 /** The record id of a key: one per tenant, operation and key. */
 export const idempotencyRecordId = (tenantId: string, operation: string, key: string): string =>
@@ -159,7 +186,8 @@ export async function claimIdempotencyKey(
   for (;;) {
     const existing = await col.get(id);
     // The 24 h expiry is a wall time of whichever replica wrote it: skew of seconds does not matter at that scale.
-    if (existing && existing.expiresAt > Date.now()) {
+    const live = existing !== null && existing.expiresAt > Date.now();
+    if (live) {
       if (existing.bodyHash !== scope.bodyHash) throw idempotencyErrors.reused();
       if (existing.status === 'done') return { state: 'done', record: existing };
       const beat = `${existing.gen ?? 0}:${existing.beat ?? 0}`;
@@ -189,14 +217,14 @@ export async function claimIdempotencyKey(
     }
     if (!claimed) continue;
     by.watch.forget(id);
-    return { state: 'claimed', claim };
+    return { state: 'claimed', claim, takenOver: live };
   }
 }
 
 /** Does the work under the claim, beating it meanwhile, and records the answer. */
 async function hold<R>(
   store: Store,
-  { transact, seal }: { transact: Transact; seal: AnswerSeal },
+  { transact, seal, maxAnswerChars }: { transact: Transact; seal: AnswerSeal; maxAnswerChars: number },
   claim: IdempotencyDoc,
   work: (commit: Commit<R>) => Promise<R>,
   beatMs: number,
@@ -204,6 +232,7 @@ async function hold<R>(
   const col = store.collection(idempotency);
   const mine = { status: 'pending' as const, gen: claim.gen };
   const answer = (saved: object) => ({ status: 'done' as const, response: seal.encrypt(JSON.stringify(saved)) });
+  const tooLong = (result: R) => (JSON.stringify(result) ?? '').length > maxAnswerChars;
   const beat = setInterval(() => void col.increment(claim.id, mine, { beat: 1 }).catch(() => undefined), beatMs);
   beat.unref();
   let committed = false;
@@ -217,20 +246,55 @@ async function hold<R>(
     });
   try {
     const result = await work(commit);
-    // Work that needed no transaction records its answer on its own.
-    if (!committed && !(await col.update(claim.id, mine, answer({ ok: result })))) return { lost: true };
+    // Work that needed no transaction records its answer on its own (one too long to keep frees the key).
+    if (!committed && tooLong(result)) await col.delete(claim.id, mine);
+    else if (!committed && !(await col.update(claim.id, mine, answer({ ok: result })))) return { lost: true };
     return { lost: false, result };
   } catch (err) {
     if (err instanceof ClaimLost) return { lost: true };
     // A refusal is an answer too (the same request gets it again); anything else frees the key for a retry, and so
     // does a rate limit (it passes: a retry with the key must be able to succeed).
     if (err instanceof AppError && err.httpStatus < 500 && err.httpStatus !== 429)
-      await col.update(claim.id, mine, answer({ error: { code: err.code, message: err.message, details: err.details } }));
+      await col.update(claim.id, mine, answer(errorAnswer(err)));
     else await col.delete(claim.id, mine);
     throw err;
   } finally {
     clearInterval(beat);
   }
+}
+
+const errorAnswer = (err: AppError) => ({ error: { code: err.code, message: err.message, details: err.details } });
+
+/**
+ * Adds `more` to the answer recorded under a key (unsealed answers only), in `tx`: for work whose outcome is known
+ * only after the commit that answered it (a model call's reply, answered by its id when it was stored).
+ */
+export async function amendIdempotentAnswer(tx: StoreSession, recordId: string, more: object): Promise<void> {
+  const col = tx.collection(idempotency);
+  const doc = await col.get(recordId);
+  const saved = doc?.status === 'done' && doc.response ? (JSON.parse(doc.response) as { ok?: object }) : null;
+  if (!saved?.ok) return;
+  await col.update(recordId, { status: 'done', gen: doc!.gen ?? null }, { response: JSON.stringify({ ok: { ...saved.ok, ...more } }) });
+}
+
+/** Frees a key whose work turned out to do nothing (a model call refused before it answered): a retry runs afresh. */
+export async function forgetIdempotencyKey(tx: StoreSession, recordId: string): Promise<void> {
+  await tx.collection(idempotency).delete(recordId, { status: 'done' });
+}
+
+/**
+ * Deletes the records of keys past their 24 h (by `createdAt`, which a take-over renews), hourly, on every replica
+ * at once if need be: each delete is a compare-and-set on the `createdAt` read, so a key claimed afresh meanwhile is
+ * kept. `now` for tests.
+ */
+export function idempotencyRetention(store: Store, logger: Logger, now?: () => number): Retention<IdempotencyDoc> {
+  return new Retention(store, idempotency, {
+    retentionDays: TTL_MS / 86_400_000,
+    logger,
+    label: 'idempotency keys',
+    now,
+    unchanged: (doc) => ({ createdAt: doc.createdAt }),
+  });
 }
 
 function replay<R>(doc: IdempotencyDoc, seal: AnswerSeal): R {

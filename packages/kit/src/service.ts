@@ -22,7 +22,7 @@ import { serveMetrics } from './metrics';
 import { untraced } from './untraced';
 import { createLogger, type Logger } from './logger';
 import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
-import { idempotency } from './idempotency';
+import { idempotency, idempotencyRetention } from './idempotency';
 import { openStore } from './storage';
 import { flushTelemetry } from './telemetry-flush';
 import type { CollectionDef, Store } from './storage/types';
@@ -191,6 +191,9 @@ export async function serve<S extends ConfigSpec>(
   for (const r of options.registrations) server.add(r);
   rt.relay.start();
   const port = await server.start();
+  // Every service keeps Idempotency-Key records in its store: those past their 24 h are swept hourly.
+  const keys = idempotencyRetention(rt.store, rt.logger);
+  keys.start();
   // The store decides whether this replica takes traffic. The bus does not: the outbox buffers writes while it is
   // away, so a bus outage leaves every replica SERVING and is reported on its own health name (BUS_HEALTH), which
   // the gateway's /readyz names.
@@ -295,6 +298,7 @@ export async function serve<S extends ConfigSpec>(
         await server.stop();
         await Promise.all(consumers.map((c) => c.stop()));
         await options.onStop?.();
+        await keys.stop();
         await rt.relay.stop();
         await rt.bus.close();
         await rt.store.close();

@@ -67,6 +67,11 @@ export interface MessageDoc {
    * call cut by a crash is billed its input tokens as reserved (`call.promptTokens`).
    */
   embeddings?: boolean;
+  /**
+   * A `/v1` call's Idempotency-Key record (kit idempotency, calls/keyed.ts): the transaction that ends the reply adds
+   * it there as it ended, for a retry with the key to replay.
+   */
+  idempotencyId?: string;
 }
 
 export interface StoredToolCall {

@@ -230,7 +230,7 @@ export function chatHandlers(deps: ChatDeps) {
           hold: holdOf(reply.id, plan, promptChars),
           inputs: [user],
           // The answer is recorded under the Idempotency-Key in the transaction that stores the message and its reply.
-          commit: (write) => commit(async (tx) => (await write(tx), answer)),
+          commit: (write, within) => commit(async (tx) => (await write(tx), answer), within),
         });
         return answer;
       });

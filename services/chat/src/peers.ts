@@ -30,7 +30,8 @@ export interface Peers {
    */
   catalogue(token: string, tenantId: string, name: string): Promise<ResolvedCatalogueEntry[]>;
   /** An agent's runs (responses on `agent:<id>`), on the caller's behalf. */
-  executeAgent(req: agentsV1.ExecuteAgentRequest, token: string): Promise<agentsV1.Run>;
+  /** `idempotencyKey`: the caller's scoped key, under which the agents service starts the run once. */
+  executeAgent(req: agentsV1.ExecuteAgentRequest, token: string, idempotencyKey?: string): Promise<agentsV1.Run>;
   getRun(agentId: string, runId: string, token: string): Promise<agentsV1.Run>;
   decideRun(agentId: string, runId: string, approve: boolean, reason: string, token: string): Promise<agentsV1.Run>;
   cancelRun(agentId: string, runId: string, token: string): Promise<void>;
@@ -90,8 +91,8 @@ export function grpcPeers(
     async catalogue(token, tenantId, name) {
       return kept(catalogueCache, `${tenantId}|${name}`, async () => (await id.resolveModels({ name }, { token })).models);
     },
-    async executeAgent(req, token) {
-      return (await agents.executeAgent(req, { token })).run!;
+    async executeAgent(req, token, idempotencyKey) {
+      return (await agents.executeAgent(req, { token, idempotencyKey })).run!;
     },
     async getRun(agentId, runId, token) {
       return (await agents.getRun({ agentId, runId }, { token })).run!;

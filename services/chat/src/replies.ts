@@ -1,5 +1,7 @@
 import {
   addToOutbox,
+  amendIdempotentAnswer,
+  forgetIdempotencyKey,
   isAppError,
   LeaseWatch,
   metrics,
@@ -388,6 +390,7 @@ export class Replies {
         const { usage, estimated } = recordedUsage(updated);
         await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code));
       }
+      if (updated) await settleKey(tx, updated, false);
       return updated;
     });
     if (done?.ephemeral) await this.store.collection(messages).delete(done.id);
@@ -665,6 +668,14 @@ export class Replies {
     // A reply kept only while it ran that no other process reads (a chat completion: its one reader is here, on the
     // live reply) ends with its delete, fenced the same way, in the commit that bills it.
     const gone = message.ephemeral && !job.durable;
+    // The model refused before answering: nothing was produced or billed (a cut or a stop is never this).
+    const didNothing =
+      outcome.status === 'failed' &&
+      !billed &&
+      !toolCalls.length &&
+      !job.source &&
+      outcome.code !== 'REPLY_CANCELLED' &&
+      outcome.code !== 'REPLY_INTERRUPTED';
     const doc = await this.store.transaction(async (tx) => {
       const col = tx.collection(messages);
       let updated: MessageDoc | null = null;
@@ -672,6 +683,7 @@ export class Replies {
       else if (!gone) updated = await col.update(message.id, this.fence(progress), final);
       else if (await col.delete(message.id, this.fence(progress))) updated = { ...message, ...final } as MessageDoc;
       await bill(tx);
+      if (updated) await settleKey(tx, updated, didNothing);
       return updated;
     });
     if (!doc) this.logger.warn({ messageId: message.id }, 'reply was failed by another chat process; its outcome is discarded');
@@ -693,6 +705,16 @@ export class Replies {
 class RefusedError extends Error {}
 
 const settledNothing = () => undefined;
+
+/**
+ * A `/v1` call's Idempotency-Key record (calls/keyed.ts) gets its reply as it ended, in the transaction that ends it,
+ * for a retry with the key to replay; a call that did nothing frees its key instead, so a retry runs it afresh.
+ */
+async function settleKey(tx: StoreSession, ended: MessageDoc, didNothing: boolean): Promise<void> {
+  if (!ended.idempotencyId) return;
+  if (didNothing) await forgetIdempotencyKey(tx, ended.idempotencyId);
+  else await amendIdempotentAnswer(tx, ended.idempotencyId, { final: ended });
+}
 
 /** A model that serves a reply, with the entry it came from and its price. */
 type Served = ServedModel & { meta?: CandidateMeta };

@@ -6,7 +6,7 @@
  * response), in one transaction that takes the key's place; then generated. A reservation whose reply could not be
  * stored is given back at once.
  */
-import { type AuthedContext, type KeySlots, newId, nowIso, type Store, type StoreSession, type TenantCap } from '@svc/kit';
+import { type AuthedContext, type KeySlots, newId, nowIso, type Store, type StoreSession, type TenantCap, type Within } from '@svc/kit';
 import type { CallHold } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
@@ -32,10 +32,10 @@ export interface ReplyStart {
   resp?: ResponseDoc | null;
   newSession?: SessionDoc | null;
   /**
-   * Runs the transaction that stores the reply (default: the store's own), so a caller can record its answer in it
-   * (an Idempotency-Key's). Not used with `newSession`, whose transaction is the session cap's.
+   * Runs the transaction that stores the reply, so a caller can record its answer in it (an Idempotency-Key's, kit
+   * `Commit`): `within` is the transaction's own kind when it has one (the session cap's, with `newSession`).
    */
-  commit?: (write: (tx: StoreSession) => Promise<void>) => Promise<unknown>;
+  commit?: (write: (tx: StoreSession) => Promise<void>, within?: Within) => Promise<unknown>;
 }
 
 /** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
@@ -125,7 +125,7 @@ async function insert(
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
   docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
-  commit: ReplyStart['commit'] = (write) => deps.store.transaction(write),
+  commit: NonNullable<ReplyStart['commit']> = (write, within) => (within ? within(write) : deps.store.transaction(write)),
 ): Promise<void> {
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
@@ -135,10 +135,12 @@ async function insert(
     if (docs.resp) await tx.collection(responses).insert(docs.resp);
   };
   if (newSession)
-    await deps.cap.transaction(auth.tid, async (tx, places) => {
-      await places.take();
-      await tx.collection(sessions).insert(newSession);
-      await write(tx);
-    });
+    await commit(write, (body) =>
+      deps.cap.transaction(auth.tid, async (tx, places) => {
+        await places.take();
+        await tx.collection(sessions).insert(newSession);
+        return body(tx);
+      }),
+    );
   else await commit(write);
 }

@@ -5,7 +5,7 @@
  * records at worst, and deleting a record already gone changes nothing.
  */
 import type { Logger } from '../logger';
-import type { CollectionDef, Store, StoreSession } from './types';
+import type { CollectionDef, Store, StoreSession, Where } from './types';
 
 const DAY_MS = 86_400_000;
 const SWEEP_EVERY_MS = 3_600_000;
@@ -19,6 +19,8 @@ export interface RetentionOptions<T = unknown> {
   now?: () => number;
   /** Deletes what belongs to a record being swept, in the same transaction (an index kept beside it). */
   alsoDelete?: (tx: StoreSession, doc: T) => Promise<void>;
+  /** For records that change: deletes one only while it still matches this (as read); a changed one is kept. */
+  unchanged?: (doc: T) => Where<T>;
 }
 
 export class Retention<T extends { id: string }> {
@@ -46,8 +48,10 @@ export class Retention<T extends { id: string }> {
       if (items.length === 0) return deleted;
       await this.store.transaction(async (tx) => {
         for (const doc of items) {
-          if (await tx.collection(this.collection).delete(doc.id)) deleted++;
-          await this.o.alsoDelete?.(tx, doc);
+          const gone = await tx.collection(this.collection).delete(doc.id, this.o.unchanged?.(doc));
+          if (gone) deleted++;
+          // A record changed meanwhile keeps what belongs to it.
+          if (gone || !this.o.unchanged) await this.o.alsoDelete?.(tx, doc);
         }
       });
     }

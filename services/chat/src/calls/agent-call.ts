@@ -5,7 +5,8 @@ import type { SessionDoc, StoredApproval } from '../collections';
 import { modelNotFound } from '../model-choice';
 import { type ReplySourceEvent, ReplyFailure } from '../replies';
 import { newMessage, pendingReply, startReply } from '../start-reply';
-import { ID_SHAPE, type Send, sleep } from './records';
+import type { KeyedStart, StartedCall } from './keyed';
+import { ID_SHAPE, sleep } from './records';
 import type { CallDeps, CallParts } from './shared';
 
 /**
@@ -14,7 +15,7 @@ import type { CallDeps, CallParts } from './shared';
  */
 export function agentCall(deps: CallDeps, parts: CallParts) {
   const { replies, peers } = deps;
-  const { sessionFor, responseDoc, follow } = parts;
+  const { sessionFor, responseDoc } = parts;
 
   function runSource(agentId: string, runId: string, token: string) {
     return async function* watch(signal: AbortSignal): AsyncIterable<ReplySourceEvent> {
@@ -52,9 +53,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     c: AuthedContext,
     req: chatV1.StartCallRequest,
     agentId: string,
-    send: Send,
-    signal: AbortSignal,
-  ): Promise<void> {
+    keyed: KeyedStart | null,
+  ): Promise<StartedCall> {
     const { auth, token } = c;
     // A chat completion on an agent: a new run each time (no previous response to follow), its answer not kept.
     const completion = req.kind === 'completion';
@@ -92,7 +92,8 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         throw errors.badRequest('project_required', "An agent's run works in a project: give metadata.project_id", {
           param: 'metadata.project_id',
         });
-      runId = (await peers.executeAgent({ agentId, goal, projectId }, token)).id;
+      // Under the call's key: a call run again after a crash before its reply was stored finds the same run.
+      runId = (await peers.executeAgent({ agentId, goal, projectId }, token, keyed?.key)).id;
     }
     const now = nowIso();
     const newSession: SessionDoc | null =
@@ -107,6 +108,7 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       projectId,
       ...(req.store ? {} : { ephemeral: true }),
       ...(completion ? { model: req.model } : {}),
+      ...(keyed ? { idempotencyId: keyed.idempotencyId } : {}),
     });
     const resp = completion ? null : responseDoc(auth, req, reply, sessionId, { agentId, runId });
     await startReply(deps, c, {
@@ -120,10 +122,10 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       inputs,
       resp,
       newSession,
+      commit: keyed?.commit({ messageId: reply.id, resp }),
     });
     // A completion nobody reads any more stops following the run (which goes on, and bills its own calls).
-    if (completion) signal.addEventListener('abort', () => void replies.cancel(reply.id), { once: true });
-    await follow(resp, reply, !completion, send, signal);
+    return { resp, reply, durable: !completion };
   }
 
   return startAgentCall;

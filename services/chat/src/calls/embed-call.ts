@@ -6,7 +6,7 @@
  * then billed once at the serving model's input price with its request-log entry (origin `v1`). A crash mid-call
  * leaves the record, which the sweep bills (its reserved input tokens) once its lease has run out.
  */
-import { AppError, authed, type CallContext, errors, isAppError } from '@svc/kit';
+import { AppError, type AuthedContext, authed, type CallContext, errors, idempotent, isAppError } from '@svc/kit';
 import { type CallHold, promptTokenBound, TOKENIZE_MAX_BYTES } from '@svc/contracts';
 import { type CallPlan, isLlmError, planHold } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
@@ -49,65 +49,86 @@ export function embedCall(deps: CallDeps) {
   const { peers, replies } = deps;
 
   return {
+    /**
+     * Once per Idempotency-Key: the answer is kept once the call ends. A call whose process died before its end is
+     * not made again (the provider may have been called): a retry with its key answers that it was interrupted.
+     */
     async embed(req: chatV1.EmbedRequest, ctx: CallContext): Promise<chatV1.EmbedResponse> {
       const c = authed(ctx, 'llm:use');
-      const { auth, token } = c;
-      const inputs = inputsOf(req);
-      if (req.dimensions !== undefined && req.dimensions < 1)
-        throw errors.validation([{ field: 'dimensions', message: 'must be at least 1' }]);
-
-      const resolved = await restPlan(peers, token, auth.tid, deps.pricing, req.model, '');
-      // The name's own entries (or the default model) only: the default model's fallbacks are chat models.
-      const plan: CallPlan = { ...resolved.plan, fallbacks: [] };
-      const { llm } = resolved;
-      const inputTokens = inputTokenBound(inputs, plan);
-      const keySource = plan.primary[0]?.meta.entryId ? 'tenant' : (llm?.keySource ?? 'tenant');
-      // The call's record, as a reply's: stored pending (its lease beaten while it runs) before the provider is called,
-      // taking the key's concurrency place and counting in the tenant's replies in progress; its id is the call id.
-      const record = pendingReply(auth, replies.newLease(), {
-        sessionId: '',
-        projectId: '',
-        ephemeral: true,
-        embeddings: true,
-        call: replyCall(c, plan, keySource, {
-          promptChars: inputTokens * 4,
-          projectId: '',
-          agentId: '',
-          origin: 'v1',
-          requestId: ctx.requestId,
-          endUser: req.endUser,
-        }),
+      const scope = { tenantId: c.auth.tid, operation: 'embed', key: ctx.idempotencyKey, body: req };
+      return idempotent(deps.store, scope, () => embedOnce(c, ctx.requestId, req), {
+        abandoned: interrupted,
+        maxAnswerChars: MAX_KEPT_ANSWER_CHARS,
       });
-      const hold: CallHold = {
-        callId: record.id,
-        tokens: inputTokens,
-        source: 'chat_reply',
-        sourceId: record.id,
-        model: plan.name,
-        price: planHold(plan).price,
-        inputTokens,
-        outputTokens: 0,
-      };
-      await admitReply(deps, c, { reply: record, hold });
-      try {
-        const { result, servedModel } = await replies.embed(auth.tid, record, plan, {
-          input: inputs,
-          ...(req.dimensions !== undefined ? { dimensions: req.dimensions } : {}),
-        });
-        return {
-          model: plan.name,
-          servedModel,
-          data: result.vectors.map((values) => ({ values })),
-          inputTokens: result.inputTokens,
-        };
-      } catch (err) {
-        if (isAppError(err) || !isLlmError(err)) throw err;
-        // The provider refused the request itself (a model without embeddings, dimensions it cannot make): 400;
-        // every model failed: 503, as a failed chat completion.
-        if (err.kind === 'bad_request')
-          throw errors.badRequest((err.code ?? 'llm_bad_request').toLowerCase(), err.message, { param: 'model' });
-        throw new AppError('SERVICE_UNAVAILABLE', err.message, { reason: `llm_${err.kind}` });
-      }
     },
   };
+
+  async function embedOnce(c: AuthedContext, requestId: string, req: chatV1.EmbedRequest): Promise<chatV1.EmbedResponse> {
+    const { auth, token } = c;
+    const inputs = inputsOf(req);
+    if (req.dimensions !== undefined && req.dimensions < 1)
+      throw errors.validation([{ field: 'dimensions', message: 'must be at least 1' }]);
+
+    const resolved = await restPlan(peers, token, auth.tid, deps.pricing, req.model, '');
+    // The name's own entries (or the default model) only: the default model's fallbacks are chat models.
+    const plan: CallPlan = { ...resolved.plan, fallbacks: [] };
+    const { llm } = resolved;
+    const inputTokens = inputTokenBound(inputs, plan);
+    const keySource = plan.primary[0]?.meta.entryId ? 'tenant' : (llm?.keySource ?? 'tenant');
+    // The call's record, as a reply's: stored pending (its lease beaten while it runs) before the provider is called,
+    // taking the key's concurrency place and counting in the tenant's replies in progress; its id is the call id.
+    const record = pendingReply(auth, replies.newLease(), {
+      sessionId: '',
+      projectId: '',
+      ephemeral: true,
+      embeddings: true,
+      call: replyCall(c, plan, keySource, {
+        promptChars: inputTokens * 4,
+        projectId: '',
+        agentId: '',
+        origin: 'v1',
+        requestId,
+        endUser: req.endUser,
+      }),
+    });
+    const hold: CallHold = {
+      callId: record.id,
+      tokens: inputTokens,
+      source: 'chat_reply',
+      sourceId: record.id,
+      model: plan.name,
+      price: planHold(plan).price,
+      inputTokens,
+      outputTokens: 0,
+    };
+    await admitReply(deps, c, { reply: record, hold });
+    try {
+      const { result, servedModel } = await replies.embed(auth.tid, record, plan, {
+        input: inputs,
+        ...(req.dimensions !== undefined ? { dimensions: req.dimensions } : {}),
+      });
+      return {
+        model: plan.name,
+        servedModel,
+        data: result.vectors.map((values) => ({ values })),
+        inputTokens: result.inputTokens,
+      };
+    } catch (err) {
+      if (isAppError(err) || !isLlmError(err)) throw err;
+      // The provider refused the request itself (a model without embeddings, dimensions it cannot make): 400;
+      // every model failed: 503, as a failed chat completion.
+      if (err.kind === 'bad_request')
+        throw errors.badRequest((err.code ?? 'llm_bad_request').toLowerCase(), err.message, { param: 'model' });
+      throw new AppError('SERVICE_UNAVAILABLE', err.message, { reason: `llm_${err.kind}` });
+    }
+  }
 }
+
+/** Vectors past this, as JSON, are not kept under an Idempotency-Key (as the gateway keeps answers up to 1 MB). */
+const MAX_KEPT_ANSWER_CHARS = 4 * 1024 * 1024;
+
+/** The answer to a retry of a call its process left unfinished, as a reply cut by a crash is failed. */
+const interrupted = () =>
+  new AppError('SERVICE_UNAVAILABLE', 'The call with this Idempotency-Key was interrupted (the chat service stopped) before it finished', {
+    reason: 'reply_interrupted',
+  });
