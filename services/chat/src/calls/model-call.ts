@@ -135,7 +135,10 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
         newSession,
       });
       // A chat completion nobody reads any more is stopped (and billed for what it produced); a response goes on.
-      if (completion) signal.addEventListener('abort', () => void replies.cancel(reply.id), { once: true });
+      // The signal may have aborted while the reply was being started (the caller left at once).
+      const stop = () => void replies.cancel(reply.id);
+      if (completion && signal.aborted) stop();
+      else if (completion) signal.addEventListener('abort', stop, { once: true });
       await follow(resp, reply, !completion, send, signal);
     },
   };
