@@ -18,6 +18,12 @@ let token: string;
 let seen: CallContext | null = null;
 /** Handlers of endless streams that saw their caller give up and ended. */
 let stopped = 0;
+/** Resolves once `done()` holds, checked on every turn of the event loop. */
+const until = (done: () => boolean) =>
+  new Promise<void>((resolve) => {
+    const check = () => (done() ? resolve() : setImmediate(check));
+    check();
+  });
 
 beforeAll(async () => {
   const { privateKey, publicKey } = await generateKeyPair('ES256');
@@ -186,19 +192,13 @@ it('ends streams given up early on the stream itself: 1,500 in a row reset no co
   beside.cancel();
   await expect(client.getTenant({}, { token })).resolves.toMatchObject({ tenant: { id: 'ten_1' } });
   // Every handler saw its caller leave, and ended (the client reads until the service's end).
-  await new Promise<void>((resolve) => {
-    const check = () => (stopped - before >= 1501 ? resolve() : setImmediate(check));
-    check();
-  });
+  await until(() => stopped - before >= 1501);
 });
 
 it('a stream left by a `break` is asked to end too', async () => {
   const before = stopped;
   for await (const m of streams.streamReply({ sessionId: 'endless', afterEventId: '' }, { token })) if (m.type === 'open') break;
-  await new Promise<void>((resolve) => {
-    const check = () => (stopped > before ? resolve() : setImmediate(check));
-    check();
-  });
+  await until(() => stopped > before);
 });
 
 it('serves a standard server-streaming client (grpcurl) as before: its half-close after the request stops nothing', async () => {
