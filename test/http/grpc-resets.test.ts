@@ -9,7 +9,8 @@ import { startStack, type Stack } from '../helpers/stack';
 // (nghttp2's rapid-reset guard) by closing the connection with GOAWAY(INTERNAL_ERROR), which fails every call in
 // flight on it: 1-2% of answers were 500 at a few hundred calls a second. A load that reaches that rate does not
 // fit a test; the frames do: a gateway whose connection to chat passes through a proxy that counts the RST_STREAM
-// frames the gateway sends. A finished call sends none; one the client abandons still is cancelled (and stopped).
+// frames the gateway sends. A finished call sends none, and neither does one its client abandons: the gateway
+// half-closes the stream and the service ends it (kit's STOP_ON_HALF_CLOSE_KEY), and the model call is still stopped.
 jest.setTimeout(90_000);
 
 const RST_STREAM = 0x3;
@@ -125,17 +126,28 @@ it('finished calls end without a single RST_STREAM to the chat service, streamed
   expect(proxy.resets() - before).toBe(0);
 });
 
-it('a call its client abandons is still cancelled', async () => {
+it('a call its client abandons is stopped and billed, without an RST_STREAM either', async () => {
   const before = proxy.resets();
   const hangUp = new AbortController();
-  const res = await post(
-    '/v1/chat/completions',
-    { model: 'gpt-r', stream: true, messages: [{ role: 'user', content: 'slow a b c d e f' }] },
-    hangUp.signal,
-  );
+  const prompt = 'slow abandoned a b c d e f';
+  const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-request-id': 'req_abandoned' },
+    body: JSON.stringify({ model: 'gpt-r', stream: true, messages: [{ role: 'user', content: prompt }] }),
+    signal: hangUp.signal,
+  });
   expect(res.status).toBe(200);
   const reader = res.body!.getReader();
   await reader.read(); // the first chunk: the call is under way
   hangUp.abort();
-  await eventually(async () => proxy.resets() > before);
+  // The chat service saw its caller leave (the gateway half-closed the stream) and stopped the model call.
+  await eventually(async () => fake.requests.some((r) => r.conversation?.messages.some((m) => m.text === prompt) && r.aborted));
+  // Billed for what it produced: in the request log, under its own request id.
+  await eventually(async () => {
+    const entries = (await client(gateway.url).get('/api/v1/requests?limit=100', { token: owner.accessToken })).body.data as Array<{
+      requestId: string;
+    }>;
+    return entries.some((e) => e.requestId === 'req_abandoned');
+  });
+  expect(proxy.resets() - before).toBe(0);
 });

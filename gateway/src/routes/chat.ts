@@ -240,7 +240,10 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       stream.cancel();
       throw err;
     }
-    if (first.done || first.value.type !== 'open') throw errors.unavailable('The chat service ended the stream early');
+    if (first.done || first.value.type !== 'open') {
+      stream.cancel();
+      throw errors.unavailable('The chat service ended the stream early');
+    }
     let lastId = `${first.value.messageId}:0`;
 
     // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).

@@ -4,7 +4,6 @@ import { EVENT_TYPES, PUBLIC_EVENT_TYPES } from '@svc/contracts';
 import { errors } from '@svc/kit';
 import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
-import { callStream } from '../lib/call-stream';
 import { pageOf, route } from '../lib/route';
 import { openSse, openStreams, sseEvent, tenantStreams } from '../lib/sse';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
@@ -70,7 +69,7 @@ export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       if (lastEventId.length > 200) throw errors.validation([{ field: 'Last-Event-ID', message: 'must be at most 200 characters' }]);
       streams.holdFor(reply);
       // No deadline: the stream lasts as long as its reader; the service ends it when it stops.
-      const stream = callStream(webhooks.streamEvents({ afterEventId: lastEventId }, { ...call, deadlineMs: Infinity }));
+      const stream = webhooks.streamEvents({ afterEventId: lastEventId }, { ...call, deadlineMs: Infinity });
       const events = stream[Symbol.asyncIterator]();
       try {
         // The service answers `open` once the start is known: until then a refusal (an unknown id) is a JSON error.

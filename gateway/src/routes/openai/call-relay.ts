@@ -3,10 +3,9 @@
  * `started` record, then deltas to the `done` record), and relaying them as server-sent events.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, isAppError } from '@svc/kit';
+import { AppError, isAppError, type ServerStream } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../../deps';
-import { callStream, type CallStream as CallStreamOf } from '../../lib/call-stream';
 import type { CallRecord } from '../../lib/openai-format';
 import type { HandlerArgs } from '../../lib/route';
 import { openSse, openStreams } from '../../lib/sse';
@@ -50,8 +49,12 @@ export function baseRequest(): chatV1.StartCallRequest {
   };
 }
 
-export type CallStream = CallStreamOf<{ event?: chatV1.CallEvent }>;
-export type ChatStream = AsyncIterable<{ event?: chatV1.CallEvent }> & { cancel(): void };
+/**
+ * A call's events from the chat service: `release()` once its `done` event has been read (the service ends the call
+ * itself), `cancel()` when it is given up before (its client went away: a completion is then stopped, a response
+ * goes on). Neither resets the gRPC stream (kit's ServerStream).
+ */
+export type CallStream = ServerStream<{ event?: chatV1.CallEvent }>;
 
 export type CallRelay = ReturnType<typeof callRelay>;
 
@@ -146,7 +149,7 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
   }
 
   const startCall = (req: chatV1.StartCallRequest, call: HandlerArgs['call']) =>
-    callStream(chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS }) as unknown as ChatStream);
+    chat.startCall(req, { ...call, deadlineMs: STREAM_DEADLINE_MS });
 
   return { begin, finish, sse, startCall, streamDeadlineMs: STREAM_DEADLINE_MS };
 }

@@ -7,14 +7,13 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../../deps';
-import { callStream } from '../../lib/call-stream';
 import { END_USER_MAX, endUserOf } from '../../lib/end-user';
 import { assertKeyTokens } from '../../lib/key-usage';
 import { tenantStreams } from '../../lib/sse';
 import { firstChunkAfter, modelOf, responseObject, ResponseEvents, type CallRecord } from '../../lib/openai-format';
 import { route } from '../../lib/route';
 import { Obj } from '../../schemas';
-import { baseRequest, type CallRelay, type CallStream, type ChatStream, textOf, toolsOf } from './call-relay';
+import { baseRequest, type CallRelay, type CallStream, textOf, toolsOf } from './call-relay';
 import { type Body, ResponseObject, ResponseParams, ResponsesBody } from './schemas';
 
 export function responsesRoutes(app: FastifyInstance, deps: GatewayDeps, relay: CallRelay): void {
@@ -147,11 +146,9 @@ export function responsesRoutes(app: FastifyInstance, deps: GatewayDeps, relay: 
       }
       streams.holdFor(reply);
       const startingAfter: number = query.starting_after ?? -1;
-      const stream = callStream(
-        chat.streamResponse(
-          { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
-          { ...call, deadlineMs: streamDeadlineMs },
-        ) as unknown as ChatStream,
+      const stream = chat.streamResponse(
+        { id: params.id, fromChunk: firstChunkAfter(startingAfter) },
+        { ...call, deadlineMs: streamDeadlineMs },
       );
       const { events, started } = await begin(stream);
       await streamResponse(request, reply, stream, events, started, startingAfter);

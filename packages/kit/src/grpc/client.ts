@@ -6,10 +6,12 @@ import {
   IDEMPOTENCY_METADATA_KEY,
   LEGACY_APP_ERROR_KEY,
   safeUserAgent,
+  STOP_ON_HALF_CLOSE_KEY,
   TOKEN_METADATA_KEY,
   USER_AGENT_METADATA_KEY,
 } from './server';
-import type { ReqOf, ResOf } from './types';
+import { StreamCall } from './stream-call';
+import type { ReqOf, ResOf, ServerStream } from './types';
 
 export interface CallOptions {
   /** The caller's JWT, sent as `authorization: Bearer`. */
@@ -33,7 +35,7 @@ type StreamMethods<D> = {
   [K in keyof D as D[K] extends { responseStream: true } ? K : never]: (
     req: ReqOf<D[K]>,
     options?: CallOptions,
-  ) => AsyncIterable<ResOf<D[K]>> & { cancel(): void };
+  ) => ServerStream<ResOf<D[K]>>;
 };
 export type ServiceClient<D> = UnaryMethods<D> & StreamMethods<D> & { readonly grpcClient: grpc.Client; close(): void };
 
@@ -58,9 +60,15 @@ export function createClient<D extends object>(definition: D, address: string, o
     // at most this often, so replicas added by a scale-out are found within a connection age.
     'grpc.dns_min_time_between_resolutions_ms': 5_000,
   });
-  const out: Record<string, unknown> = { grpcClient: client, close: () => client.close() };
+  // Streams asked to end and not ended yet: closing the client cancels them (it waits for no one).
+  const ending = new Set<grpc.ClientDuplexStream<unknown, unknown>>();
+  const close = () => {
+    for (const c of ending) c.cancel();
+    client.close();
+  };
+  const out: Record<string, unknown> = { grpcClient: client, close };
   for (const [name, def] of Object.entries(definition) as Array<[string, MethodDef]>) {
-    out[name] = def.responseStream ? streamCaller(client, def, options) : unaryCaller(client, def, options);
+    out[name] = def.responseStream ? streamCaller(client, def, options, ending) : unaryCaller(client, def, options);
   }
   return out as ServiceClient<D>;
 }
@@ -128,40 +136,63 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
     });
 }
 
-function streamCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
-  return (req: unknown, options?: CallOptions) => {
+/**
+ * A server-streaming call made as kit's services serve it (STOP_ON_HALF_CLOSE_KEY, StreamCall): `cancel()` asks the
+ * service to end it, `release()` (its final message read) lets it end by itself; neither resets the stream. Once
+ * either has been called, the other does nothing. A consumer that leaves a `for await` early cancels it so.
+ */
+function streamCaller(
+  client: grpc.Client,
+  def: MethodDef,
+  defaults: ClientOptions,
+  ending: Set<grpc.ClientDuplexStream<unknown, unknown>>,
+) {
+  return (req: unknown, options?: CallOptions): ServerStream<unknown> => {
     const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
-    const open = () =>
-      client.makeServerStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, req, metadataFor(options), { deadline });
-    let call = open();
-    let cancelled = false;
-    return {
-      cancel: () => {
-        cancelled = true;
-        call.cancel();
-      },
+    const open = () => {
+      const md = metadataFor(options);
+      md.set(STOP_ON_HALF_CLOSE_KEY, '1');
+      return new StreamCall(client.makeBidiStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, md, { deadline }), req);
+    };
+    let attempt = open();
+    let ended = false;
+    const end = (stop: boolean) => {
+      if (ended) return;
+      ended = true;
+      attempt.end(stop, ending);
+    };
+    const stream: ServerStream<unknown> = {
+      cancel: () => end(true),
+      release: () => end(false),
       async *[Symbol.asyncIterator]() {
-        // Sent again only while nothing came back: a refused stream never reached the handler.
-        for (let n = 1, received = false; ; n += 1) {
-          try {
-            for await (const message of call) {
-              received = true;
-              yield message;
+        try {
+          // Sent again only while nothing came back: a refused stream never reached the handler.
+          for (let n = 1, received = false; ; n += 1) {
+            try {
+              for await (const message of attempt.call.iterator({ destroyOnReturn: false })) {
+                received = true;
+                // Given up: what still comes is read, not passed on.
+                if (!ended) yield message;
+              }
+              return;
+            } catch (err) {
+              const e = err as grpc.ServiceError;
+              if (ended || e.code === grpc.status.CANCELLED) return;
+              const delay = received ? null : refusedRetryDelay(e, n, deadline);
+              if (delay === null) throw toAppError(e);
+              await new Promise((resolve) => setTimeout(resolve, delay));
+              // Ended while waiting: no new call that nobody would end.
+              if (ended) return;
+              attempt = open();
             }
-            return;
-          } catch (err) {
-            const e = err as grpc.ServiceError;
-            if (e.code === grpc.status.CANCELLED) return;
-            const delay = received ? null : refusedRetryDelay(e, n, deadline);
-            if (delay === null) throw toAppError(e);
-            await new Promise((resolve) => setTimeout(resolve, delay));
-            // Cancelled while waiting: no new call that nobody would end.
-            if (cancelled) return;
-            call = open();
           }
+        } finally {
+          // Left before its end (a `break`, a `return()`): asked to end, not reset.
+          if (!attempt.finished) stream.cancel();
         }
       },
     };
+    return stream;
   };
 }
 

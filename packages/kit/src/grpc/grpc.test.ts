@@ -16,6 +16,14 @@ let client: ReturnType<typeof createClient<typeof def>>;
 let streams: ReturnType<typeof createClient<typeof chatV1.ChatServiceService>>;
 let token: string;
 let seen: CallContext | null = null;
+/** Handlers of endless streams that saw their caller give up and ended. */
+let stopped = 0;
+/** Resolves once `done()` holds, checked on every turn of the event loop. */
+const until = (done: () => boolean) =>
+  new Promise<void>((resolve) => {
+    const check = () => (done() ? resolve() : setImmediate(check));
+    check();
+  });
 
 beforeAll(async () => {
   const { privateKey, publicKey } = await generateKeyPair('ES256');
@@ -54,8 +62,18 @@ beforeAll(async () => {
   });
   server.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
   const chatImpl = Object.fromEntries(Object.keys(chatV1.ChatServiceService).map((k) => [k, fail])) as never as Record<string, unknown>;
-  chatImpl.streamReply = async (req: { sessionId: string }, _ctx: CallContext, send: (m: object) => Promise<void>) => {
+  chatImpl.streamReply = async (req: { sessionId: string }, _ctx: CallContext, send: (m: object) => Promise<void>, signal: AbortSignal) => {
     await send({ id: '1', type: 'open', messageId: 'm' });
+    // Goes on until its caller gives it up: a message every `ms`, or only the first.
+    const ms = { endless: 0, ticking: 20 }[req.sessionId];
+    if (ms !== undefined) {
+      for (let i = 2; !signal.aborted; i++) {
+        await new Promise((resolve) => (ms ? setTimeout(resolve, ms) : signal.addEventListener('abort', resolve)));
+        await send({ id: String(i), type: 'delta', messageId: 'm' });
+      }
+      stopped += 1;
+      return;
+    }
     if (req.sessionId === 'missing')
       throw new AppError('RESOURCE_NOT_FOUND', 'chat_session not found', { resource: 'chat_session', id: 'missing' });
   };
@@ -147,6 +165,79 @@ it('streams messages, and an AppError thrown mid-stream reaches the client with 
   expect(seen).toHaveLength(1);
   expect(err).toBeInstanceOf(AppError);
   expect(err).toMatchObject({ code: 'RESOURCE_NOT_FOUND', details: { resource: 'chat_session', id: 'missing' } });
+});
+
+it('ends streams given up early on the stream itself: 1,500 in a row reset no connection', async () => {
+  // Each given up at once would cross as an RST_STREAM, and Node's HTTP/2 server answers more than 1,000 at over 33
+  // a second by closing the connection (GOAWAY), failing every call on it: a stream beside them, and those opening.
+  const beside = streams.streamReply({ sessionId: 'ticking', afterEventId: '' }, { token });
+  const besideEvents = beside[Symbol.asyncIterator]();
+  await besideEvents.next();
+  const before = stopped;
+  const failures: unknown[] = [];
+  let left = 1500;
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      for (; left > 0; left -= 1) {
+        const stream = streams.streamReply({ sessionId: 'endless', afterEventId: '' }, { token });
+        await stream[Symbol.asyncIterator]()
+          .next()
+          .catch((err: unknown) => failures.push(err));
+        stream.cancel();
+      }
+    }),
+  );
+  expect(failures).toEqual([]);
+  await expect(besideEvents.next()).resolves.toMatchObject({ done: false, value: { type: 'delta' } });
+  beside.cancel();
+  await expect(client.getTenant({}, { token })).resolves.toMatchObject({ tenant: { id: 'ten_1' } });
+  // Every handler saw its caller leave, and ended (the client reads until the service's end).
+  await until(() => stopped - before >= 1501);
+});
+
+it('a stream left by a `break` is asked to end too', async () => {
+  const before = stopped;
+  for await (const m of streams.streamReply({ sessionId: 'endless', afterEventId: '' }, { token })) if (m.type === 'open') break;
+  await until(() => stopped > before);
+});
+
+it('serves a standard server-streaming client (grpcurl) as before: its half-close after the request stops nothing', async () => {
+  const md = new grpc.Metadata();
+  md.set('svc-token', token);
+  const def = chatV1.ChatServiceService.streamReply;
+  const call = streams.grpcClient.makeServerStreamRequest(
+    def.path,
+    def.requestSerialize,
+    def.responseDeserialize,
+    { sessionId: 's', afterEventId: '' },
+    md,
+  );
+  const got: unknown[] = [];
+  for await (const m of call) got.push(m);
+  expect(got).toMatchObject([{ type: 'open', messageId: 'm' }]);
+});
+
+it('reads a stream from a service from before the convention (it waits for the half-close), a moment late', async () => {
+  // grpc-js serving the method as server streaming, as every service did: its handler starts on the half-close.
+  const legacy = new grpc.Server();
+  legacy.addService({ streamReply: chatV1.ChatServiceService.streamReply } as never, {
+    streamReply: (call: grpc.ServerWritableStream<{ sessionId: string }, unknown>) => {
+      call.write({ id: '1', type: 'open', messageId: call.request.sessionId });
+      call.end();
+    },
+  });
+  const port = await new Promise<number>((ok, fail) =>
+    legacy.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? fail(err) : ok(p))),
+  );
+  const old = createClient(chatV1.ChatServiceService, `127.0.0.1:${port}`, { deadlineMs: 10_000 });
+  try {
+    const got: unknown[] = [];
+    for await (const m of old.streamReply({ sessionId: 'legacy', afterEventId: '' })) got.push(m);
+    expect(got).toMatchObject([{ type: 'open', messageId: 'legacy' }]);
+  } finally {
+    old.close();
+    legacy.forceShutdown();
+  }
 });
 
 describe('no caller input can end the server', () => {

@@ -36,6 +36,32 @@ function observe(path: string, started: number, code: grpc.status | undefined): 
   metrics.grpcDuration.observe({ method: path }, (performance.now() - started) / 1000);
 }
 
+/**
+ * Metadata (value `1`) of a call to a server-streaming method whose client will ask for the stream's end by
+ * half-closing its side; the service answers with it in its response headers, at once, when it will do so. Kit's
+ * client sends the request and, told so, keeps its side open; to give a stream up before its end it half-closes, the
+ * handler's signal aborts, and the service ends the call with OK on the same stream. A stream ended by the client (a
+ * cancel) crosses as an HTTP/2 RST_STREAM, and Node's HTTP/2 server closes the whole connection with
+ * GOAWAY(INTERNAL_ERROR), failing every call on it, past about 1,000 of them at over 33 a second (nghttp2's
+ * rapid-reset guard, CVE-2023-44487). A client without it (grpcurl, any standard one) half-closes after its request as
+ * gRPC's server streaming has it, and the stream runs to its own end. See docs/decisions.md.
+ */
+export const STOP_ON_HALF_CLOSE_KEY = 'x-stop-on-half-close';
+
+const STOPS_ON_HALF_CLOSE = new grpc.Metadata();
+STOPS_ON_HALF_CLOSE.set(STOP_ON_HALF_CLOSE_KEY, '1');
+
+/**
+ * The definition grpc-js serves: each server-streaming method as a bidi one (the same path and messages on the
+ * wire), so the handler starts on the request message and then sees the client's half-close.
+ */
+function servedDefinition(definition: object): grpc.ServiceDefinition {
+  const served: Record<string, unknown> = {};
+  for (const [name, def] of Object.entries(definition) as Array<[string, { responseStream: boolean }]>)
+    served[name] = def.responseStream ? { ...def, requestStream: true } : def;
+  return served as grpc.ServiceDefinition;
+}
+
 /** Metadata key of the caller's JWT between our processes; `authorization: Bearer` is accepted too (grpcurl). */
 export const TOKEN_METADATA_KEY = 'svc-token';
 
@@ -145,7 +171,7 @@ export class GrpcServer {
         ? this.wrapStream(def.path, isPublic, impl as never)
         : this.wrapUnary(def.path, isPublic, impl as never);
     }
-    this.server.addService(registration.definition as unknown as grpc.ServiceDefinition, handlers);
+    this.server.addService(servedDefinition(registration.definition), handlers);
     for (const def of Object.values(registration.definition) as Array<{ path: string }>) this.services.add(def.path.split('/')[1]);
     return this;
   }
@@ -177,7 +203,7 @@ export class GrpcServer {
   }
 
   private async context(
-    call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+    call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
     isPublic: boolean,
   ): Promise<CallContext> {
     const md = call.metadata;
@@ -229,38 +255,67 @@ export class GrpcServer {
     };
   }
 
+  /**
+   * A server-streaming method, served as a bidi call (see STOP_ON_HALF_CLOSE_KEY): its first message is the request;
+   * a client that marked the call asks for its end by half-closing, which aborts the handler's signal, and the call
+   * then ends with OK on the same stream. A call reset by the client (a real cancel, its deadline) gets no status.
+   */
   private wrapStream(
     path: string,
     isPublic: boolean,
     impl: (req: unknown, ctx: CallContext, send: (m: unknown) => Promise<void>, signal: AbortSignal) => Promise<void>,
-  ): grpc.handleServerStreamingCall<unknown, unknown> {
+  ): grpc.handleBidiStreamingCall<unknown, unknown> {
     return (call) => {
       const abort = new AbortController();
       const started = performance.now();
-      call.on('cancelled', () => abort.abort());
+      let reset = false;
+      const stopsOnHalfClose = call.metadata.get(STOP_ON_HALF_CLOSE_KEY)[0] === '1';
+      // Said at once, in the response headers: the client keeps its side open only when it knows.
+      if (stopsOnHalfClose) call.sendMetadata(STOPS_ON_HALF_CLOSE);
+      const request = new Promise<unknown>((resolve, reject) => {
+        let received = false;
+        // Read on (further messages are ignored) so that the half-close is seen.
+        call.on('data', (message: unknown) => {
+          if (!received) resolve(message);
+          received = true;
+        });
+        call.on('end', () => {
+          if (!received) reject(new AppError('VALIDATION_ERROR', 'The call carried no request message'));
+          else if (stopsOnHalfClose) abort.abort();
+        });
+        call.on('cancelled', () => {
+          reset = true;
+          abort.abort();
+          reject(new Error('cancelled before its request'));
+        });
+      });
       const send = (message: unknown) =>
         new Promise<void>((resolve) => {
           if (abort.signal.aborted || call.write(message)) resolve();
           else call.once('drain', () => resolve());
         });
-      this.context(call, isPublic)
-        .then((ctx) => impl(call.request, ctx, send, abort.signal))
+      Promise.all([this.context(call, isPublic), request])
+        // Stopped before it started: nothing to run.
+        .then(([ctx, req]) => (abort.signal.aborted ? undefined : impl(req, ctx, send, abort.signal)))
         .then(
           () => {
-            observe(path, started, grpc.status.OK);
-            call.end();
+            observe(path, started, reset ? grpc.status.CANCELLED : grpc.status.OK);
+            if (!reset) call.end();
           },
           (err) => {
+            if (reset) return observe(path, started, grpc.status.CANCELLED);
             const status = this.toServiceError(path, err, call.metadata);
             observe(path, started, abort.signal.aborted ? grpc.status.CANCELLED : status.code);
+            // Asked to stop, the call ends with OK whatever the handler threw on the way out (its abort).
+            if (abort.signal.aborted) call.end();
             // Not destroy(): a destroyed stream never sends its status, and the client would wait forever. grpc-js
             // turns an 'error' event into the trailing status.
-            if (!abort.signal.aborted) call.emit('error', status);
+            else call.emit('error', status);
           },
         )
         .catch((err: unknown) =>
           this.failSafe(path, err, call.metadata, (status) => {
-            if (!abort.signal.aborted) call.emit('error', status);
+            if (!reset) call.emit('error', status);
           }),
         );
     };

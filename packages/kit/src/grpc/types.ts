@@ -53,6 +53,17 @@ export type StreamHandler<Req, Res> = (
   signal: AbortSignal,
 ) => Promise<void>;
 
+/**
+ * A server-streaming call as kit's client makes it: its messages, and two ways to end it before reading to its end
+ * (neither resets the stream; see STOP_ON_HALF_CLOSE_KEY and STREAM_END_WAIT_MS).
+ */
+export interface ServerStream<T> extends AsyncIterable<T> {
+  /** Gives the call up before its end: the service is asked to end it (its handler's signal aborts). */
+  cancel(): void;
+  /** Its final message has been read: the rest is read to the service's own end, without asking it to stop. */
+  release(): void;
+}
+
 /** The promise-returning implementation of a ts-proto service definition. */
 export type Implementation<D> = {
   [K in keyof D]: D[K] extends UnaryDef<infer Req, infer Res>

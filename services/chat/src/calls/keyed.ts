@@ -76,7 +76,10 @@ export function keyedCalls(deps: CallDeps, parts: CallParts) {
     }
     const { resp, reply, durable } = ran.call;
     // A chat completion nobody reads any more is stopped (and billed for what it produced); a response goes on.
-    if (!durable) signal.addEventListener('abort', () => void deps.replies.cancel(reply.id), { once: true });
+    // The signal may have aborted while the reply was being started (the caller left at once).
+    const stop = () => void deps.replies.cancel(reply.id);
+    if (!durable && signal.aborted) stop();
+    else if (!durable) signal.addEventListener('abort', stop, { once: true });
     await follow(resp, reply, durable, send, signal);
   };
 }

@@ -4866,7 +4866,13 @@ export const ChatServiceService = {
     responseSerialize: (value: PostMessageResponse): Buffer => Buffer.from(PostMessageResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PostMessageResponse => PostMessageResponse.decode(value),
   },
-  /** The reply to the latest user message as it is generated, resumable after an event id; replays a finished one. */
+  /**
+   * The reply to the latest user message as it is generated, resumable after an event id; replays a finished one.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   streamReply: {
     path: "/chat.v1.ChatService/StreamReply" as const,
     requestStream: false as const,
@@ -4888,7 +4894,8 @@ export const ChatServiceService = {
   },
   /**
    * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
-   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   * `done`. The call goes on when the stream is given up (a response; a completion is stopped).
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   startCall: {
     path: "/chat.v1.ChatService/StartCall" as const,
@@ -4902,6 +4909,7 @@ export const ChatServiceService = {
   /**
    * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
    * finished response from the store.
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   streamResponse: {
     path: "/chat.v1.ChatService/StreamResponse" as const,
@@ -4959,18 +4967,26 @@ export interface ChatServiceServer extends UntypedServiceImplementation {
   listMessages: handleUnaryCall<ListMessagesRequest, ListMessagesResponse>;
   /** Stores the user message and starts the reply in the background. */
   postMessage: handleUnaryCall<PostMessageRequest, PostMessageResponse>;
-  /** The reply to the latest user message as it is generated, resumable after an event id; replays a finished one. */
+  /**
+   * The reply to the latest user message as it is generated, resumable after an event id; replays a finished one.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   streamReply: handleServerStreamingCall<StreamReplyRequest, StreamReplyResponse>;
   /** The OpenAI-compatible API (CONTRACT.md 9). The models the caller may name (the tenant's configured ones). */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
   /**
    * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
-   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   * `done`. The call goes on when the stream is given up (a response; a completion is stopped).
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   startCall: handleServerStreamingCall<StartCallRequest, StartCallResponse>;
   /**
    * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
    * finished response from the store.
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   streamResponse: handleServerStreamingCall<StreamResponseRequest, StreamResponseResponse>;
   getResponse: handleUnaryCall<GetResponseRequest, GetResponseResponse>;
@@ -5076,7 +5092,13 @@ export interface ChatServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: PostMessageResponse) => void,
   ): ClientUnaryCall;
-  /** The reply to the latest user message as it is generated, resumable after an event id; replays a finished one. */
+  /**
+   * The reply to the latest user message as it is generated, resumable after an event id; replays a finished one.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   streamReply(request: StreamReplyRequest, options?: Partial<CallOptions>): ClientReadableStream<StreamReplyResponse>;
   streamReply(
     request: StreamReplyRequest,
@@ -5101,7 +5123,8 @@ export interface ChatServiceClient extends Client {
   ): ClientUnaryCall;
   /**
    * Starts one model call (a chat completion, or a response) and streams it: `started` first, then `delta`s, then
-   * `done`. The call goes on when the stream is cancelled (a response; a completion is stopped).
+   * `done`. The call goes on when the stream is given up (a response; a completion is stopped).
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   startCall(request: StartCallRequest, options?: Partial<CallOptions>): ClientReadableStream<StartCallResponse>;
   startCall(
@@ -5112,6 +5135,7 @@ export interface ChatServiceClient extends Client {
   /**
    * A response's events from a chunk index on: `started`, the deltas from `from_chunk`, then `done`; replays a
    * finished response from the store.
+   * Ended early by the caller's half-close when marked `x-stop-on-half-close: 1` (see StreamReply).
    */
   streamResponse(
     request: StreamResponseRequest,

@@ -15796,6 +15796,10 @@ export const IdentityServiceService = {
   /**
    * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
    * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   watchRevocations: {
     path: "/identity.v1.IdentityService/WatchRevocations" as const,
@@ -16367,6 +16371,10 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
   /**
    * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
    * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   watchRevocations: handleServerStreamingCall<WatchRevocationsRequest, WatchRevocationsResponse>;
   createApiKey: handleUnaryCall<CreateApiKeyRequest, CreateApiKeyResponse>;
@@ -16618,6 +16626,10 @@ export interface IdentityServiceClient extends Client {
   /**
    * no JWT. A notice each time revocations may have been recorded (one at once when the stream opens), so that
    * gateways read ListRevocations when there is something to read instead of polling it. Never ends by itself.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   watchRevocations(
     request: WatchRevocationsRequest,

@@ -1559,7 +1559,13 @@ export const ProjectsServiceService = {
       Buffer.from(ListProjectChangesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListProjectChangesResponse => ListProjectChangesResponse.decode(value),
   },
-  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  /**
+   * A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   watchProjectChanges: {
     path: "/projects.v1.ProjectsService/WatchProjectChanges" as const,
     requestStream: false as const,
@@ -1585,7 +1591,13 @@ export interface ProjectsServiceServer extends UntypedServiceImplementation {
    * at most 1000. Called by the gateways without a token (the network policy admits only them).
    */
   listProjectChanges: handleUnaryCall<ListProjectChangesRequest, ListProjectChangesResponse>;
-  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  /**
+   * A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   watchProjectChanges: handleServerStreamingCall<WatchProjectChangesRequest, WatchProjectChangesResponse>;
 }
 
@@ -1685,7 +1697,13 @@ export interface ProjectsServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListProjectChangesResponse) => void,
   ): ClientUnaryCall;
-  /** A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges. */
+  /**
+   * A notice at once, then whenever changes may have been recorded; the gateway then reads ListProjectChanges.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
+   */
   watchProjectChanges(
     request: WatchProjectChangesRequest,
     options?: Partial<CallOptions>,

@@ -3304,6 +3304,10 @@ export const WebhooksServiceService = {
   /**
    * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
    * log's commit order, until the caller cancels or the service stops.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   streamEvents: {
     path: "/webhooks.v1.WebhooksService/StreamEvents" as const,
@@ -3342,6 +3346,10 @@ export interface WebhooksServiceServer extends UntypedServiceImplementation {
   /**
    * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
    * log's commit order, until the caller cancels or the service stops.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   streamEvents: handleServerStreamingCall<StreamEventsRequest, StreamEventsResponse>;
 }
@@ -3539,6 +3547,10 @@ export interface WebhooksServiceClient extends Client {
   /**
    * The tenant's events as the event log commits them (scope events:read): `open` first, then each event, in the
    * log's commit order, until the caller cancels or the service stops.
+   * Server streaming with one extension, as every streaming method of the services has it: a caller that sends
+   * `x-stop-on-half-close: 1` is answered with it in the headers, may keep its side open after the request, and
+   * half-closes it to end the stream early; the service then ends it with OK (no RST_STREAM; kit's
+   * STOP_ON_HALF_CLOSE_KEY).
    */
   streamEvents(
     request: StreamEventsRequest,
