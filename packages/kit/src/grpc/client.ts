@@ -41,6 +41,8 @@ export type ServiceClient<D> = UnaryMethods<D> & StreamMethods<D> & { readonly g
 
 export interface ClientOptions {
   deadlineMs: number;
+  /** How long a service has to say it ends streams on a half-close (STREAM_HEADERS_WAIT_MS by default). */
+  streamHeadersWaitMs?: number;
 }
 
 const ROUND_ROBIN = JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] });
@@ -152,7 +154,11 @@ function streamCaller(
     const open = () => {
       const md = metadataFor(options);
       md.set(STOP_ON_HALF_CLOSE_KEY, '1');
-      return new StreamCall(client.makeBidiStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, md, { deadline }), req);
+      return new StreamCall(
+        client.makeBidiStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, md, { deadline }),
+        req,
+        defaults.streamHeadersWaitMs,
+      );
     };
     let attempt = open();
     let ended = false;

@@ -229,7 +229,7 @@ it('reads a stream from a service from before the convention (it waits for the h
   const port = await new Promise<number>((ok, fail) =>
     legacy.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? fail(err) : ok(p))),
   );
-  const old = createClient(chatV1.ChatServiceService, `127.0.0.1:${port}`, { deadlineMs: 10_000 });
+  const old = createClient(chatV1.ChatServiceService, `127.0.0.1:${port}`, { deadlineMs: 10_000, streamHeadersWaitMs: 300 });
   try {
     const got: unknown[] = [];
     for await (const m of old.streamReply({ sessionId: 'legacy', afterEventId: '' })) got.push(m);

@@ -10,9 +10,11 @@ export const STREAM_END_WAIT_MS = 5_000;
  * How long a service has to say (in its response headers, sent at once) that it ends a stream on the client's
  * half-close. A service from before the convention (grpc-js serving a server-streaming method) runs its handler only
  * after the half-close and answers nothing until then: past this wait it is given the half-close, as gRPC's server
- * streaming has it, and a stream to it is ended by a cancel, as before.
+ * streaming has it, and a stream to it is ended by a cancel, as before. Long, because a service of today that is slow
+ * to answer (a stalled event loop under load) would read that half-close as a stop and end the stream early; only a
+ * stream to an old service during a rolling deploy pays the wait.
  */
-export const STREAM_HEADERS_WAIT_MS = 2_000;
+export const STREAM_HEADERS_WAIT_MS = 10_000;
 
 type Duplex = grpc.ClientDuplexStream<unknown, unknown>;
 
@@ -33,8 +35,9 @@ export class StreamCall {
   constructor(
     readonly call: Duplex,
     request: unknown,
+    headersWaitMs = STREAM_HEADERS_WAIT_MS,
   ) {
-    this.fallback = setTimeout(() => this.learn(false), STREAM_HEADERS_WAIT_MS).unref();
+    this.fallback = setTimeout(() => this.learn(false), headersWaitMs).unref();
     call.on('metadata', (md: grpc.Metadata) => this.learn(md.get(STOP_ON_HALF_CLOSE_KEY)[0] === '1'));
     call.on('status', () => {
       this.finished = true;
