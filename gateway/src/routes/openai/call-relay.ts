@@ -47,6 +47,7 @@ export function baseRequest(): chatV1.StartCallRequest {
     approve: false,
     approvalReason: '',
     endUser: '',
+    finalOnly: false,
   };
 }
 

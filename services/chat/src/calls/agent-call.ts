@@ -112,7 +112,7 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       resp,
       newSession,
     });
-    await follow(resp, reply, true, send, signal);
+    await follow(resp, reply, true, send, signal, req.finalOnly);
   }
 
   return startAgentCall;

@@ -136,7 +136,7 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
       });
       // A chat completion nobody reads any more is stopped (and billed for what it produced); a response goes on.
       if (completion) signal.addEventListener('abort', () => void replies.cancel(reply.id), { once: true });
-      await follow(resp, reply, !completion, send, signal);
+      await follow(resp, reply, !completion, send, signal, req.finalOnly);
     },
   };
 }
