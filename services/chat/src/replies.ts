@@ -29,6 +29,7 @@ import {
   type ServedModel,
 } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
+import { GroupCommit } from './group-commit';
 import { LiveReply } from './live';
 
 export interface ReplyTimings {
@@ -192,6 +193,8 @@ export class Replies {
   private readonly now: () => number;
   /** Other processes' reply leases as this process's sweeper saw them. */
   private readonly watch: LeaseWatch;
+  /** The final writes of replies (outcome and bill), several to a transaction under load. */
+  private readonly ends: GroupCommit;
 
   constructor(
     private readonly store: Store,
@@ -203,6 +206,7 @@ export class Replies {
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
+    this.ends = new GroupCommit(store);
   }
 
   /** A reply given without a plan: its settings, then its fallbacks, each priced by its provider and model. */
@@ -628,7 +632,8 @@ export class Replies {
     // A reply kept only while it ran that no other process reads (a chat completion: its one reader is here, on the
     // live reply) ends with its delete, fenced the same way, in the commit that bills it.
     const gone = message.ephemeral && !job.durable;
-    const doc = await this.store.transaction(async (tx) => {
+    // Committed with the ends of the other replies that finish meanwhile (group commit).
+    const doc = await this.ends.commit(async (tx) => {
       const col = tx.collection(messages);
       let updated: MessageDoc | null = null;
       if (progress.lost) updated = null;
