@@ -193,8 +193,11 @@ export class Replies {
   private readonly now: () => number;
   /** Other processes' reply leases as this process's sweeper saw them. */
   private readonly watch: LeaseWatch;
-  /** The final writes of replies (outcome and bill), several to a transaction under load. */
-  private readonly ends: GroupCommit;
+  /**
+   * Replies' first and final writes (stored pending; outcome and bill) that nothing can refuse, several to a
+   * transaction under load.
+   */
+  readonly batch: GroupCommit;
 
   constructor(
     private readonly store: Store,
@@ -206,7 +209,7 @@ export class Replies {
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
-    this.ends = new GroupCommit(store);
+    this.batch = new GroupCommit(store);
   }
 
   /** A reply given without a plan: its settings, then its fallbacks, each priced by its provider and model. */
@@ -633,7 +636,7 @@ export class Replies {
     // live reply) ends with its delete, fenced the same way, in the commit that bills it.
     const gone = message.ephemeral && !job.durable;
     // Committed with the ends of the other replies that finish meanwhile (group commit).
-    const doc = await this.ends.commit(async (tx) => {
+    const doc = await this.batch.commit(async (tx) => {
       const col = tx.collection(messages);
       let updated: MessageDoc | null = null;
       if (progress.lost) updated = null;

@@ -110,8 +110,11 @@ async function insert(
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
   docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
-  commit: ReplyStart['commit'] = (write) => deps.store.transaction(write),
+  commit?: ReplyStart['commit'],
 ): Promise<void> {
+  // A key with a concurrency limit may be refused in the transaction: alone, so no other reply is rolled back with
+  // it. Else nothing here refuses, and the reply is stored with the others started meanwhile (group commit).
+  commit ??= deps.keySlots.limited(auth) ? (write) => deps.store.transaction(write) : (write) => deps.replies.batch.commit(write);
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
     const col = tx.collection(messages);
