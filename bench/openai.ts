@@ -17,7 +17,19 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { benchTenant, call, cpuSeconds, load, type LoadResult, ROOT, runBench, startNpmStart, startProcess } from './lib';
+import {
+  benchTenant,
+  call,
+  load,
+  type LoadResult,
+  processLabel,
+  processTree,
+  ROOT,
+  runBench,
+  startNpmStart,
+  startProcess,
+  TICKS,
+} from './lib';
 
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 300);
 const ROUNDS_MANY = Number(process.env.BENCH_OPENAI_ROUNDS_MANY ?? 20);
@@ -159,13 +171,30 @@ async function ttftPhase(llmUrl: string, systems: System[]) {
   return { ...out, targetAddedMs: { clients1: { p50: 1, p99: 5 }, clients32: { p99: 20 } } };
 }
 
+/** CPU-seconds so far of each process of the tree rooted at `pid`, by its label (services/chat, gateway, ...). */
+function cpuByProcess(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const p of processTree(pid)) out.set(processLabel(p.command), (out.get(processLabel(p.command)) ?? 0) + p.cpuTicks / TICKS);
+  return out;
+}
+
+/** CPU ms a call of each process between two readings, the busiest first, and their sum as `total`. */
+function msPerCall(before: Map<string, number>, after: Map<string, number>, calls: number): Record<string, number> {
+  const rows = [...after]
+    .map(([name, s]): [string, number] => [name, round2(((s - (before.get(name) ?? 0)) * 1000) / Math.max(1, calls))])
+    .filter(([, ms]) => ms > 0)
+    .sort((a, b) => b[1] - a[1]);
+  return { total: round2(rows.reduce((n, [, ms]) => n + ms, 0)), ...Object.fromEntries(rows) };
+}
+
 async function loadPhase(systems: System[]) {
   // CPU-seconds the system's processes spent per round: on a machine shared with other work, CPU per call is steadier
   // than calls per second (which counts the time other processes held the cores).
   const runs: Record<string, Array<LoadResult & { cpuS: number }>> = Object.fromEntries(systems.map((s) => [s.name, []]));
+  const cpuAt: Record<string, { before: Map<string, number>; after: Map<string, number> }> = {};
   for (let round = 1; round <= LOAD_ROUNDS; round++) {
     for (const s of round % 2 ? systems : [...systems].reverse()) {
-      const cpu0 = cpuSeconds(s.pid);
+      const cpu0 = cpuByProcess(s.pid);
       const r = await load(`${s.base}/v1/chat/completions`, {
         connections: CLIENTS,
         seconds: LOAD_SECONDS,
@@ -173,8 +202,13 @@ async function loadPhase(systems: System[]) {
         headers: { 'content-type': 'application/json', authorization: `Bearer ${s.apiKey}` },
         body: JSON.stringify({ model: 'gpt-bench', messages: [{ role: 'user', content: 'load probe' }] }),
       });
-      const cpuS = cpuSeconds(s.pid) - cpu0;
+      const cpu1 = cpuByProcess(s.pid);
+      const cpuS = [...cpu1.values()].reduce((n, x) => n + x, 0) - [...cpu0.values()].reduce((n, x) => n + x, 0);
       runs[s.name].push({ ...r, cpuS });
+      // Per process, summed over the rounds: the readings before and after each round, accumulated.
+      const acc = (cpuAt[s.name] ??= { before: new Map(), after: new Map() });
+      for (const [k, v] of cpu0) acc.before.set(k, (acc.before.get(k) ?? 0) + v);
+      for (const [k, v] of cpu1) acc.after.set(k, (acc.after.get(k) ?? 0) + v);
       console.log(
         `load, ${s.name}, round ${round}: ${r.rps.toFixed(1)} req/s, ${((cpuS * 1000) / Math.max(1, r.requests)).toFixed(2)} ms of CPU a call, answers by status ${JSON.stringify(r.statuses)}`,
       );
@@ -194,6 +228,7 @@ async function loadPhase(systems: System[]) {
           requests,
           rps: round2(requests / (LOAD_SECONDS * rs.length)),
           cpuMsPerCall: round2((rs.reduce((n, r) => n + r.cpuS, 0) * 1000) / Math.max(1, requests)),
+          cpuMsPerCallByProcess: msPerCall(cpuAt[name].before, cpuAt[name].after, requests),
           non2xx,
           statuses,
         },

@@ -33,6 +33,11 @@ export class KeySlots<T extends KeyedItem = KeyedItem> {
     private readonly def: KeySlotsDef<T>,
   ) {}
 
+  /** Whether the caller's key has a concurrency limit (else `take` does nothing and never refuses). */
+  limited(auth: AuthClaims): boolean {
+    return limitOf(auth) !== undefined;
+  }
+
   /** Before the transaction: the key's guard document exists (created once, outside any transaction). */
   async prepare(auth: AuthClaims): Promise<void> {
     if (!limitOf(auth)) return;

@@ -129,6 +129,13 @@ export interface HttpFailure {
   code?: string;
 }
 
+/** A provider's non-2xx answer, thrown by a request sent without an SDK for its classifier (classifyHttpFailure). */
+export class ProviderHttpError extends Error {
+  constructor(readonly failure: HttpFailure) {
+    super(`HTTP ${failure.status}`);
+  }
+}
+
 /** An LLM error plus whether the retry loop may try again. */
 export interface Classified {
   error: LlmError;
@@ -370,10 +377,15 @@ export class CallControl {
     });
   }
 
-  dispose(): void {
+  /**
+   * Ends the call: aborts what may still be in flight (a retry's wait, a request or a body nobody reads any more).
+   * `complete`: the answer was read to its end, nothing is in flight, and aborting would only build an error per
+   * listener (the SDK's controller, fetch's) for nobody.
+   */
+  dispose(complete = false): void {
     this.disarm();
     this.signal?.removeEventListener('abort', this.onAbort);
-    this.controller.abort();
+    if (!complete) this.controller.abort();
   }
 }
 
@@ -436,11 +448,13 @@ export interface RunEventStreamOptions<R, E> {
 /** {@link runStream} for any kind of response: an SSE body, an SDK's decoded event stream. */
 export async function* runEventStream<R, E>(options: RunEventStreamOptions<R, E>): AsyncGenerator<LlmEvent> {
   const control = new CallControl(options.settings, options.signal);
+  let complete = false;
   try {
     const response = await control.open(options.open, options.classify);
     yield* options.translate(options.events(response, control));
+    complete = true;
   } finally {
-    control.dispose();
+    control.dispose(complete);
   }
 }
 

@@ -21,6 +21,7 @@ import {
   usageEvent,
   type Classified,
   type HttpFailure,
+  ProviderHttpError,
   type ResolvedSettings,
 } from './core';
 import type { SseMessage } from './sse';
@@ -52,13 +53,6 @@ export interface GeminiRequestBody {
   systemInstruction?: { parts: Array<{ text: string }> };
   tools?: Array<{ functionDeclarations: Array<{ name: string; description: string; parametersJsonSchema: unknown }> }>;
   generationConfig?: { temperature?: number; maxOutputTokens?: number };
-}
-
-/** A non-2xx answer, carried to the retry loop's classifier. */
-class GeminiHttpError extends Error {
-  constructor(readonly failure: HttpFailure) {
-    super(`HTTP ${failure.status}`);
-  }
 }
 
 export class GeminiProvider implements LlmProvider {
@@ -141,7 +135,7 @@ export class GeminiProvider implements LlmProvider {
       signal,
     });
     if (response.ok) return response;
-    throw new GeminiHttpError(await readGeminiFailure(response));
+    throw new ProviderHttpError(await readGeminiFailure(response));
   }
 }
 
@@ -190,7 +184,7 @@ function geminiFailure(status: number, error: GeminiErrorBody, headers?: Headers
 
 function classifyGeminiError(settings: ResolvedSettings, err: unknown): Classified {
   if (err instanceof LlmError) return { error: err, retry: false };
-  if (err instanceof GeminiHttpError) return classifyHttpFailure('gemini', err.failure, [settings.apiKey]);
+  if (err instanceof ProviderHttpError) return classifyHttpFailure('gemini', err.failure, [settings.apiKey]);
   return connectionFailure('gemini', err);
 }
 

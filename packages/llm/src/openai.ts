@@ -20,6 +20,7 @@ import {
   parseEventData,
   parseToolArguments,
   PROVIDER_LABEL,
+  ProviderHttpError,
   resolveSettings,
   runRequest,
   runStream,
@@ -101,13 +102,38 @@ export class OpenAIProvider implements LlmProvider {
     const settings = this.settings;
     // Built inside the generator: a bad request fails the stream like any other error, and nothing runs before iteration.
     const body = buildOpenAIRequest(settings, request);
+    // Azure's deployment URLs and api-version stay with the SDK; OpenAI and compatible servers take one POST, sent
+    // here: the SDK's request building, header merging and abort linking cost more CPU than the rest of the call.
+    const direct = settings.provider !== 'azure-openai';
     yield* runStream({
       settings,
       signal: options.signal,
-      open: (signal) => this.client.chat.completions.create(body, { signal }).asResponse(),
+      open: (signal) => (direct ? this.postCompletions(body, signal) : this.client.chat.completions.create(body, { signal }).asResponse()),
       classify: (err) => classifyOpenAIError(settings, err),
       translate: (messages) => translateOpenAIStream(settings.provider, messages, [settings.apiKey]),
     });
+  }
+
+  /** `POST {baseUrl}/chat/completions` through the injected fetch, as the SDK sends it; a non-2xx answer is thrown. */
+  private async postCompletions(body: ChatCompletionCreateParamsStreaming, signal: AbortSignal): Promise<Response> {
+    const { baseUrl, apiKey, fetch } = this.settings;
+    const response = await fetch(`${baseUrl}/chat/completions`, {
+      method: 'POST',
+      // Without a key (a local server), no Authorization header at all.
+      headers: { 'content-type': 'application/json', accept: 'application/json', ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) },
+      body: JSON.stringify(body),
+      signal,
+    });
+    if (response.ok) return response;
+    let error: { message?: unknown; code?: unknown; type?: unknown } = {};
+    try {
+      const parsed = (await response.json()) as { error?: typeof error };
+      if (parsed?.error && typeof parsed.error === 'object') error = parsed.error;
+    } catch {
+      // Not JSON (a proxy's page): the status says enough.
+    }
+    const code = typeof error.code === 'string' ? error.code : typeof error.type === 'string' ? error.type : undefined;
+    throw new ProviderHttpError({ status: response.status, headers: response.headers, providerMessage: error.message, code });
   }
 
   async embed(request: LlmEmbedRequest, options: LlmStreamOptions = {}): Promise<LlmEmbedResult> {
@@ -200,6 +226,7 @@ function classifyOpenAIError(settings: ResolvedSettings, err: unknown): Classifi
   const secrets = [settings.apiKey];
   const provider = settings.provider;
   if (err instanceof LlmError) return { error: err, retry: false };
+  if (err instanceof ProviderHttpError) return classifyHttpFailure(provider, err.failure, secrets);
   if (err instanceof openaiSdk().APIConnectionTimeoutError) {
     return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
   }

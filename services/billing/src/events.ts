@@ -8,6 +8,7 @@ import { decodeDomainEvent } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
+import { addToCounter } from './counters';
 import { recordKeyUsage } from './key-usage';
 import { addEntry, applyOnce, usageCredits } from './ledger';
 import { closeReservation, validModelPrice } from './reservations';
@@ -125,7 +126,16 @@ type Line = { calls: number; inputTokens: number; outputTokens: number; credits:
 async function addUsage(tx: StoreSession, tenantId: string, group: 'model' | 'credential', key: string, kind: string, line: Line) {
   const col = tx.collection(usageStats);
   const id = `${tenantId}|${group}|${key}`;
-  if (!(await col.get(id)))
-    await col.insert({ id, tenantId, group, key, kind, calls: 0, inputTokens: 0, outputTokens: 0, credits: 0, createdAt: nowIso() });
-  await col.increment(id, {}, line);
+  await addToCounter(col, id, line, () => ({
+    id,
+    tenantId,
+    group,
+    key,
+    kind,
+    calls: 0,
+    inputTokens: 0,
+    outputTokens: 0,
+    credits: 0,
+    createdAt: nowIso(),
+  }));
 }

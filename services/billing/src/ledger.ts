@@ -7,6 +7,7 @@
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
 import { entryApplied } from './alerts';
 import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind, type EntryUsage } from './collections';
+import { addToCounter } from './counters';
 
 export interface NewEntry {
   tenantId: string;
@@ -21,19 +22,12 @@ export interface NewEntry {
 /** The tenant's account, created on first use (plan `free`, balance 0). */
 export async function accountOf(tx: StoreSession, tenantId: string): Promise<AccountDoc> {
   const col = tx.collection(accounts);
-  const found = await col.get(tenantId);
-  if (found) return found;
+  return (await col.get(tenantId)) ?? col.insert(newAccount(tenantId));
+}
+
+function newAccount(tenantId: string): AccountDoc {
   const now = nowIso();
-  return col.insert({
-    id: tenantId,
-    tenantId,
-    balance: 0,
-    plan: 'free',
-    planChangedAt: '',
-    subscriptionId: null,
-    createdAt: now,
-    updatedAt: now,
-  });
+  return { id: tenantId, tenantId, balance: 0, plan: 'free', planChangedAt: '', subscriptionId: null, createdAt: now, updatedAt: now };
 }
 
 /**
@@ -43,15 +37,15 @@ export async function accountOf(tx: StoreSession, tenantId: string): Promise<Acc
  */
 export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: EntryDoc; balance: number } | null> {
   if (await tx.collection(ledger).findOne({ sourceKey: e.sourceKey })) return null;
-  await accountOf(tx, e.tenantId);
   const createdAt = nowIso();
   // A usage entry is stamped with its hour from the same clock reading as createdAt: its rollups (usage-analytics.ts)
   // and the window ends read from the ledger put it in the same bucket.
   const hour = e.usage ? `${createdAt.slice(0, 13)}:00:00.000Z` : undefined;
   const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
-  const account = await tx.collection(accounts).increment(e.tenantId, {}, { balance: e.credits });
-  await entryApplied(tx, e, account!.balance);
-  return { entry, balance: account!.balance };
+  // The account is created on its first entry.
+  const account = await addToCounter(tx.collection(accounts), e.tenantId, { balance: e.credits }, () => newAccount(e.tenantId));
+  await entryApplied(tx, e, account.balance);
+  return { entry, balance: account.balance };
 }
 
 /** Runs `fn` in a transaction, again when a concurrent writer won a unique key (it then sees that writer's work). */

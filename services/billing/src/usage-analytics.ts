@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto';
 import { authed, errors, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
 import { ledger, type EntryDoc } from './collections';
+import { addToCounter } from './counters';
 
 export type Unit = 'hour' | 'day';
 
@@ -66,22 +67,18 @@ export async function recordUsageRollups(tx: StoreSession, entry: EntryDoc): Pro
     const id = createHash('sha256')
       .update(JSON.stringify([entry.tenantId, unit, start, ...DIMS.map((d) => dims[d])]))
       .digest('base64url');
-    if (!(await col.get(id))) {
-      const period = unit === 'hour' ? start.slice(0, 10) : start.slice(0, 7);
-      await col.insert({
-        id,
-        tenantId: entry.tenantId,
-        unit,
-        start,
-        period,
-        ...dims,
-        calls: 0,
-        inputTokens: 0,
-        outputTokens: 0,
-        credits: 0,
-      });
-    }
-    await col.increment(id, {}, by);
+    await addToCounter(col, id, by, () => ({
+      id,
+      tenantId: entry.tenantId,
+      unit,
+      start,
+      period: unit === 'hour' ? start.slice(0, 10) : start.slice(0, 7),
+      ...dims,
+      calls: 0,
+      inputTokens: 0,
+      outputTokens: 0,
+      credits: 0,
+    }));
   }
 }
 

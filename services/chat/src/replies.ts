@@ -31,6 +31,7 @@ import {
   type ServedModel,
 } from '@svc/llm';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
+import { GroupCommit } from './group-commit';
 import { LiveReply } from './live';
 
 export interface ReplyTimings {
@@ -195,6 +196,11 @@ export class Replies {
   private readonly now: () => number;
   /** Other processes' reply leases as this process's sweeper saw them. */
   private readonly watch: LeaseWatch;
+  /**
+   * Replies' first and final writes (stored pending; outcome and bill) that nothing can refuse, several to a
+   * transaction under load.
+   */
+  readonly batch: GroupCommit;
 
   constructor(
     private readonly store: Store,
@@ -206,6 +212,7 @@ export class Replies {
   ) {
     this.now = timings.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
+    this.batch = new GroupCommit(store);
   }
 
   /** A reply given without a plan: its settings, then its fallbacks, each priced by its provider and model. */
@@ -676,7 +683,8 @@ export class Replies {
       !job.source &&
       outcome.code !== 'REPLY_CANCELLED' &&
       outcome.code !== 'REPLY_INTERRUPTED';
-    const doc = await this.store.transaction(async (tx) => {
+    // Committed with the ends of the other replies that finish meanwhile (group commit).
+    const doc = await this.batch.commit(async (tx) => {
       const col = tx.collection(messages);
       let updated: MessageDoc | null = null;
       if (progress.lost) updated = null;

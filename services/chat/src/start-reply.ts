@@ -125,8 +125,13 @@ async function insert(
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
   docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
-  commit: NonNullable<ReplyStart['commit']> = (write, within) => (within ? within(write) : deps.store.transaction(write)),
+  commit?: ReplyStart['commit'],
 ): Promise<void> {
+  // A key with a concurrency limit may be refused in the transaction: alone, so no other reply is rolled back with
+  // it. Else nothing here refuses, and the reply is stored with the others started meanwhile (group commit).
+  // Within another transaction (the session cap's) when one is given.
+  commit ??= (write, within) =>
+    within ? within(write) : deps.keySlots.limited(auth) ? deps.store.transaction(write) : deps.replies.batch.commit(write);
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
     const col = tx.collection(messages);

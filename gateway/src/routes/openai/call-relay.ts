@@ -46,6 +46,7 @@ export function baseRequest(): chatV1.StartCallRequest {
     approve: false,
     approvalReason: '',
     endUser: '',
+    finalOnly: false,
   };
 }
 

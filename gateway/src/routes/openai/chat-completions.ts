@@ -52,6 +52,8 @@ export function chatCompletionsRoute(app: FastifyInstance, deps: GatewayDeps, re
         temperature: b.temperature ?? undefined,
         maxOutputTokens: b.max_completion_tokens ?? b.max_tokens ?? undefined,
         metadataJson: b.metadata ? JSON.stringify(b.metadata) : '',
+        // Not streamed: only the `done` record is read (a reply's chunks would each be a message for nothing).
+        finalOnly: !b.stream,
       };
       const stream = startCall(req, call);
       const { events, started } = await begin(stream);

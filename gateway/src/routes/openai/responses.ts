@@ -68,6 +68,8 @@ export function responsesRoutes(app: FastifyInstance, deps: GatewayDeps, relay: 
         approvalRequestId: approval?.approval_request_id ?? '',
         approve: approval?.approve ?? false,
         approvalReason: approval?.reason ?? '',
+        // Not streamed (nor in the background): only the `done` record is read.
+        finalOnly: !b.stream && !b.background,
       };
       const stream = startCall(req, call);
       const { events, started } = await begin(stream);

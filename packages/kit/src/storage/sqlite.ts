@@ -323,16 +323,16 @@ class SqliteStore implements Store {
     };
     let begun = false;
     try {
-      this.db.exec('BEGIN IMMEDIATE');
+      this.statement('BEGIN IMMEDIATE').run();
       begun = true;
       this.current = tx;
       const result = await this.context.run(tx, () => fn(tx.session));
       if (tx.failure) throw tx.failure; // the callback caught it: the transaction still rolls back, as on MongoDB
-      this.db.exec('COMMIT');
+      this.statement('COMMIT').run();
       this.wrote();
       return result;
     } catch (err) {
-      if (begun && this.db.inTransaction) this.db.exec('ROLLBACK');
+      if (begun && this.db.inTransaction) this.statement('ROLLBACK').run();
       for (const table of tx.created) table.ready = false;
       throw err;
     } finally {
@@ -519,11 +519,14 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
     const fields = incrementEntries(by);
     const select = `SELECT doc FROM "${this.name}"${clause(['id = ?', ...conds.parts])}`;
     const write = `UPDATE "${this.name}" SET doc = ? WHERE id = ?`;
-    // The sum is computed in JS (SQLite would print doubles with 15 digits and integers as 6.0); reading and
-    // writing inside one immediate transaction (or savepoint) keeps it atomic against other connections too.
+    // The sum is computed in JS (SQLite would print doubles with 15 digits and integers as 6.0). Read and write run
+    // with nothing between them; outside a transaction, one immediate transaction of their own keeps them atomic
+    // against other connections too. Inside one (the store's open transaction holds the write lock already) a
+    // savepoint would add two statements per increment and no atomicity: a failure dooms the transaction anyway.
+    const atomic = this.tx ? (op: () => unknown) => op() : (op: () => unknown) => this.store.atomic.immediate(op);
     return this.write(
       () =>
-        this.store.atomic.immediate(() => {
+        atomic(() => {
           const doc = this.one(select, [id, ...conds.params]) as Record<string, unknown> | null;
           if (!doc) return null;
           for (const [field, amount] of fields) {

@@ -80,6 +80,6 @@ export function keyedCalls(deps: CallDeps, parts: CallParts) {
     const stop = () => void deps.replies.cancel(reply.id);
     if (!durable && signal.aborted) stop();
     else if (!durable) signal.addEventListener('abort', stop, { once: true });
-    await follow(resp, reply, durable, send, signal);
+    await follow(resp, reply, durable, send, signal, req.finalOnly);
   };
 }

@@ -53,6 +53,8 @@ export async function relayLive(
 
 export type CallParts = ReturnType<typeof callParts>;
 
+const NOTHING = Promise.resolve();
+
 /** What the calls on a model, on an agent and the responses' reads share: the stored call and its followers. */
 export function callParts(deps: CallDeps) {
   const { store, replies } = deps;
@@ -108,8 +110,12 @@ export function callParts(deps: CallDeps) {
     return { session: null, previous: null };
   }
 
-  /** Streams a started call to its caller: `started`, then its chunks and `done`. */
-  async function follow(resp: ResponseDoc | null, reply: MessageDoc, durable: boolean, send: Send, signal: AbortSignal) {
+  /**
+   * Streams a started call to its caller: `started`, then its chunks and `done`. `finalOnly`: the caller reads only
+   * `done` (its client does not stream), so the chunks are not sent.
+   */
+  async function follow(resp: ResponseDoc | null, reply: MessageDoc, durable: boolean, to: Send, signal: AbortSignal, finalOnly = false) {
+    const send: Send = finalOnly ? (m) => (m.event.type === 'delta' ? NOTHING : to(m)) : to;
     await send(event('started', { call: recordOf(resp, reply) }));
     const live = replies.get(reply.id);
     if (live) await relayLive(live, 0, durable, send, signal, (m) => recordOf(resp, m));

@@ -243,6 +243,8 @@ export interface StartCallRequest {
   approvalReason: string;
   /** OpenAI's `user` field (at most 200 characters), kept by the request log. */
   endUser: string;
+  /** The caller reads only the `done` record (a call its client does not stream): no `delta` events are sent. */
+  finalOnly: boolean;
 }
 
 /** A run of an agent waiting for its approver (the `agent_approval_request` output item). */
@@ -3136,6 +3138,7 @@ function createBaseStartCallRequest(): StartCallRequest {
     approve: false,
     approvalReason: "",
     endUser: "",
+    finalOnly: false,
   };
 }
 
@@ -3191,6 +3194,9 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     }
     if (message.endUser !== "") {
       writer.uint32(138).string(message.endUser);
+    }
+    if (message.finalOnly !== false) {
+      writer.uint32(144).bool(message.finalOnly);
     }
     return writer;
   },
@@ -3344,6 +3350,14 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
             message.endUser = reader.string();
             continue;
           }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.finalOnly = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3407,6 +3421,11 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
         : isSet(object.end_user)
         ? globalThis.String(object.end_user)
         : "",
+      finalOnly: isSet(object.finalOnly)
+        ? globalThis.Boolean(object.finalOnly)
+        : isSet(object.final_only)
+        ? globalThis.Boolean(object.final_only)
+        : false,
     };
   },
 
@@ -3463,6 +3482,9 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     if (message.endUser !== "") {
       obj.endUser = message.endUser;
     }
+    if (message.finalOnly !== false) {
+      obj.finalOnly = message.finalOnly;
+    }
     return obj;
   },
 
@@ -3488,6 +3510,7 @@ export const StartCallRequest: MessageFns<StartCallRequest> = {
     message.approve = object.approve ?? false;
     message.approvalReason = object.approvalReason ?? "";
     message.endUser = object.endUser ?? "";
+    message.finalOnly = object.finalOnly ?? false;
     return message;
   },
 };

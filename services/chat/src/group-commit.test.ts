@@ -1,0 +1,50 @@
+/** Group commit on a real SQLite store: writes of one turn share a transaction, each gets its own result. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openSqliteStore, type Store } from '@svc/kit';
+import { GroupCommit } from './group-commit';
+
+const items = { name: 'items' };
+let dir: string;
+let store: Store;
+let transactions: number;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'chat-group-commit-'));
+  const sqlite = openSqliteStore({ path: join(dir, 'chat.db') });
+  transactions = 0;
+  // The store as the batch sees it, counting the transactions it opens.
+  store = Object.assign(Object.create(sqlite) as Store, {
+    transaction: (fn: Parameters<Store['transaction']>[0]) => {
+      transactions++;
+      return sqlite.transaction(fn);
+    },
+  });
+});
+afterEach(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+it('commits the writes asked for in one turn in one transaction, each resolved with its own result', async () => {
+  const group = new GroupCommit(store);
+  const results = await Promise.all(
+    ['a', 'b', 'c'].map((id) => group.commit(async (tx) => (await tx.collection(items).insert({ id })).id.toUpperCase())),
+  );
+  expect(results).toEqual(['A', 'B', 'C']);
+  expect(transactions).toBe(1);
+  expect((await store.collection(items).find({})).items.map((d) => d.id).sort()).toEqual(['a', 'b', 'c']);
+  // A later turn: a transaction of its own.
+  await group.commit((tx) => tx.collection(items).insert({ id: 'd' }));
+  expect(transactions).toBe(2);
+});
+
+it('fails every write of a batch that fails, and stores none of them', async () => {
+  const group = new GroupCommit(store);
+  const ok = group.commit((tx) => tx.collection(items).insert({ id: 'kept' }));
+  const bad = group.commit(() => Promise.reject(new Error('refused')));
+  await expect(ok).rejects.toThrow('refused');
+  await expect(bad).rejects.toThrow('refused');
+  expect(await store.collection(items).get('kept')).toBeNull();
+});
