@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import type { Page } from 'playwright-core';
-import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
+import { launchBrowser, signedInPage, step, trackRequests, type Browser } from '../helpers/browser';
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { outboxToken } from '../helpers/smtp';
@@ -31,11 +31,14 @@ const AXE = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 beforeAll(async () => {
   openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
   receiver = await startReceiver();
-  stack = await startStack({
-    env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', AGENTS_POLL_MS: '50', WEBHOOK_RETRY_SCHEDULE: '1' },
-  });
+  // The browser starts while the stack does.
+  [stack, browser] = await Promise.all([
+    startStack({
+      env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', AGENTS_POLL_MS: '50', WEBHOOK_RETRY_SCHEDULE: '1' },
+    }),
+    launchBrowser(),
+  ]);
   api = client(stack.url);
-  browser = await launchBrowser();
   owner = await signUp(api, 'Flows');
   const llm = { provider: 'openai', model: 'gpt-fake', baseUrl: openai.url, apiKey: OPENAI_KEY };
   expect((await api.patch('/api/v1/tenant/settings/llm', llm, { token: owner.accessToken })).status).toBe(200);
@@ -369,6 +372,7 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     '/docs',
   ];
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  const requests = trackRequests(page);
   const found: Record<string, string[]> = {};
   for (const path of pages) {
     await step(page, `axe-${path}`, async () => {
@@ -376,7 +380,8 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
       await page.getByRole('heading', { level: 1 }).first().waitFor();
       // /docs: every operation rendered (the viewer sets aria-busy when it is done).
       if (path === '/docs') await page.locator('#reference[aria-busy="false"]').waitFor({ timeout: 30_000 });
-      await page.waitForLoadState('networkidle');
+      // The page's data is in: no request in flight for 100 ms.
+      await requests.quiet();
       // Evaluated through the DevTools protocol, so the page's CSP (no inline script) stays as it is.
       await page.evaluate(AXE);
       const violations: Array<{ id: string; impact: string; nodes: unknown[] }> = await page.evaluate(
