@@ -31,14 +31,11 @@ const AXE = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 beforeAll(async () => {
   openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
   receiver = await startReceiver();
-  // The browser starts while the stack does.
-  [stack, browser] = await Promise.all([
-    startStack({
-      env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', AGENTS_POLL_MS: '50', WEBHOOK_RETRY_SCHEDULE: '1' },
-    }),
-    launchBrowser(),
-  ]);
+  stack = await startStack({
+    env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', AGENTS_POLL_MS: '50', WEBHOOK_RETRY_SCHEDULE: '1' },
+  });
   api = client(stack.url);
+  browser = await launchBrowser();
   owner = await signUp(api, 'Flows');
   const llm = { provider: 'openai', model: 'gpt-fake', baseUrl: openai.url, apiKey: OPENAI_KEY };
   expect((await api.patch('/api/v1/tenant/settings/llm', llm, { token: owner.accessToken })).status).toBe(200);

@@ -19,12 +19,9 @@ const OPENAI_KEY = 'sk-tenant-openai-' + 'c'.repeat(32);
 
 beforeAll(async () => {
   openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
-  // The browser starts while the stack does.
-  [stack, browser] = await Promise.all([
-    startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', CHAT_LLM_SETTINGS_CACHE_MS: '0' } }),
-    launchBrowser(),
-  ]);
+  stack = await startStack({ env: { EGRESS_ALLOW_PRIVATE: 'true', CHAT_DRAIN_MS: '0', CHAT_LLM_SETTINGS_CACHE_MS: '0' } });
   api = client(stack.url);
+  browser = await launchBrowser();
   owner = await signUp(api, 'Console');
 });
 afterAll(async () => {

@@ -21,8 +21,8 @@ let browser: Browser;
 let operations: Array<{ method: string; path: string; operationId: string }>;
 
 beforeAll(async () => {
-  // The browser starts while the stack does.
-  [stack, browser] = await Promise.all([startStack(), launchBrowser()]);
+  stack = await startStack();
+  browser = await launchBrowser();
   const doc = (await (await fetch(`${stack.url}/api/v1/openapi.json`)).json()) as {
     paths: Record<string, Record<string, { operationId: string }>>;
   };

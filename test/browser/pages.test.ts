@@ -14,9 +14,9 @@ let browser: Browser;
 let owner: Account;
 
 beforeAll(async () => {
-  // The browser starts while the stack does.
-  [stack, browser] = await Promise.all([startStack(), launchBrowser()]);
+  stack = await startStack();
   api = client(stack.url);
+  browser = await launchBrowser();
   owner = await signUp(api, 'Browser');
 });
 afterAll(async () => {
