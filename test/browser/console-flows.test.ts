@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import type { Page } from 'playwright-core';
-import { launchBrowser, signedInPage, step, type Browser } from '../helpers/browser';
+import { launchBrowser, signedInPage, step, trackRequests, type Browser } from '../helpers/browser';
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
@@ -427,6 +427,7 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
   ).body.data;
   pages.push('/login?signup=1', `/cli/login?loginId=${cli.loginId}&state=${'a'.repeat(64)}`, '/oauth/acme/callback?error=access_denied');
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  const requests = trackRequests(page);
   const found: Record<string, string[]> = {};
   for (const path of pages) {
     await step(page, `axe-${path}`, async () => {
@@ -434,7 +435,8 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
       await page.getByRole('heading', { level: 1 }).first().waitFor();
       // /docs: every operation rendered (the viewer sets aria-busy when it is done).
       if (path === '/docs') await page.locator('#reference[aria-busy="false"]').waitFor({ timeout: 30_000 });
-      await page.waitForLoadState('networkidle');
+      // The page's data is in: no request in flight for 100 ms.
+      await requests.quiet();
       // Evaluated through the DevTools protocol, so the page's CSP (no inline script) stays as it is.
       await page.evaluate(AXE);
       const violations: Array<{ id: string; impact: string; nodes: unknown[] }> = await page.evaluate(

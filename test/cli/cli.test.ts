@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildProgram } from '@svc/cli';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
-import { cliHome, startCli, svc } from '../helpers/cli';
+import { cliHome, SOURCE_BIN, startCli, svc } from '../helpers/cli';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver } from '../helpers/receiver';
 import { startTcpProxy } from '../helpers/tcp-proxy';
@@ -69,6 +69,11 @@ it('signs in with an API key, keeps it in a 0600 file, and works with --json', a
   // SVC_API_KEY works without any saved login.
   const viaEnv = await svc(['whoami'], { ...envFor(cliHome()), SVC_API_KEY: key });
   expect(viaEnv.stdout).toContain(owner.email);
+  // The suite runs the CLI bundled (helpers/cli.ts); a checkout's launcher runs the same source through tsx.
+  const fromSource = await promisify(execFile)(process.execPath, [SOURCE_BIN, 'whoami'], {
+    env: { PATH: process.env.PATH, HOME: cliHome(), SVC_BASE_URL: stack.url, SVC_API_KEY: key },
+  });
+  expect(fromSource.stdout).toMatch(new RegExp(`^${owner.email} \\(tenant .*, signed in with api_key\\)$`, 'm'));
 });
 
 it('answers exit code 2 for bad arguments and 1 for API errors, with the request id', async () => {

@@ -4,7 +4,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext, type Page, type Request } from 'playwright-core';
 
 export const CHROMIUM = '/usr/bin/chromium';
 const SHOTS = resolve(__dirname, '../../test-results/screenshots');
@@ -57,6 +57,30 @@ export async function step(page: Page, name: string, fn: () => Promise<void>): P
     (err as Error).message += `\n(screenshot: ${file})`;
     throw err;
   }
+}
+
+/**
+ * Follows a page's requests from now on; `quiet()` resolves once none has been in flight for `ms`. Playwright's
+ * `networkidle` is the same wait with a fixed 500 ms of silence, paid again on every page a loop visits.
+ */
+export function trackRequests(page: Page) {
+  const inflight = new Set<Request>();
+  page.on('request', (r) => inflight.add(r));
+  page.on('requestfinished', (r) => inflight.delete(r));
+  page.on('requestfailed', (r) => inflight.delete(r));
+  return {
+    async quiet(ms = 100, timeoutMs = 30_000): Promise<void> {
+      const deadline = Date.now() + timeoutMs;
+      let since = Date.now();
+      for (;;) {
+        if (inflight.size) since = Date.now();
+        else if (Date.now() - since >= ms) return;
+        if (Date.now() > deadline)
+          throw new Error(`requests still in flight after ${timeoutMs} ms: ${[...inflight].map((r) => r.url()).join(', ')}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+  };
 }
 
 /** A page in a fresh context carrying `cookie` (an Account's `svc_session=...`): a signed-in browser. */

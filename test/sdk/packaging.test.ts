@@ -126,7 +126,7 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'svc-packaging-'));
   app = join(work, 'app');
   expect(relative(ROOT, app).startsWith('..')).toBe(true); // outside the repository: no workspace, no node_modules above
-  // `npm pack` in each folder, the SDK first (the CLI's declarations are checked against its source), while the stack starts.
+  // `npm pack` in each folder, both at once (the CLI's build reads the SDK's source, not its dist/), while the stack starts.
   const release = join(work, 'release');
   mkdirSync(release);
   const pack = async (dir: string) => {
@@ -142,7 +142,8 @@ beforeAll(async () => {
   };
   await Promise.all([
     (async () => {
-      tarballs = { sdk: await pack('packages/sdk'), cli: await pack('packages/cli') };
+      const [sdk, cli] = await Promise.all([pack('packages/sdk'), pack('packages/cli')]);
+      tarballs = { sdk, cli };
     })(),
     (async () => {
       llm = await startFakeOpenAI({ apiKey: 'sk-pack' });
