@@ -128,6 +128,11 @@ export interface ReplyCall {
   credentialType: string;
   /** The prompt at 4 characters a token: the input of a cut reply's estimate. */
   promptTokens: number;
+  /**
+   * Stored before the model request leaves (absent: not sent, or stored by an older version): a reply cut by a crash
+   * with nothing stored is billed its prompt rather than nothing.
+   */
+  sent?: boolean;
   /** The project and agent the reply worked for ('' for none; absent on replies of older versions): usage analytics. */
   projectId?: string;
   agentId?: string;

@@ -152,12 +152,16 @@ async function billReply(
   );
 }
 
-/** What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated). */
+/**
+ * What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated), else
+ * its prompt when its request was sent.
+ */
 export function recordedUsage(m: MessageDoc): { usage: Tokens; estimated: boolean } {
   if (m.embeddings) return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: 0 }, estimated: true };
   if (m.inputTokens !== null || m.outputTokens !== null)
     return { usage: { inputTokens: m.inputTokens ?? 0, outputTokens: m.outputTokens ?? 0 }, estimated: false };
-  if (!m.content) return { usage: { inputTokens: 0, outputTokens: 0 }, estimated: true };
+  // Nothing stored: a call whose request left is billed its prompt, as its hold reserved it; one never sent, nothing.
+  if (!m.content) return { usage: { inputTokens: m.call?.sent ? m.call.promptTokens : 0, outputTokens: 0 }, estimated: true };
   return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: Math.ceil(m.content.length / 4) }, estimated: true };
 }
 
@@ -537,6 +541,20 @@ export class Replies {
     return { tenantId: p.tenantId, status: p.stored, leaseBeat: p.beat };
   }
 
+  /**
+   * Stores the reply's call as sent before its request leaves (as agents do): a crash from here on bills at least its
+   * prompt (the input its hold reserved), since the provider may have answered and charged. Fenced like every write:
+   * a reply another process failed or cancelled meanwhile is not sent at all.
+   */
+  private async markSent(p: Progress): Promise<void> {
+    const call = p.message.call;
+    if (!call || call.sent) return;
+    const sent = { ...call, sent: true };
+    if (!(await this.store.collection(messages).update(p.message.id, this.fence(p), { call: sent })))
+      throw new ReplyFailure('REPLY_INTERRUPTED', 'The reply was ended elsewhere before its model call was sent');
+    p.message = { ...p.message, call: sent };
+  }
+
   /** A call this process runs from its stored record on: the flusher stores its progress and beats its lease. */
   private track(message: MessageDoc, tenantId: string, live: LiveReply, durable: boolean): Progress {
     const progress: Progress = {
@@ -578,6 +596,7 @@ export class Replies {
         // The name's entries by weight (or the default model), then the fallbacks; the reply's one reservation
         // covers whichever serves (it holds the most costly price and the largest output bound among them).
         const routed = this.route(job.llm.plan ?? this.planOf(job.llm), tenantId, message.id);
+        await this.markSent(progress);
         const onServed = (served: ServedModel) => {
           progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;
@@ -626,7 +645,7 @@ export class Replies {
     await this.flushing;
 
     const final: Partial<MessageDoc> = {
-      ...(progress.served ? servedFields(message, progress.served) : {}),
+      ...(progress.served ? servedFields(progress.message, progress.served) : {}),
       content: live.text(),
       status: outcome.status,
       errorCode: outcome.status === 'failed' ? outcome.code : null,
@@ -644,7 +663,7 @@ export class Replies {
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
     const call: ReplyCall = final.call ??
-      message.call ?? {
+      progress.message.call ?? {
         provider: job.llm.settings.provider,
         model: job.llm.settings.model ?? '',
         keySource: job.llm.keySource,
