@@ -4,10 +4,12 @@ import type { chatV1 } from '@svc/proto';
 import { messages, sessionCap, sessions, type SessionDoc } from './collections';
 import { callHandlers } from './calls';
 import type { CreditCheck } from './credits';
+import { type FollowerLimits, FollowerSlots } from './follower-slots';
 import { keyReplySlots } from './key-concurrency';
 import { holdOf, replyCall, restPlan } from './model-choice';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
+import { RunPolls } from './run-polls';
 import { newMessage, pendingReply, type ReplyStarter, startReply } from './start-reply';
 import { streamReply } from './stream';
 import { toMessage, toSession } from './views';
@@ -35,6 +37,8 @@ export interface ChatDeps {
   pollMs: number;
   /** Replies of one tenant generating at once (CHAT_TENANT_CONCURRENCY). */
   tenantConcurrency: number;
+  /** Followers of agent runs at once, per tenant and per API key (CHAT_RUN_FOLLOWERS_PER_TENANT, _PER_KEY). */
+  followerLimits: FollowerLimits;
   /** Sessions a tenant may keep (CHAT_SESSIONS_PER_TENANT); deleting one frees its place. */
   maxSessionsPerTenant: number;
   /** LLM_MAX_TOKENS: a reply's output bound when the tenant set none (its reservation counts it). */
@@ -51,7 +55,8 @@ export function chatHandlers(deps: ChatDeps) {
   const sessionsCol = store.collection(sessions);
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
-  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, assertReplySlot };
+  const followers = new FollowerSlots(store, deps.followerLimits);
+  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, followers, assertReplySlot };
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
@@ -98,6 +103,8 @@ export function chatHandlers(deps: ChatDeps) {
       retentionMs: deps.responsesRetentionMs,
       cap,
       keySlots,
+      followers,
+      runPolls: new RunPolls((agentId, runId, token) => peers.getRun(agentId, runId, token), deps.pollMs),
       sessionOf,
       history,
       assertReplySlot,

@@ -153,6 +153,34 @@ async function billReply(
 }
 
 /**
+ * Gives back the reservation of a reply that made no model call of its own (a follower of an agent run): an
+ * `llm.usage` with no tokens and no call to log, in the transaction that ends the reply.
+ */
+async function releaseHold(tx: StoreSession, tenantId: string, messageId: string) {
+  await addToOutbox(
+    tx,
+    domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+      $case: 'usage',
+      value: {
+        source: 'chat_reply',
+        sourceId: messageId,
+        provider: '',
+        model: '',
+        inputTokens: 0,
+        outputTokens: 0,
+        keySource: '',
+        credentialId: '',
+        credentialType: '',
+        estimated: false,
+        callId: messageId,
+        projectId: '',
+        agentId: '',
+      },
+    }),
+  );
+}
+
+/**
  * What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated), else
  * its prompt when its request was sent.
  */
@@ -393,7 +421,7 @@ export class Replies {
       if (updated?.call) {
         const { usage, estimated } = recordedUsage(updated);
         await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code));
-      }
+      } else if (updated?.follower) await releaseHold(tx, updated.tenantId, updated.id);
       if (updated) await settleKey(tx, updated, false);
       return updated;
     });
@@ -680,7 +708,9 @@ export class Replies {
         : { ...failedOutcome(outcome.code), latencyMs: this.now() - startedAt, ttftMs };
     const bill = (tx: StoreSession) =>
       job.source
-        ? Promise.resolve()
+        ? message.follower
+          ? releaseHold(tx, tenantId, message.id)
+          : Promise.resolve()
         : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.

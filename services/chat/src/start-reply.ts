@@ -6,10 +6,21 @@
  * response), in one transaction that takes the key's place; then generated. A reservation whose reply could not be
  * stored is given back at once.
  */
-import { type AuthedContext, type KeySlots, newId, nowIso, type Store, type StoreSession, type TenantCap, type Within } from '@svc/kit';
+import {
+  type AuthedContext,
+  isAppError,
+  type KeySlots,
+  newId,
+  nowIso,
+  type Store,
+  type StoreSession,
+  type TenantCap,
+  type Within,
+} from '@svc/kit';
 import type { CallHold } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
+import type { FollowerSlots } from './follower-slots';
 import type { ReplyJob, Replies } from './replies';
 
 export interface ReplyStarter {
@@ -19,6 +30,8 @@ export interface ReplyStarter {
   /** CHAT_SESSIONS_PER_TENANT: a new session takes its place in the reply's transaction. */
   cap: TenantCap;
   keySlots: KeySlots<MessageDoc>;
+  /** Caps on the replies that follow another response's agent run. */
+  followers: FollowerSlots;
   assertReplySlot(tenantId: string): Promise<void>;
 }
 
@@ -36,6 +49,8 @@ export interface ReplyStart {
    * `Commit`): `within` is the transaction's own kind when it has one (the session cap's, with `newSession`).
    */
   commit?: (write: (tx: StoreSession) => Promise<void>, within?: Within) => Promise<unknown>;
+  /** Done once the reply is admitted and stored, before it starts; when it fails, so does the stored reply. */
+  beforeStart?: () => Promise<void>;
 }
 
 /** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
@@ -88,9 +103,15 @@ export function pendingReply(
 }
 
 export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
-  const { job, ...rest } = start;
+  const { job, beforeStart, ...rest } = start;
   await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
+  if (beforeStart)
+    await beforeStart().catch(async (err: unknown) => {
+      const failed = isAppError(err) ? err : { code: 'INTERNAL_ERROR', message: 'The reply could not start' };
+      await deps.replies.failRemote(job.message, failed.code, failed.message);
+      throw err;
+    });
   deps.replies.start({ ...job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
 }
 
@@ -107,6 +128,7 @@ export async function admitReply(
   const { auth } = c;
   const { reply } = start;
   await deps.keySlots.prepare(auth);
+  if (reply.follower) await deps.followers.prepare(auth.tid);
   // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
   if (start.hold) await deps.credits.reserve(c, start.hold);
   try {
@@ -129,6 +151,7 @@ async function insert(
 ): Promise<void> {
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
+    if (docs.reply.follower) await deps.followers.take(tx, auth);
     const col = tx.collection(messages);
     for (const m of docs.inputs) await col.insert(m);
     await col.insert(docs.reply);
