@@ -25,7 +25,7 @@ export interface MessageDoc {
   /** The API key that asked for a reply (its concurrency limit counts them); absent for other credentials. */
   credentialId?: string;
   /**
-   * A reply that follows an agent run another response started (FollowerSlots count them): it holds a reservation
+   * A reply that follows an agent run another response started (ReplySlots count them): it holds a reservation
    * that its end (or the sweep) gives back, since the run bills its own model calls.
    */
   follower?: boolean;

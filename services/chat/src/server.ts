@@ -115,7 +115,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           credits,
           pollMs: config.pollMs,
           tenantConcurrency: config.tenantConcurrency,
-          followerLimits: { perTenant: config.followersPerTenant, perKey: config.followersPerKey },
+          followerLimits: { followers: config.followersPerTenant, followersPerKey: config.followersPerKey },
           maxSessionsPerTenant: config.maxSessionsPerTenant,
           defaultMaxTokens: config.maxTokens,
           pricing,

@@ -20,7 +20,7 @@ import {
 import type { CallHold } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
-import type { FollowerSlots } from './follower-slots';
+import { type ReplySlots, tooManyReplies } from './reply-slots';
 import type { ReplyJob, Replies } from './replies';
 
 export interface ReplyStarter {
@@ -30,9 +30,8 @@ export interface ReplyStarter {
   /** CHAT_SESSIONS_PER_TENANT: a new session takes its place in the reply's transaction. */
   cap: TenantCap;
   keySlots: KeySlots<MessageDoc>;
-  /** Caps on the replies that follow another response's agent run. */
-  followers: FollowerSlots;
-  assertReplySlot(tenantId: string): Promise<void>;
+  /** The tenant's caps on replies in progress (CHAT_TENANT_CONCURRENCY, and on the followers of agent runs). */
+  replySlots: ReplySlots;
 }
 
 export interface ReplyStart {
@@ -128,12 +127,16 @@ export async function admitReply(
   const { auth } = c;
   const { reply } = start;
   await deps.keySlots.prepare(auth);
-  if (reply.follower) await deps.followers.prepare(auth.tid);
+  if (start.hold || reply.follower) await deps.replySlots.prepare(auth.tid);
   // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
   if (start.hold) await deps.credits.reserve(c, start.hold);
   try {
-    if (start.hold) await deps.assertReplySlot(auth.tid);
-    await insert(deps, auth, start.newSession ?? null, { inputs: start.inputs ?? [], reply, resp: start.resp ?? null }, start.commit);
+    // An early refusal, before the reply's write; the insert's transaction decides (ReplySlots).
+    const { replySlots } = deps;
+    if (start.hold && (await replySlots.unfinished(deps.store, auth.tid)) >= replySlots.limits.replies)
+      throw tooManyReplies(replySlots.limits.replies);
+    const docs = { inputs: start.inputs ?? [], reply, resp: start.resp ?? null, held: Boolean(start.hold) };
+    await insert(deps, auth, start.newSession ?? null, docs, start.commit);
   } catch (err) {
     // Never started: the hold goes back at once (billing's expiry would, later).
     if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
@@ -146,12 +149,12 @@ async function insert(
   deps: ReplyStarter,
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
-  docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
+  docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null; held: boolean },
   commit: NonNullable<ReplyStart['commit']> = (write, within) => (within ? within(write) : deps.store.transaction(write)),
 ): Promise<void> {
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
-    if (docs.reply.follower) await deps.followers.take(tx, auth);
+    await deps.replySlots.take(tx, auth, docs.reply, docs.held);
     const col = tx.collection(messages);
     for (const m of docs.inputs) await col.insert(m);
     await col.insert(docs.reply);

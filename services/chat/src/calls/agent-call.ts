@@ -79,7 +79,7 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
           throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
       }
     }
-    // Following a run another response started: capped per tenant and per key (FollowerSlots), and holding a call's
+    // Following a run another response started: capped per tenant and per key (ReplySlots), and holding a call's
     // reservation like any call while it follows (given back at its end: the run bills its own model calls).
     const following = runId !== '';
     if (!runId && req.approvalRequestId)
