@@ -20,7 +20,8 @@ import { startSystem, type SystemProcess } from '../helpers/process';
 // settled or released well within its TTL (none expires), every request the provider received is billed exactly
 // once (one usage debit per request, per reply and run), a call the provider answered is billed its usage, and the
 // balance is the grant plus the credits added minus the debits. Before reservations, the chat sweep failed such
-// replies without billing them and a taken-over run billed nothing of its cut call.
+// replies without billing them and a taken-over run billed nothing of its cut call. One chat call has had no answer
+// yet: chat stored it as sent before its request left, so it is billed its prompt rather than released.
 jest.setTimeout(120_000);
 
 const API_KEY = 'sk-reservations-crash-' + 'r'.repeat(30);
@@ -48,6 +49,8 @@ function behaviour(r: FakeRequest): FakeBehaviour {
   if (label.startsWith('slow')) return { type: 'text', text: words(100), delayMs: 40 };
   // Answered in full, usage included, then holds the end of the stream until the client is gone.
   if (label.startsWith('held')) return { type: 'text', text: words(8), delayMs: 10, holdEndMs: 60_000 };
+  // Received, and nothing sent back yet when the process dies: billed its prompt (the request had left), not released.
+  if (label.startsWith('quiet')) return { type: 'hang' };
   // The provider cuts the stream before its usage (a run retries it once: a second call, billed on its own).
   return { type: 'cut', afterChunks: 4 };
 }
@@ -121,7 +124,7 @@ it('after SIGKILL of chat and agents mid-call, every reservation closes in time 
 
   // Label -> the reply's or run's id (the ledger's usage entries name it).
   const sourceOf = new Map<string, string>();
-  const chatLabels = ['done-c', 'slow-c1', 'slow-c2', 'held-c1', 'held-c2', 'cut-c'];
+  const chatLabels = ['done-c', 'slow-c1', 'slow-c2', 'held-c1', 'held-c2', 'cut-c', 'quiet-c'];
   const runLabels = ['done-r', 'slow-r1', 'slow-r2', 'held-r1', 'held-r2', 'cut-r'];
   await Promise.all([
     ...chatLabels.map(async (label) => {

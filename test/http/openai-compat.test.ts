@@ -513,6 +513,53 @@ describe('agents', () => {
     await settled();
   });
 
+  it('caps the followers of a running agent run per key and per tenant: 100 at once on one key, 4 admitted; each holds a reservation until it ends', async () => {
+    const t = { token: owner.accessToken };
+    const project = (await api.post('/api/v1/projects', { name: 'Followed' }, t)).body.data;
+    const agent = (await api.post('/api/v1/agents', { name: 'Followed', systemPrompt: 'p', config: { autonomyLevel: 'manual' } }, t)).body
+      .data;
+    const model = `agent:${agent.id}`;
+    fake.script({ type: 'hang' });
+    const first = await ai.responses.create({ model, input: 'Think forever', background: true, metadata: { project_id: project.id } });
+    const runs = async () => (await api.get(`/api/v1/agents/${agent.id}/runs`, t)).body.data;
+    await eventually(async () => (await runs())[0]?.status === 'running' && fake.requests.length > 0);
+    const reserved = async () => (await api.get('/api/v1/billing/summary', t)).body.data.credits.reserved as number;
+    const before = await reserved();
+
+    type Outcome = OpenAI.Responses.Response | InstanceType<typeof OpenAI.APIError>;
+    const follow = (client: OpenAI, n: number): Promise<Outcome[]> =>
+      Promise.all(
+        Array.from({ length: n }, () =>
+          client.responses
+            .create({ model, input: 'and then?', background: true, previous_response_id: first.id })
+            .catch((e: unknown) => e as InstanceType<typeof OpenAI.APIError>),
+        ),
+      );
+    const admitted = (outcomes: Outcome[]) => outcomes.filter((o) => !(o instanceof OpenAI.APIError)) as OpenAI.Responses.Response[];
+    const refusals = (outcomes: Outcome[]) =>
+      outcomes.filter((o) => o instanceof OpenAI.APIError).map((e) => [(e as InstanceType<typeof OpenAI.APIError>).status, e.error]);
+
+    // One key: CHAT_RUN_FOLLOWERS_PER_KEY (4) follow, the other 96 are refused.
+    const onKey = await follow(ai, 100);
+    expect(admitted(onKey)).toHaveLength(4);
+    expect(refusals(onKey)).toEqual(
+      Array(96).fill([429, expect.objectContaining({ type: 'rate_limit_error', code: 'too_many_run_followers' })]),
+    );
+    // Other keys of the tenant: up to CHAT_RUN_FOLLOWERS_PER_TENANT (8) in all.
+    const second = await follow(openaiFor((await createKey(api, owner.accessToken)).key), 10);
+    const third = await follow(openaiFor((await createKey(api, owner.accessToken)).key), 10);
+    expect(admitted(second)).toHaveLength(4);
+    expect(admitted(third)).toHaveLength(0);
+    // Each follower reserves like a call while it follows.
+    expect(await reserved()).toBeGreaterThan(before);
+
+    // The run ends (cancelled): every follower ends with it, and their holds go back.
+    await ai.responses.cancel(first.id);
+    for (const r of [...admitted(onKey), ...admitted(second)])
+      await eventually(async () => (await ai.responses.retrieve(r.id)).status === 'failed');
+    await settled();
+  });
+
   it("runs an agent through Chat Completions: the run's output is the message; a run waiting for approval answers its run id", async () => {
     const t = { token: owner.accessToken };
     const project = (await api.post('/api/v1/projects', { name: 'Completion target', description: 'old' }, t)).body.data;

@@ -40,12 +40,7 @@ export class KeySlots<T extends KeyedItem = KeyedItem> {
 
   /** Before the transaction: the key's guard document exists (created once, outside any transaction). */
   async prepare(auth: AuthClaims): Promise<void> {
-    if (!limitOf(auth)) return;
-    try {
-      await this.store.collection(capCounters).insert({ id: guardId(auth), count: 0, createdAt: nowIso() });
-    } catch (err) {
-      if (!(err instanceof DuplicateKeyError)) throw err;
-    }
+    if (limitOf(auth)) await ensureGuard(this.store, guardId(auth));
   }
 
   /** Inside the transaction that inserts the new run or reply: refuses with 429 when the key has no place left. */
@@ -74,3 +69,15 @@ export class KeySlots<T extends KeyedItem = KeyedItem> {
 
 const limitOf = (auth: AuthClaims) => (auth.typ === 'api_key' ? auth.kcc : undefined);
 const guardId = (auth: AuthClaims) => `key_slots:${auth.sid}`;
+
+/**
+ * Creates a guard document (a counter that admissions write in their transaction, so concurrent ones take turns) if
+ * it is not there yet; outside any transaction.
+ */
+export async function ensureGuard(store: Store, id: string): Promise<void> {
+  try {
+    await store.collection(capCounters).insert({ id, count: 0, createdAt: nowIso() });
+  } catch (err) {
+    if (!(err instanceof DuplicateKeyError)) throw err;
+  }
+}

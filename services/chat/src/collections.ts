@@ -24,6 +24,11 @@ export interface MessageDoc {
   status: MessageStatus;
   /** The API key that asked for a reply (its concurrency limit counts them); absent for other credentials. */
   credentialId?: string;
+  /**
+   * A reply that follows an agent run another response started (ReplySlots count them): it holds a reservation
+   * that its end (or the sweep) gives back, since the run bills its own model calls.
+   */
+  follower?: boolean;
   /** Orders a session's messages: increasing per process even within one millisecond (see nextSeq). */
   seq: number;
   errorCode: string | null;
@@ -128,6 +133,11 @@ export interface ReplyCall {
   credentialType: string;
   /** The prompt at 4 characters a token: the input of a cut reply's estimate. */
   promptTokens: number;
+  /**
+   * Stored before the model request leaves (absent: not sent, or stored by an older version): a reply cut by a crash
+   * with nothing stored is billed its prompt rather than nothing.
+   */
+  sent?: boolean;
   /** The project and agent the reply worked for ('' for none; absent on replies of older versions): usage analytics. */
   projectId?: string;
   agentId?: string;
@@ -163,7 +173,13 @@ export function sessionCap(store: Store, limit: number): TenantCap {
 export const messages: CollectionDef<MessageDoc> = {
   name: 'chat_messages',
   sortField: 'seq',
-  indexes: [{ fields: ['sessionId'] }, { fields: ['sessionId', 'role'] }, { fields: ['status'] }, { fields: ['tenantId', 'status'] }],
+  indexes: [
+    { fields: ['sessionId'] },
+    { fields: ['sessionId', 'role'] },
+    { fields: ['status'] },
+    { fields: ['tenantId', 'status'] },
+    { fields: ['tenantId', 'follower', 'status'] },
+  ],
 };
 
 let lastSeq = 0;

@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openSqliteStore, type Store } from '@svc/kit';
+import { AppError, openSqliteStore, type Store } from '@svc/kit';
 import { GroupCommit } from './group-commit';
 
 const items = { name: 'items' };
@@ -47,4 +47,14 @@ it('fails every write of a batch that fails, and stores none of them', async () 
   await expect(ok).rejects.toThrow('refused');
   await expect(bad).rejects.toThrow('refused');
   expect(await store.collection(items).get('kept')).toBeNull();
+});
+
+it('rejects a write that refuses (an AppError before it writes) alone, and commits the rest of its batch', async () => {
+  const group = new GroupCommit(store);
+  const ok = group.commit(async (tx) => (await tx.collection(items).insert({ id: 'kept' })).id);
+  const refused = group.commit(() => Promise.reject(new AppError('RATE_LIMIT_EXCEEDED', 'over the cap')));
+  await expect(ok).resolves.toBe('kept');
+  await expect(refused).rejects.toMatchObject({ code: 'RATE_LIMIT_EXCEEDED' });
+  expect(transactions).toBe(1);
+  expect(await store.collection(items).get('kept')).not.toBeNull();
 });

@@ -1,11 +1,11 @@
 /**
  * Group commit: writes asked for in the same turn of the event loop run in one transaction, each resolved with its
  * own result once that transaction commits (a write is durable when its promise resolves, as with its own
- * transaction). Under load, the ends of many replies share one commit instead of one each. The writes must not
- * throw in the ordinary course (a refusal would roll back the others' work with it): a failed batch fails every
- * write in it, as a failed transaction of its own would have.
+ * transaction). Under load, the ends of many replies share one commit instead of one each. A write may refuse with an
+ * AppError (a cap) only before it has written anything: that write alone is rejected and the batch goes on. Any other
+ * failure fails every write in the batch, as a failed transaction of its own would have.
  */
-import type { Store, StoreSession } from '@svc/kit';
+import { isAppError, type Store, type StoreSession } from '@svc/kit';
 
 interface Pending {
   write: (tx: StoreSession) => Promise<unknown>;
@@ -34,11 +34,22 @@ export class GroupCommit {
     this.queued = null;
     try {
       const results = await this.store.transaction(async (tx) => {
-        const out: unknown[] = [];
-        for (const p of batch) out.push(await p.write(tx));
+        const out: Array<{ value: unknown } | { refused: unknown }> = [];
+        for (const p of batch) {
+          try {
+            out.push({ value: await p.write(tx) });
+          } catch (err) {
+            if (!isAppError(err)) throw err;
+            out.push({ refused: err });
+          }
+        }
         return out;
       });
-      batch.forEach((p, i) => p.resolve(results[i]));
+      batch.forEach((p, i) => {
+        const r = results[i]!;
+        if ('refused' in r) p.reject(r.refused);
+        else p.resolve(r.value);
+      });
     } catch (err) {
       for (const p of batch) p.reject(err);
     }

@@ -1,4 +1,4 @@
-import { AppError, authed, type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
+import { authed, type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
 import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, sessionCap, sessions, type SessionDoc } from './collections';
@@ -8,6 +8,8 @@ import { keyReplySlots } from './key-concurrency';
 import { holdOf, replyCall, restPlan } from './model-choice';
 import type { Peers } from './peers';
 import type { Replies } from './replies';
+import { type ReplyLimits, ReplySlots } from './reply-slots';
+import { RunPolls } from './run-polls';
 import { newMessage, pendingReply, type ReplyStarter, startReply } from './start-reply';
 import { streamReply } from './stream';
 import { toMessage, toSession } from './views';
@@ -35,6 +37,8 @@ export interface ChatDeps {
   pollMs: number;
   /** Replies of one tenant generating at once (CHAT_TENANT_CONCURRENCY). */
   tenantConcurrency: number;
+  /** Followers of agent runs at once, per tenant and per API key (CHAT_RUN_FOLLOWERS_PER_TENANT, _PER_KEY). */
+  followerLimits: Omit<ReplyLimits, 'replies'>;
   /** Sessions a tenant may keep (CHAT_SESSIONS_PER_TENANT); deleting one frees its place. */
   maxSessionsPerTenant: number;
   /** LLM_MAX_TOKENS: a reply's output bound when the tenant set none (its reservation counts it). */
@@ -51,29 +55,13 @@ export function chatHandlers(deps: ChatDeps) {
   const sessionsCol = store.collection(sessions);
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
-  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, assertReplySlot };
+  const replySlots = new ReplySlots(store, { replies: deps.tenantConcurrency, ...deps.followerLimits });
+  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, replySlots };
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
     if (!s) throw errors.notFound('chat_session', id);
     return s;
-  }
-
-  /**
-   * A tenant has at most `tenantConcurrency` replies generating at once (counted in the store, so across replicas):
-   * one tenant cannot start model calls without bound while the others wait. Past it: 429 with Retry-After.
-   */
-  async function assertReplySlot(tenantId: string): Promise<void> {
-    const cap = deps.tenantConcurrency;
-    // Counted on the (tenantId, status) index: no reply is read (finding them decoded up to `cap` each time).
-    let unfinished = 0;
-    for (const status of ['pending', 'streaming'] as const) unfinished += await messagesCol.count({ tenantId, status });
-    if (unfinished >= cap)
-      throw new AppError('RATE_LIMIT_EXCEEDED', `At most ${cap} replies can be generated at once; try again when one finishes`, {
-        reason: 'too_many_replies',
-        limit: cap,
-        retryAfterS: 1,
-      });
   }
 
   /** The session's recent transcript for the model: finished turns only, oldest first. */
@@ -98,9 +86,10 @@ export function chatHandlers(deps: ChatDeps) {
       retentionMs: deps.responsesRetentionMs,
       cap,
       keySlots,
+      replySlots,
+      runPolls: new RunPolls((agentId, runId, token) => peers.getRun(agentId, runId, token), deps.pollMs),
       sessionOf,
       history,
-      assertReplySlot,
     }),
 
     async createSession(req: chatV1.CreateSessionRequest, ctx: CallContext): Promise<chatV1.CreateSessionResponse> {

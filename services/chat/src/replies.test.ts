@@ -181,18 +181,58 @@ it("the sweep of a dead process's replies bills what was stored of each, once, a
   const cut = dead({ content: 'x'.repeat(40) });
   const answered = dead({ content: 'full answer', inputTokens: 15, outputTokens: 3 });
   const empty = dead({ status: 'pending' });
-  for (const m of [cut, answered, empty]) await store.collection(messages).insert(m);
+  // Its request had left (stored as sent) when the process died, nothing came back: billed its prompt, as held.
+  const sentEmpty = dead({ status: 'pending', call: { ...call, sent: true } });
+  for (const m of [cut, answered, empty, sentEmpty]) await store.collection(messages).insert(m);
   let now = 0;
   const sweeper = chatProcess({ now: () => now });
   expect(await sweeper.sweep()).toBe(0);
   now = 300;
-  expect(await sweeper.sweep()).toBe(3);
+  expect(await sweeper.sweep()).toBe(4);
   expect(await chatProcess({ now: () => (now += 1000) }).sweep()).toBe(0); // nothing left to fail or bill
   expect(await usageOf(cut.id)).toEqual([expect.objectContaining({ inputTokens: 12, outputTokens: 10, estimated: true, callId: cut.id })]);
   expect(await usageOf(answered.id)).toEqual([
     expect.objectContaining({ inputTokens: 15, outputTokens: 3, estimated: false, callId: answered.id, credentialId: 'key_1' }),
   ]);
   expect(await usageOf(empty.id)).toEqual([expect.objectContaining({ inputTokens: 0, outputTokens: 0, callId: empty.id })]);
+  expect(await usageOf(sentEmpty.id)).toEqual([
+    expect.objectContaining({ inputTokens: 12, outputTokens: 0, estimated: true, callId: sentEmpty.id }),
+  ]);
+});
+
+it("stores a reply's call as sent before its request reaches the provider", async () => {
+  const p = chatProcess({ drainMs: 0 });
+  const call = { provider: 'openai', model: 'gpt-fake', keySource: 'tenant', credentialId: '', credentialType: '', promptTokens: 5 };
+  const doc: MessageDoc = {
+    id: newId('msg'),
+    tenantId: 'ten_1',
+    sessionId: 'ses_1',
+    role: 'assistant',
+    content: '',
+    projectId: '',
+    status: 'pending',
+    seq: nextSeq(),
+    errorCode: null,
+    errorMessage: null,
+    inputTokens: null,
+    outputTokens: null,
+    ...p.newLease(),
+    createdAt: nowIso(),
+    completedAt: null,
+    call,
+  };
+  await store.collection(messages).insert(doc);
+  const before = fake.requests.length;
+  fake.script({ type: 'hang' });
+  p.start({
+    tenantId: 'ten_1',
+    message: doc,
+    history: [{ role: 'user', content: 'talk' }],
+    llm: { settings: { provider: 'openai', baseUrl: fake.url, apiKey: API_KEY, model: 'gpt-fake' }, keySource: 'tenant' },
+  });
+  while (fake.requests.length === before) await new Promise((r) => setTimeout(r, 10));
+  // The provider has the request (and may charge for it): the record already says so, for a sweep after a crash.
+  expect((await store.collection(messages).get(doc.id))?.call).toEqual({ ...call, sent: true });
 });
 
 it("stores the provider's usage with the reply as soon as it arrives, before the reply ends", async () => {

@@ -153,12 +153,44 @@ async function billReply(
   );
 }
 
-/** What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated). */
+/**
+ * Gives back the reservation of a reply that made no model call of its own (a follower of an agent run): an
+ * `llm.usage` with no tokens and no call to log, in the transaction that ends the reply.
+ */
+async function releaseHold(tx: StoreSession, tenantId: string, messageId: string) {
+  await addToOutbox(
+    tx,
+    domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
+      $case: 'usage',
+      value: {
+        source: 'chat_reply',
+        sourceId: messageId,
+        provider: '',
+        model: '',
+        inputTokens: 0,
+        outputTokens: 0,
+        keySource: '',
+        credentialId: '',
+        credentialType: '',
+        estimated: false,
+        callId: messageId,
+        projectId: '',
+        agentId: '',
+      },
+    }),
+  );
+}
+
+/**
+ * What a reply cut off by a crash is billed: the provider's usage if stored, else its stored text (estimated), else
+ * its prompt when its request was sent.
+ */
 export function recordedUsage(m: MessageDoc): { usage: Tokens; estimated: boolean } {
   if (m.embeddings) return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: 0 }, estimated: true };
   if (m.inputTokens !== null || m.outputTokens !== null)
     return { usage: { inputTokens: m.inputTokens ?? 0, outputTokens: m.outputTokens ?? 0 }, estimated: false };
-  if (!m.content) return { usage: { inputTokens: 0, outputTokens: 0 }, estimated: true };
+  // Nothing stored: a call whose request left is billed its prompt, as its hold reserved it; one never sent, nothing.
+  if (!m.content) return { usage: { inputTokens: m.call?.sent ? m.call.promptTokens : 0, outputTokens: 0 }, estimated: true };
   return { usage: { inputTokens: m.call?.promptTokens ?? 0, outputTokens: Math.ceil(m.content.length / 4) }, estimated: true };
 }
 
@@ -396,7 +428,7 @@ export class Replies {
       if (updated?.call) {
         const { usage, estimated } = recordedUsage(updated);
         await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code));
-      }
+      } else if (updated?.follower) await releaseHold(tx, updated.tenantId, updated.id);
       if (updated) await settleKey(tx, updated, false);
       return updated;
     });
@@ -544,6 +576,20 @@ export class Replies {
     return { tenantId: p.tenantId, status: p.stored, leaseBeat: p.beat };
   }
 
+  /**
+   * Stores the reply's call as sent before its request leaves (as agents do): a crash from here on bills at least its
+   * prompt (the input its hold reserved), since the provider may have answered and charged. Fenced like every write:
+   * a reply another process failed or cancelled meanwhile is not sent at all.
+   */
+  private async markSent(p: Progress): Promise<void> {
+    const call = p.message.call;
+    if (!call || call.sent) return;
+    const sent = { ...call, sent: true };
+    if (!(await this.store.collection(messages).update(p.message.id, this.fence(p), { call: sent })))
+      throw new ReplyFailure('REPLY_INTERRUPTED', 'The reply was ended elsewhere before its model call was sent');
+    p.message = { ...p.message, call: sent };
+  }
+
   /** A call this process runs from its stored record on: the flusher stores its progress and beats its lease. */
   private track(message: MessageDoc, tenantId: string, live: LiveReply, durable: boolean): Progress {
     const progress: Progress = {
@@ -585,6 +631,7 @@ export class Replies {
         // The name's entries by weight (or the default model), then the fallbacks; the reply's one reservation
         // covers whichever serves (it holds the most costly price and the largest output bound among them).
         const routed = this.route(job.llm.plan ?? this.planOf(job.llm), tenantId, message.id);
+        await this.markSent(progress);
         const onServed = (served: ServedModel) => {
           progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;
@@ -633,7 +680,7 @@ export class Replies {
     await this.flushing;
 
     const final: Partial<MessageDoc> = {
-      ...(progress.served ? servedFields(message, progress.served) : {}),
+      ...(progress.served ? servedFields(progress.message, progress.served) : {}),
       content: live.text(),
       status: outcome.status,
       errorCode: outcome.status === 'failed' ? outcome.code : null,
@@ -651,7 +698,7 @@ export class Replies {
     // tokens streamed so far, estimated at 4 characters a token with the prompt counted the same way.
     const billed = usage ?? (live.text() ? estimateUsage(job.history, live.text()) : undefined);
     const call: ReplyCall = final.call ??
-      message.call ?? {
+      progress.message.call ?? {
         provider: job.llm.settings.provider,
         model: job.llm.settings.model ?? '',
         keySource: job.llm.keySource,
@@ -668,7 +715,9 @@ export class Replies {
         : { ...failedOutcome(outcome.code), latencyMs: this.now() - startedAt, ttftMs };
     const bill = (tx: StoreSession) =>
       job.source
-        ? Promise.resolve()
+        ? message.follower
+          ? releaseHold(tx, tenantId, message.id)
+          : Promise.resolve()
         : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.

@@ -30,6 +30,8 @@ const chatConfig = {
   pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
+  followersPerTenant: field('CHAT_RUN_FOLLOWERS_PER_TENANT', 'int', { default: '8', min: 1, max: 10_000 }),
+  followersPerKey: field('CHAT_RUN_FOLLOWERS_PER_KEY', 'int', { default: '4', min: 1, max: 10_000 }),
   maxSessionsPerTenant: field('CHAT_SESSIONS_PER_TENANT', 'int', { default: '10000', min: 1, max: 10_000_000 }),
   responsesRetentionHours: field('RESPONSES_RETENTION_HOURS', 'int', { default: '24', min: 1, max: 8760 }),
   /** A model's wait for its answer to start and then between chunks; past it the call moves to the next model. */
@@ -113,6 +115,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           credits,
           pollMs: config.pollMs,
           tenantConcurrency: config.tenantConcurrency,
+          followerLimits: { followers: config.followersPerTenant, followersPerKey: config.followersPerKey },
           maxSessionsPerTenant: config.maxSessionsPerTenant,
           defaultMaxTokens: config.maxTokens,
           pricing,

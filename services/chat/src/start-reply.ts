@@ -6,10 +6,21 @@
  * response), in one transaction that takes the key's place; then generated. A reservation whose reply could not be
  * stored is given back at once.
  */
-import { type AuthedContext, type KeySlots, newId, nowIso, type Store, type StoreSession, type TenantCap, type Within } from '@svc/kit';
+import {
+  type AuthedContext,
+  isAppError,
+  type KeySlots,
+  newId,
+  nowIso,
+  type Store,
+  type StoreSession,
+  type TenantCap,
+  type Within,
+} from '@svc/kit';
 import type { CallHold } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
+import { type ReplySlots, tooManyReplies } from './reply-slots';
 import type { ReplyJob, Replies } from './replies';
 
 export interface ReplyStarter {
@@ -19,7 +30,8 @@ export interface ReplyStarter {
   /** CHAT_SESSIONS_PER_TENANT: a new session takes its place in the reply's transaction. */
   cap: TenantCap;
   keySlots: KeySlots<MessageDoc>;
-  assertReplySlot(tenantId: string): Promise<void>;
+  /** The tenant's caps on replies in progress (CHAT_TENANT_CONCURRENCY, and on the followers of agent runs). */
+  replySlots: ReplySlots;
 }
 
 export interface ReplyStart {
@@ -36,6 +48,8 @@ export interface ReplyStart {
    * `Commit`): `within` is the transaction's own kind when it has one (the session cap's, with `newSession`).
    */
   commit?: (write: (tx: StoreSession) => Promise<void>, within?: Within) => Promise<unknown>;
+  /** Done once the reply is admitted and stored, before it starts; when it fails, so does the stored reply. */
+  beforeStart?: () => Promise<void>;
 }
 
 /** A message of the caller's tenant, `completed` unless the fields say otherwise (a pending reply). */
@@ -88,9 +102,15 @@ export function pendingReply(
 }
 
 export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
-  const { job, ...rest } = start;
+  const { job, beforeStart, ...rest } = start;
   await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
+  if (beforeStart)
+    await beforeStart().catch(async (err: unknown) => {
+      const failed = isAppError(err) ? err : { code: 'INTERNAL_ERROR', message: 'The reply could not start' };
+      await deps.replies.failRemote(job.message, failed.code, failed.message);
+      throw err;
+    });
   deps.replies.start({ ...job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
 }
 
@@ -107,11 +127,16 @@ export async function admitReply(
   const { auth } = c;
   const { reply } = start;
   await deps.keySlots.prepare(auth);
+  if (start.hold || reply.follower) await deps.replySlots.prepare(auth.tid);
   // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
   if (start.hold) await deps.credits.reserve(c, start.hold);
   try {
-    if (start.hold) await deps.assertReplySlot(auth.tid);
-    await insert(deps, auth, start.newSession ?? null, { inputs: start.inputs ?? [], reply, resp: start.resp ?? null }, start.commit);
+    // An early refusal, before the reply's write; the insert's transaction decides (ReplySlots).
+    const { replySlots } = deps;
+    if (start.hold && (await replySlots.unfinished(deps.store, auth.tid)) >= replySlots.limits.replies)
+      throw tooManyReplies(replySlots.limits.replies);
+    const docs = { inputs: start.inputs ?? [], reply, resp: start.resp ?? null, held: Boolean(start.hold) };
+    await insert(deps, auth, start.newSession ?? null, docs, start.commit);
   } catch (err) {
     // Never started: the hold goes back at once (billing's expiry would, later).
     if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
@@ -124,7 +149,7 @@ async function insert(
   deps: ReplyStarter,
   auth: AuthedContext['auth'],
   newSession: SessionDoc | null,
-  docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null },
+  docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null; held: boolean },
   commit?: ReplyStart['commit'],
 ): Promise<void> {
   // A key with a concurrency limit may be refused in the transaction: alone, so no other reply is rolled back with
@@ -134,6 +159,7 @@ async function insert(
     within ? within(write) : deps.keySlots.limited(auth) ? deps.store.transaction(write) : deps.replies.batch.commit(write);
   const write = async (tx: StoreSession) => {
     await deps.keySlots.take(tx, auth);
+    await deps.replySlots.take(tx, auth, docs.reply, docs.held);
     const col = tx.collection(messages);
     for (const m of docs.inputs) await col.insert(m);
     await col.insert(docs.reply);

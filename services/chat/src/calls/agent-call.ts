@@ -2,11 +2,11 @@
 import { type AuthedContext, errors, newId, nowIso } from '@svc/kit';
 import type { chatV1 } from '@svc/proto';
 import type { SessionDoc, StoredApproval } from '../collections';
-import { modelNotFound } from '../model-choice';
+import { holdOf, modelNotFound, restPlan } from '../model-choice';
 import { type ReplySourceEvent, ReplyFailure } from '../replies';
 import { newMessage, pendingReply, startReply } from '../start-reply';
 import type { KeyedStart, StartedCall } from './keyed';
-import { ID_SHAPE, sleep } from './records';
+import { ID_SHAPE } from './records';
 import type { CallDeps, CallParts } from './shared';
 
 /**
@@ -17,10 +17,10 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
   const { replies, peers } = deps;
   const { sessionFor, responseDoc } = parts;
 
-  function runSource(agentId: string, runId: string, token: string) {
+  function runSource(tenantId: string, agentId: string, runId: string, token: string) {
     return async function* watch(signal: AbortSignal): AsyncIterable<ReplySourceEvent> {
-      while (!signal.aborted) {
-        const run = await peers.getRun(agentId, runId, token);
+      // The one poll of this process for the run, shared with every other reply that reports it.
+      for await (const run of deps.runPolls.states(tenantId, agentId, runId, token, signal)) {
         if (run.status === 'completed') {
           if (run.output) yield { type: 'text', delta: run.output };
           if (run.usage) yield { type: 'usage', inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens };
@@ -42,7 +42,6 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
         }
         if (run.status === 'failed') throw new ReplyFailure('AGENT_RUN_FAILED', run.error || 'The agent run failed');
         if (run.status === 'cancelled') throw new ReplyFailure('AGENT_RUN_CANCELLED', 'The agent run was cancelled');
-        await sleep(deps.pollMs, signal);
       }
       // Stopped before the run ended (a cancel, or this process stopping): never a completed reply.
       throw new ReplyFailure('REPLY_INTERRUPTED', 'The chat service stopped following the agent run before it ended');
@@ -59,7 +58,7 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     // A chat completion on an agent: a new run each time (no previous response to follow), its answer not kept.
     const completion = req.kind === 'completion';
     if (!ID_SHAPE.test(agentId)) throw modelNotFound(req.model);
-    await peers.agent(agentId, token).catch((err: unknown) => {
+    const profile = await peers.agent(agentId, token).catch((err: unknown) => {
       if ((err as { code?: string }).code === 'RESOURCE_NOT_FOUND') throw modelNotFound(req.model);
       throw err;
     });
@@ -70,19 +69,19 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       .map((m) => m.content)
       .join('\n\n')
       .trim();
-    // A previous response's run that has not ended (it waited for approval): this response follows it.
+    // A previous response's run that has not ended (it waits for approval, or still runs): this response follows it.
     let runId = '';
     if (previous?.runId && previous.agentId === agentId) {
       const run = await peers.getRun(agentId, previous.runId, token);
       if (!['completed', 'failed', 'cancelled'].includes(run.status)) {
         runId = run.id;
-        if (req.approvalRequestId) {
-          if (req.approvalRequestId !== run.id || run.status !== 'requires_approval')
-            throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
-          await peers.decideRun(agentId, run.id, req.approve, req.approvalReason, token);
-        }
+        if (req.approvalRequestId && (req.approvalRequestId !== run.id || run.status !== 'requires_approval'))
+          throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
       }
     }
+    // Following a run another response started: capped per tenant and per key (ReplySlots), and holding a call's
+    // reservation like any call while it follows (given back at its end: the run bills its own model calls).
+    const following = runId !== '';
     if (!runId && req.approvalRequestId)
       throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
     const projectId = metadata.project_id || session?.projectId || '';
@@ -106,18 +105,27 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
     const reply = pendingReply(auth, replies.newLease(), {
       sessionId,
       projectId,
+      ...(following ? { follower: true } : {}),
       ...(req.store ? {} : { ephemeral: true }),
       ...(completion ? { model: req.model } : {}),
       ...(keyed ? { idempotencyId: keyed.idempotencyId } : {}),
     });
     const resp = completion ? null : responseDoc(auth, req, reply, sessionId, { agentId, runId });
+    const hold = following
+      ? holdOf(reply.id, (await restPlan(peers, token, auth.tid, deps.pricing, '', profile.model)).plan, goal.length)
+      : undefined;
     await startReply(deps, c, {
+      ...(hold ? { hold } : {}),
+      // The decision goes to the run once the follower is admitted (reserved, within its caps), never before.
+      ...(req.approvalRequestId
+        ? { beforeStart: () => peers.decideRun(agentId, runId, req.approve, req.approvalReason, token).then(() => undefined) }
+        : {}),
       job: {
         message: reply,
         history: [],
         llm: { settings: { provider: 'openai-compatible' }, keySource: 'tenant' },
         durable: !completion,
-        source: runSource(agentId, runId, token),
+        source: runSource(auth.tid, agentId, runId, token),
       },
       inputs,
       resp,

@@ -5,6 +5,7 @@ import type { chatV1 } from '@svc/proto';
 import { messages, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from '../collections';
 import type { LiveReply } from '../live';
 import type { Peers } from '../peers';
+import type { RunPolls } from '../run-polls';
 import type { ReplyStarter } from '../start-reply';
 import { chunkOf, endsOf, event, ID_SHAPE, recordOf, type Send, sleep, TERMINAL } from './records';
 
@@ -12,6 +13,8 @@ import { chunkOf, endsOf, event, ID_SHAPE, recordOf, type Send, sleep, TERMINAL 
 export interface CallDeps extends ReplyStarter {
   peers: Peers;
   pollMs: number;
+  /** One poll per agent run in this process, shared by the replies that report it. */
+  runPolls: RunPolls;
   defaultMaxTokens: number;
   pricing: PricingSettings;
   /** RESPONSES_RETENTION_HOURS in ms: how long a response is kept. */
