@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildProgram } from '@svc/cli';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
-import { cliHome, startCli, svc } from '../helpers/cli';
+import { cliHome, leafCommands, startCli, svc } from '../helpers/cli';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver } from '../helpers/receiver';
 import { startTcpProxy } from '../helpers/tcp-proxy';
@@ -185,9 +185,6 @@ it('streams a chat reply as it comes, and manages keys', async () => {
   expect(refused.stderr).toContain('FORBIDDEN');
 });
 
-/** Every leaf command of the tree, as its path ('projects list'). */
-const leaves = (c: Command, path: string[] = []): string[] =>
-  c.commands.flatMap((s) => (s.commands.length ? leaves(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
 /** The leaf command that arguments run. */
 function commandOf(program: Command, args: string[]): string {
   const path: string[] = [];
@@ -371,7 +368,7 @@ describe('every command', () => {
     llm.setDefault(undefined as never);
     // Not here: login/logout (above), completion (prints a script), listen (streams until stopped; its own test).
     const elsewhere = ['login', 'logout', 'completion', 'listen'];
-    expect(leaves(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
+    expect(leafCommands(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
   }, 180_000);
 });
 

@@ -5,8 +5,9 @@
  * JavaScript uses them against the running system: an ES module and a CommonJS script list projects and stream a chat
  * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, TypeScript
  * type-checks against the shipped declarations in both module systems, and a script uses the resources through a
- * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream cut mid-reply). No TypeScript
- * runs: the packages hold none.
+ * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream cut mid-reply). The installed
+ * `svc` has the source's whole command tree, lists each resource as JSON, and its `listen --forward-to` delivers a
+ * `project.created` that the `standardwebhooks` package verifies. No TypeScript runs: the packages hold none.
  */
 import { execFile } from 'node:child_process';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -17,6 +18,11 @@ import { join, relative, resolve } from 'node:path';
 import * as esbuild from 'esbuild';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { SvcClient } from '@svc/sdk';
+import { buildProgram } from '@svc/cli';
+import { Webhook } from 'standardwebhooks';
+import { leafCommands, startCli } from '../helpers/cli';
+import { eventually } from '../helpers/http';
+import { startReceiver } from '../helpers/receiver';
 import { startStack, type Stack } from '../helpers/stack';
 
 jest.setTimeout(150_000);
@@ -406,16 +412,18 @@ await svc.secrets.create({ name: 'DUP', value: 'x' });
 out.errors = [
   await errorOf(svc.projects.create({ name: '' })),
   await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: 'svc_sdk_not_a_key' }).projects.list().page()),
+  await errorOf(svc.tenant.retrieve(fault('402'))),
   await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: READ_ONLY }).projects.create({ name: 'no' })),
   await errorOf(svc.projects.retrieve('prj_missing')),
   await errorOf(svc.secrets.create({ name: 'DUP', value: 'y' })),
   await errorOf(svc.tenant.retrieve(fault('422'))),
   await errorOf(svc.tenant.retrieve(fault('429'))),
   await errorOf(svc.tenant.retrieve(fault('500'))),
+  await errorOf(svc.tenant.retrieve(fault('503'))),
   await errorOf(new SvcClient({ baseUrl: 'http://127.0.0.1:9', apiKey: KEY, maxRetries: 0 }).tenant.retrieve()),
 ];
 const timedOut = await svc.tenant.retrieve({ timeout: 300, maxRetries: 0, headers: { 'x-test-fault': 'hang' } }).catch((e) => e);
-out.timeout = timedOut instanceof APITimeoutError;
+out.timeout = { name: timedOut.name, timeout: timedOut instanceof APITimeoutError, code: timedOut.code, status: timedOut.status ?? null };
 // An agent run whose first POST meets a 503: retried with the same Idempotency-Key, one run.
 const project = await svc.projects.create({ name: 'for the run' });
 const run = await svc.agents.runs.create(AGENT, { goal: 'say hi', projectId: project.id }, { headers: { 'x-test-fault': '503-once' } });
@@ -455,15 +463,17 @@ console.log(JSON.stringify(out));
     expect(out.errors).toEqual([
       { name: 'BadRequestError', svc: true, status: 400, code: 'VALIDATION_ERROR', requestId },
       { name: 'AuthenticationError', svc: true, status: 401, code: expect.any(String), requestId },
+      { name: 'PaymentRequiredError', svc: true, status: 402, code: 'FAULT_402', requestId: 'req-fault-402' },
       { name: 'PermissionDeniedError', svc: true, status: 403, code: expect.any(String), requestId },
       { name: 'NotFoundError', svc: true, status: 404, code: 'RESOURCE_NOT_FOUND', requestId },
       { name: 'ConflictError', svc: true, status: 409, code: 'CONFLICT', requestId },
       { name: 'UnprocessableEntityError', svc: true, status: 422, code: 'FAULT_422', requestId: 'req-fault-422' },
       { name: 'RateLimitError', svc: true, status: 429, code: 'FAULT_429', requestId: 'req-fault-429' },
       { name: 'InternalServerError', svc: true, status: 500, code: 'FAULT_500', requestId: 'req-fault-500' },
+      { name: 'InternalServerError', svc: true, status: 503, code: 'FAULT_503', requestId: 'req-fault-503' },
       { name: 'APIConnectionError', svc: true, status: null, code: 'CONNECTION_ERROR', requestId: null },
     ]);
-    expect(out.timeout).toBe(true);
+    expect(out.timeout).toEqual({ name: 'APITimeoutError', timeout: true, code: 'TIMEOUT', status: null });
     // Two POSTs reached the proxy with one key; the gateway saw one and made one run.
     const executes = proxy.seen.filter((r) => r.method === 'POST' && r.url.endsWith(`/agents/${agent.id}/execute`));
     expect(executes).toHaveLength(2);
@@ -479,4 +489,70 @@ console.log(JSON.stringify(out));
   } finally {
     await proxy.close();
   }
+});
+
+it('the installed svc: the command tree of the source, each resource listed as JSON, and listen forwarding project.created that standardwebhooks verifies', async () => {
+  const bin = join(app, 'node_modules/@svc/cli/bin/svc.js');
+  // The packed CLI holds every command the source has (test/cli runs each of them with --json).
+  writeFileSync(
+    join(app, 'tree.cjs'),
+    `const { buildProgram } = require('@svc/cli');
+const leaves = (c, path = []) => c.commands.flatMap((s) => (s.commands.length ? leaves(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
+console.log(JSON.stringify(leaves(buildProgram({}))));
+`,
+  );
+  const packedTree = JSON.parse(ok(await run(process.execPath, ['tree.cjs'], { cwd: app })));
+  expect(packedTree).toEqual(leafCommands(buildProgram({})));
+  expect(packedTree).toHaveLength(new Set(packedTree).size);
+
+  // A tenant of its own, with an API key (events:read included).
+  const anon = new SvcClient({ baseUrl: stack.url });
+  const owner = `listen-${Date.now()}@example.com`;
+  await anon.auth.register({ email: owner, password: 'correct horse battery', name: 'Listen', tenantName: 'Listen Co' });
+  const { accessToken } = await anon.auth.login({ email: owner, password: 'correct horse battery' });
+  const admin = new SvcClient({ baseUrl: stack.url, token: { accessToken } });
+  const { key } = await admin.apiKeys.create({ name: 'listen', type: 'sdk', environment: 'development' });
+  const cliEnv = { SVC_BASE_URL: stack.url, SVC_API_KEY: key, XDG_CONFIG_HOME: join(work, 'listen-config') };
+
+  // Each resource's read, as JSON, from the installed command (keys need a user login: test/cli).
+  const reads = [
+    ['projects', 'list', '--all'],
+    ['agents', 'list', '--limit', '5'],
+    ['chat', 'sessions', 'list'],
+    ['models', 'list'],
+    ['webhooks', 'list'],
+    ['events', 'list', '--limit', '3'],
+    ['events', 'types'],
+    ['requests', 'list'],
+    ['secrets', 'list'],
+    ['usage'],
+  ];
+  const answers = await Promise.all(reads.map((args) => run(process.execPath, [bin, ...args, '--json'], { cwd: app, env: cliEnv })));
+  for (const [i, res] of answers.entries()) {
+    expect({ args: reads[i], code: res.code, stderr: res.stderr }).toEqual({ args: reads[i], code: 0, stderr: '' });
+    expect([reads[i], JSON.parse(res.stdout)]).toEqual([reads[i], expect.anything()]);
+  }
+
+  // svc listen from the package (its bundled signing code), verified as a receiver would: standardwebhooks, no options.
+  const receiver = await startReceiver();
+  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created'], cliEnv, bin);
+  try {
+    const [, secret] = await listen.waitFor(/Webhook signing secret: (whsec_[A-Za-z0-9+/=]+)/);
+    const project = await admin.projects.create({ name: 'Heard by the packed svc' });
+    await eventually(async () => receiver.at('/hook').length > 0, 20_000);
+    const [delivery] = receiver.at('/hook');
+    const headers = {
+      'webhook-id': String(delivery.headers['webhook-id']),
+      'webhook-timestamp': String(delivery.headers['webhook-timestamp']),
+      'webhook-signature': String(delivery.headers['webhook-signature']),
+    };
+    expect(new Webhook(secret).verify(delivery.body, headers)).toMatchObject({ type: 'project.created', data: { id: project.id } });
+    expect(() => new Webhook(`whsec_${Buffer.alloc(32, 2).toString('base64')}`).verify(delivery.body, headers)).toThrow();
+    await listen.waitFor(new RegExp(`project\\.created\\s+${headers['webhook-id']}\\s+-> 200`));
+  } finally {
+    listen.proc.kill('SIGINT');
+    await listen.done;
+    await receiver.close();
+  }
+  expect((await listen.done).code).toBe(0);
 });
