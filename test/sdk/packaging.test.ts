@@ -5,7 +5,7 @@
  * JavaScript uses them against the running system: an ES module and a CommonJS script list projects and stream a chat
  * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, TypeScript
  * type-checks against the shipped declarations in both module systems, and a script uses the resources through a
- * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream cut mid-reply). The installed
+ * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream and a /v1 response cut mid-reply). The installed
  * `svc` has the source's whole command tree, lists each resource as JSON, and its `listen --forward-to` delivers a
  * `project.created` that the `standardwebhooks` package verifies. No TypeScript runs: the packages hold none.
  */
@@ -82,7 +82,7 @@ let email: string;
 /**
  * A proxy in front of the gateway that does what a header `x-test-fault` asks: a status (answered with the error
  * envelope, not forwarded), `hang` (never answers), `503-once` (the first time an Idempotency-Key is seen, the request is
- * forwarded and done, and its answer replaced by a 503: the retry must not do the work again), `cut-stream` (forwards the first time up to the end of the first `message.delta`, then resets).
+ * forwarded and done, and its answer replaced by a 503: the retry must not do the work again), `cut-stream...` (forwards the first stream with that value up to the end of its first delta event, then resets).
  */
 async function startFaultProxy(target: string) {
   const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders }> = [];
@@ -98,7 +98,8 @@ async function startFaultProxy(target: string) {
     if (/^\d{3}$/.test(fault)) return fail(Number(fault));
     if (fault === 'hang') return;
     const lose = fault === '503-once' && once(`503:${req.headers['idempotency-key']}`);
-    const cut = fault === 'cut-stream' && once(`cut:${req.url}`);
+    // Once per fault value: the resumed stream (same header, another URL for /v1) goes through.
+    const cut = fault.startsWith('cut-stream') && once(`cut:${fault}`);
     const upstream = httpRequest(`${target}${req.url}`, { method: req.method, headers: req.headers }, (up) => {
       // The work was done; the answer is lost on the way back.
       if (lose) return void up.resume().on('end', () => fail(503));
@@ -109,7 +110,7 @@ async function startFaultProxy(target: string) {
       up.on('data', (chunk: Buffer) => {
         if (cutDone) return;
         text += chunk.toString('utf8');
-        const delta = text.indexOf('event: message.delta');
+        const delta = text.search(/event: [\w.]*delta\n/);
         const end = delta >= 0 ? text.indexOf('\n\n', delta) : -1;
         if (end < 0) return;
         cutDone = true;
@@ -376,7 +377,7 @@ export const ids = new SvcClient({ baseUrl: 'http://localhost:8080' }).listProje
   expect(errors).toEqual([expect.stringMatching(/^wrong\.mts\(2,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/)]);
 });
 
-it('the resources from the package, through faults: pages of 250 projects, every error class, a timeout, a 503 that does not run twice, a resumed chat stream', async () => {
+it('the resources from the package, through faults: pages of 250 projects, every error class, a timeout, a 503 that does not run twice, a resumed chat stream and /v1 response', async () => {
   // A tenant of its own (the scripts above see one project): an agent, a full key and a read-only one.
   const anon = new SvcClient({ baseUrl: stack.url });
   const owner = `res-${Date.now()}@example.com`;
@@ -440,11 +441,21 @@ const session = await svc.chat.sessions.create({ title: 'resume' });
 await svc.chat.sessions.messages.create(session.id, { content: 'one two three four five' });
 let reply = '';
 let message = null;
-for await (const e of svc.chat.sessions.stream(session.id, { headers: { 'x-test-fault': 'cut-stream' } })) {
+for await (const e of svc.chat.sessions.stream(session.id, { headers: { 'x-test-fault': 'cut-stream-chat' } })) {
   if (e.type === 'delta') reply += e.delta;
   if (e.type === 'completed') message = e.message;
 }
 out.chat = { reply, stored: message?.content, session: session.id };
+// A /v1 response streamed, cut after its first delta: resumed after that event's sequence_number.
+const sequence = [];
+let text = '';
+let completed = null;
+for await (const e of svc.v1.responses.stream({ model: 'gpt-fake', input: 'six seven eight nine ten' }, { headers: { 'x-test-fault': 'cut-stream-v1' } })) {
+  sequence.push(e.data.sequence_number);
+  if (e.event === 'response.output_text.delta') text += e.data.delta;
+  if (e.event === 'response.completed') completed = e.data.response;
+}
+out.v1 = { sequence, text, stored: completed?.output?.[0]?.content?.[0]?.text, id: completed?.id };
 console.log(JSON.stringify(out));
 `,
     );
@@ -486,6 +497,13 @@ console.log(JSON.stringify(out));
     expect(streams[1].headers['last-event-id']).toEqual(expect.any(String));
     expect(out.chat.reply).toBe('Echo: one two three four five');
     expect(out.chat.stored).toBe(out.chat.reply);
+    // The /v1 response: one POST, then a resume after the delta that got through; every event once, in order.
+    const v1 = proxy.seen.filter((r) => r.url.startsWith('/v1/responses'));
+    expect(v1.map((r) => `${r.method} ${r.url.replace(/\?.*/, '')}`)).toEqual(['POST /v1/responses', `GET /v1/responses/${out.v1.id}`]);
+    expect(new URL(v1[1].url, proxy.url).searchParams.get('starting_after')).toEqual(expect.stringMatching(/^\d+$/));
+    expect(out.v1.sequence).toEqual(out.v1.sequence.map((_: number, i: number) => out.v1.sequence[0] + i));
+    expect(out.v1.text).toBe('Echo: six seven eight nine ten');
+    expect(out.v1.stored).toBe(out.v1.text);
   } finally {
     await proxy.close();
   }
