@@ -223,8 +223,8 @@ describe('every command', () => {
     // Signed in as a user (keys need one), in a named profile.
     const home = cliHome();
     const env = { ...envFor(home), SVC_PROFILE: 'user' };
-    const login = startCli(['login'], env);
-    const [, authUrl] = await login.waitFor(/^\s+(http\S+\/cli\/login\?\S+)$/m);
+    const login = startCli(['login', '--json'], env);
+    const [, authUrl] = await login.waitFor(/"authUrl":"([^"]+)"/);
     const url = new URL(authUrl);
     await api.post(
       '/api/v1/cli/auth/complete',
@@ -233,7 +233,13 @@ describe('every command', () => {
         token: owner.accessToken,
       },
     );
-    expect((await login.done).code).toBe(0);
+    const loggedIn = await login.done;
+    expect(loggedIn.code).toBe(0);
+    // --json: one object per line, the address and code, then who signed in.
+    expect(parseJson(loggedIn.stdout)).toEqual([
+      { event: 'login_started', authUrl, verificationCode: expect.stringMatching(/^[A-Z]{4}-[A-Z]{4}$/) },
+      expect.objectContaining({ event: 'signed_in', user: expect.objectContaining({ email: owner.email }) }),
+    ]);
     // The model's answers, by the goal: a tool call to approve or reject, a call that never answers (to cancel).
     llm.setDefault((req) => {
       const said = JSON.stringify(req.conversation?.messages ?? []);
@@ -366,8 +372,16 @@ describe('every command', () => {
       }),
     );
     llm.setDefault(undefined as never);
-    // Not here: login/logout (above), completion (prints a script), listen (streams until stopped; its own test).
-    const elsewhere = ['login', 'logout', 'completion', 'listen'];
+    // Signed in with --json above; out with it here.
+    ran.add('login').add('logout');
+    expect(parseJson((await svc(['logout', '--json'], env)).stdout)).toEqual({ signedOut: true });
+    expect(
+      parseJson((await svc(['login', '--api-key', (await createKey(api, owner.accessToken)).key, '--json'], env)).stdout),
+    ).toMatchObject({
+      user: { email: owner.email },
+    });
+    // Not here: completion (prints a script), listen (streams until stopped: its own tests, --json in the packaging suite).
+    const elsewhere = ['completion', 'listen'];
     expect(leafCommands(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
   }, 180_000);
 });

@@ -553,9 +553,10 @@ console.log(JSON.stringify(leaves(buildProgram({}))));
 
   // svc listen from the package (its bundled signing code), verified as a receiver would: standardwebhooks, no options.
   const receiver = await startReceiver();
-  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created'], cliEnv, bin);
+  // With --json: one object per line, the session's secret first, then each delivery's status.
+  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created', '--json'], cliEnv, bin);
   try {
-    const [, secret] = await listen.waitFor(/Webhook signing secret: (whsec_[A-Za-z0-9+/=]+)/);
+    const [, secret] = await listen.waitFor(/"secret":"(whsec_[A-Za-z0-9+/=]+)"/);
     const project = await admin.projects.create({ name: 'Heard by the packed svc' });
     await eventually(async () => receiver.at('/hook').length > 0, 20_000);
     const [delivery] = receiver.at('/hook');
@@ -566,11 +567,27 @@ console.log(JSON.stringify(leaves(buildProgram({}))));
     };
     expect(new Webhook(secret).verify(delivery.body, headers)).toMatchObject({ type: 'project.created', data: { id: project.id } });
     expect(() => new Webhook(`whsec_${Buffer.alloc(32, 2).toString('base64')}`).verify(delivery.body, headers)).toThrow();
-    await listen.waitFor(new RegExp(`project\\.created\\s+${headers['webhook-id']}\\s+-> 200`));
+    await listen.waitFor(/"event":"delivery"/);
   } finally {
     listen.proc.kill('SIGINT');
     await listen.done;
     await receiver.close();
   }
-  expect((await listen.done).code).toBe(0);
+  const { code, stdout } = await listen.done;
+  expect(code).toBe(0);
+  expect(
+    stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as unknown),
+  ).toEqual([
+    { event: 'ready', forwardTo: `${receiver.url}/hook`, secret: expect.stringMatching(/^whsec_/), types: ['project.created'] },
+    {
+      event: 'delivery',
+      eventId: receiver.requests[0].headers['webhook-id'],
+      type: 'project.created',
+      status: 200,
+      durationMs: expect.any(Number),
+    },
+  ]);
 });
