@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -472,6 +472,24 @@ it('keeps two logins apart in profiles (--profile and SVC_PROFILE), in one crede
   expect(gone).toMatchObject({ code: 1, stderr: expect.stringContaining('Not signed in: run svc login --profile work') });
   expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
   expect((await svc(['whoami', '--profile', '../x'], envFor(home))).stderr).toContain('Bad profile name');
+});
+
+it('loses no profile when several svc processes change the credentials file at once', async () => {
+  const home = cliHome();
+  const credentials = join(__dirname, '../../packages/cli/src/credentials.ts');
+  // Four processes, each saving 150 profiles of its own as fast as it can (a read, a change and a write each time).
+  const writer = (n: number) =>
+    promisify(execFile)(process.execPath, [
+      '--require',
+      'tsx/cjs',
+      '-e',
+      `const { writeCredentials } = require(${JSON.stringify(credentials)});
+for (let i = 0; i < 150; i++) writeCredentials({ XDG_CONFIG_HOME: ${JSON.stringify(home)} }, 'w${n}-' + i, { baseUrl: 'http://x', email: 'e', tenant: 't' });`,
+    ]);
+  await Promise.all([0, 1, 2, 3].map(writer));
+  const file = JSON.parse(readFileSync(join(home, 'svc', 'credentials.json'), 'utf8'));
+  expect(Object.keys(file.profiles)).toHaveLength(600);
+  expect(readdirSync(join(home, 'svc'))).toEqual(['credentials.json']); // the lock is gone, no temp file left
 });
 
 it('listen --forward-to delivers each project.created as a signed delivery that standardwebhooks verifies', async () => {
