@@ -216,6 +216,9 @@ it('packs both packages: JavaScript and declarations, no TypeScript source, entr
   // One runtime dependency: the SSE parser the whole repository shares (browser-safe, no dependencies of its own).
   expect(sdk.dependencies ?? {}).toEqual({ 'eventsource-parser': '3.1.1' });
   expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'bin/svc.js' }, dependencies: { '@svc/sdk': VERSION } });
+  // The CLI's library entry (run, buildProgram) is CommonJS, for import and require alike.
+  const cliEntry = { types: './dist/types/index.d.ts', default: './dist/index.cjs' };
+  expect(cli.exports['.']).toEqual({ import: cliEntry, require: cliEntry });
   // One SDK, the installed tarball, serves the app and the CLI; no TypeScript runner came along.
   expect(existsSync(join(app, 'node_modules/@svc/cli/node_modules/@svc/sdk'))).toBe(false);
   expect(existsSync(join(app, 'node_modules/tsx'))).toBe(false);
@@ -281,6 +284,8 @@ it('npx svc runs the installed CLI: whoami, its version, svc api, and its comple
   expect(projects.map((p: { name: string }) => p.name)).toEqual(['Packed project']);
   const raw = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'api', 'GET', '/projects'], { cwd: app, env })));
   expect(raw).toMatchObject({ data: [{ name: 'Packed project' }], meta: { pagination: { has_more: false } } });
+  const esm = `import { run, buildProgram } from '@svc/cli'; console.log(typeof run, buildProgram({}).name());`;
+  expect(ok(await run(process.execPath, ['--input-type=module', '-e', esm], { cwd: app })).trim()).toBe('function svc');
   const completion = ok(await run('bash', ['-c', 'source <(npx --no -- svc completion bash) && complete -p svc'], { cwd: app, env }));
   expect(completion.trim()).toBe('complete -F _svc svc');
 });
@@ -337,6 +342,10 @@ export const isError = (e: unknown) => e instanceof ApiError && e.status >= 400;
 `,
   );
   writeFileSync(
+    join(app, 'typed-cli.mts'),
+    `import { run, buildProgram } from '@svc/cli';\nexport const code: Promise<number> = run(['node', 'svc', 'whoami'], {});\nexport const tree = buildProgram({}).commands.length;\n`,
+  );
+  writeFileSync(
     join(app, 'typed.cts'),
     `import { SvcClient } from '@svc/sdk';
 import { run } from '@svc/cli';
@@ -371,7 +380,7 @@ export const ids = new SvcClient({ baseUrl: 'http://localhost:8080' }).listProje
       { cwd: app, timeoutMs: 90_000 },
     );
   // One compiler run (it is the slow part): the right files check clean, the wrong one fails where it should.
-  const checked = await tsc(['typed.mts', 'typed.cts', 'wrong.mts']);
+  const checked = await tsc(['typed.mts', 'typed-cli.mts', 'typed.cts', 'wrong.mts']);
   expect(checked.code).not.toBe(0);
   const errors = checked.stdout.split('\n').filter((line) => /error TS\d+/.test(line));
   expect(errors).toEqual([expect.stringMatching(/^wrong\.mts\(2,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/)]);
