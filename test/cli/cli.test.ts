@@ -1,12 +1,12 @@
 import { execFile } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { buildProgram } from '@svc/cli';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
-import { cliHome, SOURCE_BIN, startCli, svc } from '../helpers/cli';
+import { cliHome, leafCommands, SOURCE_BIN, startCli, svc } from '../helpers/cli';
 import { client, createKey, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startReceiver } from '../helpers/receiver';
 import { startTcpProxy } from '../helpers/tcp-proxy';
@@ -190,9 +190,6 @@ it('streams a chat reply as it comes, and manages keys', async () => {
   expect(refused.stderr).toContain('FORBIDDEN');
 });
 
-/** Every leaf command of the tree, as its path ('projects list'). */
-const leaves = (c: Command, path: string[] = []): string[] =>
-  c.commands.flatMap((s) => (s.commands.length ? leaves(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
 /** The leaf command that arguments run. */
 function commandOf(program: Command, args: string[]): string {
   const path: string[] = [];
@@ -231,8 +228,8 @@ describe('every command', () => {
     // Signed in as a user (keys need one), in a named profile.
     const home = cliHome();
     const env = { ...envFor(home), SVC_PROFILE: 'user' };
-    const login = startCli(['login'], env);
-    const [, authUrl] = await login.waitFor(/^\s+(http\S+\/cli\/login\?\S+)$/m);
+    const login = startCli(['login', '--json'], env);
+    const [, authUrl] = await login.waitFor(/"authUrl":"([^"]+)"/);
     const url = new URL(authUrl);
     await api.post(
       '/api/v1/cli/auth/complete',
@@ -241,7 +238,13 @@ describe('every command', () => {
         token: owner.accessToken,
       },
     );
-    expect((await login.done).code).toBe(0);
+    const loggedIn = await login.done;
+    expect(loggedIn.code).toBe(0);
+    // --json: one object per line, the address and code, then who signed in.
+    expect(parseJson(loggedIn.stdout)).toEqual([
+      { event: 'login_started', authUrl, verificationCode: expect.stringMatching(/^[A-Z]{4}-[A-Z]{4}$/) },
+      expect.objectContaining({ event: 'signed_in', user: expect.objectContaining({ email: owner.email }) }),
+    ]);
     // The model's answers, by the goal: a tool call to approve or reject, a call that never answers (to cancel).
     llm.setDefault((req) => {
       const said = JSON.stringify(req.conversation?.messages ?? []);
@@ -374,9 +377,17 @@ describe('every command', () => {
       }),
     );
     llm.setDefault(undefined as never);
-    // Not here: login/logout (above), completion (prints a script), listen (streams until stopped; its own test).
-    const elsewhere = ['login', 'logout', 'completion', 'listen'];
-    expect(leaves(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
+    // Signed in with --json above; out with it here.
+    ran.add('login').add('logout');
+    expect(parseJson((await svc(['logout', '--json'], env)).stdout)).toEqual({ signedOut: true });
+    expect(
+      parseJson((await svc(['login', '--api-key', (await createKey(api, owner.accessToken)).key, '--json'], env)).stdout),
+    ).toMatchObject({
+      user: { email: owner.email },
+    });
+    // Not here: completion (prints a script), listen (streams until stopped: its own tests, --json in the packaging suite).
+    const elsewhere = ['completion', 'listen'];
+    expect(leafCommands(program).filter((c) => !ran.has(c) && !elsewhere.includes(c))).toEqual([]);
   }, 180_000);
 });
 
@@ -466,6 +477,24 @@ it('keeps two logins apart in profiles (--profile and SVC_PROFILE), in one crede
   expect(gone).toMatchObject({ code: 1, stderr: expect.stringContaining('Not signed in: run svc login --profile work') });
   expect((await whoami({ ...envFor(home), SVC_PROFILE: 'play' })).user.email).toBe(other.email);
   expect((await svc(['whoami', '--profile', '../x'], envFor(home))).stderr).toContain('Bad profile name');
+});
+
+it('loses no profile when several svc processes change the credentials file at once', async () => {
+  const home = cliHome();
+  const credentials = join(__dirname, '../../packages/cli/src/credentials.ts');
+  // Four processes, each saving 150 profiles of its own as fast as it can (a read, a change and a write each time).
+  const writer = (n: number) =>
+    promisify(execFile)(process.execPath, [
+      '--require',
+      'tsx/cjs',
+      '-e',
+      `const { writeCredentials } = require(${JSON.stringify(credentials)});
+for (let i = 0; i < 150; i++) writeCredentials({ XDG_CONFIG_HOME: ${JSON.stringify(home)} }, 'w${n}-' + i, { baseUrl: 'http://x', email: 'e', tenant: 't' });`,
+    ]);
+  await Promise.all([0, 1, 2, 3].map(writer));
+  const file = JSON.parse(readFileSync(join(home, 'svc', 'credentials.json'), 'utf8'));
+  expect(Object.keys(file.profiles)).toHaveLength(600);
+  expect(readdirSync(join(home, 'svc'))).toEqual(['credentials.json']); // the lock is gone, no temp file left
 });
 
 it('listen --forward-to delivers each project.created as a signed delivery that standardwebhooks verifies', async () => {

@@ -10,7 +10,8 @@ import { startReceiver, type Receiver } from '../helpers/receiver';
 // Per-tenant caps hold exactly under concurrent creates (issue 19, 2i): `npm run start:cluster`'s layout, two
 // replicas of every service on the same store files behind two gateways, and 50 creates racing for a tenant's last
 // place: exactly one gets it, whichever replica each lands on (each cap is a counter changed in the insert's own
-// transaction). And fan-out reaches every registration of a tenant, past the first 100.
+// transaction). And fan-out reaches every registration of a tenant, past the first 100; one Idempotency-Key sent
+// at once through both gateways does the work once.
 jest.setTimeout(180_000);
 
 const LIMIT = 5;
@@ -190,4 +191,29 @@ it(`delivers an event to every one of a tenant's ${WEBHOOKS} registrations, past
     new Set(receiver.requests.filter((r) => r.path.startsWith('/many/') && r.json?.data?.id === project.body.data.id).map((r) => r.path));
   for (let waited = 0; reached().size < WEBHOOKS && waited < 30_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
   expect(reached().size).toBe(WEBHOOKS);
+});
+
+it('one Idempotency-Key sent 20 times at once through both gateways does the work once, whichever replica each lands on', async () => {
+  const owner = await signUp(gateways[0], 'Keyed race');
+  const token = owner.accessToken;
+  for (const k of kinds) {
+    const count = async () => ((await gateways[0].get(`${k.path}?limit=100`, { token })).body.data as unknown[]).length;
+    const before = await count();
+    const body = k.body(nextName());
+    const headers = { 'idempotency-key': `race-${k.name}` };
+    const race = await Promise.all(Array.from({ length: 20 }, (_, i) => gateways[i % 2].post(k.path, body, { token, headers })));
+    // One answer from the work; the others waited on its claim (409) or got its answer replayed.
+    const fresh = race.filter((r) => r.headers.get('idempotent-replayed') === null && r.status !== 409);
+    expect([k.name, fresh.map((r) => r.status)]).toEqual([k.name, [201]]);
+    for (const r of race.filter((r) => r.status === 409))
+      expect([k.name, r.body.error.details.reason]).toEqual([k.name, 'idempotency_key_in_progress']);
+    for (const r of race.filter((r) => r.headers.get('idempotent-replayed') === 'true'))
+      expect([k.name, r.text]).toEqual([k.name, fresh[0].text]);
+    // Afterwards either gateway answers the first answer, and there is one more of the kind.
+    for (const g of gateways) {
+      const again = await g.post(k.path, body, { token, headers });
+      expect([k.name, again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([k.name, 201, 'true', fresh[0].text]);
+    }
+    expect([k.name, await count()]).toEqual([k.name, before + 1]);
+  }
 });

@@ -55,8 +55,9 @@ export function cliHome(): string {
   return mkdtempSync(join(tmpdir(), 'svc-cli-home-'));
 }
 
-export function startCli(args: string[], env: Record<string, string>): CliProcess {
-  const proc = spawn(process.execPath, [bundle(), ...args], {
+/** Starts `svc`: the repository's (bundled), or another (`bin`: the installed package's bin/svc.js). */
+export function startCli(args: string[], env: Record<string, string>, bin?: string): CliProcess {
+  const proc = spawn(process.execPath, [bin ?? bundle(), ...args], {
     env: { PATH: process.env.PATH, HOME: env.XDG_CONFIG_HOME ?? tmpdir(), BROWSER: 'none', ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -81,6 +82,16 @@ export function startCli(args: string[], env: Record<string, string>): CliProces
     done,
   };
 }
+
+/** What leafCommands reads of a commander program (the CLI's commander, not the root's: typed by shape). */
+interface CommandTree {
+  name(): string;
+  readonly commands: readonly CommandTree[];
+}
+
+/** Every leaf command of a commander tree, as its path ('projects list'). */
+export const leafCommands = (c: CommandTree, path: string[] = []): string[] =>
+  c.commands.flatMap((s) => (s.commands.length ? leafCommands(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
 
 export function svc(args: string[], env: Record<string, string>, input?: string): Promise<CliResult> {
   const p = startCli(args, env);

@@ -6,7 +6,7 @@ import { isOpenAiOp, realParam, seedTargets, tenantSnapshot } from '../helpers/t
 
 // Idempotency-Key on every POST of the OpenAPI document (CONTRACT.md 14), on one system: the same key twice is one
 // effect and the identical answer replayed; the key with another request is a 422; a request while the first with
-// its key still runs is a 409.
+// its key still runs is a 409 (for one route with a held answer, and for every POST sent twice at once).
 jest.setTimeout(60_000);
 
 let stack: Stack;
@@ -160,4 +160,22 @@ it('a /v1 call let through again after a 5xx is not made again: its failure is r
   expect((await complete('refused-first', 'v1-refused')).status).toBe(503);
   const retried = await complete('refused-first', 'v1-refused');
   expect([retried.status, asked('refused-first')]).toEqual([200, 2]);
+});
+
+it('every POST sent twice at once with one key: one of the two does the work, the other is a 409 in progress or its replay', async () => {
+  const isKeyConflict = (res: Res) => res.status === 409 && /^idempotency_key_(in_progress|streamed)$/.test(String(reasonOf(res)));
+  const doneTwice: string[] = [];
+  for (const op of posts) {
+    const idemKey = `pair-${op.operationId}`;
+    const pair = await Promise.all([send(op, idemKey), send(op, idemKey)]);
+    const what = `${op.method} ${op.path} (${pair.map((r) => r.status).join(', ')})`;
+    // Answered by the work itself: neither replayed nor refused for the key.
+    const fresh = pair.filter((r) => r.headers.get('idempotent-replayed') === null && !isKeyConflict(r));
+    expect([what, fresh.length > 0]).toEqual([what, true]);
+    // Two only when the first answer was not kept (a 5xx, 429 or 408 frees the key for a retry).
+    if (fresh.filter(kept).length > 1) doneTwice.push(what);
+    for (const r of pair.filter((r) => r.headers.get('idempotent-replayed') === 'true'))
+      expect([what, r.status, r.text]).toEqual([what, fresh[0].status, fresh[0].text]);
+  }
+  expect(doneTwice).toEqual([]);
 });

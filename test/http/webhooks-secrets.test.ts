@@ -247,6 +247,11 @@ describe('documentation', () => {
     const docs = await api.get('/docs');
     expect(docs.text).toContain('id="verifying-webhooks"');
     expect(docs.text).toContain('new Webhook(process.env.WEBHOOK_SECRET!)');
+    // ... and the rest of the SDK and CLI surface: idempotency, the live event stream, svc listen, profiles, completion.
+    for (const shown of ['id="idempotency"', 'Idempotent-Replayed: true', 'id="live-events"', 'svc.events.stream()'])
+      expect(docs.text).toContain(shown);
+    for (const command of ['svc listen --forward-to', 'svc login --profile', 'svc api GET', '--all --json', 'svc completion bash'])
+      expect(docs.text).toContain(command);
     const doc = (await api.get('/api/v1/openapi.json')).body;
     for (const op of [doc.paths['/api/v1/webhooks'].post, doc.paths['/api/v1/webhooks/{id}/rotate-secret'].post])
       expect(op.description).toContain(VERIFY_WEBHOOK_TS);

@@ -5,8 +5,9 @@
  * JavaScript uses them against the running system: an ES module and a CommonJS script list projects and stream a chat
  * reply, `npx svc whoami` runs the installed CLI, a bundler builds the browser entry for browsers, TypeScript
  * type-checks against the shipped declarations in both module systems, and a script uses the resources through a
- * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream cut mid-reply). No TypeScript
- * runs: the packages hold none.
+ * proxy that injects faults (errors, a hang, a 503 before an agent run, a chat stream and a /v1 response cut mid-reply). The installed
+ * `svc` has the source's whole command tree, lists each resource as JSON, and its `listen --forward-to` delivers a
+ * `project.created` that the `standardwebhooks` package verifies. No TypeScript runs: the packages hold none.
  */
 import { execFile } from 'node:child_process';
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -17,6 +18,11 @@ import { join, relative, resolve } from 'node:path';
 import * as esbuild from 'esbuild';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { SvcClient } from '@svc/sdk';
+import { buildProgram } from '@svc/cli';
+import { Webhook } from 'standardwebhooks';
+import { leafCommands, startCli } from '../helpers/cli';
+import { eventually } from '../helpers/http';
+import { startReceiver } from '../helpers/receiver';
 import { startStack, type Stack } from '../helpers/stack';
 
 jest.setTimeout(150_000);
@@ -76,7 +82,7 @@ let email: string;
 /**
  * A proxy in front of the gateway that does what a header `x-test-fault` asks: a status (answered with the error
  * envelope, not forwarded), `hang` (never answers), `503-once` (the first time an Idempotency-Key is seen, the request is
- * forwarded and done, and its answer replaced by a 503: the retry must not do the work again), `cut-stream` (forwards the first time up to the end of the first `message.delta`, then resets).
+ * forwarded and done, and its answer replaced by a 503: the retry must not do the work again), `cut-stream...` (forwards the first stream with that value up to the end of its first delta event, then resets).
  */
 async function startFaultProxy(target: string) {
   const seen: Array<{ method: string; url: string; headers: IncomingHttpHeaders }> = [];
@@ -92,7 +98,8 @@ async function startFaultProxy(target: string) {
     if (/^\d{3}$/.test(fault)) return fail(Number(fault));
     if (fault === 'hang') return;
     const lose = fault === '503-once' && once(`503:${req.headers['idempotency-key']}`);
-    const cut = fault === 'cut-stream' && once(`cut:${req.url}`);
+    // Once per fault value: the resumed stream (same header, another URL for /v1) goes through.
+    const cut = fault.startsWith('cut-stream') && once(`cut:${fault}`);
     const upstream = httpRequest(`${target}${req.url}`, { method: req.method, headers: req.headers }, (up) => {
       // The work was done; the answer is lost on the way back.
       if (lose) return void up.resume().on('end', () => fail(503));
@@ -103,7 +110,7 @@ async function startFaultProxy(target: string) {
       up.on('data', (chunk: Buffer) => {
         if (cutDone) return;
         text += chunk.toString('utf8');
-        const delta = text.indexOf('event: message.delta');
+        const delta = text.search(/event: [\w.]*delta\n/);
         const end = delta >= 0 ? text.indexOf('\n\n', delta) : -1;
         if (end < 0) return;
         cutDone = true;
@@ -210,6 +217,9 @@ it('packs both packages: JavaScript and declarations, no TypeScript source, entr
   // One runtime dependency: the SSE parser the whole repository shares (browser-safe, no dependencies of its own).
   expect(sdk.dependencies ?? {}).toEqual({ 'eventsource-parser': '3.1.1' });
   expect(cli).toMatchObject({ version: VERSION, bin: { svc: 'bin/svc.js' }, dependencies: { '@svc/sdk': VERSION } });
+  // The CLI's library entry (run, buildProgram) is CommonJS, for import and require alike.
+  const cliEntry = { types: './dist/types/index.d.ts', default: './dist/index.cjs' };
+  expect(cli.exports['.']).toEqual({ import: cliEntry, require: cliEntry });
   // One SDK, the installed tarball, serves the app and the CLI; no TypeScript runner came along.
   expect(existsSync(join(app, 'node_modules/@svc/cli/node_modules/@svc/sdk'))).toBe(false);
   expect(existsSync(join(app, 'node_modules/tsx'))).toBe(false);
@@ -275,6 +285,8 @@ it('npx svc runs the installed CLI: whoami, its version, svc api, and its comple
   expect(projects.map((p: { name: string }) => p.name)).toEqual(['Packed project']);
   const raw = JSON.parse(ok(await run('npx', ['--no', '--', 'svc', 'api', 'GET', '/projects'], { cwd: app, env })));
   expect(raw).toMatchObject({ data: [{ name: 'Packed project' }], meta: { pagination: { has_more: false } } });
+  const esm = `import { run, buildProgram } from '@svc/cli'; console.log(typeof run, buildProgram({}).name());`;
+  expect(ok(await run(process.execPath, ['--input-type=module', '-e', esm], { cwd: app })).trim()).toBe('function svc');
   const completion = ok(await run('bash', ['-c', 'source <(npx --no -- svc completion bash) && complete -p svc'], { cwd: app, env }));
   expect(completion.trim()).toBe('complete -F _svc svc');
 });
@@ -331,6 +343,10 @@ export const isError = (e: unknown) => e instanceof ApiError && e.status >= 400;
 `,
   );
   writeFileSync(
+    join(app, 'typed-cli.mts'),
+    `import { run, buildProgram } from '@svc/cli';\nexport const code: Promise<number> = run(['node', 'svc', 'whoami'], {});\nexport const tree = buildProgram({}).commands.length;\n`,
+  );
+  writeFileSync(
     join(app, 'typed.cts'),
     `import { SvcClient } from '@svc/sdk';
 import { run } from '@svc/cli';
@@ -365,13 +381,13 @@ export const ids = new SvcClient({ baseUrl: 'http://localhost:8080' }).listProje
       { cwd: app, timeoutMs: 90_000 },
     );
   // One compiler run (it is the slow part): the right files check clean, the wrong one fails where it should.
-  const checked = await tsc(['typed.mts', 'typed.cts', 'wrong.mts']);
+  const checked = await tsc(['typed.mts', 'typed-cli.mts', 'typed.cts', 'wrong.mts']);
   expect(checked.code).not.toBe(0);
   const errors = checked.stdout.split('\n').filter((line) => /error TS\d+/.test(line));
   expect(errors).toEqual([expect.stringMatching(/^wrong\.mts\(2,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/)]);
 });
 
-it('the resources from the package, through faults: pages of 250 projects, every error class, a timeout, a 503 that does not run twice, a resumed chat stream', async () => {
+it('the resources from the package, through faults: pages of 250 projects, every error class, a timeout, a 503 that does not run twice, a resumed chat stream and /v1 response', async () => {
   // A tenant of its own (the scripts above see one project): an agent, a full key and a read-only one.
   const anon = new SvcClient({ baseUrl: stack.url });
   const owner = `res-${Date.now()}@example.com`;
@@ -407,16 +423,18 @@ await svc.secrets.create({ name: 'DUP', value: 'x' });
 out.errors = [
   await errorOf(svc.projects.create({ name: '' })),
   await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: 'svc_sdk_not_a_key' }).projects.list().page()),
+  await errorOf(svc.tenant.retrieve(fault('402'))),
   await errorOf(new SvcClient({ baseUrl: PROXY, apiKey: READ_ONLY }).projects.create({ name: 'no' })),
   await errorOf(svc.projects.retrieve('prj_missing')),
   await errorOf(svc.secrets.create({ name: 'DUP', value: 'y' })),
   await errorOf(svc.tenant.retrieve(fault('422'))),
   await errorOf(svc.tenant.retrieve(fault('429'))),
   await errorOf(svc.tenant.retrieve(fault('500'))),
+  await errorOf(svc.tenant.retrieve(fault('503'))),
   await errorOf(new SvcClient({ baseUrl: 'http://127.0.0.1:9', apiKey: KEY, maxRetries: 0 }).tenant.retrieve()),
 ];
 const timedOut = await svc.tenant.retrieve({ timeout: 300, maxRetries: 0, headers: { 'x-test-fault': 'hang' } }).catch((e) => e);
-out.timeout = timedOut instanceof APITimeoutError;
+out.timeout = { name: timedOut.name, timeout: timedOut instanceof APITimeoutError, code: timedOut.code, status: timedOut.status ?? null };
 // An agent run whose first POST meets a 503: retried with the same Idempotency-Key, one run.
 const project = await svc.projects.create({ name: 'for the run' });
 const run = await svc.agents.runs.create(AGENT, { goal: 'say hi', projectId: project.id }, { headers: { 'x-test-fault': '503-once' } });
@@ -433,11 +451,21 @@ const session = await svc.chat.sessions.create({ title: 'resume' });
 await svc.chat.sessions.messages.create(session.id, { content: 'one two three four five' });
 let reply = '';
 let message = null;
-for await (const e of svc.chat.sessions.stream(session.id, { headers: { 'x-test-fault': 'cut-stream' } })) {
+for await (const e of svc.chat.sessions.stream(session.id, { headers: { 'x-test-fault': 'cut-stream-chat' } })) {
   if (e.type === 'delta') reply += e.delta;
   if (e.type === 'completed') message = e.message;
 }
 out.chat = { reply, stored: message?.content, session: session.id };
+// A /v1 response streamed, cut after its first delta: resumed after that event's sequence_number.
+const sequence = [];
+let text = '';
+let completed = null;
+for await (const e of svc.v1.responses.stream({ model: 'gpt-fake', input: 'six seven eight nine ten' }, { headers: { 'x-test-fault': 'cut-stream-v1' } })) {
+  sequence.push(e.data.sequence_number);
+  if (e.event === 'response.output_text.delta') text += e.data.delta;
+  if (e.event === 'response.completed') completed = e.data.response;
+}
+out.v1 = { sequence, text, stored: completed?.output?.[0]?.content?.[0]?.text, id: completed?.id };
 console.log(JSON.stringify(out));
 `,
     );
@@ -456,15 +484,17 @@ console.log(JSON.stringify(out));
     expect(out.errors).toEqual([
       { name: 'BadRequestError', svc: true, status: 400, code: 'VALIDATION_ERROR', requestId },
       { name: 'AuthenticationError', svc: true, status: 401, code: expect.any(String), requestId },
+      { name: 'PaymentRequiredError', svc: true, status: 402, code: 'FAULT_402', requestId: 'req-fault-402' },
       { name: 'PermissionDeniedError', svc: true, status: 403, code: expect.any(String), requestId },
       { name: 'NotFoundError', svc: true, status: 404, code: 'RESOURCE_NOT_FOUND', requestId },
       { name: 'ConflictError', svc: true, status: 409, code: 'CONFLICT', requestId },
       { name: 'UnprocessableEntityError', svc: true, status: 422, code: 'FAULT_422', requestId: 'req-fault-422' },
       { name: 'RateLimitError', svc: true, status: 429, code: 'FAULT_429', requestId: 'req-fault-429' },
       { name: 'InternalServerError', svc: true, status: 500, code: 'FAULT_500', requestId: 'req-fault-500' },
+      { name: 'InternalServerError', svc: true, status: 503, code: 'FAULT_503', requestId: 'req-fault-503' },
       { name: 'APIConnectionError', svc: true, status: null, code: 'CONNECTION_ERROR', requestId: null },
     ]);
-    expect(out.timeout).toBe(true);
+    expect(out.timeout).toEqual({ name: 'APITimeoutError', timeout: true, code: 'TIMEOUT', status: null });
     // Two POSTs reached the proxy with one key; the gateway saw one and made one run.
     const executes = proxy.seen.filter((r) => r.method === 'POST' && r.url.endsWith(`/agents/${agent.id}/execute`));
     expect(executes).toHaveLength(2);
@@ -477,7 +507,97 @@ console.log(JSON.stringify(out));
     expect(streams[1].headers['last-event-id']).toEqual(expect.any(String));
     expect(out.chat.reply).toBe('Echo: one two three four five');
     expect(out.chat.stored).toBe(out.chat.reply);
+    // The /v1 response: one POST, then a resume after the delta that got through; every event once, in order.
+    const v1 = proxy.seen.filter((r) => r.url.startsWith('/v1/responses'));
+    expect(v1.map((r) => `${r.method} ${r.url.replace(/\?.*/, '')}`)).toEqual(['POST /v1/responses', `GET /v1/responses/${out.v1.id}`]);
+    expect(new URL(v1[1].url, proxy.url).searchParams.get('starting_after')).toEqual(expect.stringMatching(/^\d+$/));
+    expect(out.v1.sequence).toEqual(out.v1.sequence.map((_: number, i: number) => out.v1.sequence[0] + i));
+    expect(out.v1.text).toBe('Echo: six seven eight nine ten');
+    expect(out.v1.stored).toBe(out.v1.text);
   } finally {
     await proxy.close();
   }
+});
+
+it('the installed svc: the command tree of the source, each resource listed as JSON, and listen forwarding project.created that standardwebhooks verifies', async () => {
+  const bin = join(app, 'node_modules/@svc/cli/bin/svc.js');
+  // The packed CLI holds every command the source has (test/cli runs each of them with --json).
+  writeFileSync(
+    join(app, 'tree.cjs'),
+    `const { buildProgram } = require('@svc/cli');
+const leaves = (c, path = []) => c.commands.flatMap((s) => (s.commands.length ? leaves(s, [...path, s.name()]) : [[...path, s.name()].join(' ')]));
+console.log(JSON.stringify(leaves(buildProgram({}))));
+`,
+  );
+  const packedTree = JSON.parse(ok(await run(process.execPath, ['tree.cjs'], { cwd: app })));
+  expect(packedTree).toEqual(leafCommands(buildProgram({})));
+  expect(packedTree).toHaveLength(new Set(packedTree).size);
+
+  // A tenant of its own, with an API key (events:read included).
+  const anon = new SvcClient({ baseUrl: stack.url });
+  const owner = `listen-${Date.now()}@example.com`;
+  await anon.auth.register({ email: owner, password: 'correct horse battery', name: 'Listen', tenantName: 'Listen Co' });
+  const { accessToken } = await anon.auth.login({ email: owner, password: 'correct horse battery' });
+  const admin = new SvcClient({ baseUrl: stack.url, token: { accessToken } });
+  const { key } = await admin.apiKeys.create({ name: 'listen', type: 'sdk', environment: 'development' });
+  const cliEnv = { SVC_BASE_URL: stack.url, SVC_API_KEY: key, XDG_CONFIG_HOME: join(work, 'listen-config') };
+
+  // Each resource's read, as JSON, from the installed command (keys need a user login: test/cli).
+  const reads = [
+    ['projects', 'list', '--all'],
+    ['agents', 'list', '--limit', '5'],
+    ['chat', 'sessions', 'list'],
+    ['models', 'list'],
+    ['webhooks', 'list'],
+    ['events', 'list', '--limit', '3'],
+    ['events', 'types'],
+    ['requests', 'list'],
+    ['secrets', 'list'],
+    ['usage'],
+  ];
+  const answers = await Promise.all(reads.map((args) => run(process.execPath, [bin, ...args, '--json'], { cwd: app, env: cliEnv })));
+  for (const [i, res] of answers.entries()) {
+    expect({ args: reads[i], code: res.code, stderr: res.stderr }).toEqual({ args: reads[i], code: 0, stderr: '' });
+    expect([reads[i], JSON.parse(res.stdout)]).toEqual([reads[i], expect.anything()]);
+  }
+
+  // svc listen from the package (its bundled signing code), verified as a receiver would: standardwebhooks, no options.
+  const receiver = await startReceiver();
+  // With --json: one object per line, the session's secret first, then each delivery's status.
+  const listen = startCli(['listen', '--forward-to', `${receiver.url}/hook`, '--events', 'project.created', '--json'], cliEnv, bin);
+  try {
+    const [, secret] = await listen.waitFor(/"secret":"(whsec_[A-Za-z0-9+/=]+)"/);
+    const project = await admin.projects.create({ name: 'Heard by the packed svc' });
+    await eventually(async () => receiver.at('/hook').length > 0, 20_000);
+    const [delivery] = receiver.at('/hook');
+    const headers = {
+      'webhook-id': String(delivery.headers['webhook-id']),
+      'webhook-timestamp': String(delivery.headers['webhook-timestamp']),
+      'webhook-signature': String(delivery.headers['webhook-signature']),
+    };
+    expect(new Webhook(secret).verify(delivery.body, headers)).toMatchObject({ type: 'project.created', data: { id: project.id } });
+    expect(() => new Webhook(`whsec_${Buffer.alloc(32, 2).toString('base64')}`).verify(delivery.body, headers)).toThrow();
+    await listen.waitFor(/"event":"delivery"/);
+  } finally {
+    listen.proc.kill('SIGINT');
+    await listen.done;
+    await receiver.close();
+  }
+  const { code, stdout } = await listen.done;
+  expect(code).toBe(0);
+  expect(
+    stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as unknown),
+  ).toEqual([
+    { event: 'ready', forwardTo: `${receiver.url}/hook`, secret: expect.stringMatching(/^whsec_/), types: ['project.created'] },
+    {
+      event: 'delivery',
+      eventId: receiver.requests[0].headers['webhook-id'],
+      type: 'project.created',
+      status: 200,
+      durationMs: expect.any(Number),
+    },
+  ]);
 });

@@ -25,6 +25,7 @@ import {
   type Output,
   type Project,
 } from '@svc/sdk';
+import { idempotencyErrors } from '@svc/kit';
 import { eventually } from '../helpers/http';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { startTestMcpServer } from '../helpers/mcp-server';
@@ -353,6 +354,42 @@ it('drives every endpoint through the SDK', async () => {
   expect(Object.keys(OPERATIONS).filter((id) => !called.has(id) && !driven.includes(id))).toEqual([]);
 });
 
+it("retries the gateway's 409 idempotency_key_in_progress until the first call with its key answers, then gets that answer", async () => {
+  const email = `sdk-busy-${Date.now()}@example.com`;
+  const anon = new SvcClient({ baseUrl: stack.url });
+  await anon.auth.register({ email, password: 'correct horse battery', name: 'Busy', tenantName: 'Busy Co' });
+  const { accessToken } = await anon.auth.login({ email, password: 'correct horse battery' });
+  // An MCP server that holds every request until released: registering it waits on its probe, so the first call
+  // holds its key; once released it drops every connection (the probe fails, the server is registered in error).
+  const held: import('node:http').ServerResponse[] = [];
+  let holding = true;
+  const slow = createServer((_req, res) => (holding ? held.push(res) : res.socket?.destroy()));
+  await new Promise<void>((r) => slow.listen(0, '127.0.0.1', r));
+  const statuses: number[] = [];
+  const watched: typeof fetch = async (input, init) => {
+    const res = await fetch(input, init);
+    statuses.push(res.status);
+    return res;
+  };
+  const svc = new SvcClient({ baseUrl: stack.url, token: { accessToken }, fetch: watched, maxRetries: 60, maxRetryDelayMs: 250 });
+  try {
+    const body = { name: 'held', url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/mcp` };
+    const first = svc.mcpServers.create(body, { idempotencyKey: 'busy-1', maxRetries: 0 });
+    await eventually(async () => held.length > 0, 10_000);
+    const second = svc.mcpServers.create(body, { idempotencyKey: 'busy-1' });
+    // The second call met the first one's claim, and retries instead of throwing a ConflictError.
+    await eventually(async () => statuses.includes(409), 10_000);
+    holding = false;
+    for (const res of held.splice(0)) res.socket?.destroy();
+    const [a, b] = await Promise.all([first, second]);
+    expect(b).toEqual(a);
+    expect((await svc.mcpServers.list().page()).data.map((m) => m.id)).toEqual([a.id]);
+  } finally {
+    slow.closeAllConnections();
+    await new Promise((r) => slow.close(r));
+  }
+});
+
 describe('client behaviour', () => {
   let server: Server;
   let url: string;
@@ -373,6 +410,12 @@ describe('client behaviour', () => {
   beforeEach(() => {
     seen.length = 0;
     answers.length = 0;
+  });
+  // The gateway's own in-progress refusal under /api/v1: code CONFLICT, the reason in details.
+  const inProgress = idempotencyErrors.inProgress();
+  const IN_PROGRESS = JSON.stringify({
+    error: { code: inProgress.code, message: inProgress.message, details: inProgress.details },
+    meta: {},
   });
   const error =
     (status: number, code: string, headers: Record<string, string> = {}) =>
@@ -479,21 +522,22 @@ describe('client behaviour', () => {
   });
 
   it('retries 408, 409 idempotency_key_in_progress, 429, 5xx and a dropped connection; not a 409 conflict nor a 400', async () => {
-    const c = new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 5 });
+    const c = new SvcClient({ baseUrl: url, apiKey: 'k', maxRetries: 6 });
     answers.push(
       (_req, res) => res.socket!.destroy(), // first: the only wait without Retry-After (jittered 375-500 ms)
       error(408, 'REQUEST_TIMEOUT', { 'retry-after': '0' }),
-      error(409, 'idempotency_key_in_progress', { 'retry-after': '0' }),
+      error(409, 'idempotency_key_in_progress', { 'retry-after': '0' }), // /v1: OpenAI's shape, the reason as the code
+      (_req, res) => res.writeHead(409, { 'content-type': 'application/json', 'retry-after': '0' }).end(IN_PROGRESS), // /api/v1
       error(429, 'RATE_LIMIT_EXCEEDED', { 'retry-after': '0' }),
       error(502, 'BAD_GATEWAY', { 'retry-after-ms': '1' }),
     );
     expect(await c.projects.create({ name: 'p' })).toEqual({ ok: true });
-    expect(seen).toHaveLength(6);
+    expect(seen).toHaveLength(7);
     expect(new Set(seen.map((s) => s.headers['idempotency-key'])).size).toBe(1);
     answers.push(error(409, 'CONFLICT', { 'retry-after': '0' }), error(400, 'VALIDATION_ERROR', { 'retry-after': '0' }));
     await expect(c.projects.create({ name: 'p' })).rejects.toBeInstanceOf(ConflictError);
     await expect(c.projects.create({ name: 'p' })).rejects.toBeInstanceOf(BadRequestError);
-    expect(seen).toHaveLength(8);
+    expect(seen).toHaveLength(9);
   });
 
   it('honours maxRetries per call and a dropped connection is an APIConnectionError once retries run out', async () => {

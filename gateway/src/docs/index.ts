@@ -68,9 +68,25 @@ await svc.projects.retrieve('prj_gone').catch((e) => e instanceof NotFoundError 
 const CLI_QUICK_START = `npm install -g /path/to/svc/dist/release/svc-sdk-0.1.0.tgz /path/to/svc/dist/release/svc-cli-0.1.0.tgz
 export SVC_BASE_URL={{origin}}
 svc login                 # prints an address and a code: approve in the browser
+svc login --profile staging --base-url https://staging.example   # a second login, kept apart (or SVC_PROFILE=staging)
 svc whoami
 svc projects create "Docs bot"
-svc chat "Hello there"    # streams the reply`;
+svc projects list --all --json   # every page (--limit N for fewer)
+svc chat "Hello there"    # streams the reply
+svc api GET /events?type=project.created   # any call, the whole answer
+svc listen --forward-to http://localhost:3000/hook --events project.created   # live events, signed as deliveries
+source <(svc completion bash)   # or zsh, fish`;
+
+/** How the Idempotency-Key works (CONTRACT.md 14), as gateway/src/plugins/idempotency.ts does it. */
+const IDEMPOTENCY_NOTES = [
+  'Send `Idempotency-Key: <1-255 printable ASCII characters>` on any POST under `/api/v1` or `/v1`. The SDK and the CLI send one on every POST (yours, or a random UUID) and reuse it on each retry.',
+  'The same key with the same request within 24 hours answers the first answer (status and body, with its `X-Request-Id`) and `Idempotent-Replayed: true`; the work is done once, whichever gateway answers. Keys are kept per tenant, and per API key when you use one.',
+  'The same key with another method, path or body: 422 `UNPROCESSABLE_ENTITY`, `details.reason` `idempotency_key_reused`. While the first request with the key still runs: 409 `CONFLICT`, `details.reason` `idempotency_key_in_progress` (retry it).',
+  'A 5xx, 429 or 408 answer is not kept: retry with the same key. Projects, API keys, webhooks, agent runs, chat messages, `/v1` calls and billing record their answer with the work, so when the work committed and its answer was lost the retry is answered from that record, not done again. A streamed answer is not replayed: afterwards the key answers 409 `idempotency_key_streamed`.',
+];
+
+const LIVE_EVENTS =
+  '`GET /api/v1/events/stream` (scope `events:read`) streams your tenant\u2019s events as server-sent events as they happen (`id` the event id, `event` its type, `data` the event as `GET /api/v1/events` shows it). Reconnect with `Last-Event-ID` to resume after the last event seen, none missed and none twice. The SDK\u2019s `svc.events.stream()` resumes by itself; `svc listen --forward-to URL [--events a,b]` forwards each event to a local URL with Standard Webhooks headers.';
 
 /**
  * The page: a server-rendered shell (no user data), Swagger UI fills #reference from the document. The page's own
@@ -101,6 +117,8 @@ export function docsPage(origin: string): string {
 <li><a href="#sdk-quick-start" class="noZensmooth">SDK quick start</a></li>
 <li><a href="#cli-quick-start" class="noZensmooth">CLI quick start</a></li>
 <li><a href="#authentication" class="noZensmooth">Authentication</a></li>
+<li><a href="#idempotency" class="noZensmooth">Idempotent requests</a></li>
+<li><a href="#live-events" class="noZensmooth">Live events</a></li>
 <li><a href="#verifying-webhooks" class="noZensmooth">Verifying webhooks</a></li>
 <li><a href="#error-codes" class="noZensmooth">Error codes</a></li>
 <li><a href="/api/v1/openapi.json">OpenAPI document (JSON)</a></li>
@@ -124,13 +142,18 @@ below is a method of a resource named by its path (<code>svc.projects.create</co
 (<code>NotFoundError</code>, <code>RateLimitError</code>, … with <code>code</code>, <code>details</code>,
 <code>requestId</code>); <code>timeout</code> and <code>maxRetries</code> apply client-wide or per call; 408, 409
 <code>idempotency_key_in_progress</code>, 429, 5xx and lost connections are retried with jittered backoff, every POST
-with one <code>Idempotency-Key</code>; chat and <code>/v1</code> streams resume after a dropped connection.</p>
+with one <code>Idempotency-Key</code>; chat, <code>/v1</code> and event streams (<code>svc.events.stream()</code>)
+resume after a dropped connection.</p>
 <pre tabindex="0"><code>${fill(SDK_QUICK_START)}</code></pre>
 </section>
 <section aria-labelledby="cli-quick-start">
 <h2 id="cli-quick-start">CLI quick start</h2>
-<p>The <code>svc</code> command (<code>@svc/cli</code>): browser login, projects, agents, chat; <code>--json</code>
-on every command.</p>
+<p>The <code>svc</code> command (<code>@svc/cli</code>): browser login and profiles (<code>--profile</code>,
+<code>SVC_PROFILE</code>); every resource (projects, agents and runs, chat, models, keys, webhooks, events, requests,
+secrets, usage) with <code>--limit</code> and <code>--all</code>; <code>--json</code> on every command; <code>svc
+api</code> for any call; deletes ask first (<code>--yes</code> skips); <code>svc listen</code> forwards the live event
+stream to a local URL signed as a webhook delivery (verify it as below with the secret it prints); shell completion for
+bash, zsh and fish.</p>
 <pre tabindex="0"><code>${fill(CLI_QUICK_START)}</code></pre>
 </section>
 </div>
@@ -140,6 +163,16 @@ on every command.</p>
 <code>svc_cli_…</code>, …, created under Settings, API keys) or an access token from
 <code>POST /api/v1/auth/login</code>. The console's pages use the <code>svc_session</code> cookie instead. Use
 <em>Authorize</em> below to try operations with a key; calls made here never send the console's cookie.</p>
+</section>
+<section aria-labelledby="idempotency">
+<h2 id="idempotency">Idempotent requests</h2>
+<ul>
+${IDEMPOTENCY_NOTES.map((n) => `<li>${inline(n)}</li>`).join('\n')}
+</ul>
+</section>
+<section aria-labelledby="live-events">
+<h2 id="live-events">Live events</h2>
+<p>${inline(LIVE_EVENTS)}</p>
 </section>
 <section aria-labelledby="verifying-webhooks">
 <h2 id="verifying-webhooks">Verifying webhooks</h2>

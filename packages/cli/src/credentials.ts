@@ -2,9 +2,10 @@
  * Where `svc` keeps its credentials: `$XDG_CONFIG_HOME/svc/credentials.json` (default ~/.config/svc/), the
  * directory 0700 and the file 0600, written atomically (a temp file renamed over it) so a crash never leaves half.
  * One entry per profile (`--profile NAME` or SVC_PROFILE; `default` otherwise): `{ "profiles": { NAME: {...} } }`.
- * A file from before profiles (one entry at the top) reads as the `default` profile.
+ * A file from before profiles (one entry at the top) reads as the `default` profile. Each change is a read, modify and
+ * write under a lock file, so two `svc` processes at once (a script renewing two profiles' tokens) never lose one.
  */
-import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 
@@ -44,10 +45,52 @@ function readProfiles(env: NodeJS.ProcessEnv): Profiles {
   return typeof parsed.baseUrl === 'string' ? { [DEFAULT_PROFILE]: parsed as Credentials } : {};
 }
 
-function writeProfiles(env: NodeJS.ProcessEnv, profiles: Profiles): string {
+function ensureConfigDir(env: NodeJS.ProcessEnv): void {
   const dir = configDir(env);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   chmodSync(dir, 0o700);
+}
+
+/** A lock older than this was left by a process that died holding it (a change takes milliseconds). */
+const LOCK_STALE_MS = 10_000;
+const LOCK_WAIT_MS = 15_000;
+const LOCK_POLL_MS = 2;
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Runs a change of the file holding `credentials.json.lock` (created with O_EXCL, removed after). Synchronous, as
+ * every use of the file is: the wait blocks for a few milliseconds at most while another `svc` writes.
+ */
+function underLock<T>(env: NodeJS.ProcessEnv, change: () => T): T {
+  ensureConfigDir(env);
+  const lock = `${credentialsFile(env)}.lock`;
+  for (const deadline = Date.now() + LOCK_WAIT_MS; ;) {
+    try {
+      closeSync(openSync(lock, 'wx', 0o600));
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const heldSince = (() => {
+        try {
+          return statSync(lock).mtimeMs;
+        } catch {
+          return Date.now(); // just released: try again at once
+        }
+      })();
+      if (Date.now() - heldSince > LOCK_STALE_MS) rmSync(lock, { force: true });
+      else if (Date.now() > deadline) throw new Error(`${lock} is held by another svc (remove it if none is running)`);
+      else Atomics.wait(pause, 0, 0, LOCK_POLL_MS);
+    }
+  }
+  try {
+    return change();
+  } finally {
+    rmSync(lock, { force: true });
+  }
+}
+
+function writeProfiles(env: NodeJS.ProcessEnv, profiles: Profiles): string {
+  ensureConfigDir(env);
   const file = credentialsFile(env);
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, JSON.stringify({ profiles }, null, 2) + '\n', { mode: 0o600 });
@@ -62,15 +105,17 @@ export function readCredentials(env: NodeJS.ProcessEnv, profile: string): Creden
 }
 
 export function writeCredentials(env: NodeJS.ProcessEnv, profile: string, creds: Credentials): string {
-  return writeProfiles(env, { ...readProfiles(env), [profile]: creds });
+  return underLock(env, () => writeProfiles(env, { ...readProfiles(env), [profile]: creds }));
 }
 
 /** Forgets one profile; the file goes once no profile is left. */
 export function removeCredentials(env: NodeJS.ProcessEnv, profile: string): boolean {
-  const profiles = readProfiles(env);
-  if (!Object.hasOwn(profiles, profile)) return false;
-  delete profiles[profile];
-  if (Object.keys(profiles).length) writeProfiles(env, profiles);
-  else rmSync(credentialsFile(env), { force: true });
-  return true;
+  return underLock(env, () => {
+    const profiles = readProfiles(env);
+    if (!Object.hasOwn(profiles, profile)) return false;
+    delete profiles[profile];
+    if (Object.keys(profiles).length) writeProfiles(env, profiles);
+    else rmSync(credentialsFile(env), { force: true });
+    return true;
+  });
 }

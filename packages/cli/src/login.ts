@@ -44,8 +44,10 @@ export async function loginWithBrowser(ctx: Context): Promise<void> {
       },
     },
   );
-  // Plain text, also when the output is not a terminal: a script or another program can read both.
-  ctx.out(`Open this address in your browser to sign in:\n\n  ${started.authUrl}\n\nVerification code: ${started.verificationCode}\n`);
+  // Plain text, also when the output is not a terminal: a script or another program can read both. With --json, one
+  // JSON object per line (as streams print): this one, then the signed-in one.
+  if (ctx.json) ctx.out(JSON.stringify({ event: 'login_started', authUrl: started.authUrl, verificationCode: started.verificationCode }));
+  else ctx.out(`Open this address in your browser to sign in:\n\n  ${started.authUrl}\n\nVerification code: ${started.verificationCode}\n`);
   if (openBrowser(started.authUrl, ctx.env)) ctx.out('(Opened your browser.)');
   const spinner = process.stdout.isTTY && !ctx.json ? createSpinner('Waiting for approval in the browser…').start() : null;
   const intervalMs = Math.max(1, started.interval) * 1000;
@@ -69,10 +71,9 @@ export async function loginWithBrowser(ctx: Context): Promise<void> {
       tenant: done.tenant.name,
     });
     spinner?.success({ text: 'Approved' });
-    ctx.print(
-      { user: done.user, tenant: done.tenant, credentialsFile: file },
-      () => `Signed in as ${done.user.email} (tenant ${done.tenant.name})${profileNote(ctx)}.`,
-    );
+    const signedIn = { user: done.user, tenant: done.tenant, credentialsFile: file };
+    if (ctx.json) ctx.out(JSON.stringify({ event: 'signed_in', ...signedIn }));
+    else ctx.out(`Signed in as ${done.user.email} (tenant ${done.tenant.name})${profileNote(ctx)}.`);
   } finally {
     if (spinner?.isSpinning()) spinner.stop();
   }

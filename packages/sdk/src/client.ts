@@ -424,8 +424,10 @@ const END_OF_RESPONSE = new Set(['response.completed', 'response.failed', 'respo
 function retryable(error: unknown): boolean {
   if (error instanceof APIConnectionError) return true;
   if (!(error instanceof APIError)) return false;
-  const { status, code } = error;
-  return status === 408 || status === 429 || status >= 500 || (status === 409 && code.toLowerCase() === 'idempotency_key_in_progress');
+  const { status, code, details } = error;
+  // The in-progress 409 says so in `details.reason` under /api/v1 (its code is CONFLICT), in `code` under /v1.
+  const inProgress = [code, details.reason].some((c) => String(c).toLowerCase() === 'idempotency_key_in_progress');
+  return status === 408 || status === 429 || status >= 500 || (status === 409 && inProgress);
 }
 
 /** The error of an answer, from its envelope (or OpenAI's `{error: {message, type, code}}` under /v1). */
