@@ -49,11 +49,9 @@ function chatProcess(timings: Partial<ReplyTimings> = {}): Replies {
   return p;
 }
 
-/** Stores a pending reply and starts generating it in `p`; the model streams `words` words, one every 50 ms. */
-async function reply(p: Replies, words: number): Promise<{ doc: MessageDoc; text: string }> {
-  const text = Array.from({ length: words }, (_, i) => `w${i}`).join(' ');
-  fake.script({ type: 'text', text, delayMs: 50, usage: { inputTokens: 7, outputTokens: words } });
-  const doc: MessageDoc = {
+/** A pending assistant reply of `p`'s, as chat stores one before generating it. */
+function pendingDoc(p: Replies, extra: Partial<MessageDoc> = {}): MessageDoc {
+  return {
     id: newId('msg'),
     tenantId: 'ten_1',
     sessionId: 'ses_1',
@@ -69,7 +67,15 @@ async function reply(p: Replies, words: number): Promise<{ doc: MessageDoc; text
     ...p.newLease(),
     createdAt: nowIso(),
     completedAt: null,
+    ...extra,
   };
+}
+
+/** Stores a pending reply and starts generating it in `p`; the model streams `words` words, one every 50 ms. */
+async function reply(p: Replies, words: number): Promise<{ doc: MessageDoc; text: string }> {
+  const text = Array.from({ length: words }, (_, i) => `w${i}`).join(' ');
+  fake.script({ type: 'text', text, delayMs: 50, usage: { inputTokens: 7, outputTokens: words } });
+  const doc = pendingDoc(p);
   await store.collection(messages).insert(doc);
   p.start({
     tenantId: 'ten_1',
@@ -203,24 +209,7 @@ it("the sweep of a dead process's replies bills what was stored of each, once, a
 it("stores a reply's call as sent before its request reaches the provider", async () => {
   const p = chatProcess({ drainMs: 0 });
   const call = { provider: 'openai', model: 'gpt-fake', keySource: 'tenant', credentialId: '', credentialType: '', promptTokens: 5 };
-  const doc: MessageDoc = {
-    id: newId('msg'),
-    tenantId: 'ten_1',
-    sessionId: 'ses_1',
-    role: 'assistant',
-    content: '',
-    projectId: '',
-    status: 'pending',
-    seq: nextSeq(),
-    errorCode: null,
-    errorMessage: null,
-    inputTokens: null,
-    outputTokens: null,
-    ...p.newLease(),
-    createdAt: nowIso(),
-    completedAt: null,
-    call,
-  };
+  const doc = pendingDoc(p, { call });
   await store.collection(messages).insert(doc);
   const before = fake.requests.length;
   fake.script({ type: 'hang' });
@@ -237,23 +226,7 @@ it("stores a reply's call as sent before its request reaches the provider", asyn
 
 it("stores the provider's usage with the reply as soon as it arrives, before the reply ends", async () => {
   const p = chatProcess({ flushMs: 5000 });
-  const doc: MessageDoc = {
-    id: newId('msg'),
-    tenantId: 'ten_1',
-    sessionId: 'ses_1',
-    role: 'assistant',
-    content: '',
-    projectId: '',
-    status: 'pending',
-    seq: nextSeq(),
-    errorCode: null,
-    errorMessage: null,
-    inputTokens: null,
-    outputTokens: null,
-    ...p.newLease(),
-    createdAt: nowIso(),
-    completedAt: null,
-  };
+  const doc = pendingDoc(p);
   await store.collection(messages).insert(doc);
   fake.script({ type: 'text', text: 'one two', delayMs: 10, usage: { inputTokens: 9, outputTokens: 2 } });
   const flush = jest.spyOn(p, 'flush');

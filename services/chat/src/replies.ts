@@ -117,40 +117,31 @@ async function billReply(
   estimated: boolean,
   outcome: CallOutcome,
 ) {
-  await addToOutbox(
-    tx,
-    domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
-      $case: 'usage',
-      value: {
-        source: 'chat_reply',
-        sourceId: messageId,
-        provider: call.provider,
-        model: call.name || call.model,
-        inputTokens: usage.inputTokens,
-        outputTokens: usage.outputTokens,
-        ...(usage.cachedInputTokens ? { cachedInputTokens: usage.cachedInputTokens } : {}),
-        ...(call.price ? { price: call.price } : {}),
-        call: modelCallInfo(
-          {
-            origin: call.origin ?? 'chat',
-            requestId: call.requestId,
-            endUser: call.endUser,
-            entryId: call.entryId,
-            servedModel: call.model,
-            userId: call.userId,
-          },
-          outcome,
-        ),
-        keySource: call.keySource,
-        credentialId: call.credentialId,
-        credentialType: call.credentialType,
-        estimated,
-        callId: messageId,
-        projectId: call.projectId ?? '',
-        agentId: call.agentId ?? '',
+  await replyUsage(tx, tenantId, messageId, {
+    provider: call.provider,
+    model: call.name || call.model,
+    inputTokens: usage.inputTokens,
+    outputTokens: usage.outputTokens,
+    ...(usage.cachedInputTokens ? { cachedInputTokens: usage.cachedInputTokens } : {}),
+    ...(call.price ? { price: call.price } : {}),
+    call: modelCallInfo(
+      {
+        origin: call.origin ?? 'chat',
+        requestId: call.requestId,
+        endUser: call.endUser,
+        entryId: call.entryId,
+        servedModel: call.model,
+        userId: call.userId,
       },
-    }),
-  );
+      outcome,
+    ),
+    keySource: call.keySource,
+    credentialId: call.credentialId,
+    credentialType: call.credentialType,
+    estimated,
+    projectId: call.projectId ?? '',
+    agentId: call.agentId ?? '',
+  });
 }
 
 /**
@@ -158,25 +149,29 @@ async function billReply(
  * `llm.usage` with no tokens and no call to log, in the transaction that ends the reply.
  */
 async function releaseHold(tx: StoreSession, tenantId: string, messageId: string) {
+  await replyUsage(tx, tenantId, messageId, {
+    provider: '',
+    model: '',
+    inputTokens: 0,
+    outputTokens: 0,
+    keySource: '',
+    credentialId: '',
+    credentialType: '',
+    estimated: false,
+    projectId: '',
+    agentId: '',
+  });
+}
+
+type UsageFields = Omit<Extract<Parameters<typeof domainEvent>[3], { $case: 'usage' }>['value'], 'source' | 'sourceId' | 'callId'>;
+
+/** A reply's `llm.usage` (its id is the call's and the reservation's), in the outbox of the transaction `tx`. */
+async function replyUsage(tx: StoreSession, tenantId: string, messageId: string, fields: UsageFields) {
   await addToOutbox(
     tx,
     domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
       $case: 'usage',
-      value: {
-        source: 'chat_reply',
-        sourceId: messageId,
-        provider: '',
-        model: '',
-        inputTokens: 0,
-        outputTokens: 0,
-        keySource: '',
-        credentialId: '',
-        credentialType: '',
-        estimated: false,
-        callId: messageId,
-        projectId: '',
-        agentId: '',
-      },
+      value: { source: 'chat_reply', sourceId: messageId, callId: messageId, ...fields },
     }),
   );
 }
