@@ -50,11 +50,21 @@ const round2 = (x: number) => Math.round(x * 100) / 100;
 const stats = (xs: number[]) => ({ p50: round2(pct(xs, 50)), p99: round2(pct(xs, 99)), n: xs.length });
 const now = () => performance.now();
 
+/** A streamed call answered with another status than 200 (counted by system and status, never timed). */
+class NotOk extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** Time from sending `init` to `url` until `first` matches the text streamed so far; the stream is then dropped. */
 async function ttft(url: string, init: RequestInit, first: RegExp): Promise<number> {
   const t0 = now();
   const res = await fetch(url, init);
-  if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  if (res.status !== 200) throw new NotOk(res.status, `${url}: ${res.status} ${await res.text()}`);
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
   let text = '';
@@ -97,6 +107,8 @@ async function main() {
   console.log(`\nwritten to ${RESULTS}`);
   // This checkout must answer every call with a 2xx; an earlier one (BENCH_BEFORE) is measured, not judged.
   if (loadResult?.this && loadResult.this.non2xx > 0) throw new Error('some answers under load were not 2xx');
+  const thisTtft = (ttft as Record<string, Record<string, { non200: Record<string, number> }>> | undefined)?.this ?? {};
+  if (Object.values(thisTtft).some((r) => Object.keys(r.non200).length)) throw new Error('some streamed calls were not answered 200');
 }
 
 /** This checkout's system (and BENCH_BEFORE's), each with a tenant whose model is the fake provider. */
@@ -124,6 +136,15 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
   const responses: number[] = [];
   const bearer = `Bearer ${s.apiKey}`;
   const messages = (i: number) => [{ role: 'user', content: `ttft probe ${i}` }];
+  // Answers other than 200 from the system, by status: a round with one is not timed, and the bench goes on (an
+  // earlier checkout's failures are measured; this one's fail the bench at the end).
+  const non200: Record<string, number> = {};
+  const through = (url: string, init: RequestInit, first: RegExp) =>
+    ttft(url, init, first).catch((err: unknown) => {
+      if (!(err instanceof NotOk)) throw err;
+      non200[err.status] = (non200[err.status] ?? 0) + 1;
+      return null;
+    });
   const client = async () => {
     for (let i = 0; i < rounds + WARMUP; i++) {
       const d = await ttft(
@@ -131,18 +152,18 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
         post('Bearer sk-bench', { model: 'gpt-bench', stream: true, stream_options: { include_usage: true }, messages: messages(i) }),
         /"content":"[^"]/,
       );
-      const c = await ttft(
+      const c = await through(
         `${s.base}/v1/chat/completions`,
         post(bearer, { model: 'gpt-bench', stream: true, messages: messages(i) }),
         /"content":"[^"]/,
       );
       // store: false keeps the bench from filling sessions; the chunks are stored all the same.
-      const r = await ttft(
+      const r = await through(
         `${s.base}/v1/responses`,
         post(bearer, { model: 'gpt-bench', stream: true, store: false, input: `ttft probe ${i}` }),
         /response\.output_text\.delta/,
       );
-      if (i < WARMUP) continue;
+      if (i < WARMUP || c === null || r === null) continue;
       direct.push(d);
       completions.push(c);
       responses.push(r);
@@ -155,6 +176,7 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
     responsesMs: stats(responses),
     chatCompletionsAddedMs: stats(completions.map((c, i) => c - direct[i])),
     responsesAddedMs: stats(responses.map((r, i) => r - direct[i])),
+    non200,
   };
 }
 
@@ -167,6 +189,7 @@ async function ttftPhase(llmUrl: string, systems: System[]) {
       console.log(`TTFT, ${s.name}, ${clients} client(s): direct`, r.directMs);
       console.log('  added, chat completions', r.chatCompletionsAddedMs);
       console.log('  added, responses       ', r.responsesAddedMs);
+      if (Object.keys(r.non200).length) console.log('  answers other than 200, by status', r.non200);
     }
   return { ...out, targetAddedMs: { clients1: { p50: 1, p99: 5 }, clients32: { p99: 20 } } };
 }
