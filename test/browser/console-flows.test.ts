@@ -14,6 +14,7 @@ import { launchBrowser, signedInPage, step, type Browser } from '../helpers/brow
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { invitationByAnotherReplica } from '../helpers/invitations';
 import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -347,7 +348,7 @@ it('shows a run started through the API on an open /agents/:id, without a reload
   expect(problems).toEqual([]);
 });
 
-it('invites by email from the team page; the invitee opens the emailed link, sets a password and lands in the tenant', async () => {
+it('invites by email from the team page; the invitee opens the emailed link, sets a password and lands in the tenant; a reused, revoked or expired link is refused', async () => {
   const email = `invited-${Date.now()}@example.com`;
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'invite', async () => {
@@ -370,6 +371,37 @@ it('invites by email from the team page; the invitee opens the emailed link, set
   });
   const login = await api.post('/api/v1/auth/login', { email, password: 'an invited password' });
   expect([login.body.data.user.role, login.body.data.tenant.id]).toEqual(['admin', owner.tenantId]);
+  // Refused in the page: the same link again (reused), a revoked invitation's link, an expired invitation's link.
+  const revokedEmail = `revoked-${Date.now()}@example.com`;
+  await step(page, 'revoke-invitation', async () => {
+    await page.getByLabel('Email').fill(revokedEmail);
+    await page.getByRole('button', { name: 'Invite', exact: true }).click();
+    await page.getByRole('button', { name: `Revoke the invitation of ${revokedEmail}` }).click();
+    await page.getByText(`Revoked the invitation of ${revokedEmail}.`).waitFor();
+    await page.getByRole('rowheader', { name: revokedEmail }).waitFor({ state: 'detached' });
+  });
+  const expiredEmail = `expired-${Date.now()}@example.com`;
+  await invitationByAnotherReplica(stack.dataDir, owner, expiredEmail, '0.0000003', 'none');
+  const refusedLinks = {
+    reused: token,
+    revoked: await outboxToken(stack.dataDir, revokedEmail, '/invitations'),
+    expired: await outboxToken(stack.dataDir, expiredEmail, '/invitations'),
+  };
+  const stranger = await browser.newPage();
+  for (const [why, link] of Object.entries(refusedLinks)) {
+    await step(stranger.page, `invitation-${why}`, async () => {
+      await stranger.page.goto(`${stack.url}/invitations/${link}`);
+      await stranger.page.getByLabel('Name').fill(`Too late (${why})`);
+      await stranger.page.getByLabel('Password').fill('a refused password');
+      await stranger.page.getByRole('button', { name: 'Join' }).click();
+      await stranger.page.getByRole('alert').filter({ hasText: 'This invitation was used, revoked or has expired' }).waitFor();
+      expect(new URL(stranger.page.url()).pathname).toBe(`/invitations/${link}`);
+    });
+  }
+  const members = (await api.get('/api/v1/tenant/team/members', { token: owner.accessToken })).body.data.map((m: any) => m.email);
+  expect(members).toContain(email);
+  expect(members).not.toContain(revokedEmail);
+  expect(members).not.toContain(expiredEmail);
   // Sign-in's way to a reset link.
   const visitor = await browser.newPage();
   await step(visitor.page, 'forgot-password', async () => {
@@ -380,7 +412,7 @@ it('invites by email from the team page; the invitee opens the emailed link, set
     await visitor.page.getByText('If an account has this address').waitFor();
   });
   expect(await outboxToken(stack.dataDir, email, '/reset-password')).toMatch(/^[0-9A-Za-z]{43}$/);
-  expect([...problems, ...invitee.problems, ...visitor.problems]).toEqual([]);
+  expect([...problems, ...invitee.problems, ...visitor.problems, ...stranger.problems]).toEqual([]);
 });
 
 it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {
