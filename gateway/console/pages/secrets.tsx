@@ -2,7 +2,7 @@
 // secret deleted; the value field is write-only.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
+import { ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
 
 interface Secret {
   name: string;
@@ -14,6 +14,7 @@ interface Secret {
 
 export default function SecretsPage() {
   const { data, error, reload } = useLoad(() => listAll('listSecrets', {}) as Promise<Secret[]>, []);
+  const { shown, box } = useSearch(data, (s) => s.name);
   const [status, setStatus] = useState('');
   const changed = (s: string) => {
     setStatus(s);
@@ -56,8 +57,9 @@ export default function SecretsPage() {
       </section>
       <p role="status">{status}</p>
       <ErrorText error={error ?? rowError} />
-      <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={data}>
-        {data?.map((s) => (
+      {box}
+      <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={shown}>
+        {shown?.map((s) => (
           <tr key={s.name}>
             <th scope="row" class="mono">
               {s.name}
