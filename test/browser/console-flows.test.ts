@@ -103,7 +103,7 @@ it('streams a chat reply into the playground, keeps the session in the address, 
   expect(problems).toEqual([]);
 });
 
-it('creates a webhook endpoint and shows its delivery in the log', async () => {
+it('creates a webhook endpoint and shows its delivery in the log; rotates its secret, disables and enables it, deletes another', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'webhook', async () => {
     await page.goto(`${stack.url}/webhooks`);
@@ -133,6 +133,63 @@ it('creates a webhook endpoint and shows its delivery in the log', async () => {
     expect(await row.getByRole('cell').allTextContents()).toEqual(['succeeded', '1', '200', expect.any(String), expect.any(String)]);
   });
   expect(receiver.at('/console').map((r) => r.json.type)).toContain('project.created');
+  const webhookId = new URL(page.url()).pathname.split('/')[2];
+  const active = async () => (await api.get(`/api/v1/webhooks/${webhookId}`, { token: owner.accessToken })).body.data.active;
+  await step(page, 'webhook-secret-and-state', async () => {
+    await page.getByLabel('Hours the old secret keeps signing').fill('0');
+    await page.getByRole('button', { name: 'Rotate secret' }).click();
+    await page.getByText('Secret rotated.', { exact: true }).waitFor();
+    expect(await page.getByLabel('New signing secret (shown once)').inputValue()).toMatch(/^whsec_[A-Za-z0-9+/=]{40,}$/);
+    await page.getByRole('button', { name: 'Disable', exact: true }).click();
+    await page.getByText('Disabled: no deliveries until it is enabled.').waitFor();
+    await page.getByRole('button', { name: 'Enable', exact: true }).waitFor();
+  });
+  expect(await active()).toBe(false);
+  await step(page, 'webhook-enable', async () => {
+    await page.getByRole('button', { name: 'Enable', exact: true }).click();
+    await page.getByText('Enabled.', { exact: true }).waitFor();
+  });
+  expect(await active()).toBe(true);
+  // Another endpoint, deleted from its page (this one stays for the pages after).
+  const doomed = (
+    await api.post('/api/v1/webhooks', { url: `${receiver.url}/doomed`, events: ['project.created'] }, { token: owner.accessToken })
+  ).body.data;
+  await step(page, 'webhook-delete', async () => {
+    await page.goto(`${stack.url}/webhooks/${doomed.id}`);
+    await page.getByRole('button', { name: `Delete ${receiver.url}/doomed` }).click();
+    await page.getByRole('button', { name: `Confirm delete of ${receiver.url}/doomed` }).click();
+    await page.waitForURL('**/webhooks');
+  });
+  expect((await api.get(`/api/v1/webhooks/${doomed.id}`, { token: owner.accessToken })).status).toBe(404);
+  expect(problems).toEqual([]);
+});
+
+it('adds a secret, sets its next version in its row, finds it by name and deletes it', async () => {
+  const token = owner.accessToken;
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'secret-versions', async () => {
+    await page.goto(`${stack.url}/settings/secrets`);
+    await page.getByLabel('Name').fill('CONSOLE_TOKEN');
+    await page.getByLabel('Value', { exact: true }).fill('the first value');
+    await page.getByRole('button', { name: 'Add secret' }).click();
+    await page.getByText('Added CONSOLE_TOKEN.').waitFor();
+    await page.getByRole('button', { name: 'New value of CONSOLE_TOKEN' }).click();
+    await page.getByLabel('Next value of CONSOLE_TOKEN').fill('the second value');
+    await page.getByRole('button', { name: 'Save value' }).click();
+    await page.getByText('Saved version 2 of CONSOLE_TOKEN.').waitFor();
+  });
+  expect((await api.get('/api/v1/secrets/CONSOLE_TOKEN', { token })).body.data.version).toBe(2);
+  await step(page, 'secret-search-delete', async () => {
+    await api.post('/api/v1/secrets', { name: 'OTHER_SECRET', value: 'x' }, { token });
+    await page.reload();
+    await page.getByRole('rowheader', { name: 'OTHER_SECRET' }).waitFor();
+    await page.getByLabel('Search').fill('console_tok');
+    await page.getByRole('rowheader', { name: 'OTHER_SECRET' }).waitFor({ state: 'detached' });
+    expect(await page.getByRole('table').getByRole('rowheader').allTextContents()).toEqual([expect.stringMatching(/^CONSOLE_TOKEN/)]);
+    await page.getByRole('button', { name: 'Delete CONSOLE_TOKEN' }).click();
+    await page.getByText('Deleted CONSOLE_TOKEN.').waitFor();
+  });
+  expect((await api.get('/api/v1/secrets/CONSOLE_TOKEN', { token })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 
@@ -327,7 +384,7 @@ it('creates a key with a budget, shows its usage against it, and rotates it: the
   expect(problems).toEqual([]);
 });
 
-it('shows a run started through the API on an open /agents/:id, without a reload', async () => {
+it('shows a run started through the API on an open /agents/:id, without a reload; deletes the agent from there', async () => {
   const agent = (
     await api.post(
       '/api/v1/agents',
@@ -345,6 +402,12 @@ it('shows a run started through the API on an open /agents/:id, without a reload
     const item = page.getByRole('listitem', { name: 'Run: Run from the API' });
     await item.getByLabel('Output').filter({ hasText: 'Started elsewhere, shown here.' }).waitFor();
   });
+  await step(page, 'agent-delete', async () => {
+    await page.getByRole('button', { name: 'Delete Watched agent' }).click();
+    await page.getByRole('button', { name: 'Confirm delete of Watched agent' }).click();
+    await page.waitForURL('**/agents');
+  });
+  expect((await api.get(`/api/v1/agents/${agent.id}`, { token: owner.accessToken })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 

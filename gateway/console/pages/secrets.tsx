@@ -1,5 +1,5 @@
-// /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version) and a
-// secret deleted; the value field is write-only.
+// /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version, in the
+// secret's row) and a secret deleted; the value fields are write-only.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
 import { ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
@@ -10,6 +10,50 @@ interface Secret {
   version: number;
   createdAt: string;
   updatedAt: string;
+}
+
+type Act = ReturnType<typeof useAction>['act'];
+
+/** A secret's row: a new value (its next version) typed in place, or the secret deleted. */
+function SecretRow({ secret: s, act }: { secret: Secret; act: Act }) {
+  const [setting, setSetting] = useState(false);
+  return (
+    <tr>
+      <th scope="row" class="mono">
+        {s.name}
+        {setting && (
+          <Form
+            submit="Save value"
+            onSubmit={(f) =>
+              act(
+                () => call('updateSecret', { params: { name: s.name }, body: { value: f.get('value') as string } }),
+                `Saved version ${s.version + 1} of ${s.name}.`,
+              )
+            }
+          >
+            <label class="sr-only" for={`value-${s.name}`}>{`Next value of ${s.name}`}</label>
+            <input id={`value-${s.name}`} name="value" type="password" required autoComplete="off" />
+          </Form>
+        )}
+      </th>
+      <td>{s.description}</td>
+      <td>{s.version}</td>
+      <td>{when(s.updatedAt)}</td>
+      <td class="actions">
+        <button type="button" class="secondary" aria-label={`New value of ${s.name}`} onClick={() => setSetting(!setting)}>
+          {setting ? 'Cancel' : 'New value'}
+        </button>{' '}
+        <button
+          type="button"
+          class="secondary"
+          aria-label={`Delete ${s.name}`}
+          onClick={() => act(() => call('deleteSecret', { params: { name: s.name } }), `Deleted ${s.name}.`)}
+        >
+          Delete
+        </button>
+      </td>
+    </tr>
+  );
 }
 
 export default function SecretsPage() {
@@ -60,24 +104,7 @@ export default function SecretsPage() {
       {box}
       <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={shown}>
         {shown?.map((s) => (
-          <tr key={s.name}>
-            <th scope="row" class="mono">
-              {s.name}
-            </th>
-            <td>{s.description}</td>
-            <td>{s.version}</td>
-            <td>{when(s.updatedAt)}</td>
-            <td>
-              <button
-                type="button"
-                class="secondary"
-                aria-label={`Delete ${s.name}`}
-                onClick={() => act(() => call('deleteSecret', { params: { name: s.name } }), `Deleted ${s.name}.`)}
-              >
-                Delete
-              </button>
-            </td>
-          </tr>
+          <SecretRow key={s.name} secret={s} act={act} />
         ))}
       </Table>
     </>
