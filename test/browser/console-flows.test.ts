@@ -82,7 +82,7 @@ it('creates an agent, runs it, approves its tool call in the page and shows the 
   expect(problems).toEqual([]);
 });
 
-it('streams a chat reply into the playground, keeps the session in the address, and shows it after a reload', async () => {
+it('streams a chat reply into the playground, keeps the session in the address, shows it after a reload, lists and deletes it', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'chat', async () => {
     await page.goto(`${stack.url}/chat`);
@@ -100,6 +100,17 @@ it('streams a chat reply into the playground, keeps the session in the address, 
     await conversation.getByText('hello from the console', { exact: true }).waitFor();
     await conversation.getByText('Echo: hello from the console').waitFor();
   });
+  const sessionId = new URL(page.url()).pathname.split('/')[2];
+  await step(page, 'chat-sessions', async () => {
+    // Listed under the form, marked as the one shown; deleted from there, the page starts afresh.
+    const link = page.locator(`a[href="/chat/${sessionId}"]`);
+    expect(await link.getAttribute('aria-current')).toBe('page');
+    const name = (await link.textContent())!;
+    await page.getByRole('button', { name: `Delete ${name}` }).click();
+    await page.getByRole('button', { name: `Confirm delete of ${name}` }).click();
+    await page.waitForURL(/\/chat$/);
+  });
+  expect((await api.get(`/api/v1/chat/sessions/${sessionId}`, { token: owner.accessToken })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 
