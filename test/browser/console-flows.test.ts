@@ -362,7 +362,7 @@ it('as a new tenant: adds a model on /models and chats with it in the playground
   expect(problems).toEqual([]);
 });
 
-it('creates a key with a budget, shows its usage against it, and rotates it: the old secret is refused after the grace period', async () => {
+it('creates a key with a budget, shows its usage against it, and rotates it: the old secret is refused after the grace period; changes its limits', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   let first = '';
   await step(page, 'key-budget', async () => {
@@ -392,6 +392,24 @@ it('creates a key with a budget, shows its usage against it, and rotates it: the
   // Refused within a second of the grace period's end (1 s), the new secret working throughout.
   await eventually(async () => (await api.get('/api/v1/projects', { token: first })).status === 401, 5000);
   expect((await api.get('/api/v1/projects', { token: second })).status).toBe(200);
+  await step(page, 'key-limits', async () => {
+    await page.reload();
+    await page.getByRole('button', { name: 'Change limits of budgeted' }).click();
+    // The form shows the key's limits: changed, added, and an empty field removes one.
+    expect(await page.getByLabel('Credit budget of budgeted').inputValue()).toBe('500');
+    expect(await page.getByLabel('Budget period of budgeted').inputValue()).toBe('total');
+    await page.getByLabel('Credit budget of budgeted').fill('800');
+    await page.getByLabel('Requests per minute of budgeted').fill('30');
+    await page.getByRole('button', { name: 'Save limits of budgeted' }).click();
+    await page.getByText('Limits of budgeted saved').waitFor();
+    const row = page.getByRole('row').filter({ has: page.getByRole('cell', { name: 'budgeted', exact: true }) });
+    await row.getByText(/of 30 requests\/min.* of 800 \(total\) credits/).waitFor();
+  });
+  const keys = (await api.get('/api/v1/api-keys', { token: owner.accessToken })).body.data;
+  expect(keys.find((k: { name: string }) => k.name === 'budgeted').limits).toEqual({
+    requestsPerMinute: 30,
+    creditBudget: { credits: 800, period: 'total' },
+  });
   expect(problems).toEqual([]);
 });
 
