@@ -359,6 +359,16 @@ it('as a new tenant: adds a model on /models and chats with it in the playground
   });
   const llm = (await api.get('/api/v1/tenant/settings/llm', { token })).body.data;
   expect(llm).toMatchObject({ provider: 'openai-compatible', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
+  await step(page, 'mcp-edit', async () => {
+    await page.goto(`${stack.url}/mcp-servers`);
+    await page.getByRole('button', { name: 'Edit test-tools' }).click();
+    expect(await page.getByLabel('Server URL of test-tools').inputValue()).toBe(mcp.url);
+    await page.getByLabel('Name of test-tools').fill('renamed-tools');
+    await page.getByRole('button', { name: 'Save test-tools' }).click();
+    await page.getByText(/^Saved renamed-tools: \d+ tools\.$/).waitFor();
+    await page.getByRole('rowheader', { name: 'renamed-tools' }).waitFor();
+  });
+  expect((await api.get(`/api/v1/mcp-servers/${server.id}`, { token })).body.data).toMatchObject({ name: 'renamed-tools', url: mcp.url });
   expect(problems).toEqual([]);
 });
 
