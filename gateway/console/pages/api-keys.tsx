@@ -54,45 +54,18 @@ function limitsOf(f: FormData): Limits | undefined {
 /** The limit fields of the create form (`id` "key"), or of one key's change form (`of` its name, its limits shown). */
 function LimitFields({ id, of, limits }: { id: string; of?: string; limits?: Limits }) {
   const label = (text: string) => (of ? `${text} of ${of}` : text);
+  const numbers: Array<[suffix: string, name: string, text: string, min: number, value: number | undefined]> = [
+    ['rpm', 'requestsPerMinute', 'Requests per minute', 1, limits?.requestsPerMinute],
+    ['tpm', 'tokensPerMinute', 'Tokens per minute', 1, limits?.tokensPerMinute],
+    ['concurrency', 'concurrency', 'Concurrent calls', 1, limits?.concurrency],
+    ['budget', 'budget', 'Credit budget', 0, limits?.creditBudget?.credits],
+  ];
   return (
     <fieldset>
       <legend>{label('Limits') + ' (empty: none)'}</legend>
-      <Input
-        id={`${id}-rpm`}
-        name="requestsPerMinute"
-        label={label('Requests per minute')}
-        type="number"
-        min={1}
-        step={1}
-        defaultValue={limits?.requestsPerMinute}
-      />
-      <Input
-        id={`${id}-tpm`}
-        name="tokensPerMinute"
-        label={label('Tokens per minute')}
-        type="number"
-        min={1}
-        step={1}
-        defaultValue={limits?.tokensPerMinute}
-      />
-      <Input
-        id={`${id}-concurrency`}
-        name="concurrency"
-        label={label('Concurrent calls')}
-        type="number"
-        min={1}
-        step={1}
-        defaultValue={limits?.concurrency}
-      />
-      <Input
-        id={`${id}-budget`}
-        name="budget"
-        label={label('Credit budget')}
-        type="number"
-        min={0}
-        step={1}
-        defaultValue={limits?.creditBudget?.credits}
-      />
+      {numbers.map(([suffix, name, text, min, value]) => (
+        <Input key={name} id={`${id}-${suffix}`} name={name} label={label(text)} type="number" min={min} step={1} defaultValue={value} />
+      ))}
       <p class="field">
         <label for={`${id}-budget-period`}>{label('Budget period')}</label>
         <select id={`${id}-budget-period`} name="budgetPeriod">
