@@ -4,7 +4,8 @@
  * and its delivery in its log. Issue 34: a new tenant signs up, adds a model on /models (by keyboard only) at the fake
  * provider, chats with it in the playground (by keyboard only) and sees the call with its credits on /requests; a key
  * with a budget created, then rotated with a grace period after which the old secret is refused; a run started
- * through the API appearing on an open /agents/:id. Then axe-core on every console page: no serious or critical
+ * through the API appearing on an open /agents/:id; the management pages (secrets, webhooks, agents, keys, MCP
+ * servers, audit log, events, billing alerts, regions) each driven once. Then axe-core on every console page: no serious or critical
  * violation. Screenshots on failure (step), and no CSP violation anywhere.
  */
 import { readFileSync } from 'node:fs';
@@ -515,6 +516,65 @@ it('invites by email from the team page; the invitee opens the emailed link, set
   });
   expect(await outboxToken(stack.dataDir, email, '/reset-password')).toMatch(/^[0-9A-Za-z]{43}$/);
   expect([...problems, ...invitee.problems, ...visitor.problems, ...stranger.problems]).toEqual([]);
+});
+
+/** A datetime-local field's value for `ms` (the browser's zone is this process's). */
+const localInput = (ms: number) => new Date(ms - new Date(ms).getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+
+it('shows the audit log verified with a secret by its name, the events with their bodies; saves billing alerts; recovers missed events', async () => {
+  const token = owner.accessToken;
+  await api.post('/api/v1/secrets', { name: 'AUDITED_SECRET', value: 'kept quiet' }, { token });
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'audit-log', async () => {
+    await page.goto(`${stack.url}/audit-log`);
+    await page.getByText(/^The chain is intact: [\d,]+ entries checked\.$/).waitFor();
+    await page.getByLabel('Action').fill('secret.created');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    // The target is the secret's name, as the API shows it: never an internal id.
+    const row = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'secret.created' }) });
+    await row.filter({ hasText: 'AUDITED_SECRET' }).waitFor();
+    expect(await row.filter({ hasText: 'AUDITED_SECRET' }).getByRole('cell').nth(2).textContent()).toBe('secret AUDITED_SECRET');
+  });
+  await step(page, 'events', async () => {
+    await page.goto(`${stack.url}/events`);
+    await page.getByLabel('Type').selectOption('project.created');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('rowheader', { name: 'project.created' }).first().waitFor();
+    expect(new Set(await page.getByRole('rowheader').allTextContents())).toEqual(new Set(['project.created']));
+    await page
+      .getByRole('button', { name: /^Body of project\.created / })
+      .first()
+      .click();
+    await page.locator('pre.output').filter({ hasText: '"type": "project.created"' }).waitFor();
+  });
+  await step(page, 'billing-alerts', async () => {
+    await page.goto(`${stack.url}/settings/billing`);
+    await page.getByLabel('Alert when the balance falls below').fill('100');
+    await page.getByLabel('Alert when a key spends these percents of its budget (comma separated)').fill('50, 90');
+    await page.getByRole('button', { name: 'Save alerts' }).click();
+    await page.getByText('Billing alerts saved.').waitFor();
+  });
+  expect((await api.get('/api/v1/billing/alerts', { token })).body.data).toMatchObject({ balanceBelow: 100, keyBudgetPercents: [50, 90] });
+
+  // An endpoint disabled while a project is created: that event is missed, shown on its page, and Recover sends it.
+  const hook = (await api.post('/api/v1/webhooks', { url: `${receiver.url}/recover`, events: ['project.created'] }, { token })).body.data;
+  await api.patch(`/api/v1/webhooks/${hook.id}`, { active: false }, { token });
+  const missedProject = (await api.post('/api/v1/projects', { name: 'Made while disabled' }, { token })).body.data;
+  await eventually(
+    async () => (await api.get(`/api/v1/events?deliveryFailed=true&webhookId=${hook.id}`, { token })).body.data.length === 1,
+    10_000,
+  );
+  await step(page, 'webhook-recover', async () => {
+    await page.goto(`${stack.url}/webhooks/${hook.id}`);
+    const missed = page.getByRole('table').filter({ has: page.getByRole('columnheader', { name: 'Event id' }) });
+    await missed.getByRole('cell', { name: 'project.created' }).waitFor();
+    await page.getByLabel('Deliver again events since').fill(localInput(Date.now() - 3_600_000));
+    await page.getByRole('button', { name: 'Recover', exact: true }).click();
+    await page.getByText('Recover queued 1 events for delivery.').waitFor();
+  });
+  await eventually(async () => receiver.at('/recover').some((r) => r.json.data?.id === missedProject.id), 10_000);
+  expect((await api.get(`/api/v1/webhooks/${hook.id}`, { token })).body.data.active).toBe(true);
+  expect(problems).toEqual([]);
 });
 
 it('sets the regional preferences and the file storage on /settings/regions, and tests a bucket connection', async () => {
