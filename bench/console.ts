@@ -43,9 +43,14 @@ async function main() {
       heading: '#app h1',
       signedIn: true,
     })),
-    ...['/settings/security/api-keys', '/settings/security/network', '/settings/secrets', '/settings/team', '/settings/billing'].map(
-      (path) => ({ path, heading: '#app h1', signedIn: true }),
-    ),
+    ...[
+      '/settings/security/api-keys',
+      '/settings/security/network',
+      '/settings/secrets',
+      '/settings/team',
+      '/settings/regions',
+      '/settings/billing',
+    ].map((path) => ({ path, heading: '#app h1', signedIn: true })),
   ];
   const results: Record<string, unknown> = {};
   for (const p of pages) {

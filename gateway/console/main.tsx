@@ -22,6 +22,7 @@ const PAGES: Record<string, () => Promise<{ default: (props: { me: Me }) => prea
   events: () => import('./pages/events'),
   'api-keys': () => import('./pages/api-keys'),
   network: () => import('./pages/network'),
+  regions: () => import('./pages/regions'),
   billing: () => import('./pages/billing'),
 };
 

@@ -108,6 +108,20 @@ export function useAction(changed: (message: string) => void) {
   return { error, act };
 }
 
+/** Delete in two steps: `Delete` (named "Delete <label>" for screen readers), then "Confirm delete of <label>". */
+export function DeleteButton({ label, confirm }: { label: string; confirm: () => void }) {
+  const [confirming, setConfirming] = useState(false);
+  return confirming ? (
+    <button type="button" class="danger" onClick={confirm}>
+      {`Confirm delete of ${label}`}
+    </button>
+  ) : (
+    <button type="button" class="secondary" aria-label={`Delete ${label}`} onClick={() => setConfirming(true)}>
+      Delete
+    </button>
+  );
+}
+
 /**
  * A data table with column headers; a column named '' is the actions column (labelled for screen readers only).
  * With no rows it says `empty` instead.

@@ -4,7 +4,8 @@
  * and its delivery in its log. Issue 34: a new tenant signs up, adds a model on /models (by keyboard only) at the fake
  * provider, chats with it in the playground (by keyboard only) and sees the call with its credits on /requests; a key
  * with a budget created, then rotated with a grace period after which the old secret is refused; a run started
- * through the API appearing on an open /agents/:id. Then axe-core on every console page: no serious or critical
+ * through the API appearing on an open /agents/:id; the management pages (secrets, webhooks, agents, keys, MCP
+ * servers, audit log, events, billing alerts, regions) each driven once. Then axe-core on every console page: no serious or critical
  * violation. Screenshots on failure (step), and no CSP violation anywhere.
  */
 import { readFileSync } from 'node:fs';
@@ -14,6 +15,7 @@ import { launchBrowser, signedInPage, step, trackRequests, type Browser } from '
 import { client, eventually, signUp, type Account, type Client } from '../helpers/http';
 import { startTestMcpServer, type TestMcpServer } from '../helpers/mcp-server';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { invitationByAnotherReplica } from '../helpers/invitations';
 import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -81,7 +83,7 @@ it('creates an agent, runs it, approves its tool call in the page and shows the 
   expect(problems).toEqual([]);
 });
 
-it('streams a chat reply into the playground, keeps the session in the address, and shows it after a reload', async () => {
+it('streams a chat reply into the playground, keeps the session in the address, shows it after a reload, lists and deletes it', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'chat', async () => {
     await page.goto(`${stack.url}/chat`);
@@ -99,10 +101,21 @@ it('streams a chat reply into the playground, keeps the session in the address, 
     await conversation.getByText('hello from the console', { exact: true }).waitFor();
     await conversation.getByText('Echo: hello from the console').waitFor();
   });
+  const sessionId = new URL(page.url()).pathname.split('/')[2];
+  await step(page, 'chat-sessions', async () => {
+    // Listed under the form, marked as the one shown; deleted from there, the page starts afresh.
+    const link = page.locator(`a[href="/chat/${sessionId}"]`);
+    expect(await link.getAttribute('aria-current')).toBe('page');
+    const name = (await link.textContent())!;
+    await page.getByRole('button', { name: `Delete ${name}` }).click();
+    await page.getByRole('button', { name: `Confirm delete of ${name}` }).click();
+    await page.waitForURL(/\/chat$/);
+  });
+  expect((await api.get(`/api/v1/chat/sessions/${sessionId}`, { token: owner.accessToken })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 
-it('creates a webhook endpoint and shows its delivery in the log', async () => {
+it('creates a webhook endpoint and shows its delivery in the log; rotates its secret, disables and enables it, deletes another', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'webhook', async () => {
     await page.goto(`${stack.url}/webhooks`);
@@ -132,6 +145,63 @@ it('creates a webhook endpoint and shows its delivery in the log', async () => {
     expect(await row.getByRole('cell').allTextContents()).toEqual(['succeeded', '1', '200', expect.any(String), expect.any(String)]);
   });
   expect(receiver.at('/console').map((r) => r.json.type)).toContain('project.created');
+  const webhookId = new URL(page.url()).pathname.split('/')[2];
+  const active = async () => (await api.get(`/api/v1/webhooks/${webhookId}`, { token: owner.accessToken })).body.data.active;
+  await step(page, 'webhook-secret-and-state', async () => {
+    await page.getByLabel('Hours the old secret keeps signing').fill('0');
+    await page.getByRole('button', { name: 'Rotate secret' }).click();
+    await page.getByText('Secret rotated.', { exact: true }).waitFor();
+    expect(await page.getByLabel('New signing secret (shown once)').inputValue()).toMatch(/^whsec_[A-Za-z0-9+/=]{40,}$/);
+    await page.getByRole('button', { name: 'Disable', exact: true }).click();
+    await page.getByText('Disabled: no deliveries until it is enabled.').waitFor();
+    await page.getByRole('button', { name: 'Enable', exact: true }).waitFor();
+  });
+  expect(await active()).toBe(false);
+  await step(page, 'webhook-enable', async () => {
+    await page.getByRole('button', { name: 'Enable', exact: true }).click();
+    await page.getByText('Enabled.', { exact: true }).waitFor();
+  });
+  expect(await active()).toBe(true);
+  // Another endpoint, deleted from its page (this one stays for the pages after).
+  const doomed = (
+    await api.post('/api/v1/webhooks', { url: `${receiver.url}/doomed`, events: ['project.created'] }, { token: owner.accessToken })
+  ).body.data;
+  await step(page, 'webhook-delete', async () => {
+    await page.goto(`${stack.url}/webhooks/${doomed.id}`);
+    await page.getByRole('button', { name: `Delete ${receiver.url}/doomed` }).click();
+    await page.getByRole('button', { name: `Confirm delete of ${receiver.url}/doomed` }).click();
+    await page.waitForURL('**/webhooks');
+  });
+  expect((await api.get(`/api/v1/webhooks/${doomed.id}`, { token: owner.accessToken })).status).toBe(404);
+  expect(problems).toEqual([]);
+});
+
+it('adds a secret, sets its next version in its row, finds it by name and deletes it', async () => {
+  const token = owner.accessToken;
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'secret-versions', async () => {
+    await page.goto(`${stack.url}/settings/secrets`);
+    await page.getByLabel('Name').fill('CONSOLE_TOKEN');
+    await page.getByLabel('Value', { exact: true }).fill('the first value');
+    await page.getByRole('button', { name: 'Add secret' }).click();
+    await page.getByText('Added CONSOLE_TOKEN.').waitFor();
+    await page.getByRole('button', { name: 'New value of CONSOLE_TOKEN' }).click();
+    await page.getByLabel('Next value of CONSOLE_TOKEN').fill('the second value');
+    await page.getByRole('button', { name: 'Save value' }).click();
+    await page.getByText('Saved version 2 of CONSOLE_TOKEN.').waitFor();
+  });
+  expect((await api.get('/api/v1/secrets/CONSOLE_TOKEN', { token })).body.data.version).toBe(2);
+  await step(page, 'secret-search-delete', async () => {
+    await api.post('/api/v1/secrets', { name: 'OTHER_SECRET', value: 'x' }, { token });
+    await page.reload();
+    await page.getByRole('rowheader', { name: 'OTHER_SECRET' }).waitFor();
+    await page.getByLabel('Search').fill('console_tok');
+    await page.getByRole('rowheader', { name: 'OTHER_SECRET' }).waitFor({ state: 'detached' });
+    expect(await page.getByRole('table').getByRole('rowheader').allTextContents()).toEqual([expect.stringMatching(/^CONSOLE_TOKEN/)]);
+    await page.getByRole('button', { name: 'Delete CONSOLE_TOKEN' }).click();
+    await page.getByText('Deleted CONSOLE_TOKEN.').waitFor();
+  });
+  expect((await api.get('/api/v1/secrets/CONSOLE_TOKEN', { token })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 
@@ -290,10 +360,20 @@ it('as a new tenant: adds a model on /models and chats with it in the playground
   });
   const llm = (await api.get('/api/v1/tenant/settings/llm', { token })).body.data;
   expect(llm).toMatchObject({ provider: 'openai-compatible', model: 'gpt-fake-default', baseUrl: openai.url, apiKeySet: true });
+  await step(page, 'mcp-edit', async () => {
+    await page.goto(`${stack.url}/mcp-servers`);
+    await page.getByRole('button', { name: 'Edit test-tools' }).click();
+    expect(await page.getByLabel('Server URL of test-tools').inputValue()).toBe(mcp.url);
+    await page.getByLabel('Name of test-tools').fill('renamed-tools');
+    await page.getByRole('button', { name: 'Save test-tools' }).click();
+    await page.getByText(/^Saved renamed-tools: \d+ tools\.$/).waitFor();
+    await page.getByRole('rowheader', { name: 'renamed-tools' }).waitFor();
+  });
+  expect((await api.get(`/api/v1/mcp-servers/${server.id}`, { token })).body.data).toMatchObject({ name: 'renamed-tools', url: mcp.url });
   expect(problems).toEqual([]);
 });
 
-it('creates a key with a budget, shows its usage against it, and rotates it: the old secret is refused after the grace period', async () => {
+it('creates a key with a budget, shows its usage against it, and rotates it: the old secret is refused after the grace period; changes its limits', async () => {
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   let first = '';
   await step(page, 'key-budget', async () => {
@@ -323,10 +403,28 @@ it('creates a key with a budget, shows its usage against it, and rotates it: the
   // Refused within a second of the grace period's end (1 s), the new secret working throughout.
   await eventually(async () => (await api.get('/api/v1/projects', { token: first })).status === 401, 5000);
   expect((await api.get('/api/v1/projects', { token: second })).status).toBe(200);
+  await step(page, 'key-limits', async () => {
+    await page.reload();
+    await page.getByRole('button', { name: 'Change limits of budgeted' }).click();
+    // The form shows the key's limits: changed, added, and an empty field removes one.
+    expect(await page.getByLabel('Credit budget of budgeted').inputValue()).toBe('500');
+    expect(await page.getByLabel('Budget period of budgeted').inputValue()).toBe('total');
+    await page.getByLabel('Credit budget of budgeted').fill('800');
+    await page.getByLabel('Requests per minute of budgeted').fill('30');
+    await page.getByRole('button', { name: 'Save limits of budgeted' }).click();
+    await page.getByText('Limits of budgeted saved').waitFor();
+    const row = page.getByRole('row').filter({ has: page.getByRole('cell', { name: 'budgeted', exact: true }) });
+    await row.getByText(/of 30 requests\/min.* of 800 \(total\) credits/).waitFor();
+  });
+  const keys = (await api.get('/api/v1/api-keys', { token: owner.accessToken })).body.data;
+  expect(keys.find((k: { name: string }) => k.name === 'budgeted').limits).toEqual({
+    requestsPerMinute: 30,
+    creditBudget: { credits: 800, period: 'total' },
+  });
   expect(problems).toEqual([]);
 });
 
-it('shows a run started through the API on an open /agents/:id, without a reload', async () => {
+it('shows a run started through the API on an open /agents/:id, without a reload; deletes the agent from there', async () => {
   const agent = (
     await api.post(
       '/api/v1/agents',
@@ -344,10 +442,16 @@ it('shows a run started through the API on an open /agents/:id, without a reload
     const item = page.getByRole('listitem', { name: 'Run: Run from the API' });
     await item.getByLabel('Output').filter({ hasText: 'Started elsewhere, shown here.' }).waitFor();
   });
+  await step(page, 'agent-delete', async () => {
+    await page.getByRole('button', { name: 'Delete Watched agent' }).click();
+    await page.getByRole('button', { name: 'Confirm delete of Watched agent' }).click();
+    await page.waitForURL('**/agents');
+  });
+  expect((await api.get(`/api/v1/agents/${agent.id}`, { token: owner.accessToken })).status).toBe(404);
   expect(problems).toEqual([]);
 });
 
-it('invites by email from the team page; the invitee opens the emailed link, sets a password and lands in the tenant', async () => {
+it('invites by email from the team page; the invitee opens the emailed link, sets a password and lands in the tenant; a reused, revoked or expired link is refused', async () => {
   const email = `invited-${Date.now()}@example.com`;
   const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
   await step(page, 'invite', async () => {
@@ -370,6 +474,37 @@ it('invites by email from the team page; the invitee opens the emailed link, set
   });
   const login = await api.post('/api/v1/auth/login', { email, password: 'an invited password' });
   expect([login.body.data.user.role, login.body.data.tenant.id]).toEqual(['admin', owner.tenantId]);
+  // Refused in the page: the same link again (reused), a revoked invitation's link, an expired invitation's link.
+  const revokedEmail = `revoked-${Date.now()}@example.com`;
+  await step(page, 'revoke-invitation', async () => {
+    await page.getByLabel('Email').fill(revokedEmail);
+    await page.getByRole('button', { name: 'Invite', exact: true }).click();
+    await page.getByRole('button', { name: `Revoke the invitation of ${revokedEmail}` }).click();
+    await page.getByText(`Revoked the invitation of ${revokedEmail}.`).waitFor();
+    await page.getByRole('rowheader', { name: revokedEmail }).waitFor({ state: 'detached' });
+  });
+  const expiredEmail = `expired-${Date.now()}@example.com`;
+  await invitationByAnotherReplica(stack.dataDir, owner, expiredEmail, '0.0000003', 'none');
+  const refusedLinks = {
+    reused: token,
+    revoked: await outboxToken(stack.dataDir, revokedEmail, '/invitations'),
+    expired: await outboxToken(stack.dataDir, expiredEmail, '/invitations'),
+  };
+  const stranger = await browser.newPage();
+  for (const [why, link] of Object.entries(refusedLinks)) {
+    await step(stranger.page, `invitation-${why}`, async () => {
+      await stranger.page.goto(`${stack.url}/invitations/${link}`);
+      await stranger.page.getByLabel('Name').fill(`Too late (${why})`);
+      await stranger.page.getByLabel('Password').fill('a refused password');
+      await stranger.page.getByRole('button', { name: 'Join' }).click();
+      await stranger.page.getByRole('alert').filter({ hasText: 'This invitation was used, revoked or has expired' }).waitFor();
+      expect(new URL(stranger.page.url()).pathname).toBe(`/invitations/${link}`);
+    });
+  }
+  const members = (await api.get('/api/v1/tenant/team/members', { token: owner.accessToken })).body.data.map((m: any) => m.email);
+  expect(members).toContain(email);
+  expect(members).not.toContain(revokedEmail);
+  expect(members).not.toContain(expiredEmail);
   // Sign-in's way to a reset link.
   const visitor = await browser.newPage();
   await step(visitor.page, 'forgot-password', async () => {
@@ -380,7 +515,116 @@ it('invites by email from the team page; the invitee opens the emailed link, set
     await visitor.page.getByText('If an account has this address').waitFor();
   });
   expect(await outboxToken(stack.dataDir, email, '/reset-password')).toMatch(/^[0-9A-Za-z]{43}$/);
-  expect([...problems, ...invitee.problems, ...visitor.problems]).toEqual([]);
+  expect([...problems, ...invitee.problems, ...visitor.problems, ...stranger.problems]).toEqual([]);
+});
+
+/** A datetime-local field's value for `ms` (the browser's zone is this process's). */
+const localInput = (ms: number) => new Date(ms - new Date(ms).getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+
+it('shows the audit log verified with a secret by its name, the events with their bodies; saves billing alerts; recovers missed events', async () => {
+  const token = owner.accessToken;
+  await api.post('/api/v1/secrets', { name: 'AUDITED_SECRET', value: 'kept quiet' }, { token });
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'audit-log', async () => {
+    await page.goto(`${stack.url}/audit-log`);
+    await page.getByText(/^The chain is intact: [\d,]+ entries checked\.$/).waitFor();
+    await page.getByLabel('Action').fill('secret.created');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    // The target is the secret's name, as the API shows it: never an internal id.
+    const row = page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'secret.created' }) });
+    await row.filter({ hasText: 'AUDITED_SECRET' }).waitFor();
+    expect(await row.filter({ hasText: 'AUDITED_SECRET' }).getByRole('cell').nth(2).textContent()).toBe('secret AUDITED_SECRET');
+  });
+  await step(page, 'events', async () => {
+    await page.goto(`${stack.url}/events`);
+    await page.getByLabel('Type').selectOption('project.created');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('rowheader', { name: 'project.created' }).first().waitFor();
+    expect(new Set(await page.getByRole('rowheader').allTextContents())).toEqual(new Set(['project.created']));
+    await page
+      .getByRole('button', { name: /^Body of project\.created / })
+      .first()
+      .click();
+    await page.locator('pre.output').filter({ hasText: '"type": "project.created"' }).waitFor();
+  });
+  await step(page, 'billing-alerts', async () => {
+    await page.goto(`${stack.url}/settings/billing`);
+    await page.getByLabel('Alert when the balance falls below').fill('100');
+    await page.getByLabel('Alert when a key spends these percents of its budget (comma separated)').fill('50, 90');
+    await page.getByRole('button', { name: 'Save alerts' }).click();
+    await page.getByText('Billing alerts saved.').waitFor();
+  });
+  expect((await api.get('/api/v1/billing/alerts', { token })).body.data).toMatchObject({ balanceBelow: 100, keyBudgetPercents: [50, 90] });
+
+  // An endpoint disabled while a project is created: that event is missed, shown on its page, and Recover sends it.
+  const hook = (await api.post('/api/v1/webhooks', { url: `${receiver.url}/recover`, events: ['project.created'] }, { token })).body.data;
+  await api.patch(`/api/v1/webhooks/${hook.id}`, { active: false }, { token });
+  const missedProject = (await api.post('/api/v1/projects', { name: 'Made while disabled' }, { token })).body.data;
+  await eventually(
+    async () => (await api.get(`/api/v1/events?deliveryFailed=true&webhookId=${hook.id}`, { token })).body.data.length === 1,
+    10_000,
+  );
+  await step(page, 'webhook-recover', async () => {
+    await page.goto(`${stack.url}/webhooks/${hook.id}`);
+    const missed = page.getByRole('table').filter({ has: page.getByRole('columnheader', { name: 'Event id' }) });
+    await missed.getByRole('cell', { name: 'project.created' }).waitFor();
+    await page.getByLabel('Deliver again events since').fill(localInput(Date.now() - 3_600_000));
+    await page.getByRole('button', { name: 'Recover', exact: true }).click();
+    await page.getByText('Recover queued 1 events for delivery.').waitFor();
+  });
+  await eventually(async () => receiver.at('/recover').some((r) => r.json.data?.id === missedProject.id), 10_000);
+  expect((await api.get(`/api/v1/webhooks/${hook.id}`, { token })).body.data.active).toBe(true);
+  expect(problems).toEqual([]);
+});
+
+it('sets the regional preferences and the file storage on /settings/regions, and tests a bucket connection', async () => {
+  const token = owner.accessToken;
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  await step(page, 'regions', async () => {
+    await page.goto(`${stack.url}/settings/regions`);
+    // The free plan has no failover region: the page says which plan does.
+    await page.getByText('A failover region needs the growth plan (this tenant is on free).').waitFor();
+    await page.getByLabel('Primary region').selectOption('eu-west');
+    await page.getByLabel('Data must stay in one region').check();
+    await page.getByLabel('Residency region').selectOption('eu-west');
+    await page.getByLabel('Compliance level').selectOption('gdpr');
+    await page.getByRole('button', { name: 'Save preferences' }).click();
+    await page.getByText('Preferences saved.').waitFor();
+    await page.getByLabel('Platform region').selectOption('eu-central');
+    await page.getByRole('button', { name: 'Save storage' }).click();
+    await page.getByText('Storage saved.').waitFor();
+    await page.getByText('Served by').waitFor();
+  });
+  const prefs = (await api.get(`/api/v1/regions/preferences/${owner.tenantId}`, { token })).body.data;
+  expect(prefs).toEqual({
+    primaryRegion: 'eu-west',
+    secondaryRegion: null,
+    dataResidencyRequired: true,
+    dataResidencyRegion: 'eu-west',
+    complianceLevel: 'gdpr',
+  });
+  expect((await api.get(`/api/v1/regions/storage/${owner.tenantId}`, { token })).body.data).toMatchObject({
+    storageMode: 'platform',
+    platformRegion: 'eu-central',
+  });
+  await step(page, 'regions-test-bucket', async () => {
+    // A bucket at an address where nothing answers: the test says which checks failed, and nothing is saved.
+    await page.getByLabel('Storage', { exact: true }).selectOption('byos');
+    await page.getByLabel('Bucket provider').selectOption('s3');
+    await page.getByLabel('Endpoint').fill('http://127.0.0.1:9');
+    await page.getByLabel('Bucket', { exact: true }).fill('console-bucket');
+    await page.getByLabel('Bucket region').fill('us-east-1');
+    await page.getByLabel('Access key').fill('AKIACONSOLETEST0');
+    await page.getByLabel('Secret key').fill('not-a-real-secret');
+    await page.getByRole('button', { name: 'Test connection' }).click();
+    await page
+      .getByRole('list', { name: 'Connection test' })
+      .getByText(/^failed: /)
+      .first()
+      .waitFor();
+  });
+  expect((await api.get(`/api/v1/regions/storage/${owner.tenantId}`, { token })).body.data.storageMode).toBe('platform');
+  expect(problems).toEqual([]);
 });
 
 it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {
@@ -398,6 +642,7 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     '/settings/secrets',
     '/settings/security/api-keys',
     '/settings/security/network',
+    '/settings/regions',
     '/settings/billing',
     '/models',
     '/models/default',

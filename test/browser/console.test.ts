@@ -92,6 +92,27 @@ it('creates, renames and deletes a project from /projects', async () => {
   expect(problems).toEqual([]);
 });
 
+it('lists every project of a tenant with more than 500, and finds one by name', async () => {
+  const tenant = await signUp(api, 'Many projects');
+  const names = Array.from({ length: 501 }, (_, i) => `bulk-${String(i).padStart(3, '0')}`);
+  // A few at a time: the list is read page by page (100 each) by the console, and written here as fast as allowed.
+  for (let i = 0; i < names.length; i += 10)
+    await Promise.all(names.slice(i, i + 10).map((name) => api.post('/api/v1/projects', { name }, { token: tenant.accessToken })));
+  const { page, problems } = await signedInPage(browser, stack.url, tenant.cookie);
+  await step(page, 'projects-all-and-search', async () => {
+    await page.goto(`${stack.url}/projects`);
+    // The last one created is there: no stop at a page or at 500.
+    await page.getByRole('rowheader', { name: 'bulk-500' }).waitFor();
+    expect(await page.getByRole('table').getByRole('rowheader').count()).toBe(501);
+    await page.getByLabel('Search').fill('BULK-42');
+    await page.getByRole('rowheader', { name: 'bulk-420' }).waitFor();
+    expect((await page.getByRole('table').getByRole('rowheader').allTextContents()).sort()).toEqual(
+      names.filter((n) => n.startsWith('bulk-42')),
+    );
+  });
+  expect(problems).toEqual([]);
+});
+
 it('draws credits per day by model and shows each key with its usage on /usage', async () => {
   const tenant = await signUp(api, 'Usage page');
   const token = tenant.accessToken;

@@ -227,6 +227,8 @@ it('buys credits in the sandbox billing portal and shows the invoice', async () 
     await page.getByText(/Bought 250 credits \(sandbox: settled at once/).waitFor();
     await page.getByText('1,250', { exact: true }).waitFor();
     await page.getByRole('cell', { name: '250 credits' }).waitFor();
+    await page.getByRole('button', { name: 'Open the billing portal' }).click();
+    await page.getByText('The sandbox provider has no portal of its own: this page is its portal.').waitFor();
   });
   expect((await api.get('/api/v1/billing/summary', { token: a.accessToken })).body.data.credits.balance).toBe(1250);
   expect(problems).toEqual([]);

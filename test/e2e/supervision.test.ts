@@ -2,19 +2,24 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { client, signUp } from '../helpers/http';
+import { client, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { linkToken, startMailServer, type MailServer } from '../helpers/smtp';
 
 // The system as `npm start` runs it: a part that dies is restarted by the launcher and its routes answer 503 meanwhile.
 // With one process per service (SVC_LAYOUT=per-service, as deploy/ runs them) every other route keeps working; in the
 // default layout (the services share a process) the gateway keeps answering, in the envelope, until they are back.
+// Identity SIGKILLed in the middle of an invitation's send (committed, its message at the SMTP server in this test,
+// not yet answered): the restarted identity sends it again, once, with the same Message-ID.
 jest.setTimeout(120_000);
 
 let dataDir: string;
 let system: SystemProcess | null = null;
+let mail: MailServer;
 
-beforeAll(() => {
+beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'svc-supervision-'));
+  mail = await startMailServer();
 });
 /** /readyz's status once it is 200, or the last one after `ms` (the gateway keeps a check for a second). */
 async function readyWithin(api: ReturnType<typeof client>, ms: number): Promise<number> {
@@ -39,11 +44,12 @@ async function projectOnceBack(api: ReturnType<typeof client>, id: string, token
 
 afterAll(async () => {
   if (system) await system.kill().catch(() => undefined);
+  await mail?.close();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
 it('restarts a SIGKILLed service by itself; its routes 503 meanwhile while the others answer', async () => {
-  system = await startSystem({ DATA_DIR: dataDir, SVC_LAYOUT: 'per-service' });
+  system = await startSystem({ DATA_DIR: dataDir, SVC_LAYOUT: 'per-service', SMTP_URL: mail.url });
   const api = client(system.url);
   const owner = await signUp(api, 'Supervised');
   const t = { token: owner.accessToken };
@@ -71,6 +77,31 @@ it('restarts a SIGKILLed service by itself; its routes 503 meanwhile while the o
   // Time to recover, for the closing note (not asserted: performance is measured by benchmarks).
   console.info(`projects answered again ${Date.now() - killedAt} ms after SIGKILL`);
   expect(await readyWithin(api, 5000)).toBe(200);
+});
+
+it('SIGKILL of identity between an invitation commit and its send: the email arrives after the restart, once, same Message-ID', async () => {
+  if (!system) throw new Error('the per-service system of the test before did not start');
+  const api = client(system.url);
+  const owner = await signUp(api, 'Inviting');
+  const email = `crash-${Date.now()}@example.com`;
+  mail.holdOnce.add(email);
+  const invited = await api.post('/api/v1/tenant/team/invitations', { email, role: 'member' }, { token: owner.accessToken });
+  expect(invited.status).toBe(201);
+  // Committed, and identity is sending it: the SMTP server has the whole message and has not answered.
+  await eventually(async () => mail.held.some((m) => m.to === email), 20_000);
+  const killed = await system.killService('identity');
+  await system.restarted('identity', killed);
+  await eventually(async () => mail.received.some((m) => m.to === email), 30_000);
+  const [sent] = mail.held.filter((m) => m.to === email);
+  const delivered = mail.received.filter((m) => m.to === email);
+  expect(delivered.map((m) => [m.subject, m.messageId])).toEqual([['You are invited to Inviting', sent.messageId]]);
+  // Sent means gone from the outbox: the link works, and nothing more is sent to the address.
+  const token = linkToken(delivered[0], '/invitations');
+  const accepted = await api.post('/api/v1/auth/invitations/accept', { token, name: 'After the crash', password: 'a long password' });
+  expect(accepted.status).toBe(200);
+  const more = await signUp(api, 'Later'); // one more email through the same outbox, after the invitation's
+  await eventually(async () => mail.received.some((m) => m.to === more.email), 20_000);
+  expect(mail.received.filter((m) => m.to === email)).toHaveLength(1);
 
   // The launcher still stops everything cleanly.
   expect(await system.stop()).toBe(0);

@@ -19,6 +19,13 @@ export interface MailServer {
   refused: string[];
   /** Recipients whose first message is refused with 451 (a retry must follow). */
   refuseOnce: Set<string>;
+  /**
+   * Recipients whose first message is read to its end and then never answered: the sender is left waiting in the
+   * middle of its send (the message is in `held`, not in `received`), e.g. to be killed there.
+   */
+  holdOnce: Set<string>;
+  /** The messages `holdOnce` kept without an answer. */
+  held: ReceivedMail[];
   close(): Promise<void>;
 }
 
@@ -26,6 +33,8 @@ export async function startMailServer(): Promise<MailServer> {
   const received: ReceivedMail[] = [];
   const refused: string[] = [];
   const refuseOnce = new Set<string>();
+  const holdOnce = new Set<string>();
+  const held: ReceivedMail[] = [];
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS', 'AUTH'],
@@ -39,6 +48,7 @@ export async function startMailServer(): Promise<MailServer> {
             refused.push(m.messageId);
             return callback(Object.assign(new Error('try again later'), { responseCode: 451 }));
           }
+          if (holdOnce.delete(to)) return void held.push(m); // no callback: no answer to the final "."
           received.push(m);
           callback();
         },
@@ -53,6 +63,8 @@ export async function startMailServer(): Promise<MailServer> {
     received,
     refused,
     refuseOnce,
+    holdOnce,
+    held,
     close: () => new Promise<void>((done) => server.close(() => done())),
   };
 }

@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { openSqliteStore } from '@svc/kit';
 import { emailOutbox } from '../../services/identity/src/mail/outbox';
 import { client, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { invitationByAnotherReplica } from '../helpers/invitations';
 import { linkToken, startMailServer, type MailServer, type ReceivedMail } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -133,23 +133,12 @@ describe('invitations', () => {
   });
 });
 
-/** Another identity process on the same store creates an invitation and is SIGKILLed as soon as it commits. */
-async function invitationByAnotherReplica(email: string, ttlHours: string, point: 'after-commit'): Promise<void> {
-  const repoRoot = join(__dirname, '../..');
-  const fixture = join(repoRoot, 'services/identity/src/fixtures/crash-invitation.ts');
-  const args = [join(stack.dataDir, 'identity.db'), owner.tenantId, owner.userId, email, ttlHours, point];
-  const child = spawn(process.execPath, ['--import', 'tsx', fixture, ...args], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((done) => child.on('exit', (c, s) => done([c, s])));
-  if (signal !== 'SIGKILL') throw new Error(`the fixture did not crash (exit ${code}):\n${stderr}`);
-}
-
 describe('the email outbox', () => {
   // One fixture run (its start is the slow part) for both: its invitation expires within a millisecond.
-  it('SIGKILL of identity right after the invitation commits: the email is still sent, once; its expired link is refused', async () => {
+  // The identity process itself SIGKILLed in the middle of a send, then restarted: test/e2e/supervision.test.ts.
+  it('another identity replica SIGKILLed right after the invitation commits: the email is still sent, once; its expired link is refused', async () => {
     const email = address('crash');
-    await invitationByAnotherReplica(email, '0.0000003', 'after-commit');
+    await invitationByAnotherReplica(stack.dataDir, owner, email, '0.0000003', 'after-commit');
     const [message] = await mailTo(email);
     expect(message.subject).toBe('You are invited to Accounts');
     // Sent means deleted from the outbox: nothing is left that could send it again.

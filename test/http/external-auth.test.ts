@@ -1,10 +1,12 @@
 import { launchBrowser, step } from '../helpers/browser';
 import { startOidcPeer, type OidcClient, type OidcPeer } from '../helpers/oidc';
 import { client, expectError, signUp, type Client } from '../helpers/http';
+import { outboxToken } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
 
 // External sign-in against a real local OpenID provider (oidc-provider from npm, its own process): POST
-// /auth/exchange with its ID tokens, and the OAuth authorization-code flow with state, PKCE and nonce.
+// /auth/exchange with its ID tokens, and the OAuth authorization-code flow with state, PKCE and nonce; an invitation
+// accepted by signing in with the provider, in chromium.
 jest.setTimeout(60_000);
 
 const PUBLIC_URL = 'http://app.example.test';
@@ -29,6 +31,7 @@ beforeAll(async () => {
     mallory: { email: 'mallory@idp.example', email_verified: false, name: 'Mallory' },
     crowd: { email: 'crowd@idp.example', email_verified: true, name: 'Crowd' },
     existing: { email: 'existing-user@idp.example', email_verified: true, name: 'Existing' },
+    carol: { email: 'carol@idp.example', email_verified: true, name: 'Carol Idp' },
   });
   stack = await startStack({
     env: {
@@ -167,4 +170,55 @@ it('completes the sign-in on the callback page in a browser, which then shows th
   } finally {
     await browser.close();
   }
+});
+
+it('accepts an invitation by signing in with the provider in chromium; another address, or the link again, is refused', async () => {
+  expect((await api.get('/api/v1/oauth/providers')).body.data).toEqual({ providers: ['acme'] });
+  const owner = await signUp(api, 'Inviter');
+  const invite = async (email: string) => {
+    const res = await api.post('/api/v1/tenant/team/invitations', { email, role: 'admin' }, { token: owner.accessToken });
+    expect(res.status).toBe(201);
+    return { id: res.body.data.id as string, token: await outboxToken(stack.dataDir, email, '/invitations') };
+  };
+  const carol = await invite('carol@idp.example');
+  const browser = await launchBrowser();
+  try {
+    const { page, problems } = await browser.newPage();
+    await peer.loginAs('carol');
+    await step(page, 'invitation-oidc', async () => {
+      await page.goto(`${stack.url}/invitations/${carol.token}`);
+      // Through the provider in this browser, which it sends back to PUBLIC_URL's callback (not resolvable here):
+      // that address is the stack's, opened by hand with what the provider put in it.
+      const sentBack = page.waitForRequest((r) => r.url().startsWith(CALLBACK));
+      await page.getByRole('button', { name: 'Join with acme' }).click();
+      const back = new URL((await sentBack).url());
+      await page.goto(`${stack.url}${back.pathname}${back.search}`);
+      await page.waitForURL('**/projects');
+      await page.getByText('carol@idp.example · Inviter').waitFor();
+    });
+    expect(problems).toEqual([]);
+  } finally {
+    await browser.close();
+  }
+  const members = (await api.get('/api/v1/tenant/team/members', { token: owner.accessToken })).body.data;
+  expect(members.find((m: { email: string }) => m.email === 'carol@idp.example')).toMatchObject({ name: 'Carol Idp', role: 'admin' });
+  const invitations = (await api.get('/api/v1/tenant/team/invitations', { token: owner.accessToken })).body.data;
+  expect(invitations.find((i: { id: string }) => i.id === carol.id).status).toBe('accepted');
+  // The link again: refused before the visitor is sent to the provider.
+  const again = await api.get(`/api/v1/oauth/acme/start?invitation=${carol.token}`);
+  expect(expectError(again, 410, 'GONE').details.reason).toBe('invitation_not_valid');
+
+  // The provider vouches for another address than the invited one: refused, and the invitation still waits.
+  const erin = await invite(`erin-${Date.now()}@example.com`);
+  const start = (await api.get(`/api/v1/oauth/acme/start?invitation=${erin.token}`)).body.data.url as string;
+  await peer.loginAs('bob');
+  const back = await peer.authorize(start, CALLBACK);
+  const done = await api.post('/api/v1/oauth/acme/authorize', {
+    code: back.searchParams.get('code'),
+    state: back.searchParams.get('state'),
+  });
+  expect(expectError(done, 403, 'FORBIDDEN').details.reason).toBe('invitation_email_mismatch');
+  const left = (await api.get('/api/v1/tenant/team/invitations', { token: owner.accessToken })).body.data;
+  expect(left.find((i: { id: string }) => i.id === erin.id).status).toBe('pending');
+  expectError(await api.get('/api/v1/oauth/acme/start?invitation=short'), 400, 'VALIDATION_ERROR');
 });

@@ -90,6 +90,8 @@ it('drives every endpoint through the SDK', async () => {
 
   // Identity.
   expect((await sdk.me()).user.email).toBe(email);
+  // No OAUTH_PROVIDERS here: no provider to offer (the configured ones: external-auth.test.ts).
+  expect(await sdk.listOAuthProviders()).toEqual({ providers: [] });
   expect((await sdk.getTenant()).id).toBe(tenantId);
   const refreshed = await anon.refresh({ body: { refreshToken: login.refreshToken } });
   sdk.setToken({ accessToken: refreshed.accessToken, expiresIn: refreshed.expiresIn });

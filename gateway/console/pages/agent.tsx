@@ -3,7 +3,7 @@
 // queued or running one Cancel.
 import { useEffect, useState } from 'preact/hooks';
 import { call, describe, listAll } from '../sdk';
-import { ErrorText, Form, useLoad, when } from '../ui';
+import { DeleteButton, ErrorText, Form, useAction, useLoad, when } from '../ui';
 import { AgentFields, agentBody, loadAgentChoices, type Agent } from './agents';
 import type { Project } from './projects';
 
@@ -100,6 +100,7 @@ export default function AgentPage() {
   const [runsError, setRunsError] = useState<string>();
   const [tick, setTick] = useState(0);
   const refresh = () => setTick((t) => t + 1);
+  const removal = useAction(() => location.assign('/agents'));
 
   useEffect(() => {
     let stopped = false;
@@ -135,6 +136,13 @@ export default function AgentPage() {
   return (
     <>
       <h1>{agent.data.name}</h1>
+      <p class="actions">
+        <DeleteButton
+          label={agent.data.name}
+          confirm={() => removal.act(() => call('deleteAgent', { params: { id } }), `Deleted ${agent.data!.name}.`)}
+        />
+      </p>
+      <ErrorText error={removal.error} />
       <section aria-labelledby="run-title">
         <h2 id="run-title">Run the agent</h2>
         <Form

@@ -1,6 +1,6 @@
 // /agents: the tenant's agents and a create form; each links to its page (/agents/:id).
 import { call, listAll, type Item } from '../sdk';
-import { ErrorText, Form, modelNames, Options, Table, useLoad, when } from '../ui';
+import { ErrorText, Form, modelNames, Options, Table, useLoad, when, useSearch } from '../ui';
 
 export interface ToolGrant {
   serverId: string;
@@ -129,6 +129,7 @@ export const agentBody = (f: FormData, choices?: AgentChoices, agent?: Agent) =>
 
 export default function AgentsPage() {
   const { data, error, reload } = useLoad(() => listAll('listAgents', {}) as Promise<Agent[]>, []);
+  const { shown, box } = useSearch(data, (a) => a.name);
   const choices = useLoad(loadAgentChoices, []);
   return (
     <>
@@ -149,8 +150,9 @@ export default function AgentsPage() {
       <ErrorText error={error ?? choices.error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Your agents</h2>
-        <Table id="agents" columns={['Name', 'Model', 'Autonomy', 'Updated']} empty="No agents yet." rows={data}>
-          {data?.map((a) => (
+        {box}
+        <Table id="agents" columns={['Name', 'Model', 'Autonomy', 'Updated']} empty="No agents yet." rows={shown}>
+          {shown?.map((a) => (
             <tr key={a.id}>
               <th scope="row">
                 <a href={`/agents/${a.id}`}>{a.name}</a>

@@ -1,5 +1,5 @@
 // /settings/security/api-keys: create a key (scopes, expiry, rate limits, a credit budget), shown once; each key's
-// usage against its limits; rotate with a grace period (the new key shown once); revoke.
+// usage against its limits, which can be changed; rotate with a grace period (the new key shown once); revoke.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
 import { ErrorText, Form, Input, Table, integer, num, props, text, useAction, useLoad, useSearch, when } from '../ui';
@@ -51,8 +51,50 @@ function limitsOf(f: FormData): Limits | undefined {
   return Object.keys(limits).length ? limits : undefined;
 }
 
+/** The limit fields of the create form (`id` "key"), or of one key's change form (`of` its name, its limits shown). */
+function LimitFields({ id, of, limits }: { id: string; of?: string; limits?: Limits }) {
+  const label = (text: string) => (of ? `${text} of ${of}` : text);
+  const numbers: Array<[suffix: string, name: string, text: string, min: number, value: number | undefined]> = [
+    ['rpm', 'requestsPerMinute', 'Requests per minute', 1, limits?.requestsPerMinute],
+    ['tpm', 'tokensPerMinute', 'Tokens per minute', 1, limits?.tokensPerMinute],
+    ['concurrency', 'concurrency', 'Concurrent calls', 1, limits?.concurrency],
+    ['budget', 'budget', 'Credit budget', 0, limits?.creditBudget?.credits],
+  ];
+  return (
+    <fieldset>
+      <legend>{label('Limits') + ' (empty: none)'}</legend>
+      {numbers.map(([suffix, name, text, min, value]) => (
+        <Input key={name} id={`${id}-${suffix}`} name={name} label={label(text)} type="number" min={min} step={1} defaultValue={value} />
+      ))}
+      <p class="field">
+        <label for={`${id}-budget-period`}>{label('Budget period')}</label>
+        <select id={`${id}-budget-period`} name="budgetPeriod">
+          <option value="month" selected={limits?.creditBudget?.period !== 'total'}>
+            month (UTC calendar month)
+          </option>
+          <option value="total" selected={limits?.creditBudget?.period === 'total'}>
+            total
+          </option>
+        </select>
+      </p>
+    </fieldset>
+  );
+}
+
+/** A change of every limit: a value sets it, an empty field removes it (null). */
+function limitsPatchOf(f: FormData) {
+  const budget = num(f, 'budget');
+  return {
+    requestsPerMinute: num(f, 'requestsPerMinute') ?? null,
+    tokensPerMinute: num(f, 'tokensPerMinute') ?? null,
+    concurrency: num(f, 'concurrency') ?? null,
+    creditBudget: budget === undefined ? null : { credits: budget, period: f.get('budgetPeriod') as 'total' | 'month' },
+  };
+}
+
 function KeyRow({ k, rotated, changed }: { k: ApiKey; rotated: (k: ApiKey) => void; changed: (m: string) => void }) {
   const [rotating, setRotating] = useState(false);
+  const [limiting, setLimiting] = useState(false);
   const { error, act } = useAction(changed);
   return (
     <tr>
@@ -84,6 +126,22 @@ function KeyRow({ k, rotated, changed }: { k: ApiKey; rotated: (k: ApiKey) => vo
         ) : (
           <button type="button" class="secondary" aria-label={`Rotate ${k.name}`} onClick={() => setRotating(true)}>
             Rotate
+          </button>
+        )}{' '}
+        {limiting ? (
+          <Form
+            submit={`Save limits of ${k.name}`}
+            onSubmit={async (f) => {
+              await call('updateApiKey', { params: { id: k.id }, body: { limits: limitsPatchOf(f) } });
+              setLimiting(false);
+              changed(`Limits of ${k.name} saved: in effect within a second.`);
+            }}
+          >
+            <LimitFields id={`limits-${k.id}`} of={k.name} limits={k.limits} />
+          </Form>
+        ) : (
+          <button type="button" class="secondary" aria-label={`Change limits of ${k.name}`} onClick={() => setLimiting(true)}>
+            Limits
           </button>
         )}{' '}
         <button
@@ -174,20 +232,7 @@ export default function ApiKeysPage() {
             ))}
           </fieldset>
           <Input id="key-expires" name="expiresAt" label="Expires on (UTC, empty: never)" type="date" />
-          <fieldset>
-            <legend>Limits (empty: none)</legend>
-            <Input id="key-rpm" name="requestsPerMinute" label="Requests per minute" type="number" min={1} step={1} />
-            <Input id="key-tpm" name="tokensPerMinute" label="Tokens per minute" type="number" min={1} step={1} />
-            <Input id="key-concurrency" name="concurrency" label="Concurrent calls" type="number" min={1} step={1} />
-            <Input id="key-budget" name="budget" label="Credit budget" type="number" min={0} step={1} />
-            <p class="field">
-              <label for="key-budget-period">Budget period</label>
-              <select id="key-budget-period" name="budgetPeriod">
-                <option value="month">month (UTC calendar month)</option>
-                <option value="total">total</option>
-              </select>
-            </p>
-          </fieldset>
+          <LimitFields id="key" />
         </Form>
       </section>
       {shownKey?.key && (

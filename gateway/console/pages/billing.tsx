@@ -1,7 +1,8 @@
 // /settings/billing: plan, balance and usage; buy credits, redeem a gift card, change plan (the sandbox provider
-// settles at once; a provider with a checkout sends the browser there); invoices; and the billing alerts.
+// settles at once; a provider with a checkout sends the browser there); invoices; the billing alerts; and the
+// provider's own portal where it has one.
 import { useState } from 'preact/hooks';
-import { call, listAll } from '../sdk';
+import { call, describe, listAll } from '../sdk';
 import { ErrorText, Form, Table, integer, num, text, useLoad, when } from '../ui';
 
 const PLANS = ['starter', 'growth', 'enterprise'];
@@ -42,6 +43,24 @@ export default function BillingPage() {
         <dt>Usage</dt>
         <dd>{s ? `${s.usage.calls} model calls, ${s.usage.credits} credits` : ''}</dd>
       </dl>
+      <p>
+        <button
+          type="button"
+          class="secondary"
+          onClick={async () => {
+            try {
+              const portal = await call('createBillingPortal', {});
+              // A provider's own portal (Stripe: payment methods, receipts) is elsewhere; the sandbox's is this page.
+              if (new URL(portal.url, location.href).pathname !== location.pathname) return location.assign(portal.url);
+              setStatus(`The ${portal.provider} provider has no portal of its own: this page is its portal.`);
+            } catch (err) {
+              setStatus(describe(err));
+            }
+          }}
+        >
+          Open the billing portal
+        </button>
+      </p>
       <p role="status">{status}</p>
       <section aria-labelledby="buy-title">
         <h2 id="buy-title">Buy credits</h2>

@@ -1,7 +1,7 @@
 // /chat and /chat/:sessionId: a playground. Choose the model (a catalogue name, or an agent), a system prompt and a
 // temperature; the first message opens a session and puts it in the address, so a reload shows the history; the reply
 // streams in (a reply still streaming after a reload is followed again: the stream replays what was said, then goes
-// on). The session's tokens and credits are summed under the conversation.
+// on). The session's tokens and credits are summed under the conversation; past sessions are listed under the form.
 //
 // The chat API takes a system prompt and a temperature from the session's agent: a playground setting of either
 // is kept on a `Playground` agent (manual: it answers, no tools) that the session is opened with (decision NN).
@@ -9,6 +9,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { call, describe, listAll, streamChatReply, type Item } from '../sdk';
 import { ErrorText, Form, integer, modelNames, useLoad } from '../ui';
 import type { Agent } from './agents';
+import { ChatSessions } from './chat-sessions';
 import type { Project } from './projects';
 
 type Message = Item<'listChatMessages'>;
@@ -195,6 +196,7 @@ export default function ChatPage() {
           <textarea id="chat-message" name="content" rows={3} required maxLength={32_000} />
         </p>
       </Form>
+      <ChatSessions current={sessionId} />
     </>
   );
 }

@@ -1,5 +1,5 @@
 // /mcp-servers: the MCP servers agents may call (CONTRACT 11): register one (its bearer token a tenant secret),
-// its status and tools, list the tools again, delete. Which tools an agent may call is the agent's own setting
+// its status and tools, change its name, URL or token, list the tools again, delete. Which tools an agent may call is the agent's own setting
 // (config.tools): each server shows the agents allowed its tools, and links to the agent's form that edits them.
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
@@ -26,12 +26,76 @@ function AllowedFor({ serverId, agents }: { serverId: string; agents?: Agent[] }
   );
 }
 
-function ServerRow({ server, agents, changed }: { server: Server; agents?: Agent[]; changed: (m: string) => void }) {
+type Secret = Item<'listSecrets'>;
+
+/** Name, URL and bearer token of the add form (`id` "mcp"), or of one server's change form (`of` its name, its values shown). */
+function ServerFields({ id, of, server, secrets }: { id: string; of?: string; server?: Server; secrets?: Secret[] }) {
+  const label = (text: string) => (of ? `${text} of ${of}` : text);
+  const current = (server as any)?.auth?.secret as string | undefined;
+  return (
+    <>
+      <p class="field">
+        <label for={`${id}-name`}>{label('Name')}</label>
+        <input id={`${id}-name`} name="name" required maxLength={100} defaultValue={server?.name} />
+      </p>
+      <p class="field">
+        <label for={`${id}-url`}>{label('Server URL')}</label>
+        <input id={`${id}-url`} name="url" type="url" required maxLength={2000} defaultValue={server?.url} />
+      </p>
+      <p class="field">
+        <label for={`${id}-secret`}>{label('Bearer token from the secret')}</label>
+        <select id={`${id}-secret`} name="secret">
+          <option value="">No authentication</option>
+          {secrets?.map((s) => (
+            <option value={s.name} selected={s.name === current}>
+              {s.name}
+            </option>
+          ))}
+        </select>
+      </p>
+    </>
+  );
+}
+
+function ServerRow({
+  server,
+  agents,
+  secrets,
+  changed,
+}: {
+  server: Server;
+  agents?: Agent[];
+  secrets?: Secret[];
+  changed: (m: string) => void;
+}) {
   const { error, act } = useAction(changed);
+  const [editing, setEditing] = useState(false);
   const s = server as any;
   return (
     <tr>
-      <th scope="row">{s.name}</th>
+      <th scope="row">
+        {s.name}
+        {editing && (
+          <Form
+            submit={`Save ${s.name}`}
+            onSubmit={async (f) => {
+              const secret = text(f, 'secret');
+              const next = (await call('updateMcpServer', {
+                params: { id: s.id },
+                body: { name: text(f, 'name')!, url: text(f, 'url')!, auth: secret ? { type: 'bearer', secret } : null },
+              })) as any;
+              setEditing(false);
+              changed(
+                next.status === 'ready'
+                  ? `Saved ${next.name}: ${next.tools.length} tools.`
+                  : `Saved ${next.name}, not reachable: ${next.error}`,
+              );
+            }}
+          >
+            <ServerFields id={`edit-${s.id}`} of={s.name} server={server} secrets={secrets} />
+          </Form>
+        )}
+      </th>
       <td>{s.url}</td>
       <td>{s.status === 'error' ? `error: ${s.error ?? ''}` : s.status}</td>
       <td>{(s.tools ?? []).map((t: any) => `${t.name}${t.readOnly ? ' (read-only)' : ''}`).join(', ') || 'none'}</td>
@@ -39,6 +103,9 @@ function ServerRow({ server, agents, changed }: { server: Server; agents?: Agent
         <AllowedFor serverId={s.id} agents={agents} />
       </td>
       <td class="actions">
+        <button type="button" class="secondary" aria-label={`Edit ${s.name}`} onClick={() => setEditing(!editing)}>
+          {editing ? 'Cancel' : 'Edit'}
+        </button>{' '}
         <button
           type="button"
           class="secondary"
@@ -87,23 +154,7 @@ export default function McpServersPage() {
             changed(s.status === 'ready' ? `Added ${s.name}: ${s.tools.length} tools.` : `Added ${s.name}, not reachable: ${s.error}`);
           }}
         >
-          <p class="field">
-            <label for="mcp-name">Name</label>
-            <input id="mcp-name" name="name" required maxLength={100} />
-          </p>
-          <p class="field">
-            <label for="mcp-url">Server URL</label>
-            <input id="mcp-url" name="url" type="url" required maxLength={2000} />
-          </p>
-          <p class="field">
-            <label for="mcp-secret">Bearer token from the secret</label>
-            <select id="mcp-secret" name="secret">
-              <option value="">No authentication</option>
-              {secrets.data?.map((s) => (
-                <option value={s.name}>{s.name}</option>
-              ))}
-            </select>
-          </p>
+          <ServerFields id="mcp" secrets={secrets.data} />
         </Form>
       </section>
       <p role="status">{status}</p>
@@ -113,7 +164,7 @@ export default function McpServersPage() {
         {box}
         <Table id="mcp-servers" columns={['Name', 'URL', 'Status', 'Tools', 'Allowed for', '']} empty="No MCP servers yet." rows={shown}>
           {shown?.map((s: any) => (
-            <ServerRow key={s.id} server={s} agents={agents.data} changed={changed} />
+            <ServerRow key={s.id} server={s} agents={agents.data} secrets={secrets.data} changed={changed} />
           ))}
         </Table>
       </section>

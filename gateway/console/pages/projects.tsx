@@ -1,7 +1,7 @@
 // /projects: the tenant's projects, a create form, and rename and delete per project.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
+import { ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
 
 export interface Project {
   id: string;
@@ -61,6 +61,7 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
 
 export default function ProjectsPage() {
   const { data, error, reload } = useLoad(() => listAll('listProjects', {}) as Promise<Project[]>, []);
+  const { shown, box } = useSearch(data, (p) => p.name);
   const [status, setStatus] = useState('');
   const changed = (message: string) => {
     setStatus(message);
@@ -95,8 +96,9 @@ export default function ProjectsPage() {
       <ErrorText error={error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Your projects</h2>
-        <Table id="projects" columns={['Name', 'Description', 'Created', '']} empty="No projects yet." rows={data}>
-          {data?.map((p) => (
+        {box}
+        <Table id="projects" columns={['Name', 'Description', 'Created', '']} empty="No projects yet." rows={shown}>
+          {shown?.map((p) => (
             <ProjectRow key={p.id} project={p} changed={changed} />
           ))}
         </Table>

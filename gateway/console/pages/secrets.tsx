@@ -1,8 +1,8 @@
-// /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version) and a
-// secret deleted; the value field is write-only.
+// /settings/secrets: names, descriptions and versions, never values. A value can be set (a new version, in the
+// secret's row) and a secret deleted; the value fields are write-only.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, useAction, useLoad, when } from '../ui';
+import { ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
 
 interface Secret {
   name: string;
@@ -12,8 +12,53 @@ interface Secret {
   updatedAt: string;
 }
 
+type Act = ReturnType<typeof useAction>['act'];
+
+/** A secret's row: a new value (its next version) typed in place, or the secret deleted. */
+function SecretRow({ secret: s, act }: { secret: Secret; act: Act }) {
+  const [setting, setSetting] = useState(false);
+  return (
+    <tr>
+      <th scope="row" class="mono">
+        {s.name}
+        {setting && (
+          <Form
+            submit="Save value"
+            onSubmit={(f) =>
+              act(
+                () => call('updateSecret', { params: { name: s.name }, body: { value: f.get('value') as string } }),
+                `Saved version ${s.version + 1} of ${s.name}.`,
+              )
+            }
+          >
+            <label class="sr-only" for={`value-${s.name}`}>{`Next value of ${s.name}`}</label>
+            <input id={`value-${s.name}`} name="value" type="password" required autoComplete="off" />
+          </Form>
+        )}
+      </th>
+      <td>{s.description}</td>
+      <td>{s.version}</td>
+      <td>{when(s.updatedAt)}</td>
+      <td class="actions">
+        <button type="button" class="secondary" aria-label={`New value of ${s.name}`} onClick={() => setSetting(!setting)}>
+          {setting ? 'Cancel' : 'New value'}
+        </button>{' '}
+        <button
+          type="button"
+          class="secondary"
+          aria-label={`Delete ${s.name}`}
+          onClick={() => act(() => call('deleteSecret', { params: { name: s.name } }), `Deleted ${s.name}.`)}
+        >
+          Delete
+        </button>
+      </td>
+    </tr>
+  );
+}
+
 export default function SecretsPage() {
   const { data, error, reload } = useLoad(() => listAll('listSecrets', {}) as Promise<Secret[]>, []);
+  const { shown, box } = useSearch(data, (s) => s.name);
   const [status, setStatus] = useState('');
   const changed = (s: string) => {
     setStatus(s);
@@ -56,26 +101,10 @@ export default function SecretsPage() {
       </section>
       <p role="status">{status}</p>
       <ErrorText error={error ?? rowError} />
-      <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={data}>
-        {data?.map((s) => (
-          <tr key={s.name}>
-            <th scope="row" class="mono">
-              {s.name}
-            </th>
-            <td>{s.description}</td>
-            <td>{s.version}</td>
-            <td>{when(s.updatedAt)}</td>
-            <td>
-              <button
-                type="button"
-                class="secondary"
-                aria-label={`Delete ${s.name}`}
-                onClick={() => act(() => call('deleteSecret', { params: { name: s.name } }), `Deleted ${s.name}.`)}
-              >
-                Delete
-              </button>
-            </td>
-          </tr>
+      {box}
+      <Table id="secrets" columns={['Name', 'Description', 'Version', 'Updated', '']} empty="No secrets yet." rows={shown}>
+        {shown?.map((s) => (
+          <SecretRow key={s.name} secret={s} act={act} />
         ))}
       </Table>
     </>

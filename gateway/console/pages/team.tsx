@@ -2,7 +2,7 @@
 // remove them. (Adding a member with a password stays an API call.)
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, props, Table, useAction, useLoad, when, type Me } from '../ui';
+import { ErrorText, props, Table, useAction, useLoad, when, type Me, useSearch } from '../ui';
 import { Invitations } from './invitations';
 
 interface Member {
@@ -60,6 +60,7 @@ function MemberRow({ member, roles, self, changed }: { member: Member; roles: st
 export default function TeamPage({ me }: { me: Me }) {
   const roles = props<{ roles: string[] }>().roles ?? [];
   const { data, error, reload } = useLoad(() => listAll('listTeamMembers', {}) as unknown as Promise<Member[]>, []);
+  const { shown, box } = useSearch(data, (m) => `${m.name} ${m.email}`, 'Search members');
   const [status, setStatus] = useState('');
   const changed = (s: string) => {
     setStatus(s);
@@ -70,8 +71,9 @@ export default function TeamPage({ me }: { me: Me }) {
       <h1>Team</h1>
       <p role="status">{status}</p>
       <ErrorText error={error} />
-      <Table id="members" columns={['Member', 'Role', 'Joined', '']} empty="No members." rows={data}>
-        {data?.map((m) => (
+      {box}
+      <Table id="members" columns={['Member', 'Role', 'Joined', '']} empty="No members." rows={shown}>
+        {shown?.map((m) => (
           <MemberRow key={m.userId} member={m} roles={roles} self={m.userId === me.user.id} changed={changed} />
         ))}
       </Table>

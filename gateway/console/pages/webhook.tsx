@@ -1,7 +1,8 @@
-// /webhooks/:id: one endpoint, a test event, and its delivery log (event type, status, attempts) with re-send.
+// /webhooks/:id: one endpoint (disable or enable, rotate its signing secret, delete), a test event, and its delivery
+// log (event type, status, attempts) with re-send.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, isoOf, useAction, useLoad, usePaged, when } from '../ui';
+import { DeleteButton, ErrorText, Form, Table, isoOf, num, useAction, useLoad, usePaged, when } from '../ui';
 import type { Webhook } from './webhooks';
 
 interface Delivery {
@@ -22,9 +23,11 @@ export default function WebhookPage() {
   const [status, setStatus] = useState('');
   const { error, act } = useAction((done) => {
     setStatus(done);
+    void webhook.reload();
     void deliveries.reload();
     void missed.reload();
   });
+  const [secret, setSecret] = useState<string>();
   if (webhook.error) return <ErrorText error={webhook.error} />;
   if (!webhook.data) return <p aria-busy="true">Loading…</p>;
   return (
@@ -42,10 +45,53 @@ export default function WebhookPage() {
         </button>{' '}
         <button type="button" class="secondary" onClick={() => act(async () => undefined, 'Refreshed.')}>
           Refresh
-        </button>
+        </button>{' '}
+        <button
+          type="button"
+          class="secondary"
+          onClick={() =>
+            act(
+              () => call('updateWebhook', { params: { id }, body: { active: !webhook.data!.active } }),
+              webhook.data!.active ? 'Disabled: no deliveries until it is enabled.' : 'Enabled.',
+            )
+          }
+        >
+          {webhook.data.active ? 'Disable' : 'Enable'}
+        </button>{' '}
+        <DeleteButton
+          label={webhook.data.url}
+          confirm={() =>
+            act(async () => {
+              await call('deleteWebhook', { params: { id } });
+              location.assign('/webhooks');
+            }, 'Deleted.')
+          }
+        />
       </p>
       <p role="status">{status}</p>
       <ErrorText error={error ?? deliveries.error} />
+      <section aria-labelledby="secret-title">
+        <h2 id="secret-title">Signing secret</h2>
+        <Form
+          submit="Rotate secret"
+          onSubmit={async (f) => {
+            const res = await call('rotateWebhookSecret', { params: { id }, body: { graceHours: num(f, 'graceHours') ?? 24 } });
+            setSecret(res.secret);
+            setStatus(res.graceEndsAt ? `Secret rotated: the old one also signs until ${when(res.graceEndsAt)}.` : 'Secret rotated.');
+          }}
+        >
+          <p class="field">
+            <label for="grace-hours">Hours the old secret keeps signing</label>
+            <input id="grace-hours" name="graceHours" type="number" min={0} max={168} step="any" placeholder="24" />
+          </p>
+        </Form>
+        {secret && (
+          <p class="field">
+            <label for="new-secret">New signing secret (shown once)</label>
+            <input id="new-secret" class="mono" readOnly value={secret} />
+          </p>
+        )}
+      </section>
       <section aria-labelledby="deliveries-title">
         <h2 id="deliveries-title">Deliveries</h2>
         <Table

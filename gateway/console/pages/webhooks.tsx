@@ -1,6 +1,6 @@
 // /webhooks: the endpoints and a create form (the event types come with the page).
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, props, Table, useLoad, when } from '../ui';
+import { ErrorText, Form, props, Table, useLoad, when, useSearch } from '../ui';
 
 export interface Webhook {
   id: string;
@@ -13,6 +13,7 @@ export interface Webhook {
 
 export default function WebhooksPage() {
   const { data, error, reload } = useLoad(() => listAll('listWebhooks', {}) as unknown as Promise<Webhook[]>, []);
+  const { shown, box } = useSearch(data, (w) => w.url, 'Search by URL');
   const eventTypes = props<{ eventTypes: string[] }>().eventTypes ?? [];
   return (
     <>
@@ -50,8 +51,9 @@ export default function WebhooksPage() {
       <ErrorText error={error} />
       <section aria-labelledby="list-title">
         <h2 id="list-title">Endpoints</h2>
-        <Table id="webhooks" columns={['URL', 'Events', 'State', 'Created']} empty="No endpoints yet." rows={data}>
-          {data?.map((w) => (
+        {box}
+        <Table id="webhooks" columns={['URL', 'Events', 'State', 'Created']} empty="No endpoints yet." rows={shown}>
+          {shown?.map((w) => (
             <tr key={w.id}>
               <th scope="row">
                 <a href={`/webhooks/${w.id}`}>{w.url}</a>

@@ -41,6 +41,7 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
     props: { scopes: SCOPES, types: Object.keys(API_KEY_TYPES), environments: API_KEY_ENVIRONMENTS },
   },
   '/settings/security/network': { page: 'network', title: 'Network' },
+  '/settings/regions': { page: 'regions', title: 'Regions and storage' },
   '/settings/billing': { page: 'billing', title: 'Billing' },
   '/invitations/:token': { page: 'invitation', title: 'Join your team', public: true },
   '/forgot-password': { page: 'forgot-password', title: 'Reset your password', public: true },

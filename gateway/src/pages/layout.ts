@@ -32,6 +32,7 @@ const NAV: Array<[string, string]> = [
   ['/settings/security/api-keys', 'API keys'],
   ['/settings/security/network', 'Network'],
   ['/settings/secrets', 'Secrets'],
+  ['/settings/regions', 'Regions'],
   ['/settings/team', 'Team'],
   ['/settings/billing', 'Billing'],
 ];

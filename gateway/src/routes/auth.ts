@@ -143,16 +143,36 @@ export function authRoutes(app: FastifyInstance, deps: GatewayDeps): void {
 
   route(app, {
     method: 'GET',
+    url: '/api/v1/oauth/providers',
+    operationId: 'listOAuthProviders',
+    access: 'public',
+    tag: 'auth',
+    summary: 'The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for sign-in buttons',
+    response: Obj({ providers: Type.Array(Type.String()) }),
+    handler: async ({ call }) => identity.listOAuthProviders({}, call),
+  });
+
+  route(app, {
+    method: 'GET',
     url: '/api/v1/oauth/:provider/start',
     operationId: 'startOAuth',
     access: 'public',
     tag: 'auth',
     summary: "The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there",
+    description:
+      "With `invitation` (an invitation link's token) the sign-in accepts that invitation: the provider's verified email " +
+      'must be the invited address (else 403 `invitation_email_mismatch`); a used, revoked or expired invitation is 410 ' +
+      '`invitation_not_valid`, here or when the sign-in completes.',
     params: ProviderParams,
+    query: Obj({ invitation: Type.Optional(Str(20, 200)) }),
     response: Obj({ url: Type.String() }),
-    handler: async ({ params, call }) =>
+    handler: async ({ params, query, call }) =>
       identity.startOAuth(
-        { provider: params.provider, redirectUri: new URL(`/oauth/${params.provider}/callback`, deps.config.publicUrl).toString() },
+        {
+          provider: params.provider,
+          redirectUri: new URL(`/oauth/${params.provider}/callback`, deps.config.publicUrl).toString(),
+          invitationToken: query.invitation ?? '',
+        },
         call,
       ),
   });

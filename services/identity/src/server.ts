@@ -225,6 +225,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
           'getCliLogin',
           'exchangeCliLogin',
           'exchangeExternalToken',
+          'listOAuthProviders',
           'startOAuth',
           'completeOAuth',
           'acceptInvitation',

@@ -66,6 +66,16 @@ export const OPERATIONS = {
     query: false,
     list: false,
   },
+  listOAuthProviders: {
+    method: 'GET',
+    path: '/api/v1/oauth/providers',
+    pathParams: [],
+    access: 'public',
+    stream: false,
+    body: false,
+    query: false,
+    list: false,
+  },
   startOAuth: {
     method: 'GET',
     path: '/api/v1/oauth/{provider}/start',
@@ -73,7 +83,7 @@ export const OPERATIONS = {
     access: 'public',
     stream: false,
     body: false,
-    query: false,
+    query: true,
     list: false,
   },
   authorizeOAuth: {
@@ -1180,6 +1190,14 @@ export abstract class GeneratedMethods {
   /** Sign in with a token of the configured OpenID provider (OIDC_ISSUER): an access token for this session (`POST /api/v1/auth/exchange`) */
   exchangeToken(input: Input<'exchangeToken'>, options?: CallOptions): Promise<Output<'exchangeToken'>> {
     return this.call('exchangeToken', input, options);
+  }
+
+  /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for sign-in buttons (`GET /api/v1/oauth/providers`) */
+  listOAuthProviders(
+    input: Input<'listOAuthProviders'> = {} as Input<'listOAuthProviders'>,
+    options?: CallOptions,
+  ): Promise<Output<'listOAuthProviders'>> {
+    return this.call('listOAuthProviders', input, options);
   }
 
   /** The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there (`GET /api/v1/oauth/{provider}/start`) */

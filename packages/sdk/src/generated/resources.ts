@@ -3,6 +3,7 @@ import type { PagedList } from '../pagination';
 import type { Body, Item, Output, Query, RequestOptions, StreamEvent, StreamOptions } from '../types';
 import type { components } from './schema';
 
+export type OauthProvider = components['schemas']['OauthProvider'];
 export type OauthStart = components['schemas']['OauthStart'];
 export type CliAuthStatus = components['schemas']['CliAuthStatus'];
 export type CliAuthInfo = components['schemas']['CliAuthInfo'];
@@ -134,6 +135,7 @@ export const RESOURCE_METHODS = {
   'auth.logout': 'logout',
   'auth.me': 'me',
   'auth.exchange': 'exchangeToken',
+  'oauth.providers.retrieve': 'listOAuthProviders',
   'oauth.start.retrieve': 'startOAuth',
   'oauth.authorize': 'authorizeOAuth',
   'auth.invitations.accept': 'acceptInvitation',
@@ -275,9 +277,13 @@ export interface Resources {
     };
   };
   oauth: {
+    providers: {
+      /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for sign-in buttons (`GET /api/v1/oauth/providers`) */
+      retrieve(options?: RequestOptions): Promise<Output<'listOAuthProviders'>>;
+    };
     start: {
       /** The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there (`GET /api/v1/oauth/{provider}/start`) */
-      retrieve(provider: string, options?: RequestOptions): Promise<Output<'startOAuth'>>;
+      retrieve(provider: string, query?: Query<'startOAuth'>, options?: RequestOptions): Promise<Output<'startOAuth'>>;
     };
     /** Complete the sign-in with the provider's code and the state from start (like login: tokens and the cookie) (`POST /api/v1/oauth/{provider}/authorize`) */
     authorize(provider: string, body: Body<'authorizeOAuth'>, options?: RequestOptions): Promise<Output<'authorizeOAuth'>>;

@@ -102,6 +102,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/api/v1/oauth/providers': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for sign-in buttons */
+    get: operations['listOAuthProviders'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/api/v1/oauth/{provider}/start': {
     parameters: {
       query?: never;
@@ -109,7 +126,10 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there */
+    /**
+     * The provider's authorization address (state, PKCE S256 and nonce included); the browser goes there
+     * @description With `invitation` (an invitation link's token) the sign-in accepts that invitation: the provider's verified email must be the invited address (else 403 `invitation_email_mismatch`); a used, revoked or expired invitation is 410 `invitation_not_valid`, here or when the sign-in completes.
+     */
     get: operations['startOAuth'];
     put?: never;
     post?: never;
@@ -1540,6 +1560,9 @@ export interface components {
         code: string | null;
         param: string | null;
       };
+    };
+    OauthProvider: {
+      providers: string[];
     };
     OauthStart: {
       url: string;
@@ -3168,9 +3191,46 @@ export interface operations {
       };
     };
   };
-  startOAuth: {
+  listOAuthProviders: {
     parameters: {
       query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Success */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            data: components['schemas']['OauthProvider'];
+            meta: {
+              request_id: string;
+              timestamp: string;
+            };
+          };
+        };
+      };
+      /** @description Error */
+      default: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  startOAuth: {
+    parameters: {
+      query?: {
+        invitation?: string;
+      };
       header?: never;
       path: {
         provider: string;

@@ -11,6 +11,7 @@ import type { IdentityDeps } from '../context';
 import { OidcIssuer, type ExternalIdentity, type OAuthClient } from '../oidc';
 import { startSession } from '../tokens';
 import { createTenantWithOwner, ownerOfNewTenant, signedIn } from './auth';
+import { joinWithInvitation, pendingInvitation } from './invitations';
 import { toTenant, toUser } from './views';
 
 export interface ExternalAuthSettings {
@@ -22,13 +23,14 @@ export interface ExternalAuthSettings {
 
 const STATE_TTL_MS = 10 * 60_000;
 
-/** What a state seals: provider, PKCE verifier, nonce, redirect URI, expiry (epoch ms). */
+/** What a state seals: provider, PKCE verifier, nonce, redirect URI, expiry (epoch ms), an invitation's token. */
 interface OAuthFlow {
   p: string;
   v: string;
   n: string;
   r: string;
   e: number;
+  i?: string;
 }
 /** A password hash no password matches: users who sign in through a provider have none until they set one. */
 const NO_PASSWORD = 'external';
@@ -86,6 +88,19 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
     }
   }
 
+  /**
+   * Accepts the invitation sealed in the state as the provider's user: only when the provider's verified email is
+   * the invited address (the link may have been forwarded; the provider proves who signs in).
+   */
+  async function join(token: string, who: ExternalIdentity, ctx: CallContext): Promise<identityV1.CompleteOAuthResponse> {
+    const invitation = await pendingInvitation(deps, token);
+    if (who.email.toLowerCase() !== invitation.email.toLowerCase())
+      throw errors.forbidden(`This invitation is for another email address than ${who.email}: sign in as the invited one`, {
+        reason: 'invitation_email_mismatch',
+      });
+    return joinWithInvitation(deps, ctx, invitation, { name: who.name, passwordHash: NO_PASSWORD, method: 'external' });
+  }
+
   return {
     async exchangeExternalToken(
       req: identityV1.ExchangeExternalTokenRequest,
@@ -96,14 +111,21 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
       return signIn(await issuerFor(settings.exchange.issuer).verify(req.token, settings.exchange.audience), ctx);
     },
 
+    async listOAuthProviders(): Promise<identityV1.ListOAuthProvidersResponse> {
+      return { providers: Object.keys(settings.oauth).sort() };
+    },
+
     async startOAuth(req: identityV1.StartOAuthRequest): Promise<identityV1.StartOAuthResponse> {
       const client = provider(req.provider);
+      // A link already used, revoked or expired is refused now, before the visitor goes to the provider.
+      if (req.invitationToken) await pendingInvitation(deps, req.invitationToken);
       const meta = await issuerFor(client.issuer).metadata();
       const codeVerifier = randomBytes(32).toString('base64url');
       const nonce = randomBytes(16).toString('base64url');
       // The state carries what the callback needs, sealed (AES-GCM with the master key): nothing is stored per
       // start, so unauthenticated starts cannot fill the store.
       const flow: OAuthFlow = { p: req.provider, v: codeVerifier, n: nonce, r: req.redirectUri, e: Date.now() + STATE_TTL_MS };
+      if (req.invitationToken) flow.i = req.invitationToken;
       const state = Buffer.from(deps.box.encrypt(JSON.stringify(flow))).toString('base64url');
       const url = new URL(meta.authorization_endpoint);
       url.search = new URLSearchParams({
@@ -135,7 +157,7 @@ export function externalAuthHandlers(deps: IdentityDeps, settings: ExternalAuthS
         if (err instanceof DuplicateKeyError) throw errors.badRequest('invalid_state', 'This sign-in was already completed: start again');
         throw err;
       }
-      return signIn(who, ctx);
+      return flow.i ? join(flow.i, who, ctx) : signIn(who, ctx);
     },
   };
 }

@@ -108,52 +108,73 @@ export function invitationHandlers(deps: IdentityDeps) {
       const name = c.text('name', req.name, 1, 200);
       const password = c.password('password', req.password);
       c.done();
-      const invitation = req.token ? await store.collection(invitations).findOne({ tokenHash: sha256Hex(req.token) }) : null;
-      if (!invitation || invitation.status !== 'pending' || hasExpired(invitation.expiresAt)) throw notValid();
-      const tenant = await store.collection(tenants).get(invitation.tenantId);
-      if (!tenant) throw notValid();
-      const user = newUser({
-        tenantId: invitation.tenantId,
-        email: invitation.email,
-        name,
-        role: invitation.role,
-        passwordHash: await hashPassword(password),
-        // The link came to this address: it is verified.
-        emailVerified: true,
-      });
-      let started;
-      try {
-        // The invitation's place under the members cap becomes the member's: nothing to take.
-        started = await store.transaction(async (tx) => {
-          const taken = await tx
-            .collection(invitations)
-            .update(invitation.id, { status: 'pending' }, { status: 'accepted', updatedAt: nowIso() });
-          if (!taken) throw notValid();
-          await tx.collection(users).insert(user);
-          await userCreated(tx, user);
-          const actor = { type: 'user' as const, id: user.id, email: user.email };
-          await recordAudit(
-            tx,
-            ctx,
-            {
-              tenantId: user.tenantId,
-              action: 'invitation.accepted',
-              target: { type: 'invitation', id: invitation.id },
-              changes: { after: { userId: user.id, role: user.role } },
-            },
-            actor,
-          );
-          const session = await startSession(deps, tx, user);
-          await signedIn(tx, ctx, user, session.session.id, 'invitation');
-          return session;
-        });
-      } catch (err) {
-        if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
-        throw err;
-      }
-      deps.relay.notify();
-      deps.audit.kick();
-      return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens: started.tokens };
+      const invitation = await pendingInvitation(deps, req.token);
+      return joinWithInvitation(deps, ctx, invitation, { name, passwordHash: await hashPassword(password), method: 'invitation' });
     },
   };
+}
+
+/** The pending invitation of a link's token; a used, revoked, expired or unknown one is 410 `invitation_not_valid`. */
+export async function pendingInvitation(deps: IdentityDeps, token: string): Promise<InvitationDoc> {
+  const invitation = token ? await deps.store.collection(invitations).findOne({ tokenHash: sha256Hex(token) }) : null;
+  if (!invitation || invitation.status !== 'pending' || hasExpired(invitation.expiresAt)) throw notValid();
+  return invitation;
+}
+
+/**
+ * Accepts the invitation, once (a compare-and-set on its status): its invitee becomes a user of its tenant with its
+ * role and is signed in. `method` is how they proved the address: the emailed link itself (`invitation`, a password
+ * set) or the OpenID provider's verified email (`external`, no password).
+ */
+export async function joinWithInvitation(
+  deps: IdentityDeps,
+  ctx: CallContext,
+  invitation: InvitationDoc,
+  f: { name: string; passwordHash: string; method: 'invitation' | 'external' },
+): Promise<identityV1.AcceptInvitationResponse> {
+  const { store } = deps;
+  const tenant = await store.collection(tenants).get(invitation.tenantId);
+  if (!tenant) throw notValid();
+  const user = newUser({
+    tenantId: invitation.tenantId,
+    email: invitation.email,
+    name: f.name,
+    role: invitation.role,
+    passwordHash: f.passwordHash,
+    // The link came to this address (or the provider vouches for it): it is verified.
+    emailVerified: true,
+  });
+  let started;
+  try {
+    // The invitation's place under the members cap becomes the member's: nothing to take.
+    started = await store.transaction(async (tx) => {
+      const taken = await tx
+        .collection(invitations)
+        .update(invitation.id, { status: 'pending' }, { status: 'accepted', updatedAt: nowIso() });
+      if (!taken) throw notValid();
+      await tx.collection(users).insert(user);
+      await userCreated(tx, user);
+      const actor = { type: 'user' as const, id: user.id, email: user.email };
+      await recordAudit(
+        tx,
+        ctx,
+        {
+          tenantId: user.tenantId,
+          action: 'invitation.accepted',
+          target: { type: 'invitation', id: invitation.id },
+          changes: { after: { userId: user.id, role: user.role } },
+        },
+        actor,
+      );
+      const session = await startSession(deps, tx, user);
+      await signedIn(tx, ctx, user, session.session.id, f.method);
+      return session;
+    });
+  } catch (err) {
+    if (err instanceof DuplicateKeyError) throw errors.conflict('Email is already registered', { field: 'email' });
+    throw err;
+  }
+  deps.relay.notify();
+  deps.audit.kick();
+  return { user: toUser(user), tenant: toTenant(tenant), role: user.role, tokens: started.tokens };
 }

@@ -693,6 +693,18 @@ export interface StartOAuthRequest {
   provider: string;
   /** Where the provider sends the browser back (PUBLIC_URL/oauth/{provider}/callback). */
   redirectUri: string;
+  /**
+   * An invitation's one-time token, or empty: the sign-in then accepts that invitation (the provider's verified
+   * email must be the invited one) instead of signing in or creating a tenant.
+   */
+  invitationToken: string;
+}
+
+export interface ListOAuthProvidersRequest {
+}
+
+export interface ListOAuthProvidersResponse {
+  providers: string[];
 }
 
 export interface StartOAuthResponse {
@@ -11482,7 +11494,7 @@ export const ExchangeExternalTokenRequest: MessageFns<ExchangeExternalTokenReque
 };
 
 function createBaseStartOAuthRequest(): StartOAuthRequest {
-  return { provider: "", redirectUri: "" };
+  return { provider: "", redirectUri: "", invitationToken: "" };
 }
 
 export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
@@ -11492,6 +11504,9 @@ export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
     }
     if (message.redirectUri !== "") {
       writer.uint32(18).string(message.redirectUri);
+    }
+    if (message.invitationToken !== "") {
+      writer.uint32(26).string(message.invitationToken);
     }
     return writer;
   },
@@ -11525,6 +11540,14 @@ export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
             message.redirectUri = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.invitationToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -11545,6 +11568,11 @@ export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
         : isSet(object.redirect_uri)
         ? globalThis.String(object.redirect_uri)
         : "",
+      invitationToken: isSet(object.invitationToken)
+        ? globalThis.String(object.invitationToken)
+        : isSet(object.invitation_token)
+        ? globalThis.String(object.invitation_token)
+        : "",
     };
   },
 
@@ -11556,6 +11584,9 @@ export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
     if (message.redirectUri !== "") {
       obj.redirectUri = message.redirectUri;
     }
+    if (message.invitationToken !== "") {
+      obj.invitationToken = message.invitationToken;
+    }
     return obj;
   },
 
@@ -11566,6 +11597,130 @@ export const StartOAuthRequest: MessageFns<StartOAuthRequest> = {
     const message = createBaseStartOAuthRequest();
     message.provider = object.provider ?? "";
     message.redirectUri = object.redirectUri ?? "";
+    message.invitationToken = object.invitationToken ?? "";
+    return message;
+  },
+};
+
+function createBaseListOAuthProvidersRequest(): ListOAuthProvidersRequest {
+  return {};
+}
+
+export const ListOAuthProvidersRequest: MessageFns<ListOAuthProvidersRequest> = {
+  encode(_: ListOAuthProvidersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListOAuthProvidersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListOAuthProvidersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListOAuthProvidersRequest {
+    return {};
+  },
+
+  toJSON(_: ListOAuthProvidersRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListOAuthProvidersRequest>): ListOAuthProvidersRequest {
+    return ListOAuthProvidersRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ListOAuthProvidersRequest>): ListOAuthProvidersRequest {
+    const message = createBaseListOAuthProvidersRequest();
+    return message;
+  },
+};
+
+function createBaseListOAuthProvidersResponse(): ListOAuthProvidersResponse {
+  return { providers: [] };
+}
+
+export const ListOAuthProvidersResponse: MessageFns<ListOAuthProvidersResponse> = {
+  encode(message: ListOAuthProvidersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.providers) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListOAuthProvidersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListOAuthProvidersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.providers.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListOAuthProvidersResponse {
+    return {
+      providers: globalThis.Array.isArray(object?.providers)
+        ? object.providers.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListOAuthProvidersResponse): unknown {
+    const obj: any = {};
+    if (message.providers?.length) {
+      obj.providers = message.providers;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListOAuthProvidersResponse>): ListOAuthProvidersResponse {
+    return ListOAuthProvidersResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListOAuthProvidersResponse>): ListOAuthProvidersResponse {
+    const message = createBaseListOAuthProvidersResponse();
+    message.providers = object.providers?.map((e) => e) || [];
     return message;
   },
 };
@@ -16202,6 +16357,18 @@ export const IdentityServiceService = {
       Buffer.from(ExchangeExternalTokenResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ExchangeExternalTokenResponse => ExchangeExternalTokenResponse.decode(value),
   },
+  /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for the sign-in buttons. */
+  listOAuthProviders: {
+    path: "/identity.v1.IdentityService/ListOAuthProviders" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListOAuthProvidersRequest): Buffer =>
+      Buffer.from(ListOAuthProvidersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListOAuthProvidersRequest => ListOAuthProvidersRequest.decode(value),
+    responseSerialize: (value: ListOAuthProvidersResponse): Buffer =>
+      Buffer.from(ListOAuthProvidersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListOAuthProvidersResponse => ListOAuthProvidersResponse.decode(value),
+  },
   /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
   startOAuth: {
     path: "/identity.v1.IdentityService/StartOAuth" as const,
@@ -16446,6 +16613,8 @@ export interface IdentityServiceServer extends UntypedServiceImplementation {
    * (a new tenant and user for an email not seen before).
    */
   exchangeExternalToken: handleUnaryCall<ExchangeExternalTokenRequest, ExchangeExternalTokenResponse>;
+  /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for the sign-in buttons. */
+  listOAuthProviders: handleUnaryCall<ListOAuthProvidersRequest, ListOAuthProvidersResponse>;
   /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
   startOAuth: handleUnaryCall<StartOAuthRequest, StartOAuthResponse>;
   /** The provider's code and our state: the code is redeemed once, its ID token verified, the user signed in. */
@@ -17198,6 +17367,22 @@ export interface IdentityServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ExchangeExternalTokenResponse) => void,
+  ): ClientUnaryCall;
+  /** The names of the configured OpenID Connect providers (OAUTH_PROVIDERS), for the sign-in buttons. */
+  listOAuthProviders(
+    request: ListOAuthProvidersRequest,
+    callback: (error: ServiceError | null, response: ListOAuthProvidersResponse) => void,
+  ): ClientUnaryCall;
+  listOAuthProviders(
+    request: ListOAuthProvidersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListOAuthProvidersResponse) => void,
+  ): ClientUnaryCall;
+  listOAuthProviders(
+    request: ListOAuthProvidersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListOAuthProvidersResponse) => void,
   ): ClientUnaryCall;
   /** The authorization address of a configured OpenID Connect provider, with state, PKCE and nonce kept here. */
   startOAuth(
