@@ -95,7 +95,9 @@ it('SIGKILL of identity between an invitation commit and its send: the email arr
   const [sent] = mail.held.filter((m) => m.to === email);
   const delivered = mail.received.filter((m) => m.to === email);
   expect(delivered.map((m) => [m.subject, m.messageId])).toEqual([['You are invited to Inviting', sent.messageId]]);
-  // Sent means gone from the outbox: the link works, and nothing more is sent to the address.
+  // Sent means gone from the outbox: the link works (once the gateway has found the new process again, as a client
+  // retrying a 503 would), and nothing more is sent to the address.
+  expect(await readyWithin(api, 10_000)).toBe(200);
   const token = linkToken(delivered[0], '/invitations');
   const accepted = await api.post('/api/v1/auth/invitations/accept', { token, name: 'After the crash', password: 'a long password' });
   expect(accepted.status).toBe(200);
