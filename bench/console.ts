@@ -36,7 +36,8 @@ async function main() {
   const pages = [
     { path: '/login', heading: '#app h1', signedIn: false },
     { path: '/projects', heading: '#app h1', signedIn: true },
-    { path: '/usage', heading: '#app canvas', signedIn: true },
+    // The chart drawn, not only its canvas: Chart.js loads beside the data.
+    { path: '/usage', heading: '#app canvas[data-drawn]', signedIn: true },
     // Every other console page (issue 34: each under 60 KB of compressed JavaScript).
     ...['/agents', '/chat', '/webhooks', '/models', '/requests', '/events', '/mcp-servers', '/audit-log'].map((path) => ({
       path,

@@ -150,6 +150,8 @@ it('draws credits per day by model and shows each key with its usage on /usage',
     await page.goto(`${stack.url}/usage`);
     const chart = page.getByRole('img', { name: `Credits per day by model: ${credits.toLocaleString('en-US')} credits in 30 days` });
     await chart.waitFor();
+    // Chart.js arrives beside the data: drawn once it has.
+    await page.locator('#app canvas[data-drawn]').waitFor();
     // The chart has marks: pixels in each model's colour (the palette's first two), drawn by Chart.js on the canvas.
     const painted = await chart.evaluate((canvas: any) => {
       const { data } = canvas.getContext('2d')!.getImageData(0, 0, canvas.width, canvas.height);

@@ -1,11 +1,15 @@
 // /usage: credits per UTC day stacked by model (a Chart.js bar chart), and a table per API key with the window's
 // usage beside each key's live counters. Both come from GET /billing/usage, which is built from the ledger.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
-import { BarController, BarElement, CategoryScale, Chart, Legend, LinearScale, Tooltip } from 'chart.js';
 import { call, listAll } from '../sdk';
 import { ErrorText, integer, useLoad } from '../ui';
 
-Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, Tooltip);
+// Chart.js is most of this page's bytes: fetched beside the usage data (not before it, as a static import made it),
+// and the chart drawn once both are here.
+const chartJs = import('chart.js').then(({ BarController, BarElement, CategoryScale, Chart, Legend, LinearScale, Tooltip }) => {
+  Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, Tooltip);
+  return Chart;
+});
 
 interface UsageRow {
   start: string;
@@ -41,25 +45,34 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
   const canvas = useRef<HTMLCanvasElement>(null);
   useEffect(() => {
     const models = [...new Set(rows.map((r) => r.model ?? 'unknown'))].sort();
-    const chart = new Chart(canvas.current!, {
-      type: 'bar',
-      data: {
-        labels: days,
-        datasets: models.map((model, i) => ({
-          label: model,
-          data: days.map((d) =>
-            rows.filter((r) => r.start.startsWith(d) && (r.model ?? 'unknown') === model).reduce((n, r) => n + r.credits, 0),
-          ),
-          backgroundColor: PALETTE[i % PALETTE.length],
-        })),
-      },
-      options: {
-        animation: false,
-        maintainAspectRatio: false,
-        scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: 'Credits' } } },
-      },
+    let chart: { destroy(): void } | undefined;
+    let gone = false;
+    void chartJs.then((Chart) => {
+      if (gone) return;
+      chart = new Chart(canvas.current!, {
+        type: 'bar',
+        data: {
+          labels: days,
+          datasets: models.map((model, i) => ({
+            label: model,
+            data: days.map((d) =>
+              rows.filter((r) => r.start.startsWith(d) && (r.model ?? 'unknown') === model).reduce((n, r) => n + r.credits, 0),
+            ),
+            backgroundColor: PALETTE[i % PALETTE.length],
+          })),
+        },
+        options: {
+          animation: false,
+          maintainAspectRatio: false,
+          scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: 'Credits' } } },
+        },
+      });
+      canvas.current!.dataset.drawn = 'true';
     });
-    return () => chart.destroy();
+    return () => {
+      gone = true;
+      chart?.destroy();
+    };
   }, [days, rows]);
   const total = rows.reduce((n, r) => n + r.credits, 0);
   return (
