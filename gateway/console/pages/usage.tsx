@@ -6,10 +6,7 @@ import { ErrorText, integer, useLoad } from '../ui';
 
 // Chart.js is most of this page's bytes: fetched beside the usage data (not before it, as a static import made it),
 // and the chart drawn once both are here.
-const chartJs = import('chart.js').then(({ BarController, BarElement, CategoryScale, Chart, Legend, LinearScale, Tooltip }) => {
-  Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend, Tooltip);
-  return Chart;
-});
+const chartJs = import('../chart').then((m) => m.Chart);
 
 interface UsageRow {
   start: string;
