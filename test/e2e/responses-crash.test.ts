@@ -6,13 +6,16 @@ import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, createKey, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 import { freePort } from '../helpers/redis';
+import { joinedDeltas, readSse, type SseEvent, type SseResult } from '../helpers/sse';
 
 // The system as `npm start` runs it with one process per service. A streamed response of the OpenAI-compatible API
 // is dropped by its client at event 10, then the chat service generating it is SIGKILLed. Resumed with
 // starting_after=10, the stream sends 11..N with no gap and no duplicate: the chunks stored before the kill, then
 // response.failed (the reply was interrupted), never response.completed. A chat completion and an embeddings call
 // with an Idempotency-Key, cut the same way, are retried with their keys: the provider is not called again; a keyed
-// response whose gateway was SIGKILLed ends in chat, and its retry gets it replayed.
+// response whose gateway was SIGKILLed ends in chat, and its retry gets it replayed. REST chat replies streaming at once
+// (their chunks stored in shared group-committed batches), followed live when chat is SIGKILLed: each, read again from
+// the start and resumed from the last id its reader saw, runs on with no gap and no duplicate, and is billed once.
 jest.setTimeout(120_000);
 
 let dataDir: string;
@@ -142,4 +145,90 @@ it('a /v1 call with an Idempotency-Key cut by SIGKILL (of chat, then of the gate
   expect(replayed!.body).toMatchObject({ status: 'completed', output: [{ content: [{ text: 'answered once' }] }] });
   expect((await api.get(`/v1/responses/${replayed!.body.id}`, { token: key })).body.status).toBe('completed');
   expect(asked('keyed-gateway')).toBe(1);
+});
+
+/**
+ * A REST chat stream's deltas, `from` the text offset it resumed at: each id is `<reply>:<offset>` and each delta
+ * starts where the one before ended (no gap, no duplicate, ids strictly increasing). Returns the offset reached.
+ */
+function expectContinuous(events: SseEvent[], replyId: string, from: number): number {
+  let offset = from;
+  for (const e of events.filter((x) => x.event === 'message.delta')) {
+    expect(e.data.delta.length).toBeGreaterThan(0);
+    offset += e.data.delta.length;
+    expect(e.id).toBe(`${replyId}:${offset}`);
+  }
+  return offset;
+}
+
+it('REST chat replies sharing group-committed batches, followed live when chat is SIGKILLed, resume with no gap and no duplicate', async () => {
+  // The system the tests above left running.
+  const api = client(system!.url);
+  const token = (await signUp(api, 'BatchedRepliesCrash')).accessToken;
+  await api.patch('/api/v1/tenant/settings/llm', { provider: 'openai', model: 'gpt-fake', baseUrl: fake.url, apiKey: 'sk-x' }, { token });
+  const balance = async () => (await api.get('/api/v1/billing/summary', { token })).body.data.credits;
+  const before = (await balance()).balance;
+
+  // Four slow replies at once in the one chat process: their chunks share the batches that store them.
+  const texts = [0, 1, 2, 3].map((r) => Array.from({ length: 200 }, (_, i) => `r${r}w${i}`).join(' '));
+  for (const text of texts) fake.script({ type: 'text', text, delayMs: 30 });
+  const sessions: string[] = await Promise.all(
+    texts.map(async () => (await api.post('/api/v1/chat/sessions', {}, { token })).body.data.id),
+  );
+  const posted = await Promise.all(
+    sessions.map((s, r) => api.post(`/api/v1/chat/sessions/${s}/messages`, { content: `talk slowly ${r}` }, { token })),
+  );
+  expect(posted.map((p) => p.status)).toEqual([202, 202, 202, 202]);
+  const replyIds: string[] = posted.map((p) => p.body.data.responseMessageId);
+  const url = (session: string) => `${system!.url}/api/v1/chat/sessions/${session}/stream`;
+  const deltas = (events: SseEvent[]) => events.filter((e) => e.event === 'message.delta');
+
+  // Each followed live: chat dies once every reader has sent a few deltas; its stream ends with an error event.
+  const following: Array<Promise<void>> = [];
+  const readers = sessions.map((session) => {
+    let sent!: () => void;
+    following.push(new Promise<void>((resolve) => (sent = resolve)));
+    return readSse(url(session), { token, stopAfter: (events) => (deltas(events).length >= 5 && sent(), false) });
+  });
+  await Promise.all(following);
+  const pid = await system!.killService('chat');
+  const live = await Promise.all(readers);
+  await system!.restarted('chat', pid);
+
+  for (const [r, session] of sessions.entries()) {
+    const replyId = replyIds[r];
+    expect(live[r].events.at(-1)).toMatchObject({ event: 'error' });
+    const seen = expectContinuous(live[r].events, replyId, 0);
+    // Read again from the start, once the restarted chat service has failed the cut reply.
+    let whole!: SseResult;
+    await eventually(async () => {
+      whole = await readSse(url(session), { token }).catch(() => whole);
+      return whole?.events.at(-1)?.data?.code === 'REPLY_INTERRUPTED';
+    }, 30_000);
+    const stored = (await api.get(`/api/v1/chat/sessions/${session}/messages`, { token })).body.data.find(
+      (m: { id: string }) => m.id === replyId,
+    );
+    expect(stored).toMatchObject({ status: 'failed', error: { code: 'REPLY_INTERRUPTED' } });
+    const end = stored.content.length;
+    expect(expectContinuous(whole.events, replyId, 0)).toBe(end);
+    expect(whole.events.at(-1)!.id).toBe(`${replyId}:${end}:end`);
+    expect(joinedDeltas(whole.events)).toBe(stored.content);
+    // Resumed from the last id its reader saw before the kill: what it was sent is kept, and the rest follows it.
+    const resumed = await readSse(url(session), { token, headers: { 'last-event-id': deltas(live[r].events).at(-1)!.id! } });
+    expect(expectContinuous(resumed.events, replyId, seen)).toBe(end);
+    expect(resumed.events.at(-1)).toMatchObject({ event: 'error', id: `${replyId}:${end}:end`, data: { code: 'REPLY_INTERRUPTED' } });
+    expect(joinedDeltas(live[r].events) + joinedDeltas(resumed.events)).toBe(stored.content);
+    // The four started at once: the provider answered each with the text whose first word it begins with.
+    expect(texts.find((t) => t.startsWith(stored.content.split(' ')[0] + ' '))?.startsWith(stored.content)).toBe(true);
+  }
+
+  // Each billed once: one request-log entry per reply (its cut call), and the balance fell by their credits alone.
+  let log: Array<{ requestId: string; status: string; errorCode: string; credits: number }> = [];
+  await eventually(async () => {
+    log = (await api.get('/api/v1/requests?source=chat&limit=100', { token })).body.data;
+    return log.length >= 4 && (await balance()).reserved === 0;
+  }, 30_000);
+  expect(log.map((e) => e.requestId).sort()).toEqual(posted.map((p) => p.headers.get('x-request-id')).sort());
+  expect(log.map((e) => [e.status, e.errorCode])).toEqual(Array(4).fill(['error', 'REPLY_INTERRUPTED']));
+  expect(before - (await balance()).balance).toBe(log.reduce((n, e) => n + e.credits, 0));
 });

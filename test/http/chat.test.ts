@@ -382,8 +382,8 @@ describe('streamed replies', () => {
     expect((await stream(id, owner.accessToken)).status).toBe(200);
   });
 
-  it('counts /v1 streams and REST chat streams against the one SSE_STREAMS_PER_TENANT', async () => {
-    const t = await signUp(api, 'Streams on both APIs');
+  it('counts /v1, REST chat and /mcp streams against the one SSE_STREAMS_PER_TENANT; closing one frees a place', async () => {
+    const t = await signUp(api, 'Streams on every API');
     await api.patch(LLM, { provider: 'openai', baseUrl: openai.url, model: 'gpt-test', apiKey: OPENAI_KEY }, { token: t.accessToken });
     const key = (await createKey(api, t.accessToken)).key;
     // Streams that outlast the checks (each is cancelled, or hung up on, at the end).
@@ -395,9 +395,15 @@ describe('streamed replies', () => {
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
         body: JSON.stringify({ model: 'gpt-test', stream: true, messages: [{ role: 'user', content: 'talk slowly' }] }),
       });
-    // Two /v1 streams and one REST chat stream hold the tenant's three places.
-    const held = [await v1(), await v1()];
-    expect(held.map((r) => r.status)).toEqual([200, 200]);
+    // MCP's Streamable HTTP GET: the server's event stream, open until its client leaves.
+    const mcp = () => fetch(`${stack.url}/mcp`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } });
+    const refusal = { code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } };
+
+    // One stream of each kind holds the tenant's three places.
+    const heldV1 = await v1();
+    const heldMcp = await mcp();
+    expect([heldV1.status, heldMcp.status]).toEqual([200, 200]);
+    expect(heldMcp.headers.get('content-type')).toContain('text/event-stream');
     const id = await newSession(t.accessToken);
     await post(t.accessToken, id, 'talk slowly');
     let opened!: () => void;
@@ -405,20 +411,38 @@ describe('streamed replies', () => {
     let checked = false;
     const rest = stream(id, t.accessToken, { stopAfter: (events) => (events.length === 1 && opened(), checked) });
     await whenOpened;
+
+    // The next stream of any kind is refused.
     const refusedV1 = await v1();
     expect(refusedV1.status).toBe(429);
     expect(await refusedV1.text()).toContain('too_many_streams');
     const refusedRest = await stream(await newSession(t.accessToken), t.accessToken);
     expect(refusedRest.status).toBe(429);
-    expect(refusedRest.body.error).toMatchObject({ code: 'RATE_LIMIT_EXCEEDED', details: { reason: 'too_many_streams', limit: 3 } });
+    expect(refusedRest.body.error).toMatchObject(refusal);
+    const refusedMcp = await mcp();
+    expect(refusedMcp.status).toBe(429);
+    expect(((await refusedMcp.json()) as { error: unknown }).error).toMatchObject(refusal);
+
+    // Closing the /mcp stream frees its place, which a stream of another kind takes; then the cap holds again.
+    await heldMcp.body!.cancel();
+    let again!: Response;
+    await eventually(async () => {
+      again = await v1();
+      if (again.status === 200) return true;
+      await again.body?.cancel();
+      return false;
+    });
+    const full = await mcp();
+    expect(full.status).toBe(429);
+    await full.body?.cancel();
     checked = true;
-    for (const r of held) await r.body!.cancel();
+    for (const r of [heldV1, again]) await r.body!.cancel();
     expect((await rest).hungUp).toBe(true);
     // Every place is free again once the streams closed.
     await eventually(async () => {
-      const again = await v1();
-      await again.body?.cancel();
-      return again.status !== 429;
+      const free = await mcp();
+      await free.body?.cancel();
+      return free.status === 200;
     });
   });
 

@@ -1,11 +1,12 @@
 /**
  * The tenant's open server-sent event streams on this gateway (SSE_STREAMS_PER_TENANT): one count for every SSE route
- * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams, the live event stream), so one tenant cannot hold
- * every socket of a gateway whatever route it streams from. The place is taken where it is checked, with no await
- * between the check and the count, so a burst of concurrent requests cannot pass the cap; it is freed once, when
- * the response closes (however it ends: finished, refused, or its client gone). Counted per gateway: it guards this
- * process's sockets, as each gateway has its own. Below it, the writer those routes share: the SSE response with its
- * heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route ends on shutdown (`OpenStreams`).
+ * (`/v1` chat completions and responses, REST chat reply streams, pass-through streams, the live event stream, the
+ * `/mcp` GET stream), so one tenant cannot hold every socket of a gateway whatever route it streams from. The place is
+ * taken where it is checked, with no await between the check and the count, so a burst of concurrent requests cannot
+ * pass the cap; it is freed once, when the response closes (however it ends: finished, refused, or its client gone).
+ * Counted per gateway: it guards this process's sockets, as each gateway has its own. Below it, the writer those routes
+ * share: the SSE response with its heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route
+ * ends on shutdown (`OpenStreams`).
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply } from 'fastify';
@@ -143,10 +144,10 @@ export function openStreams(app: FastifyInstance): OpenStreams {
 }
 
 export class OpenStreams {
-  private readonly open = new Set<{ writer: SseWriter; cancel: () => void }>();
+  private readonly open = new Set<{ writer: Pick<SseWriter, 'end'>; cancel: () => void }>();
 
-  /** Keeps `writer` until it ends; `cancel` stops what feeds it. */
-  add(writer: SseWriter, cancel: () => void): () => void {
+  /** Keeps `writer` until it ends; `cancel` stops what feeds it. Returns what forgets it. */
+  add(writer: Pick<SseWriter, 'end'>, cancel: () => void): () => void {
     const entry = { writer, cancel };
     this.open.add(entry);
     return () => this.open.delete(entry);

@@ -1,9 +1,10 @@
 /**
  * `/mcp` (CONTRACT.md 11): the platform as an MCP server over Streamable HTTP, with the official SDK's server and
- * transport (stateless: a server per request, JSON answers). Only a tenant API key authenticates (a user token or
- * cookie: 401). Each tool mirrors a REST route and needs its scope: a tool outside the key's scopes is absent from
- * tools/list, and calling it is a JSON-RPC error. The tools call the services with the key's own credential, so
- * tenancy, limits and credits apply as they do on the REST API.
+ * transport (stateless: a server per request, JSON answers; a GET's event stream counts against SSE_STREAMS_PER_TENANT
+ * with every other SSE route's). Only a tenant API key authenticates (a user token or cookie: 401). Each tool mirrors a
+ * REST route and needs its scope: a tool outside the key's scopes is absent from tools/list, and calling it is a
+ * JSON-RPC error. The tools call the services with the key's own credential, so tenancy, limits and credits apply as
+ * they do on the REST API.
  *
  * The route is registered at start-up like every other (route table, OpenAPI, 405s), but the SDK (its server, the
  * Streamable HTTP transport and zod: ~300 ms to load) is required by the first `/mcp` request: the gateway starts
@@ -16,6 +17,7 @@ import { isAppError, type CallOptions } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
 import { assertKeyTokens } from '../lib/key-usage';
 import type { Principal } from '../lib/principal';
+import { openStreams, tenantStreams } from '../lib/sse';
 import { agentView, runView } from './agents';
 import { projectView } from './projects';
 
@@ -208,7 +210,15 @@ function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions,
   return server;
 }
 
+/** A GET that opens the server's event stream (the transport answers one without `text/event-stream` with a 406). */
+function opensStream(request: FastifyRequest): boolean {
+  return request.method === 'GET' && (request.headers.accept ?? '').includes('text/event-stream');
+}
+
 export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
+  /** Open streams per tenant, one count with the other SSE routes (lib/sse.ts). */
+  const streams = tenantStreams(deps);
+  const open = openStreams(app);
   const handler = async (request: FastifyRequest, reply: FastifyReply) => {
     // One HTTP request is one count against the key's rates, so it carries one message: a JSON-RPC batch (which MCP
     // dropped in its 2025-06-18 revision, and no SDK client sends) would run up to 100 tool calls on one count.
@@ -218,17 +228,23 @@ export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         id: null,
         error: { code: -32600, message: 'JSON-RPC batches are not supported: send one message per request' },
       });
+    // The GET stream stays open until its client leaves: it takes a place as the other SSE routes' streams do.
+    const stream = opensStream(request);
+    if (stream) streams.holdFor(reply);
     const principal = request.principal!;
     const call: CallOptions = { token: principal.token, requestId: request.id, clientIp: request.ip };
     const server = buildServer(deps, principal, call, reply);
-    // Stateless: no session id, one server per request, JSON answers (no stream to keep open).
+    // Stateless: no session id, one server per request, JSON answers to POSTs (a GET opens the server's event stream).
     const transport = new (mcpSdk().StreamableHTTPServerTransport)({ sessionIdGenerator: undefined, enableJsonResponse: true });
     reply.hijack();
     reply.raw.setHeader('x-request-id', request.id);
-    reply.raw.on('close', () => {
+    const close = () => {
       void transport.close();
       void server.close();
-    });
+    };
+    reply.raw.on('close', close);
+    // An open stream would hold the gateway open on shutdown: it is ended with the other routes' streams.
+    if (stream) reply.raw.once('close', open.add({ end: () => reply.raw.end() }, close));
     await server.connect(transport);
     await transport.handleRequest(request.raw, reply.raw, request.body);
   };

@@ -55,8 +55,9 @@ export interface MessageDoc {
   createdAt: string;
   completedAt: string | null;
   /**
-   * Replies of the OpenAI-compatible API (CONTRACT.md 9) keep where each streamed chunk ends (`ends[i]`, the text's
-   * length after chunk i), so a resumed stream sends exactly the chunks the first reader got, numbered alike.
+   * Durable replies (the OpenAI-compatible API's, CONTRACT.md 9, and REST chat's) keep where each streamed chunk ends
+   * (`ends[i]`, the text's length after chunk i), so a resumed stream sends exactly the chunks the first reader got,
+   * numbered alike.
    */
   ends?: number[];
   /** The tool calls the model made (arguments as JSON text). */

@@ -215,6 +215,8 @@ export function chatHandlers(deps: ChatDeps) {
             message: reply,
             history: prompt,
             llm: { ...(chosen.llm ?? { settings: plan.primary[0].settings, keySource: 'tenant' }), plan },
+            // Its stream resumes by Last-Event-ID, after a crash too: readers send only stored chunks (group commit).
+            durable: true,
           },
           hold: holdOf(reply.id, plan, promptChars),
           inputs: [user],

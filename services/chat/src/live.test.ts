@@ -1,4 +1,5 @@
 import { AppError } from '@svc/kit';
+import type { MessageDoc } from './collections';
 import { LiveReply } from './live';
 import { parseEventId, resumeFrom } from './stream';
 
@@ -10,6 +11,20 @@ describe('LiveReply', () => {
     expect(live.ends).toEqual([3, 7, 10, 12]);
     expect(live.text()).toBe('Hello, world');
     expect([0, 2, 3, 6, 7, 11, 12, 99].map((o) => live.indexAfter(o))).toEqual([0, 0, 1, 1, 2, 3, 4, 4]);
+  });
+
+  it("lets readers send a stored reply's chunks once stored, and once final only those it kept", () => {
+    const stored = new LiveReply('msg_1', true);
+    for (const d of ['a', 'bc', 'def']) stored.append(d);
+    expect(stored.sendable()).toBe(0);
+    stored.markDurable(2);
+    expect(stored.sendable()).toBe(2);
+    // Failed by another process with the text it had stored: the chunk past it is never sent.
+    stored.finish({ content: 'abc' } as MessageDoc);
+    expect(stored.sendable()).toBe(2);
+    const unstored = new LiveReply('msg_2');
+    for (const d of ['a', 'bc']) unstored.append(d);
+    expect(unstored.sendable()).toBe(2);
   });
 
   it('wakes waiters on append and on finish, and on abort', async () => {

@@ -20,7 +20,20 @@ export class LiveReply {
   private joined = '';
   private joinedChunks = 0;
 
-  constructor(readonly messageId: string) {}
+  /**
+   * `stored`: readers send a chunk only once it is in the store (a durable reply), so a reader resuming after a crash
+   * finds again every chunk it was sent, in any process.
+   */
+  constructor(
+    readonly messageId: string,
+    readonly stored = false,
+  ) {}
+
+  /** How many chunks readers may send now: those stored (a stored reply), else all; once final, those it kept. */
+  sendable(): number {
+    if (this.final) return this.indexAfter(this.final.content.length);
+    return this.stored ? this.durable : this.chunks.length;
+  }
 
   append(delta: string): void {
     if (delta === '') return;

@@ -85,7 +85,8 @@ export interface ReplyJob {
   tools?: LlmTool[];
   /**
    * Each chunk is stored (with where it ends) before any reader of a durable stream sends it: a stream resumed by
-   * chunk, even from another process or after a crash, continues exactly where the first reader was.
+   * chunk or by text offset (REST chat's Last-Event-ID), even from another process or after a crash, continues exactly
+   * where the first reader was.
    */
   durable?: boolean;
   /** Where the reply comes from instead of the tenant's model (an agent's run); such a reply bills nothing itself. */
@@ -394,7 +395,7 @@ export class Replies {
   /** Starts generating; returns at once. The message is stored as `pending` with a lease already. */
   start(job: ReplyJob): void {
     const abort = new AbortController();
-    const live = new LiveReply(job.message.id);
+    const live = new LiveReply(job.message.id, job.durable ?? false);
     this.live.set(job.message.id, live);
     const done = this.generate(job, live, abort.signal)
       .catch((err: unknown) => this.logger.error({ err, messageId: job.message.id }, 'reply generation crashed'))

@@ -80,14 +80,18 @@ export async function streamReply(deps: StreamDeps, req: chatV1.StreamReplyReque
 async function fromMemory(live: LiveReply, offset: number, send: Send, signal: AbortSignal): Promise<void> {
   let i = live.indexAfter(offset);
   while (!signal.aborted) {
-    for (; i < live.chunks.length && !signal.aborted; i++) {
+    // Only what the store keeps: a reader resuming after a crash (from its last id) finds every chunk it was sent.
+    for (; i < live.sendable() && !signal.aborted; i++) {
       const start = i === 0 ? 0 : live.ends[i - 1];
       const delta = start < offset ? live.chunks[i].slice(offset - start) : live.chunks[i];
       await send(event(live.messageId, { id: `${live.messageId}:${live.ends[i]}`, type: 'message.delta', delta }));
     }
     if (signal.aborted) return;
-    // Checked after the last chunk was sent: nothing can be appended once final is set.
-    if (live.final) return send(finalEvent(live.final));
+    // Nothing is appended once final is set: the final event follows the last chunk it kept.
+    if (live.final) {
+      if (i >= live.sendable()) return send(finalEvent(live.final));
+      continue;
+    }
     await live.changed(signal);
   }
 }
