@@ -190,8 +190,13 @@ it('accepts an invitation by signing in with the provider in chromium; another a
       // Through the provider in this browser, which it sends back to PUBLIC_URL's callback (not resolvable here):
       // that address is the stack's, opened by hand with what the provider put in it.
       const sentBack = page.waitForRequest((r) => r.url().startsWith(CALLBACK));
+      // The browser's own try at that address ends on its error page: that navigation must be over before ours, or it
+      // cuts ours short.
+      const failed = page.waitForEvent('requestfailed', (r) => r.url().startsWith(CALLBACK));
       await page.getByRole('button', { name: 'Join with acme' }).click();
       const back = new URL((await sentBack).url());
+      await failed;
+      await page.waitForURL((u) => u.protocol === 'chrome-error:', { timeout: 5_000 }).catch(() => undefined);
       await page.goto(`${stack.url}${back.pathname}${back.search}`);
       await page.waitForURL('**/projects');
       await page.getByText('carol@idp.example · Inviter').waitFor();
