@@ -20,7 +20,7 @@ import {
 import type { CallHold } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
-import { type ReplySlots, tooManyReplies } from './reply-slots';
+import type { ReplySlots } from './reply-slots';
 import type { ReplyJob, Replies } from './replies';
 
 export interface ReplyStarter {
@@ -131,10 +131,7 @@ export async function admitReply(
   // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
   if (start.hold) await deps.credits.reserve(c, start.hold);
   try {
-    // An early refusal, before the reply's write; the insert's transaction decides (ReplySlots).
-    const { replySlots } = deps;
-    if (start.hold && (await replySlots.unfinished(deps.store, auth.tid)) >= replySlots.limits.replies)
-      throw tooManyReplies(replySlots.limits.replies);
+    // The caps are counted in the insert's transaction (ReplySlots), where a refusal also releases the hold below.
     const docs = { inputs: start.inputs ?? [], reply, resp: start.resp ?? null, held: Boolean(start.hold) };
     await insert(deps, auth, start.newSession ?? null, docs, start.commit);
   } catch (err) {
@@ -152,9 +149,10 @@ async function insert(
   docs: { inputs: MessageDoc[]; reply: MessageDoc; resp: ResponseDoc | null; held: boolean },
   commit?: ReplyStart['commit'],
 ): Promise<void> {
-  // A key with a concurrency limit may be refused in the transaction: alone, so no other reply is rolled back with
-  // it. Else nothing here refuses, and the reply is stored with the others started meanwhile (group commit).
-  // Within another transaction (the session cap's) when one is given.
+  // A key with a concurrency limit takes its place with a write before it may refuse: alone, so no other reply is
+  // rolled back with it. Else the reply is stored with the others started meanwhile (group commit), where a tenant cap's
+  // refusal (which writes nothing first) fails this reply only. Within another transaction (the session cap's) when
+  // one is given.
   commit ??= (write, within) =>
     within ? within(write) : deps.keySlots.limited(auth) ? deps.store.transaction(write) : deps.replies.batch.commit(write);
   const write = async (tx: StoreSession) => {

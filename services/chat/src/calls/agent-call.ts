@@ -71,19 +71,20 @@ export function agentCall(deps: CallDeps, parts: CallParts) {
       .trim();
     // A previous response's run that has not ended (it waits for approval, or still runs): this response follows it.
     let runId = '';
+    let waiting = false;
     if (previous?.runId && previous.agentId === agentId) {
       const run = await peers.getRun(agentId, previous.runId, token);
       if (!['completed', 'failed', 'cancelled'].includes(run.status)) {
         runId = run.id;
-        if (req.approvalRequestId && (req.approvalRequestId !== run.id || run.status !== 'requires_approval'))
-          throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
+        waiting = run.status === 'requires_approval';
       }
     }
+    // A decision only for the run followed, while it waits for one.
+    if (req.approvalRequestId && (req.approvalRequestId !== runId || !waiting))
+      throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
     // Following a run another response started: capped per tenant and per key (ReplySlots), and holding a call's
     // reservation like any call while it follows (given back at its end: the run bills its own model calls).
     const following = runId !== '';
-    if (!runId && req.approvalRequestId)
-      throw errors.validation([{ field: 'input', message: 'the approval request is not waiting for a decision' }]);
     const projectId = metadata.project_id || session?.projectId || '';
     if (!runId) {
       if (!goal) throw errors.validation([{ field: 'input', message: 'must hold a user message (the goal of the agent run)' }]);
