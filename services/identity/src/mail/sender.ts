@@ -64,12 +64,18 @@ export class EmailSender {
       });
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearInterval(this.timer);
-    this.unwake?.();
-    await this.running;
-    holderStopped(this.owner);
+  private stopping: Promise<void> | null = null;
+
+  /** Stops sending and waits for a send in progress; called again (beforeStop, then onStop), the same wait. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.stopped = true;
+      clearInterval(this.timer);
+      this.unwake?.();
+      await this.running;
+      holderStopped(this.owner);
+    })();
+    return this.stopping;
   }
 
   private async drain(): Promise<void> {
