@@ -1,5 +1,5 @@
 // Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
-import { useCallback, useEffect, useState } from 'preact/hooks';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import type { OperationId, Input } from '@svc/sdk/browser';
 import { describe, isUnauthorized, pager, toLogin, type Item } from './sdk';
 
@@ -165,7 +165,8 @@ export function usePaged<K extends OperationId>(operation: K, input: Input<K>, k
     more: false,
     loading: true,
   });
-  const [source, setSource] = useState<ReturnType<typeof pager<K>>>();
+  // The walk in progress (its cursor): a reload starts a new one, which `Load more` then continues.
+  const source = useRef<ReturnType<typeof pager<K>>>();
   const load = async (p: ReturnType<typeof pager<K>>, keep: Array<Item<K>>) => {
     setState((s) => ({ ...s, loading: true }));
     try {
@@ -176,20 +177,20 @@ export function usePaged<K extends OperationId>(operation: K, input: Input<K>, k
       setState({ items: keep, more: false, error: describe(err), loading: false });
     }
   };
-  useEffect(() => {
-    const p = pager(operation, input);
-    setSource(p);
-    void load(p, []);
-    // `key` names the input: a new filter, a new walk.
-  }, [key]);
+  const restart = () => {
+    source.current = pager(operation, input);
+    void load(source.current, []);
+  };
+  // `key` names the input: a new filter, a new walk.
+  useEffect(restart, [key]);
   const more = state.more ? (
     <p>
-      <button type="button" class="secondary" disabled={state.loading} onClick={() => source && load(source, state.items)}>
+      <button type="button" class="secondary" disabled={state.loading} onClick={() => source.current && load(source.current, state.items)}>
         Load more
       </button>
     </p>
   ) : null;
-  return { ...state, more, reload: () => source && load(pager(operation, input), []) };
+  return { ...state, more, reload: restart };
 }
 
 /** Form values: a trimmed string, or undefined when empty. */

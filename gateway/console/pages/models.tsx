@@ -2,7 +2,7 @@
 // that price comes from; add, edit, disable and delete; and the default model (the tenant's LLM settings).
 import { useState } from 'preact/hooks';
 import { call, listAll, type Item } from '../sdk';
-import { ErrorText, Form, Input, num, Options, Table, text, useAction, useLoad, useSearch } from '../ui';
+import { DeleteButton, ErrorText, Form, Input, num, Options, Table, text, useAction, useLoad, useSearch } from '../ui';
 
 type Model = Item<'listModels'>;
 const PROVIDERS = ['openai', 'anthropic', 'openai-compatible', 'azure-openai', 'gemini', 'bedrock'] as const;
@@ -91,7 +91,6 @@ function ModelFields({ editing }: { editing?: Model }) {
 }
 
 function ModelRow({ model, edit, changed }: { model: Model; edit: () => void; changed: (m: string) => void }) {
-  const [confirming, setConfirming] = useState(false);
   const { error, act } = useAction(changed);
   const label = `${model.name} (${model.provider} ${model.upstreamModel})`;
   return (
@@ -119,19 +118,10 @@ function ModelRow({ model, edit, changed }: { model: Model; edit: () => void; ch
         >
           {model.enabled ? 'Disable' : 'Enable'}
         </button>{' '}
-        {confirming ? (
-          <button
-            type="button"
-            class="danger"
-            onClick={() => act(() => call('deleteModel', { params: { id: model.id } }), `Deleted ${model.name}.`)}
-          >
-            {`Confirm delete of ${label}`}
-          </button>
-        ) : (
-          <button type="button" class="secondary" aria-label={`Delete ${label}`} onClick={() => setConfirming(true)}>
-            Delete
-          </button>
-        )}
+        <DeleteButton
+          label={label}
+          confirm={() => act(() => call('deleteModel', { params: { id: model.id } }), `Deleted ${model.name}.`)}
+        />
         <ErrorText error={error} />
       </td>
     </tr>

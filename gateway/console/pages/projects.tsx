@@ -1,7 +1,7 @@
 // /projects: the tenant's projects, a create form, and rename and delete per project.
 import { useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
-import { ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
+import { DeleteButton, ErrorText, Form, Table, useAction, useLoad, when, useSearch } from '../ui';
 
 export interface Project {
   id: string;
@@ -12,7 +12,6 @@ export interface Project {
 
 function ProjectRow({ project, changed }: { project: Project; changed: (message: string) => void }) {
   const [renaming, setRenaming] = useState(false);
-  const [confirming, setConfirming] = useState(false);
   const { error, act } = useAction(changed);
   return (
     <tr>
@@ -41,19 +40,10 @@ function ProjectRow({ project, changed }: { project: Project; changed: (message:
         <button type="button" class="secondary" onClick={() => setRenaming(!renaming)} aria-label={`Rename ${project.name}`}>
           {renaming ? 'Cancel' : 'Rename'}
         </button>{' '}
-        {confirming ? (
-          <button
-            type="button"
-            class="danger"
-            onClick={() => act(() => call('deleteProject', { params: { id: project.id } }), `Deleted ${project.name}.`)}
-          >
-            {`Confirm delete of ${project.name}`}
-          </button>
-        ) : (
-          <button type="button" class="secondary" onClick={() => setConfirming(true)} aria-label={`Delete ${project.name}`}>
-            Delete
-          </button>
-        )}
+        <DeleteButton
+          label={project.name}
+          confirm={() => act(() => call('deleteProject', { params: { id: project.id } }), `Deleted ${project.name}.`)}
+        />
       </td>
     </tr>
   );
