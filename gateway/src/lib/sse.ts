@@ -66,7 +66,7 @@ export function sseEvent(id: string, type: string, data: unknown): string {
 }
 
 /** Resolves when the socket can take more, or is gone. */
-export function writable(res: ServerResponse): Promise<void> {
+function writable(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);

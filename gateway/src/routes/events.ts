@@ -45,7 +45,7 @@ export function eventView(e: webhooksV1.StoredEvent): unknown {
 }
 
 /** The SSE form of a stored event: `id:` the event id, `event:` its type, `data:` the event as GET /events shows it. */
-export const eventSse = (e: webhooksV1.StoredEvent) => sseEvent(e.id, e.type, eventView(e));
+const eventSse = (e: webhooksV1.StoredEvent) => sseEvent(e.id, e.type, eventView(e));
 
 /** The public events of the tenant and their catalogue (CONTRACT.md 10), and their live stream (14); scope events:read. */
 export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
