@@ -1,7 +1,12 @@
 import { join } from 'node:path';
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { startGateway } from '@svc/gateway';
+import { startIdentity } from '@svc/identity';
 import { openSqliteStore } from '@svc/kit';
+import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { emailOutbox } from '../../services/identity/src/mail/outbox';
-import { client, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
+import { client, createKey, eventually, expectError, signUp, type Account, type Client } from '../helpers/http';
 import { invitationByAnotherReplica } from '../helpers/invitations';
 import { linkToken, startMailServer, type MailServer, type ReceivedMail } from '../helpers/smtp';
 import { startStack, type Stack } from '../helpers/stack';
@@ -12,6 +17,8 @@ jest.setTimeout(60_000);
 
 let stack: Stack;
 let mail: MailServer;
+let openai: FakeProviderServer;
+const OPENAI_KEY = 'sk-tenant-openai-' + 'v'.repeat(32);
 let api: Client;
 let owner: Account;
 let n = 0;
@@ -37,7 +44,10 @@ async function verify(account: Account) {
 
 beforeAll(async () => {
   mail = await startMailServer();
-  stack = await startStack({ env: { SMTP_URL: mail.url, REQUIRE_VERIFIED_EMAIL: 'true', EMAIL_FROM: 'svc <no-reply@svc.test>' } });
+  openai = await startFakeOpenAI({ apiKey: OPENAI_KEY });
+  stack = await startStack({
+    env: { SMTP_URL: mail.url, REQUIRE_VERIFIED_EMAIL: 'true', EMAIL_FROM: 'svc <no-reply@svc.test>', EGRESS_ALLOW_PRIVATE: 'true' },
+  });
   api = client(stack.url);
   owner = await signUp(api, 'Accounts');
   expect((await verify(owner)).status).toBe(200);
@@ -45,6 +55,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.stop();
   await mail?.close();
+  await openai?.close();
 });
 
 describe('email verification', () => {
@@ -65,6 +76,72 @@ describe('email verification', () => {
     const again = await api.post('/api/v1/api-keys', { name: 'k', type: 'sdk', environment: 'development' }, { token: fresh.accessToken });
     expect(again.status).toBe(201);
     expect(expectError(await api.post('/api/v1/auth/email/verify', { token }), 410, 'GONE').details.reason).toBe('token_not_valid');
+  });
+});
+
+describe('email verification over /mcp', () => {
+  /**
+   * A key its unverified user made before REQUIRE_VERIFIED_EMAIL was on: made through an identity replica and a
+   * gateway that do not have the setting yet (a rollout), on the stack's store, then retired.
+   */
+  async function keyMadeBeforeTheSetting(account: Account): Promise<string> {
+    const identity = await startIdentity({ ...stack.env, IDENTITY_PORT: '0', REQUIRE_VERIFIED_EMAIL: 'false' });
+    const gateway = await startGateway({
+      ...stack.env,
+      IDENTITY_ADDR: `127.0.0.1:${identity.port}`,
+      REQUIRE_VERIFIED_EMAIL: 'false',
+      INSTANCE_ID: 'gw-before-the-setting',
+    });
+    try {
+      return (await createKey(client(gateway.url), account.accessToken)).key;
+    } finally {
+      await gateway.stop();
+      await identity.stop();
+    }
+  }
+
+  it("run_agent by an unverified user's key is refused with email_not_verified and starts no run; after verifying, it runs", async () => {
+    const fresh = await signUp(api, 'Early key');
+    const key = await keyMadeBeforeTheSetting(fresh);
+    const token = fresh.accessToken;
+    // What is not a model call stays open to an unverified user.
+    const settings = { provider: 'openai', model: 'gpt-fake', baseUrl: openai.url, apiKey: OPENAI_KEY };
+    expect((await api.patch('/api/v1/tenant/settings/llm', settings, { token })).status).toBe(200);
+    const projectId = (await api.post('/api/v1/projects', { name: 'Early site' }, { token })).body.data.id;
+    const agentId = (await api.post('/api/v1/agents', { name: 'early', config: { autonomyLevel: 'autonomous' } }, { token })).body.data.id;
+
+    const mcp = new McpClient({ name: 'verified-email-test', version: '1.0.0' });
+    await mcp.connect(
+      new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
+    );
+    try {
+      const listed = (await mcp.callTool({ name: 'list_agents', arguments: {} })) as any;
+      expect(listed.isError).toBeFalsy();
+      expect(listed.structuredContent.agents.map((a: { id: string }) => a.id)).toEqual([agentId]);
+      const projects = (await mcp.callTool({ name: 'list_projects', arguments: {} })) as any;
+      expect(projects.structuredContent.projects.map((p: { id: string }) => p.id)).toEqual([projectId]);
+
+      const modelRequests = openai.requests.length;
+      const run = () => mcp.callTool({ name: 'run_agent', arguments: { agentId, projectId, goal: 'Say hello over MCP' } }) as Promise<any>;
+      const refused = await run();
+      expect(refused.isError).toBe(true);
+      expect(JSON.parse(refused.content[0].text).error).toMatchObject({ code: 'FORBIDDEN', details: { reason: 'email_not_verified' } });
+      // The REST route the tool mirrors refuses the same key the same way.
+      const rest = await api.post(`/api/v1/agents/${agentId}/execute`, { goal: 'Say hello', projectId }, { token: key });
+      expect(expectError(rest, 403, 'FORBIDDEN').details.reason).toBe('email_not_verified');
+      expect((await api.get(`/api/v1/agents/${agentId}/runs`, { token })).body.data).toEqual([]);
+      expect(openai.requests.length).toBe(modelRequests);
+
+      expect((await verify(fresh)).status).toBe(200);
+      openai.script({ type: 'text', text: 'Hello once verified.' });
+      const ran = await run();
+      expect(ran.isError).toBeFalsy();
+      expect(ran.structuredContent).toMatchObject({ agentId, status: 'completed', output: 'Hello once verified.' });
+      const runs = (await api.get(`/api/v1/agents/${agentId}/runs`, { token })).body.data;
+      expect(runs.map((r: { id: string }) => r.id)).toEqual([ran.structuredContent.runId]);
+    } finally {
+      await mcp.close();
+    }
   });
 });
 

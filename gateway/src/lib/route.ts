@@ -58,6 +58,11 @@ export interface RouteSpec {
   rateLimited?: boolean;
   /** The JSON body is handed over unparsed, as the Buffer received (a signature covers its exact bytes). */
   rawBody?: boolean;
+  /**
+   * The route starts model calls (a chat reply, an agent run, a completion): REQUIRE_VERIFIED_EMAIL refuses it to a
+   * user who has not verified their email (lib/verified-email.ts).
+   */
+  modelCall?: true;
   handler: (args: HandlerArgs) => Promise<unknown>;
 }
 
@@ -66,6 +71,8 @@ declare module 'fastify' {
     access?: PolicyName;
     rateLimited?: boolean;
     rawBody?: boolean;
+    /** The route starts model calls (RouteSpec.modelCall): REQUIRE_VERIFIED_EMAIL's gate reads it. */
+    modelCall?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;
@@ -148,6 +155,7 @@ export function route(app: FastifyInstance, spec: RouteSpec): void {
       access: spec.access,
       rateLimited: spec.rateLimited ?? (spec.access !== 'public' && !EXEMPT_FROM_RATE_LIMIT.test(spec.url)),
       rawBody: spec.rawBody ?? false,
+      modelCall: spec.modelCall ?? false,
     },
     handler: async (request, reply) => {
       for (const [name, resource] of idParams) {

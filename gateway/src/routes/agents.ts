@@ -287,6 +287,7 @@ export function agentRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     method: 'POST',
     url: '/api/v1/agents/:id/execute',
     operationId: 'executeAgent',
+    modelCall: true,
     access: 'agents:write',
     tag: 'agents',
     summary: "Start a run of the agent on a goal in one of the tenant's projects; the run continues in the background",

@@ -182,6 +182,7 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
     method: 'POST',
     url: '/api/v1/chat/sessions/:id/messages',
     operationId: 'sendChatMessage',
+    modelCall: true,
     access: 'agents:write',
     tag: 'chat',
     summary: 'Send a message; the reply is generated in the background (read it with the stream or the message list)',

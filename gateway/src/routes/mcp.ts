@@ -13,10 +13,11 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { Ajv } from 'ajv';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { isAppError, type CallOptions } from '@svc/kit';
+import { isAppError, type AppError, type CallOptions } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
 import { assertKeyTokens } from '../lib/key-usage';
 import type { Principal } from '../lib/principal';
+import { assertEmailVerified } from '../lib/verified-email';
 import { openStreams, tenantStreams } from '../lib/sse';
 import { agentView, runView } from './agents';
 import { projectView } from './projects';
@@ -41,6 +42,8 @@ interface PlatformTool {
   description: string;
   scope: 'projects:read' | 'agents:read' | 'agents:write';
   readOnly: boolean;
+  /** The tool starts model calls: REQUIRE_VERIFIED_EMAIL refuses it as it refuses the REST route it mirrors. */
+  modelCall?: true;
   inputSchema: { type: 'object'; properties: Record<string, unknown>; required?: string[]; additionalProperties: false };
   run(args: Args, ctx: ToolCtx): Promise<unknown>;
 }
@@ -104,6 +107,7 @@ export const PLATFORM_TOOLS: PlatformTool[] = [
       '(requires_approval when a tool call waits for approval, or still running: follow it with get_run).',
     scope: 'agents:write',
     readOnly: false,
+    modelCall: true,
     inputSchema: {
       type: 'object',
       properties: { agentId: id, projectId: id, goal: { type: 'string', minLength: 1, maxLength: 10_000 } },
@@ -198,16 +202,23 @@ function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions,
         `Invalid arguments for ${name}: ${(validate.errors ?? []).map((e) => `${e.instancePath || '(arguments)'} ${e.message}`).join('; ')}`,
       );
     try {
+      // /mcp is one route for every tool: the gate that guards model-calling routes runs here, per tool.
+      if (tool.modelCall) await assertEmailVerified(deps, principal, call.requestId);
       const result = await tool.run(args, { deps, call, signal: extra.signal, principal, reply });
       return { content: [{ type: 'text', text: JSON.stringify(result) }], structuredContent: result as Record<string, unknown> };
     } catch (err) {
       // The platform's own refusals (not found, credits, validation) are the tool's error, as the REST API's envelope.
-      if (isAppError(err))
-        return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: { code: err.code, message: err.message } }) }] };
+      if (isAppError(err)) return { isError: true, content: [{ type: 'text', text: JSON.stringify(toolError(err)) }] };
       throw err;
     }
   });
   return server;
+}
+
+/** A refusal as the REST envelope's `error` has it (details.reason says which); a 500 keeps its internals to the log. */
+function toolError(err: AppError) {
+  if (err.httpStatus === 500) return { error: { code: err.code, message: 'Internal server error', details: {} } };
+  return { error: { code: err.code, message: err.message, details: err.details } };
 }
 
 /** A GET that opens the server's event stream (the transport answers one without `text/event-stream` with a 406). */

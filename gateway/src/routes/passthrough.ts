@@ -406,7 +406,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         upstream: '',
         proxyPayloads: false,
         httpMethods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
-        config: { access: 'llm:passthrough', rateLimited: true },
+        config: { access: 'llm:passthrough', rateLimited: true, modelCall: true },
         undici: dispatcher as never,
         disableRequestLogging: true,
         preHandler: async (request: FastifyRequest, reply: FastifyReply) => prepare(request, reply),

@@ -20,6 +20,7 @@ export function chatCompletionsRoute(app: FastifyInstance, deps: GatewayDeps, re
     method: 'POST',
     url: '/v1/chat/completions',
     operationId: 'openaiCreateChatCompletion',
+    modelCall: true,
     access: 'llm:use',
     tag: 'openai',
     summary:

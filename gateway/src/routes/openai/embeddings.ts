@@ -68,6 +68,7 @@ export function embeddingsRoute(app: FastifyInstance, deps: GatewayDeps): void {
     method: 'POST',
     url: '/v1/embeddings',
     operationId: 'openaiCreateEmbeddings',
+    modelCall: true,
     access: 'llm:use',
     tag: 'openai',
     summary:

@@ -25,6 +25,7 @@ export function responsesRoutes(app: FastifyInstance, deps: GatewayDeps, relay: 
     method: 'POST',
     url: '/v1/responses',
     operationId: 'openaiCreateResponse',
+    modelCall: true,
     access: 'llm:use',
     tag: 'openai',
     summary:
