@@ -196,6 +196,8 @@ export const readOpenAIFailure: ReadFailure = (status, body, headers) => {
   return { status, headers, providerMessage: error.message, code };
 };
 
+const USER_AGENT = 'svc-llm';
+
 export interface PostJson {
   settings: ResolvedSettings;
   /** The whole URL (base, path and query). */
@@ -217,7 +219,8 @@ export interface PostJson {
 export async function postJson(post: PostJson): Promise<HttpReply> {
   const reply = await post.settings.transport(post.url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json', ...post.headers },
+    // A user-agent as fetch and the SDKs sent one (some proxies refuse requests without).
+    headers: { 'content-type': 'application/json', accept: 'application/json', 'user-agent': USER_AGENT, ...post.headers },
     body: JSON.stringify(post.body),
     signal: post.signal,
   });

@@ -30,9 +30,13 @@ export type LlmTransport = (url: string, init: HttpInit) => Promise<HttpReply>;
 
 let pool: Agent | undefined;
 
-/** The process's provider pool, made on first use: keep-alive, undici's own limits otherwise (as global fetch's). */
+/**
+ * The process's provider pool, made on first use, with undici's defaults as global fetch has them: connections kept
+ * alive 4 s idle (or what the server's Keep-Alive header says), 300 s header and body timeouts (the calls' own idle
+ * timeout, CallControl, is shorter by default).
+ */
 function providerPool(): Agent {
-  return (pool ??= new Agent({ keepAliveTimeout: 10_000 }));
+  return (pool ??= new Agent());
 }
 
 /** The default transport: undici's request on the shared keep-alive pool. Redirects are never followed. */
