@@ -1,6 +1,15 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { checkUrlShape, egressFetch, EgressError, egressPolicyFrom, egressRequest, refusedAddress, resolveAndCheck } from './egress';
+import {
+  checkUrlShape,
+  egressFetch,
+  EgressError,
+  egressPolicyFrom,
+  egressRequest,
+  egressStream,
+  refusedAddress,
+  resolveAndCheck,
+} from './egress';
 
 let server: Server;
 let port: number;
@@ -239,5 +248,39 @@ describe('egressRequest (the same guard on undici.request) against a real local 
     const res = await egressRequest({ allowPrivate: true, maxResponseBytes: 256 * 1024 })(`http://127.0.0.1:${port}/big`, post);
     const text = await res.excerpt(1024);
     expect(text).toBe('a'.repeat(1024));
+  });
+});
+
+describe('egressStream (the guard on undici.request, the body handed on as a Node readable)', () => {
+  const post = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' };
+  const read = async (body: AsyncIterable<Buffer>) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of body) chunks.push(chunk);
+    return Buffer.concat(chunks).toString();
+  };
+
+  it('reaches an allowed address and gives the whole body, and refuses a private one before sending anything', async () => {
+    const res = await egressStream({ allowPrivate: true })(`http://127.0.0.1:${port}/ok`, post);
+    expect(res.status).toBe(200);
+    expect(await read(res.body)).toBe(`hello 127.0.0.1:${port}`);
+    const before = hits.length;
+    expect(await refusal(egressStream({ allowPrivate: false })(`http://127.0.0.1:${port}/ok`, post))).toBe('address');
+    const lookup = fakeDns({ 'llm.example.test': '127.0.0.1' });
+    expect(await refusal(egressStream({ allowPrivate: false, lookup })(`http://llm.example.test:${port}/ok`, post))).toBe('address');
+    expect(hits.length).toBe(before);
+  });
+
+  it('fails a body past the size cap, and returns redirects without following them', async () => {
+    const big = await egressStream({ allowPrivate: true, maxResponseBytes: 256 * 1024 })(`http://127.0.0.1:${port}/big`, post);
+    await expect(read(big.body)).rejects.toMatchObject({ code: 'UND_ERR_RES_EXCEEDED_MAX_SIZE' });
+    const whole = await egressStream({ allowPrivate: true })(`http://127.0.0.1:${port}/big`, post);
+    expect((await read(whole.body)).length).toBe(2 * 1024 * 1024);
+    const moved = await egressStream({ allowPrivate: true })(`http://127.0.0.1:${port}/redirect`, post);
+    expect(moved.status).toBe(302);
+    await read(moved.body);
+  });
+
+  it('times out a slow answer', async () => {
+    expect(await refusal(egressStream({ allowPrivate: true, timeoutMs: 200 })(`http://127.0.0.1:${port}/slow`, post))).toBe('timeout');
   });
 });

@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import { createProvider, type LlmSettings } from './index';
+import { createProvider, sendHttp, type LlmSettings, type LlmTransport } from './index';
 import { drain, echoText, llmError, startFakeAnthropic, waitUntil, type FakeProviderServer } from './testing';
 
 const KEY = 'sk-ant-test-7d1e5b3a9c0f2e4d6b8a';
@@ -272,14 +272,14 @@ describe('Anthropic provider against a fake Anthropic server over HTTP', () => {
     expect(llmError(error).kind).toBe('timeout');
   });
 
-  it('sends every request through the injected fetch (the egress guard), retries included', async () => {
+  it('sends every request through the injected transport (the egress guard), retries included', async () => {
     let calls = 0;
-    const counting: typeof fetch = (input, init) => {
+    const counting: LlmTransport = (url, init) => {
       calls++;
-      return fetch(input, init);
+      return sendHttp(url, init);
     };
     fake.script({ type: 'error', status: 429 });
-    const { text } = await drain(createProvider(settings({ fetch: counting })).stream(ask('counted')));
+    const { text } = await drain(createProvider(settings({ transport: counting })).stream(ask('counted')));
     expect(text).toBe(echoText('counted'));
     expect(calls).toBe(2);
   });

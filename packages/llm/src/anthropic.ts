@@ -1,23 +1,23 @@
 /**
- * Anthropic Messages API (`anthropic-version: 2023-06-01`), streamed. The official SDK builds and sends the request
- * (`x-api-key`, `anthropic-version`, error statuses); the SSE body is read here so that a stream that stops before
- * `message_stop` is an error rather than a short, silent success.
+ * Anthropic Messages API (`anthropic-version: 2023-06-01`), streamed: `POST {baseUrl}/v1/messages` with `x-api-key`,
+ * sent on the shared core (postJson, on undici). The SSE body is read here so that a stream that stops before
+ * `message_stop` is an error rather than a short, silent success. The SDK's package gives the wire types only.
  */
-import type Anthropic from '@anthropic-ai/sdk';
 import type { ContentBlockParam, MessageCreateParamsStreaming, RawMessageStreamEvent, Tool } from '@anthropic-ai/sdk/resources/messages';
 import {
   buildTurns,
   classifyHttpFailure,
   connectionFailure,
-  guardedFetch,
   parseEventData,
   parseToolArguments,
+  postJson,
   PROVIDER_LABEL,
+  ProviderHttpError,
   resolveSettings,
   runStream,
-  sanitizedCause,
   usageEvent,
   type Classified,
+  type ReadFailure,
   type ResolvedSettings,
 } from './core';
 import type { SseMessage } from './sse';
@@ -31,22 +31,14 @@ import {
   type LlmStreamOptions,
 } from './types';
 
-/**
- * The Anthropic SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
- * that never calls Anthropic never loads it.
- */
-function anthropicSdk(): typeof import('@anthropic-ai/sdk') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (Node's module cache keeps it)
-  return require('@anthropic-ai/sdk') as typeof import('@anthropic-ai/sdk');
-}
-
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
 /** Anthropic requires `max_tokens`; used when neither the request nor the settings give one. */
 export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+export const ANTHROPIC_VERSION = '2023-06-01';
 
 export class AnthropicProvider implements LlmProvider {
   private readonly settings: ResolvedSettings;
-  private readonly client: Anthropic;
+  private readonly headers: Record<string, string>;
 
   constructor(settings: LlmSettings) {
     if (settings.provider !== 'anthropic') {
@@ -54,21 +46,9 @@ export class AnthropicProvider implements LlmProvider {
     }
     const resolved = resolveSettings(settings, ANTHROPIC_DEFAULT_BASE_URL);
     if (!resolved.apiKey) throw new LlmError('bad_request', 'the anthropic provider needs an apiKey');
-    // The SDK appends /v1/messages itself; accept a base URL written with the version path too.
+    // The API root: /v1/messages is appended; a base URL written with the version path is accepted too.
     this.settings = { ...resolved, baseUrl: resolved.baseUrl.replace(/\/v1$/, '') };
-    const s = this.settings;
-    this.client = new (anthropicSdk().Anthropic)({
-      // Given in code, the key is the client's only credential: the SDK then reads no ANTHROPIC_* credential.
-      apiKey: s.apiKey,
-      baseURL: s.baseUrl,
-      // Retries, timeouts and cancellation are run by core.runStream, the same for every provider.
-      maxRetries: 0,
-      timeout: Math.ceil(s.timeoutMs) * 2 + 1000,
-      fetch: guardedFetch(s.fetch),
-      logLevel: 'off',
-      // No SDK spans (the process's HTTP instrumentation traces the call) and no trace headers to a third party.
-      openTelemetry: { propagation: false, traces: false },
-    });
+    this.headers = { 'x-api-key': resolved.apiKey, 'anthropic-version': ANTHROPIC_VERSION };
   }
 
   stream(request: LlmRequest, options: LlmStreamOptions = {}): AsyncIterable<LlmEvent> {
@@ -79,10 +59,11 @@ export class AnthropicProvider implements LlmProvider {
     const settings = this.settings;
     // Built inside the generator: a bad request fails the stream like any other error, and nothing runs before iteration.
     const body = buildAnthropicRequest(settings, request);
+    const url = `${settings.baseUrl}/v1/messages`;
     yield* runStream({
       settings,
       signal: options.signal,
-      open: (signal) => this.client.messages.create(body, { signal }).asResponse(),
+      open: (signal) => postJson({ settings, url, headers: this.headers, body, signal, readFailure: readAnthropicFailure }),
       classify: (err) => classifyAnthropicError(settings, err),
       translate: (messages) => translateAnthropicStream(messages, [settings.apiKey]),
     });
@@ -122,29 +103,17 @@ export function buildAnthropicRequest(settings: ResolvedSettings, request: LlmRe
   return body;
 }
 
-function errorBody(err: { error?: unknown }): { type?: string; message?: unknown } {
-  const outer = err.error as { error?: { type?: unknown; message?: unknown } } | undefined;
-  const inner = outer?.error;
-  return { type: typeof inner?.type === 'string' ? inner.type : undefined, message: inner?.message };
-}
+/** Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`. */
+const readAnthropicFailure: ReadFailure = (status, body, headers) => {
+  const raw = (body as { error?: unknown } | undefined)?.error;
+  const error = (raw && typeof raw === 'object' ? raw : {}) as { type?: unknown; message?: unknown };
+  return { status, headers, providerMessage: error.message, code: typeof error.type === 'string' ? error.type : undefined };
+};
 
 function classifyAnthropicError(settings: ResolvedSettings, err: unknown): Classified {
-  const provider = settings.provider;
   if (err instanceof LlmError) return { error: err, retry: false };
-  if (err instanceof anthropicSdk().APIConnectionTimeoutError) {
-    return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
-  }
-  if (err instanceof anthropicSdk().APIConnectionError) return connectionFailure(provider, err);
-  if (err instanceof anthropicSdk().APIError && typeof err.status === 'number') {
-    const body = errorBody(err);
-    return classifyHttpFailure(provider, { status: err.status, headers: err.headers, providerMessage: body.message, code: body.type }, [
-      settings.apiKey,
-    ]);
-  }
-  if (err instanceof anthropicSdk().AnthropicError) {
-    return { error: new LlmError('bad_request', 'the request could not be sent', { provider, cause: sanitizedCause(err) }), retry: false };
-  }
-  return connectionFailure(provider, err);
+  if (err instanceof ProviderHttpError) return classifyHttpFailure(settings.provider, err.failure, [settings.apiKey]);
+  return connectionFailure(settings.provider, err);
 }
 
 /** The status an `event: error` type corresponds to, so it maps like the same error before the stream. */

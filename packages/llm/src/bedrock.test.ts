@@ -1,4 +1,4 @@
-import { collect, createProvider, LlmError, type LlmSettings } from './index';
+import { collect, createProvider, LlmError, sendHttp, type LlmSettings, type LlmTransport } from './index';
 import {
   bedrockEventFrame,
   bedrockExceptionFrame,
@@ -188,19 +188,19 @@ describe('bedrock provider (the AWS SDK, SigV4) against a fake Bedrock runtime o
     await waitUntil(() => fake.requests[0].aborted, 5000, 'the fake to see the connection close');
   });
 
-  it('sends every request through the injected fetch (the egress guard), and its refusal comes out as is', async () => {
+  it('sends every request through the injected transport (the egress guard), and its refusal comes out as is', async () => {
     let calls = 0;
-    const counting: typeof fetch = (input, init) => {
+    const counting: LlmTransport = (url, init) => {
       calls++;
-      return fetch(input, init);
+      return sendHttp(url, init);
     };
-    expect((await drain(createProvider(settings({ fetch: counting })).stream(ask('x')))).error).toBeUndefined();
+    expect((await drain(createProvider(settings({ transport: counting })).stream(ask('x')))).error).toBeUndefined();
     expect(calls).toBe(1);
     const refused = new LlmError('bad_request', 'the LLM base URL is not allowed: private address', { code: 'egress_address' });
-    const guard: typeof fetch = async () => {
+    const guard: LlmTransport = async () => {
       throw refused;
     };
-    expect((await drain(createProvider(settings({ fetch: guard })).stream(ask('x')))).error).toBe(refused);
+    expect((await drain(createProvider(settings({ transport: guard })).stream(ask('x')))).error).toBe(refused);
   });
 
   it('embeds with Titan text embeddings v2 through InvokeModel, one call per input', async () => {

@@ -1,11 +1,10 @@
 /**
  * Amazon Bedrock's Converse API through the official SDK (`@aws-sdk/client-bedrock-runtime`): ConverseStream for
  * chat (the SDK signs with SigV4, or sends a Bedrock API key as a bearer token, and decodes the binary event stream),
- * InvokeModel for Titan text embeddings. The SDK's requests go through the injected fetch (the egress guard) by a
- * small request handler, and its retries are off: the shared core retries, times out and cancels, as for every
+ * InvokeModel for Titan text embeddings. The SDK's requests go through the settings' transport (undici, or the
+ * caller's egress guard) by a small request handler, and its retries are off: the shared core retries, times out and cancels, as for every
  * provider. A stream that ends before `messageStop` is an error.
  */
-import { Readable } from 'node:stream';
 import type { BedrockRuntimeClient, ContentBlock, ConverseStreamCommandInput, ConverseStreamOutput } from '@aws-sdk/client-bedrock-runtime';
 import type { HttpHandler, HttpHandlerOptions, HttpRequest, HttpResponse } from '@smithy/core/protocols';
 import {
@@ -13,7 +12,7 @@ import {
   classifyHttpFailure,
   connectionFailure,
   embedTexts,
-  guardedFetch,
+  guardedTransport,
   parseToolArguments,
   PROVIDER_LABEL,
   resolveSettings,
@@ -23,6 +22,7 @@ import {
   type Classified,
   type ResolvedSettings,
 } from './core';
+import type { HttpInit, LlmTransport } from './http';
 import {
   LlmError,
   type LlmEmbedRequest,
@@ -60,22 +60,23 @@ export function bedrockCredentials(
 }
 
 /**
- * A smithy request handler that sends through a fetch (the egress guard) instead of the SDK's own http2 agent, so
- * Bedrock's connections are checked like every other provider's. The body comes back as a Node stream, as the SDK's
- * Node stream collectors and event-stream decoder expect.
+ * The SDK's request body as the transport takes it: its byte arrays are subclasses (`JsonBytesStringAdapter`) that
+ * may be refused when they come from another realm (a test VM), so bytes are passed as a plain Buffer over the same
+ * memory.
  */
-/**
- * The SDK's request body as fetch takes it: its byte arrays are subclasses (`JsonBytesStringAdapter`) that fetch may
- * refuse when they come from another realm (a test VM), so bytes are passed as a plain Buffer over the same memory.
- */
-function requestBody(body: unknown): RequestInit['body'] {
+function requestBody(body: unknown): HttpInit['body'] {
   if (body === undefined || body === null || typeof body === 'string') return body ?? undefined;
   if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-  return body as RequestInit['body'];
+  return body as HttpInit['body'];
 }
 
-export class FetchRequestHandler implements HttpHandler {
-  constructor(private readonly fetchFn: typeof fetch) {}
+/**
+ * A smithy request handler that sends through the settings' transport (the egress guard) instead of the SDK's own
+ * http2 agent, so Bedrock's connections are checked like every other provider's. The body comes back as the Node
+ * stream the SDK's stream collectors and event-stream decoder expect.
+ */
+export class TransportRequestHandler implements HttpHandler {
+  constructor(private readonly transport: LlmTransport) {}
 
   async handle(request: HttpRequest, options: HttpHandlerOptions = {}): Promise<{ response: HttpResponse }> {
     // Required here, not imported: a process that never calls Bedrock does not load it (~150 ms).
@@ -84,22 +85,23 @@ export class FetchRequestHandler implements HttpHandler {
     const query = buildQueryString(request.query ?? {});
     const port = request.port ? `:${request.port}` : '';
     const url = `${request.protocol}//${request.hostname}${port}${request.path}${query ? `?${query}` : ''}`;
-    // Host and content-length are set by fetch itself, from the URL and the body: the same values the signature covers
-    // (fetch implementations refuse a content-length given to them).
+    // Host and content-length are set by undici from the URL and the body (the same values the signature covers);
+    // the hop-by-hop headers are undici's own and refused when given.
     const headers: Record<string, string> = {};
     for (const [name, value] of Object.entries(request.headers)) {
       if (!['host', 'content-length', 'transfer-encoding', 'connection', 'expect'].includes(name.toLowerCase())) headers[name] = value;
     }
-    const response = await this.fetchFn(url, {
+    const reply = await this.transport(url, {
       method: request.method,
       headers,
       body: request.method === 'GET' || request.method === 'HEAD' ? undefined : requestBody(request.body),
       signal: options.abortSignal as AbortSignal | undefined,
     });
     const responseHeaders: Record<string, string> = {};
-    response.headers.forEach((value, name) => (responseHeaders[name] = value));
-    const body = response.body ? Readable.fromWeb(response.body as import('node:stream/web').ReadableStream) : Readable.from([]);
-    return { response: new HttpResponse({ statusCode: response.status, reason: response.statusText, headers: responseHeaders, body }) };
+    for (const [name, value] of Object.entries(reply.headers)) {
+      if (value !== undefined) responseHeaders[name] = Array.isArray(value) ? value.join(', ') : value;
+    }
+    return { response: new HttpResponse({ statusCode: reply.status, headers: responseHeaders, body: reply.body }) };
   }
 
   updateHttpClientConfig(): void {}
@@ -142,7 +144,7 @@ export class BedrockProvider implements LlmProvider {
       useDualstackEndpoint: false,
       // Retries, timeouts and cancellation are run by the core, the same for every provider.
       maxAttempts: 1,
-      requestHandler: new FetchRequestHandler(guardedFetch(s.fetch)),
+      requestHandler: new TransportRequestHandler(guardedTransport(s.transport)),
       logger: { trace() {}, debug() {}, info() {}, warn() {}, error() {} },
     });
   }

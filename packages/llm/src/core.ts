@@ -1,6 +1,7 @@
 /**
- * What both adapters share: settings checks, secret redaction, the guarded fetch, the retry loop, the idle timeout,
- * cancellation and the SSE body reader. The adapters only build requests and translate wire events.
+ * What the adapters share: settings checks, secret redaction, the one POST-and-read-the-failure shell (postJson) on
+ * the undici transport (http.ts), the retry loop, the idle timeout, cancellation and the SSE body reader. The
+ * adapters only build requests, read their provider's error body and translate wire events.
  */
 import {
   LlmError,
@@ -13,6 +14,7 @@ import {
   type LlmToolCall,
   type LlmUsageEvent,
 } from './types';
+import { headerReader, readText, sendHttp, type HttpReply, type LlmTransport } from './http';
 import { decodeSse, type SseMessage } from './sse';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -41,7 +43,7 @@ export interface ResolvedSettings {
   maxTokens: number | undefined;
   timeoutMs: number;
   maxRetries: number;
-  fetch: typeof fetch;
+  transport: LlmTransport;
 }
 
 function configError(message: string): LlmError {
@@ -74,8 +76,7 @@ export function resolveSettings(settings: LlmSettings, defaultBaseUrl: string | 
     maxTokens: settings.maxTokens,
     timeoutMs,
     maxRetries,
-    // Looked up per call, so a fetch installed later (instrumentation, test doubles) is the one used.
-    fetch: settings.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+    transport: settings.transport ?? sendHttp,
   };
 }
 
@@ -184,6 +185,67 @@ export function classifyHttpFailure(
   return { error: new LlmError(kind, message, details), retry };
 }
 
+/** Reads a provider's error answer (its parsed JSON body, or undefined when it was not JSON) into a failure. */
+export type ReadFailure = (status: number, body: unknown, headers: NonNullable<HttpFailure['headers']>) => HttpFailure;
+
+/** OpenAI's error body, which Azure and most compatible servers send too: `{"error": {"message", "code" | "type"}}`. */
+export const readOpenAIFailure: ReadFailure = (status, body, headers) => {
+  const raw = (body as { error?: unknown } | undefined)?.error;
+  const error = (raw && typeof raw === 'object' ? raw : {}) as { message?: unknown; code?: unknown; type?: unknown };
+  const code = typeof error.code === 'string' ? error.code : typeof error.type === 'string' ? error.type : undefined;
+  return { status, headers, providerMessage: error.message, code };
+};
+
+const USER_AGENT = 'svc-llm';
+
+export interface PostJson {
+  settings: ResolvedSettings;
+  /** The whole URL (base, path and query). */
+  url: string;
+  /** The provider's own headers (authentication, version); content-type and accept are added. */
+  headers: Record<string, string>;
+  body: unknown;
+  signal: AbortSignal;
+  /** Reads the provider's error body; default {@link readOpenAIFailure}. */
+  readFailure?: ReadFailure;
+}
+
+/**
+ * The one POST every HTTP provider sends: JSON out through the settings' transport (undici, or the caller's egress
+ * guard); a 2xx reply comes back with its body unread (an SSE stream, or JSON for {@link readJson}); any other status
+ * is thrown as a {@link ProviderHttpError} with the provider's error body read (for the status mapping, Retry-After
+ * and the message). Cancellation is the signal's: aborting it ends the request or the body being read.
+ */
+export async function postJson(post: PostJson): Promise<HttpReply> {
+  const reply = await post.settings.transport(post.url, {
+    method: 'POST',
+    // A user-agent as fetch and the SDKs sent one (some proxies refuse requests without).
+    headers: { 'content-type': 'application/json', accept: 'application/json', 'user-agent': USER_AGENT, ...post.headers },
+    body: JSON.stringify(post.body),
+    signal: post.signal,
+  });
+  if (reply.status >= 200 && reply.status < 300) return reply;
+  let body: unknown;
+  try {
+    body = JSON.parse(await readText(reply.body));
+  } catch {
+    // Not JSON (a proxy's page), or cut: the status says enough.
+    if (post.signal.aborted) throw post.signal.reason;
+  }
+  throw new ProviderHttpError((post.readFailure ?? readOpenAIFailure)(reply.status, body, headerReader(reply.headers)));
+}
+
+/** A 2xx reply's JSON body (embeddings), or a protocol error saying what was expected. */
+export async function readJson(provider: LlmProviderKind, reply: HttpReply, what: string, signal: AbortSignal): Promise<unknown> {
+  const text = await readText(reply.body);
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    if (signal.aborted) throw signal.reason;
+    throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} sent ${what} that is not JSON`, { provider });
+  }
+}
+
 /** Maps an error object's identity to a sanitized `{name, code}`: never its message. */
 export function sanitizedCause(err: unknown): { name?: string; code?: string } | undefined {
   if (typeof err !== 'object' || err === null) return undefined;
@@ -203,38 +265,37 @@ export function sanitizedCause(err: unknown): { name?: string; code?: string } |
 }
 
 /**
- * Errors thrown by the injected fetch are wrapped on their way through the SDK so that nothing the SDK does to them
- * (retry heuristics that read the message, re-wrapping) can lose or misread them; {@link unwrapFetchFailure} gets
- * the original back.
+ * Errors thrown by the transport under an SDK (Bedrock's) are wrapped on their way through it so that nothing the
+ * SDK does to them (retry heuristics that read the message, re-wrapping) can lose or misread them;
+ * {@link unwrapTransportFailure} gets the original back.
  */
-const ORIGINAL = Symbol('llm.fetchFailure');
-class FetchFailure extends Error {
-  override readonly name = 'FetchFailure';
+const ORIGINAL = Symbol('llm.transportFailure');
+class TransportFailure extends Error {
+  override readonly name = 'TransportFailure';
   readonly [ORIGINAL]: unknown;
   constructor(original: unknown) {
-    super('fetch failed');
+    super('the request failed');
     this[ORIGINAL] = original;
   }
 }
 
-export function guardedFetch(inner: typeof fetch): typeof fetch {
-  const wrapped = async (input: Parameters<typeof fetch>[0], init?: Parameters<typeof fetch>[1]): Promise<Response> => {
+export function guardedTransport(inner: LlmTransport): LlmTransport {
+  return async (url, init) => {
     try {
-      return await inner(input, init);
+      return await inner(url, init);
     } catch (err) {
-      // Aborts must keep their identity: the SDKs and the runner recognise them by name.
+      // Aborts must keep their identity: the SDK and the runner recognise them by name.
       if (typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError') throw err;
-      throw new FetchFailure(err);
+      throw new TransportFailure(err);
     }
   };
-  return wrapped as typeof fetch;
 }
 
-/** Finds the error the injected fetch threw, anywhere in an SDK error's cause chain. */
-export function unwrapFetchFailure(err: unknown): { found: boolean; original: unknown } {
+/** Finds the error the transport threw, anywhere in an SDK error's cause chain. */
+export function unwrapTransportFailure(err: unknown): { found: boolean; original: unknown } {
   let current: unknown = err;
   for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
-    if (current instanceof FetchFailure) return { found: true, original: current[ORIGINAL] };
+    if (current instanceof TransportFailure) return { found: true, original: current[ORIGINAL] };
     current = (current as { cause?: unknown }).cause;
   }
   return { found: false, original: undefined };
@@ -242,7 +303,7 @@ export function unwrapFetchFailure(err: unknown): { found: boolean; original: un
 
 /** A connection-level failure (refused, reset, DNS, TLS): retryable, kind `unavailable`. */
 export function connectionFailure(provider: LlmProviderKind, err: unknown): Classified {
-  const { found, original } = unwrapFetchFailure(err);
+  const { found, original } = unwrapTransportFailure(err);
   if (found && original instanceof LlmError) return { error: original, retry: false };
   const cause = sanitizedCause(found ? original : err);
   const detail = cause?.code ? ` (${cause.code})` : '';
@@ -392,8 +453,8 @@ export class CallControl {
 export interface RunStreamOptions {
   settings: ResolvedSettings;
   signal: AbortSignal | undefined;
-  /** Sends the request (through the SDK) and resolves with the streaming response once its status is 2xx. */
-  open: (signal: AbortSignal) => Promise<Response>;
+  /** Sends the request ({@link postJson}) and resolves with the streaming reply once its status is 2xx. */
+  open: (signal: AbortSignal) => Promise<HttpReply>;
   /** Turns anything `open` threw (that was not our own abort) into an LlmError and a retry decision. */
   classify: (err: unknown) => Classified;
   /** Translates the SSE messages into port events. Must throw when the stream ends without its end marker. */
@@ -402,35 +463,14 @@ export interface RunStreamOptions {
 
 /**
  * Runs one streamed call: retries before the reply starts, an idle timeout while waiting on the network, prompt
- * cancellation, and a body reader that reports a connection lost mid-stream as an error.
+ * cancellation (the abort ends undici's request and closes the socket), and an SSE reader on the Node body that
+ * reports a connection lost mid-stream as an error.
  */
 export async function* runStream(options: RunStreamOptions): AsyncGenerator<LlmEvent> {
-  const { provider } = options.settings;
   yield* runEventStream({
     ...options,
-    events: (response, control) => {
-      if (!response.body) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} answered without a body`, { provider });
-      return decodeSse(control.read(readerChunks(response.body)));
-    },
+    events: (reply, control) => decodeSse(control.read<Uint8Array>(reply.body)),
   });
-}
-
-/** A body's chunks; stopping early cancels the body (which frees the connection). */
-async function* readerChunks(body: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
-  const reader = body.getReader();
-  let done = false;
-  try {
-    for (;;) {
-      const result = await reader.read();
-      if (result.done) {
-        done = true;
-        return;
-      }
-      yield result.value;
-    }
-  } finally {
-    if (!done) reader.cancel().catch(() => undefined);
-  }
 }
 
 export interface RunEventStreamOptions<R, E> {

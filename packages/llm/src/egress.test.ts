@@ -1,4 +1,4 @@
-import { egressFetch } from '@svc/kit';
+import { egressStream } from '@svc/kit';
 import { createProvider, LlmError, throughEgress, type LlmSettings } from './index';
 import {
   drain,
@@ -26,22 +26,24 @@ describe('providers behind the egress guard', () => {
   });
 
   it('reaches a loopback provider when private egress is allowed', async () => {
-    const fetch = throughEgress(egressFetch({ allowPrivate: true }));
+    const transport = throughEgress(egressStream({ allowPrivate: true }));
     const { text, error } = await drain(
-      createProvider({ provider: 'openai-compatible', baseUrl: openai.url, model: 'm', fetch }).stream(ask),
+      createProvider({ provider: 'openai-compatible', baseUrl: openai.url, model: 'm', transport }).stream(ask),
     );
     expect(error).toBeUndefined();
     expect(text).toBe(echoText('hello guard'));
     const viaAnthropic = await drain(
-      createProvider({ provider: 'anthropic', baseUrl: anthropic.url, apiKey: 'k-anthropic-123', model: 'm', fetch }).stream(ask),
+      createProvider({ provider: 'anthropic', baseUrl: anthropic.url, apiKey: 'k-anthropic-123', model: 'm', transport }).stream(ask),
     );
     expect(viaAnthropic.text).toBe(echoText('hello guard'));
   });
 
   it('refuses a loopback provider when private egress is not allowed, as a bad_request that is not retried', async () => {
     const before = openai.requests.length;
-    const fetch = throughEgress(egressFetch({ allowPrivate: false }));
-    const { error } = await drain(createProvider({ provider: 'openai-compatible', baseUrl: openai.url, model: 'm', fetch }).stream(ask));
+    const transport = throughEgress(egressStream({ allowPrivate: false }));
+    const { error } = await drain(
+      createProvider({ provider: 'openai-compatible', baseUrl: openai.url, model: 'm', transport }).stream(ask),
+    );
     expect(error).toBeInstanceOf(LlmError);
     expect((error as LlmError).kind).toBe('bad_request');
     expect((error as LlmError).code).toBe('egress_address');
@@ -63,7 +65,7 @@ describe('providers behind the egress guard', () => {
       baseUrl: fake.url,
       model: 'm',
       ...extra,
-      fetch: throughEgress(egressFetch({ allowPrivate })),
+      transport: throughEgress(egressStream({ allowPrivate })),
     });
 
     it('reaches the loopback fake when private egress is allowed, and is refused (no request) when not', async () => {

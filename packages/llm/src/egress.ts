@@ -1,20 +1,18 @@
+import type { HttpInit, HttpReply, LlmTransport } from './http';
 import { LlmError } from './types';
 
-type Fetch = (input: string | URL, init?: RequestInit) => Promise<Response>;
+/** The shape of @svc/kit's `egressStream` (undici's request behind the egress guard). */
+type GuardedSend = (url: string, init: HttpInit) => Promise<HttpReply>;
 
 /**
- * Routes a provider's requests through the caller's egress guard (`egressFetch` of @svc/kit) and turns its
+ * Routes a provider's requests through the caller's egress guard (`egressStream` of @svc/kit) and turns its
  * refusals into LlmErrors: a refused address or scheme is `bad_request` (not retried: the settings are wrong),
  * a guard timeout is `timeout`. Other failures pass through for the provider's own retry rules.
  */
-export function throughEgress(guarded: Fetch): typeof fetch {
-  return (async (input: Parameters<typeof fetch>[0], init?: RequestInit) => {
-    const url = input instanceof Request ? input.url : String(input);
+export function throughEgress(guarded: GuardedSend): LlmTransport {
+  return async (url, init) => {
     try {
-      return await guarded(
-        url,
-        input instanceof Request ? { method: input.method, headers: input.headers, body: input.body, ...init } : init,
-      );
+      return await guarded(url, init);
     } catch (err) {
       const e = err as { name?: string; reason?: string; message?: string };
       if (e?.name === 'EgressError') {
@@ -23,5 +21,5 @@ export function throughEgress(guarded: Fetch): typeof fetch {
       }
       throw err;
     }
-  }) as typeof fetch;
+  };
 }

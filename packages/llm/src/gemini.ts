@@ -1,8 +1,9 @@
 /**
  * Google's Gemini API on its own wire protocol: `POST {baseUrl}/models/{model}:streamGenerateContent?alt=sse` with
  * `x-goog-api-key`, roles `user` / `model`, `systemInstruction`, tools as `functionDeclarations`, usage from
- * `usageMetadata`; embeddings through `:batchEmbedContents`. Sent over the shared core (the injected, egress-guarded
- * fetch, one retry and idle-timeout policy, the SSE reader) rather than Google's SDK: see docs/decisions.md.
+ * `usageMetadata`; embeddings through `:batchEmbedContents`. Sent over the shared core (postJson on the transport, the
+ * caller's egress guard; one retry and idle-timeout policy, the SSE reader) rather than Google's SDK: see
+ * docs/decisions.md.
  *
  * Gemini's stream has no end marker: the last chunk carries the candidate's `finishReason`. A stream that ends
  * without one was cut, and is an error.
@@ -14,7 +15,9 @@ import {
   connectionFailure,
   embedTexts,
   parseEventData,
+  postJson,
   PROVIDER_LABEL,
+  readJson,
   resolveSettings,
   runRequest,
   runStream,
@@ -22,6 +25,7 @@ import {
   type Classified,
   type HttpFailure,
   ProviderHttpError,
+  type ReadFailure,
   type ResolvedSettings,
 } from './core';
 import type { SseMessage } from './sse';
@@ -101,41 +105,27 @@ export class GeminiProvider implements LlmProvider {
     const answer = (await runRequest(
       settings,
       options.signal,
-      async (signal) => {
-        const response = await this.post(`${path}:batchEmbedContents`, body, signal);
-        try {
-          return (await response.json()) as unknown;
-        } catch (err) {
-          if (signal.aborted) throw err;
-          throw new LlmError('protocol', `${PROVIDER_LABEL.gemini} sent embeddings that are not JSON`, { provider: 'gemini' });
-        }
-      },
+      async (signal) => readJson('gemini', await this.post(`${path}:batchEmbedContents`, body, signal), 'embeddings', signal),
       (err) => classifyGeminiError(settings, err),
-    )) as { embeddings?: Array<{ values?: unknown }>; usageMetadata?: { promptTokenCount?: number } };
-    const vectors = (answer.embeddings ?? []).map((e) => e.values);
+    )) as { embeddings?: Array<{ values?: unknown }>; usageMetadata?: { promptTokenCount?: number } } | null;
+    const vectors = (answer?.embeddings ?? []).map((e) => e.values);
     if (vectors.length !== input.length || vectors.some((v) => !Array.isArray(v))) {
       throw new LlmError('protocol', `${PROVIDER_LABEL.gemini} answered ${vectors.length} embeddings for ${input.length} inputs`, {
         provider: 'gemini',
       });
     }
     // batchEmbedContents reports no token count: estimated at about 4 characters a token.
-    const counted = answer.usageMetadata?.promptTokenCount;
+    const counted = answer?.usageMetadata?.promptTokenCount;
     if (typeof counted === 'number') return { vectors: vectors as number[][], inputTokens: counted };
     const chars = input.reduce((n, text) => n + text.length, 0);
     return { vectors: vectors as number[][], inputTokens: Math.ceil(chars / 4), estimated: true };
   }
 
-  /** POSTs JSON through the injected fetch; a non-2xx answer is thrown (with its error body) for the classifier. */
-  private async post(path: string, body: unknown, signal: AbortSignal): Promise<Response> {
+  /** The shared POST (core.postJson) with the key header; a non-2xx answer is thrown with Gemini's error body read. */
+  private post(path: string, body: unknown, signal: AbortSignal) {
     const { settings } = this;
-    const response = await settings.fetch(`${settings.baseUrl}/${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-goog-api-key': settings.apiKey! },
-      body: JSON.stringify(body),
-      signal,
-    });
-    if (response.ok) return response;
-    throw new ProviderHttpError(await readGeminiFailure(response));
+    const url = `${settings.baseUrl}/${path}`;
+    return postJson({ settings, url, headers: { 'x-goog-api-key': settings.apiKey! }, body, signal, readFailure: readGeminiFailure });
   }
 }
 
@@ -153,30 +143,26 @@ interface GeminiErrorBody {
 }
 
 /** Reads a Gemini error answer: its status (an invalid key is a 400 there, reported as 401), code and retry delay. */
-async function readGeminiFailure(response: Response): Promise<HttpFailure> {
-  let error: GeminiErrorBody = {};
-  try {
-    const parsed = (await response.json()) as { error?: GeminiErrorBody } | Array<{ error?: GeminiErrorBody }>;
-    error = (Array.isArray(parsed) ? parsed[0]?.error : parsed?.error) ?? {};
-  } catch {
-    // Not JSON (a proxy's page): the status says enough.
-  }
-  return geminiFailure(response.status, error, response.headers);
-}
+const readGeminiFailure: ReadFailure = (status, body, headers) => {
+  const parsed = body as { error?: GeminiErrorBody } | Array<{ error?: GeminiErrorBody }> | undefined;
+  const error = (Array.isArray(parsed) ? parsed[0]?.error : parsed?.error) ?? {};
+  return geminiFailure(status, typeof error === 'object' ? error : {}, headers);
+};
 
-function geminiFailure(status: number, error: GeminiErrorBody, headers?: Headers): HttpFailure {
+function geminiFailure(status: number, error: GeminiErrorBody, headers?: HttpFailure['headers']): HttpFailure {
   const details = Array.isArray(error.details) ? error.details : [];
   const reason = details.find((d) => typeof d?.reason === 'string')?.reason;
   const delay = details.find((d) => String(d?.['@type']).endsWith('google.rpc.RetryInfo'))?.retryDelay;
   const seconds = typeof delay === 'string' ? Number.parseFloat(delay) : Number.NaN;
-  const merged = new Headers(headers);
-  if (!merged.has('retry-after') && !merged.has('retry-after-ms') && Number.isFinite(seconds) && seconds >= 0) {
-    merged.set('retry-after-ms', String(Math.round(seconds * 1000)));
-  }
+  // Google's RetryInfo stands in for a Retry-After the answer did not carry.
+  const hinted = !headers?.get('retry-after') && !headers?.get('retry-after-ms') && Number.isFinite(seconds) && seconds >= 0;
+  const retryAfterMs = hinted ? String(Math.round(seconds * 1000)) : null;
   const keyRejected = reason === 'API_KEY_INVALID' || reason === 'API_KEY_EXPIRED';
   return {
     status: keyRejected ? 401 : status,
-    headers: merged,
+    headers: {
+      get: (name) => (name.toLowerCase() === 'retry-after-ms' && retryAfterMs !== null ? retryAfterMs : (headers?.get(name) ?? null)),
+    },
     providerMessage: error.message,
     code: reason ?? error.status,
   };

@@ -9,6 +9,7 @@ export { AnthropicProvider, ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TO
 export { GeminiProvider, GEMINI_DEFAULT_BASE_URL } from './gemini';
 export { BedrockProvider, BEDROCK_DEFAULT_MAX_TOKENS, bedrockCredentials } from './bedrock';
 export { throughEgress } from './egress';
+export { sendHttp, type HttpInit, type HttpReply, type LlmTransport } from './http';
 export { createProvider } from './provider';
 export * from './breaker';
 export * from './fallback';
@@ -57,7 +58,7 @@ export interface CollectedReply {
 /**
  * The main model and its fallbacks as provider settings, in order, for {@link createModelChain}: each fallback gets
  * the main settings' temperature and output bound (so one reservation covers whichever model serves) and `extra`
- * (timeouts, the egress-guarded fetch).
+ * (timeouts, the egress-guarded transport).
  */
 export function llmCandidatesFrom(s: StoredLlmSettings, extra: Partial<LlmSettings> = {}): LlmSettings[] {
   const main = { ...llmSettingsFrom(s), ...extra };

@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import { collect, createProvider, LlmError, type LlmEvent, type LlmSettings } from './index';
+import { collect, createProvider, LlmError, sendHttp, type LlmEvent, type LlmSettings, type LlmTransport } from './index';
 import { drain, echoText, fakeEmbedding, llmError, startFakeOpenAI, waitUntil, type FakeProviderServer } from './testing';
 
 const KEY = 'sk-test-OPENAI-9f3c2a7b1e8d4c6f';
@@ -290,27 +290,27 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     await waitUntil(() => fake.requests[0]?.aborted === true, 5000, 'the fake to see the connection close');
   });
 
-  it('sends every request through the injected fetch (the egress guard), retries included', async () => {
+  it('sends every request through the injected transport (the egress guard), retries included', async () => {
     let calls = 0;
-    const counting: typeof fetch = (input, init) => {
+    const counting: LlmTransport = (url, init) => {
       calls++;
-      return fetch(input, init);
+      return sendHttp(url, init);
     };
     fake.script({ type: 'error', status: 429 });
-    const { text } = await drain(createProvider(settings({ fetch: counting })).stream(ask('counted')));
+    const { text } = await drain(createProvider(settings({ transport: counting })).stream(ask('counted')));
     expect(text).toBe(echoText('counted'));
     expect(calls).toBe(2);
     expect(fake.requests).toHaveLength(2);
   });
 
-  it('throws an LlmError raised by the injected fetch as is, without retrying', async () => {
+  it('throws an LlmError raised by the injected transport as is, without retrying', async () => {
     const refused = new LlmError('bad_request', 'egress refused: 10.0.0.1 is a private address');
     let calls = 0;
-    const guard: typeof fetch = async () => {
+    const guard: LlmTransport = async () => {
       calls++;
       throw refused;
     };
-    const { error } = await drain(createProvider(settings({ fetch: guard })).stream(ask('x')));
+    const { error } = await drain(createProvider(settings({ transport: guard })).stream(ask('x')));
     expect(error).toBe(refused);
     expect(calls).toBe(1);
     expect(fake.requests).toHaveLength(0);

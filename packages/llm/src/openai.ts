@@ -1,30 +1,30 @@
 /**
  * OpenAI Chat Completions, streamed: OpenAI itself, OpenAI-compatible servers (Ollama, vLLM, llama.cpp, LM Studio) and
- * Azure OpenAI (the same wire format on deployment URLs: the SDK's `AzureOpenAI` client puts the model in the path as
- * the deployment, adds `api-version` and sends the key as `api-key`). The official SDK builds and sends the request
- * (URL, auth header, error statuses); the SSE body is read here so that a stream that stops before `data: [DONE]` is
- * an error rather than a short, silent success. Also embeddings (`POST /embeddings`).
+ * Azure OpenAI (the same wire format on deployment URLs: the model in the path as the deployment, `api-version` in
+ * the query, the key as `api-key`). One POST on the shared core (postJson, on undici); the SSE body is read here so
+ * that a stream that stops before `data: [DONE]` is an error rather than a short, silent success. Also embeddings
+ * (`POST /embeddings`). The SDK's package gives the wire types only.
  */
-import type OpenAI from 'openai';
 import type {
   ChatCompletionChunk,
   ChatCompletionCreateParamsStreaming,
   ChatCompletionMessageParam,
 } from 'openai/resources/chat/completions';
+import type { CreateEmbeddingResponse } from 'openai/resources/embeddings';
 import {
   usageEvent,
   classifyHttpFailure,
   connectionFailure,
   embedInputs,
-  guardedFetch,
   parseEventData,
   parseToolArguments,
+  postJson,
   PROVIDER_LABEL,
   ProviderHttpError,
+  readJson,
   resolveSettings,
   runRequest,
   runStream,
-  sanitizedCause,
   type Classified,
   type ResolvedSettings,
 } from './core';
@@ -43,20 +43,14 @@ import {
   type LlmUsageEvent,
 } from './types';
 
-/**
- * The OpenAI SDK, required when the first provider of this kind is built (it takes ~100-200 ms to load): a process
- * that never calls OpenAI never loads it.
- */
-function openaiSdk(): typeof import('openai') {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (Node's module cache keeps it)
-  return require('openai') as typeof import('openai');
-}
-
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 
 export class OpenAIProvider implements LlmProvider {
   private readonly settings: ResolvedSettings;
-  private readonly client: OpenAI;
+  /** The URL of an endpoint (`/chat/completions`, `/embeddings`) for a model. */
+  private readonly endpoint: (path: string, model: string) => string;
+  /** Authentication: a bearer token (none without a key: a local server), or Azure's `api-key`. */
+  private readonly auth: Record<string, string>;
 
   constructor(settings: LlmSettings) {
     const kind = settings.provider;
@@ -65,32 +59,16 @@ export class OpenAIProvider implements LlmProvider {
     }
     this.settings = resolveSettings(settings, kind === 'openai' ? OPENAI_DEFAULT_BASE_URL : undefined);
     if (kind !== 'openai-compatible' && !this.settings.apiKey) throw new LlmError('bad_request', `the ${kind} provider needs an apiKey`);
-    const s = this.settings;
-    const common = {
-      // Everything explicit, so the SDK reads no OPENAI_* or AZURE_OPENAI_* variable of this process (a tenant's
-      // server must never receive the platform's key, organization or project).
-      organization: null,
-      project: null,
-      webhookSecret: null,
-      // Retries, timeouts and cancellation are run by core.runStream, the same for every provider.
-      maxRetries: 0,
-      timeout: Math.ceil(s.timeoutMs) * 2 + 1000,
-      fetch: guardedFetch(s.fetch),
-      logLevel: 'off' as const,
-    };
+    const { baseUrl, apiKey } = this.settings;
     if (kind === 'azure-openai') {
-      const apiVersion = settings.apiVersion || AZURE_DEFAULT_API_VERSION;
-      // The resource endpoint (a trailing /openai given here is accepted): the SDK adds /deployments/{model}/...
-      const baseURL = `${s.baseUrl.replace(/\/openai$/, '')}/openai`;
-      this.client = new (openaiSdk().AzureOpenAI)({ ...common, apiKey: s.apiKey, apiVersion, baseURL });
+      const query = `?api-version=${encodeURIComponent(settings.apiVersion || AZURE_DEFAULT_API_VERSION)}`;
+      // The resource endpoint (a trailing /openai given here is accepted), then the deployment (the model).
+      const root = `${baseUrl.replace(/\/openai$/, '')}/openai`;
+      this.endpoint = (path, model) => `${root}/deployments/${encodeURIComponent(model)}${path}${query}`;
+      this.auth = { 'api-key': apiKey! };
     } else {
-      this.client = new (openaiSdk().OpenAI)({
-        ...common,
-        apiKey: s.apiKey ?? 'unused',
-        baseURL: s.baseUrl,
-        // Without a key (a local server), send no Authorization header at all.
-        defaultHeaders: s.apiKey ? undefined : { Authorization: null },
-      });
+      this.endpoint = (path) => `${baseUrl}${path}`;
+      this.auth = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
     }
   }
 
@@ -102,38 +80,14 @@ export class OpenAIProvider implements LlmProvider {
     const settings = this.settings;
     // Built inside the generator: a bad request fails the stream like any other error, and nothing runs before iteration.
     const body = buildOpenAIRequest(settings, request);
-    // Azure's deployment URLs and api-version stay with the SDK; OpenAI and compatible servers take one POST, sent
-    // here: the SDK's request building, header merging and abort linking cost more CPU than the rest of the call.
-    const direct = settings.provider !== 'azure-openai';
+    const url = this.endpoint('/chat/completions', body.model);
     yield* runStream({
       settings,
       signal: options.signal,
-      open: (signal) => (direct ? this.postCompletions(body, signal) : this.client.chat.completions.create(body, { signal }).asResponse()),
+      open: (signal) => postJson({ settings, url, headers: this.auth, body, signal }),
       classify: (err) => classifyOpenAIError(settings, err),
       translate: (messages) => translateOpenAIStream(settings.provider, messages, [settings.apiKey]),
     });
-  }
-
-  /** `POST {baseUrl}/chat/completions` through the injected fetch, as the SDK sends it; a non-2xx answer is thrown. */
-  private async postCompletions(body: ChatCompletionCreateParamsStreaming, signal: AbortSignal): Promise<Response> {
-    const { baseUrl, apiKey, fetch } = this.settings;
-    const response = await fetch(`${baseUrl}/chat/completions`, {
-      method: 'POST',
-      // Without a key (a local server), no Authorization header at all.
-      headers: { 'content-type': 'application/json', accept: 'application/json', ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) },
-      body: JSON.stringify(body),
-      signal,
-    });
-    if (response.ok) return response;
-    let error: { message?: unknown; code?: unknown; type?: unknown } = {};
-    try {
-      const parsed = (await response.json()) as { error?: typeof error };
-      if (parsed?.error && typeof parsed.error === 'object') error = parsed.error;
-    } catch {
-      // Not JSON (a proxy's page): the status says enough.
-    }
-    const code = typeof error.code === 'string' ? error.code : typeof error.type === 'string' ? error.type : undefined;
-    throw new ProviderHttpError({ status: response.status, headers: response.headers, providerMessage: error.message, code });
   }
 
   async embed(request: LlmEmbedRequest, options: LlmStreamOptions = {}): Promise<LlmEmbedResult> {
@@ -142,18 +96,20 @@ export class OpenAIProvider implements LlmProvider {
     const body = {
       model,
       input,
-      // Floats asked for explicitly: the SDK would ask for base64, which compatible servers may not speak.
+      // Floats asked for explicitly: base64 (the SDK's default) is not spoken by every compatible server.
       encoding_format: 'float' as const,
       ...(request.dimensions !== undefined ? { dimensions: request.dimensions } : {}),
     };
-    const answer = await runRequest(
+    const url = this.endpoint('/embeddings', model);
+    const answer = (await runRequest(
       settings,
       options.signal,
-      (signal) => this.client.embeddings.create(body, { signal }),
+      async (signal) =>
+        readJson(settings.provider, await postJson({ settings, url, headers: this.auth, body, signal }), 'embeddings', signal),
       (err) => classifyOpenAIError(settings, err),
-    );
+    )) as Partial<CreateEmbeddingResponse> | null;
     const vectors: number[][] = [];
-    for (const item of answer.data ?? []) vectors[item.index ?? vectors.length] = item.embedding as number[];
+    for (const item of answer?.data ?? []) vectors[item.index ?? vectors.length] = item.embedding;
     if (vectors.length !== input.length || vectors.some((v) => !Array.isArray(v))) {
       throw new LlmError(
         'protocol',
@@ -163,7 +119,7 @@ export class OpenAIProvider implements LlmProvider {
         },
       );
     }
-    return { vectors, inputTokens: answer.usage?.prompt_tokens ?? 0 };
+    return { vectors, inputTokens: answer?.usage?.prompt_tokens ?? 0 };
   }
 }
 
@@ -223,23 +179,9 @@ export function buildOpenAIRequest(settings: ResolvedSettings, request: LlmReque
 }
 
 function classifyOpenAIError(settings: ResolvedSettings, err: unknown): Classified {
-  const secrets = [settings.apiKey];
-  const provider = settings.provider;
   if (err instanceof LlmError) return { error: err, retry: false };
-  if (err instanceof ProviderHttpError) return classifyHttpFailure(provider, err.failure, secrets);
-  if (err instanceof openaiSdk().APIConnectionTimeoutError) {
-    return { error: new LlmError('timeout', `${PROVIDER_LABEL[provider]} did not answer in time`, { provider }), retry: false };
-  }
-  if (err instanceof openaiSdk().APIConnectionError) return connectionFailure(provider, err);
-  if (err instanceof openaiSdk().APIError && typeof err.status === 'number') {
-    const body = err.error as { message?: unknown; code?: unknown; type?: unknown } | undefined;
-    const code = typeof body?.code === 'string' ? body.code : typeof body?.type === 'string' ? body.type : undefined;
-    return classifyHttpFailure(provider, { status: err.status, headers: err.headers, providerMessage: body?.message, code }, secrets);
-  }
-  if (err instanceof openaiSdk().OpenAIError) {
-    return { error: new LlmError('bad_request', 'the request could not be sent', { provider, cause: sanitizedCause(err) }), retry: false };
-  }
-  return connectionFailure(provider, err);
+  if (err instanceof ProviderHttpError) return classifyHttpFailure(settings.provider, err.failure, [settings.apiKey]);
+  return connectionFailure(settings.provider, err);
 }
 
 interface PendingToolCall {

@@ -31,20 +31,19 @@ function adapterFor(settings: LlmSettings): LlmProvider {
   }
 }
 
-/** Providers by their settings, per fetch (the caller's egress guard and its connection pool). */
-const reused = new WeakMap<typeof fetch | object, Map<string, LlmProvider>>();
-const NO_FETCH = {};
+/** Providers by their settings, per transport (the caller's egress guard and its connection pool). */
+const reused = new WeakMap<object, Map<string, LlmProvider>>();
+const NO_TRANSPORT = {};
 const REUSED_MAX = 1000;
 
 /**
- * The provider for these settings, built once and then reused (building one costs an SDK client: ~0.3 ms of CPU per
- * call on the hot path). Keyed by every setting's value, so a changed key, URL or model is a new provider at once:
+ * The provider for these settings, built once and then reused (building one resolves and checks its settings). Keyed by every setting's value, so a changed key, URL or model is a new provider at once:
  * nothing is ever served from stale settings. Bounded; refusals (bad settings) are thrown, never kept.
  */
 export function reusedProvider(settings: LlmSettings): LlmProvider {
-  const { fetch: f, ...rest } = settings;
-  let byKey = reused.get(f ?? NO_FETCH);
-  if (!byKey) reused.set(f ?? NO_FETCH, (byKey = new Map()));
+  const { transport, ...rest } = settings;
+  let byKey = reused.get(transport ?? NO_TRANSPORT);
+  if (!byKey) reused.set(transport ?? NO_TRANSPORT, (byKey = new Map()));
   const key = JSON.stringify(rest);
   let provider = byKey.get(key);
   if (!provider) {

@@ -55,7 +55,7 @@ export interface RoutedCall<T> {
 
 /**
  * One call to a name: its entries ordered by {@link orderByWeight}, then `fallbacks`, as one model chain. `extra`
- * (timeouts, the egress-guarded fetch) applies to every candidate.
+ * (timeouts, the egress-guarded transport) applies to every candidate.
  */
 export function routeByName<T>(
   entries: ReadonlyArray<RoutedEntry<T>>,

@@ -2,6 +2,7 @@
  * The LLM provider port: one streamed chat call with tools, the same for every provider.
  * Domain code (agents, chat) sees only these types; the adapters speak the wire protocols.
  */
+import type { LlmTransport } from './http';
 
 /** A JSON Schema object, passed to the provider as is (OpenAI `parameters`, Anthropic `input_schema`). */
 export type JsonSchema = Record<string, unknown>;
@@ -155,10 +156,11 @@ export interface LlmSettings {
   /** Retries of a failed request (429, 408, 5xx, connection failure) before any of the reply arrived. Default 2. */
   maxRetries?: number;
   /**
-   * The fetch every request goes through: the caller's egress guard. It may throw an {@link LlmError} to refuse a
-   * request; that error is thrown from the stream as is and not retried. Default: the global fetch.
+   * What every request goes through: the caller's egress guard (`throughEgress`). It may throw an {@link LlmError} to
+   * refuse a request; that error is thrown from the stream as is and not retried. Default: undici's `request` on the
+   * process's keep-alive pool (`sendHttp`).
    */
-  fetch?: typeof fetch;
+  transport?: LlmTransport;
 }
 
 /** Azure OpenAI's `api-version` when the settings give none (the GA version with `stream_options` and usage). */

@@ -15,6 +15,7 @@ import {
   type LlmError,
   type LlmMessage,
   type LlmRequest,
+  type LlmTransport,
   type ModelChain,
   planHold,
   type PricingSettings,
@@ -57,8 +58,8 @@ export interface LoopDeps {
   identity: ServiceClient<typeof identityV1.IdentityServiceService>;
   projects: ProjectsClient;
   box: SecretBox;
-  /** The egress-guarded fetch every provider request goes through. */
-  llmFetch: typeof fetch;
+  /** The egress-guarded transport every provider request goes through. */
+  llmTransport: LlmTransport;
   credits: CreditCheck;
   /** LLM_MAX_TOKENS: a model call's output bound when the tenant set none (its reservation counts it). */
   defaultMaxTokens: number;
@@ -268,7 +269,7 @@ async function loop(lease: Lease, deps: LoopDeps, signal: AbortSignal, budgetLef
     models = await agentModels(deps.identity, { token, requestId: run.requestId }, config.model ?? undefined, {
       pricing: deps.pricing,
       defaultMaxTokens: deps.defaultMaxTokens,
-      extra: { timeoutMs: deps.llmTimeoutMs, fetch: deps.llmFetch },
+      extra: { timeoutMs: deps.llmTimeoutMs, transport: deps.llmTransport },
     });
   } catch (err) {
     if (err instanceof LlmNotConfigured) throw new RunFailure(err.message);

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import { createClient, createLogger, nowIso, openBus, openSqliteStore, OutboxRelay, SecretBox, type EventBus, type Store } from '@svc/kit';
 import { decodeDomainEvent, TOPICS } from '@svc/contracts';
+import { sendHttp } from '@svc/llm';
 import { identityV1, projectsV1 } from '@svc/proto';
 import { DEFAULT_CONFIG } from './agent-config';
 import { queuedRun, runs, type RunDoc } from './collections';
@@ -31,7 +32,7 @@ const deps: LoopDeps = {
   identity,
   projects,
   box,
-  llmFetch: fetch,
+  llmTransport: sendHttp,
   credits: noCreditLimit,
   defaultMaxTokens: 1024,
   logger,

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, newId, nowIso, openBus, openSqliteStore, OutboxRelay, type EventBus, type Store } from '@svc/kit';
 import { decodeDomainEvent, TOPICS } from '@svc/contracts';
-import { planCall } from '@svc/llm';
+import { planCall, sendHttp, type LlmTransport } from '@svc/llm';
 import { fakeEmbedding, startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { messages, nextSeq, type MessageDoc } from './collections';
 import { Replies, type ReplyTimings } from './replies';
@@ -44,7 +44,7 @@ afterEach(async () => {
 });
 
 function chatProcess(timings: Partial<ReplyTimings> = {}): Replies {
-  const p = new Replies(store, relay, logger, fetch, { flushMs: 50, leaseMs: 300, drainMs: 5000, ...timings });
+  const p = new Replies(store, relay, logger, sendHttp, { flushMs: 50, leaseMs: 300, drainMs: 5000, ...timings });
   processes.push(p);
   return p;
 }
@@ -244,9 +244,9 @@ it("stores the provider's usage with the reply as soon as it arrives, before the
 
 it("an embeddings call's record is beaten while the provider takes longer than a lease, then deleted and billed once", async () => {
   // The provider answers after more than two leases: another process's sweep would fail (and bill) a record not beaten.
-  const slow: typeof fetch = async (input, init) => {
+  const slow: LlmTransport = async (url, init) => {
     await new Promise((r) => setTimeout(r, 700));
-    return fetch(input, init);
+    return sendHttp(url, init);
   };
   const a = new Replies(store, relay, logger, slow, { flushMs: 50, leaseMs: 300, drainMs: 5000 });
   processes.push(a);

@@ -25,6 +25,7 @@ import {
   type LlmMessage,
   type LlmSettings,
   type LlmTool,
+  type LlmTransport,
   planCall,
   type PricingSettings,
   routePlan,
@@ -234,7 +235,7 @@ export class Replies {
     private readonly store: Store,
     private readonly relay: OutboxRelay,
     private readonly logger: Logger,
-    private readonly fetch: typeof globalThis.fetch,
+    private readonly transport: LlmTransport,
     private readonly timings: ReplyTimings,
     private readonly models: ReplyModels = {},
   ) {
@@ -251,9 +252,9 @@ export class Replies {
     return planCall(llm.settings.model ?? '', [], [llm.settings, ...fallbacks], pricing);
   }
 
-  /** A call on `plan` as one model chain, with this process's breaker, timeout, retries and egress-guarded fetch. */
+  /** A call on `plan` as one model chain, with this process's breaker, timeout, retries and egress-guarded transport. */
   private route(plan: CallPlan, tenantId: string, callId: string) {
-    const extra = { fetch: this.fetch, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
+    const extra = { transport: this.transport, ...(this.models.timeoutMs ? { timeoutMs: this.models.timeoutMs } : {}) };
     return routePlan(
       plan,
       {

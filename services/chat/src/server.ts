@@ -1,6 +1,6 @@
 import {
   capCounters,
-  egressFetch,
+  egressStream,
   egressPolicyFrom,
   field,
   llmBreakerConfig,
@@ -67,12 +67,12 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
       identity,
     );
   // Provider calls go to an address a tenant chose: through the egress guard. Streams keep their own idle timeout.
-  const fetch = throughEgress(egressFetch(egressPolicyFrom(config)));
+  const transport = throughEgress(egressStream(egressPolicyFrom(config)));
   const replies = new Replies(
     rt.store,
     rt.relay,
     rt.logger,
-    fetch,
+    transport,
     {
       flushMs: config.flushMs,
       leaseMs: config.leaseMs,

@@ -6,7 +6,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { SseDecoder, type SseMessage } from '../sse';
 import { BedrockRuntimeClient, ConverseCommand, ConverseStreamCommand } from '@aws-sdk/client-bedrock-runtime';
-import { FetchRequestHandler } from '../bedrock';
+import { TransportRequestHandler } from '../bedrock';
+import { sendHttp } from '../http';
 import {
   echoText,
   splitText,
@@ -360,7 +361,7 @@ describe('fake Bedrock runtime, read by the official SDK', () => {
       credentials: { accessKeyId: 'AKIAFAKE', secretAccessKey: 'secret' },
       maxAttempts: 1,
       // HTTP/1.1 (the SDK's default for Bedrock is HTTP/2); the SDK's own signing and deserializers do the rest.
-      requestHandler: new FetchRequestHandler(fetch),
+      requestHandler: new TransportRequestHandler(sendHttp),
     });
 
   it("answers Converse (not streamed) in the shape the SDK's deserializer reads", async () => {
