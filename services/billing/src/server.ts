@@ -1,5 +1,5 @@
 import { openRuntime, registration, serve, type RunningService } from '@svc/kit';
-import { identityVerifier, TOPICS } from '@svc/contracts';
+import { identityVerifier, keptKeyLimits, TOPICS } from '@svc/contracts';
 import { billingV1 } from '@svc/proto';
 import { alertsHandlers } from './alerts';
 import { ALL_COLLECTIONS } from './collections';
@@ -7,7 +7,7 @@ import { billingConfig } from './config';
 import { billingEventHandler } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
-import { keptKeyLimits } from './key-limits';
+
 import { paymentProvider } from './providers';
 import { requestLog, RequestLog, requestLogHandlers } from './request-log';
 import { DEFAULT_ESCROW_POLICY, EscrowSweeper } from './escrows';

@@ -30,7 +30,7 @@ export interface BillingDeps {
   escrowPolicy?: EscrowPolicy;
   /**
    * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits, kept a quarter of a second:
-   * key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
+   * contracts key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
    * other parts).
    */
   keyLimits?: (token: string, tenantId: string, keyId: string) => Promise<identityV1.ApiKeyLimits | undefined>;
