@@ -69,7 +69,8 @@ it('never lets the balance fall below zero across two chat replicas carving escr
   const t = { token: owner.accessToken };
   const admin = { headers: { authorization: `Bearer ${ADMIN}` } };
   await eventually(
-    async () => (await api.post(`/api/v1/admin/tenants/${owner.tenantId}/credits`, { delta: BALANCE, reason: 'test' }, admin)).status === 200,
+    async () =>
+      (await api.post(`/api/v1/admin/tenants/${owner.tenantId}/credits`, { delta: BALANCE, reason: 'test' }, admin)).status === 200,
   );
   const llm = { provider: 'openai', baseUrl: fake.url, model: MODEL, apiKey: API_KEY };
   expect((await api.patch('/api/v1/tenant/settings/llm', llm, t)).status).toBe(200);
