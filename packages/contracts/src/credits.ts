@@ -140,6 +140,16 @@ export class CreditReservations {
     await this.client.release({ callId }, { token });
   }
 
+  /** A slice of the caller's tenant's credits for this process (billing escrows.ts); `granted` false: reserve per call. */
+  grantEscrow(token: string, req: billingV1.GrantEscrowRequest): Promise<billingV1.GrantEscrowResponse> {
+    return this.client.grantEscrow(req, { token });
+  }
+
+  /** Renews an escrow's lease, giving back `returnCredits` of it; `close` ends this process's use of it. */
+  renewEscrow(token: string, req: billingV1.RenewEscrowRequest): Promise<billingV1.RenewEscrowResponse> {
+    return this.client.renewEscrow(req, { token });
+  }
+
   close(): void {
     this.client.close();
   }

@@ -6,3 +6,4 @@ export * from './plan-order';
 export * from './pricing-config';
 export * from './model-call';
 export * from './accounts-config';
+export * from './key-limits';

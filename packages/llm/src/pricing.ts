@@ -119,3 +119,42 @@ export function callCredits(
   // A float product such as 3 × 0.1 is 0.30000000000000004: a whole number of credits must not round up past itself.
   return micro <= 0 ? 0 : Math.ceil(micro / 1_000_000 - 1e-9);
 }
+
+const MAX_PRICE = 1e9;
+const validPriceNumber = (n: number) => Number.isFinite(n) && n >= 0 && n <= MAX_PRICE;
+
+/** A price as callers send it, or why not: credits per million tokens, each 0 to 1e9. */
+export function invalidPrice(price: Omit<ModelPrice, 'source'> | undefined): string | null {
+  if (price && ![price.input, price.output, price.cachedInput].every(validPriceNumber))
+    return `price must be 0 to ${MAX_PRICE} per million tokens`;
+  return null;
+}
+
+/** Tokens at the flat price: CREDITS_PER_1K_TOKENS per 1,000, rounded up per call. */
+export function flatCredits(tokens: number, per1k: number): number {
+  return Math.ceil((Math.max(0, tokens) * per1k) / 1000);
+}
+
+/**
+ * What billing debits for a call's usage, computed alike wherever it is needed (billing's settle, and chat's escrow,
+ * which must know exactly what each call spent of it): at the call's price when it is a valid one, else the flat price.
+ */
+export function usageCost(
+  u: { inputTokens: number; outputTokens: number; cachedInputTokens?: number; price?: Omit<ModelPrice, 'source'> },
+  per1k: number,
+): number {
+  const price = u.price && invalidPrice(u.price) === null ? u.price : undefined;
+  const cachedInputTokens = Math.min(Math.max(0, u.cachedInputTokens ?? 0), Math.max(0, u.inputTokens));
+  return price
+    ? callCredits({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens }, price)
+    : flatCredits(Math.max(0, u.inputTokens) + Math.max(0, u.outputTokens), per1k);
+}
+
+/** The credits a call's hold is: its bounds at its price, else its tokens at the flat price (CONTRACT.md 8). */
+export function holdCost(
+  hold: { tokens: number; price?: Omit<ModelPrice, 'source'>; inputTokens?: number; outputTokens?: number },
+  per1k: number,
+): number {
+  if (!hold.price) return flatCredits(hold.tokens, per1k);
+  return callCredits({ inputTokens: hold.inputTokens ?? 0, outputTokens: hold.outputTokens ?? 0 }, hold.price);
+}

@@ -149,6 +149,29 @@ export const reservations: CollectionDef<ReservationDoc> = {
   indexes: [{ fields: ['status'] }, { fields: ['tenantId', 'status'] }],
 };
 
+/** A slice of a tenant's available credits held for one chat process (escrows.ts). */
+export interface EscrowDoc {
+  /** `<tenantId>:esc:<request id>`: one escrow per grant request, whatever is retried. */
+  id: string;
+  tenantId: string;
+  /** The holding process (random per process start). */
+  holder: string;
+  granted: number;
+  /** What it still holds: granted, less the costs of its settled calls and what its holder gave back. */
+  remaining: number;
+  /** open: its holder carves from it; returned: closed by its holder, its calls still settling; closed, expired. */
+  status: 'open' | 'returned' | 'closed' | 'expired';
+  /** Moved by every renewal: billing's sweepers time the lease from the last beat they saw, on their own clocks. */
+  beat: number;
+  leaseMs: number;
+  /** How long a carved call may run past the lease before its settle (the reservation TTL). */
+  graceMs: number;
+  createdAt: string;
+  closedAt: string | null;
+}
+
+export const escrows: CollectionDef<EscrowDoc> = { name: 'escrows', indexes: [{ fields: ['status'] }] };
+
 /** One per tenant, id = tenant id. */
 export const accounts: CollectionDef<AccountDoc> = { name: 'accounts' };
 export const ledger: CollectionDef<EntryDoc> = {
@@ -166,4 +189,4 @@ export const subscriptions: CollectionDef<SubscriptionDoc> = {
 export const giftCards: CollectionDef<GiftCardDoc> = { name: 'gift_cards' };
 export const usageStats: CollectionDef<UsageStatDoc> = { name: 'usage_stats', indexes: [{ fields: ['tenantId', 'group'] }] };
 
-export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency, reservations];
+export const ALL_COLLECTIONS = [accounts, ledger, invoices, subscriptions, giftCards, usageStats, idempotency, reservations, escrows];

@@ -10,6 +10,13 @@ export const billingConfig = {
    * recorded nothing): billing's sweep then gives it back, judged on its own clock.
    */
   reservationTtlMs: field('BILLING_RESERVATION_TTL_MS', 'int', { default: '600000', min: 1000, max: 86_400_000 }),
+  /**
+   * A chat process's lease on an escrow of credits (escrows.ts): it renews it every third of this, and billing gives
+   * an escrow nobody renews back after this plus the reservation TTL.
+   */
+  escrowLeaseMs: field('BILLING_ESCROW_LEASE_MS', 'int', { default: '5000', min: 500, max: 600_000 }),
+  /** The largest escrow granted (a tenant's slice is also at most an eighth of its available credits). */
+  escrowMaxCredits: field('BILLING_ESCROW_MAX_CREDITS', 'int', { default: '100000', min: 1, max: 1_000_000_000 }),
   /** How long the request log (GET /requests) keeps a model call's entry. */
   requestLogRetentionDays: field('REQUEST_LOG_RETENTION_DAYS', 'int', { default: '30', min: 1, max: 3650 }),
   /** Credits granted to a new tenant (from `tenant.created`). */

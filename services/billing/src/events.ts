@@ -10,9 +10,10 @@ import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
 import { addToCounter } from './counters';
 import { recordKeyUsage } from './key-usage';
-import { addEntry, applyOnce, usageCredits } from './ledger';
+import { addEntry, applyOnce } from './ledger';
+import { spendEscrow } from './escrows';
 import { closeReservation, validModelPrice } from './reservations';
-import { callCredits } from '@svc/llm/pricing';
+import { usageCost } from '@svc/llm/pricing';
 import { logCall, logReleasedCall, requestLogEntry, requestLogId } from './request-log';
 import { recordUsageRollups } from './usage-analytics';
 
@@ -59,9 +60,8 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
   // A price nobody could have meant (negative, not a number) is not applied: the call is billed at the default.
   const price = u.price && validModelPrice(u.price) === null ? u.price : undefined;
   const cachedInputTokens = Math.min(Math.max(0, u.cachedInputTokens ?? 0), Math.max(0, u.inputTokens));
-  const credits = price
-    ? callCredits({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, cachedInputTokens }, price)
-    : usageCredits(u.inputTokens, u.outputTokens, per1k);
+  // Computed as chat's escrow computes what the call spent of it (usageCost).
+  const credits = usageCost({ ...u, price }, per1k);
   // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back,
   // and the request log keeps the call when its sender described it (an error or a cancel, 0 credits).
   if (u.callId && u.inputTokens + u.outputTokens <= 0) {
@@ -80,7 +80,8 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
   return applyOnce(store, async (tx) => {
     // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
     // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
-    if (u.callId) await closeReservation(tx, tenantId, u.callId, 'settled');
+    // A call carved from an escrow has no reservation of its own: its cost comes out of the escrow below, once.
+    if (u.callId && !u.escrowId) await closeReservation(tx, tenantId, u.callId, 'settled');
     const applied = await addEntry(tx, {
       tenantId,
       sourceKey,
@@ -105,6 +106,7 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
       },
     });
     if (!applied) return 0;
+    if (u.escrowId) await spendEscrow(tx, tenantId, u.escrowId, credits);
     // The entry applied once (its source is unique): the call's log entry is one insert beside it, nothing read.
     const at = applied.entry.createdAt;
     await logCall(tx, requestLogEntry(u, { id: requestLogId(tenantId, sourceKey), tenantId, at, credits, defaultStatus: 'ok' }));

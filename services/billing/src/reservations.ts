@@ -23,8 +23,8 @@ import {
 } from '@svc/kit';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
-import { accountOf, usageCredits } from './ledger';
-import { callCredits, type ModelPrice } from '@svc/llm/pricing';
+import { accountOf } from './ledger';
+import { holdCost, invalidPrice, type ModelPrice } from '@svc/llm/pricing';
 
 const MAX_TOKENS = 100_000_000;
 const MAX_TTL_MS = 24 * 3600_000;
@@ -49,12 +49,8 @@ export interface ReserveInput {
 
 /** The credits a reservation holds: its bounds at the call's price, else its tokens at the default price. */
 export function holdCredits(input: ReserveInput, per1k: number): number {
-  if (!input.price) return usageCredits(input.tokens, 0, per1k);
-  return callCredits({ inputTokens: input.inputTokens ?? 0, outputTokens: input.outputTokens ?? 0 }, input.price);
+  return holdCost(input, per1k);
 }
-
-const MAX_PRICE = 1e9;
-const validPrice = (n: number) => Number.isFinite(n) && n >= 0 && n <= MAX_PRICE;
 
 export interface Credits {
   balance: number;
@@ -83,9 +79,7 @@ export function validReserve(input: ReserveInput): string | null {
 
 /** A price as callers send it, or why not: credits per million tokens, each 0 to 1e9. */
 export function validModelPrice(price: Omit<ModelPrice, 'source'> | undefined): string | null {
-  if (price && ![price.input, price.output, price.cachedInput].every(validPrice))
-    return `price must be 0 to ${MAX_PRICE} per million tokens`;
-  return null;
+  return invalidPrice(price);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { openRuntime, registration, serve, type RunningService } from '@svc/kit';
-import { identityVerifier, TOPICS } from '@svc/contracts';
+import { identityVerifier, keptKeyLimits, TOPICS } from '@svc/contracts';
 import { billingV1 } from '@svc/proto';
 import { alertsHandlers } from './alerts';
 import { ALL_COLLECTIONS } from './collections';
@@ -7,9 +7,10 @@ import { billingConfig } from './config';
 import { billingEventHandler } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
-import { keptKeyLimits } from './key-limits';
+
 import { paymentProvider } from './providers';
 import { requestLog, RequestLog, requestLogHandlers } from './request-log';
+import { DEFAULT_ESCROW_POLICY, EscrowSweeper } from './escrows';
 import { ReservationSweeper } from './reservations';
 import { usageAnalyticsHandlers, usageRollups } from './usage-analytics';
 
@@ -40,6 +41,14 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
   // Looks at least four times per TTL, at most every 5 s: an expiry comes within a quarter TTL (or 5 s) of its due.
   const sweeper = new ReservationSweeper(rt.store, rt.logger, Math.max(250, Math.min(5000, Math.floor(rt.config.reservationTtlMs / 4))));
   sweeper.start();
+  const escrowPolicy = {
+    ...DEFAULT_ESCROW_POLICY,
+    leaseMs: rt.config.escrowLeaseMs,
+    maxCredits: rt.config.escrowMaxCredits,
+    graceMs: rt.config.reservationTtlMs,
+  };
+  const escrowSweeper = new EscrowSweeper(rt.store, rt.logger, Math.max(250, Math.min(5000, Math.floor(escrowPolicy.leaseMs / 2))));
+  escrowSweeper.start();
   const calls = new RequestLog(rt.store, { retentionDays: rt.config.requestLogRetentionDays, logger: rt.logger });
   calls.start();
   return serve(rt, {
@@ -74,6 +83,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
             startingGrant: rt.config.startingGrant,
             creditsPer1kTokens: rt.config.creditsPer1kTokens,
             reservationTtlMs: rt.config.reservationTtlMs,
+            escrowPolicy,
             keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits),
           }),
         },
@@ -82,7 +92,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
       }),
     ],
     onStop: async () => {
-      await Promise.all([sweeper.stop(), calls.stop()]);
+      await Promise.all([sweeper.stop(), escrowSweeper.stop(), calls.stop()]);
       identity.close();
     },
   });

@@ -50,6 +50,11 @@ export interface MessageDoc {
    * replies stored before reservations).
    */
   call?: ReplyCall;
+  /**
+   * The escrow of the tenant's credits its hold was carved from (the chat process's, CHAT_CREDIT_ESCROW) and the hold:
+   * its `llm.usage` names the escrow, whoever sends it. Absent: the call reserved on its own.
+   */
+  escrow?: { id: string; credits: number };
   /** The model that served the reply (a fallback's when the main model failed before answering); absent before. */
   model?: string | null;
   createdAt: string;

@@ -31,6 +31,7 @@ import {
   routePlan,
   type ServedModel,
 } from '@svc/llm';
+import { usageCost } from '@svc/llm/pricing';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
 import { GroupCommit } from './group-commit';
 import { LiveReply } from './live';
@@ -58,6 +59,8 @@ export interface ReplyModels {
   maxRetries?: number;
   /** Prices a reply given without a plan (its default model); default CREDITS_PER_1K_TOKENS 1 and CREDITS_PER_USD 1000. */
   pricing?: PricingSettings;
+  /** This process's credit escrow (escrow.ts): told what each reply carved from it spent, once its bill is stored. */
+  escrow?: { ended(escrowId: string, callId: string, cost: number | null): void };
 }
 
 /** The LLM to use for one reply, resolved when the message was posted (identity's ResolveLlmSettings). */
@@ -118,8 +121,10 @@ async function billReply(
   usage: Tokens,
   estimated: boolean,
   outcome: CallOutcome,
+  escrowId: string | undefined,
 ) {
   await replyUsage(tx, tenantId, messageId, {
+    ...(escrowId ? { escrowId } : {}),
     provider: call.provider,
     model: call.name || call.model,
     inputTokens: usage.inputTokens,
@@ -329,15 +334,28 @@ export class Replies {
         // Fenced as a reply's last write: a record another process failed meanwhile was billed there (billing keeps
         // the first llm.usage of a call).
         if (!progress.lost) await tx.collection(messages).delete(record.id, this.fence(progress));
-        await billReply(tx, tenantId, record.id, call, usage, result?.estimated ?? false, outcome);
+        await billReply(tx, tenantId, record.id, call, usage, result?.estimated ?? false, outcome, record.escrow?.id);
       });
+      this.escrowEnded(record, { call, usage });
       this.relay.notify();
     } catch (err) {
+      this.escrowEnded(record, null);
       // The record stays unfinished with a lease nobody beats: a sweep bills it once the lease has run out.
       this.logger.warn({ err, callId: record.id }, 'recording an embeddings call failed; the sweep will bill it');
     }
     if (!result) throw failure;
     return { result, servedModel: progress.served?.model ?? call.model };
+  }
+
+  /**
+   * Tells this process's escrow what a reply carved from it spent (as billing computes it from the usage it was sent),
+   * or null when that is not known (its whole hold stays spent). Once per reply: later calls change nothing.
+   */
+  private escrowEnded(m: MessageDoc, billed: { call: ReplyCall; usage: Tokens } | null): void {
+    if (!m.escrow || !this.models.escrow) return;
+    const per1k = this.models.pricing?.creditsPer1kTokens ?? 1;
+    const cost = billed ? usageCost({ ...billed.usage, price: billed.call.price }, per1k) : null;
+    this.models.escrow.ended(m.escrow.id, m.id, cost);
   }
 
   /** The reply if this process is generating it (or just finished it). */
@@ -401,6 +419,8 @@ export class Replies {
     const done = this.generate(job, live, abort.signal)
       .catch((err: unknown) => this.logger.error({ err, messageId: job.message.id }, 'reply generation crashed'))
       .finally(() => {
+        // A reply whose end could not be stored: its escrowed hold is spent whole (a sweep bills it later).
+        this.escrowEnded(job.message, null);
         this.running.delete(job.message.id);
         // Readers that already hold it finish from memory; new readers read the stored message.
         this.live.delete(job.message.id);
@@ -424,11 +444,12 @@ export class Replies {
         );
       if (updated?.call) {
         const { usage, estimated } = recordedUsage(updated);
-        await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code));
+        await billReply(tx, updated.tenantId, updated.id, updated.call, usage, estimated, failedOutcome(code), updated.escrow?.id);
       } else if (updated?.follower) await releaseHold(tx, updated.tenantId, updated.id);
       if (updated) await settleKey(tx, updated, false);
       return updated;
     });
+    if (done?.call) this.escrowEnded(done, { call: done.call, usage: recordedUsage(done).usage });
     if (done?.ephemeral) await this.store.collection(messages).delete(done.id);
     if (done && notify) this.relay.notify();
     return done;
@@ -715,7 +736,7 @@ export class Replies {
         ? message.follower
           ? releaseHold(tx, tenantId, message.id)
           : Promise.resolve()
-        : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended);
+        : billReply(tx, tenantId, message.id, call, billed ?? { inputTokens: 0, outputTokens: 0 }, !usage, ended, message.escrow?.id);
     // Fenced: the reply is completed only as this process last wrote it. When another process failed it meanwhile
     // (it took our beat for a dead one), the text and outcome are discarded, but the model call was made: billed.
     // A reply kept only while it ran that no other process reads (a chat completion: its one reader is here, on the
@@ -741,6 +762,8 @@ export class Replies {
       return updated;
     });
     if (!doc) this.logger.warn({ messageId: message.id }, 'reply was failed by another chat process; its outcome is discarded');
+    // Billed as stored here; a reply another process failed was billed there, for what it read: its whole hold counts.
+    this.escrowEnded(message, doc ? { call, usage: billed ?? { inputTokens: 0, outputTokens: 0 } } : null);
     this.relay.notify();
     if (doc) metrics.replies.inc({ status: doc.status });
     if (billed) {

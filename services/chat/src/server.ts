@@ -9,12 +9,14 @@ import {
   serve,
   type RunningService,
 } from '@svc/kit';
-import { CreditReservations, identityVerifier, llmMaxTokensField, pricingConfig } from '@svc/contracts';
+import { CreditReservations, identityVerifier, keptKeyLimits, llmMaxTokensField, pricingConfig } from '@svc/contracts';
+import { holdCost } from '@svc/llm/pricing';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
 import { purgeExpiredResponses } from './purge';
 import type { CreditCheck } from './credits';
+import { CreditEscrow } from './escrow';
 import { chatHandlers } from './handlers';
 import { grpcPeers, type Peers } from './peers';
 import { Replies } from './replies';
@@ -37,6 +39,12 @@ const chatConfig = {
   /** A model's wait for its answer to start and then between chunks; past it the call moves to the next model. */
   llmTimeoutMs: field('CHAT_LLM_TIMEOUT_MS', 'int', { default: '60000', min: 100, max: 600_000 }),
   llmMaxRetries: field('CHAT_LLM_RETRIES', 'int', { default: '2', min: 0, max: 10 }),
+  /**
+   * Calls carve their holds from a slice of the tenant's credits this process holds (billing's escrow), with no
+   * round trip each, when the tenant's balance is large next to a call's hold and the caller's key has no credit
+   * budget (escrow.ts); else, and when off, each call reserves in billing.
+   */
+  creditEscrow: field('CHAT_CREDIT_ESCROW', 'bool', { default: 'false' }),
   ...llmBreakerConfig,
   ...pricingConfig,
 } as const;
@@ -68,6 +76,10 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     );
   // Provider calls go to an address a tenant chose: through the egress guard. Streams keep their own idle timeout.
   const transport = throughEgress(egressStream(egressPolicyFrom(config)));
+  // Every reply reserves its most possible cost in billing before it starts (contracts CreditReservations), or carves
+  // it from this process's escrow of the tenant's credits.
+  const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);
+  const escrow = gate && config.creditEscrow ? new CreditEscrow(gate, rt.logger) : null;
   const replies = new Replies(
     rt.store,
     rt.relay,
@@ -88,14 +100,33 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
       timeoutMs: config.llmTimeoutMs,
       maxRetries: config.llmMaxRetries,
       pricing,
+      ...(escrow ? { escrow } : {}),
     },
   );
   await replies.startSweeping();
-  // Every reply reserves its most possible cost in billing before it starts (contracts CreditReservations).
-  const gate = options.credits ? null : new CreditReservations(config.billingAddr, config.grpcDeadlineMs);
+  // A key with a credit budget reserves per call (billing checks the budget in the reservation's transaction): its
+  // limits as identity answers them, kept a quarter of a second as billing keeps them.
+  const keyLimits = keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits);
+  const mayEscrow = async (ctx: Parameters<CreditCheck['reserve']>[0]) => {
+    if (ctx.auth.typ !== 'api_key') return true;
+    // Identity not answering: reserved per call, where billing decides.
+    const limits = await keyLimits(ctx.token, ctx.auth.tid, ctx.auth.sid).catch(() => undefined);
+    return Boolean(limits) && !limits!.creditBudget;
+  };
+  escrow?.start();
   const credits: CreditCheck = options.credits ?? {
-    reserve: async (ctx, hold) => void (await gate!.reserve(ctx.token, hold)),
-    release: (ctx, callId) => gate!.release(ctx.token, callId),
+    reserve: async (ctx, hold, opts) => {
+      if (escrow && opts?.mayEscrow && (await mayEscrow(ctx))) {
+        const held = holdCost(hold, config.creditsPer1kTokens);
+        const escrowId = await escrow.carve(ctx.auth.tid, ctx.token, hold.callId, held);
+        if (escrowId) return { escrowId, credits: held };
+      }
+      await gate!.reserve(ctx.token, hold);
+    },
+    release: async (ctx, callId, carved) => {
+      if (carved) escrow?.ended(carved.escrowId, callId, 0);
+      else await gate!.release(ctx.token, callId);
+    },
   };
   // Responses past RESPONSES_RETENTION_HOURS are deleted (their session's messages stay with the session).
   const purger = setInterval(() => {
@@ -135,6 +166,8 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     // Replies first (they finish, or are stored as failed), then the server (readers get their final event).
     stop: async () => {
       await replies.stop();
+      // What the escrows hold beyond the ended replies goes back before the channel to billing closes.
+      await escrow?.stop().catch((err: unknown) => rt.logger.warn({ err }, 'returning credit escrows failed; billing will expire them'));
       await svc.stop();
     },
   };

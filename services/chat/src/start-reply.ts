@@ -128,15 +128,17 @@ export async function admitReply(
   const { reply } = start;
   await deps.keySlots.prepare(auth);
   if (start.hold || reply.follower) await deps.replySlots.prepare(auth.tid);
-  // The reply's id is its call's id in billing: its llm.usage event settles this reservation.
-  if (start.hold) await deps.credits.reserve(c, start.hold);
+  // The reply's id is its call's id in billing: its llm.usage event settles this reservation. A hold carved from the
+  // process's escrow is recorded on the reply (the reply is not stored yet), so whoever bills it names the escrow.
+  const carved = start.hold ? await deps.credits.reserve(c, start.hold, { mayEscrow: Boolean(reply.call) && !reply.follower }) : undefined;
+  if (carved) reply.escrow = { id: carved.escrowId, credits: carved.credits };
   try {
     // The caps are counted in the insert's transaction (ReplySlots), where a refusal also releases the hold below.
     const docs = { inputs: start.inputs ?? [], reply, resp: start.resp ?? null, held: Boolean(start.hold) };
     await insert(deps, auth, start.newSession ?? null, docs, start.commit);
   } catch (err) {
     // Never started: the hold goes back at once (billing's expiry would, later).
-    if (start.hold) await deps.credits.release(c, reply.id).catch(() => undefined);
+    if (start.hold) await deps.credits.release(c, reply.id, carved || undefined).catch(() => undefined);
     throw err;
   }
 }

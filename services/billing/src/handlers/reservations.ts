@@ -1,5 +1,6 @@
 import { authed, type CallContext, errors } from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
+import { DEFAULT_ESCROW_POLICY, grantEscrow, renewEscrow, validGrant } from '../escrows';
 import { closeReservation, reserve, validReserve } from '../reservations';
 import { type BillingDeps, type BillingParts } from './shared';
 
@@ -27,6 +28,33 @@ export function reservationHandlers(deps: BillingDeps, parts: BillingParts) {
       await openedAccount(auth.tid);
       const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
       return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
+    },
+
+    /** A slice of the tenant's available credits for one chat process (escrows.ts), when the balance makes it worth one. */
+    async grantEscrow(req: billingV1.GrantEscrowRequest, ctx: CallContext): Promise<billingV1.GrantEscrowResponse> {
+      const { auth } = authed(ctx);
+      const input = { tenantId: auth.tid, requestId: req.requestId, holder: req.holder, holdCredits: req.holdCredits };
+      const problem = validGrant(input);
+      if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
+      await openedAccount(auth.tid);
+      const policy = deps.escrowPolicy ?? { ...DEFAULT_ESCROW_POLICY, graceMs: deps.reservationTtlMs ?? DEFAULT_ESCROW_POLICY.graceMs };
+      const grant = await grantEscrow(store, input, policy);
+      const e = grant.escrow;
+      return {
+        granted: grant.granted,
+        escrowId: e?.id ?? '',
+        credits: e?.granted ?? 0,
+        leaseMs: e?.leaseMs ?? 0,
+        available: grant.available,
+      };
+    },
+
+    async renewEscrow(req: billingV1.RenewEscrowRequest, ctx: CallContext): Promise<billingV1.RenewEscrowResponse> {
+      const { auth } = authed(ctx);
+      if (!req.escrowId) throw errors.validation([{ field: 'escrowId', message: 'is required' }]);
+      const input = { tenantId: auth.tid, id: req.escrowId, returnCredits: req.returnCredits, close: req.close };
+      const { escrow, available } = await renewEscrow(store, input);
+      return { status: escrow.status, remaining: escrow.remaining, leaseMs: escrow.leaseMs, available };
     },
 
     async release(req: billingV1.ReleaseRequest, ctx: CallContext): Promise<billingV1.ReleaseResponse> {

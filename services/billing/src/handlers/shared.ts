@@ -11,6 +11,7 @@ import { type PaymentProvider, type ProviderEvent } from '../providers';
 import { accountOf, addEntry, applyOnce } from '../ledger';
 import { forgetKeyBudget, lastKeyBudget, type KeyBudget } from '../key-budget';
 import { toInvoice, toSubscription } from '../views';
+import type { EscrowPolicy } from '../escrows';
 
 export interface BillingDeps {
   store: Store;
@@ -25,9 +26,11 @@ export interface BillingDeps {
   creditsPer1kTokens?: number;
   /** BILLING_RESERVATION_TTL_MS: a reservation's life when its caller names none. */
   reservationTtlMs?: number;
+  /** How escrows are granted (escrows.ts); default DEFAULT_ESCROW_POLICY with the reservation TTL as grace. */
+  escrowPolicy?: EscrowPolicy;
   /**
    * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits, kept a quarter of a second:
-   * key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
+   * contracts key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
    * other parts).
    */
   keyLimits?: (token: string, tenantId: string, keyId: string) => Promise<identityV1.ApiKeyLimits | undefined>;

@@ -189,6 +189,42 @@ export interface ReleaseRequest {
   callId: string;
 }
 
+export interface GrantEscrowRequest {
+  /** The holder's id of this grant: a retry answers the escrow it granted. */
+  requestId: string;
+  /** The holding process (random per process start). */
+  holder: string;
+  /** The hold of the call that asks (credits): the slice must cover several such holds to be granted. */
+  holdCredits: number;
+}
+
+export interface GrantEscrowResponse {
+  granted: boolean;
+  escrowId: string;
+  /** The slice's credits. */
+  credits: number;
+  /** The lease: the holder may carve for this long from when it sent this request, unless renewed. */
+  leaseMs: number;
+  /** Available credits after the grant. */
+  available: number;
+}
+
+export interface RenewEscrowRequest {
+  escrowId: string;
+  returnCredits: number;
+  close: boolean;
+}
+
+export interface RenewEscrowResponse {
+  /** open (renewed), returned (closed by its holder), expired. */
+  status: string;
+  /** What it still holds (the holder's open and unsettled calls). */
+  remaining: number;
+  leaseMs: number;
+  /** Available credits of the tenant outside every escrow, after this renewal. */
+  available: number;
+}
+
 export interface ReleaseResponse {
   released: boolean;
 }
@@ -2892,6 +2928,486 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
   fromPartial(object: DeepPartial<ReleaseRequest>): ReleaseRequest {
     const message = createBaseReleaseRequest();
     message.callId = object.callId ?? "";
+    return message;
+  },
+};
+
+function createBaseGrantEscrowRequest(): GrantEscrowRequest {
+  return { requestId: "", holder: "", holdCredits: 0 };
+}
+
+export const GrantEscrowRequest: MessageFns<GrantEscrowRequest> = {
+  encode(message: GrantEscrowRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== "") {
+      writer.uint32(10).string(message.requestId);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.holdCredits !== 0) {
+      writer.uint32(24).int64(message.holdCredits);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GrantEscrowRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGrantEscrowRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.holdCredits = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GrantEscrowRequest {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      holdCredits: isSet(object.holdCredits)
+        ? globalThis.Number(object.holdCredits)
+        : isSet(object.hold_credits)
+        ? globalThis.Number(object.hold_credits)
+        : 0,
+    };
+  },
+
+  toJSON(message: GrantEscrowRequest): unknown {
+    const obj: any = {};
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.holdCredits !== 0) {
+      obj.holdCredits = Math.round(message.holdCredits);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GrantEscrowRequest>): GrantEscrowRequest {
+    return GrantEscrowRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GrantEscrowRequest>): GrantEscrowRequest {
+    const message = createBaseGrantEscrowRequest();
+    message.requestId = object.requestId ?? "";
+    message.holder = object.holder ?? "";
+    message.holdCredits = object.holdCredits ?? 0;
+    return message;
+  },
+};
+
+function createBaseGrantEscrowResponse(): GrantEscrowResponse {
+  return { granted: false, escrowId: "", credits: 0, leaseMs: 0, available: 0 };
+}
+
+export const GrantEscrowResponse: MessageFns<GrantEscrowResponse> = {
+  encode(message: GrantEscrowResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.granted !== false) {
+      writer.uint32(8).bool(message.granted);
+    }
+    if (message.escrowId !== "") {
+      writer.uint32(18).string(message.escrowId);
+    }
+    if (message.credits !== 0) {
+      writer.uint32(24).int64(message.credits);
+    }
+    if (message.leaseMs !== 0) {
+      writer.uint32(32).int32(message.leaseMs);
+    }
+    if (message.available !== 0) {
+      writer.uint32(40).int64(message.available);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GrantEscrowResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGrantEscrowResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.granted = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.escrowId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.credits = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.leaseMs = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.available = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GrantEscrowResponse {
+    return {
+      granted: isSet(object.granted) ? globalThis.Boolean(object.granted) : false,
+      escrowId: isSet(object.escrowId)
+        ? globalThis.String(object.escrowId)
+        : isSet(object.escrow_id)
+        ? globalThis.String(object.escrow_id)
+        : "",
+      credits: isSet(object.credits) ? globalThis.Number(object.credits) : 0,
+      leaseMs: isSet(object.leaseMs)
+        ? globalThis.Number(object.leaseMs)
+        : isSet(object.lease_ms)
+        ? globalThis.Number(object.lease_ms)
+        : 0,
+      available: isSet(object.available) ? globalThis.Number(object.available) : 0,
+    };
+  },
+
+  toJSON(message: GrantEscrowResponse): unknown {
+    const obj: any = {};
+    if (message.granted !== false) {
+      obj.granted = message.granted;
+    }
+    if (message.escrowId !== "") {
+      obj.escrowId = message.escrowId;
+    }
+    if (message.credits !== 0) {
+      obj.credits = Math.round(message.credits);
+    }
+    if (message.leaseMs !== 0) {
+      obj.leaseMs = Math.round(message.leaseMs);
+    }
+    if (message.available !== 0) {
+      obj.available = Math.round(message.available);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GrantEscrowResponse>): GrantEscrowResponse {
+    return GrantEscrowResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GrantEscrowResponse>): GrantEscrowResponse {
+    const message = createBaseGrantEscrowResponse();
+    message.granted = object.granted ?? false;
+    message.escrowId = object.escrowId ?? "";
+    message.credits = object.credits ?? 0;
+    message.leaseMs = object.leaseMs ?? 0;
+    message.available = object.available ?? 0;
+    return message;
+  },
+};
+
+function createBaseRenewEscrowRequest(): RenewEscrowRequest {
+  return { escrowId: "", returnCredits: 0, close: false };
+}
+
+export const RenewEscrowRequest: MessageFns<RenewEscrowRequest> = {
+  encode(message: RenewEscrowRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.escrowId !== "") {
+      writer.uint32(10).string(message.escrowId);
+    }
+    if (message.returnCredits !== 0) {
+      writer.uint32(16).int64(message.returnCredits);
+    }
+    if (message.close !== false) {
+      writer.uint32(24).bool(message.close);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RenewEscrowRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRenewEscrowRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.escrowId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.returnCredits = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.close = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RenewEscrowRequest {
+    return {
+      escrowId: isSet(object.escrowId)
+        ? globalThis.String(object.escrowId)
+        : isSet(object.escrow_id)
+        ? globalThis.String(object.escrow_id)
+        : "",
+      returnCredits: isSet(object.returnCredits)
+        ? globalThis.Number(object.returnCredits)
+        : isSet(object.return_credits)
+        ? globalThis.Number(object.return_credits)
+        : 0,
+      close: isSet(object.close) ? globalThis.Boolean(object.close) : false,
+    };
+  },
+
+  toJSON(message: RenewEscrowRequest): unknown {
+    const obj: any = {};
+    if (message.escrowId !== "") {
+      obj.escrowId = message.escrowId;
+    }
+    if (message.returnCredits !== 0) {
+      obj.returnCredits = Math.round(message.returnCredits);
+    }
+    if (message.close !== false) {
+      obj.close = message.close;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RenewEscrowRequest>): RenewEscrowRequest {
+    return RenewEscrowRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RenewEscrowRequest>): RenewEscrowRequest {
+    const message = createBaseRenewEscrowRequest();
+    message.escrowId = object.escrowId ?? "";
+    message.returnCredits = object.returnCredits ?? 0;
+    message.close = object.close ?? false;
+    return message;
+  },
+};
+
+function createBaseRenewEscrowResponse(): RenewEscrowResponse {
+  return { status: "", remaining: 0, leaseMs: 0, available: 0 };
+}
+
+export const RenewEscrowResponse: MessageFns<RenewEscrowResponse> = {
+  encode(message: RenewEscrowResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.status !== "") {
+      writer.uint32(10).string(message.status);
+    }
+    if (message.remaining !== 0) {
+      writer.uint32(16).int64(message.remaining);
+    }
+    if (message.leaseMs !== 0) {
+      writer.uint32(24).int32(message.leaseMs);
+    }
+    if (message.available !== 0) {
+      writer.uint32(32).int64(message.available);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RenewEscrowResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRenewEscrowResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.status = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.remaining = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.leaseMs = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.available = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RenewEscrowResponse {
+    return {
+      status: isSet(object.status) ? globalThis.String(object.status) : "",
+      remaining: isSet(object.remaining) ? globalThis.Number(object.remaining) : 0,
+      leaseMs: isSet(object.leaseMs)
+        ? globalThis.Number(object.leaseMs)
+        : isSet(object.lease_ms)
+        ? globalThis.Number(object.lease_ms)
+        : 0,
+      available: isSet(object.available) ? globalThis.Number(object.available) : 0,
+    };
+  },
+
+  toJSON(message: RenewEscrowResponse): unknown {
+    const obj: any = {};
+    if (message.status !== "") {
+      obj.status = message.status;
+    }
+    if (message.remaining !== 0) {
+      obj.remaining = Math.round(message.remaining);
+    }
+    if (message.leaseMs !== 0) {
+      obj.leaseMs = Math.round(message.leaseMs);
+    }
+    if (message.available !== 0) {
+      obj.available = Math.round(message.available);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RenewEscrowResponse>): RenewEscrowResponse {
+    return RenewEscrowResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RenewEscrowResponse>): RenewEscrowResponse {
+    const message = createBaseRenewEscrowResponse();
+    message.status = object.status ?? "";
+    message.remaining = object.remaining ?? 0;
+    message.leaseMs = object.leaseMs ?? 0;
+    message.available = object.available ?? 0;
     return message;
   },
 };
@@ -6101,6 +6617,34 @@ export const BillingServiceService = {
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
   },
   /**
+   * A slice of the caller's tenant's available credits held for one chat process (an escrow): it carves its calls'
+   * holds from it without a round trip each, and their `llm.usage` events (carrying the escrow id) spend it. Granted
+   * only when the tenant's available credits are large next to a call's hold (else `granted` is false: reserve per
+   * call). Idempotent per request id.
+   */
+  grantEscrow: {
+    path: "/billing.v1.BillingService/GrantEscrow" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GrantEscrowRequest): Buffer => Buffer.from(GrantEscrowRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GrantEscrowRequest => GrantEscrowRequest.decode(value),
+    responseSerialize: (value: GrantEscrowResponse): Buffer => Buffer.from(GrantEscrowResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GrantEscrowResponse => GrantEscrowResponse.decode(value),
+  },
+  /**
+   * Renews the escrow's lease and gives back `return_credits` of it (never more than it still holds); `close` ends
+   * the holder's use of it (only settles of calls already carved from it spend it after).
+   */
+  renewEscrow: {
+    path: "/billing.v1.BillingService/RenewEscrow" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RenewEscrowRequest): Buffer => Buffer.from(RenewEscrowRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RenewEscrowRequest => RenewEscrowRequest.decode(value),
+    responseSerialize: (value: RenewEscrowResponse): Buffer => Buffer.from(RenewEscrowResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RenewEscrowResponse => RenewEscrowResponse.decode(value),
+  },
+  /**
    * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and
    * credential: applied once per call id as an `llm.usage` event is, settling the call's reservation when it has one.
    */
@@ -6198,6 +6742,18 @@ export interface BillingServiceServer extends UntypedServiceImplementation {
   reserve: handleUnaryCall<ReserveRequest, ReserveResponse>;
   /** Gives back the open reservation of a call that never reached the model. Idempotent. */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+  /**
+   * A slice of the caller's tenant's available credits held for one chat process (an escrow): it carves its calls'
+   * holds from it without a round trip each, and their `llm.usage` events (carrying the escrow id) spend it. Granted
+   * only when the tenant's available credits are large next to a call's hold (else `granted` is false: reserve per
+   * call). Idempotent per request id.
+   */
+  grantEscrow: handleUnaryCall<GrantEscrowRequest, GrantEscrowResponse>;
+  /**
+   * Renews the escrow's lease and gives back `return_credits` of it (never more than it still holds); `close` ends
+   * the holder's use of it (only settles of calls already carved from it spend it after).
+   */
+  renewEscrow: handleUnaryCall<RenewEscrowRequest, RenewEscrowResponse>;
   /**
    * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and
    * credential: applied once per call id as an `llm.usage` event is, settling the call's reservation when it has one.
@@ -6440,6 +6996,46 @@ export interface BillingServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A slice of the caller's tenant's available credits held for one chat process (an escrow): it carves its calls'
+   * holds from it without a round trip each, and their `llm.usage` events (carrying the escrow id) spend it. Granted
+   * only when the tenant's available credits are large next to a call's hold (else `granted` is false: reserve per
+   * call). Idempotent per request id.
+   */
+  grantEscrow(
+    request: GrantEscrowRequest,
+    callback: (error: ServiceError | null, response: GrantEscrowResponse) => void,
+  ): ClientUnaryCall;
+  grantEscrow(
+    request: GrantEscrowRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GrantEscrowResponse) => void,
+  ): ClientUnaryCall;
+  grantEscrow(
+    request: GrantEscrowRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GrantEscrowResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Renews the escrow's lease and gives back `return_credits` of it (never more than it still holds); `close` ends
+   * the holder's use of it (only settles of calls already carved from it spend it after).
+   */
+  renewEscrow(
+    request: RenewEscrowRequest,
+    callback: (error: ServiceError | null, response: RenewEscrowResponse) => void,
+  ): ClientUnaryCall;
+  renewEscrow(
+    request: RenewEscrowRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RenewEscrowResponse) => void,
+  ): ClientUnaryCall;
+  renewEscrow(
+    request: RenewEscrowRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RenewEscrowResponse) => void,
   ): ClientUnaryCall;
   /**
    * Records the usage of a model call the gateway made itself (a provider pass-through), for the caller's tenant and

@@ -262,7 +262,14 @@ export interface UsageData {
    * What the request log keeps of the call (CONTRACT.md 12). `model` above is the name as the caller asked for it
    * (a catalogue name, or the default model's name); `call.served_model` is the provider's model that served.
    */
-  call?: ModelCallInfo | undefined;
+  call?:
+    | ModelCallInfo
+    | undefined;
+  /**
+   * The escrow the call's hold was carved from (billing GrantEscrow), '' for a call reserved on its own: the settle
+   * spends the escrow instead of closing a reservation.
+   */
+  escrowId?: string | undefined;
 }
 
 /**
@@ -2957,6 +2964,7 @@ function createBaseUsageData(): UsageData {
     price: undefined,
     cachedInputTokens: undefined,
     call: undefined,
+    escrowId: undefined,
   };
 }
 
@@ -3009,6 +3017,9 @@ export const UsageData: MessageFns<UsageData> = {
     }
     if (message.call !== undefined) {
       ModelCallInfo.encode(message.call, writer.uint32(130).fork()).join();
+    }
+    if (message.escrowId !== undefined) {
+      writer.uint32(138).string(message.escrowId);
     }
     return writer;
   },
@@ -3154,6 +3165,14 @@ export const UsageData: MessageFns<UsageData> = {
             message.call = ModelCallInfo.decode(reader, reader.uint32());
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.escrowId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3224,6 +3243,11 @@ export const UsageData: MessageFns<UsageData> = {
         ? globalThis.Number(object.cached_input_tokens)
         : undefined,
       call: isSet(object.call) ? ModelCallInfo.fromJSON(object.call) : undefined,
+      escrowId: isSet(object.escrowId)
+        ? globalThis.String(object.escrowId)
+        : isSet(object.escrow_id)
+        ? globalThis.String(object.escrow_id)
+        : undefined,
     };
   },
 
@@ -3277,6 +3301,9 @@ export const UsageData: MessageFns<UsageData> = {
     if (message.call !== undefined) {
       obj.call = ModelCallInfo.toJSON(message.call);
     }
+    if (message.escrowId !== undefined) {
+      obj.escrowId = message.escrowId;
+    }
     return obj;
   },
 
@@ -3305,6 +3332,7 @@ export const UsageData: MessageFns<UsageData> = {
     message.call = (object.call !== undefined && object.call !== null)
       ? ModelCallInfo.fromPartial(object.call)
       : undefined;
+    message.escrowId = object.escrowId ?? undefined;
     return message;
   },
 };
