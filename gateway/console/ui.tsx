@@ -1,5 +1,5 @@
 // Small pieces every console page uses: the signed-in caller, loading state, errors, and number formats.
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import type { OperationId, Input } from '@svc/sdk/browser';
 import { describe, isUnauthorized, pager, toLogin, type Item } from './sdk';
 
@@ -22,7 +22,9 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]) {
     }
     // `deps` decide when to load again, as useEffect's list would.
   }, deps);
-  useEffect(() => void run(), [run]);
+  // Asked for as soon as the page is in the document, not after its first paint (useEffect waits for the next frame):
+  // the data is what the page waits for.
+  useLayoutEffect(() => void run(), [run]);
   return { ...state, reload: run };
 }
 

@@ -1,6 +1,6 @@
 // /usage: credits per UTC day stacked by model (a Chart.js bar chart), and a table per API key with the window's
 // usage beside each key's live counters. Both come from GET /billing/usage, which is built from the ledger.
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
 import { ErrorText, integer, useLoad } from '../ui';
 
@@ -40,7 +40,8 @@ const usage = (w: { from: string; to: string }, groupBy: string) =>
 
 function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
   const canvas = useRef<HTMLCanvasElement>(null);
-  useEffect(() => {
+  // Drawn as soon as the canvas is in the document, not a frame later (useEffect waits for the next paint).
+  useLayoutEffect(() => {
     const models = [...new Set(rows.map((r) => r.model ?? 'unknown'))].sort();
     let chart: { destroy(): void } | undefined;
     let gone = false;
@@ -82,13 +83,11 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
 export default function UsagePage() {
   const [days, setDays] = useState(30);
   const w = useMemo(() => lastDays(days), [days]);
-  const { data, error, loading } = useLoad(async () => {
-    const [byModel, byKey, keys] = await Promise.all([
-      usage(w, 'model'),
-      usage(w, 'apiKey'),
-      listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>,
-    ]);
-    return { byModel, byKey, keys };
+  // The chart waits for its own query only; the table's two are asked for at the same time and fill it when they come.
+  const chart = useLoad(() => usage(w, 'model'), [days]);
+  const table = useLoad(async () => {
+    const [byKey, keys] = await Promise.all([usage(w, 'apiKey'), listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>]);
+    return { byKey, keys };
   }, [days]);
   const labels = useMemo(
     () => Array.from({ length: days }, (_, i) => new Date(Date.parse(w.from) + i * DAY).toISOString().slice(0, 10)),
@@ -96,7 +95,7 @@ export default function UsagePage() {
   );
 
   const perKey = new Map<string, UsageRow>();
-  for (const r of data?.byKey ?? []) {
+  for (const r of table.data?.byKey ?? []) {
     const k = r.apiKeyId ?? '';
     const sum = perKey.get(k) ?? { start: '', calls: 0, inputTokens: 0, outputTokens: 0, credits: 0 };
     perKey.set(k, {
@@ -108,7 +107,7 @@ export default function UsagePage() {
     });
   }
   const keyRows = [
-    ...(data?.keys ?? []).map((k) => ({ id: k.id, label: `${k.name} (${k.start}…)`, key: k, sum: perKey.get(k.id) })),
+    ...(table.data?.keys ?? []).map((k) => ({ id: k.id, label: `${k.name} (${k.start}…)`, key: k, sum: perKey.get(k.id) })),
     ...(perKey.has('') ? [{ id: '', label: 'Signed-in users (no key)', key: undefined, sum: perKey.get('') }] : []),
   ];
 
@@ -123,13 +122,13 @@ export default function UsagePage() {
           <option value="90">Last 90 days</option>
         </select>
       </p>
-      <ErrorText error={error} />
-      <section aria-labelledby="chart-title">
+      <ErrorText error={chart.error ?? table.error} />
+      <section aria-labelledby="chart-title" aria-busy={chart.loading}>
         <h2 id="chart-title">Credits per day, by model</h2>
-        {data && <CreditsChart days={labels} rows={data.byModel} />}
-        {data && data.byModel.length === 0 && <p>No model usage in this period.</p>}
+        {chart.data && <CreditsChart days={labels} rows={chart.data} />}
+        {chart.data && chart.data.length === 0 && <p>No model usage in this period.</p>}
       </section>
-      <section aria-labelledby="keys-title" aria-busy={loading}>
+      <section aria-labelledby="keys-title" aria-busy={table.loading}>
         <h2 id="keys-title">By API key</h2>
         <table id="usage-keys">
           <thead>
