@@ -38,6 +38,17 @@ function lastDays(days: number) {
 const usage = (w: { from: string; to: string }, groupBy: string) =>
   call('getBillingUsage', { query: { ...w, granularity: 'day', groupBy } }) as unknown as Promise<UsageRow[]>;
 
+// The first window's chart query is asked for as this module loads, which main.tsx does beside its session check,
+// rather than after the page's first render; the page takes it for its first load. (Signed out, both get a 401 and
+// main.tsx goes to sign in.)
+const FIRST_DAYS = 30;
+let first: { window: { from: string; to: string }; rows: Promise<UsageRow[]> } | undefined;
+{
+  const window = lastDays(FIRST_DAYS);
+  first = { window, rows: usage(window, 'model') };
+  first.rows.catch(() => undefined);
+}
+
 function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
   const canvas = useRef<HTMLCanvasElement>(null);
   // Drawn as soon as the canvas is in the document, not a frame later (useEffect waits for the next paint).
@@ -81,10 +92,14 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
 }
 
 export default function UsagePage() {
-  const [days, setDays] = useState(30);
-  const w = useMemo(() => lastDays(days), [days]);
+  const [days, setDays] = useState(FIRST_DAYS);
+  const w = useMemo(() => (days === FIRST_DAYS && first ? first.window : lastDays(days)), [days]);
   // The chart waits for its own query only; the table's two are asked for at the same time and fill it when they come.
-  const chart = useLoad(() => usage(w, 'model'), [days]);
+  const chart = useLoad(() => {
+    const rows = first && first.window === w ? first.rows : usage(w, 'model');
+    first = undefined;
+    return rows;
+  }, [days]);
   const table = useLoad(async () => {
     const [byKey, keys] = await Promise.all([usage(w, 'apiKey'), listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>]);
     return { byKey, keys };
