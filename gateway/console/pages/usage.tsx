@@ -73,7 +73,16 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
         options: {
           animation: false,
           maintainAspectRatio: false,
-          scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: 'Credits' } } },
+          scales: {
+            x: { stacked: true },
+            // Whole credits, numbered by `integer` (Chart.js's own numbers would call Intl: see ui.tsx).
+            y: {
+              stacked: true,
+              beginAtZero: true,
+              title: { display: true, text: 'Credits' },
+              ticks: { precision: 0, callback: (value) => integer(Number(value)) },
+            },
+          },
         },
       });
       canvas.current!.dataset.drawn = 'true';
