@@ -53,6 +53,9 @@ async function boot() {
     await call('logout', {}).catch(() => undefined);
     location.assign('/login');
   });
+  // The page's module is fetched while the session is asked for, not after: neither needs the other.
+  const loading = PAGES[document.body.dataset.page ?? '']?.();
+  loading?.catch(() => undefined); // its failure is shown below, once signed in
   let me: Me;
   try {
     me = (await call('me', {})) as unknown as Me;
@@ -62,11 +65,10 @@ async function boot() {
   }
   const who = document.getElementById('who');
   if (who) who.textContent = `${me.user.email} · ${me.tenant.name}`;
-  const load = PAGES[document.body.dataset.page ?? ''];
   const root = document.getElementById('app');
-  if (!load || !root) return;
+  if (!loading || !root) return;
   try {
-    const Page = (await load()).default;
+    const Page = (await loading).default;
     render(<Page me={me} />, root);
   } catch (err) {
     showError(err);

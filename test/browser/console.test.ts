@@ -166,6 +166,8 @@ it('draws credits per day by model and shows each key with its usage on /usage',
     expect(painted.second).toBeGreaterThan(20);
 
     const row = (name: string) => page.getByRole('row').filter({ has: page.getByRole('rowheader', { name: new RegExp(`^${name} \\(`) }) });
+    // The table has its own queries: it may fill after the chart is drawn.
+    await page.locator('section[aria-labelledby="keys-title"][aria-busy="false"]').waitFor();
     await expect(row('Key A').getByRole('cell').allTextContents()).resolves.toEqual([
       '3',
       expect.any(String),
@@ -179,6 +181,32 @@ it('draws credits per day by model and shows each key with its usage on /usage',
     expect(b[3]).toBe(String(ofKey(keyB.id)));
     expect(b[5]).toBe(`${ofKey(keyB.id)} of 500 (month)`);
   });
+  expect(problems).toEqual([]);
+});
+
+it("names every chunk a page runs in its shell's modulepreload links, so none waits for another to arrive", async () => {
+  const { page, problems } = await signedInPage(browser, stack.url, owner.cookie);
+  for (const [path, drawn] of [
+    ['/usage', '#app canvas[data-drawn]'], // its chunk imports Chart.js's on demand
+    ['/projects', '#app h1'],
+    ['/login', '#app h1'],
+  ]) {
+    await step(page, `preload-${path}`, async () => {
+      const fetched: string[] = [];
+      const onRequest = (r: { url(): string }) => {
+        const m = /\/assets\/console\/([^/?]+\.js)$/.exec(r.url());
+        if (m) fetched.push(m[1]);
+      };
+      page.on('request', onRequest);
+      await page.goto(`${stack.url}${path}`);
+      await page.locator(drawn).waitFor();
+      page.off('request', onRequest);
+      const preloaded = await page.$$eval('link[rel="modulepreload"]', (links) => links.map((l) => l.getAttribute('href')));
+      expect(preloaded.length).toBeGreaterThan(0);
+      // The entry is the shell's script; every other chunk the page fetched was named up front, and none in vain.
+      expect(preloaded.sort()).toEqual([...new Set(fetched.filter((f) => f !== 'main.js'))].map((f) => `/assets/console/${f}`).sort());
+    });
+  }
   expect(problems).toEqual([]);
 });
 

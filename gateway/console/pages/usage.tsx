@@ -1,6 +1,6 @@
 // /usage: credits per UTC day stacked by model (a Chart.js bar chart), and a table per API key with the window's
 // usage beside each key's live counters. Both come from GET /billing/usage, which is built from the ledger.
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { call, listAll } from '../sdk';
 import { ErrorText, integer, useLoad } from '../ui';
 
@@ -38,9 +38,21 @@ function lastDays(days: number) {
 const usage = (w: { from: string; to: string }, groupBy: string) =>
   call('getBillingUsage', { query: { ...w, granularity: 'day', groupBy } }) as unknown as Promise<UsageRow[]>;
 
+// The first window's chart query is asked for as this module loads, which main.tsx does beside its session check,
+// rather than after the page's first render; the page takes it for its first load. (Signed out, both get a 401 and
+// main.tsx goes to sign in.)
+const FIRST_DAYS = 30;
+let first: { window: { from: string; to: string }; rows: Promise<UsageRow[]> } | undefined;
+{
+  const window = lastDays(FIRST_DAYS);
+  first = { window, rows: usage(window, 'model') };
+  first.rows.catch(() => undefined);
+}
+
 function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
   const canvas = useRef<HTMLCanvasElement>(null);
-  useEffect(() => {
+  // Drawn as soon as the canvas is in the document, not a frame later (useEffect waits for the next paint).
+  useLayoutEffect(() => {
     const models = [...new Set(rows.map((r) => r.model ?? 'unknown'))].sort();
     let chart: { destroy(): void } | undefined;
     let gone = false;
@@ -61,7 +73,16 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
         options: {
           animation: false,
           maintainAspectRatio: false,
-          scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true, title: { display: true, text: 'Credits' } } },
+          scales: {
+            x: { stacked: true },
+            // Whole credits, numbered by `integer` (Chart.js's own numbers would call Intl: see ui.tsx).
+            y: {
+              stacked: true,
+              beginAtZero: true,
+              title: { display: true, text: 'Credits' },
+              ticks: { precision: 0, callback: (value) => integer(Number(value)) },
+            },
+          },
         },
       });
       canvas.current!.dataset.drawn = 'true';
@@ -80,15 +101,17 @@ function CreditsChart({ days, rows }: { days: string[]; rows: UsageRow[] }) {
 }
 
 export default function UsagePage() {
-  const [days, setDays] = useState(30);
-  const w = useMemo(() => lastDays(days), [days]);
-  const { data, error, loading } = useLoad(async () => {
-    const [byModel, byKey, keys] = await Promise.all([
-      usage(w, 'model'),
-      usage(w, 'apiKey'),
-      listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>,
-    ]);
-    return { byModel, byKey, keys };
+  const [days, setDays] = useState(FIRST_DAYS);
+  const w = useMemo(() => (days === FIRST_DAYS && first ? first.window : lastDays(days)), [days]);
+  // The chart waits for its own query only; the table's two are asked for at the same time and fill it when they come.
+  const chart = useLoad(() => {
+    const rows = first && first.window === w ? first.rows : usage(w, 'model');
+    first = undefined;
+    return rows;
+  }, [days]);
+  const table = useLoad(async () => {
+    const [byKey, keys] = await Promise.all([usage(w, 'apiKey'), listAll('listApiKeys', {}) as unknown as Promise<ApiKey[]>]);
+    return { byKey, keys };
   }, [days]);
   const labels = useMemo(
     () => Array.from({ length: days }, (_, i) => new Date(Date.parse(w.from) + i * DAY).toISOString().slice(0, 10)),
@@ -96,7 +119,7 @@ export default function UsagePage() {
   );
 
   const perKey = new Map<string, UsageRow>();
-  for (const r of data?.byKey ?? []) {
+  for (const r of table.data?.byKey ?? []) {
     const k = r.apiKeyId ?? '';
     const sum = perKey.get(k) ?? { start: '', calls: 0, inputTokens: 0, outputTokens: 0, credits: 0 };
     perKey.set(k, {
@@ -108,7 +131,7 @@ export default function UsagePage() {
     });
   }
   const keyRows = [
-    ...(data?.keys ?? []).map((k) => ({ id: k.id, label: `${k.name} (${k.start}…)`, key: k, sum: perKey.get(k.id) })),
+    ...(table.data?.keys ?? []).map((k) => ({ id: k.id, label: `${k.name} (${k.start}…)`, key: k, sum: perKey.get(k.id) })),
     ...(perKey.has('') ? [{ id: '', label: 'Signed-in users (no key)', key: undefined, sum: perKey.get('') }] : []),
   ];
 
@@ -123,13 +146,13 @@ export default function UsagePage() {
           <option value="90">Last 90 days</option>
         </select>
       </p>
-      <ErrorText error={error} />
-      <section aria-labelledby="chart-title">
+      <ErrorText error={chart.error ?? table.error} />
+      <section aria-labelledby="chart-title" aria-busy={chart.loading}>
         <h2 id="chart-title">Credits per day, by model</h2>
-        {data && <CreditsChart days={labels} rows={data.byModel} />}
-        {data && data.byModel.length === 0 && <p>No model usage in this period.</p>}
+        {chart.data && <CreditsChart days={labels} rows={chart.data} />}
+        {chart.data && chart.data.length === 0 && <p>No model usage in this period.</p>}
       </section>
-      <section aria-labelledby="keys-title" aria-busy={loading}>
+      <section aria-labelledby="keys-title" aria-busy={table.loading}>
         <h2 id="keys-title">By API key</h2>
         <table id="usage-keys">
           <thead>

@@ -49,11 +49,15 @@ export const CONSOLE_PAGES: Record<string, ConsolePage> = {
   '/verify-email/:token': { page: 'verify-email', title: 'Verify your email', public: true },
 };
 
-/** A console page's shell: the navigation and an empty #app the console's script renders into. */
+/**
+ * A console page's shell: the navigation and an empty #app the console's script renders into; `preload`, the
+ * console's chunks for the page (layout).
+ */
 export function consolePage(
   { page, title, props, public: open }: ConsolePage,
   path: string,
   query: Record<string, string | undefined> = {},
+  preload?: readonly string[],
 ): string {
   const data = props ? ` data-props="${esc(JSON.stringify(props))}"` : '';
   return layout({
@@ -62,5 +66,6 @@ export function consolePage(
     signedIn: !open,
     path: path.replace(/\/:.*$/, ''),
     body: `<div id="app"${data}></div>`,
+    preload,
   });
 }

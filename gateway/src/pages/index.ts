@@ -25,12 +25,16 @@ interface Asset {
 }
 
 /**
- * Every static file the pages use, read once at start-up: the hand-written stylesheet beside this module (`assets/`), and the console's bundle that scripts/build.mjs writes (`gateway/public` when the gateway runs from
- * source; copied into dist/assets for the compiled gateway, where `assets/` holds both).
+ * Where the static files are: the hand-written stylesheet beside this module (`assets/`), and the console's bundle
+ * that scripts/build.mjs writes (`gateway/public` when the gateway runs from source; copied into dist/assets for the
+ * compiled gateway, where `assets/` holds both).
  */
+const ASSET_DIRS = [join(__dirname, 'assets'), join(__dirname, '../../public')];
+
+/** Every static file the pages use, read once at start-up. */
 function loadAssets(): Map<string, Asset> {
   const assets = new Map<string, Asset>();
-  for (const dir of [join(__dirname, 'assets'), join(__dirname, '../../public')]) {
+  for (const dir of ASSET_DIRS) {
     if (!existsSync(dir)) continue;
     const walk = (d: string) => {
       for (const name of readdirSync(d)) {
@@ -57,6 +61,20 @@ function loadAssets(): Map<string, Asset> {
 }
 
 /**
+ * The console build's manifest (scripts/build-console.mjs): page name -> the chunks it runs, for the shell's
+ * modulepreload links. Only chunks that are served are named; without a build there are none, and the entry still
+ * imports every chunk itself, one after another.
+ */
+function loadPreloads(assets: Map<string, Asset>): Record<string, string[]> {
+  const file = ASSET_DIRS.map((dir) => join(dir, 'console/manifest.json')).find((path) => existsSync(path));
+  if (!file) return {};
+  const manifest = JSON.parse(readFileSync(file, 'utf8')) as Record<string, string[]>;
+  return Object.fromEntries(
+    Object.entries(manifest).map(([page, chunks]) => [page, chunks.filter((c) => assets.has(`/assets/console/${c}`))]),
+  );
+}
+
+/**
  * The web pages (CONTRACT.md 7): sign in / sign up, the CLI approval, the settings pages, and the console, every one
  * drawn by the console's script (gateway/console). Pages are public shells; their script reads the API with the
  * session cookie, and a visitor who is not signed in is sent to /login and back.
@@ -69,10 +87,12 @@ export function registerPages(app: FastifyInstance): void {
       .header('cache-control', 'no-store')
       .send(render(request));
 
+  const assets = loadAssets();
+  const preloads = loadPreloads(assets);
   for (const [url, page] of Object.entries(CONSOLE_PAGES))
     app.get(
       url,
-      html((request) => consolePage(page, url, request.query as Record<string, string | undefined>)),
+      html((request) => consolePage(page, url, request.query as Record<string, string | undefined>, preloads[page.page])),
     );
 
   // The console's front door: a session cookie goes to the console (whose script signs in again if the session has
@@ -83,7 +103,6 @@ export function registerPages(app: FastifyInstance): void {
       .redirect(readCookie(request.headers.cookie, SESSION_COOKIE) ? '/projects' : '/login?next=%2Fprojects', 302),
   );
 
-  const assets = loadAssets();
   app.get('/assets/*', async (request, reply) => {
     const path = request.url.split('?')[0];
     const a = assets.get(path);

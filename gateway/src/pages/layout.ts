@@ -42,9 +42,18 @@ const current = (href: string, path = '') => path === href || path.startsWith(`$
 
 /**
  * A page: `page` names the console's page for it (gateway/console/main.tsx), which renders into #app; `signedIn`
- * pages show the navigation and the sign-out button.
+ * pages show the navigation and the sign-out button. `preload` names the console's chunks the page runs (file names
+ * under /assets/console/, from the build's manifest), fetched beside the entry rather than one import after another.
  */
-export function layout(opts: { title: string; page: string; signedIn: boolean; body: string; path?: string }): string {
+export function layout(opts: {
+  title: string;
+  page: string;
+  signedIn: boolean;
+  body: string;
+  path?: string;
+  preload?: readonly string[];
+}): string {
+  const preload = (opts.preload ?? []).map((file) => `\n<link rel="modulepreload" href="/assets/console/${esc(file)}">`).join('');
   const nav = opts.signedIn
     ? `<header class="bar"><nav aria-label="Console"><ul>${NAV.map(
         ([href, label]) => `<li><a href="${href}"${current(href, opts.path) ? ' aria-current="page"' : ''}>${label}</a></li>`,
@@ -59,7 +68,7 @@ export function layout(opts: { title: string; page: string; signedIn: boolean; b
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(opts.title)} · svc</title>
 <link rel="stylesheet" href="/assets/app.css">
-<script type="module" src="/assets/console/main.js"></script>
+<script type="module" src="/assets/console/main.js"></script>${preload}
 </head>
 <body data-page="${esc(opts.page)}">
 ${nav}
