@@ -1,7 +1,7 @@
 // The console's one way to the API: @svc/sdk/browser, same-origin with the session cookie (the browser adds the
 // Origin header the gateway's CSRF rule checks). Pages call operations by their OpenAPI id through `call` and
 // `listAll`; this file alone knows how the SDK spells them, so a change of the SDK's shape is a change here only.
-import { ApiError, SvcClient, type ChatStreamEvent, type Input, type OperationId, type Output } from '@svc/sdk/browser';
+import { ApiError, SvcClient, type ChatStreamEvent, type Input, type OperationId, type Output, type Page } from '@svc/sdk/browser';
 
 export { ApiError, type ChatStreamEvent, type Output };
 
@@ -27,21 +27,28 @@ export async function listAll<K extends OperationId>(operation: K, input: Input<
 
 /**
  * A long list read on demand (the request log, the audit log, events): `next(n)` answers up to n more items and
- * whether any are left, following the cursor, so a page shows what it has and offers the rest.
+ * whether any are left, following the cursor, so a page shows what it has and offers the rest. Whether any are left
+ * is the SDK's answer (the last page's `hasMore`, from the API's `has_more`): a last page that is exactly full offers
+ * no more.
  */
 export function pager<K extends OperationId>(operation: K, input: Input<K>) {
   const base = (input ?? {}) as { query?: Record<string, unknown> };
-  const items = client.paginate(operation, { ...base, query: { limit: 50, ...base.query } } as Input<K>);
-  let done = false;
+  const list = client.paged(operation, { ...base, query: { limit: 50, ...base.query } } as Input<K>);
+  let page: Page<Item<K>> | null = null;
+  // The items of the last page read that have not been answered yet.
+  let unread: Array<Item<K>> = [];
+  const more = () => unread.length > 0 || page === null || page.hasMore;
   return {
     async next(n: number): Promise<{ items: Array<Item<K>>; more: boolean }> {
       const out: Array<Item<K>> = [];
-      while (!done && out.length < n) {
-        const r = await items.next();
-        if (r.done) done = true;
-        else out.push(r.value as Item<K>);
+      while (out.length < n && more()) {
+        if (unread.length === 0) {
+          page = page ? await page.nextPage() : await list.page();
+          unread = [...page.data];
+        }
+        out.push(...unread.splice(0, n - out.length));
       }
-      return { items: out, more: !done };
+      return { items: out, more: more() };
     },
   };
 }

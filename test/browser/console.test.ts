@@ -210,6 +210,72 @@ it("names every chunk a page runs in its shell's modulepreload links, so none wa
   expect(problems).toEqual([]);
 });
 
+it('offers Load more on /events only while the API says more follow: none after a last page of exactly 50', async () => {
+  const tenant = await signUp(api, 'Fifty events');
+  const token = tenant.accessToken;
+  const createProjects = async (n: number) => {
+    const ids: string[] = [];
+    for (let i = 0; i < n; i += 10)
+      for (const res of await Promise.all(
+        Array.from({ length: Math.min(10, n - i) }, (_, j) => api.post('/api/v1/projects', { name: `p-${i + j}` }, { token })),
+      ))
+        ids.push(res.body.data.id);
+    return ids;
+  };
+  const count = async (type: string) => (await api.get(`/api/v1/events?type=${type}&limit=100`, { token })).body.data.length;
+  // 50 project.created, then a project.deleted: the unfiltered list's first page shows the deletion, the filtered not.
+  const [first] = await createProjects(50);
+  expect((await api.request('DELETE', `/api/v1/projects/${first}`, { token })).status).toBe(200);
+  await eventually(async () => (await count('project.created')) === 50 && (await count('project.deleted')) === 1, 15_000);
+
+  const { page, problems } = await signedInPage(browser, stack.url, tenant.cookie);
+  const rows = page.locator('#events tbody tr');
+  /** /events filtered to project.created, once the filtered walk's first page is shown (the deletion is gone). */
+  const filtered = async () => {
+    await page.goto(`${stack.url}/events`);
+    await page.getByRole('rowheader', { name: 'project.deleted' }).waitFor();
+    await page.getByLabel('Type').selectOption('project.created');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByRole('rowheader', { name: 'project.deleted' }).waitFor({ state: 'detached' });
+  };
+  await step(page, 'events-exactly-50', async () => {
+    await filtered();
+    expect(await rows.count()).toBe(50);
+    expect(await page.getByRole('button', { name: 'Load more' }).count()).toBe(0);
+  });
+
+  await createProjects(1);
+  await eventually(async () => (await count('project.created')) === 51, 15_000);
+  await step(page, 'events-51', async () => {
+    await filtered();
+    expect(await rows.count()).toBe(50);
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await page.getByRole('button', { name: 'Load more' }).waitFor({ state: 'detached' });
+    expect(await rows.count()).toBe(51);
+    expect(new Set(await page.getByRole('rowheader').allTextContents())).toEqual(new Set(['project.created']));
+  });
+  expect(problems).toEqual([]);
+});
+
+it('sends a visitor whose session ended to sign in from the billing portal button and the bucket test', async () => {
+  const tenant = await signUp(api, 'Session ends');
+  for (const [path, button] of [
+    ['/settings/billing', 'Open the billing portal'],
+    ['/settings/regions', 'Test connection'],
+  ]) {
+    const { page, context, problems } = await signedInPage(browser, stack.url, tenant.cookie);
+    await step(page, `401-${path}`, async () => {
+      await page.goto(`${stack.url}${path}`);
+      await page.getByRole('button', { name: button }).waitFor();
+      // The session is gone (as after a sign-out elsewhere): the next call is a 401.
+      await context.clearCookies();
+      await page.getByRole('button', { name: button }).click();
+      await page.waitForURL(`**/login?next=${encodeURIComponent(path)}`);
+    });
+    expect(problems).toEqual([]);
+  }
+});
+
 it('serves the console bundle compressed, its content-hashed chunks immutable', async () => {
   const entry = await fetch(`${stack.url}/assets/console/main.js`, { headers: { 'accept-encoding': 'br' } });
   expect(entry.status).toBe(200);

@@ -36,18 +36,13 @@ const POLL_MS = 1000;
 const agentId = () => decodeURIComponent(location.pathname.split('/')[2] ?? '');
 
 function RunView({ run, acted }: { run: Run; acted: () => void }) {
-  const [error, setError] = useState<string>();
-  const act = (verb: 'approve' | 'reject' | 'cancel') => async () => {
-    try {
-      const params = { id: agentId(), run_id: run.id };
-      if (verb === 'approve') await call('approveAgentRun', { params });
-      else if (verb === 'reject') await call('rejectAgentRun', { params, body: {} });
-      else await call('cancelAgentRun', { params });
-      setError(undefined);
-      acted();
-    } catch (err) {
-      setError(describe(err));
-    }
+  // Through useAction: its error shown in the run, and a 401 sends the visitor to sign in.
+  const { error, act: action } = useAction(acted);
+  const act = (verb: 'approve' | 'reject' | 'cancel') => () => {
+    const params = { id: agentId(), run_id: run.id };
+    if (verb === 'approve') return action(() => call('approveAgentRun', { params }), 'Approved.');
+    if (verb === 'reject') return action(() => call('rejectAgentRun', { params, body: {} }), 'Rejected.');
+    return action(() => call('cancelAgentRun', { params }), 'Cancelled.');
   };
   return (
     <li class="run" aria-label={`Run: ${run.goal}`}>

@@ -2,8 +2,8 @@
 // settles at once; a provider with a checkout sends the browser there); invoices; the billing alerts; and the
 // provider's own portal where it has one.
 import { useState } from 'preact/hooks';
-import { call, describe, listAll } from '../sdk';
-import { ErrorText, Form, Table, integer, num, text, useLoad, when } from '../ui';
+import { call, listAll } from '../sdk';
+import { ErrorText, Form, Table, integer, num, text, useAction, useLoad, when } from '../ui';
 
 const PLANS = ['starter', 'growth', 'enterprise'];
 
@@ -21,6 +21,8 @@ export default function BillingPage() {
   }, []);
   const alerts = useLoad(() => call('getBillingAlerts', {}) as Promise<Record<string, any>>, []);
   const [status, setStatus] = useState('');
+  // The portal's answer says what to show (or where to go): nothing more to report once it has.
+  const portal = useAction(() => undefined);
   /** A payment: the sandbox settles at once; a provider with a checkout (Stripe) takes the user there. */
   const settled = async (payment: Payment, what: string) => {
     if (payment.status === 'pending' && payment.checkoutUrl) return location.assign(payment.checkoutUrl);
@@ -47,20 +49,19 @@ export default function BillingPage() {
         <button
           type="button"
           class="secondary"
-          onClick={async () => {
-            try {
-              const portal = await call('createBillingPortal', {});
+          onClick={() =>
+            portal.act(async () => {
+              const { url, provider } = await call('createBillingPortal', {});
               // A provider's own portal (Stripe: payment methods, receipts) is elsewhere; the sandbox's is this page.
-              if (new URL(portal.url, location.href).pathname !== location.pathname) return location.assign(portal.url);
-              setStatus(`The ${portal.provider} provider has no portal of its own: this page is its portal.`);
-            } catch (err) {
-              setStatus(describe(err));
-            }
-          }}
+              if (new URL(url, location.href).pathname !== location.pathname) return location.assign(url);
+              setStatus(`The ${provider} provider has no portal of its own: this page is its portal.`);
+            }, '')
+          }
         >
           Open the billing portal
         </button>
       </p>
+      <ErrorText error={portal.error} />
       <p role="status">{status}</p>
       <section aria-labelledby="buy-title">
         <h2 id="buy-title">Buy credits</h2>

@@ -2,8 +2,8 @@
 // region where the plan has it, data residency, compliance level); file storage on the platform or in the tenant's
 // own bucket (keys write-only, a connection test); and the routing this request got (served by, each service's health).
 import { useState } from 'preact/hooks';
-import { call, describe, type Item } from '../sdk';
-import { ErrorText, Form, Input, text, useLoad, when, type Me } from '../ui';
+import { call, type Item } from '../sdk';
+import { ErrorText, Form, Input, text, useAction, useLoad, when, type Me } from '../ui';
 
 type Region = Item<'listRegions'>;
 type Validation = Awaited<ReturnType<typeof validate>>;
@@ -73,7 +73,8 @@ export default function RegionsPage({ me }: { me: Me }) {
   }, [tenantId]);
   const [status, setStatus] = useState('');
   const [checked, setChecked] = useState<Validation>();
-  const [testError, setTestError] = useState<string>();
+  // Through useAction: its error shown under the form, and a 401 sends the visitor to sign in.
+  const test = useAction(() => undefined);
   const d = data.data;
   if (data.error) return <ErrorText error={data.error} />;
   if (!d) return <p aria-busy="true">Loading…</p>;
@@ -194,21 +195,23 @@ export default function RegionsPage({ me }: { me: Me }) {
             <button
               type="button"
               class="secondary"
-              onClick={async (e) => {
-                try {
-                  setChecked(await validate(tenantId, new FormData((e.currentTarget as HTMLButtonElement).form!)));
-                  setTestError(undefined);
-                } catch (err) {
-                  setChecked(undefined);
-                  setTestError(describe(err));
-                }
+              onClick={(e) => {
+                const form = (e.currentTarget as HTMLButtonElement).form!;
+                void test.act(
+                  () =>
+                    validate(tenantId, new FormData(form)).then(setChecked, (err: unknown) => {
+                      setChecked(undefined);
+                      throw err;
+                    }),
+                  '',
+                );
               }}
             >
               Test connection
             </button>
           </p>
         </Form>
-        <ErrorText error={testError} />
+        <ErrorText error={test.error} />
         {checked && (
           <ul aria-label="Connection test">
             {checked.checks.map((c) => (

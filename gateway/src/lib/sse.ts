@@ -5,12 +5,12 @@
  * taken where it is checked, with no await between the check and the count, so a burst of concurrent requests cannot
  * pass the cap; it is freed once, when the response closes (however it ends: finished, refused, or its client gone).
  * Counted per gateway: it guards this process's sockets, as each gateway has its own. Below it, the writer those routes
- * share: the SSE response with its heartbeat (`openSse`), one event's text (`sseEvent`), and the open responses a route
- * ends on shutdown (`OpenStreams`).
+ * share: one event's text (`sseEvent`), the first message of the service's stream (`firstEvent`), and the open
+ * responses, each with its heartbeat and its one end, that a route ends on shutdown (`OpenStreams`).
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { AppError } from '@svc/kit';
+import { AppError, errors, type ServerStream } from '@svc/kit';
 import type { GatewayDeps } from '../deps';
 
 export class TenantStreams {
@@ -88,49 +88,22 @@ export interface SseWriter {
 }
 
 /**
- * Answers the reply with a 200 `text/event-stream` (the reply is hijacked: what Fastify set, such as the request id,
- * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and stops both when
- * the response closes. `onEnd` runs once when it ends, however (the client gone, `end()`).
+ * Reads the first message of a service's stream, the one that says the request was accepted: until it comes, a
+ * refusal is an ordinary JSON error. A stream that ends first, or opens with something else, is cancelled and answered
+ * 503 `endedEarly`. A read that throws needs nothing more: kit's ServerStream has already ended (or cancelled) the call.
  */
-export function openSse(
-  reply: FastifyReply,
-  keepAliveMs: number,
-  onEnd: () => void = () => {},
-  headers: Record<string, string> = {},
-): SseWriter {
-  reply.hijack();
-  const res = reply.raw;
-  res.writeHead(200, {
-    ...(reply.getHeaders() as Record<string, string>),
-    ...headers,
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache, no-transform',
-    'x-accel-buffering': 'no',
-    connection: 'keep-alive',
-  });
-  res.flushHeaders();
-  const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
-  let ended = false;
-  const finish = () => {
-    if (ended) return;
-    ended = true;
-    clearInterval(keepAlive);
-    onEnd();
-  };
-  res.once('close', finish);
-  return {
-    res,
-    get closed() {
-      return ended || res.destroyed;
-    },
-    async write(text) {
-      if (!res.write(text)) await writable(res);
-    },
-    end() {
-      finish();
-      res.end();
-    },
-  };
+export async function firstEvent<T>(
+  stream: ServerStream<T>,
+  opens: (first: T) => boolean,
+  endedEarly: string,
+): Promise<{ first: T; events: AsyncIterator<T> }> {
+  const events = stream[Symbol.asyncIterator]();
+  const next = await events.next();
+  if (next.done || !opens(next.value)) {
+    stream.cancel();
+    throw errors.unavailable(endedEarly);
+  }
+  return { first: next.value, events };
 }
 
 /** The SSE responses a route has open, ended when the gateway closes (an open one would hold the server open). */
@@ -143,21 +116,79 @@ export function openStreams(app: FastifyInstance): OpenStreams {
   return open;
 }
 
-export class OpenStreams {
-  private readonly open = new Set<{ writer: Pick<SseWriter, 'end'>; cancel: () => void }>();
+/** A kept response's one end (OpenStreams.keep). */
+export interface StreamEnd {
+  /** Stops what feeds the response (once) and ends it. */
+  end(): void;
+  /** It has ended: its client gone, `end()`, or the gateway closing. */
+  readonly ended: boolean;
+}
 
-  /** Keeps `writer` until it ends; `cancel` stops what feeds it. Returns what forgets it. */
-  add(writer: Pick<SseWriter, 'end'>, cancel: () => void): () => void {
-    const entry = { writer, cancel };
-    this.open.add(entry);
-    return () => this.open.delete(entry);
+export class OpenStreams {
+  private readonly ends = new Set<() => void>();
+
+  /**
+   * Keeps the open response `res` until it ends, however: its client gone, the returned `end()`, or the gateway
+   * closing (`endAll`). `stop` (what feeds it stops) runs once, whichever comes first, and the response is forgotten.
+   */
+  keep(res: ServerResponse, stop: () => void): StreamEnd {
+    let ended = false;
+    const finish = () => {
+      if (ended) return;
+      ended = true;
+      this.ends.delete(end);
+      stop();
+    };
+    const end = () => {
+      finish();
+      res.end();
+    };
+    this.ends.add(end);
+    res.once('close', finish);
+    return {
+      end,
+      get ended() {
+        return ended;
+      },
+    };
   }
 
-  /** Cancels and ends every open stream (the gateway is closing). */
+  /**
+   * Answers the reply with a 200 `text/event-stream` (the reply is hijacked: what Fastify set, such as the request id,
+   * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and keeps it until it
+   * ends (`keep`): `onEnd` runs once then, however it ends, and the heartbeat stops.
+   */
+  sse(reply: FastifyReply, keepAliveMs: number, onEnd: () => void = () => {}, headers: Record<string, string> = {}): SseWriter {
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, {
+      ...(reply.getHeaders() as Record<string, string>),
+      ...headers,
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+      connection: 'keep-alive',
+    });
+    res.flushHeaders();
+    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+    const kept = this.keep(res, () => {
+      clearInterval(keepAlive);
+      onEnd();
+    });
+    return {
+      res,
+      get closed() {
+        return kept.ended || res.destroyed;
+      },
+      async write(text) {
+        if (!res.write(text)) await writable(res);
+      },
+      end: kept.end,
+    };
+  }
+
+  /** Ends every open stream (the gateway is closing). */
   endAll(): void {
-    for (const { writer, cancel } of [...this.open]) {
-      cancel();
-      writer.end();
-    }
+    for (const end of [...this.ends]) end();
   }
 }

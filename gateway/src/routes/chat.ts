@@ -5,7 +5,7 @@ import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { endUserOf } from '../lib/end-user';
 import { assertKeyTokens } from '../lib/key-usage';
-import { openSse, openStreams, sseEvent, tenantStreams } from '../lib/sse';
+import { firstEvent, openStreams, sseEvent, tenantStreams } from '../lib/sse';
 import { type HandlerArgs, pageOf, route } from '../lib/route';
 import { IdParams, Nullable, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
@@ -232,24 +232,12 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
 
   async function relay(sessionId: string, lastEventId: string, call: HandlerArgs['call'], request: FastifyRequest, reply: FastifyReply) {
     const stream = chat.streamReply({ sessionId, afterEventId: lastEventId }, { ...call, deadlineMs: STREAM_DEADLINE_MS });
-    const events = stream[Symbol.asyncIterator]();
     // The service answers `open` once the request is accepted: until then, refusals are ordinary JSON errors.
-    let first: IteratorResult<chatV1.StreamReplyResponse>;
-    try {
-      first = await events.next();
-    } catch (err) {
-      stream.cancel();
-      throw err;
-    }
-    if (first.done || first.value.type !== 'open') {
-      stream.cancel();
-      throw errors.unavailable('The chat service ended the stream early');
-    }
-    let lastId = `${first.value.messageId}:0`;
+    const { first, events } = await firstEvent(stream, (m) => m.type === 'open', 'The chat service ended the stream early');
+    let lastId = `${first.messageId}:0`;
 
     // A reader that goes away stops its relay, never the reply (the chat service finishes and stores it).
-    const writer = openSse(reply, keepAliveMs, () => stream.cancel());
-    const forget = open.add(writer, () => stream.cancel());
+    const writer = open.sse(reply, keepAliveMs, () => stream.cancel());
     const res = writer.res;
     // A reader resuming after the final event has it already: the service answers `open` and nothing more.
     let finished = lastEventId.endsWith(':end');
@@ -278,7 +266,6 @@ export function chatRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         res.write(sseEvent(lastId, 'error', { code: e.code, message: e.httpStatus === 500 ? 'Internal server error' : e.message }));
       }
     } finally {
-      forget();
       writer.end();
     }
   }

@@ -5,7 +5,7 @@ import { errors } from '@svc/kit';
 import type { webhooksV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';
-import { openSse, openStreams, sseEvent, tenantStreams } from '../lib/sse';
+import { firstEvent, openStreams, sseEvent, tenantStreams } from '../lib/sse';
 import { IdParams, Obj, PageQuery, Str, Timestamp } from '../schemas';
 
 const Event = Obj({
@@ -70,17 +70,9 @@ export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       streams.holdFor(reply);
       // No deadline: the stream lasts as long as its reader; the service ends it when it stops.
       const stream = webhooks.streamEvents({ afterEventId: lastEventId }, { ...call, deadlineMs: Infinity });
-      const events = stream[Symbol.asyncIterator]();
-      try {
-        // The service answers `open` once the start is known: until then a refusal (an unknown id) is a JSON error.
-        const first = await events.next();
-        if (first.done || !first.value.open) throw errors.unavailable('The webhooks service ended the event stream early');
-      } catch (err) {
-        stream.cancel();
-        throw err;
-      }
-      const sse = openSse(reply, deps.config.sseKeepAliveMs, () => stream.cancel());
-      const forget = open.add(sse, () => stream.cancel());
+      // The service answers `open` once the start is known: until then a refusal (an unknown id) is a JSON error.
+      const { events } = await firstEvent(stream, (m) => m.open, 'The webhooks service ended the event stream early');
+      const sse = open.sse(reply, deps.config.sseKeepAliveMs, () => stream.cancel());
       try {
         for (;;) {
           const next = await events.next();
@@ -91,7 +83,6 @@ export function eventRoutes(app: FastifyInstance, deps: GatewayDeps): void {
         // The service went away (restarting, stopping): the reader reconnects with the last id it got.
         if (!sse.closed) request.log.warn({ err, reqId: request.id }, 'event stream ended by the service');
       } finally {
-        forget();
         sse.end();
       }
     },

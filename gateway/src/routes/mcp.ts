@@ -253,9 +253,9 @@ export function mcpRoutes(app: FastifyInstance, deps: GatewayDeps): void {
       void transport.close();
       void server.close();
     };
-    reply.raw.on('close', close);
-    // An open stream would hold the gateway open on shutdown: it is ended with the other routes' streams.
-    if (stream) reply.raw.once('close', open.add({ end: () => reply.raw.end() }, close));
+    // An open stream would hold the gateway open on shutdown: it is kept, and ended, with the other routes' streams.
+    if (stream) open.keep(reply.raw, close);
+    else reply.raw.on('close', close);
     await server.connect(transport);
     await transport.handleRequest(request.raw, reply.raw, request.body);
   };

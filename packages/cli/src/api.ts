@@ -25,12 +25,6 @@ export function apiPath(parts: TemplateStringsArray, ...values: Array<string | n
   return parts.reduce((out, part, i) => out + part + (i < values.length ? encodeURIComponent(String(values[i])) : ''), '');
 }
 
-/** `/projects` is under /api/v1; a path already starting with /api/ or /v1/ is taken as it is. */
-function fullPath(path: string): string {
-  const p = path.startsWith('/') ? path : `/${path}`;
-  return /^\/(api|v1)(\/|\?|$)/.test(p) ? p : `/api/v1${p}`;
-}
-
 export class Api {
   private readonly client: SvcClient;
 
@@ -38,9 +32,12 @@ export class Api {
     this.client = new SvcClient(options);
   }
 
-  /** The raw answer: the parsed JSON body (the whole envelope), or the text when it is not JSON. */
+  /**
+   * The raw answer: the parsed JSON body (the whole envelope), or the text when it is not JSON. The path is the SDK's
+   * to place (`/projects` is under /api/v1, one under /api/ or /v1/ is taken as it is); its query is sent as one.
+   */
   async raw(method: string, path: string, options: RequestOptions = {}): Promise<unknown> {
-    const [pathname, inlineQuery = ''] = fullPath(path).split('?', 2);
+    const [pathname, inlineQuery = ''] = path.split('?', 2);
     const query: Record<string, string> = Object.fromEntries(new URLSearchParams(inlineQuery));
     for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined && v !== null) query[k] = String(v);
     // The SDK sends one Idempotency-Key per POST, kept across its retries, so a retried 503 cannot do the work twice.

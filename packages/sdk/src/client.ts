@@ -12,7 +12,7 @@ import { GeneratedMethods, OPERATIONS } from './generated/methods';
 import { RESOURCE_METHODS, type Resources } from './generated/resources';
 import { PagedList, type PageAnswer } from './pagination';
 import { resumableSse, type ResumeOptions, type SseEvent } from './sse';
-import type { ChatStreamEvent, Input, OperationId, Output, RequestOptions, StreamOptions } from './types';
+import type { ChatStreamEvent, Input, Item, OperationId, Output, RequestOptions, StreamOptions } from './types';
 
 export interface Token {
   accessToken: string;
@@ -167,7 +167,7 @@ export class SvcClient extends GeneratedMethods {
     const arg = (takes ? args[n] : undefined) as Record<string, unknown> | undefined;
     const options = args[takes ? n + 1 : n] as RequestOptions | undefined;
     const input = { params, ...(op.body ? { body: arg } : { query: arg }) } as unknown as Input<OperationId>;
-    return op.list ? this.list(operationId, input, options) : this.call(operationId, input, options);
+    return op.list ? this.paged(operationId, input, options) : this.call(operationId, input, options);
   }
 
   private async credential(): Promise<string | null> {
@@ -279,13 +279,16 @@ export class SvcClient extends GeneratedMethods {
     return (text ? (JSON.parse(text) as { data: unknown }).data : undefined) as Output<K>;
   }
 
-  /** A list operation's pages: auto-pagination by `meta.pagination.next_cursor`. */
-  private list<K extends OperationId>(operationId: K, input: Input<K>, options: RequestOptions = {}): PagedList<unknown> {
+  /**
+   * A list operation's pages (what `svc.<resource>.list()` answers), by `meta.pagination.next_cursor`: a page says
+   * whether another follows (`hasMore`), so a reader never asks for one that is not there.
+   */
+  paged<K extends OperationId>(operationId: K, input: Input<K>, options: RequestOptions = {}): PagedList<Item<K>> {
     const base = (input ?? {}) as Record<string, any>;
-    return new PagedList(async (cursor): Promise<PageAnswer<unknown>> => {
+    return new PagedList(async (cursor): Promise<PageAnswer<Item<K>>> => {
       const req = this.requestOf(operationId, { ...base, query: { ...base.query, ...(cursor ? { cursor } : {}) } });
       const { text } = await this.send(req, options);
-      const page = JSON.parse(text) as { data: unknown[]; meta: { request_id?: string; pagination?: { next_cursor: string | null } } };
+      const page = JSON.parse(text) as { data: Item<K>[]; meta: { request_id?: string; pagination?: { next_cursor: string | null } } };
       return { data: page.data, nextCursor: page.meta.pagination?.next_cursor ?? null, requestId: page.meta.request_id ?? null };
     }, base.query?.cursor);
   }
@@ -296,7 +299,7 @@ export class SvcClient extends GeneratedMethods {
     input: Input<K>,
     options: RequestOptions = {},
   ): AsyncGenerator<Output<K> extends Array<infer T> ? T : never> {
-    yield* this.list(operationId, input, options) as AsyncIterable<any>;
+    yield* this.paged(operationId, input, options) as AsyncIterable<any>;
   }
 
   /** How every stream resumes: from the caller's last event id, after the retries' backoff, not after an error answer. */

@@ -8,7 +8,7 @@ import type { chatV1 } from '@svc/proto';
 import type { GatewayDeps } from '../../deps';
 import type { CallRecord } from '../../lib/openai-format';
 import type { HandlerArgs } from '../../lib/route';
-import { openSse, openStreams } from '../../lib/sse';
+import { firstEvent, openStreams } from '../../lib/sse';
 import type { Body } from './schemas';
 
 const STREAM_DEADLINE_MS = 60 * 60 * 1000;
@@ -67,19 +67,8 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
 
   /** Opens a call stream and reads its `started` event: until then a refusal is an ordinary JSON error. */
   async function begin(stream: CallStream) {
-    const events = stream[Symbol.asyncIterator]();
-    let first: IteratorResult<{ event?: chatV1.CallEvent }>;
-    try {
-      first = await events.next();
-    } catch (err) {
-      stream.cancel();
-      throw err;
-    }
-    if (first.done || first.value.event?.type !== 'started') {
-      stream.cancel();
-      throw new AppError('SERVICE_UNAVAILABLE', 'The chat service ended the call early');
-    }
-    return { events, started: first.value.event.call! };
+    const { first, events } = await firstEvent(stream, (m) => m.event?.type === 'started', 'The chat service ended the call early');
+    return { events, started: first.event!.call! };
   }
 
   /** Reads a call to its end (its `done` record). */
@@ -106,8 +95,8 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
     onStart?: (write: (s: string) => void) => void,
   ): Promise<void> {
     let sawDone = false;
-    const writer = openSse(reply, keepAliveMs, () => stream.cancel(), { 'x-served-model': servedModel });
-    const forget = open.add(writer, () => stream.cancel());
+    // Ended before its `done` (its client gone, a break, the gateway closing), the call is cancelled.
+    const writer = open.sse(reply, keepAliveMs, () => stream.cancel(), { 'x-served-model': servedModel });
     const res = writer.res;
     let pending = '';
     const write = (s: string) => {
@@ -142,9 +131,8 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
       }
     } finally {
       await flush().catch(() => undefined);
-      forget();
+      // Its `done` read, the call ends by itself (the writer's cancel then does nothing).
       if (sawDone) stream.release();
-      else stream.cancel();
       writer.end();
     }
   }

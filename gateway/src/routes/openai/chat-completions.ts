@@ -74,13 +74,8 @@ export function chatCompletionsRoute(app: FastifyInstance, deps: GatewayDeps, re
       const data = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
       // The answer starts with the first token (or the end): a call that fails before any is an HTTP error, as
       // OpenAI answers it; one cut after its first token ends the stream with an error event.
-      let first: IteratorResult<{ event?: chatV1.CallEvent }>;
-      try {
-        first = await events.next();
-      } catch (err) {
-        stream.cancel();
-        throw err;
-      }
+      // (A read that throws has ended the call already: kit's ServerStream.)
+      const first = await events.next();
       const e0 = first.done ? undefined : first.value.event;
       if (!e0 || (e0.type === 'done' && (e0.call!.status === 'failed' || e0.call!.status === 'cancelled'))) {
         stream.release();

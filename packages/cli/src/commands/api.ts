@@ -9,7 +9,7 @@ const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
 export const apiCommand: CommandModule = (program, ctx) => {
   program
     .command('api')
-    .description('Call any endpoint: svc api GET /projects (paths are under /api/v1 unless they start with /api or /v1)')
+    .description('Call any endpoint: svc api GET /projects (paths are under /api/v1 unless they start with /api/ or /v1/)')
     .addArgument(
       new Argument('<method>', `HTTP method: ${METHODS.join(', ')}`).argParser((m) => {
         if (!METHODS.includes(m.toUpperCase())) throw new InvalidArgumentError(`one of ${METHODS.join(', ')}`);
