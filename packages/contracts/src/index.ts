@@ -6,3 +6,7 @@ export * from './plan-order';
 export * from './pricing-config';
 export * from './model-call';
 export * from './accounts-config';
+export * from './scopes';
+export * from './authed';
+export * from './key-slots';
+export * from './metrics';

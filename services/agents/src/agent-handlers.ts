@@ -1,4 +1,5 @@
-import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { agentsV1 } from '@svc/proto';
 import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
 import { agentCap, agents, mcpServers, type AgentConfigDoc, type AgentDoc } from './collections';

@@ -5,7 +5,6 @@
  * credential at each connection; its value is never stored here.
  */
 import {
-  authed,
   type AuthedContext,
   type CallContext,
   EgressError,
@@ -18,6 +17,7 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { agentsV1, identityV1 } from '@svc/proto';
 import { mcpServerCap, mcpServers, type McpServerDoc } from './collections';
 import type { McpConnector } from './mcp-client';

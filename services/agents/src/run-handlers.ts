@@ -1,6 +1,5 @@
 import { decodeJwt } from 'jose';
 import {
-  authed,
   type AuthedContext,
   type CallContext,
   encodeCursor,
@@ -12,7 +11,7 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
-import { pricedHold } from '@svc/contracts';
+import { pricedHold, authed } from '@svc/contracts';
 import { planHold, type PricingSettings } from '@svc/llm';
 import { agentsV1, type identityV1 } from '@svc/proto';
 import { loadAgent } from './agent-handlers';

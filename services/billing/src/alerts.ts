@@ -13,7 +13,6 @@
  */
 import {
   addToOutbox,
-  authed,
   DuplicateKeyError,
   type CallContext,
   type CollectionDef,
@@ -23,7 +22,7 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { accounts, reservations, type EntryKind } from './collections';
 import { spentIn } from './key-budget';

@@ -11,7 +11,6 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  authed,
   errors,
   Retention,
   type CallContext,
@@ -21,6 +20,7 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1, eventsV1 } from '@svc/proto';
 
 export const SOURCES = ['chat', 'agent', 'v1', 'passthrough', 'mcp'] as const;

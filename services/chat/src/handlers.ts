@@ -1,4 +1,5 @@
-import { authed, type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
+import { type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, sessionCap, sessions, type SessionDoc } from './collections';

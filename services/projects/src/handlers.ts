@@ -1,6 +1,5 @@
 import {
   addToOutbox,
-  authed,
   type CallContext,
   errors,
   type FieldError,
@@ -14,7 +13,7 @@ import {
   type StoreSession,
   type OutboxRelay,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, authed } from '@svc/contracts';
 import type { eventsV1, projectsV1 } from '@svc/proto';
 import { projectCap, projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
 

@@ -1,5 +1,4 @@
 import {
-  authed,
   type AuthedContext,
   AppError,
   type CallContext,
@@ -13,6 +12,7 @@ import {
   type SecretBox,
   type Store,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { checkFeature, isFeatureKey } from '@svc/plans';
 import type { regionsV1 } from '@svc/proto';
 import { preferences, storageConfigs, type PreferencesDoc, type StorageDoc } from './collections';

@@ -1,15 +1,5 @@
-import {
-  authed,
-  errors,
-  idempotent,
-  isoBound,
-  newId,
-  nowIso,
-  type CallContext,
-  type EgressPolicy,
-  type SecretBox,
-  type Store,
-} from '@svc/kit';
+import { errors, idempotent, isoBound, newId, nowIso, type CallContext, type EgressPolicy, type SecretBox, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { eventsV1, type webhooksV1 } from '@svc/proto';
 import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';

@@ -7,12 +7,10 @@ import {
   errors,
   newId,
   nowIso,
-  SCOPES,
-  SESSION_COOKIE_PREFIX,
   sha256Hex,
   type StoreSession,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, SCOPES, SESSION_COOKIE_PREFIX } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, revocations, sessions, tenants, users, refreshTokens, type TenantDoc, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';

@@ -4,7 +4,8 @@
  * SHA-256 is stored). Accepting creates the user with that role and signs them in, once: a compare-and-set on the
  * invitation's status makes a second use, a revoked or an expired one 410 `invitation_not_valid`.
  */
-import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, sha256Hex } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso, sha256Hex } from '@svc/kit';
+import { ROLES } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { invitations, tenants, users, type InvitationDoc } from '../collections';
 import { identityCaps } from '../caps';

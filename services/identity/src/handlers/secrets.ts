@@ -5,7 +5,8 @@
  * redacts `value`) or errors; only ResolveSecret, for services, returns it.
  */
 import { auditChange } from '../audit/log';
-import { authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { secrets, type SecretDoc } from '../collections';
 import { identityCaps } from '../caps';

@@ -1,4 +1,5 @@
-import { type CallContext, DuplicateKeyError, errors, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, nowIso, type StoreSession } from '@svc/kit';
+import { ROLES, type Role } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { tenants, users, type UserDoc } from '../collections';
 import { identityCaps } from '../caps';
