@@ -9,7 +9,7 @@ import { checkLimits, mergeLimits, toLimits } from '../key-limits';
 import { Checks } from '../validate';
 import { requireAuth } from './auth';
 import { requireManager } from './team';
-import { toApiKey } from './views';
+import { toApiKey } from '../views';
 import { auditChange } from '../audit/log';
 
 /**

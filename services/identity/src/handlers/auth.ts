@@ -19,7 +19,7 @@ import { recordRevocation } from '../revocations';
 import { apiKeyClaims, issueRefreshToken, signAccessToken, startSession, userClaims } from '../tokens';
 import { Checks } from '../validate';
 import { toLimits } from '../key-limits';
-import { toTenant, toUser } from './views';
+import { toTenant, toUser } from '../views';
 import { auditChange, recordAudit } from '../audit/log';
 import { countSignInFailure, forgetSignInFailures } from '../audit/sign-in-failures';
 import { queueVerification } from './account-links';

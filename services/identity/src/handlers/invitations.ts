@@ -19,12 +19,7 @@ import { Checks } from '../validate';
 import { auditChange, recordAudit } from '../audit/log';
 import { newUser, signedIn, userCreated } from './auth';
 import { requireManager } from './team';
-import { toTenant, toUser } from './views';
-
-export function toInvitation(d: InvitationDoc): identityV1.Invitation {
-  const status = d.status === 'pending' && hasExpired(d.expiresAt) ? 'expired' : d.status;
-  return { id: d.id, email: d.email, role: d.role, expiresAt: d.expiresAt, status, createdAt: d.createdAt };
-}
+import { toInvitation, toTenant, toUser } from '../views';
 
 const notValid = () => errors.gone('invitation_not_valid', 'This invitation was used, revoked or has expired');
 

@@ -8,7 +8,7 @@ import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
 import { newUser, requireAuth, userCreated } from './auth';
-import { toMember } from './views';
+import { toMember } from '../views';
 import { auditChange } from '../audit/log';
 
 /** Owners and admins manage the team, keys and security settings. The gateway checks this too. */
