@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '../..');
-const FIXTURE = join(ROOT, 'services/identity/src/fixtures/crash-invitation.ts');
+const FIXTURE = join(ROOT, 'services/identity/test/fixtures/crash-invitation.ts');
 
 /**
- * An invitation made by another identity process on the stack's SQLite store (services/identity/src/fixtures/
+ * An invitation made by another identity process on the stack's SQLite store (services/identity/test/fixtures/
  * crash-invitation.ts), for `email` in the owner's tenant, valid for `ttlHours` (a tiny value makes it expired at
  * once). `none`: the process exits normally; `after-commit`: it is SIGKILLed as soon as the invitation commits. The
  * email is the running identity's to send either way.

@@ -1,4 +1,5 @@
-import { AppError, errors, type Role, type Scope } from '@svc/kit';
+import { AppError, errors } from '@svc/kit';
+import type { Role, Scope } from '@svc/contracts';
 import type { Principal } from './principal';
 
 /**

@@ -1,4 +1,5 @@
-import type { AuthClaims, Role } from '@svc/kit';
+import type { AuthClaims } from '@svc/kit';
+import type { Role } from '@svc/contracts';
 
 /** Who is calling, resolved from the credential alone (never from a header or body). */
 export interface Principal {

@@ -1,5 +1,4 @@
-import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, ROLES, SCOPES } from '@svc/kit';
-import { PUBLIC_EVENT_TYPES } from '@svc/contracts';
+import { PUBLIC_EVENT_TYPES, API_KEY_ENVIRONMENTS, API_KEY_TYPES, ROLES, SCOPES } from '@svc/contracts';
 import { esc, layout } from './layout';
 
 interface ConsolePage {

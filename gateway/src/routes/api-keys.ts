@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/kit';
+import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, SCOPES } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import type { CallOptions } from '@svc/kit';
 import type { GatewayDeps } from '../deps';

@@ -21,18 +21,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import httpProxy from '@fastify/http-proxy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import {
-  AppError,
-  type CallOptions,
-  checkUrlShape,
-  EgressError,
-  egressDispatcher,
-  egressPolicyFrom,
-  errors,
-  isAppError,
-  metrics,
-} from '@svc/kit';
-import { modelCallInfo, promptTokenBound } from '@svc/contracts';
+import { AppError, type CallOptions, checkUrlShape, EgressError, egressDispatcher, egressPolicyFrom, errors, isAppError } from '@svc/kit';
+import { modelCallInfo, promptTokenBound, domainMetrics } from '@svc/contracts';
 import { resolvePrice, type ModelPrice } from '@svc/llm/pricing';
 import type { GatewayDeps } from '../deps';
 import { toAppError } from '../lib/app-error';
@@ -309,7 +299,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     res: { statusCode: number; headers: IncomingHttpHeaders; stream: Readable },
   ) {
     const t = request.passthrough!;
-    metrics.passthroughRequests.inc({ provider: t.provider, status: String(res.statusCode) });
+    domainMetrics.passthroughRequests.inc({ provider: t.provider, status: String(res.statusCode) });
     const stream = res.stream;
     const type = String(res.headers['content-type'] ?? '');
     const failed = { status: 'error' as const, errorCode: `http_${res.statusCode}` };
@@ -378,7 +368,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     const request = reply.request;
     const egress = findEgressError(error);
     const status = (error as { statusCode?: number }).statusCode;
-    metrics.passthroughRequests.inc({ provider: request.passthrough?.provider ?? 'unknown', status: '0' });
+    domainMetrics.passthroughRequests.inc({ provider: request.passthrough?.provider ?? 'unknown', status: '0' });
     const appError = egress
       ? notAllowed(egress)
       : status === 504

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { ROLES } from '@svc/kit';
+import { ROLES } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import type { GatewayDeps } from '../deps';
 import { pageOf, route } from '../lib/route';

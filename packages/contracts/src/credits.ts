@@ -1,5 +1,6 @@
 import { billingV1, type eventsV1 } from '@svc/proto';
-import { createClient, metrics, type ServiceClient } from '@svc/kit';
+import { createClient, type ServiceClient } from '@svc/kit';
+import { domainMetrics } from './metrics';
 
 /** A call's output bound when the tenant set none (LLM_MAX_TOKENS): its reservation counts it, the provider gets it. */
 export const DEFAULT_LLM_MAX_TOKENS = 1024;
@@ -125,7 +126,7 @@ export class CreditReservations {
 
   /** Throws AppError INSUFFICIENT_CREDITS (402) when the call does not fit in the tenant's available credits. */
   async reserve(token: string, hold: CallHold): Promise<{ status: string; available: number }> {
-    const end = metrics.reservations.startTimer();
+    const end = domainMetrics.reservations.startTimer();
     try {
       const res = await this.client.reserve({ ...hold, ttlMs: 0 }, { token });
       end({ outcome: 'accepted' });

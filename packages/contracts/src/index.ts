@@ -7,3 +7,7 @@ export * from './pricing-config';
 export * from './model-call';
 export * from './accounts-config';
 export * from './key-limits';
+export * from './scopes';
+export * from './authed';
+export * from './key-slots';
+export * from './metrics';

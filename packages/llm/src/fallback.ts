@@ -7,7 +7,7 @@
  * MAX_RETRY_AFTER_MS (after a 429, a 5xx or a lost connection; not after a timeout); a model followed by another is
  * not retried (the next model is its retry).
  */
-import { metrics } from '@svc/kit/metrics';
+import { domainMetrics } from '@svc/contracts/metrics';
 import { backoffMs, MAX_RETRY_AFTER_MS, PROVIDER_LABEL } from './core';
 import type { CircuitBreaker } from './breaker';
 import { reusedProvider } from './provider';
@@ -123,7 +123,7 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
     let tried = 0;
     // A failure that opens a circuit is counted (svc_llm_breaker_opened_total: the breaker-open alert).
     const unavailable = (i: number) => {
-      if (breaker?.failure(keys[i])) metrics.breakerOpened.inc({ provider: candidates[i].provider });
+      if (breaker?.failure(keys[i])) domainMetrics.breakerOpened.inc({ provider: candidates[i].provider });
     };
     const fail = (i: number, error: LlmError, wasSkipped: boolean) =>
       options.onAttemptFailed?.({ provider: candidates[i].provider, model: models[i], index: i, error, skipped: wasSkipped });

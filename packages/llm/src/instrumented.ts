@@ -6,7 +6,7 @@
  * createProvider makes is wrapped, so each attempt of a fallback chain is one span.
  */
 import { SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
-import { metrics } from '@svc/kit/metrics';
+import { domainMetrics } from '@svc/contracts/metrics';
 import { genAiSpanAttributes, type GenAiCall } from '@svc/kit/telemetry-attributes';
 import {
   isLlmError,
@@ -69,9 +69,9 @@ class ModelCall {
       gen_ai_request_model: c.requestModel ?? '',
       gen_ai_response_model: c.responseModel ?? '',
     };
-    metrics.genAiDuration.observe({ ...labels, error_type: errorType }, (performance.now() - this.started) / 1000);
-    if (c.inputTokens !== undefined) metrics.genAiTokenUsage.observe({ ...labels, gen_ai_token_type: 'input' }, c.inputTokens);
-    if (c.outputTokens !== undefined) metrics.genAiTokenUsage.observe({ ...labels, gen_ai_token_type: 'output' }, c.outputTokens);
+    domainMetrics.genAiDuration.observe({ ...labels, error_type: errorType }, (performance.now() - this.started) / 1000);
+    if (c.inputTokens !== undefined) domainMetrics.genAiTokenUsage.observe({ ...labels, gen_ai_token_type: 'input' }, c.inputTokens);
+    if (c.outputTokens !== undefined) domainMetrics.genAiTokenUsage.observe({ ...labels, gen_ai_token_type: 'output' }, c.outputTokens);
   }
 }
 

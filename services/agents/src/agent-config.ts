@@ -92,14 +92,3 @@ export function checkText(field: 'name' | 'systemPrompt', value: string): string
   if (v.length < min || v.length > max) throw errors.validation([{ field, message: `must be ${min} to ${max} characters` }]);
   return v;
 }
-
-export function toConfigMessage(c: AgentConfigDoc): agentsV1.AgentConfig {
-  return {
-    autonomyLevel: c.autonomyLevel,
-    maxSteps: c.maxSteps,
-    timeBudgetSeconds: c.timeBudgetSeconds,
-    model: c.model ?? '',
-    temperature: c.temperature ?? undefined,
-    tools: { grants: (c.tools ?? []).map((g) => ({ serverId: g.serverId, allow: g.allow })) },
-  };
-}

@@ -13,7 +13,7 @@ import { decodeDomainEvent, TOPICS } from '@svc/contracts';
 import { DEFAULT_CONFIG } from './agent-config';
 import { queuedRun, runs, type RunCall, type RunDoc } from './collections';
 import { noCreditLimit } from './credits';
-import { runHandlers, type RunHandlerDeps } from './run-handlers';
+import { runHandlers, type RunHandlerDeps } from './handlers/runs';
 
 let dir: string;
 let store: Store;

@@ -1,4 +1,5 @@
-import { KeySlots, type Store } from '@svc/kit';
+import type { Store } from '@svc/kit';
+import { KeySlots } from '@svc/contracts';
 import { runs } from './collections';
 
 /**

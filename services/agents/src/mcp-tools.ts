@@ -8,7 +8,7 @@ import type { LlmTool } from '@svc/llm';
 import type { identityV1 } from '@svc/proto';
 import { mcpServers, type AgentToolGrant, type McpServerDoc, type McpToolDoc, type StepDoc } from './collections';
 import { McpCallError, type McpConnector } from './mcp-client';
-import { resolveBearer } from './mcp-handlers';
+import { resolveBearer } from './handlers/mcp-servers';
 
 export interface McpRuntime {
   store: Store;

@@ -1,5 +1,5 @@
-import { addToOutbox, metrics, type StoreSession } from '@svc/kit';
-import { type CallOutcome, domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
+import { addToOutbox, type StoreSession } from '@svc/kit';
+import { type CallOutcome, domainEvent, modelCallInfo, TOPICS, domainMetrics } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
 import type { RunCall, RunDoc, Usage } from './collections';
 
@@ -24,7 +24,7 @@ export function runData(r: RunDoc): eventsV1.AgentRunData {
 export async function emitRunEvent(tx: StoreSession, type: RunEventType, run: RunDoc): Promise<void> {
   await addToOutbox(tx, domainEvent(TOPICS.agents, type, run.tenantId, { $case: 'agentRun', value: runData(run) }));
   // Counted as written (a transaction that retries counts again: rare, and a metric, not a ledger).
-  if (type !== 'agent.started') metrics.runs.inc({ status: run.status });
+  if (type !== 'agent.started') domainMetrics.runs.inc({ status: run.status });
 }
 
 /** A call settled from what was stored (a crash, a cancel, a failure ended it): its timings are not known. */
@@ -64,8 +64,8 @@ export async function emitUsage(
     agentId: run.agentId,
   };
   await addToOutbox(tx, domainEvent(TOPICS.agents, 'llm.usage', run.tenantId, { $case: 'usage', value }));
-  metrics.llmTokens.inc({ source: 'agents', direction: 'input' }, value.inputTokens);
-  metrics.llmTokens.inc({ source: 'agents', direction: 'output' }, value.outputTokens);
+  domainMetrics.llmTokens.inc({ source: 'agents', direction: 'input' }, value.inputTokens);
+  domainMetrics.llmTokens.inc({ source: 'agents', direction: 'output' }, value.outputTokens);
 }
 
 /**

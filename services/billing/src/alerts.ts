@@ -13,7 +13,6 @@
  */
 import {
   addToOutbox,
-  authed,
   DuplicateKeyError,
   type CallContext,
   type CollectionDef,
@@ -23,11 +22,12 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { accounts, reservations, type EntryKind } from './collections';
 import { spentIn } from './key-budget';
 import { keyUsage, keyUsageId } from './key-usage';
+import { toBillingAlerts } from './views';
 
 export const THRESHOLD_CROSSED = 'billing.threshold_crossed';
 
@@ -143,14 +143,6 @@ export function alertsProblems(input: AlertsInput): FieldError[] {
   return problems;
 }
 
-function toMessage(doc: AlertsDoc | null): billingV1.BillingAlerts {
-  return {
-    balanceBelow: doc?.balanceBelow ?? undefined,
-    keyBudgetPercents: doc?.keyBudgetPercents ?? [],
-    dailyCreditsAbove: doc?.dailyCreditsAbove ?? undefined,
-  };
-}
-
 /** Owner or admin only; an API key needs the scope too (the gateway checks both first; this is the service's own rule). */
 function manager(ctx: CallContext, scope: 'billing:read' | 'billing:write') {
   const { auth } = authed(ctx, scope);
@@ -163,7 +155,7 @@ export function alertsHandlers(store: Store) {
   return {
     async getAlerts(_req: billingV1.GetAlertsRequest, ctx: CallContext): Promise<billingV1.GetAlertsResponse> {
       const auth = manager(ctx, 'billing:read');
-      return { alerts: toMessage(await store.collection(billingAlerts).get(auth.tid)) };
+      return { alerts: toBillingAlerts(await store.collection(billingAlerts).get(auth.tid)) };
     },
 
     async putAlerts(req: billingV1.PutAlertsRequest, ctx: CallContext): Promise<billingV1.PutAlertsResponse> {
@@ -185,7 +177,7 @@ export function alertsHandlers(store: Store) {
             if (await col.get(auth.tid)) return col.update(auth.tid, {}, fields);
             return col.insert({ id: auth.tid, tenantId: auth.tid, ...fields });
           });
-          return { alerts: toMessage(doc) };
+          return { alerts: toBillingAlerts(doc) };
         } catch (err) {
           // Two first PUTs raced on the insert: the loser replaces the winner's.
           if (!(err instanceof DuplicateKeyError) || attempt >= 3) throw err;

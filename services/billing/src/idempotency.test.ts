@@ -16,7 +16,7 @@ import {
 } from '@svc/kit';
 import type { billingV1 } from '@svc/proto';
 import { accounts, ALL_COLLECTIONS, invoices, ledger } from './collections';
-import { callAs } from './fixtures/call';
+import { callAs } from '../test/fixtures/call';
 import { billingHandlers } from './handlers';
 import { idempotent, type Commit } from './idempotency';
 import { addEntry, applyOnce } from './ledger';
@@ -72,7 +72,7 @@ async function charged() {
 
 /** Runs the purchase in its own process, which SIGKILLs itself at `point` of the work's transaction. */
 async function crashedPurchase(key: string, point: 'before-commit' | 'after-commit'): Promise<void> {
-  const fixture = join(__dirname, 'fixtures', 'crash-purchase.ts');
+  const fixture = join(__dirname, '../test/fixtures', 'crash-purchase.ts');
   const args = [join(dir, 'billing.db'), join(dir, 'bus.db'), 'ten_a', key, '50', point];
   const child = spawn(process.execPath, ['--import', 'tsx', fixture, ...args], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

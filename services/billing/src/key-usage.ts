@@ -4,7 +4,8 @@
  * moved in the transaction that applies the usage entry, so it counts each llm.usage event once. Windows are on
  * billing's clock only: the same clock stamps the counts and answers what "this minute" is.
  */
-import { authed, errors, nowIso, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
+import { errors, nowIso, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 
 export interface KeyUsageDoc {

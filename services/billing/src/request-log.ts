@@ -11,7 +11,6 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  authed,
   errors,
   Retention,
   type CallContext,
@@ -21,7 +20,9 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1, eventsV1 } from '@svc/proto';
+import { toRequestLogEntry } from './views';
 
 export const SOURCES = ['chat', 'agent', 'v1', 'passthrough', 'mcp'] as const;
 export const STATUSES = ['ok', 'error', 'cancelled'] as const;
@@ -120,28 +121,6 @@ export async function logCall(tx: StoreSession, doc: RequestLogDoc): Promise<voi
 /** Writes a released call's entry unless an earlier delivery of its release wrote it. */
 export async function logReleasedCall(tx: StoreSession, doc: RequestLogDoc): Promise<void> {
   if (!(await tx.collection(requestLog).get(doc.id))) await tx.collection(requestLog).insert(doc);
-}
-
-export function toRequestLogEntry(d: RequestLogDoc): billingV1.RequestLogEntry {
-  return {
-    id: d.id,
-    at: d.at,
-    source: d.source,
-    requestId: d.requestId,
-    apiKeyId: d.apiKeyId,
-    userId: d.userId,
-    endUser: d.endUser,
-    model: d.model,
-    servedModel: d.servedModel,
-    provider: d.provider,
-    status: d.status,
-    errorCode: d.errorCode,
-    inputTokens: d.inputTokens,
-    outputTokens: d.outputTokens,
-    credits: d.credits,
-    latencyMs: d.latencyMs,
-    ttftMs: d.ttftMs,
-  };
 }
 
 export interface RequestLogQuery {

@@ -1,8 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, isAppError, metrics, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { createLogger, isAppError, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
+import { domainEvent, TOPICS, domainMetrics } from '@svc/contracts';
 import { accounts, ALL_COLLECTIONS, ledger, reservations } from './collections';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce } from './ledger';
@@ -133,11 +133,11 @@ it("expires a reservation after the sweeper saw it open for its TTL on its own c
   now = 999;
   expect(await sweeper.sweep()).toBe(0);
   now = 1000;
-  const expiredBefore = (await metrics.reservationsExpired.get()).values[0]?.value ?? 0;
+  const expiredBefore = (await domainMetrics.reservationsExpired.get()).values[0]?.value ?? 0;
   expect(await sweeper.sweep()).toBe(1);
   expect((await store.collection(reservations).get('ten_1:c1'))?.status).toBe('expired');
   // Counted for the expiry alert (svc_credit_reservations_expired_total).
-  expect((await metrics.reservationsExpired.get()).values[0]?.value).toBe(expiredBefore + 1);
+  expect((await domainMetrics.reservationsExpired.get()).values[0]?.value).toBe(expiredBefore + 1);
   expect(await credits()).toEqual({ balance: 100, reserved: 10, available: 90 });
   now = 5000;
   expect(await sweeper.sweep()).toBe(1);

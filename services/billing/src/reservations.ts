@@ -10,17 +10,8 @@
  * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
-import {
-  AppError,
-  DuplicateKeyError,
-  LeaseWatch,
-  type Logger,
-  metrics,
-  monotonicNow,
-  nowIso,
-  type Store,
-  type StoreSession,
-} from '@svc/kit';
+import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { domainMetrics } from '@svc/contracts';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf } from './ledger';
@@ -192,7 +183,7 @@ export class ReservationSweeper {
       cursor = page.nextCursor;
     } while (cursor);
     if (expired) {
-      metrics.reservationsExpired.inc(expired);
+      domainMetrics.reservationsExpired.inc(expired);
       this.logger.warn({ expired }, 'expired reservations that nothing settled or released');
     }
     return expired;

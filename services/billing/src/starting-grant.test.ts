@@ -5,7 +5,7 @@ import { openEmbeddedBus, openSqliteStore, OutboxRelay, type EventBus, type Rece
 import { domainEvent, TOPICS } from '@svc/contracts';
 import { ALL_COLLECTIONS, ledger } from './collections';
 import { billingEventHandler } from './events';
-import { callAs } from './fixtures/call';
+import { callAs } from '../test/fixtures/call';
 import { billingHandlers } from './handlers';
 import { sandboxProvider } from './providers/sandbox';
 

@@ -9,7 +9,8 @@
  * the millisecond). A month by day reads about 31 rollups per group instead of every entry (bench/usage.ts).
  */
 import { createHash } from 'node:crypto';
-import { authed, errors, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
+import { errors, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { ledger, type EntryDoc } from './collections';
 import { addToCounter } from './counters';

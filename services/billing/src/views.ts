@@ -1,5 +1,7 @@
 import type { billingV1 } from '@svc/proto';
+import type { AlertsDoc } from './alerts';
 import type { InvoiceDoc, SubscriptionDoc, UsageStatDoc } from './collections';
+import type { RequestLogDoc } from './request-log';
 
 export function toInvoice(i: InvoiceDoc): billingV1.Invoice {
   return {
@@ -47,5 +49,35 @@ export function usageOf(stats: UsageStatDoc[]): billingV1.Usage {
     credits: byModel.reduce((n, s) => n + s.credits, 0),
     byCredential: stats.filter((s) => s.group === 'credential').map(line),
     byModel: byModel.map(line),
+  };
+}
+
+export function toBillingAlerts(doc: AlertsDoc | null): billingV1.BillingAlerts {
+  return {
+    balanceBelow: doc?.balanceBelow ?? undefined,
+    keyBudgetPercents: doc?.keyBudgetPercents ?? [],
+    dailyCreditsAbove: doc?.dailyCreditsAbove ?? undefined,
+  };
+}
+
+export function toRequestLogEntry(d: RequestLogDoc): billingV1.RequestLogEntry {
+  return {
+    id: d.id,
+    at: d.at,
+    source: d.source,
+    requestId: d.requestId,
+    apiKeyId: d.apiKeyId,
+    userId: d.userId,
+    endUser: d.endUser,
+    model: d.model,
+    servedModel: d.servedModel,
+    provider: d.provider,
+    status: d.status,
+    errorCode: d.errorCode,
+    inputTokens: d.inputTokens,
+    outputTokens: d.outputTokens,
+    credits: d.credits,
+    latencyMs: d.latencyMs,
+    ttftMs: d.ttftMs,
   };
 }

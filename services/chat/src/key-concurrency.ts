@@ -1,4 +1,5 @@
-import { KeySlots, type Store } from '@svc/kit';
+import type { Store } from '@svc/kit';
+import { KeySlots } from '@svc/contracts';
 import { messages } from './collections';
 
 /** An API key's concurrency limit over chat replies: those still pending or streaming (kit KeySlots). */

@@ -4,7 +4,6 @@ import {
   forgetIdempotencyKey,
   isAppError,
   LeaseWatch,
-  metrics,
   monotonicNow,
   nowIso,
   type Logger,
@@ -12,7 +11,7 @@ import {
   type Store,
   type StoreSession,
 } from '@svc/kit';
-import { type CallOutcome, domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
+import { type CallOutcome, domainEvent, modelCallInfo, TOPICS, domainMetrics } from '@svc/contracts';
 import {
   type CallPlan,
   type CandidateMeta,
@@ -765,10 +764,10 @@ export class Replies {
     // Billed as stored here; a reply another process failed was billed there, for what it read: its whole hold counts.
     this.escrowEnded(message, doc ? { call, usage: billed ?? { inputTokens: 0, outputTokens: 0 } } : null);
     this.relay.notify();
-    if (doc) metrics.replies.inc({ status: doc.status });
+    if (doc) domainMetrics.replies.inc({ status: doc.status });
     if (billed) {
-      metrics.llmTokens.inc({ source: 'chat', direction: 'input' }, billed.inputTokens);
-      metrics.llmTokens.inc({ source: 'chat', direction: 'output' }, billed.outputTokens);
+      domainMetrics.llmTokens.inc({ source: 'chat', direction: 'input' }, billed.inputTokens);
+      domainMetrics.llmTokens.inc({ source: 'chat', direction: 'output' }, billed.outputTokens);
     }
     // Lost the reply to a sweeper: readers get what the store says.
     live.finish(doc ?? (await col.get(message.id)) ?? ({ ...message, ...final, status: 'failed' } as MessageDoc));

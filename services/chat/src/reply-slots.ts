@@ -7,7 +7,8 @@
  * others' inserts in view. No burst and no number of replicas passes a cap (the count before the reservation is only
  * an early refusal).
  */
-import { AppError, type AuthClaims, capCounters, ensureGuard, type Store, type StoreSession } from '@svc/kit';
+import { AppError, type AuthClaims, capCounters, type Store, type StoreSession } from '@svc/kit';
+import { ensureGuard } from '@svc/contracts';
 import { messages, type MessageDoc } from './collections';
 
 export interface ReplyLimits {

@@ -6,18 +6,8 @@
  * response), in one transaction that takes the key's place; then generated. A reservation whose reply could not be
  * stored is given back at once.
  */
-import {
-  type AuthedContext,
-  isAppError,
-  type KeySlots,
-  newId,
-  nowIso,
-  type Store,
-  type StoreSession,
-  type TenantCap,
-  type Within,
-} from '@svc/kit';
-import type { CallHold } from '@svc/contracts';
+import { type AuthedContext, isAppError, newId, nowIso, type Store, type StoreSession, type TenantCap, type Within } from '@svc/kit';
+import type { CallHold, KeySlots } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
 import type { ReplySlots } from './reply-slots';

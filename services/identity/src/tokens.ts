@@ -1,4 +1,5 @@
-import { newId, nowIso, randomBase62, REFRESH_TOKEN_PREFIX, SESSION_COOKIE_PREFIX, sha256Hex, type StoreSession } from '@svc/kit';
+import { newId, nowIso, randomBase62, sha256Hex, type StoreSession } from '@svc/kit';
+import { REFRESH_TOKEN_PREFIX, SESSION_COOKIE_PREFIX } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { refreshTokens, sessions, type ApiKeyDoc, type SessionDoc, type UserDoc } from './collections';
 import type { IdentityDeps } from './context';

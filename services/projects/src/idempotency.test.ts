@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { openEmbeddedBus, OutboxRelay, sha256Hex, type EventBus, type Store } from '@svc/kit';
 import { projects } from './collections';
-import { callWithKey, openProjectsStore, projectsOn } from './fixtures/store';
+import { callWithKey, openProjectsStore, projectsOn } from '../test/fixtures/store';
 
 // CONTRACT.md 14: the projects process is SIGKILLed between the create's commit and its answer (the gateway then
 // sees UNAVAILABLE, keeps nothing and lets the retry through); the retry with the same key answers that project, and
@@ -27,7 +27,7 @@ afterEach(async () => {
 
 it('a crash after the create committed: the same key answers that project, created once', async () => {
   const key = sha256Hex('ten_a|tenant|create-once');
-  const fixture = join(__dirname, 'fixtures', 'crash-create.ts');
+  const fixture = join(__dirname, '../test/fixtures', 'crash-create.ts');
   const child = spawn(process.execPath, ['--import', 'tsx', fixture, join(dir, 'projects.db'), join(dir, 'bus.db'), 'ten_a', key], {
     cwd: repoRoot,
     stdio: ['ignore', 'ignore', 'pipe'],

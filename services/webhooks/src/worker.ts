@@ -17,7 +17,6 @@ import {
   holderStarted,
   holderStopped,
   LeaseWatch,
-  metrics,
   monotonicNow,
   newHolderId,
   nowIso,
@@ -29,6 +28,7 @@ import {
   type StoreSession,
   type Where,
 } from '@svc/kit';
+import { domainMetrics } from '@svc/contracts';
 import { deliveries, queue, webhooks, type AttemptDoc, type DeliveryDoc, type QueueDoc, type WebhookDoc } from './collections';
 import { emitEndpointEvent } from './endpoint-events';
 import { deliveryHeaders } from './payload';
@@ -237,7 +237,7 @@ export class DeliveryWorker {
     let cursor: string | null = null;
     let due = 0; // the backlog as this scan saw it (svc_webhook_deliveries_due; a capped count past 5 pages)
     const until = (ms: number) => {
-      metrics.webhookDue.set(due);
+      domainMetrics.webhookDue.set(due);
       return ms;
     };
     for (let pages = 0; pages < 5; pages++) {

@@ -1,4 +1,5 @@
-import { authed, type CallContext, errors } from '@svc/kit';
+import { type CallContext, errors } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { invoices, subscriptions, usageStats } from '../collections';
 import { validModelPrice } from '../reservations';

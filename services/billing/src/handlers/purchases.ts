@@ -1,4 +1,5 @@
-import { AppError, authed, type CallContext, errors, newId, nowIso, sha256Hex } from '@svc/kit';
+import { AppError, type CallContext, errors, newId, nowIso, sha256Hex } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { isPlan } from '@svc/plans';
 import type { billingV1 } from '@svc/proto';
 import { accounts, giftCards, subscriptions } from '../collections';

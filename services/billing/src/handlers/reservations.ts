@@ -1,4 +1,5 @@
-import { authed, type CallContext, errors } from '@svc/kit';
+import { type CallContext, errors } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { DEFAULT_ESCROW_POLICY, grantEscrow, renewEscrow, validGrant } from '../escrows';
 import { closeReservation, reserve, validReserve } from '../reservations';

@@ -6,8 +6,8 @@
  * then billed once at the serving model's input price with its request-log entry (origin `v1`). A crash mid-call
  * leaves the record, which the sweep bills (its reserved input tokens) once its lease has run out.
  */
-import { AppError, type AuthedContext, authed, type CallContext, errors, idempotent, isAppError } from '@svc/kit';
-import { type CallHold, promptTokenBound, TOKENIZE_MAX_BYTES } from '@svc/contracts';
+import { AppError, type AuthedContext, type CallContext, errors, idempotent, isAppError } from '@svc/kit';
+import { type CallHold, promptTokenBound, TOKENIZE_MAX_BYTES, authed } from '@svc/contracts';
 import { type CallPlan, isLlmError, planHold } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { replyCall, restPlan } from '../model-choice';

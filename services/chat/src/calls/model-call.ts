@@ -1,5 +1,6 @@
 /** Chat completions and responses on a model (a catalogue name, the default model or one of its fallbacks). */
-import { type AuthedContext, authed, type CallContext, errors, newId, nowIso } from '@svc/kit';
+import { type AuthedContext, type CallContext, errors, newId, nowIso } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { boundPlan, type CallPlan, type LlmMessage } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import type { MessageDoc, SessionDoc } from '../collections';

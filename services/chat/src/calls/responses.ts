@@ -1,5 +1,6 @@
 /** Reads of a response by id: its record, its stream from any chunk, its cancel (from any process). */
-import { authed, type CallContext, errors } from '@svc/kit';
+import { type CallContext, errors } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { chatV1 } from '@svc/proto';
 import { event, recordOf, type Send, TERMINAL } from './records';
 import { relayLive, type CallDeps, type CallParts } from './shared';

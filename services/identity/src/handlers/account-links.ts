@@ -15,7 +15,7 @@ import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
 import { recordAudit } from '../audit/log';
-import { toUser } from './views';
+import { toUser } from '../views';
 
 type Purpose = AccountTokenDoc['purpose'];
 

@@ -1,16 +1,5 @@
-import {
-  API_KEY_ENVIRONMENTS,
-  API_KEY_TYPES,
-  type ApiKeyType,
-  type CallContext,
-  errors,
-  idempotent,
-  newId,
-  nowIso,
-  randomBase62,
-  SCOPES,
-  sha256Hex,
-} from '@svc/kit';
+import { type CallContext, errors, idempotent, newId, nowIso, randomBase62, sha256Hex } from '@svc/kit';
+import { API_KEY_ENVIRONMENTS, API_KEY_TYPES, type ApiKeyType, SCOPES } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, users, type ApiKeyDoc } from '../collections';
 import { identityCaps } from '../caps';
@@ -20,7 +9,7 @@ import { checkLimits, mergeLimits, toLimits } from '../key-limits';
 import { Checks } from '../validate';
 import { requireAuth } from './auth';
 import { requireManager } from './team';
-import { toApiKey } from './views';
+import { toApiKey } from '../views';
 import { auditChange } from '../audit/log';
 
 /**

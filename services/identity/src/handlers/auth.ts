@@ -7,12 +7,10 @@ import {
   errors,
   newId,
   nowIso,
-  SCOPES,
-  SESSION_COOKIE_PREFIX,
   sha256Hex,
   type StoreSession,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, SCOPES, SESSION_COOKIE_PREFIX } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { apiKeys, revocations, sessions, tenants, users, refreshTokens, type TenantDoc, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';
@@ -21,7 +19,7 @@ import { recordRevocation } from '../revocations';
 import { apiKeyClaims, issueRefreshToken, signAccessToken, startSession, userClaims } from '../tokens';
 import { Checks } from '../validate';
 import { toLimits } from '../key-limits';
-import { toTenant, toUser } from './views';
+import { toTenant, toUser } from '../views';
 import { auditChange, recordAudit } from '../audit/log';
 import { countSignInFailure, forgetSignInFailures } from '../audit/sign-in-failures';
 import { queueVerification } from './account-links';

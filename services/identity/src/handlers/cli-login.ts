@@ -13,7 +13,7 @@ import { cliLogins, tenants, users, type CliLoginDoc } from '../collections';
 import type { IdentityDeps } from '../context';
 import { startSession } from '../tokens';
 import { requireAuth } from './auth';
-import { toTenant, toUser } from './views';
+import { toTenant, toUser } from '../views';
 
 export const CLI_LOGIN_TTL_MS = 10 * 60 * 1000;
 export const CLI_POLL_INTERVAL_S = 2;

@@ -12,7 +12,7 @@ import { OidcIssuer, type ExternalIdentity, type OAuthClient } from '../oidc';
 import { startSession } from '../tokens';
 import { createTenantWithOwner, ownerOfNewTenant, signedIn } from './auth';
 import { joinWithInvitation, pendingInvitation } from './invitations';
-import { toTenant, toUser } from './views';
+import { toTenant, toUser } from '../views';
 
 export interface ExternalAuthSettings {
   /** POST /auth/exchange: the issuer whose tokens are accepted, and the audience they must name. */

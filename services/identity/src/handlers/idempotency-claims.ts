@@ -6,16 +6,8 @@
  * follows kit's lease rule: a gateway gone from this host at once, another after its beat stood still for LEASE_MS.
  * Answers are kept encrypted with the service's SecretBox.
  */
-import {
-  authed,
-  claimIdempotencyKey,
-  errors,
-  idempotency,
-  idempotencyErrors,
-  idempotencyRecordId,
-  LeaseWatch,
-  type CallContext,
-} from '@svc/kit';
+import { claimIdempotencyKey, errors, idempotency, idempotencyErrors, idempotencyRecordId, LeaseWatch, type CallContext } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import type { IdentityDeps } from '../context';
 

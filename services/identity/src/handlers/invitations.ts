@@ -4,7 +4,8 @@
  * SHA-256 is stored). Accepting creates the user with that role and signs them in, once: a compare-and-set on the
  * invitation's status makes a second use, a revoked or an expired one 410 `invitation_not_valid`.
  */
-import { type CallContext, DuplicateKeyError, errors, newId, nowIso, ROLES, sha256Hex } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso, sha256Hex } from '@svc/kit';
+import { ROLES } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { invitations, tenants, users, type InvitationDoc } from '../collections';
 import { identityCaps } from '../caps';
@@ -18,12 +19,7 @@ import { Checks } from '../validate';
 import { auditChange, recordAudit } from '../audit/log';
 import { newUser, signedIn, userCreated } from './auth';
 import { requireManager } from './team';
-import { toTenant, toUser } from './views';
-
-export function toInvitation(d: InvitationDoc): identityV1.Invitation {
-  const status = d.status === 'pending' && hasExpired(d.expiresAt) ? 'expired' : d.status;
-  return { id: d.id, email: d.email, role: d.role, expiresAt: d.expiresAt, status, createdAt: d.createdAt };
-}
+import { toInvitation, toTenant, toUser } from '../views';
 
 const notValid = () => errors.gone('invitation_not_valid', 'This invitation was used, revoked or has expired');
 

@@ -5,22 +5,20 @@
  * redacts `value`) or errors; only ResolveSecret, for services, returns it.
  */
 import { auditChange } from '../audit/log';
-import { authed, type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, newId, nowIso } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { secrets, type SecretDoc } from '../collections';
 import { identityCaps } from '../caps';
 import type { IdentityDeps } from '../context';
 import { Checks } from '../validate';
+import { toSecret } from '../views';
 
 /** Like an environment variable name: a letter or underscore, then letters, digits and underscores; 1-128. */
 export const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 export const MAX_SECRET_VALUE = 65_536;
 const MAX_DESCRIPTION = 500;
 const UPDATE_ATTEMPTS = 5;
-
-function toSecret(d: SecretDoc): identityV1.Secret {
-  return { name: d.name, description: d.description, version: d.version, createdAt: d.createdAt, updatedAt: d.updatedAt };
-}
 
 function checkName(c: Checks, name: string): void {
   if (!SECRET_NAME.test(name)) c.fail('name', 'must be 1-128 characters: letters, digits and _, not starting with a digit');

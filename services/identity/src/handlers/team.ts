@@ -1,4 +1,5 @@
-import { type CallContext, DuplicateKeyError, errors, nowIso, ROLES, type Role, type StoreSession } from '@svc/kit';
+import { type CallContext, DuplicateKeyError, errors, nowIso, type StoreSession } from '@svc/kit';
+import { ROLES, type Role } from '@svc/contracts';
 import type { identityV1 } from '@svc/proto';
 import { tenants, users, type UserDoc } from '../collections';
 import { identityCaps } from '../caps';
@@ -7,7 +8,7 @@ import { hashPassword } from '../passwords';
 import { recordRevocation } from '../revocations';
 import { Checks } from '../validate';
 import { newUser, requireAuth, userCreated } from './auth';
-import { toMember } from './views';
+import { toMember } from '../views';
 import { auditChange } from '../audit/log';
 
 /** Owners and admins manage the team, keys and security settings. The gateway checks this too. */

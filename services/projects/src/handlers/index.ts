@@ -1,6 +1,5 @@
 import {
   addToOutbox,
-  authed,
   type CallContext,
   errors,
   type FieldError,
@@ -14,9 +13,10 @@ import {
   type StoreSession,
   type OutboxRelay,
 } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { domainEvent, TOPICS, authed } from '@svc/contracts';
 import type { eventsV1, projectsV1 } from '@svc/proto';
-import { projectCap, projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from './collections';
+import { projectCap, projectChanges, projects, type ProjectChangeDoc, type ProjectDoc } from '../collections';
+import { toProject } from '../views';
 
 const LIMITS = { name: [1, 200], description: [0, 5000], language: [0, 50] } as const;
 
@@ -34,10 +34,6 @@ function checkFields(input: Partial<Record<keyof typeof LIMITS, string>>): Parti
   }
   if (problems.length) throw errors.validation(problems);
   return out;
-}
-
-export function toProject(p: ProjectDoc): projectsV1.Project {
-  return { id: p.id, name: p.name, description: p.description, language: p.language, createdAt: p.createdAt, updatedAt: p.updatedAt };
 }
 
 function projectData(p: ProjectDoc): eventsV1.Event['data'] {

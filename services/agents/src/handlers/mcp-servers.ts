@@ -5,7 +5,6 @@
  * credential at each connection; its value is never stored here.
  */
 import {
-  authed,
   type AuthedContext,
   type CallContext,
   EgressError,
@@ -18,9 +17,11 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { agentsV1, identityV1 } from '@svc/proto';
-import { mcpServerCap, mcpServers, type McpServerDoc } from './collections';
-import type { McpConnector } from './mcp-client';
+import { mcpServerCap, mcpServers, type McpServerDoc } from '../collections';
+import type { McpConnector } from '../mcp-client';
+import { toMcpServer } from '../views';
 
 export interface McpHandlerDeps {
   store: Store;
@@ -35,25 +36,6 @@ export interface McpHandlerDeps {
 const NAME = [1, 200] as const;
 const URL_MAX = 2000;
 const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
-
-export function toMcpServer(d: McpServerDoc): agentsV1.McpServer {
-  return {
-    id: d.id,
-    name: d.name,
-    url: d.url,
-    authSecret: d.authSecret ?? '',
-    status: d.status,
-    error: d.error ?? '',
-    tools: d.tools.map((t) => ({
-      name: t.name,
-      description: t.description,
-      inputSchemaJson: JSON.stringify(t.inputSchema),
-      readOnly: t.readOnly,
-    })),
-    createdAt: d.createdAt,
-    updatedAt: d.updatedAt,
-  };
-}
 
 /** Reads the value of the tenant's secret `name` with the credential given (a user's, or a run's delegated one). */
 export async function resolveBearer(

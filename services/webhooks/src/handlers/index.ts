@@ -1,26 +1,16 @@
-import {
-  authed,
-  errors,
-  idempotent,
-  isoBound,
-  newId,
-  nowIso,
-  type CallContext,
-  type EgressPolicy,
-  type SecretBox,
-  type Store,
-} from '@svc/kit';
+import { errors, idempotent, isoBound, newId, nowIso, type CallContext, type EgressPolicy, type SecretBox, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { eventsV1, type webhooksV1 } from '@svc/proto';
-import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from './collections';
-import { emitEndpointEvent } from './endpoint-events';
-import type { EventLog, Window } from './event-log';
-import type { EventStreams } from './event-stream';
-import { enqueue, enqueueExisting } from './fanout';
-import { eventBody } from './payload';
-import { recover } from './recover';
-import { generateSecret, sealSecret } from './secrets';
-import { Checks } from './validate';
-import { toDelivery, toStoredEvent, toWebhook } from './views';
+import { deliveries, queue, webhookCap, webhooks, type WebhookDoc } from '../collections';
+import { emitEndpointEvent } from '../endpoint-events';
+import type { EventLog, Window } from '../event-log';
+import type { EventStreams } from '../event-stream';
+import { enqueue, enqueueExisting } from '../fanout';
+import { eventBody } from '../payload';
+import { recover } from '../recover';
+import { generateSecret, sealSecret } from '../secrets';
+import { Checks } from '../validate';
+import { toDelivery, toStoredEvent, toWebhook } from '../views';
 
 export interface HandlerDeps {
   store: Store;

@@ -5,11 +5,17 @@
  * (BEGIN IMMEDIATE) writers take turns anyway, and on MongoDB concurrent admissions of one key all write the same
  * document, so all but one abort and retry with the others' inserts in view. No replica can pass the limit.
  */
-import { AppError } from './errors';
-import type { AuthClaims } from './jwt';
-import { nowIso } from './ids';
-import { capCounters } from './caps';
-import { DuplicateKeyError, type CollectionDef, type Store, type StoreSession, type Where } from './storage';
+import {
+  AppError,
+  capCounters,
+  DuplicateKeyError,
+  nowIso,
+  type AuthClaims,
+  type CollectionDef,
+  type Store,
+  type StoreSession,
+  type Where,
+} from '@svc/kit';
 
 /** The items a key's slots count: a tenant's documents naming the key as `credentialId`, with a `status`. */
 interface KeyedItem {

@@ -1,18 +1,9 @@
-import { authed, type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { type CallContext, errors, newId, nowIso, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import type { agentsV1 } from '@svc/proto';
-import { checkText, DEFAULT_CONFIG, mergeConfig, toConfigMessage } from './agent-config';
-import { agentCap, agents, mcpServers, type AgentConfigDoc, type AgentDoc } from './collections';
-
-export function toAgent(a: AgentDoc): agentsV1.Agent {
-  return {
-    id: a.id,
-    name: a.name,
-    systemPrompt: a.systemPrompt,
-    config: toConfigMessage(a.config),
-    createdAt: a.createdAt,
-    updatedAt: a.updatedAt,
-  };
-}
+import { checkText, DEFAULT_CONFIG, mergeConfig } from '../agent-config';
+import { agentCap, agents, mcpServers, type AgentConfigDoc, type AgentDoc } from '../collections';
+import { toAgent } from '../views';
 
 /** The tenant's agent, or NOT_FOUND (also for another tenant's id: existence is not revealed). */
 export async function loadAgent(store: Store, tenantId: string, id: string): Promise<AgentDoc> {

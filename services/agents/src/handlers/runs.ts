@@ -1,6 +1,5 @@
 import { decodeJwt } from 'jose';
 import {
-  authed,
   type AuthedContext,
   type CallContext,
   encodeCursor,
@@ -12,16 +11,17 @@ import {
   type ServiceClient,
   type Store,
 } from '@svc/kit';
-import { pricedHold } from '@svc/contracts';
+import { pricedHold, authed } from '@svc/contracts';
 import { planHold, type PricingSettings } from '@svc/llm';
 import { agentsV1, type identityV1 } from '@svc/proto';
-import { loadAgent } from './agent-handlers';
-import { queuedRun, runs, type RunCall, type RunDoc, type RunStatus, type StepDoc } from './collections';
-import type { CreditCheck } from './credits';
-import { keyRunSlots } from './key-concurrency';
-import { agentModels, firstCallOf, LlmNotConfigured } from './model-plan';
-import { emitRunEvent, settleRecordedCall } from './run-events';
-import { scopesFor, type ProjectsClient } from './tools';
+import { loadAgent } from './agents';
+import { queuedRun, runs, type RunCall, type RunDoc, type RunStatus, type StepDoc } from '../collections';
+import type { CreditCheck } from '../credits';
+import { keyRunSlots } from '../key-concurrency';
+import { agentModels, firstCallOf, LlmNotConfigured } from '../model-plan';
+import { emitRunEvent, settleRecordedCall } from '../run-events';
+import { scopesFor, type ProjectsClient } from '../tools';
+import { toRun } from '../views';
 
 export const GOAL_MAX = 10_000;
 /** A page of runs stays well under gRPC's 4 MiB message limit: it ends early (with a cursor) when full. */
@@ -43,43 +43,6 @@ export interface RunHandlerDeps {
   pricing: PricingSettings;
   /** The local worker: poke it after queueing, abort a run it drives. */
   worker: { notify(): void; abort(runId: string): void };
-}
-
-function toStep(s: StepDoc): agentsV1.RunStep {
-  return {
-    index: s.index,
-    type: s.type,
-    startedAt: s.startedAt,
-    completedAt: s.completedAt ?? '',
-    text: s.text ?? '',
-    toolName: s.toolName ?? '',
-    toolCallId: s.toolCallId ?? '',
-    argumentsJson: s.arguments === undefined ? '' : JSON.stringify(s.arguments),
-    resultJson: s.result === undefined ? '' : JSON.stringify(s.result),
-    status: s.status,
-    usage: s.usage,
-    model: s.model ?? '',
-    serverId: s.serverId ?? '',
-    error: s.error ?? '',
-    durationMs: s.durationMs ?? undefined,
-  };
-}
-
-export function toRun(r: RunDoc): agentsV1.Run {
-  return {
-    id: r.id,
-    agentId: r.agentId,
-    projectId: r.projectId,
-    goal: r.goal,
-    status: r.status,
-    output: r.output ?? '',
-    error: r.error ?? '',
-    steps: r.steps.map(toStep),
-    usage: r.usage,
-    createdAt: r.createdAt,
-    startedAt: r.startedAt ?? '',
-    completedAt: r.completedAt ?? '',
-  };
 }
 
 /** A delegated token for the run's background work, sealed for storage, and the scopes it really carries. */

@@ -1,8 +1,6 @@
 import { Metadata } from '@grpc/grpc-js';
-import { AppError } from '../errors';
-import type { AuthClaims } from '../jwt';
+import { AppError, type AuthClaims, type CallContext } from '@svc/kit';
 import { authed } from './authed';
-import type { CallContext } from './types';
 
 const ctx = (scp?: string[]): CallContext => ({
   auth: { sub: 'usr_1', tid: 'ten_1', typ: 'api_key', role: 'owner', sid: 'key_1', scp } as AuthClaims,

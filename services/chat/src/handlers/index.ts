@@ -1,18 +1,19 @@
-import { authed, type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
+import { type CallContext, errors, idempotent, newId, nowIso, type Store } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { boundPlan, type LlmMessage, type PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
-import { messages, sessionCap, sessions, type SessionDoc } from './collections';
-import { callHandlers } from './calls';
-import type { CreditCheck } from './credits';
-import { keyReplySlots } from './key-concurrency';
-import { holdOf, replyCall, restPlan } from './model-choice';
-import type { Peers } from './peers';
-import type { Replies } from './replies';
-import { type ReplyLimits, ReplySlots } from './reply-slots';
-import { RunPolls } from './run-polls';
-import { newMessage, pendingReply, type ReplyStarter, startReply } from './start-reply';
-import { streamReply } from './stream';
-import { toMessage, toSession } from './views';
+import { messages, sessionCap, sessions, type SessionDoc } from '../collections';
+import { callHandlers } from '../calls';
+import type { CreditCheck } from '../credits';
+import { keyReplySlots } from '../key-concurrency';
+import { holdOf, replyCall, restPlan } from '../model-choice';
+import type { Peers } from '../peers';
+import type { Replies } from '../replies';
+import { type ReplyLimits, ReplySlots } from '../reply-slots';
+import { RunPolls } from '../run-polls';
+import { newMessage, pendingReply, type ReplyStarter, startReply } from '../start-reply';
+import { streamReply } from '../stream';
+import { toMessage, toSession } from '../views';
 
 export const LIMITS = { title: 200, content: 32_000, id: 100, model: 100 } as const;
 /** The most recent messages of a session sent to the model with a new one. */

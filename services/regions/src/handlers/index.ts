@@ -1,5 +1,4 @@
 import {
-  authed,
   type AuthedContext,
   AppError,
   type CallContext,
@@ -13,13 +12,14 @@ import {
   type SecretBox,
   type Store,
 } from '@svc/kit';
+import { authed } from '@svc/contracts';
 import { checkFeature, isFeatureKey } from '@svc/plans';
 import type { regionsV1 } from '@svc/proto';
-import { preferences, storageConfigs, type PreferencesDoc, type StorageDoc } from './collections';
-import { planOf } from './plan-events';
-import { applyPreferences, type Catalogue, defaultPreferences, placementProblems, type Prefs, requireFeature } from './rules';
-import { BYOS_PROVIDERS, type ByosProvider, type ByosTarget, validateByos } from './storage-check';
-import { toPreferences, toStorage } from './views';
+import { preferences, storageConfigs, type PreferencesDoc, type StorageDoc } from '../collections';
+import { planOf } from '../plan-events';
+import { applyPreferences, type Catalogue, defaultPreferences, placementProblems, type Prefs, requireFeature } from '../rules';
+import { BYOS_PROVIDERS, type ByosProvider, type ByosTarget, validateByos } from '../storage-check';
+import { toPreferences, toStorage } from '../views';
 
 export interface RegionsDeps {
   store: Store;

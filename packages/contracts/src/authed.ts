@@ -1,6 +1,5 @@
-import { errors } from '../errors';
-import type { Scope } from '../scopes';
-import type { AuthedContext, CallContext } from './types';
+import { errors, type AuthedContext, type CallContext } from '@svc/kit';
+import type { Scope } from './scopes';
 
 /**
  * The caller of a protected method, with the scope it needs checked here as well as at the gateway: tokens also
