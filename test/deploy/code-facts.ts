@@ -102,7 +102,7 @@ export function stopBudgetMs(name: string): number {
   if (name === 'gateway') return numberIn('packages/kit/src/config.ts', /GRPC_DEADLINE_MS', 'int', \{ default: '(\d+)'/) + closeAllowance;
   const grpcGrace = numberIn('packages/kit/src/grpc/server.ts', /async stop\(graceMs = (\d+)\)/);
   const extra: Record<string, () => number> = {
-    chat: () => numberIn('services/chat/src/server.ts', /CHAT_DRAIN_MS', 'int', \{ default: '(\d+)'/),
+    chat: () => numberIn('services/chat/src/config.ts', /CHAT_DRAIN_MS', 'int', \{ default: '(\d+)'/),
     webhooks: () => numberIn('services/webhooks/src/worker.ts', /async stop\(graceMs = (\d+)\)/),
   };
   return grpcGrace + (extra[name]?.() ?? 0) + closeAllowance;

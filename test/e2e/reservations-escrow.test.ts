@@ -101,7 +101,19 @@ it('never lets the balance fall below zero across two chat replicas carving escr
 
   // Enough to be granted slices on both replicas, then billing dies while more calls come: those carved from a slice
   // still run (the lease is timed on chat's clock), the rest are refused (503), none unchecked.
-  await wave(0, 40);
+  // round_robin sends calls only to the chat replicas it has connected to: calls go until both hold a slice.
+  const holders = () =>
+    new Set(
+      billingDb()
+        .escrows.filter((e) => e.tenantId === owner.tenantId)
+        .map((e) => e.holder),
+    ).size;
+  let sent = 0;
+  await eventually(async () => {
+    await wave(sent, 10);
+    sent += 10;
+    return holders() >= 2;
+  }, 60_000);
   const killed = await sys.killService('billing');
   await wave(100, 30);
   await sys.restarted('billing', killed);
