@@ -81,9 +81,21 @@ const guardId = (auth: AuthClaims) => `key_slots:${auth.sid}`;
  * it is not there yet; outside any transaction.
  */
 export async function ensureGuard(store: Store, id: string): Promise<void> {
+  let known = guardsSeen.get(store);
+  if (!known) guardsSeen.set(store, (known = new Set()));
+  if (known.has(id)) return;
   try {
     await store.collection(capCounters).insert({ id, count: 0, createdAt: nowIso() });
   } catch (err) {
     if (!(err instanceof DuplicateKeyError)) throw err;
   }
+  if (known.size >= GUARDS_REMEMBERED) known.clear();
+  known.add(id);
 }
+
+/**
+ * The guards this process created or found, per store. A guard is never deleted, so each is written once per
+ * process, not tried again (a failed insert: a write and an exception) on every admission.
+ */
+const guardsSeen = new WeakMap<Store, Set<string>>();
+const GUARDS_REMEMBERED = 100_000;

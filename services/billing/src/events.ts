@@ -30,25 +30,58 @@ export interface UsageSettings {
  * so a tenant never meets a 402 in its first seconds. The caller's token, signed by identity, proves the tenant.
  */
 export async function grantStartingCredits(store: Store, tenantId: string, credits: number): Promise<void> {
-  await applyOnce(store, (tx) =>
-    addEntry(tx, { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant', credits, description: 'Starting grant' }),
-  );
+  await applyOnce(store, (tx) => addEntry(tx, startingGrant(tenantId, credits)));
 }
 
-export function billingEventHandler(store: Store, settings: UsageSettings, logger: Logger) {
-  return async (message: ReceivedMessage): Promise<void> => {
-    const headerType = message.headers['event-type'];
-    if (headerType !== undefined && !TYPES.has(headerType)) return; // skipped without decoding
-    const event = decodeDomainEvent(message.value);
-    if (!event.tenantId) return;
-    if (event.type === 'tenant.created') {
-      await grantStartingCredits(store, event.tenantId, settings.startingGrant);
-      return;
-    }
-    if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return;
-    const credits = await applyUsage(store, settings.creditsPer1kTokens, event.tenantId, event.data.value, event.id);
-    logger.debug({ eventId: event.id, tenantId: event.tenantId, credits }, 'usage applied');
+function startingGrant(tenantId: string, credits: number) {
+  return { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant' as const, credits, description: 'Starting grant' };
+}
+
+/** What one bus message writes in billing's store (null: nothing, it is not billing's); throws on a poison message. */
+function eventWrite(message: ReceivedMessage, settings: UsageSettings): ((tx: StoreSession) => Promise<unknown>) | null {
+  const headerType = message.headers['event-type'];
+  if (headerType !== undefined && !TYPES.has(headerType)) return null; // skipped without decoding
+  const event = decodeDomainEvent(message.value);
+  const tenantId = event.tenantId;
+  if (!tenantId) return null;
+  if (event.type === 'tenant.created') return (tx) => addEntry(tx, startingGrant(tenantId, settings.startingGrant));
+  if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return null;
+  return usageWrite(settings.creditsPer1kTokens, tenantId, event.data.value, event.id);
+}
+
+/** Events of a batch written in one transaction at most; a longer batch takes several. */
+const BATCH_EVENTS = 100;
+
+/**
+ * Billing's bus consumer: `handler` applies one message in a transaction of its own, `handleBatch` (SubscribeOptions)
+ * a delivered batch in one transaction per BATCH_EVENTS, in order: one commit for the usage of many calls, not one
+ * each. Every write applies once per source (the ledger's unique key), so a batch retried whole after a duplicate key
+ * (another replica applied one of its calls first) or redelivered changes nothing already applied; when the batch
+ * handler throws, the bus hands its messages to `handler` one by one (a poison message dead-lettered alone).
+ */
+export function billingConsumer(store: Store, settings: UsageSettings, logger: Logger) {
+  const handler = async (message: ReceivedMessage): Promise<void> => {
+    const write = eventWrite(message, settings);
+    if (!write) return;
+    await applyOnce(store, write);
+    logger.debug({ eventId: message.id }, 'billing event applied');
   };
+  const handleBatch = async (messages: ReceivedMessage[]): Promise<void> => {
+    const writes = messages.map((m) => eventWrite(m, settings)).filter((w) => w !== null);
+    for (let i = 0; i < writes.length; i += BATCH_EVENTS) {
+      const some = writes.slice(i, i + BATCH_EVENTS);
+      await applyOnce(store, async (tx) => {
+        for (const write of some) await write(tx);
+      });
+    }
+    logger.debug({ messages: messages.length, applied: writes.length }, 'billing events applied');
+  };
+  return { handler, handleBatch };
+}
+
+/** One message at a time (billingConsumer's `handler`). */
+export function billingEventHandler(store: Store, settings: UsageSettings, logger: Logger) {
+  return billingConsumer(store, settings, logger).handler;
 }
 
 /**
@@ -57,6 +90,11 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
  * debited by this application (0 when it had been applied before).
  */
 export async function applyUsage(store: Store, per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): Promise<number> {
+  return applyOnce(store, usageWrite(per1k, tenantId, u, eventId));
+}
+
+/** applyUsage's writes, in a transaction of the caller's (one call's, or a batch of events'). */
+function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): (tx: StoreSession) => Promise<number> {
   // A price nobody could have meant (negative, not a number) is not applied: the call is billed at the default.
   const price = u.price && validModelPrice(u.price) === null ? u.price : undefined;
   const cachedInputTokens = Math.min(Math.max(0, u.cachedInputTokens ?? 0), Math.max(0, u.inputTokens));
@@ -65,19 +103,20 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
   // A call with nothing to bill (it never reached the model, or produced nothing): its reservation is given back,
   // and the request log keeps the call when its sender described it (an error or a cancel, 0 credits).
   if (u.callId && u.inputTokens + u.outputTokens <= 0) {
-    if (!u.call) {
-      await store.transaction((tx) => closeReservation(tx, tenantId, u.callId, 'released'));
-      return 0;
-    }
+    if (!u.call)
+      return async (tx) => {
+        await closeReservation(tx, tenantId, u.callId, 'released');
+        return 0;
+      };
     const entry = { id: requestLogId(tenantId, `release:${u.callId}`), tenantId, credits: 0, defaultStatus: 'error' as const };
-    await applyOnce(store, async (tx) => {
+    return async (tx) => {
       await closeReservation(tx, tenantId, u.callId, 'released');
       await logReleasedCall(tx, requestLogEntry(u, { ...entry, at: nowIso() }));
-    });
-    return 0;
+      return 0;
+    };
   }
   const sourceKey = u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`;
-  return applyOnce(store, async (tx) => {
+  return async (tx) => {
     // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
     // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
     // A call carved from an escrow has no reservation of its own: its cost comes out of the escrow below, once.
@@ -119,7 +158,7 @@ export async function applyUsage(store: Store, per1k: number, tenantId: string, 
       await keySpendApplied(tx, tenantId, u.credentialId, u.callId, credits);
     }
     return credits;
-  });
+  };
 }
 
 type Line = { calls: number; inputTokens: number; outputTokens: number; credits: number };

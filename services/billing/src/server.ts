@@ -4,7 +4,7 @@ import { billingV1 } from '@svc/proto';
 import { alertsHandlers } from './alerts';
 import { ALL_COLLECTIONS } from './collections';
 import { billingConfig } from './config';
-import { billingEventHandler } from './events';
+import { billingConsumer } from './events';
 import { keyUsageHandlers } from './key-usage';
 import { billingHandlers } from './handlers';
 
@@ -26,7 +26,7 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
     env,
   });
   const { verifier, identity } = identityVerifier(rt.config);
-  const handle = billingEventHandler(
+  const consumer = billingConsumer(
     rt.store,
     { creditsPer1kTokens: rt.config.creditsPer1kTokens, startingGrant: rt.config.startingGrant },
     rt.logger,
@@ -60,10 +60,13 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
         topics: [TOPICS.identity, TOPICS.agents, TOPICS.chat],
         // A failure leaves the message unacknowledged: the bus retries it (the ledger applies each source once).
         handler: (message) =>
-          handle(message).catch((err: unknown) => {
+          consumer.handler(message).catch((err: unknown) => {
             rt.logger.warn({ err, eventId: message.id }, 'billing event failed; the bus will retry');
             throw err;
           }),
+        // A delivered batch in one transaction (its usage events settle many calls in one commit); when it fails,
+        // the bus hands its messages to `handler` one by one.
+        handleBatch: consumer.handleBatch,
       },
     ],
     registrations: [

@@ -596,14 +596,16 @@ export class Replies {
   /**
    * Stores the reply's call as sent before its request leaves (as agents do): a crash from here on bills at least its
    * prompt (the input its hold reserved), since the provider may have answered and charged. Fenced like every write:
-   * a reply another process failed or cancelled meanwhile is not sent at all.
+   * a reply another process failed or cancelled meanwhile is not sent at all. In the group commit, with the other
+   * replies' marks, inserts and ends of the same turn: the request waits for that shared commit. A reply stored
+   * `sent` by its insert (startReply) has nothing to write here.
    */
   private async markSent(p: Progress): Promise<void> {
     const call = p.message.call;
     if (!call || call.sent) return;
     const sent = { ...call, sent: true };
-    if (!(await this.store.collection(messages).update(p.message.id, this.fence(p), { call: sent })))
-      throw new ReplyFailure('REPLY_INTERRUPTED', 'The reply was ended elsewhere before its model call was sent');
+    const marked = await this.batch.commit((tx) => tx.collection(messages).update(p.message.id, this.fence(p), { call: sent }));
+    if (!marked) throw new ReplyFailure('REPLY_INTERRUPTED', 'The reply was ended elsewhere before its model call was sent');
     p.message = { ...p.message, call: sent };
   }
 

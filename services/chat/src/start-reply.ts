@@ -92,7 +92,10 @@ export function pendingReply(
 }
 
 export async function startReply(deps: ReplyStarter, c: AuthedContext, start: ReplyStart): Promise<void> {
-  const { job, beforeStart, ...rest } = start;
+  const { beforeStart, ...rest } = start;
+  const job = sentByInsert(start)
+    ? { ...start.job, message: { ...start.job.message, call: { ...start.job.message.call!, sent: true } } }
+    : start.job;
   await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
   if (beforeStart)
@@ -102,6 +105,17 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
       throw err;
     });
   deps.replies.start({ ...job, tenantId: auth.tid, credentialId: auth.sid, credentialType: auth.typ });
+}
+
+/**
+ * A reply whose model request leaves as soon as it is stored, and that nothing but its own generator can end before
+ * then (no response to cancel it by from another process, nothing run before it starts, no source of its own): its
+ * insert stores its call as `sent` (decision 122), saving the sent mark's write. From the insert's commit the request
+ * starts with no write or wait between, as it did after the mark: only a crash in that same instant bills a request
+ * that never left its prompt (the hold it reserved), as one between the mark and the socket always did.
+ */
+function sentByInsert(start: ReplyStart): boolean {
+  return Boolean(start.hold && start.job.message.call && !start.resp && !start.beforeStart && !start.job.source);
 }
 
 /**
