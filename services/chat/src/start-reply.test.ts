@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { Metadata } from '@grpc/grpc-js';
 import { type AuthedContext, capCounters, createLogger, openBus, openSqliteStore, OutboxRelay, type EventBus, type Store } from '@svc/kit';
 import type { CallHold } from '@svc/contracts';
-import { planCall } from '@svc/llm';
+import { planCall, sendHttp } from '@svc/llm';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { messages, responses, sessionCap, sessions, type MessageDoc, type ResponseDoc } from './collections';
 import type { CreditCheck } from './credits';
@@ -42,7 +42,7 @@ beforeEach(async () => {
   bus = openBus({ clientId: 'test', embeddedPath: join(dir, 'bus.db') });
   relay = new OutboxRelay(store, bus);
   relay.start();
-  replies = new Replies(store, relay, logger, fetch, { flushMs: 50, leaseMs: 30_000, drainMs: 0 });
+  replies = new Replies(store, relay, logger, sendHttp, { flushMs: 50, leaseMs: 30_000, drainMs: 0 });
   const credits: CreditCheck = { reserve: async (_c, hold) => void held.push(hold), release: async () => undefined };
   deps = {
     store,
