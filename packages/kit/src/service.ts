@@ -24,6 +24,7 @@ import { createLogger, type Logger } from './logger';
 import { EXIT_PORT_IN_USE, isPortInUse } from './ports';
 import { idempotency, idempotencyRetention } from './idempotency';
 import { openStore } from './storage';
+import { sendSignal, watchSignal } from './storage/watch-writes';
 import { flushTelemetry } from './telemetry-flush';
 import type { CollectionDef, Store } from './storage/types';
 
@@ -109,10 +110,15 @@ export async function openRuntime<S extends ConfigSpec>(options: RuntimeOptions<
       logger.warn({ err, eventId: message?.id, topic: message?.topic }, 'event bus error'),
   });
   const wake = (hint: () => void) => store.watchWrites(hint);
+  // On SQLite, replicas wake each other's relay with a signal file when they add to the outbox: following every commit
+  // to the store woke each replica for each of its siblings' writes (a chat reply's, say). MongoDB's change stream
+  // (`wake`) tells of every write either way.
+  const outboxSignal = store.kind === 'sqlite' ? `${sqlitePath}-signals/outbox` : null;
   const relay = new OutboxRelay(store, bus, {
     onError: (err: unknown) => logger.warn({ err }, 'outbox relay failed; will retry'),
-    // Other replicas' commits wake the relay (debounced), so its safety poll can be slow.
-    wake,
+    // Other replicas' records wake the relay, so its safety poll can be slow.
+    wake: outboxSignal ? (hint) => watchSignal(outboxSignal, hint) : wake,
+    announce: outboxSignal ? () => sendSignal(outboxSignal) : undefined,
   });
   const box = loadSecretBox(config.masterKey, config.dataDir, config.nodeEnv === 'production');
   return { name: options.name, config, logger, store, bus, relay, box, wake };

@@ -267,6 +267,49 @@ describe('embedded bus across processes', () => {
     expect(got.filter((id) => !consumer.lines.includes(id))).toEqual(after.map((m) => m.id));
   }, 60_000);
 
+  test("another process's publish wakes the consumers of its topic only; a message committed with no signal is found by the safety poll", async () => {
+    const path = join(dir, 'signals.db');
+    const [mine, other, unsignalled] = [unique('mine'), unique('other'), unique('unsignalled')];
+    const bus = openEmbeddedBus({ path, pollIntervalMs: 60_000 });
+    buses.push(bus);
+    const got: string[] = [];
+    const read = jest.spyOn(bus, 'read');
+    await bus.subscribe({ group: unique('g'), topics: [mine], handler: async (m) => void got.push(m.id) });
+    await waitFor('the first look', () => read.mock.calls.length > 0);
+    const looks = jest.spyOn(bus, 'newSince');
+
+    // 50 messages on a topic nobody here consumes: no wake-up, not even the query that finds which topics moved.
+    const others = runFixture('publish.ts', [path, other, '50', '5']);
+    children.push(others.child);
+    expect(await others.exit).toBe(0);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(looks).not.toHaveBeenCalled();
+
+    // On our topic: delivered long before the 60 s safety poll.
+    const ours = runFixture('publish.ts', [path, mine, '10', '5']);
+    children.push(ours.child);
+    expect(await ours.exit).toBe(0);
+    await waitFor('the messages on our topic', () => got.length >= 10, 10_000);
+    expect(got).toEqual(Array.from({ length: 10 }, (_, i) => `${mine}-child-${i}`));
+
+    // A publisher that committed and died before its signal (or one that never sends any): the safety poll finds it.
+    const polling = openEmbeddedBus({ path, pollIntervalMs: 300 });
+    buses.push(polling);
+    const late: string[] = [];
+    await polling.subscribe({ group: unique('g'), topics: [unsignalled], handler: async (m) => void late.push(m.id) });
+    const raw = new Database(path);
+    try {
+      raw.pragma('busy_timeout = 5000');
+      raw
+        .prepare('INSERT INTO messages (id, topic, key, value, headers, ts) VALUES (?, ?, ?, ?, ?, ?)')
+        .run(`${unsignalled}-0`, unsignalled, 'k', Buffer.from('x'), '{}', Date.now());
+    } finally {
+      raw.close();
+    }
+    await waitFor('the message with no signal', () => late.length >= 1, 10_000);
+    expect(late).toEqual([`${unsignalled}-0`]);
+  }, 60_000);
+
   test('prune deletes old messages only', async () => {
     const bus = open(join(dir, 'prune.db'));
     const topic = unique('prune');

@@ -13,7 +13,7 @@
 import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
 import { checkpointElsewhere, walClosed, walWritten } from '../storage/checkpointer';
-import { watchWrites } from '../storage/watch-writes';
+import { sendSignal, watchSignal } from '../storage/watch-writes';
 import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import { isPoison } from './poison';
 import { Stalls } from './stalls';
@@ -22,8 +22,8 @@ import type { BusErrorHandler, BusMessage, EventBus, ReceivedMessage, StalledCon
 export interface EmbeddedBusOptions {
   path: string;
   /**
-   * Idle safety poll. Default 5000 ms: consumers wake as soon as any process writes the log (a watch on its
-   * directory sees the WAL change), so the poll only covers a missed notification.
+   * Idle safety poll. Default 5000 ms: consumers wake as soon as any process publishes to one of their topics (the
+   * publisher writes the topic's signal file, which they watch), so the poll only covers a missed notification.
    */
   pollIntervalMs?: number;
   /**
@@ -92,6 +92,15 @@ CREATE TABLE IF NOT EXISTS state.leases (
   grp TEXT NOT NULL, topic TEXT NOT NULL, owner TEXT NOT NULL, expires INTEGER NOT NULL, PRIMARY KEY (grp, topic)
 );
 `;
+
+/**
+ * The file a publish to `topic` writes after its commit, to wake the processes consuming it (and only those): the
+ * log's own WAL changes on every offset commit and every topic, and watching it woke every consuming process of the
+ * machine on each. `<dir>/bus.db` -> `<dir>/bus.db-signals/<topic>`.
+ */
+export function topicSignalPath(path: string, topic: string): string {
+  return `${path}-signals/${encodeURIComponent(topic)}`;
+}
 
 /**
  * The topics of the messages past a seq, for waking consumers. A range on the rowid, read in seq order: the obvious
@@ -263,7 +272,10 @@ export class EmbeddedBus implements EventBus {
         return true;
       })
       .immediate();
-    if (queued) this.watch(false)?.announce();
+    if (queued) {
+      this.signal([topic]);
+      this.watch(false)?.announce();
+    }
     return queued;
   }
 
@@ -291,13 +303,20 @@ export class EmbeddedBus implements EventBus {
     // A duplicate id is ignored: the outbox relay may publish the same record again after a crash.
     this.insertMany(messages, Date.now());
     walWritten(this.dbPath);
-    // This process's consumers of these topics start now, not when the watch reports the write.
+    this.signal(new Set(messages.map((m) => m.topic)));
+    // This process's consumers of these topics start now, not when the signal reaches the watch.
     this.watch(false)?.announce();
+  }
+
+  /** Wakes the other processes' consumers of these topics (after the commit, so they find what woke them). */
+  private signal(topics: Iterable<string>): void {
+    if (this.dbPath === ':memory:') return;
+    for (const topic of topics) sendSignal(topicSignalPath(this.dbPath, topic));
   }
 
   /** The watch of this bus's log in this process; `create`: make it when no bus of the process has one yet. */
   private watch(create: boolean): LogWatch | undefined {
-    if (this.dbPath === ':memory:') return (this.memoryWatch ??= new LogWatch(this.dbPath, () => undefined));
+    if (this.dbPath === ':memory:') return (this.memoryWatch ??= new LogWatch(null, () => undefined));
     return LogWatch.of(this.dbPath, create);
   }
 
@@ -338,11 +357,14 @@ export class EmbeddedBus implements EventBus {
       .immediate();
     const sub = new EmbeddedSubscription(this, options.group, topics, options.handler, options.handleBatch);
     this.subscriptions.add(sub);
-    this.watch(true)!.join(this);
+    const watch = this.watch(true)!;
+    watch.join(this);
+    sub.unfollow = watch.follow(topics);
     sub.start();
     return {
       stop: async () => {
         await sub.stop();
+        sub.unfollow();
         this.subscriptions.delete(sub);
         if (this.subscriptions.size === 0) this.watch(false)?.leave(this);
       },
@@ -361,6 +383,7 @@ export class EmbeddedBus implements EventBus {
   async close(): Promise<void> {
     if (this.closed) return;
     await Promise.all([...this.subscriptions].map((s) => s.stop()));
+    for (const s of this.subscriptions) s.unfollow();
     this.subscriptions.clear();
     this.watch(false)?.leave(this);
     this.closed = true;
@@ -435,12 +458,13 @@ export class EmbeddedBus implements EventBus {
 }
 
 /**
- * The write hints of one log file in one process, and what turns them into wake-ups. Other processes publish into
- * the same file: instead of polling, consumers sleep until the log's WAL (or the file) changes (inotify on Linux:
- * nothing runs while nothing is written). A hint, or a publish here, runs one indexed query, the topics of the
- * messages past the highest seq announced (seqs are given in commit order, so nothing committed below it can appear
- * later) and the groups with replays queued, and wakes only the subscriptions of those topics and groups. The buses of
- * one process (each service of the combined process has its own) share it: one query per write, not one per bus.
+ * The publish signals of one log file in one process, and what turns them into wake-ups. Other processes publish into
+ * the same file: instead of polling, consumers sleep until a publisher signals one of the topics consumed here
+ * (`topicSignalPath`, inotify on Linux: nothing runs while nothing of ours is published, whatever else is written to
+ * the log). A signal, or a publish here, runs one indexed query, the topics of the messages past the highest seq
+ * announced (seqs are given in commit order, so nothing committed below it can appear later) and the groups with
+ * replays queued, and wakes only the subscriptions of those topics and groups. The buses of one process (each service
+ * of the combined process has its own) share it: one query per signal, not one per bus.
  */
 class LogWatch {
   private static readonly byPath = new Map<string, LogWatch>();
@@ -448,10 +472,12 @@ class LogWatch {
   private readonly buses = new Set<EmbeddedBus>();
   /** The highest seq whose topic has been announced. */
   private seq = 0;
-  private unwatch: (() => void) | null = null;
+  /** The topics consumed in this process: their subscriptions, and the watch of their signal. */
+  private readonly followed = new Map<string, { count: number; unwatch: () => void }>();
 
+  /** `path`: the log file (null for an in-memory log, which only this process writes). */
   constructor(
-    private readonly path: string,
+    private readonly path: string | null,
     private readonly forget: () => void,
   ) {}
 
@@ -464,14 +490,35 @@ class LogWatch {
   join(bus: EmbeddedBus): void {
     if (this.buses.size === 0) this.seq = bus.highestSeq();
     this.buses.add(bus);
-    this.unwatch ??= watchWrites(this.path, () => this.announce());
+  }
+
+  /** Watches the signals of `topics` for a subscription; returns the function that stops (once). */
+  follow(topics: string[]): () => void {
+    const path = this.path;
+    if (path === null) return () => {};
+    for (const topic of topics) {
+      const f = this.followed.get(topic);
+      if (f) f.count++;
+      else this.followed.set(topic, { count: 1, unwatch: watchSignal(topicSignalPath(path, topic), () => this.announce()) });
+    }
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      for (const topic of topics) {
+        const f = this.followed.get(topic);
+        if (!f || --f.count > 0) continue;
+        f.unwatch();
+        this.followed.delete(topic);
+      }
+    };
   }
 
   leave(bus: EmbeddedBus): void {
     this.buses.delete(bus);
     if (this.buses.size > 0) return;
-    this.unwatch?.();
-    this.unwatch = null;
+    for (const f of this.followed.values()) f.unwatch();
+    this.followed.clear();
     this.forget();
   }
 
@@ -497,6 +544,8 @@ class EmbeddedSubscription {
   /** Each subscription is its own lease owner, so a second one of the same group is a standby even in-process. */
   private readonly owner = newHolderId();
   readonly stalls: Stalls;
+  /** Stops watching the signals of this subscription's topics (set by the bus once it follows them). */
+  unfollow: () => void = () => {};
   /** Topics whose lease we hold -> when we last wrote it. */
   private readonly held = new Map<string, number>();
   private stopped = false;

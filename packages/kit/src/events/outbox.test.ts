@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openSqliteStore } from '../storage/sqlite';
+import { sendSignal, watchSignal } from '../storage/watch-writes';
 import type { CollectionDef, Store } from '../storage/types';
 import { message, unique, waitFor } from './bus.contract';
 import { openEmbeddedBus, type EmbeddedBus } from './embedded';
@@ -20,10 +21,12 @@ const dir = mkdtempSync(join(tmpdir(), 'outbox-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 let store: Store;
+let storePath: string;
 let bus: EmbeddedBus;
 beforeEach(async () => {
   const name = unique('t');
-  store = openSqliteStore({ path: join(dir, `${name}-store.db`) });
+  storePath = join(dir, `${name}-store.db`);
+  store = openSqliteStore({ path: storePath });
   await store.ensure(projects);
   await store.ensure(outboxCollection);
   bus = openEmbeddedBus({ path: join(dir, `${name}-bus.db`) });
@@ -261,5 +264,68 @@ describe('several relays on one store (replicas)', () => {
     await waitFor('the fourth event', () => got.some((m) => m.id === `${topic}-4`));
     await holder.stop();
     expect([...new Set(got.map((m) => m.id))]).toEqual([1, 2, 3, 4].map((n) => `${topic}-${n}`));
+  });
+
+  test("a replica's record wakes the holder through the outbox signal, not its other writes; a lost signal is found by the safety poll", async () => {
+    const topic = unique('project.created');
+    const got = await consume(topic);
+    const signal = join(dir, `${unique('store')}-signals/outbox`);
+    // Two replicas on one store file, as the service runtime wires them on SQLite.
+    const replica = openSqliteStore({ path: storePath });
+    const wakes = { a: 0, b: 0 };
+    const relay = (s: Store, name: 'a' | 'b', intervalMs: number) =>
+      new OutboxRelay(s, bus, {
+        intervalMs,
+        wake: (hint) => watchSignal(signal, () => (wakes[name]++, hint())),
+        announce: () => sendSignal(signal),
+      });
+    const a = relay(store, 'a', 60_000);
+    const b = relay(replica, 'b', 60_000);
+    try {
+      a.start();
+      await a.flush();
+      expect(a.leading).toBe(true);
+      b.start();
+      await b.flush();
+      expect(b.leading).toBe(false);
+
+      // Writes that add nothing to the outbox wake no relay.
+      for (let i = 0; i < 5; i++)
+        await replica.collection(projects).insert({ id: `quiet-${i}`, tenantId: 't', name: 'q', createdAt: new Date().toISOString() });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(wakes).toEqual({ a: 0, b: 0 });
+
+      // The replica that does not hold the lease adds an event and notifies: the holder relays it long before its
+      // 60 s safety poll.
+      await replica.transaction((tx) => addToOutbox(tx, message(topic, 'tenant-1', 1)));
+      b.notify();
+      await waitFor('the replica event, relayed by the holder', () => got.length >= 1);
+      expect(wakes.a).toBeGreaterThanOrEqual(1);
+      expect(b.leading).toBe(false);
+      // And then quiet: a relay woken announces nothing (two replicas without the lease must not wake each other).
+      await new Promise((r) => setTimeout(r, 100));
+      const settled = { ...wakes };
+      await new Promise((r) => setTimeout(r, 300));
+      expect(wakes).toEqual(settled);
+    } finally {
+      await b.stop();
+      await a.stop();
+      await replica.close();
+    }
+
+    // A record whose signal was lost (a replica that crashed between its commit and its notify): the holder's safety
+    // poll relays it.
+    const polling = relay(store, 'a', 300);
+    const replica2 = openSqliteStore({ path: storePath });
+    try {
+      polling.start();
+      await polling.flush();
+      await replica2.transaction((tx) => addToOutbox(tx, message(topic, 'tenant-1', 2)));
+      await waitFor('the event with no signal', () => got.some((m) => m.id === `${topic}-2`));
+    } finally {
+      await polling.stop();
+      await replica2.close();
+    }
+    expect(got.map((m) => m.id)).toEqual([`${topic}-1`, `${topic}-2`]);
   });
 });

@@ -106,11 +106,17 @@ export interface OutboxRelayOptions {
    */
   leaseMs?: number;
   /**
-   * Subscribes to hints that some process committed to the store (storage/watch-writes.ts on SQLite); returns the
-   * unsubscribe function. Lets replicas that do not hold the lease have their events relayed without waiting for
-   * the safety poll.
+   * Subscribes to hints that another replica added to the outbox (`announce`), or that some process committed to the
+   * store (`Store.watchWrites`); returns the unsubscribe function. Lets replicas that do not hold the lease have their
+   * events relayed without waiting for the safety poll.
    */
   wake?: (hint: () => void) => () => void;
+  /**
+   * Tells the other replicas' relays (their `wake`) that this one added to the outbox while another holds the lease,
+   * or that it handed the lease back. With it, `wake` need not follow every write to the store: a relay then wakes for
+   * outbox records only, not for every commit of its replicas (storage/watch-writes.ts `sendSignal`).
+   */
+  announce?: () => void;
   /** Monotonic clock (ms), for tests. */
   now?: () => number;
 }
@@ -131,6 +137,7 @@ export class OutboxRelay {
   private soon: NodeJS.Immediate | null = null;
   private readonly now: () => number;
   private readonly wake: OutboxRelayOptions['wake'];
+  private readonly announce: () => void;
   private unwake: (() => void) | null = null;
   /** This relay's identity in the lease: host/pid/random (unique per relay instance, not per process). */
   readonly owner = newHolderId();
@@ -150,6 +157,7 @@ export class OutboxRelay {
     this.onError = options.onError ?? (() => {});
     this.leaseMs = options.leaseMs ?? 15_000;
     this.wake = options.wake;
+    this.announce = options.announce ?? (() => {});
     this.now = options.now ?? monotonicNow;
     this.watch = new LeaseWatch(this.now);
   }
@@ -165,7 +173,8 @@ export class OutboxRelay {
     // The holder must beat well within the lease, whatever the poll interval.
     this.timer = setInterval(() => void this.tick(), Math.min(this.intervalMs, Math.floor(this.leaseMs / 3)));
     this.timer.unref(); // the service's servers keep the process alive, not the relay
-    this.unwake = this.wake?.(() => this.notify()) ?? null;
+    // Not notify(): a hint announces nothing, or two replicas without the lease would wake each other forever.
+    this.unwake = this.wake?.(() => this.relaySoon()) ?? null;
     void this.tick();
   }
 
@@ -175,6 +184,14 @@ export class OutboxRelay {
    * same batch (one read, one publish, one delete) instead of one batch each.
    */
   notify(): void {
+    if (this.stopped) return;
+    // The holder relays this replica's records: wake it now (a lost signal leaves them to its safety poll).
+    if (this.generation === null) this.announce();
+    this.relaySoon();
+  }
+
+  /** A relay run once this turn's I/O is done (one for any number of asks in the turn). */
+  private relaySoon(): void {
     if (this.stopped || this.soon) return;
     this.soon = setImmediate(() => {
       this.soon = null;
@@ -220,7 +237,11 @@ export class OutboxRelay {
   }
 
   private async drain(): Promise<void> {
-    if (!(await this.lead())) return;
+    const wasLeading = this.generation !== null;
+    if (!(await this.lead())) {
+      if (wasLeading) this.announce(); // the lease went to another replica: wake it for what this one left
+      return;
+    }
     while ((await this.relayBatch()) === this.batchSize) {
       // a full batch: more may be waiting
     }
@@ -292,6 +313,7 @@ export class OutboxRelay {
     if (generation === null) return;
     this.generation = null;
     await this.store.collection(outboxLease).update(LEASE_ID, { owner: this.owner, generation }, { owner: '' });
+    this.announce(); // another replica takes it at once, not at its next safety poll
   }
 
   /** Oldest first: publish as one batch, then delete. A crash in between republishes the same ids. */

@@ -2,9 +2,9 @@ import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { watchWrites } from './watch-writes';
+import { sendSignal, watchSignal, watchWrites } from './watch-writes';
 
-// The wake-up hint of relays and bus consumers: a commit to one database wakes its listeners, not those of another
+// The wake-up hints of feeds and relays: a commit to one database wakes its listeners, not those of another
 // database in the same directory, and a stopped listener hears nothing.
 let dir: string;
 beforeEach(() => {
@@ -47,4 +47,58 @@ it('tells the listeners of the database that was written, once per burst when de
   for (const stop of stops) stop();
   a.close();
   b.close();
+});
+
+it('hears a database whose WAL appears after the watch began, and one deleted and made again', async () => {
+  const heard: number[] = [];
+  const stop = watchWrites(join(dir, 'late.db'), () => heard.push(Date.now()));
+  try {
+    // Nothing exists yet: the watch waits through the directory, and a write to another file there is not heard.
+    const other = open('other.db');
+    other.prepare('INSERT INTO t VALUES (?)').run('x');
+    other.close();
+    await settle();
+    expect(heard).toHaveLength(0);
+
+    let late = open('late.db');
+    await settle();
+    heard.length = 0;
+    late.prepare('INSERT INTO t VALUES (?)').run('1');
+    await settle();
+    expect(heard.length).toBeGreaterThanOrEqual(1);
+
+    // The last connection closes (SQLite deletes the WAL), then the database is opened and written again.
+    late.close();
+    await settle();
+    late = open('late.db');
+    await settle();
+    heard.length = 0;
+    late.prepare('INSERT INTO t VALUES (?)').run('2');
+    await settle();
+    expect(heard.length).toBeGreaterThanOrEqual(1);
+    late.close();
+  } finally {
+    stop();
+  }
+});
+
+it('a signal wakes the watchers of its own path only', async () => {
+  const heard = { a: 0, b: 0 };
+  const stops = [watchSignal(join(dir, 'signals', 'a'), () => heard.a++), watchSignal(join(dir, 'signals', 'b'), () => heard.b++)];
+  try {
+    sendSignal(join(dir, 'signals', 'a'));
+    sendSignal(join(dir, 'signals', 'a'));
+    await settle();
+    expect(heard.a).toBeGreaterThanOrEqual(1);
+    expect(heard.b).toBe(0);
+    sendSignal(join(dir, 'signals', 'b'));
+    await settle();
+    expect(heard.b).toBeGreaterThanOrEqual(1);
+  } finally {
+    for (const stop of stops) stop();
+  }
+  const before = { ...heard };
+  sendSignal(join(dir, 'signals', 'a'));
+  await settle();
+  expect(heard).toEqual(before);
 });
