@@ -42,8 +42,12 @@ describe('LLM settings without a platform default', () => {
     // The key is sealed at rest: the identity database file never holds it in clear.
     const { readFileSync, readdirSync } = await import('node:fs');
     await api.patch(URL_, { apiKey }, { token: a.accessToken });
-    const files = readdirSync(stack.dataDir).filter((f) => f.startsWith('identity.db'));
-    for (const f of files) expect(readFileSync(`${stack.dataDir}/${f}`).includes(apiKey)).toBe(false);
+    // identity's database files (and its write signals' folder: every file under it too).
+    const files = readdirSync(stack.dataDir, { recursive: true, withFileTypes: true })
+      .filter((f) => f.isFile() && `${f.parentPath}/${f.name}`.slice(stack.dataDir.length + 1).startsWith('identity.db'))
+      .map((f) => `${f.parentPath}/${f.name}`);
+    expect(files.some((f) => f.endsWith('identity.db'))).toBe(true);
+    for (const f of files) expect(readFileSync(f).includes(apiKey)).toBe(false);
   });
 
   it('validates provider, baseUrl and ranges', async () => {

@@ -64,6 +64,8 @@ export class CreditEscrow {
   readonly holder = `chat-${randomUUID()}`;
   private readonly active = new Map<string, Slice>();
   private readonly draining = new Set<Slice>();
+  /** Every slice not yet closed (active or draining), by escrow id: a call's end finds its slice at once. */
+  private readonly byId = new Map<string, Slice>();
   private readonly granting = new Map<string, Promise<void>>();
   private readonly declinedUntil = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
@@ -177,6 +179,7 @@ export class CreditEscrow {
       const previous = this.active.get(tenantId);
       if (previous) this.drain(previous);
       this.active.set(tenantId, slice);
+      this.byId.set(slice.id, slice);
     } catch (err) {
       // Billing not answering: the call reserves on its own (and is refused if that fails too).
       this.declinedUntil.set(tenantId, this.now() + this.settings.declinedMs);
@@ -192,9 +195,7 @@ export class CreditEscrow {
   }
 
   private sliceOf(escrowId: string): Slice | undefined {
-    for (const s of this.active.values()) if (s.id === escrowId) return s;
-    for (const s of this.draining) if (s.id === escrowId) return s;
-    return undefined;
+    return this.byId.get(escrowId);
   }
 
   /** One renewal at a time per slice; a drained slice with no open call gives back its free part and closes. */
@@ -210,6 +211,7 @@ export class CreditEscrow {
       if (r.status !== 'open') {
         // Closed here, or by billing's expiry (it saw no renewal for the lease and every call's longest run).
         this.draining.delete(s);
+        this.byId.delete(s.id);
         if (this.active.get(s.tenantId) === s) this.active.delete(s.tenantId);
         return;
       }
