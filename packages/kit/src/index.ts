@@ -17,6 +17,7 @@ export * from './egress';
 export * from './metrics';
 export * from './ports';
 export * from './lease';
+export * from './stale-sweeper';
 export * from './idempotency';
 export * from './feed';
 export * from './telemetry-attributes';

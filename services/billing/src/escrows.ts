@@ -12,7 +12,7 @@
  * carved before the holder's lease ended has settled (or its reply's sweep billed it), and only the rest goes back to
  * `available`. A billing restart forgets what it saw, which only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSweeper, type Store, type StoreSession } from '@svc/kit';
 import { accounts, escrows, type EscrowDoc } from './collections';
 import { accountOf } from './ledger';
 import { creditsOf } from './reservations';
@@ -163,41 +163,17 @@ async function expireEscrow(store: Store, seen: EscrowDoc): Promise<boolean> {
 }
 
 /** Expires escrows their holder stopped renewing (it died, or lost billing), on billing's own clock. */
-export class EscrowSweeper {
-  private readonly watch: LeaseWatch;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<number> | null = null;
-
+export class EscrowSweeper extends StaleSweeper {
   constructor(
     private readonly store: Store,
-    private readonly logger: Logger,
-    private readonly intervalMs: number,
+    logger: Logger,
+    intervalMs: number,
     now: () => number = monotonicNow,
   ) {
-    this.watch = new LeaseWatch(now);
+    super(logger, intervalMs, 'escrows', now);
   }
 
-  start(): void {
-    this.timer = setInterval(() => void this.sweep(), this.intervalMs);
-    this.timer.unref();
-  }
-
-  stop(): Promise<unknown> {
-    clearInterval(this.timer);
-    return this.running ?? Promise.resolve();
-  }
-
-  sweep(): Promise<number> {
-    this.running ??= this.pass()
-      .catch((err: unknown) => {
-        this.logger.warn({ err }, 'expiring escrows failed; will retry');
-        return 0;
-      })
-      .finally(() => (this.running = null));
-    return this.running;
-  }
-
-  private async pass(): Promise<number> {
+  protected async pass(): Promise<number> {
     let expired = 0;
     for (const status of ['open', 'returned'] as const) {
       let cursor: string | null = null;

@@ -10,7 +10,7 @@
  * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, LeaseWatch, type Logger, monotonicNow, nowIso, type Store, type StoreSession } from '@svc/kit';
+import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSweeper, type Store, type StoreSession } from '@svc/kit';
 import { domainMetrics } from '@svc/contracts';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
@@ -136,41 +136,17 @@ export async function closeReservation(
 }
 
 /** Expires reservations nothing settled or released in their TTL (their caller died, or lost its event). */
-export class ReservationSweeper {
-  private readonly watch: LeaseWatch;
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<number> | null = null;
-
+export class ReservationSweeper extends StaleSweeper {
   constructor(
     private readonly store: Store,
-    private readonly logger: Logger,
-    private readonly intervalMs: number,
+    logger: Logger,
+    intervalMs: number,
     now: () => number = monotonicNow,
   ) {
-    this.watch = new LeaseWatch(now);
+    super(logger, intervalMs, 'reservations', now);
   }
 
-  start(): void {
-    this.timer = setInterval(() => void this.sweep(), this.intervalMs);
-    this.timer.unref();
-  }
-
-  stop(): Promise<unknown> {
-    clearInterval(this.timer);
-    return this.running ?? Promise.resolve();
-  }
-
-  sweep(): Promise<number> {
-    this.running ??= this.pass()
-      .catch((err: unknown) => {
-        this.logger.warn({ err }, 'expiring reservations failed; will retry');
-        return 0;
-      })
-      .finally(() => (this.running = null));
-    return this.running;
-  }
-
-  private async pass(): Promise<number> {
+  protected async pass(): Promise<number> {
     let expired = 0;
     let cursor: string | null = null;
     do {
