@@ -1,9 +1,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, outboxCollection, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
-import { decodeDomainEvent, domainEvent, TOPICS } from '@svc/contracts';
+import { createLogger, outboxCollection, openSqliteStore, type Store } from '@svc/kit';
+import { decodeDomainEvent } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
+import { usageMessage } from '../test/fixtures/unit';
 import { alertsProblems, billingAlerts, THRESHOLD_CROSSED } from './alerts';
 import { accounts, ALL_COLLECTIONS } from './collections';
 import { billingEventHandler } from './events';
@@ -87,27 +88,7 @@ it("counts a UTC day's usage debits, once past the threshold, and starts again t
   expect((await crossings()).map((c) => c.value)).toEqual([105, 101]);
 });
 
-function usageEvent(callId: string, tokens: number): ReceivedMessage {
-  const m = domainEvent(TOPICS.chat, 'llm.usage', T, {
-    $case: 'usage',
-    value: {
-      source: 'chat_reply',
-      sourceId: callId,
-      provider: 'openai',
-      model: 'm',
-      inputTokens: tokens,
-      outputTokens: 0,
-      keySource: 'tenant',
-      credentialId: 'key_1',
-      credentialType: 'api_key',
-      estimated: false,
-      callId,
-      projectId: '',
-      agentId: '',
-    },
-  });
-  return { ...m, offset: '0', timestamp: Date.now() };
-}
+const usageEvent = (callId: string, tokens: number) => usageMessage(callId, tokens, T);
 
 it("emits each key budget percent the key's settled spend reaches, with the budget its reservation held", async () => {
   await setAlerts({ keyBudgetPercents: [80, 50, 100] });

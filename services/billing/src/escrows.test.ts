@@ -1,9 +1,6 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createLogger, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
-import { accounts, ALL_COLLECTIONS, escrows, ledger } from './collections';
+import { createLogger } from '@svc/kit';
+import { storePerTest, usageMessage } from '../test/fixtures/unit';
+import { accounts, escrows, ledger } from './collections';
 import { EscrowSweeper, grantEscrow, renewEscrow, sliceFor, type EscrowPolicy } from './escrows';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce } from './ledger';
@@ -13,47 +10,16 @@ import { creditsOf } from './reservations';
 const PER_1K = 1000;
 const POLICY: EscrowPolicy = { maxCredits: 1000, shareDivisor: 8, minHolds: 8, leaseMs: 1000, graceMs: 5000 };
 const logger = createLogger('billing-test', 'silent');
-let dir: string;
-let store: Store;
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'billing-escrows-'));
-  store = await openSqliteStore({ path: join(dir, 'billing.db') });
-  for (const c of ALL_COLLECTIONS) await store.ensure(c as Parameters<Store['ensure']>[0]);
-});
-afterEach(async () => {
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+const db = storePerTest('escrows');
 
 const addCredits = (credits: number, tenantId = 'ten_1') =>
-  applyOnce(store, (tx) => addEntry(tx, { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant', credits, description: 'grant' }));
-const credits = async (tenantId = 'ten_1') => creditsOf(await store.collection(accounts).get(tenantId));
+  applyOnce(db.store, (tx) => addEntry(tx, { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant', credits, description: 'grant' }));
+const credits = async (tenantId = 'ten_1') => creditsOf(await db.store.collection(accounts).get(tenantId));
 const ask = (requestId: string, holdCredits = 10, tenantId = 'ten_1') => ({ tenantId, holder: 'chat-a', requestId, holdCredits });
 
-function usageEvent(callId: string, tokens: number, escrowId?: string): ReceivedMessage {
-  const m = domainEvent(TOPICS.chat, 'llm.usage', 'ten_1', {
-    $case: 'usage',
-    value: {
-      source: 'chat_reply',
-      sourceId: callId,
-      provider: 'openai',
-      model: 'm',
-      inputTokens: tokens,
-      outputTokens: 0,
-      keySource: 'tenant',
-      credentialId: 'usr_1',
-      credentialType: 'user',
-      estimated: false,
-      callId,
-      projectId: '',
-      agentId: '',
-      ...(escrowId ? { escrowId } : {}),
-    },
-  });
-  return { ...m, offset: '0', timestamp: Date.now() };
-}
-const handle = () => billingEventHandler(store, { creditsPer1kTokens: PER_1K, startingGrant: 0 }, logger);
+const usageEvent = (callId: string, tokens: number, escrowId?: string) =>
+  usageMessage(callId, tokens, 'ten_1', { credentialId: 'usr_1', credentialType: 'user', ...(escrowId ? { escrowId } : {}) });
+const handle = () => billingEventHandler(db.store, { creditsPer1kTokens: PER_1K, startingGrant: 0 }, logger);
 
 it('grants a slice only when it covers several holds, at most an eighth of what is available and the cap', () => {
   expect(sliceFor(800, 10, POLICY)).toBe(100);
@@ -65,27 +31,27 @@ it('grants a slice only when it covers several holds, at most an eighth of what 
 
 it('moves the slice into reserved, idempotently per request, and refuses when the balance is small', async () => {
   await addCredits(800);
-  const first = await grantEscrow(store, ask('r1'), POLICY);
+  const first = await grantEscrow(db.store, ask('r1'), POLICY);
   expect(first).toMatchObject({ granted: true, available: 700, escrow: { granted: 100, remaining: 100, status: 'open' } });
-  const again = await Promise.all([grantEscrow(store, ask('r1'), POLICY), grantEscrow(store, ask('r1'), POLICY)]);
+  const again = await Promise.all([grantEscrow(db.store, ask('r1'), POLICY), grantEscrow(db.store, ask('r1'), POLICY)]);
   expect(again.map((g) => g.escrow?.id)).toEqual([first.escrow!.id, first.escrow!.id]);
   expect(await credits()).toEqual({ balance: 800, reserved: 100, available: 700 });
   // Another tenant's request id is another escrow; a hold as large as a seventh of what is left is not worth one.
-  expect((await grantEscrow(store, ask('r2', 100), POLICY)).granted).toBe(false);
+  expect((await grantEscrow(db.store, ask('r2', 100), POLICY)).granted).toBe(false);
   expect(await credits()).toEqual({ balance: 800, reserved: 100, available: 700 });
 });
 
 it('settles a carved call from the slice once: reserved and balance fall together, available stays', async () => {
   await addCredits(800);
-  const { escrow } = await grantEscrow(store, ask('r1'), POLICY);
+  const { escrow } = await grantEscrow(db.store, ask('r1'), POLICY);
   const h = handle();
   await h(usageEvent('c1', 30, escrow!.id));
   await h(usageEvent('c1', 30, escrow!.id)); // redelivered: billed once
   expect(await credits()).toEqual({ balance: 770, reserved: 70, available: 700 });
-  expect((await store.collection(escrows).get(escrow!.id))!.remaining).toBe(70);
-  expect((await store.collection(ledger).find({ tenantId: 'ten_1' }, { limit: 10 })).items.filter((e) => e.kind === 'usage')).toHaveLength(
-    1,
-  );
+  expect((await db.store.collection(escrows).get(escrow!.id))!.remaining).toBe(70);
+  expect(
+    (await db.store.collection(ledger).find({ tenantId: 'ten_1' }, { limit: 10 })).items.filter((e) => e.kind === 'usage'),
+  ).toHaveLength(1);
   // A call whose usage went past what the slice holds takes the rest from available, as a reservation's settle does.
   await h(usageEvent('c2', 90, escrow!.id));
   expect(await credits()).toEqual({ balance: 680, reserved: 0, available: 680 });
@@ -93,41 +59,41 @@ it('settles a carved call from the slice once: reserved and balance fall togethe
 
 it('gives back at most what the escrow holds, and a closed escrow is neither renewed nor returned again', async () => {
   await addCredits(800);
-  const { escrow } = await grantEscrow(store, ask('r1'), POLICY);
+  const { escrow } = await grantEscrow(db.store, ask('r1'), POLICY);
   await handle()(usageEvent('c1', 30, escrow!.id));
-  const renewed = await renewEscrow(store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 50, close: false });
+  const renewed = await renewEscrow(db.store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 50, close: false });
   expect(renewed.escrow).toMatchObject({ status: 'open', remaining: 20, beat: 1 });
   expect(await credits()).toEqual({ balance: 770, reserved: 20, available: 750 });
   // Asked to return more than it holds: only what it holds goes back.
-  const closed = await renewEscrow(store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 1000, close: true });
+  const closed = await renewEscrow(db.store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 1000, close: true });
   expect(closed.escrow).toMatchObject({ status: 'closed', remaining: 0 });
   expect(await credits()).toEqual({ balance: 770, reserved: 0, available: 770 });
-  const after = await renewEscrow(store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 10, close: false });
+  const after = await renewEscrow(db.store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 10, close: false });
   expect(after.escrow.status).toBe('closed');
   expect(await credits()).toEqual({ balance: 770, reserved: 0, available: 770 });
   // Another tenant cannot touch it.
-  await expect(renewEscrow(store, { tenantId: 'ten_2', id: escrow!.id, returnCredits: 0, close: false })).rejects.toMatchObject({
+  await expect(renewEscrow(db.store, { tenantId: 'ten_2', id: escrow!.id, returnCredits: 0, close: false })).rejects.toMatchObject({
     code: 'RESOURCE_NOT_FOUND',
   });
 });
 
 it('expires an escrow only after seeing it unrenewed for lease plus grace on its own clock; a restart starts over', async () => {
   await addCredits(800);
-  const { escrow } = await grantEscrow(store, ask('r1'), POLICY);
+  const { escrow } = await grantEscrow(db.store, ask('r1'), POLICY);
   let now = 0;
-  const sweeper = new EscrowSweeper(store, logger, 1000, () => now);
+  const sweeper = new EscrowSweeper(db.store, logger, 1000, () => now);
   await sweeper.sweep(); // first sighting
   now = 5999;
   expect(await sweeper.sweep()).toBe(0);
   // A renewal moves the beat: the wait starts again.
-  await renewEscrow(store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 0, close: false });
+  await renewEscrow(db.store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 0, close: false });
   now = 6500;
   expect(await sweeper.sweep()).toBe(0);
   now = 12_000;
   expect(await sweeper.sweep()).toBe(0);
   // A billing restart: a new sweeper has seen nothing, so it waits the whole time again.
   let later = 100_000;
-  const restarted = new EscrowSweeper(store, logger, 1000, () => later);
+  const restarted = new EscrowSweeper(db.store, logger, 1000, () => later);
   expect(await restarted.sweep()).toBe(0);
   await handle()(usageEvent('c1', 30, escrow!.id));
   later += 5999;
@@ -136,21 +102,21 @@ it('expires an escrow only after seeing it unrenewed for lease plus grace on its
   expect(await restarted.sweep()).toBe(1);
   // What the slice still held goes back; a call settled after the expiry debits the balance alone.
   expect(await credits()).toEqual({ balance: 770, reserved: 0, available: 770 });
-  expect((await store.collection(escrows).get(escrow!.id))!.status).toBe('expired');
+  expect((await db.store.collection(escrows).get(escrow!.id))!.status).toBe('expired');
   await handle()(usageEvent('c2', 20, escrow!.id));
   expect(await credits()).toEqual({ balance: 750, reserved: 0, available: 750 });
 });
 
 it('a returned escrow with calls still settling is spent by them, then expired with the rest', async () => {
   await addCredits(800);
-  const { escrow } = await grantEscrow(store, ask('r1'), POLICY);
+  const { escrow } = await grantEscrow(db.store, ask('r1'), POLICY);
   // The holder gives back all but one open call's hold of 40, and closes.
-  const closed = await renewEscrow(store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 60, close: true });
+  const closed = await renewEscrow(db.store, { tenantId: 'ten_1', id: escrow!.id, returnCredits: 60, close: true });
   expect(closed.escrow).toMatchObject({ status: 'returned', remaining: 40 });
   await handle()(usageEvent('c1', 25, escrow!.id));
   expect(await credits()).toEqual({ balance: 775, reserved: 15, available: 760 });
   let now = 0;
-  const sweeper = new EscrowSweeper(store, logger, 1000, () => now);
+  const sweeper = new EscrowSweeper(db.store, logger, 1000, () => now);
   await sweeper.sweep();
   now = 6000;
   expect(await sweeper.sweep()).toBe(1);

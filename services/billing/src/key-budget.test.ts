@@ -1,8 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, isAppError, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
+import { createLogger, isAppError, openSqliteStore, type Store } from '@svc/kit';
 import { domainEvent, TOPICS } from '@svc/contracts';
+import { usageMessage } from '../test/fixtures/unit';
 import { accounts, ALL_COLLECTIONS, reservations } from './collections';
 import { billingEventHandler } from './events';
 import { keyUsage, keyUsageId } from './key-usage';
@@ -41,27 +42,7 @@ const hold = (callId: string, tokens: number, keyBudget?: KeyBudget): ReserveInp
 });
 const keyDoc = (keyId = 'key_1') => store.collection(keyUsage).get(keyUsageId('ten_1', keyId));
 
-function usageEvent(callId: string, tokens: number, keyId = 'key_1'): ReceivedMessage {
-  const m = domainEvent(TOPICS.chat, 'llm.usage', 'ten_1', {
-    $case: 'usage',
-    value: {
-      source: 'chat_reply',
-      sourceId: callId,
-      provider: 'openai',
-      model: 'm',
-      inputTokens: tokens,
-      outputTokens: 0,
-      keySource: 'tenant',
-      credentialId: keyId,
-      credentialType: 'api_key',
-      estimated: false,
-      callId,
-      projectId: '',
-      agentId: '',
-    },
-  });
-  return { ...m, offset: '0', timestamp: Date.now() };
-}
+const usageEvent = (callId: string, tokens: number, keyId = 'key_1') => usageMessage(callId, tokens, 'ten_1', { credentialId: keyId });
 const settle = (callId: string, tokens: number, keyId = 'key_1') =>
   billingEventHandler(store, { creditsPer1kTokens: PER_1K, startingGrant: 0 }, logger)(usageEvent(callId, tokens, keyId));
 

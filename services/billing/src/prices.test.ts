@@ -1,10 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
-import { domainEvent, TOPICS } from '@svc/contracts';
+import { createLogger, openSqliteStore, type Store } from '@svc/kit';
+import {} from '@svc/contracts';
 import { callCredits } from '@svc/llm/pricing';
 import type { eventsV1 } from '@svc/proto';
+import { usageMessage } from '../test/fixtures/unit';
 import { accounts, ALL_COLLECTIONS, ledger, reservations, type EntryDoc } from './collections';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce } from './ledger';
@@ -36,35 +37,8 @@ const PRICES: Record<string, eventsV1.ModelPrice> = {
   listed: { input: 2500, output: 10000, cachedInput: 1250, source: 'platform' },
 };
 
-function usage(
-  callId: string,
-  model: string,
-  inputTokens: number,
-  outputTokens: number,
-  extra: Partial<eventsV1.UsageData> = {},
-): ReceivedMessage {
-  const m = domainEvent(TOPICS.chat, 'llm.usage', T, {
-    $case: 'usage',
-    value: {
-      source: 'chat_reply',
-      sourceId: callId,
-      provider: 'openai',
-      model,
-      inputTokens,
-      outputTokens,
-      keySource: 'tenant',
-      credentialId: 'key_1',
-      credentialType: 'api_key',
-      estimated: false,
-      callId,
-      projectId: '',
-      agentId: '',
-      ...(PRICES[model] ? { price: PRICES[model] } : {}),
-      ...extra,
-    },
-  });
-  return { ...m, offset: '0', timestamp: Date.now() };
-}
+const usage = (callId: string, model: string, inputTokens: number, outputTokens: number, extra: Partial<eventsV1.UsageData> = {}) =>
+  usageMessage(callId, inputTokens, T, { model, outputTokens, ...(PRICES[model] ? { price: PRICES[model] } : {}), ...extra });
 
 const balance = async () => (await store.collection(accounts).get(T))!.balance;
 

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, isAppError, openSqliteStore, type Store } from '@svc/kit';
 import type { eventsV1 } from '@svc/proto';
+import { usageData } from '../test/fixtures/unit';
 import { ALL_COLLECTIONS, ledger, reservations } from './collections';
 import { applyUsage } from './events';
 import { addEntry, applyOnce } from './ledger';
@@ -46,26 +47,14 @@ const call = (over: Partial<eventsV1.ModelCallInfo> = {}): eventsV1.ModelCallInf
   ...over,
 });
 
-function usage(callId: string, over: Partial<eventsV1.UsageData> = {}): eventsV1.UsageData {
-  return {
-    source: 'chat_reply',
-    sourceId: callId,
-    provider: 'openai',
+const usage = (callId: string, over: Partial<eventsV1.UsageData> = {}) =>
+  usageData(callId, 1200, {
     model: 'fast',
-    inputTokens: 1200,
     outputTokens: 300,
-    keySource: 'tenant',
-    credentialId: 'key_1',
-    credentialType: 'api_key',
-    estimated: false,
-    callId,
-    projectId: '',
-    agentId: '',
     price: { input: 1000, output: 4000, cachedInput: 500, source: 'entry' },
     call: call(),
     ...over,
-  };
-}
+  });
 
 const all = async (tenantId = T) => (await store.collection(requestLog).find({ tenantId }, { limit: 1000 })).items;
 

@@ -1,8 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, isAppError, openSqliteStore, type ReceivedMessage, type Store } from '@svc/kit';
-import { domainEvent, TOPICS, domainMetrics } from '@svc/contracts';
+import { createLogger, isAppError, openSqliteStore, type Store } from '@svc/kit';
+import { domainMetrics } from '@svc/contracts';
+import { usageMessage } from '../test/fixtures/unit';
 import { accounts, ALL_COLLECTIONS, ledger, reservations } from './collections';
 import { billingEventHandler } from './events';
 import { addEntry, applyOnce } from './ledger';
@@ -37,27 +38,8 @@ const hold = (callId: string, tokens: number, tenantId = 'ten_1'): ReserveInput 
 });
 const credits = async (s: Store = store, tenantId = 'ten_1') => creditsOf(await s.collection(accounts).get(tenantId));
 
-function usageEvent(callId: string, inputTokens: number, outputTokens: number, tenantId = 'ten_1'): ReceivedMessage {
-  const m = domainEvent(TOPICS.chat, 'llm.usage', tenantId, {
-    $case: 'usage',
-    value: {
-      source: 'chat_reply',
-      sourceId: callId,
-      provider: 'openai',
-      model: 'm',
-      inputTokens,
-      outputTokens,
-      keySource: 'tenant',
-      credentialId: 'key_1',
-      credentialType: 'api_key',
-      estimated: false,
-      callId,
-      projectId: '',
-      agentId: '',
-    },
-  });
-  return { ...m, offset: '0', timestamp: Date.now() };
-}
+const usageEvent = (callId: string, inputTokens: number, outputTokens: number, tenantId = 'ten_1') =>
+  usageMessage(callId, inputTokens, tenantId, { outputTokens });
 const handle = () => billingEventHandler(store, { creditsPer1kTokens: PER_1K, startingGrant: 0 }, logger);
 
 it('reserves against the balance minus open reservations, and refuses with 402 what does not fit', async () => {
