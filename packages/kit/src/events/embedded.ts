@@ -14,6 +14,7 @@ import Database from 'better-sqlite3';
 import { metrics } from '../metrics';
 import { checkpointElsewhere, walClosed, walWritten } from '../storage/checkpointer';
 import { sendSignal, watchSignal } from '../storage/watch-writes';
+import { useWal } from '../storage/wal';
 import { holderIsGone, holderStarted, holderStopped, newHolderId } from '../lease';
 import { isPoison } from './poison';
 import { Stalls } from './stalls';
@@ -181,13 +182,14 @@ export class EmbeddedBus implements EventBus {
     this.db = new Database(options.path);
     // busy_timeout first: the other processes may hold the write lock while we switch to WAL or create tables.
     this.db.pragma('busy_timeout = 5000');
-    this.db.pragma('journal_mode = WAL');
+    useWal(this.db);
     this.db.pragma('synchronous = NORMAL');
     // Checkpoints of the log run in the checkpointer's thread (publishes and offset commits tell it).
     checkpointElsewhere(this.db, options.path);
     this.db.exec(SCHEMA);
     this.db.prepare('ATTACH DATABASE ? AS state').run(options.path === ':memory:' ? ':memory:' : leasesPath(options.path));
-    this.db.exec('PRAGMA state.journal_mode = WAL; PRAGMA state.synchronous = NORMAL;');
+    useWal(this.db, 'state');
+    this.db.exec('PRAGMA state.synchronous = NORMAL;');
     this.db.exec(LEASES_SCHEMA);
 
     this.insert = this.db.prepare(`INSERT OR IGNORE INTO messages (id, topic, key, value, headers, ts) VALUES (?, ?, ?, ?, ?, ?)`);

@@ -27,6 +27,7 @@ import {
 } from './common';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
 import { checkpointElsewhere, walClosed, walWritten } from './checkpointer';
+import { useWal } from './wal';
 import { watchWrites } from './watch-writes';
 import {
   DuplicateKeyError,
@@ -193,9 +194,10 @@ class SqliteStore implements Store {
   constructor(private readonly path: string) {
     if (path !== ':memory:' && path !== '') mkdirSync(dirname(path), { recursive: true });
     this.db = new Database(path);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = NORMAL');
+    // busy_timeout first: replicas of the service may hold the write lock while this one opens the file.
     this.db.pragma('busy_timeout = 5000');
+    useWal(this.db);
+    this.db.pragma('synchronous = NORMAL');
     checkpointElsewhere(this.db, path);
     this.atomic = this.db.transaction((fn: () => unknown) => fn());
   }
