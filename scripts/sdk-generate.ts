@@ -8,10 +8,8 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { createLogger } from '@svc/kit';
 import { buildApp } from '../gateway/src/app';
-import { closeClients, createClients, serviceAddresses } from '../gateway/src/clients';
-import { loadGatewayConfig } from '../gateway/src/config';
+import { declaringDeps } from '../gateway/src/deps';
 import { buildOpenApi } from '../gateway/src/lib/openapi';
 import { routesOf } from '../gateway/src/lib/route';
 import { answersArray, hoistSchemas, isStream, resourceMethods, type OpenApi, type ResourceMethod } from './sdk-resources';
@@ -21,18 +19,8 @@ const SDK = resolve(ROOT, 'packages/sdk');
 const check = process.argv.includes('--check');
 
 async function openApiDocument() {
-  // The admin routes exist only with an operator token: set one so that the SDK covers them.
-  const config = loadGatewayConfig({ PUBLIC_URL: 'http://localhost:8080', SVC_ADMIN_TOKEN: 'sdk-generate' });
-  const clients = createClients(serviceAddresses({}), config.grpcDeadlineMs);
-  const app = buildApp({
-    config,
-    clients,
-    resolver: null as never,
-    verifier: null as never,
-    limiter: null as never,
-    caches: null as never,
-    logger: createLogger('sdk-generate', 'silent'),
-  });
+  const declaring = declaringDeps('sdk-generate');
+  const app = buildApp(declaring.deps);
   await app.ready();
   // The OpenAI-compatible API under /v1 speaks OpenAI's wire format, not the envelope: its client is an OpenAI SDK.
   const doc = buildOpenApi(
@@ -40,7 +28,7 @@ async function openApiDocument() {
     'http://localhost:8080',
   );
   await app.close();
-  closeClients(clients);
+  declaring.close();
   return JSON.parse(JSON.stringify(doc)) as OpenApi;
 }
 

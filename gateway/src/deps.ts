@@ -1,6 +1,6 @@
-import type { ConnectionProblem, JwtVerifier, Logger } from '@svc/kit';
-import type { Clients } from './clients';
-import type { GatewayConfig } from './config';
+import { createLogger, type ConnectionProblem, type JwtVerifier, type Logger } from '@svc/kit';
+import { closeClients, createClients, serviceAddresses, type Clients } from './clients';
+import { loadGatewayConfig, type GatewayConfig } from './config';
 import type { CredentialResolver } from './lib/credentials';
 import type { RateLimiter } from './lib/rate-limiter';
 import type { ReadCaches } from './lib/read-cache';
@@ -20,4 +20,24 @@ export interface GatewayDeps {
   revocations?: { readonly current: boolean };
   /** Why the Redis clients are not connected, when REDIS_URL is set (/readyz: lib/redis-health.ts). */
   redis?: { problem(): ConnectionProblem | null };
+}
+
+/**
+ * Deps to declare every route with and call none (the OpenAPI document, scans of the routes): the operator token is
+ * set so the admin routes exist, and the clients connect on a first call that never comes. `close()` after.
+ */
+export function declaringDeps(name: string): { deps: GatewayDeps; close(): void } {
+  const config = loadGatewayConfig({ PUBLIC_URL: 'http://localhost:8080', SVC_ADMIN_TOKEN: name });
+  const clients = createClients(serviceAddresses({}), config.grpcDeadlineMs);
+  const unused = null as never;
+  const deps = {
+    config,
+    clients,
+    resolver: unused,
+    verifier: unused,
+    limiter: unused,
+    caches: unused,
+    logger: createLogger(name, 'silent'),
+  };
+  return { deps, close: () => closeClients(clients) };
 }

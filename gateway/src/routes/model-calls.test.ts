@@ -1,7 +1,5 @@
 import Fastify, { type RouteOptions } from 'fastify';
-import { createLogger } from '@svc/kit';
-import { closeClients, createClients, serviceAddresses } from '../clients';
-import { loadGatewayConfig } from '../config';
+import { declaringDeps } from '../deps';
 import { routesOf } from '../lib/route';
 import { registerRoutes } from '.';
 import { PLATFORM_TOOLS } from './mcp';
@@ -21,25 +19,15 @@ let routes: RouteOptions[];
 let specs: ReturnType<typeof routesOf>;
 
 beforeAll(async () => {
-  const config = loadGatewayConfig({ PUBLIC_URL: 'http://localhost:8080', SVC_ADMIN_TOKEN: 'model-calls-test' });
-  // Clients connect on their first call, which never comes: the routes are only declared here.
-  const clients = createClients(serviceAddresses({}), config.grpcDeadlineMs);
+  const declaring = declaringDeps('model-calls-test');
   const app = Fastify();
   routes = [];
   app.addHook('onRoute', (r) => void routes.push(r));
-  registerRoutes(app, {
-    config,
-    clients,
-    resolver: null as never,
-    verifier: null as never,
-    limiter: null as never,
-    caches: null as never,
-    logger: createLogger('model-calls-test', 'silent'),
-  });
+  registerRoutes(app, declaring.deps);
   await app.ready();
   specs = routesOf(app);
   await app.close();
-  closeClients(clients);
+  declaring.close();
 });
 
 const name = (r: { method: string | string[]; url: string }) => `${([] as string[]).concat(r.method).join(',')} ${r.url}`;
