@@ -1,12 +1,11 @@
 import { capCounters, egressStream, egressPolicyFrom, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { CreditReservations, identityVerifier, keptKeyLimits } from '@svc/contracts';
-import { holdCost } from '@svc/llm/pricing';
 import { CircuitBreaker, DEFAULT_BREAKER_WINDOW_MS, throughEgress } from '@svc/llm';
 import { chatV1 } from '@svc/proto';
 import { messages, responses, sessions } from './collections';
 import { chatConfig } from './config';
 import { purgeExpiredResponses } from './purge';
-import type { CreditCheck } from './credits';
+import { creditCheck, type CreditCheck } from './credits';
 import { CreditEscrow } from './escrow';
 import { chatHandlers } from './handlers';
 import { grpcPeers, type Peers } from './peers';
@@ -67,30 +66,15 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     },
   );
   await replies.startSweeping();
-  // A key with a credit budget reserves per call (billing checks the budget in the reservation's transaction): its
-  // limits as identity answers them, kept a quarter of a second as billing keeps them.
-  const keyLimits = keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits);
-  const mayEscrow = async (ctx: Parameters<CreditCheck['reserve']>[0]) => {
-    if (ctx.auth.typ !== 'api_key') return true;
-    // Identity not answering: reserved per call, where billing decides.
-    const limits = await keyLimits(ctx.token, ctx.auth.tid, ctx.auth.sid).catch(() => undefined);
-    return Boolean(limits) && !limits!.creditBudget;
-  };
   escrow?.start();
-  const credits: CreditCheck = options.credits ?? {
-    reserve: async (ctx, hold, opts) => {
-      if (escrow && opts?.mayEscrow && (await mayEscrow(ctx))) {
-        const held = holdCost(hold, config.creditsPer1kTokens);
-        const escrowId = await escrow.carve(ctx.auth.tid, ctx.token, hold.callId, held);
-        if (escrowId) return { escrowId, credits: held };
-      }
-      await gate!.reserve(ctx.token, hold);
-    },
-    release: async (ctx, callId, carved) => {
-      if (carved) escrow?.ended(carved.escrowId, callId, 0);
-      else await gate!.release(ctx.token, callId);
-    },
-  };
+  const credits =
+    options.credits ??
+    creditCheck({
+      gate: gate!,
+      escrow,
+      keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits),
+      creditsPer1kTokens: config.creditsPer1kTokens,
+    });
   // Responses past RESPONSES_RETENTION_HOURS are deleted (their session's messages stay with the session).
   const purger = setInterval(() => {
     purgeExpiredResponses(rt.store).catch((err: unknown) => rt.logger.warn({ err }, 'purging expired responses failed; will retry'));
