@@ -117,8 +117,13 @@ it('never lets the balance fall below zero across two chat replicas carving escr
   const killed = await sys.killService('billing');
   await wave(100, 30);
   await sys.restarted('billing', killed);
-  // Past the balance: the rest get 402 once the credit is spent.
-  for (let round = 0; round < 6; round++) await wave(200 + round * 20, 20);
+  // Past the balance: the rest get 402 once the credit is spent. Chat's channel to the restarted billing may still be
+  // in its reconnect back-off (503s meanwhile), so waves go on until the refusals come.
+  let round = 0;
+  await eventually(async () => {
+    await wave(200 + round++ * 20, 20);
+    return statuses.includes(402);
+  }, 60_000);
   await new Promise((r) => setTimeout(r, 500));
 
   const ok = statuses.filter((s) => s === 200).length;
