@@ -3,6 +3,7 @@
  * the undici transport (http.ts), the retry loop, the idle timeout, cancellation and the SSE body reader. The
  * adapters only build requests, read their provider's error body and translate wire events.
  */
+import { Readable } from 'node:stream';
 import {
   LlmError,
   type LlmEmbedRequest,
@@ -407,7 +408,8 @@ export class CallControl {
    * stopped it, else what `failed` makes of it (by default: the connection was lost mid-reply).
    */
   async *read<T>(source: AsyncIterable<T>, failed: (err: unknown) => LlmError = (err) => this.lostMidReply(err)): AsyncGenerator<T> {
-    const iterator = source[Symbol.asyncIterator]();
+    const body = source instanceof Readable ? source : null;
+    const iterator: AsyncIterator<T> = body ? body.iterator({ destroyOnReturn: false }) : source[Symbol.asyncIterator]();
     try {
       for (;;) {
         let result: IteratorResult<T>;
@@ -426,6 +428,7 @@ export class CallControl {
     } finally {
       // Frees the connection when the consumer stopped early or the stream failed; a no-op after a complete read.
       void Promise.resolve(iterator.return?.()).catch(() => undefined);
+      if (body) settleBody(body);
     }
   }
 
@@ -448,6 +451,21 @@ export class CallControl {
     this.signal?.removeEventListener('abort', this.onAbort);
     if (!complete) this.controller.abort();
   }
+}
+
+/**
+ * A provider's body its reader stopped reading. A translator stops at the stream's end marker (`[DONE]`), usually
+ * with the body's end already received but not yet read: that body is read out, and its connection was already back
+ * in the pool. Destroying it instead would build two errors with stack traces (Node's AbortError, undici's
+ * RequestAbortedError; ~55 µs a call with source maps on) for nobody. A body still arriving (a consumer that
+ * stopped mid-reply) is destroyed, which aborts its request and closes the connection.
+ */
+function settleBody(body: Readable): void {
+  if (body.destroyed || body.readableEnded) return;
+  // `ended`: the stream's end was pushed (the whole body arrived), only its reading is left. No public getter says so.
+  const received = (body as Readable & { _readableState?: { ended?: boolean } })._readableState?.ended === true;
+  if (received) body.resume();
+  else body.destroy();
 }
 
 export interface RunStreamOptions {

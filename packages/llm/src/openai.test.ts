@@ -290,6 +290,25 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     await waitUntil(() => fake.requests[0]?.aborted === true, 5000, 'the fake to see the connection close');
   });
 
+  it('reads a complete reply to its end after [DONE], without destroying the body (its connection is reused)', async () => {
+    const bodies: Array<Awaited<ReturnType<LlmTransport>>['body']> = [];
+    const keeping: LlmTransport = async (url, init) => {
+      const reply = await sendHttp(url, init);
+      bodies.push(reply.body);
+      return reply;
+    };
+    for (let i = 0; i < 3; i++) {
+      const { text, error } = await drain(createProvider(settings({ transport: keeping })).stream(ask(`call ${i}`)));
+      expect(error).toBeUndefined();
+      expect(text).not.toBe('');
+    }
+    expect(bodies).toHaveLength(3);
+    await waitUntil(() => bodies.every((b) => b.readableEnded), 5000, 'every body to be read to its end');
+    // Destroyed before its end, a body fails with an abort error and undici drops its request.
+    expect(bodies.map((b) => b.errored)).toEqual([null, null, null]);
+    expect(fake.requests.map((r) => r.aborted)).toEqual([false, false, false]);
+  });
+
   it('sends every request through the injected transport (the egress guard), retries included', async () => {
     let calls = 0;
     const counting: LlmTransport = (url, init) => {
