@@ -87,7 +87,10 @@ export async function startBilling(env: NodeJS.ProcessEnv = process.env): Promis
             creditsPer1kTokens: rt.config.creditsPer1kTokens,
             reservationTtlMs: rt.config.reservationTtlMs,
             escrowPolicy,
-            keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits),
+            keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits, {
+              onRefreshError: (err) =>
+                rt.logger.debug({ err }, "refreshing a key's limits failed; the kept answer serves until its hard age"),
+            }),
           }),
         },
         // The provider's signature, or the operator token in the request, is the credential of these.

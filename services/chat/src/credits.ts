@@ -26,7 +26,7 @@ export interface CreditCheck {
 /**
  * The service's CreditCheck: billing's reservations, or with an escrow (CHAT_CREDIT_ESCROW) a hold carved from it
  * when the reply may use one and the caller's key has no credit budget (billing checks a budget in the reservation's
- * transaction, decision 61). The key's limits are identity's answer, kept a quarter of a second as billing keeps them.
+ * transaction, decision 61). The key's limits are identity's answer, kept (at most half a second) as billing keeps them.
  */
 export function creditCheck(options: {
   gate: CreditReservations;

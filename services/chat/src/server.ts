@@ -72,7 +72,9 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     creditCheck({
       gate: gate!,
       escrow,
-      keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits),
+      keyLimits: keptKeyLimits(async (token) => (await identity.getCallerKeyLimits({}, { token })).limits, {
+        onRefreshError: (err) => rt.logger.debug({ err }, "refreshing a key's limits failed; the kept answer serves until its hard age"),
+      }),
       creditsPer1kTokens: config.creditsPer1kTokens,
     });
   // Responses past RESPONSES_RETENTION_HOURS are deleted (their session's messages stay with the session).

@@ -29,8 +29,8 @@ export interface BillingDeps {
   /** How escrows are granted (escrows.ts); default DEFAULT_ESCROW_POLICY with the reservation TTL as grace. */
   escrowPolicy?: EscrowPolicy;
   /**
-   * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits, kept a quarter of a second:
-   * contracts key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
+   * The current limits of the API key a token speaks for (identity's GetCallerKeyLimits, kept at most half a second and
+   * refreshed in the background: contracts key-limits.ts): a key's credit budget as its reservations see it. Absent: budgets are not enforced (tests of
    * other parts).
    */
   keyLimits?: (token: string, tenantId: string, keyId: string) => Promise<identityV1.ApiKeyLimits | undefined>;
@@ -239,8 +239,8 @@ export function billingParts(deps: BillingDeps) {
   }
 
   /**
-   * The calling key's credit budget as identity answered it at most KEY_LIMITS_FRESH_MS ago (a change counts within
-   * that on every replica; identity down: refused once that has passed). A key identity answers no limits for (revoked, or gone) keeps the budget it last
+   * The calling key's credit budget as identity answered a question sent at most KEY_LIMITS_HARD_MS ago (a change
+   * counts within that on every replica; identity down: refused once that has passed). A key identity answers no limits for (revoked, or gone) keeps the budget it last
    * had, so the work it started stays bounded (key-budget.ts).
    */
   async function callerKeyBudget(tenantId: string, keyId: string, token: string): Promise<KeyBudget | undefined> {
