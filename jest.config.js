@@ -21,6 +21,7 @@ const project = {
   transform: { '^.+\\.(t|j)sx?$': ['@swc/jest', { jsc: { target: 'es2022' } }] },
   testPathIgnorePatterns: ['/node_modules/'],
   moduleNameMapper: SOURCE_OF,
+  setupFiles: ['<rootDir>/test/setup/store-check.ts'],
 };
 
 module.exports = {
@@ -33,7 +34,7 @@ module.exports = {
       ...project,
       displayName: 'http-on-kafka',
       testMatch: KAFKA_SUITES.map((name) => `<rootDir>/test/http/${name}.test.ts`),
-      setupFiles: ['<rootDir>/test/setup/bus-kafka.ts'],
+      setupFiles: [...project.setupFiles, '<rootDir>/test/setup/bus-kafka.ts'],
     },
   ],
   testTimeout: 30000,

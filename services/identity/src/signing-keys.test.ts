@@ -64,6 +64,19 @@ it('a rotation is published by every replica at once; the others follow it, and 
   expect(kidOf(await sign(b))).toBe(kid);
 });
 
+it('signing inside a transaction looks for a newer key through its session', async () => {
+  // A store-level read there would not join the transaction (on SQLite it would wait for it): the session is passed.
+  let clock = 0;
+  const a = replica();
+  const b = replica(() => clock);
+  await a.load();
+  await b.load();
+  const kid = await a.rotate();
+  clock += 10_000;
+  const token = await stores[1].transaction((tx) => b.sign({ sub: 'usr_1' }, { ...options, jti: 'jti_tx' }, tx));
+  expect(kidOf(token)).toBe(kid);
+});
+
 it('replicas rotating at once agree on the next key', async () => {
   const replicas = [replica(), replica()];
   await Promise.all(replicas.map((r) => r.load()));

@@ -1,5 +1,5 @@
 import { exportJWK, generateKeyPair, importJWK, SignJWT, type JWK, type KeyLike } from 'jose';
-import { DuplicateKeyError, JWT_ALG, newId, nowIso, type SecretBox, type Store } from '@svc/kit';
+import { DuplicateKeyError, JWT_ALG, newId, nowIso, type SecretBox, type Store, type StoreSession } from '@svc/kit';
 import { signingKeys, type SigningKeyDoc } from './collections';
 
 /** Keys published in the JWKS: the newest generations (the signer and the ones before it, for tokens still alive). */
@@ -54,12 +54,18 @@ export class SigningKeys {
     return this.active?.kid;
   }
 
+  /**
+   * Signs with the newest generation, looking for a newer one first every RECHECK_MS. Called inside a transaction's
+   * callback, pass its session (`within`): that look reads through it, as a store-level read there would not join the
+   * transaction (kit tx-flow.ts).
+   */
   async sign(
     claims: Record<string, unknown>,
     options: { issuer: string; audience: string; ttlSeconds: number; jti: string },
+    within?: StoreSession,
   ): Promise<string> {
     if (!this.active) throw new Error('signing keys not loaded');
-    if (this.now() - this.checkedAt >= RECHECK_MS) await this.recheck();
+    if (this.now() - this.checkedAt >= RECHECK_MS) await this.recheck(within ?? this.store);
     // `iat` has whole seconds; `ims` is the same instant in milliseconds, so that a revocation of a user (role
     // change, removal) refuses exactly the tokens issued before it, not those issued later in the same second.
     const now = Date.now();
@@ -75,8 +81,8 @@ export class SigningKeys {
   }
 
   /** Follows another replica's rotation; a failed look keeps the current key (still published) and tries later. */
-  private recheck(): Promise<void> {
-    this.checking ??= this.newest()
+  private recheck(reader: StoreSession): Promise<void> {
+    this.checking ??= this.newest(reader)
       .then(async (newest) => {
         if (newest && newest.generation! > this.active!.generation) await this.use(newest);
         else this.checkedAt = this.now();
@@ -87,8 +93,8 @@ export class SigningKeys {
   }
 
   /** The key of the highest generation, or null when none has one yet. */
-  private async newest(): Promise<SigningKeyDoc | null> {
-    const page = await this.store.collection(signingKeys).find({}, { order: 'desc', limit: 1 });
+  private async newest(reader: StoreSession = this.store): Promise<SigningKeyDoc | null> {
+    const page = await reader.collection(signingKeys).find({}, { order: 'desc', limit: 1 });
     const doc = page.items[0];
     return doc && typeof doc.generation === 'number' ? doc : null;
   }

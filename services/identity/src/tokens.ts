@@ -17,9 +17,15 @@ export interface AccessClaims {
   unv?: boolean;
 }
 
-export async function signAccessToken(deps: IdentityDeps, claims: AccessClaims, ttlSeconds: number): Promise<string> {
+/** Pass the transaction's session when signing inside one (SigningKeys.sign may read its keys). */
+export async function signAccessToken(
+  deps: IdentityDeps,
+  claims: AccessClaims,
+  ttlSeconds: number,
+  within?: StoreSession,
+): Promise<string> {
   const { issuer, audience } = deps.settings;
-  return deps.keys.sign({ ...claims }, { issuer, audience, ttlSeconds, jti: newId('jti') });
+  return deps.keys.sign({ ...claims }, { issuer, audience, ttlSeconds, jti: newId('jti') }, within);
 }
 
 export function userClaims(user: UserDoc, session: SessionDoc): AccessClaims {
@@ -80,7 +86,7 @@ export async function startSession(
   };
   await tx.collection(sessions).insert(session);
   const refreshToken = await issueRefreshToken(deps, tx, session);
-  const accessToken = await signAccessToken(deps, userClaims(user, session), deps.settings.accessTokenTtlS);
+  const accessToken = await signAccessToken(deps, userClaims(user, session), deps.settings.accessTokenTtlS, tx);
   return {
     session,
     tokens: { accessToken, refreshToken, expiresIn: deps.settings.accessTokenTtlS, sessionToken: type === 'user' ? cookie : '' },

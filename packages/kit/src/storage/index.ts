@@ -30,3 +30,4 @@ export async function openStore(options: {
   return openSqliteStore({ path: options.sqlitePath });
 }
 export { Retention, type RetentionOptions } from './retention';
+export { TxFlowError } from './tx-flow';

@@ -17,7 +17,6 @@
  * stops answering fails the calls waiting on it instead of holding handlers, the outbox relay or shutdown. The
  * driver's own `timeoutMS` (CSOT) cannot do it: the driver in use (mongodb 7) ignores it.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
 import mongoose from 'mongoose';
 import {
@@ -35,6 +34,7 @@ import {
 import { withDeadline } from '../deadline';
 import { clampLimit, decodeCursor, pageSegments, toPage } from './cursor';
 import { debounced } from './watch-writes';
+import { TxFlowCheck, txFlowCheckFromEnv } from './tx-flow';
 import {
   DuplicateKeyError,
   type Collection,
@@ -392,7 +392,8 @@ const WATCH_RETRY_MS = 5000;
 class MongoStore implements Store {
   readonly kind = 'mongodb' as const;
   private readonly tables = new WeakMap<object, Table>();
-  private readonly context = new AsyncLocalStorage<Tx>();
+  /** Checked mode only (tests): refuses what goes around an open transaction's session (see tx-flow.ts). */
+  private readonly flow = txFlowCheckFromEnv() ? new TxFlowCheck() : null;
 
   constructor(
     private readonly connection: mongoose.Connection,
@@ -436,17 +437,16 @@ class MongoStore implements Store {
   }
 
   /**
-   * The transaction an operation runs in: its own when made through a transaction's collections, or the open
-   * transaction of the async flow it was called from (as in SQLite, an operation inside a transaction callback
-   * joins it), else none.
+   * The transaction an operation runs in: its own when made through a transaction's collections, else none (a
+   * store-level operation inside a transaction's callback does not join it: see tx-flow.ts).
    */
   txOf(tx: Tx | null): Tx | null {
     if (tx) {
       if (!tx.open) throw new Error('the transaction has already finished');
       return tx;
     }
-    const open = this.context.getStore();
-    return open?.open ? open : null;
+    this.flow?.refuse('a store-level operation');
+    return null;
   }
 
   collection<T extends Doc>(def: CollectionDef<T>): Collection<T> {
@@ -458,12 +458,11 @@ class MongoStore implements Store {
   /**
    * Runs `fn` in runTransaction, which retries the whole callback on transient errors (write conflicts,
    * elections) for up to opTimeoutMs: keep side effects other than store writes out of it. A transaction started
-   * inside another one's callback joins it. A duplicate key aborts it (the server already has): the
+   * inside another one's callback does not join it (pass the session instead: see tx-flow.ts). A duplicate key aborts it (the server already has): the
    * DuplicateKeyError is not a driver error, so runTransaction aborts and rethrows it rather than retrying.
    */
   async transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
-    const open = this.context.getStore();
-    if (open?.open) return fn(open.bound);
+    this.flow?.refuse('store.transaction()');
     const session = await this.connection.startSession();
     try {
       const attempt = async () => {
@@ -477,7 +476,7 @@ class MongoStore implements Store {
           },
         };
         try {
-          const result = await this.context.run(tx, () => fn(tx.bound));
+          const result = await (this.flow ? this.flow.run(tx, () => fn(tx.bound)) : fn(tx.bound));
           if (tx.failure) throw tx.failure; // caught by the callback: the transaction is aborted all the same
           return result;
         } finally {

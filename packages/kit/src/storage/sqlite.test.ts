@@ -130,25 +130,38 @@ describe('sqlite store', () => {
     await store.close();
   });
 
-  test('after a quiet second (the context switched off), a transaction still joins nested calls from its own flow', async () => {
-    const store = openSqliteStore({ path: freshPath() });
+  test('without the check, a store-level call inside a transaction callback fails after the lock wait limit instead of hanging', async () => {
+    // Production mode: no AsyncLocalStorage follows the callback, so a plain operation or a nested transaction from
+    // inside it waits for the store's lock, which that very transaction holds. It fails loudly, the transaction rolls
+    // back and the store goes on.
+    const store = openSqliteStore({ path: freshPath(), lockWaitMs: 200, checkTxFlow: false });
     const items = store.collection(notes);
-    await store.transaction(async (t) => {
-      await t.collection(notes).insert({ id: 'first', tenantId: 't', text: 'x', createdAt: '1' });
+    await items.insert({ id: 'first', tenantId: 't', text: 'x', createdAt: '1' });
+    for (const inside of [
+      () => items.insert({ id: 'plain', tenantId: 't', text: 'x', createdAt: '2' }),
+      () =>
+        store.transaction(async (nested) => nested.collection(notes).insert({ id: 'nested', tenantId: 't', text: 'x', createdAt: '3' })),
+    ]) {
+      const started = Date.now();
+      const failed = store.transaction(async (t) => {
+        await t.collection(notes).insert({ id: 'outer', tenantId: 't', text: 'x', createdAt: '4' });
+        await inside();
+      });
+      await expect(failed).rejects.toThrow(/waited 200 ms for this SQLite store's open transaction/);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+      expect((await items.find({})).items.map((n) => n.id)).toEqual(['first']);
+    }
+    // A wait shorter than the limit is served: operations queued behind a transaction run once it commits.
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const tx = store.transaction(async (t) => {
+      await t.collection(notes).insert({ id: 'slow', tenantId: 't', text: 'x', createdAt: '5' });
+      await gate;
     });
-    await new Promise((resolve) => setTimeout(resolve, 1100)); // idle past CONTEXT_IDLE_MS: the context is off
-    // A plain operation and a nested transaction inside the callback would wait for the lock this transaction holds
-    // if they did not know they run in its flow: they join it (no deadlock) and roll back with it.
-    const failed = store.transaction(async () => {
-      await items.insert({ id: 'joined-op', tenantId: 't', text: 'x', createdAt: '2' });
-      await store.transaction(async (nested) =>
-        nested.collection(notes).insert({ id: 'joined-tx', tenantId: 't', text: 'x', createdAt: '3' }),
-      );
-      expect(await items.count({})).toBe(3);
-      throw new Error('roll back');
-    });
-    await expect(failed).rejects.toThrow('roll back');
-    expect((await items.find({})).items.map((n) => n.id)).toEqual(['first']);
+    const queued = items.count({});
+    setTimeout(release, 100);
+    await tx;
+    expect(await queued).toBe(2);
     await store.close();
   });
 });

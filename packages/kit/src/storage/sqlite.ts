@@ -6,9 +6,10 @@
  *
  * better-sqlite3 is synchronous but transaction callbacks are async, so one async mutex serialises
  * transactions: while one is open, every other operation on this store waits for it (nobody sees or joins
- * uncommitted state). When no transaction is open an operation runs synchronously, with no queue at all.
+ * uncommitted state), including one called from inside its own callback that goes around the callback's session
+ * (see tx-flow.ts): that one fails after the lock wait limit. When no transaction is open an operation runs
+ * synchronously, with no queue at all.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -29,6 +30,7 @@ import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from
 import { checkpointElsewhere, walClosed, walWritten } from './checkpointer';
 import { useWal } from './wal';
 import { watchWrites } from './watch-writes';
+import { TxFlowCheck, txFlowCheckFromEnv } from './tx-flow';
 import {
   DuplicateKeyError,
   type Collection,
@@ -43,8 +45,13 @@ import {
 
 type Doc = { id: string };
 
-/** How long without a transaction before the store's async context is switched off. */
-const CONTEXT_IDLE_MS = 1000;
+/**
+ * How long an operation or a transaction waits for the store's lock before it fails. Transactions are short (a few
+ * milliseconds; BEGIN IMMEDIATE waits at most busy_timeout, 5 s, for another process): a wait this long is a caller
+ * waiting for the transaction it runs in (a store-level operation inside a transaction's callback), which would
+ * otherwise hang the store for good.
+ */
+const LOCK_WAIT_MS = 30_000;
 
 /** The SQL expression for a field: the primary key column for `id`, else the JSON path. Names are validated. */
 function expr(field: string): string {
@@ -184,14 +191,18 @@ class SqliteStore implements Store {
   private readonly uniqueIndexes = new Map<string, string[]>();
   /** Runs a function in BEGIN IMMEDIATE, or in a savepoint when a transaction is already open. */
   readonly atomic: Database.Transaction<(fn: () => unknown) => unknown>;
-  private readonly context = new AsyncLocalStorage<Tx>();
-  private lastTxEndMs = 0;
-  private idleCheck: NodeJS.Timeout | null = null;
+  /** Checked mode only (tests): refuses what goes around an open transaction's session. */
+  private readonly flow: TxFlowCheck | null;
   private locked = false;
   private readonly waiters: Array<() => void> = [];
   private current: Tx | null = null;
 
-  constructor(private readonly path: string) {
+  constructor(
+    private readonly path: string,
+    private readonly lockWaitMs: number,
+    checkTxFlow: boolean,
+  ) {
+    this.flow = checkTxFlow ? new TxFlowCheck() : null;
     if (path !== ':memory:' && path !== '') mkdirSync(dirname(path), { recursive: true });
     this.db = new Database(path);
     // busy_timeout first: replicas of the service may hold the write lock while this one opens the file.
@@ -277,7 +288,24 @@ class SqliteStore implements Store {
       this.locked = true;
       return;
     }
-    return new Promise<void>((resolve) => this.waiters.push(resolve));
+    return new Promise<void>((resolve, reject) => {
+      const granted = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        const at = this.waiters.indexOf(granted);
+        if (at >= 0) this.waiters.splice(at, 1);
+        reject(
+          new Error(
+            `waited ${this.lockWaitMs} ms for this SQLite store's open transaction: a store-level operation or ` +
+              `store.transaction() inside a transaction's callback waits for that very transaction (use the ` +
+              `callback's session), or a transaction held the store too long`,
+          ),
+        );
+      }, this.lockWaitMs);
+      this.waiters.push(granted);
+    });
   }
 
   /** Hands the lock to the next waiter (it stays locked) or frees it. */
@@ -288,12 +316,12 @@ class SqliteStore implements Store {
   }
 
   /**
-   * Runs a non-transactional operation: at once when the store is idle or when called from inside the open
-   * transaction's own async flow (waiting there would deadlock, so it joins), else after the transaction.
+   * Runs a non-transactional operation: at once when the store is idle, else after the open transaction (one called
+   * from inside that transaction's callback fails: see tx-flow.ts).
    */
   exec<R>(op: () => R): R | Promise<R> {
     if (!this.locked) return op();
-    if (this.current?.open && this.context.getStore() === this.current) return op();
+    this.flow?.refuse('a store-level operation');
     return this.withLock(op);
   }
 
@@ -313,9 +341,7 @@ class SqliteStore implements Store {
   }
 
   async transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
-    const open = this.current;
-    // A transaction started inside another one's callback joins it (no savepoint: it commits or rolls back whole).
-    if (open?.open && this.context.getStore() === open) return fn(open.session);
+    this.flow?.refuse('store.transaction()');
     await this.acquire();
     const tx: Tx = {
       open: true,
@@ -328,7 +354,7 @@ class SqliteStore implements Store {
       this.statement('BEGIN IMMEDIATE').run();
       begun = true;
       this.current = tx;
-      const result = await this.context.run(tx, () => fn(tx.session));
+      const result = await (this.flow ? this.flow.run(tx, () => fn(tx.session)) : fn(tx.session));
       if (tx.failure) throw tx.failure; // the callback caught it: the transaction still rolls back, as on MongoDB
       this.statement('COMMIT').run();
       this.wrote();
@@ -340,8 +366,6 @@ class SqliteStore implements Store {
     } finally {
       tx.open = false;
       this.current = null;
-      this.lastTxEndMs = Date.now();
-      this.idleCheck ??= setTimeout(() => this.switchOffWhenIdle(), CONTEXT_IDLE_MS).unref();
       this.release();
     }
   }
@@ -363,24 +387,7 @@ class SqliteStore implements Store {
     this.statement('select 1').get();
   }
 
-  /**
-   * Switches the context off once no transaction has run for CONTEXT_IDLE_MS. An enabled AsyncLocalStorage keeps
-   * Node's async hooks on for every promise of the process (~46 µs of a ~1.1 ms read in the one-process profile);
-   * switching it on and off per transaction costs ~10 µs a transaction, so a busy writer keeps it on and a
-   * read-mostly service gets the hooks off. The next transaction switches it on again (run() does).
-   */
-  private switchOffWhenIdle(): void {
-    this.idleCheck = null;
-    const idleFor = Date.now() - this.lastTxEndMs;
-    if (this.locked || idleFor < CONTEXT_IDLE_MS) {
-      this.idleCheck = setTimeout(() => this.switchOffWhenIdle(), CONTEXT_IDLE_MS - Math.min(idleFor, CONTEXT_IDLE_MS - 1)).unref();
-      return;
-    }
-    this.context.disable();
-  }
-
   async close(): Promise<void> {
-    if (this.idleCheck) clearTimeout(this.idleCheck);
     await this.acquire();
     try {
       this.statements.clear();
@@ -566,8 +573,14 @@ class SqliteCollection<T extends Doc> implements Collection<T> {
   }
 }
 
-export function openSqliteStore(options: { path: string }): Store {
-  return new SqliteStore(options.path);
+export function openSqliteStore(options: {
+  path: string;
+  /** How long an operation waits for the store's open transaction before it fails (default LOCK_WAIT_MS). */
+  lockWaitMs?: number;
+  /** Refuse store-level calls inside a transaction's callback at once (default: STORE_TX_FLOW_CHECK=1, tests). */
+  checkTxFlow?: boolean;
+}): Store {
+  return new SqliteStore(options.path, options.lockWaitMs ?? LOCK_WAIT_MS, options.checkTxFlow ?? txFlowCheckFromEnv());
 }
 
 /**

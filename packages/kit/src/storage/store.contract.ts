@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { encodeCursor } from './cursor';
+import { TxFlowError } from './tx-flow';
 import { DuplicateKeyError, InvalidCursorError, type CollectionDef, type FindOptions, type Page, type Store, type Where } from './types';
 
 interface Item {
@@ -557,7 +558,6 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
         // MongoDB has aborted the transaction on the server; SQLite behaves the same.
         await expect(items.insert(b)).rejects.toBeInstanceOf(DuplicateKeyError);
         await expect(items.get(a.id)).rejects.toBeInstanceOf(DuplicateKeyError);
-        await expect(store.collection(def).count({})).rejects.toBeInstanceOf(DuplicateKeyError); // joined, same
         return 'swallowed';
       });
       await expect(failure).rejects.toBeInstanceOf(DuplicateKeyError);
@@ -623,20 +623,41 @@ export function storeContract(name: string, open: () => Promise<Store>): void {
       expect(await store.collection(def).count({ tenantId: 't1' })).toBe(6);
     });
 
-    test('inside a transaction, a nested transaction and store-level operations join it', async () => {
+    test('inside a transaction, a nested transaction or a store-level operation is refused at once (checked mode), never left hanging', async () => {
+      // Jest runs with STORE_TX_FLOW_CHECK=1 (test/setup/store-check.ts): the store follows the callback's flow only to
+      // refuse what goes around its session; without the check nothing joins (tx-flow.ts, and sqlite.test.ts for
+      // SQLite's lock wait limit).
       const def = itemsDef();
       const a = item();
-      const b = item();
-      const failure = store.transaction(async (tx) => {
+      const outside = store.collection(def);
+      const refusals: unknown[] = [];
+      const done = store.transaction(async (tx) => {
         await tx.collection(def).insert(a);
-        await store.transaction(async (inner) => {
-          await inner.collection(def).insert(b);
-        });
-        expect(await store.collection(def).get(a.id)).toEqual(a); // joins rather than deadlocking
-        throw new Error('outer fails');
+        refusals.push(await store.transaction(async (inner) => inner.collection(def).insert(item())).catch((err: unknown) => err));
+        await sleep(1); // later in the same flow, after a timer
+        refusals.push(await outside.get(a.id).catch((err: unknown) => err));
+        refusals.push(await outside.insert(item()).catch((err: unknown) => err));
+        expect(await tx.collection(def).get(a.id)).toEqual(a); // the session works on
+        return 'committed';
       });
-      await expect(failure).rejects.toThrow('outer fails');
-      expect(await store.collection(def).count({})).toBe(0);
+      expect(await done).toBe('committed');
+      expect(refusals).toHaveLength(3);
+      for (const refusal of refusals) expect(refusal).toBeInstanceOf(TxFlowError);
+      // Only the session's write is there, and the store serves calls outside any transaction as before.
+      expect((await outside.find({})).items).toEqual([a]);
+      // A transaction started beside an open one (not inside its callback) is not refused: it waits or runs alongside.
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const first = store.transaction(async (tx) => {
+        await tx.collection(def).insert(item({ id: 'beside-1' }));
+        await gate;
+      });
+      const second = store.transaction(async (tx) => void (await tx.collection(def).insert(item({ id: 'beside-2' }))));
+      const read = outside.count({});
+      release();
+      await Promise.all([first, second]);
+      expect(await read).toBeGreaterThanOrEqual(1);
+      expect(await outside.count({})).toBe(3);
     });
 
     test('a collection first used in a rolled-back transaction still works afterwards', async () => {

@@ -117,6 +117,10 @@ export interface Store extends StoreSession {
   /**
    * Runs `fn` atomically: every write inside commits together or not at all. Keep it short.
    *
+   * Inside `fn` only `tx`'s collections belong to the transaction: pass `tx` down to whatever `fn` calls. A
+   * store-level operation or a nested `transaction()` called from there does not join it (on SQLite it waits for it
+   * and fails after the lock wait limit; test runs refuse it at once): see tx-flow.ts.
+   *
    * A DuplicateKeyError inside a transaction dooms it, on every adapter (MongoDB aborts the transaction on the
    * server at once): every write of the transaction is rolled back, any later operation in it throws that error
    * again, and `transaction()` rejects with it even when the callback caught it. Catch DuplicateKeyError outside

@@ -171,7 +171,7 @@ export function authHandlers(deps: IdentityDeps) {
         const { user, tenant } = await loadUserAndTenant(tx, session.userId, session.tenantId);
         if (user.disabled) return { error: 'invalid' as const };
         const refreshToken = await issueRefreshToken(deps, tx, session);
-        const accessToken = await signAccessToken(deps, userClaims(user, session), deps.settings.accessTokenTtlS);
+        const accessToken = await signAccessToken(deps, userClaims(user, session), deps.settings.accessTokenTtlS, tx);
         return { user, tenant, tokens: { accessToken, refreshToken, expiresIn: deps.settings.accessTokenTtlS, sessionToken: '' } };
       });
       if ('error' in result) {
