@@ -169,6 +169,24 @@ describe('counters written once per batch (tally.ts), exactly as event by event'
     expect(await state(db.store)).toEqual(expected);
   });
 
+  it("a batch starting on a new UTC day and month counts from zero there, as event by event (the stored day's total is set right)", async () => {
+    await prepare(db.store);
+    await db.store.collection(accounts).update('ten_1', {}, { debitsDay: '2000-01-01', debitsOfDay: 1000 });
+    await db.store
+      .collection(keyUsage)
+      .update(keyUsageId('ten_1', 'key_1'), {}, { month: '2000-01', monthCredits: 999, minute: 0, minuteTokens: 7 });
+    await consumer().handleBatch(batch());
+    const today = new Date().toISOString().slice(0, 10);
+    expect(await db.store.collection(accounts).get('ten_1')).toMatchObject({ balance: 840, debitsDay: today, debitsOfDay: 160 });
+    expect(await db.store.collection(keyUsage).get(keyUsageId('ten_1', 'key_1'))).toMatchObject({
+      month: today.slice(0, 7),
+      monthCredits: 160,
+      minuteTokens: 160,
+      totalCredits: 160,
+    });
+    expect((await state(db.store)).crossings).toEqual(expected.crossings);
+  });
+
   it('a batch retried whole after a duplicate key (another replica won an insert) counts each event once', async () => {
     await prepare(db.store);
     const store = db.store;

@@ -43,7 +43,11 @@ async function applyAll<R>(store: Store, writes: Array<Write<R>>): Promise<R[]> 
   return applyOnce(store, async (tx) => {
     const tally = new Tally(tx);
     const results: R[] = [];
-    for (const write of writes) results.push(await write(tx, tally));
+    for (const [i, write] of writes.entries()) {
+      results.push(await write(tx, tally));
+      // The account and key documents the event moved first are written now, the rest at the flush (tally.ts).
+      if (i < writes.length - 1) await tally.hold();
+    }
     await tally.flush();
     return results;
   });

@@ -38,7 +38,7 @@ export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: 
 }
 
 /**
- * addEntry with the balance moved in `tally`, written at its flush (the transaction's other entries moving it too):
+ * addEntry with the balance moved in `tally` (tally.ts: with the transaction's other entries, flushed by the caller):
  * the entry itself is written at once, so a second entry of its source in the same transaction finds it.
  */
 export async function tallyEntry(tally: Tally, e: NewEntry): Promise<EntryDoc | null> {
