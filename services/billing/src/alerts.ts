@@ -7,7 +7,8 @@
  * after the change, in the transaction that makes the change (the ledger entry's), and its event goes to the outbox
  * in that transaction. The values are counters every change of them serialises on (the account's balance and day
  * debits, the key's usage document), so of concurrent changes exactly one sees a given crossing, and a change that
- * rolls back (a retried transaction) emits nothing. The armed state is the value itself: a value back on the
+ * rolls back (a retried transaction) emits nothing. A transaction of many entries (a batch of usage events) writes
+ * each value once and still judges its entries one by one, in order (tally.ts). The armed state is the value itself: a value back on the
  * threshold's safe side (the balance risen to X again, a new UTC day or month) is armed again, with nothing else to
  * reset, and a threshold already passed when it is set fires on the next crossing, not at once.
  */
@@ -24,9 +25,6 @@ import {
 } from '@svc/kit';
 import { domainEvent, TOPICS, authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
-import { accounts, reservations, type EntryKind } from './collections';
-import { spentIn } from './key-budget';
-import { keyUsage, keyUsageId } from './key-usage';
 import { toBillingAlerts } from './views';
 
 export const THRESHOLD_CROSSED = 'billing.threshold_crossed';
@@ -45,7 +43,6 @@ export const billingAlerts: CollectionDef<AlertsDoc> = { name: 'billing_alerts' 
 
 const MAX_CREDITS = 1_000_000_000_000;
 export const MAX_KEY_BUDGET_PERCENTS = 10;
-const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 type Kind = 'balance_below' | 'key_budget' | 'daily_credits';
 
@@ -56,31 +53,23 @@ async function crossed(tx: StoreSession, tenantId: string, kind: Kind, threshold
   );
 }
 
+/** The tenant's thresholds, in the transaction that moves the values (null: it has none). */
+export async function alertsOf(tx: StoreSession, tenantId: string): Promise<AlertsDoc | null> {
+  return tx.collection(billingAlerts).get(tenantId);
+}
+
 /**
- * In a ledger entry's transaction (ledger.ts addEntry), after the entry moved the balance by its credits to `balance`:
- * counts a usage debit into the account's UTC day, and emits the balance and day crossings it makes.
+ * In a ledger entry's transaction (tally.ts), for that entry: it moved the balance from `before` to `balance`, and
+ * (a usage debit) the UTC day's debits from `dayBefore` to `dayAfter` (both 0 for other entries). Emits the balance and
+ * day crossings it makes.
  */
-export async function entryApplied(
+export async function entryCrossings(
   tx: StoreSession,
-  entry: { tenantId: string; kind: EntryKind; credits: number },
-  balance: number,
-  now = Date.now(),
+  alerts: AlertsDoc,
+  move: { before: number; balance: number; dayBefore: number; dayAfter: number },
 ): Promise<void> {
-  const { tenantId, credits } = entry;
-  let dayBefore = 0;
-  let dayAfter = 0;
-  // The day's spend is its usage debits, as GET /billing/usage sums them (an operator's adjustment is not spend).
-  if (entry.kind === 'usage' && credits < 0) {
-    const day = dayOf(now);
-    // On the account, the document every entry of the tenant moves: day debits serialise with the balance.
-    const account = await tx.collection(accounts).get(tenantId);
-    dayBefore = account?.debitsDay === day ? (account.debitsOfDay ?? 0) : 0;
-    dayAfter = dayBefore - credits;
-    await tx.collection(accounts).update(tenantId, {}, { debitsDay: day, debitsOfDay: dayAfter });
-  }
-  const alerts = await tx.collection(billingAlerts).get(tenantId);
-  if (!alerts) return;
-  const before = balance - credits;
+  const { before, balance, dayBefore, dayAfter } = move;
+  const { tenantId } = alerts;
   if (alerts.balanceBelow !== null && before >= alerts.balanceBelow && balance < alerts.balanceBelow)
     await crossed(tx, tenantId, 'balance_below', alerts.balanceBelow, balance);
   if (alerts.dailyCreditsAbove !== null && dayBefore <= alerts.dailyCreditsAbove && dayAfter > alerts.dailyCreditsAbove)
@@ -88,32 +77,24 @@ export async function entryApplied(
 }
 
 /**
- * In a usage entry's transaction (events.ts), after the key's usage document counted `credits` more: emits the key
- * budget percents the call's spend crossed. The budget is the one the call's reservation held (identity's, read at
- * reserve time: billing does not ask identity while it applies usage); a call without a reservation or whose key had
- * no budget crosses nothing.
+ * In a usage entry's transaction (tally.ts), for that call: its credits moved the key's spend in its budget's period
+ * from `before` to `after`. Emits the key budget percents it crossed. The budget is the one the call's reservation
+ * held (identity's, read at reserve time: billing does not ask identity while it applies usage); a call without a
+ * reservation or whose key had no budget crosses nothing (the caller does not ask).
  */
-export async function keySpendApplied(
+export async function keySpendCrossings(
   tx: StoreSession,
   tenantId: string,
   keyId: string,
-  callId: string,
-  credits: number,
-  now = Date.now(),
+  percents: number[],
+  budget: number,
+  before: number,
+  after: number,
 ): Promise<void> {
-  if (!callId || credits <= 0) return;
-  const alerts = await tx.collection(billingAlerts).get(tenantId);
-  if (!alerts || alerts.keyBudgetPercents.length === 0) return;
-  const reservation = await tx.collection(reservations).get(`${tenantId}:${callId}`);
-  const budget = reservation?.apiKeyId === keyId ? reservation.keyBudget : undefined;
-  const usage = budget && budget.credits > 0 ? await tx.collection(keyUsage).get(keyUsageId(tenantId, keyId), { tenantId }) : null;
-  if (!budget || !usage) return;
-  const after = spentIn(usage, budget.period, now);
-  const before = after - credits;
   // p % reached: spent * 100 >= p * budget, in integers (no rounding at the edge).
-  for (const p of [...alerts.keyBudgetPercents].sort((a, b) => a - b))
-    if (before * 100 < p * budget.credits && after * 100 >= p * budget.credits)
-      await crossed(tx, tenantId, 'key_budget', p, Math.floor((after * 100) / budget.credits), keyId);
+  for (const p of [...percents].sort((a, b) => a - b))
+    if (before * 100 < p * budget && after * 100 >= p * budget)
+      await crossed(tx, tenantId, 'key_budget', p, Math.floor((after * 100) / budget), keyId);
 }
 
 export interface AlertsInput {

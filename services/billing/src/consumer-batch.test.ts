@@ -1,8 +1,12 @@
 /** Billing's bus consumer given a batch (SubscribeOptions.handleBatch): one transaction, each event still once. */
-import { createLogger, type ReceivedMessage, type Store } from '@svc/kit';
-import { domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
+import { createLogger, DuplicateKeyError, outboxCollection, type ReceivedMessage, type Store } from '@svc/kit';
+import { decodeDomainEvent, domainEvent, modelCallInfo, TOPICS } from '@svc/contracts';
+import type { eventsV1 } from '@svc/proto';
 import { storePerTest, usageMessage } from '../test/fixtures/unit';
-import { accounts, ledger, reservations } from './collections';
+import { billingAlerts, THRESHOLD_CROSSED } from './alerts';
+import { accounts, ledger, reservations, usageStats } from './collections';
+import { keyUsage, keyUsageId } from './key-usage';
+import { usageRollups } from './usage-analytics';
 import { billingConsumer } from './events';
 import { creditsOf, reserve } from './reservations';
 import { requestLog } from './request-log';
@@ -10,7 +14,7 @@ import { requestLog } from './request-log';
 // 1,000 credits per 1,000 tokens: a token is a credit.
 const PER_1K = 1000;
 const logger = createLogger('billing-test', 'silent');
-const db = storePerTest('batch', [requestLog as Parameters<Store['ensure']>[0]]);
+const db = storePerTest('batch', [requestLog, keyUsage, billingAlerts, usageRollups] as Array<Parameters<Store['ensure']>[0]>);
 
 const OK = { status: 'ok' as const, errorCode: '', latencyMs: 5, ttftMs: 2 };
 const received = (m: ReturnType<typeof domainEvent>): ReceivedMessage => ({ ...m, offset: '0', timestamp: Date.now() });
@@ -80,4 +84,121 @@ it('splits a long batch into transactions of at most 100 events', async () => {
   await handleBatch(batch);
   expect(transaction).toHaveBeenCalledTimes(3);
   expect((await db.store.collection(accounts).get('ten_3'))?.balance).toBe(-250);
+});
+
+describe('counters written once per batch (tally.ts), exactly as event by event', () => {
+  const second = storePerTest('batch-one-by-one', [requestLog, keyUsage, billingAlerts, usageRollups] as Array<
+    Parameters<Store['ensure']>[0]
+  >);
+  const budget = { keyId: 'key_1', credits: 200, period: 'total' as const };
+
+  async function prepare(store: Store) {
+    await store.collection(billingAlerts).insert({
+      id: 'ten_1',
+      tenantId: 'ten_1',
+      balanceBelow: 900,
+      keyBudgetPercents: [80, 50],
+      dailyCreditsAbove: 50,
+      updatedAt: new Date().toISOString(),
+    });
+    await billingConsumer(store, { creditsPer1kTokens: PER_1K, startingGrant: 1000 }, logger).handler(created('ten_1'));
+    for (const callId of ['c1', 'c2', 'c3', 'c4'])
+      await reserve(
+        store,
+        { tenantId: 'ten_1', callId, tokens: 50, source: 'chat_reply', sourceId: callId, ttlMs: 60_000, keyBudget: budget },
+        PER_1K,
+      );
+  }
+
+  // Balance 1000 -> 960 -> 930 -> 890 (below 900) -> 840; the day 40, 70 (above 50), 110, 160; the key's 200 spent
+  // 20 %, 35 %, 55 % (50 %), 80 % (80 %). Two crossings of one kind in a batch, c1 delivered twice.
+  const batch = () => [usage('c1', 40), usage('c2', 30), usage('c1', 40), usage('c3', 40), usage('c4', 50)];
+
+  async function state(store: Store) {
+    const account = (await store.collection(accounts).get('ten_1'))!;
+    const key = (await store.collection(keyUsage).get(keyUsageId('ten_1', 'key_1')))!;
+    const rollups = (await store.collection(usageRollups).find({ tenantId: 'ten_1' })).items.map((r) => [r.unit, r.calls, r.credits]);
+    const stats = (await store.collection(usageStats).find({ tenantId: 'ten_1' })).items.map((s) => [s.id, s.calls, s.credits]);
+    const outbox = await store.collection(outboxCollection).find({}, { limit: 500, order: 'asc' });
+    const crossings = outbox.items
+      .map((r) => decodeDomainEvent(Buffer.from(r.value, 'base64')))
+      .filter((e) => e.type === THRESHOLD_CROSSED && e.data?.$case === 'thresholdCrossed')
+      .map((e) => (e.data as { value: eventsV1.ThresholdCrossedData }).value);
+    return {
+      account: { balance: account.balance, reserved: account.reserved, debitsOfDay: account.debitsOfDay },
+      key: { minuteTokens: key.minuteTokens, monthCredits: key.monthCredits, totalCredits: key.totalCredits, reserved: key.reserved },
+      rollups: rollups.sort(),
+      stats: stats.sort(),
+      // The outbox order of a batch's events is the account's, then the keys' (tally.ts): compared as a set.
+      crossings: crossings.sort((a, b) => `${a.kind}${a.threshold}`.localeCompare(`${b.kind}${b.threshold}`)),
+      logged: (await store.collection(requestLog).find({ tenantId: 'ten_1' })).items.length,
+    };
+  }
+
+  const expected = {
+    account: { balance: 840, reserved: 0, debitsOfDay: 160 },
+    key: { minuteTokens: 160, monthCredits: 160, totalCredits: 160, reserved: 0 },
+    rollups: [
+      ['day', 4, 160],
+      ['hour', 4, 160],
+    ],
+    stats: [
+      ['ten_1|credential|key_1', 4, 160],
+      ['ten_1|model|m', 4, 160],
+    ],
+    crossings: [
+      { kind: 'balance_below', threshold: 900, value: 890, apiKeyId: '' },
+      { kind: 'daily_credits', threshold: 50, value: 70, apiKeyId: '' },
+      { kind: 'key_budget', threshold: 50, value: 55, apiKeyId: 'key_1' },
+      { kind: 'key_budget', threshold: 80, value: 80, apiKeyId: 'key_1' },
+    ],
+    logged: 4,
+  };
+
+  it('a batch crossing thresholds (two of one tenant) with a redelivered event: the crossings and values of one by one', async () => {
+    await prepare(db.store);
+    await prepare(second.store);
+    await consumer().handleBatch(batch());
+    const oneByOne = billingConsumer(second.store, { creditsPer1kTokens: PER_1K, startingGrant: 1000 }, logger);
+    for (const m of batch()) await oneByOne.handler(m);
+    expect(await state(db.store)).toEqual(expected);
+    expect(await state(second.store)).toEqual(expected);
+
+    // Delivered again: nothing moves, nothing crosses again.
+    await consumer().handleBatch(batch());
+    expect(await state(db.store)).toEqual(expected);
+  });
+
+  it("a batch starting on a new UTC day and month counts from zero there, as event by event (the stored day's total is set right)", async () => {
+    await prepare(db.store);
+    await db.store.collection(accounts).update('ten_1', {}, { debitsDay: '2000-01-01', debitsOfDay: 1000 });
+    await db.store
+      .collection(keyUsage)
+      .update(keyUsageId('ten_1', 'key_1'), {}, { month: '2000-01', monthCredits: 999, minute: 0, minuteTokens: 7 });
+    await consumer().handleBatch(batch());
+    const today = new Date().toISOString().slice(0, 10);
+    expect(await db.store.collection(accounts).get('ten_1')).toMatchObject({ balance: 840, debitsDay: today, debitsOfDay: 160 });
+    expect(await db.store.collection(keyUsage).get(keyUsageId('ten_1', 'key_1'))).toMatchObject({
+      month: today.slice(0, 7),
+      monthCredits: 160,
+      minuteTokens: 160,
+      totalCredits: 160,
+    });
+    expect((await state(db.store)).crossings).toEqual(expected.crossings);
+  });
+
+  it('a batch retried whole after a duplicate key (another replica won an insert) counts each event once', async () => {
+    await prepare(db.store);
+    const store = db.store;
+    const transaction = store.transaction.bind(store);
+    // The first attempt does all its writes, then meets a duplicate key: rolled back, and applyOnce runs it again.
+    jest.spyOn(store, 'transaction').mockImplementationOnce((fn) =>
+      transaction(async (tx) => {
+        await fn(tx);
+        throw new DuplicateKeyError('usage_stats', ['id']);
+      }),
+    );
+    await consumer().handleBatch(batch());
+    expect(await state(store)).toEqual(expected);
+  });
 });

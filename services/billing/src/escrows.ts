@@ -16,6 +16,7 @@ import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSw
 import { accounts, escrows, type EscrowDoc } from './collections';
 import { accountOf } from './ledger';
 import { creditsOf } from './reservations';
+import type { Tally } from './tally';
 
 export interface EscrowPolicy {
   /** The largest slice granted (BILLING_ESCROW_MAX_CREDITS). */
@@ -134,13 +135,13 @@ export async function renewEscrow(
  * escrow still holds (a call whose usage went past its hold takes the rest from `available`, as a reservation's
  * settle does); an expired escrow gave its credits back already, so nothing is taken from it.
  */
-export async function spendEscrow(tx: StoreSession, tenantId: string, id: string, credits: number): Promise<number> {
+export async function spendEscrow(tx: StoreSession, tenantId: string, id: string, credits: number, tally: Tally): Promise<number> {
   const col = tx.collection(escrows);
   const found = await col.get(id, { tenantId });
   if (!found || found.status === 'expired' || found.status === 'closed' || found.remaining <= 0 || credits <= 0) return 0;
   const take = Math.min(credits, found.remaining);
   await col.increment(id, {}, { remaining: -take });
-  await tx.collection(accounts).increment(tenantId, {}, { reserved: -take });
+  tally.reserved(tenantId, -take);
   return take;
 }
 

@@ -6,16 +6,14 @@
 import { nowIso, type Logger, type ReceivedMessage, type Store, type StoreSession } from '@svc/kit';
 import { decodeDomainEvent } from '@svc/contracts';
 import type { eventsV1 } from '@svc/proto';
-import { keySpendApplied } from './alerts';
 import { usageStats } from './collections';
-import { addToCounter } from './counters';
-import { recordKeyUsage } from './key-usage';
-import { addEntry, applyOnce } from './ledger';
+import { addEntry, applyOnce, tallyEntry } from './ledger';
 import { spendEscrow } from './escrows';
 import { closeReservation, validModelPrice } from './reservations';
 import { usageCost } from '@svc/llm/pricing';
 import { logCall, logReleasedCall, requestLogEntry, requestLogId } from './request-log';
 import { recordUsageRollups } from './usage-analytics';
+import { Tally } from './tally';
 
 const TYPES = new Set(['tenant.created', 'llm.usage']);
 
@@ -37,14 +35,32 @@ function startingGrant(tenantId: string, credits: number) {
   return { tenantId, sourceKey: `grant:${tenantId}`, kind: 'grant' as const, credits, description: 'Starting grant' };
 }
 
+/** A message's writes in the caller's transaction, its counters moved in `tally` (flushed by the caller). */
+type Write<R = unknown> = (tx: StoreSession, tally: Tally) => Promise<R>;
+
+/** Runs `writes` in one transaction (applyOnce's: all again after a duplicate key), the counters written once at the end. */
+async function applyAll<R>(store: Store, writes: Array<Write<R>>): Promise<R[]> {
+  return applyOnce(store, async (tx) => {
+    const tally = new Tally(tx);
+    const results: R[] = [];
+    for (const [i, write] of writes.entries()) {
+      results.push(await write(tx, tally));
+      // The account and key documents the event moved first are written now, the rest at the flush (tally.ts).
+      if (i < writes.length - 1) await tally.hold();
+    }
+    await tally.flush();
+    return results;
+  });
+}
+
 /** What one bus message writes in billing's store (null: nothing, it is not billing's); throws on a poison message. */
-function eventWrite(message: ReceivedMessage, settings: UsageSettings): ((tx: StoreSession) => Promise<unknown>) | null {
+function eventWrite(message: ReceivedMessage, settings: UsageSettings): Write | null {
   const headerType = message.headers['event-type'];
   if (headerType !== undefined && !TYPES.has(headerType)) return null; // skipped without decoding
   const event = decodeDomainEvent(message.value);
   const tenantId = event.tenantId;
   if (!tenantId) return null;
-  if (event.type === 'tenant.created') return (tx) => addEntry(tx, startingGrant(tenantId, settings.startingGrant));
+  if (event.type === 'tenant.created') return (_tx, tally) => tallyEntry(tally, startingGrant(tenantId, settings.startingGrant));
   if (event.type !== 'llm.usage' || event.data?.$case !== 'usage') return null;
   return usageWrite(settings.creditsPer1kTokens, tenantId, event.data.value, event.id);
 }
@@ -55,24 +71,23 @@ const BATCH_EVENTS = 100;
 /**
  * Billing's bus consumer: `handler` applies one message in a transaction of its own, `handleBatch` (SubscribeOptions)
  * a delivered batch in one transaction per BATCH_EVENTS, in order: one commit for the usage of many calls, not one
- * each. Every write applies once per source (the ledger's unique key), so a batch retried whole after a duplicate key
- * (another replica applied one of its calls first) or redelivered changes nothing already applied; when the batch
- * handler throws, the bus hands its messages to `handler` one by one (a poison message dead-lettered alone).
+ * each, and each counter they move (the account, a key's usage, the usage rollups) written once (tally.ts). Every
+ * write applies once per source (the ledger's unique key), so a batch retried whole after a duplicate key (another
+ * replica applied one of its calls first; the retry starts a new tally) or redelivered changes nothing already
+ * applied; when the batch handler throws, the bus hands its messages to `handler` one by one (a poison message
+ * dead-lettered alone).
  */
 export function billingConsumer(store: Store, settings: UsageSettings, logger: Logger) {
   const handler = async (message: ReceivedMessage): Promise<void> => {
     const write = eventWrite(message, settings);
     if (!write) return;
-    await applyOnce(store, write);
+    await applyAll(store, [write]);
     logger.debug({ eventId: message.id }, 'billing event applied');
   };
   const handleBatch = async (messages: ReceivedMessage[]): Promise<void> => {
     const writes = messages.map((m) => eventWrite(m, settings)).filter((w) => w !== null);
     for (let i = 0; i < writes.length; i += BATCH_EVENTS) {
-      const some = writes.slice(i, i + BATCH_EVENTS);
-      await applyOnce(store, async (tx) => {
-        for (const write of some) await write(tx);
-      });
+      await applyAll(store, writes.slice(i, i + BATCH_EVENTS));
     }
     logger.debug({ messages: messages.length, applied: writes.length }, 'billing events applied');
   };
@@ -90,11 +105,12 @@ export function billingEventHandler(store: Store, settings: UsageSettings, logge
  * debited by this application (0 when it had been applied before).
  */
 export async function applyUsage(store: Store, per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): Promise<number> {
-  return applyOnce(store, usageWrite(per1k, tenantId, u, eventId));
+  const [credits] = await applyAll(store, [usageWrite(per1k, tenantId, u, eventId)]);
+  return credits;
 }
 
 /** applyUsage's writes, in a transaction of the caller's (one call's, or a batch of events'). */
-function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): (tx: StoreSession) => Promise<number> {
+function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, eventId: string): Write<number> {
   // A price nobody could have meant (negative, not a number) is not applied: the call is billed at the default.
   const price = u.price && validModelPrice(u.price) === null ? u.price : undefined;
   const cachedInputTokens = Math.min(Math.max(0, u.cachedInputTokens ?? 0), Math.max(0, u.inputTokens));
@@ -104,24 +120,24 @@ function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, even
   // and the request log keeps the call when its sender described it (an error or a cancel, 0 credits).
   if (u.callId && u.inputTokens + u.outputTokens <= 0) {
     if (!u.call)
-      return async (tx) => {
-        await closeReservation(tx, tenantId, u.callId, 'released');
+      return async (tx, tally) => {
+        await closeReservation(tx, tenantId, u.callId, 'released', tally);
         return 0;
       };
     const entry = { id: requestLogId(tenantId, `release:${u.callId}`), tenantId, credits: 0, defaultStatus: 'error' as const };
-    return async (tx) => {
-      await closeReservation(tx, tenantId, u.callId, 'released');
+    return async (tx, tally) => {
+      await closeReservation(tx, tenantId, u.callId, 'released', tally);
       await logReleasedCall(tx, requestLogEntry(u, { ...entry, at: nowIso() }));
       return 0;
     };
   }
   const sourceKey = u.callId ? `usage:call:${u.callId}` : `usage:${eventId}`;
-  return async (tx) => {
+  return async (tx, tally) => {
     // Settles the call's reservation with its usage, once per call: whoever reports the call (its generator, or a
     // sweep of what was recorded after a crash) and however often, the ledger's source is the call.
     // A call carved from an escrow has no reservation of its own: its cost comes out of the escrow below, once.
-    if (u.callId && !u.escrowId) await closeReservation(tx, tenantId, u.callId, 'settled');
-    const applied = await addEntry(tx, {
+    if (u.callId && !u.escrowId) await closeReservation(tx, tenantId, u.callId, 'settled', tally);
+    const entry = await tallyEntry(tally, {
       tenantId,
       sourceKey,
       kind: 'usage',
@@ -144,19 +160,18 @@ function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, even
           : { input: per1k * 1000, output: per1k * 1000, cachedInput: per1k * 1000, source: 'default' },
       },
     });
-    if (!applied) return 0;
-    if (u.escrowId) await spendEscrow(tx, tenantId, u.escrowId, credits);
+    if (!entry) return 0;
+    if (u.escrowId) await spendEscrow(tx, tenantId, u.escrowId, credits, tally);
     // The entry applied once (its source is unique): the call's log entry is one insert beside it, nothing read.
-    const at = applied.entry.createdAt;
+    const at = entry.createdAt;
     await logCall(tx, requestLogEntry(u, { id: requestLogId(tenantId, sourceKey), tenantId, at, credits, defaultStatus: 'ok' }));
-    await recordUsageRollups(tx, applied.entry);
+    await recordUsageRollups(tx, entry, tally);
     const line = { calls: 1, inputTokens: u.inputTokens, outputTokens: u.outputTokens, credits };
-    await addUsage(tx, tenantId, 'model', u.model, '', line);
-    await addUsage(tx, tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
-    if (u.credentialType === 'api_key' && u.credentialId) {
-      await recordKeyUsage(tx, tenantId, u.credentialId, u.inputTokens + u.outputTokens, credits);
-      await keySpendApplied(tx, tenantId, u.credentialId, u.callId, credits);
-    }
+    addUsage(tally, tenantId, 'model', u.model, '', line);
+    addUsage(tally, tenantId, 'credential', u.credentialId || 'unknown', u.credentialType || '', line);
+    // The key's counts, and the budget percents its spend crosses (alerts.ts), at the flush.
+    if (u.credentialType === 'api_key' && u.credentialId)
+      tally.keySpend(tenantId, u.credentialId, { tokens: u.inputTokens + u.outputTokens, credits, callId: u.callId });
     return credits;
   };
 }
@@ -164,10 +179,9 @@ function usageWrite(per1k: number, tenantId: string, u: eventsV1.UsageData, even
 type Line = { calls: number; inputTokens: number; outputTokens: number; credits: number };
 
 /** Running totals per tenant and model / credential, moved with the usage entry (the summary reads them). */
-async function addUsage(tx: StoreSession, tenantId: string, group: 'model' | 'credential', key: string, kind: string, line: Line) {
-  const col = tx.collection(usageStats);
+function addUsage(tally: Tally, tenantId: string, group: 'model' | 'credential', key: string, kind: string, line: Line) {
   const id = `${tenantId}|${group}|${key}`;
-  await addToCounter(col, id, line, () => ({
+  tally.count(usageStats, id, line, () => ({
     id,
     tenantId,
     group,

@@ -77,8 +77,3 @@ export async function forgetKeyBudget(store: Store, tenantId: string, keyId: str
   const col = store.collection(keyUsage);
   if (await col.get(id, { tenantId, hasBudget: true })) await col.update(id, { tenantId, hasBudget: true }, { hasBudget: false });
 }
-
-/** Gives back a closed reservation's hold on its key's budget (in the transaction that closes it). */
-export async function releaseKeyBudget(tx: StoreSession, tenantId: string, keyId: string, credits: number): Promise<void> {
-  await tx.collection(keyUsage).increment(keyUsageId(tenantId, keyId), { tenantId }, { reserved: -credits });
-}

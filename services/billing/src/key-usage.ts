@@ -1,7 +1,8 @@
 /**
  * Model usage per API key (CONTRACT.md 8): tokens in the current fixed 60 s window (a key's tokensPerMinute), and
  * credits in the current UTC month and in total (a key's creditBudget, the key view's usage). One document per key,
- * moved in the transaction that applies the usage entry, so it counts each llm.usage event once. Windows are on
+ * moved in the transaction that applies the usage entry (tally.ts: once for all the calls of a batch), so it counts
+ * each llm.usage event once. Windows are on
  * billing's clock only: the same clock stamps the counts and answers what "this minute" is.
  */
 import { errors, nowIso, type CallContext, type CollectionDef, type Store, type StoreSession } from '@svc/kit';
@@ -35,7 +36,7 @@ export const keyUsage: CollectionDef<KeyUsageDoc> = { name: 'key_usage' };
 export const keyUsageId = (tenantId: string, keyId: string) => `${tenantId}|${keyId}`;
 
 const MAX_IDS = 100;
-const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
+export const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
 export const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
 
 /** The key's usage document in the caller's transaction, created with zero counts on the key's first use. */
@@ -55,31 +56,6 @@ export async function keyUsageOf(tx: StoreSession, tenantId: string, keyId: stri
       reserved: 0,
       createdAt: nowIso(),
     }))
-  );
-}
-
-/** Adds one model call's tokens and credits to the key's counts (inside the usage entry's transaction). */
-export async function recordKeyUsage(
-  tx: StoreSession,
-  tenantId: string,
-  keyId: string,
-  tokens: number,
-  credits: number,
-  now = Date.now(),
-): Promise<void> {
-  const minute = minuteOf(now);
-  const month = monthOf(now);
-  const doc = await keyUsageOf(tx, tenantId, keyId, now);
-  await tx.collection(keyUsage).update(
-    doc.id,
-    { tenantId },
-    {
-      minute,
-      minuteTokens: (doc.minute === minute ? doc.minuteTokens : 0) + tokens,
-      month,
-      monthCredits: (doc.month === month ? doc.monthCredits : 0) + credits,
-      totalCredits: doc.totalCredits + credits,
-    },
   );
 }
 

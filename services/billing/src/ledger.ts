@@ -5,9 +5,8 @@
  * entry applies once whatever is retried (the unique key), and the balance can be rebuilt from the entries.
  */
 import { DuplicateKeyError, newId, nowIso, type Store, type StoreSession } from '@svc/kit';
-import { entryApplied } from './alerts';
 import { accounts, ledger, type AccountDoc, type EntryDoc, type EntryKind, type EntryUsage } from './collections';
-import { addToCounter } from './counters';
+import { newAccount, Tally } from './tally';
 
 export interface NewEntry {
   tenantId: string;
@@ -25,27 +24,34 @@ export async function accountOf(tx: StoreSession, tenantId: string): Promise<Acc
   return (await col.get(tenantId)) ?? col.insert(newAccount(tenantId));
 }
 
-function newAccount(tenantId: string): AccountDoc {
-  const now = nowIso();
-  return { id: tenantId, tenantId, balance: 0, plan: 'free', planChangedAt: '', subscriptionId: null, createdAt: now, updatedAt: now };
-}
-
 /**
  * Adds an entry and moves the balance, in the caller's transaction. Returns null when an entry with this source
  * was already applied (nothing changes). A concurrent apply of the same source fails on the unique key: MongoDB
  * aborts the whole transaction, so callers run this through `applyOnce`, which retries and then finds it applied.
  */
 export async function addEntry(tx: StoreSession, e: NewEntry): Promise<{ entry: EntryDoc; balance: number } | null> {
-  if (await tx.collection(ledger).findOne({ sourceKey: e.sourceKey })) return null;
+  const tally = new Tally(tx);
+  const entry = await tallyEntry(tally, e);
+  if (!entry) return null;
+  await tally.flush();
+  return { entry, balance: tally.balance(e.tenantId)! };
+}
+
+/**
+ * addEntry with the balance moved in `tally` (tally.ts: with the transaction's other entries, flushed by the caller):
+ * the entry itself is written at once, so a second entry of its source in the same transaction finds it.
+ */
+export async function tallyEntry(tally: Tally, e: NewEntry): Promise<EntryDoc | null> {
+  const col = tally.tx.collection(ledger);
+  if (await col.findOne({ sourceKey: e.sourceKey })) return null;
   const createdAt = nowIso();
   // A usage entry is stamped with its hour from the same clock reading as createdAt: its rollups (usage-analytics.ts)
   // and the window ends read from the ledger put it in the same bucket.
   const hour = e.usage ? `${createdAt.slice(0, 13)}:00:00.000Z` : undefined;
-  const entry = await tx.collection(ledger).insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
+  const entry = await col.insert({ id: newId('cre'), ...e, ...(hour ? { hour } : {}), createdAt });
   // The account is created on its first entry.
-  const account = await addToCounter(tx.collection(accounts), e.tenantId, { balance: e.credits }, () => newAccount(e.tenantId));
-  await entryApplied(tx, e, account.balance);
-  return { entry, balance: account.balance };
+  tally.entry(e.tenantId, e.kind, e.credits);
+  return entry;
 }
 
 /** Runs `fn` in a transaction, again when a concurrent writer won a unique key (it then sees that writer's work). */

@@ -13,9 +13,10 @@
 import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSweeper, type Store, type StoreSession } from '@svc/kit';
 import { domainMetrics } from '@svc/contracts';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
-import { holdKeyBudget, releaseKeyBudget, type KeyBudget } from './key-budget';
+import { holdKeyBudget, type KeyBudget } from './key-budget';
 import { accountOf } from './ledger';
 import { holdCost, invalidPrice, type ModelPrice } from '@svc/llm/pricing';
+import { Tally } from './tally';
 
 const MAX_TOKENS = 100_000_000;
 const MAX_TTL_MS = 24 * 3600_000;
@@ -120,18 +121,23 @@ export async function reserve(store: Store, input: ReserveInput, per1k: number):
 
 /**
  * Closes the call's reservation if it is still open, in the caller's transaction (a settle closes it with the
- * ledger entry). Returns the closed reservation, or null when there was none open.
+ * ledger entry). Returns the closed reservation, or null when there was none open. The account's and the key's
+ * `reserved` move in `tally` when given (written at its flush, with the rest of a batch), else at once.
  */
 export async function closeReservation(
   tx: StoreSession,
   tenantId: string,
   callId: string,
   status: Exclude<ReservationStatus, 'open'>,
+  tally?: Tally,
 ): Promise<ReservationDoc | null> {
   const id = reservationId(tenantId, callId);
   const closed = await tx.collection(reservations).update(id, { status: 'open' }, { status, closedAt: nowIso() });
-  if (closed) await tx.collection(accounts).increment(tenantId, {}, { reserved: -closed.credits });
-  if (closed?.apiKeyId) await releaseKeyBudget(tx, tenantId, closed.apiKeyId, closed.credits);
+  if (!closed) return null;
+  const moves = tally ?? new Tally(tx);
+  moves.reserved(tenantId, -closed.credits);
+  if (closed.apiKeyId) moves.keyReserved(tenantId, closed.apiKeyId, -closed.credits);
+  if (!tally) await moves.flush();
   return closed;
 }
 

@@ -14,6 +14,7 @@ import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { ledger, type EntryDoc } from './collections';
 import { addToCounter } from './counters';
+import type { Tally } from './tally';
 
 export type Unit = 'hour' | 'day';
 
@@ -55,8 +56,11 @@ const floorTo = (ms: number, unit: number) => Math.floor(ms / unit) * unit;
 const ceilTo = (ms: number, unit: number) => Math.ceil(ms / unit) * unit;
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** Adds a usage entry to its hour and day rollups, in the entry's transaction. Other entries are left out. */
-export async function recordUsageRollups(tx: StoreSession, entry: EntryDoc): Promise<void> {
+/**
+ * Adds a usage entry to its hour and day rollups, in the entry's transaction: in `tally` when given (written at its
+ * flush, summed with the transaction's other entries), else at once. Other entries are left out.
+ */
+export async function recordUsageRollups(tx: StoreSession, entry: EntryDoc, tally?: Tally): Promise<void> {
   const u = entry.usage;
   if (!u || entry.kind !== 'usage') return;
   const at = Date.parse(entry.createdAt);
@@ -68,7 +72,7 @@ export async function recordUsageRollups(tx: StoreSession, entry: EntryDoc): Pro
     const id = createHash('sha256')
       .update(JSON.stringify([entry.tenantId, unit, start, ...DIMS.map((d) => dims[d])]))
       .digest('base64url');
-    await addToCounter(col, id, by, () => ({
+    const fresh = (): UsageRollupDoc => ({
       id,
       tenantId: entry.tenantId,
       unit,
@@ -79,7 +83,9 @@ export async function recordUsageRollups(tx: StoreSession, entry: EntryDoc): Pro
       inputTokens: 0,
       outputTokens: 0,
       credits: 0,
-    }));
+    });
+    if (tally) tally.count(usageRollups, id, by, fresh);
+    else await addToCounter(col, id, by, fresh);
   }
 }
 
