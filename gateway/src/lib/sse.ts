@@ -156,9 +156,17 @@ export class OpenStreams {
   /**
    * Answers the reply with a 200 `text/event-stream` (the reply is hijacked: what Fastify set, such as the request id,
    * is kept), sends a comment every `keepAliveMs` so proxies and clients see a live connection, and keeps it until it
-   * ends (`keep`): `onEnd` runs once then, however it ends, and the heartbeat stops.
+   * ends (`keep`): `onEnd` runs once then, however it ends, and the heartbeat stops. The headers are sent at once,
+   * unless `headersWithFirstWrite` (the caller writes its first event right away): then they leave in the same
+   * segment as that event, and the client wakes once for both.
    */
-  sse(reply: FastifyReply, keepAliveMs: number, onEnd: () => void = () => {}, headers: Record<string, string> = {}): SseWriter {
+  sse(
+    reply: FastifyReply,
+    keepAliveMs: number,
+    onEnd: () => void = () => {},
+    headers: Record<string, string> = {},
+    headersWithFirstWrite = false,
+  ): SseWriter {
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, {
@@ -169,7 +177,7 @@ export class OpenStreams {
       'x-accel-buffering': 'no',
       connection: 'keep-alive',
     });
-    res.flushHeaders();
+    if (!headersWithFirstWrite) res.flushHeaders();
     const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
     const kept = this.keep(res, () => {
       clearInterval(keepAlive);

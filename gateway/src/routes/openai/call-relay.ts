@@ -82,7 +82,9 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
 
   /**
    * Streams server-sent events: `onEvent` turns each call event into text. A break in the stream to the chat service
-   * is reported with `onBroken` (never a silent end). The tenant's open streams are capped per gateway.
+   * is reported with `onBroken` (never a silent end). The tenant's open streams are capped per gateway. `firstInHand`:
+   * the first event has come already (`events` gives it at once), so the headers and `onStart`'s opening leave with
+   * it in one write instead of three.
    */
   async function sse(
     request: FastifyRequest,
@@ -93,10 +95,11 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
     onEvent: (e: chatV1.CallEvent, write: (s: string) => void) => void,
     onBroken: (e: AppError, write: (s: string) => void) => void,
     onStart?: (write: (s: string) => void) => void,
+    firstInHand = false,
   ): Promise<void> {
     let sawDone = false;
     // Ended before its `done` (its client gone, a break, the gateway closing), the call is cancelled.
-    const writer = open.sse(reply, keepAliveMs, () => stream.cancel(), { 'x-served-model': servedModel });
+    const writer = open.sse(reply, keepAliveMs, () => stream.cancel(), { 'x-served-model': servedModel }, firstInHand);
     const res = writer.res;
     let pending = '';
     const write = (s: string) => {
@@ -110,7 +113,7 @@ export function callRelay(app: FastifyInstance, deps: GatewayDeps) {
     };
     try {
       onStart?.(write);
-      await flush();
+      if (!firstInHand) await flush();
       for (;;) {
         const next = await events.next();
         if (next.done || res.destroyed) {

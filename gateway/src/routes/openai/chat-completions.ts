@@ -109,6 +109,8 @@ export function chatCompletionsRoute(app: FastifyInstance, deps: GatewayDeps, re
         (err, write) => write(data(openAiErrorBody(err))),
         (write) =>
           write(data(completionChunk(served(started, servedModel), { role: 'assistant', content: '', refusal: null }, null, includeUsage))),
+        // `rest` gives the first event at once: the headers, the role chunk and the first token leave together.
+        true,
       );
     },
   });

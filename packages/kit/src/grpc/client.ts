@@ -55,6 +55,8 @@ export function createClient<D extends object>(definition: D, address: string, o
     'grpc.initial_reconnect_backoff_ms': 200,
     'grpc.max_reconnect_backoff_ms': 2_000,
     'grpc.max_receive_message_length': 4 * 1024 * 1024,
+    // Channelz's per-call and per-message counters and timestamps: kit never serves channelz.
+    'grpc.enable_channelz': 0,
     // Several replicas behind one name (`dns:///chat:50054` on a headless Service, or `ipv4:a:1,b:2` in
     // start:cluster): one connection to each, calls spread over every ready one, and one that went away skipped.
     'grpc.service_config': ROUND_ROBIN,
