@@ -2,7 +2,8 @@
  * The OpenAI-compatible API through the whole system as `npm start` runs it, against the fake OpenAI server in a
  * process of its own, in each layout of BENCH_OPENAI_LAYOUTS (default `combined,replicated`), one after the other:
  * `combined` is `npm start` (every service in one process), `replicated` is `npm run start:cluster` (REPLICAS=2
- * GATEWAYS=2 SVC_LAYOUT=per-service; the load goes to the first gateway, as a client given one address would).
+ * GATEWAYS=2 SVC_LAYOUT=per-service; gateway N listens on PORT+N-1, and the clients of both parts are spread over the
+ * gateways round-robin, client k to gateway k mod GATEWAYS, as a load balancer in front of them would).
  * Each layout's figures are reported beside the others (`layouts.<name>` in bench/results/openai.json).
  *
  * Time to first token added by the platform (issue 32: p50 under 1 ms, p99 under 5 ms with one client; p99 under
@@ -18,8 +19,11 @@
  *
  * Load: BENCH_OPENAI_CLIENTS (32) clients sending non-streamed `POST /v1/chat/completions` back to back for
  * BENCH_OPENAI_LOAD_SECONDS (15) per round, BENCH_OPENAI_LOAD_ROUNDS (3) rounds: requests a second, the system's CPU
- * per call, and the answers by status (every one must be a 2xx; the bench tenant has credits and limits to spare). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same run
- * (both parts), the two taking turns to go first. BENCH_OPENAI_ONLY=ttft|load runs one part.
+ * per call, and the answers by status (every one must be a 2xx; the bench tenant has credits and limits to spare);
+ * with several gateways, one autocannon per gateway with its share of the clients, run together and summed (p50 and
+ * p99 are the slowest gateway's). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same
+ * run (both parts), the two taking turns to go first (a checkout whose second gateway has no known port gets the whole
+ * load on its first). BENCH_OPENAI_ONLY=ttft|load runs one part.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -101,7 +105,10 @@ const post = (authorization: string, body: unknown): RequestInit => ({
 
 interface System {
   name: string;
+  /** The first gateway's URL (the tenant is set up through it). */
   base: string;
+  /** Every gateway's URL: client k of a part calls `bases[k % bases.length]`. */
+  bases: string[];
   apiKey: string;
   /** The launcher's process: its tree is the whole system (for the CPU it spends). */
   pid: number;
@@ -154,8 +161,9 @@ async function stopSystems(systems: System[]): Promise<void> {
 async function startSystems(llmUrl: string, layout: Record<string, string>): Promise<System[]> {
   const systems: System[] = [];
   for (const [name, root] of [['this', ROOT], ...(BEFORE ? [['before', resolve(BEFORE)]] : [])]) {
-    const { port, pid } = await startNpmStart(root, { ...layout, EGRESS_ALLOW_PRIVATE: 'true', BILLING_STARTING_GRANT: '1000000000' });
-    const base = `http://127.0.0.1:${port}`;
+    const { ports, pid } = await startNpmStart(root, { ...layout, EGRESS_ALLOW_PRIVATE: 'true', BILLING_STARTING_GRANT: '1000000000' });
+    const bases = ports.map((port) => `http://127.0.0.1:${port}`);
+    const base = bases[0];
     const tenant = await benchTenant(`${base}/api/v1`);
     await call(`${base}/api/v1`, 'PATCH', '/tenant/settings/llm', tenant.accessToken, {
       provider: 'openai',
@@ -163,7 +171,7 @@ async function startSystems(llmUrl: string, layout: Record<string, string>): Pro
       baseUrl: llmUrl,
       apiKey: 'sk-bench',
     });
-    systems.push({ name, base, apiKey: tenant.apiKey, pid });
+    systems.push({ name, base, bases, apiKey: tenant.apiKey, pid });
   }
   return systems;
 }
@@ -175,7 +183,6 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
   const responses: number[] = [];
   const restChat: number[] = [];
   const bearer = `Bearer ${s.apiKey}`;
-  const api = `${s.base}/api/v1`;
   const messages = (i: number) => [{ role: 'user', content: `ttft probe ${i}` }];
   // Answers other than 200 from the system, by status: a round with one is not timed, and the bench goes on (an
   // earlier checkout's failures are measured; this one's fail the bench at the end).
@@ -187,7 +194,7 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
       return null;
     });
   /** REST chat: the message posted (202), then its reply's stream read to the first delta, timed from the post. */
-  const restChatTtft = async (session: string, i: number): Promise<number | null> => {
+  const restChatTtft = async (api: string, session: string, i: number): Promise<number | null> => {
     const t0 = now();
     const posted = await fetch(`${api}/chat/sessions/${session}/messages`, post(bearer, { content: `ttft probe ${i}` }));
     if (posted.status !== 202) {
@@ -204,7 +211,10 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
     );
     return streamed === null ? null : sentAt + streamed;
   };
-  const client = async () => {
+  // Client k calls gateway k mod the gateways (round-robin, as a load balancer would spread them).
+  const client = async (_: unknown, k: number) => {
+    const base = s.bases[k % s.bases.length];
+    const api = `${base}/api/v1`;
     let session = '';
     for (let i = 0; i < rounds + WARMUP; i++) {
       // A fresh session every 50 messages keeps the history (sent to the model each time) short.
@@ -215,17 +225,17 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
         /"content":"[^"]/,
       );
       const c = await through(
-        `${s.base}/v1/chat/completions`,
+        `${base}/v1/chat/completions`,
         post(bearer, { model: 'gpt-bench', stream: true, messages: messages(i) }),
         /"content":"[^"]/,
       );
       // store: false keeps the bench from filling sessions; the chunks are stored all the same.
       const r = await through(
-        `${s.base}/v1/responses`,
+        `${base}/v1/responses`,
         post(bearer, { model: 'gpt-bench', stream: true, store: false, input: `ttft probe ${i}` }),
         /response\.output_text\.delta/,
       );
-      const rc = await restChatTtft(session, i);
+      const rc = await restChatTtft(api, session, i);
       if (i < WARMUP || c === null || r === null || rc === null) continue;
       direct.push(d);
       completions.push(c);
@@ -283,6 +293,33 @@ function msPerCall(before: Map<string, number>, after: Map<string, number>, call
   return { total: round2(rows.reduce((n, [, ms]) => n + ms, 0)), ...Object.fromEntries(rows) };
 }
 
+/**
+ * `POST /v1/chat/completions` load with its clients spread over the gateways round-robin (client k to gateway k mod
+ * the gateways): one autocannon per gateway with its share, all at once; their counts summed, p50 and p99 the slowest
+ * gateway's.
+ */
+async function loadSpread(bases: string[], options: Parameters<typeof load>[1]): Promise<LoadResult> {
+  // Gateway g has the clients k = g, g + n, g + 2n, ... below options.connections (n gateways).
+  const shares = bases
+    .map((base, g) => ({ base, connections: Math.ceil((options.connections - g) / bases.length) }))
+    .filter((share) => share.connections > 0);
+  const rs = await Promise.all(
+    shares.map((share) => load(`${share.base}/v1/chat/completions`, { ...options, connections: share.connections })),
+  );
+  const statuses: Record<string, number> = {};
+  for (const r of rs) for (const [status, n] of Object.entries(r.statuses)) statuses[status] = (statuses[status] ?? 0) + n;
+  const sum = (pick: (r: LoadResult) => number) => rs.reduce((n, r) => n + pick(r), 0);
+  return {
+    requests: sum((r) => r.requests),
+    rps: sum((r) => r.rps),
+    p50: Math.max(...rs.map((r) => r.p50)),
+    p99: Math.max(...rs.map((r) => r.p99)),
+    errors: sum((r) => r.errors),
+    non2xx: sum((r) => r.non2xx),
+    statuses,
+  };
+}
+
 async function loadPhase(systems: System[]) {
   // CPU-seconds the system's processes spent per round: on a machine shared with other work, CPU per call is steadier
   // than calls per second (which counts the time other processes held the cores).
@@ -291,7 +328,7 @@ async function loadPhase(systems: System[]) {
   for (let round = 1; round <= LOAD_ROUNDS; round++) {
     for (const s of round % 2 ? systems : [...systems].reverse()) {
       const cpu0 = cpuByProcess(s.pid);
-      const r = await load(`${s.base}/v1/chat/completions`, {
+      const r = await loadSpread(s.bases, {
         connections: CLIENTS,
         seconds: LOAD_SECONDS,
         method: 'POST',

@@ -11,7 +11,9 @@
  *
  * `npm run start:cluster` (REPLICAS=2, GATEWAYS=2): what a Kubernetes deployment runs, here: several replicas of each
  * service (REPLICATED_SERVICES, default all) on the same store and bus files, reached round-robin by the gateways,
- * and several gateways sharing one Redis (REDIS_URL, or a redis-server started here).
+ * and several gateways sharing one Redis (REDIS_URL, or a redis-server started here). Gateway N listens on PORT+N-1
+ * (the first on PORT, as with one), so each has an address known before start that it keeps across restarts; with
+ * PORT=0 the kernel picks each one's. The ready line lists them all (`gateways`).
  *
  * Run compiled (`dist/start.js`, what `npm start` does after scripts/build.mjs) it starts the compiled entries; run
  * from source through tsx it starts the sources the same way.
@@ -129,21 +131,34 @@ function layout(): 'combined' | 'per-service' {
 type Ports = Record<string, number[]>;
 
 /**
+ * The port of each gateway: the first on PORT (the gateway's own default, 8080, when unset), gateway N on PORT+N-1;
+ * PORT=0 gives each a port of the kernel's choosing.
+ */
+function gatewayPorts(gateways: number): number[] {
+  const first = Number(process.env.PORT ?? 8080);
+  if (gateways > 1 && (!Number.isInteger(first) || first < 0 || first + gateways - 1 > 65535))
+    throw new Error(`PORT must be an integer from 0 to ${65536 - gateways} with GATEWAYS=${gateways}`);
+  return Array.from({ length: gateways }, (_, i) => (first === 0 ? 0 : first + i));
+}
+
+/**
  * A port for every replica of every service, and the addresses clients dial (SERVICE_ADDR unless the operator set
  * it). A `<NAME>_PORT` setting is kept for the first replica; every other port is picked, avoiding the ports the
- * settings already promise (PORT, METRICS_PORT, the other *_PORT) and each other.
+ * settings already promise (the gateways', METRICS_PORT, the other *_PORT) and each other.
  */
 async function choosePorts(
   env: NodeJS.ProcessEnv,
   host: string,
   replicas: number,
   replicated: string[],
+  gatewayAt: number[],
 ): Promise<{ ports: Ports; addrs: NodeJS.ProcessEnv }> {
-  const taken = new Set(
-    Object.entries(process.env)
+  const taken = new Set([
+    ...Object.entries(process.env)
       .filter(([key, value]) => key.endsWith('PORT') && /^\d+$/.test(value ?? ''))
       .map(([, value]) => Number(value)),
-  );
+    ...gatewayAt,
+  ]);
   const ports: Ports = {};
   const addrs: NodeJS.ProcessEnv = {};
   for (const name of SERVICES) {
@@ -171,12 +186,13 @@ async function startServices<T>(
   host: string,
   replicas: number,
   replicated: string[],
+  gatewayAt: number[],
   alongside: (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) => Promise<T>,
 ): Promise<T> {
   // A port picked here can be taken by another program before the service binds it (another launcher on the same
   // machine picking at the same moment): the service then exits with EXIT_PORT_IN_USE and this tries new ports.
   for (let attempt = 1; ; attempt++) {
-    const { ports, addrs } = await choosePorts(env, host, replicas, replicated);
+    const { ports, addrs } = await choosePorts(env, host, replicas, replicated, gatewayAt);
     const withAddrs = { ...env, ...addrs };
     const parts: Array<Promise<number>> = [];
     const replicaEnv = (i: number, names: readonly string[]) => ({
@@ -237,6 +253,7 @@ async function main(): Promise<void> {
   const mode = layout();
   const replicas = count('REPLICAS', 1);
   const gateways = count('GATEWAYS', 1);
+  const gatewayAt = gatewayPorts(gateways);
   const replicated = (process.env.REPLICATED_SERVICES ?? SERVICES.join(',')).split(',').map((s) => s.trim());
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir };
   if (gateways > 1 && !env.REDIS_URL) env.REDIS_URL = await startRedis(host);
@@ -244,15 +261,20 @@ async function main(): Promise<void> {
   const startGateways = (withAddrs: NodeJS.ProcessEnv, servicesUp: Promise<unknown>) =>
     Promise.all(
       Array.from({ length: gateways }, async (_, i) => {
-        const gwEnv = { ...withAddrs, INSTANCE_ID: `gateway-${i + 1}`, SVC_WAIT_FOR_PEERS: '1', ...(i > 0 ? { PORT: '0' } : {}) };
+        const gwEnv = {
+          ...withAddrs,
+          INSTANCE_ID: `gateway-${i + 1}`,
+          SVC_WAIT_FOR_PEERS: '1',
+          ...(i > 0 ? { PORT: String(gatewayAt[i]) } : {}),
+        };
         const port = await launch(gateways > 1 ? `gateway-${i + 1}` : 'gateway', entryOf({ kind: 'gateway' }), gwEnv, [], servicesUp);
         return `http://${process.env.HOST || '127.0.0.1'}:${port}`;
       }),
     );
-  const urls = await startServices(env, mode, host, replicas, replicated, startGateways);
+  const urls = await startServices(env, mode, host, replicas, replicated, gatewayAt, startGateways);
   logger.info(
     { url: urls[0], gateways: urls, dataDir, layout: mode, services: SERVICES, replicas, startupMs: Date.now() - started },
-    `system ready at ${urls[0]}`,
+    `system ready at ${urls[0]}${urls.length > 1 ? ` (gateways: ${urls.join(', ')})` : ''}`,
   );
 }
 

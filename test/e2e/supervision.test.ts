@@ -2,6 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { reservablePorts } from '@svc/kit/ports';
 import { client, eventually, signUp } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
 import { linkToken, startMailServer, type MailServer } from '../helpers/smtp';
@@ -130,6 +131,30 @@ it('restarts the services process of the default layout; the gateway answers 503
   expect(back.status).toBe(200);
   expect(back.body.data.name).toBe('kept too');
   expect(await readyWithin(api, 5000)).toBe(200);
+  expect(await system.stop()).toBe(0);
+  system = null;
+});
+
+it('several gateways: gateway N listens on PORT+N-1, named in the ready line, and a SIGKILLed one comes back there', async () => {
+  const [port] = await reservablePorts(2);
+  system = await startSystem({ DATA_DIR: dataDir, GATEWAYS: '2', PORT: String(port) });
+  const urls = [`http://127.0.0.1:${port}`, `http://127.0.0.1:${port + 1}`];
+  expect(system.url).toBe(urls[0]);
+  expect(system.output()).toContain(`system ready at ${urls[0]} (gateways: ${urls.join(', ')})`);
+  const [first, second] = urls.map((url) => client(url));
+  const owner = await signUp(first, 'Two gateways');
+  expect((await second.get('/api/v1/tenant', { token: owner.accessToken })).status).toBe(200);
+
+  // The second gateway's process (both run dist/gateway.js; the launcher names each in INSTANCE_ID).
+  const [killed] = system.pids('gateway').filter((pid) => processesWith('INSTANCE_ID=gateway-2').includes(pid));
+  process.kill(killed, 'SIGKILL');
+  // Back at the same address: a restart keeps the port.
+  await eventually(
+    async () => system!.output().includes('gateway-2 restarted') && (await second.get('/readyz')).status === 200,
+    60_000,
+    200,
+  );
+  expect((await second.get('/api/v1/tenant', { token: owner.accessToken })).status).toBe(200);
   expect(await system.stop()).toBe(0);
   system = null;
 });

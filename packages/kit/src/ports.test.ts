@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
-import { isPortInUse, reservablePort } from './ports';
+import { isPortInUse, reservablePort, reservablePorts } from './ports';
 
 const listen = (port: number) =>
   new Promise<Server>((ok, fail) => {
@@ -36,6 +36,19 @@ describe('reservablePort', () => {
     } finally {
       srv.close();
     }
+  });
+});
+
+describe('reservablePorts', () => {
+  it('hands out a run of consecutive ports none of which is promised, and adds them all to `taken`', async () => {
+    // Left free: a lone port (no run of 3 fits there) and one run of 3 at the range's end.
+    const left = [21_000, 31_997, 31_998, 31_999];
+    const taken = new Set<number>();
+    for (let p = 20_000; p < 32_000; p++) if (!left.includes(p)) taken.add(p);
+    expect(await reservablePorts(3, '127.0.0.1', taken)).toEqual([31_997, 31_998, 31_999]);
+    expect(taken.has(31_998)).toBe(true);
+    await expect(reservablePorts(2, '127.0.0.1', taken)).rejects.toThrow('no free port found');
+    expect(await reservablePorts(1, '127.0.0.1', taken)).toEqual([21_000]);
   });
 });
 

@@ -8,19 +8,34 @@ import { createServer } from 'node:net';
  * pick is added to it.
  */
 export async function reservablePort(host = '127.0.0.1', taken: Set<number> = new Set()): Promise<number> {
+  return (await reservablePorts(1, host, taken))[0];
+}
+
+/**
+ * `count` consecutive ports (p, p+1, ...), each free as reservablePort's pick is: for a launcher told PORT whose
+ * gateway N listens on PORT+N-1 (GATEWAYS, scripts/start.ts). The picks are added to `taken`.
+ */
+export async function reservablePorts(count: number, host = '127.0.0.1', taken: Set<number> = new Set()): Promise<number[]> {
   // From a random place in the range onwards: launchers starting together rarely probe the same port first, and a
-  // free port is found whenever one exists.
+  // free run is found whenever one exists.
   const start = Math.floor(Math.random() * RANGE.size);
   for (let i = 0; i < RANGE.size; i++) {
-    const port = RANGE.first + ((start + i) % RANGE.size);
-    if (taken.has(port) || !(await bindable(port, host))) continue;
-    taken.add(port);
-    return port;
+    const first = RANGE.first + ((start + i) % RANGE.size);
+    const run = Array.from({ length: count }, (_, k) => first + k);
+    if (first + count > RANGE.first + RANGE.size || run.some((port) => taken.has(port))) continue;
+    if (!(await everyBindable(run, host))) continue;
+    for (const port of run) taken.add(port);
+    return run;
   }
   throw new Error(`no free port found between ${RANGE.first} and ${RANGE.first + RANGE.size - 1}`);
 }
 
 const RANGE = { first: 20_000, size: 12_000 };
+
+async function everyBindable(ports: number[], host: string): Promise<boolean> {
+  for (const port of ports) if (!(await bindable(port, host))) return false;
+  return true;
+}
 
 function bindable(port: number, host: string): Promise<boolean> {
   return new Promise((ok) => {

@@ -12,7 +12,8 @@
  * carved before the holder's lease ended has settled (or its reply's sweep billed it), and only the rest goes back to
  * `available`. A billing restart forgets what it saw, which only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSweeper, type Store, type StoreSession } from '@svc/kit';
+import { AppError, DuplicateKeyError, monotonicNow, nowIso, pages, StaleSweeper } from '@svc/kit';
+import type { Logger, Store, StoreSession } from '@svc/kit';
 import { accounts, escrows, type EscrowDoc } from './collections';
 import { accountOf } from './ledger';
 import { creditsOf } from './reservations';
@@ -176,18 +177,13 @@ export class EscrowSweeper extends StaleSweeper {
 
   protected async pass(): Promise<number> {
     let expired = 0;
-    for (const status of ['open', 'returned'] as const) {
-      let cursor: string | null = null;
-      do {
-        const page = await this.store.collection(escrows).find({ status }, { limit: 500, cursor, order: 'asc' });
-        for (const e of page.items) {
+    for (const status of ['open', 'returned'] as const)
+      for await (const page of pages(this.store.collection(escrows), { status }, { limit: 500, order: 'asc' }))
+        for (const e of page) {
           if (!this.watch.stale(e.id, `${e.status}:${e.beat}`, e.leaseMs + e.graceMs)) continue;
           this.watch.forget(e.id);
           if (await expireEscrow(this.store, e)) expired++;
         }
-        cursor = page.nextCursor;
-      } while (cursor);
-    }
     if (expired) this.logger.warn({ expired }, 'expired escrows their holder stopped renewing');
     return expired;
   }

@@ -10,7 +10,8 @@
  * no clocks across machines: a sweeper expires a reservation after it has itself seen it open for its TTL on its
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
-import { AppError, DuplicateKeyError, type Logger, monotonicNow, nowIso, StaleSweeper, type Store, type StoreSession } from '@svc/kit';
+import { AppError, DuplicateKeyError, monotonicNow, nowIso, pages, StaleSweeper } from '@svc/kit';
+import type { Logger, Store, StoreSession } from '@svc/kit';
 import { domainMetrics } from '@svc/contracts';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, type KeyBudget } from './key-budget';
@@ -154,16 +155,12 @@ export class ReservationSweeper extends StaleSweeper {
 
   protected async pass(): Promise<number> {
     let expired = 0;
-    let cursor: string | null = null;
-    do {
-      const page = await this.store.collection(reservations).find({ status: 'open' }, { limit: 500, cursor, order: 'asc' });
-      for (const r of page.items) {
+    for await (const page of pages(this.store.collection(reservations), { status: 'open' }, { limit: 500, order: 'asc' }))
+      for (const r of page) {
         if (!this.watch.stale(r.id, 'open', r.ttlMs)) continue;
         this.watch.forget(r.id);
         if (await this.store.transaction((tx) => closeReservation(tx, r.tenantId, r.callId, 'expired'))) expired++;
       }
-      cursor = page.nextCursor;
-    } while (cursor);
     if (expired) {
       domainMetrics.reservationsExpired.inc(expired);
       this.logger.warn({ expired }, 'expired reservations that nothing settled or released');

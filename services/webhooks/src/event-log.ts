@@ -13,6 +13,7 @@ import {
   Retention,
   type Logger,
   type Page,
+  pages,
   type SortRange,
   type Store,
   type StoreSession,
@@ -180,12 +181,8 @@ export class EventLog {
   async forEachPage(tenantId: string, types: string[], window: Window, visit: (page: EventDoc[]) => Promise<void>): Promise<void> {
     const where = types.length === 1 ? { tenantId, type: types[0] } : { tenantId };
     const range = this.range(window);
-    let cursor: string | null = null;
-    do {
-      const page: Page<EventDoc> = await this.store.collection(events).find(where, { order: 'asc', limit: 200, cursor, range });
-      await visit(page.items.filter((e) => types.includes(e.type)));
-      cursor = page.nextCursor;
-    } while (cursor);
+    for await (const page of pages(this.store.collection(events), where, { order: 'asc', limit: 200, range }))
+      await visit(page.filter((e) => types.includes(e.type)));
   }
 
   /** The store range of a window, never reaching past the retention. */

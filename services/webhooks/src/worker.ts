@@ -20,6 +20,7 @@ import {
   monotonicNow,
   newHolderId,
   nowIso,
+  pages,
   type EgressRequest,
   type EgressPolicy,
   type Logger,
@@ -182,13 +183,9 @@ export class DeliveryWorker {
   }
 
   private async releaseClaims(): Promise<void> {
-    const col = this.o.store.collection(queue);
-    let cursor: string | null = null;
-    do {
-      const page = await col.find({ claimed: true }, { limit: 500, cursor });
+    for await (const page of pages(this.o.store.collection(queue), { claimed: true }, { limit: 500 })) {
       // Claims without an owner were made before owners were recorded: only a crashed SQLite process left those.
-      const gone = page.items.filter((i) => (i.claimOwner ? holderIsGone(i.claimOwner) : this.o.store.kind === 'sqlite'));
-      cursor = page.nextCursor;
+      const gone = page.filter((i) => (i.claimOwner ? holderIsGone(i.claimOwner) : this.o.store.kind === 'sqlite'));
       if (gone.length === 0) continue;
       await this.o.store.transaction(async (tx) => {
         for (const item of gone)
@@ -196,7 +193,7 @@ export class DeliveryWorker {
             .collection(queue)
             .update(item.id, claimOf(item), { claimed: false, dueUs: nextDueUs(), claimGen: (item.claimGen ?? 0) + 1 });
       });
-    } while (cursor);
+    }
   }
 
   /**

@@ -1,6 +1,7 @@
 export * from './types';
 export { encodeCursor, decodeCursor, clampLimit } from './cursor';
 export { openSqliteStore } from './sqlite';
+export { pages } from './pages';
 
 import { openSqliteStore } from './sqlite';
 import type { Store } from './types';

@@ -26,6 +26,7 @@ import {
   newId,
   type OutboxRelay,
   nowIso,
+  pages,
   type Store,
   type StoreSession,
 } from '@svc/kit';
@@ -358,14 +359,12 @@ export class AuditChainer {
     const head = await this.store.collection(auditHeads).get(tenantId);
     const col = this.store.collection(auditLog);
     const verifier = new ChainVerifier();
-    let cursor: string | null = null;
     let lastId: string | null = null;
     let lastSeq: number | null = null;
     let seqGap: string | null = null;
     let startBroken: string | null = null;
-    do {
-      const page = await col.find({ tenantId }, { order: 'asc', limit: 500, cursor });
-      for (const e of page.items) {
+    for await (const page of pages(col, { tenantId }, { order: 'asc', limit: 500 }))
+      for (const e of page) {
         // The oldest kept entry follows the last one retention deleted (or starts the chain).
         if (lastSeq === null && (e.seq !== (head?.prunedSeq ?? 0) + 1 || e.prevHash !== (head?.prunedHash ?? null))) startBroken = e.id;
         if (lastSeq !== null && e.seq !== lastSeq + 1 && !seqGap) seqGap = e.id;
@@ -373,8 +372,6 @@ export class AuditChainer {
         lastId = e.id;
         lastSeq = e.seq;
       }
-      cursor = page.nextCursor;
-    } while (cursor);
     // With every entry dropped by retention nothing is left to check; entries missing otherwise have no id to name.
     if (lastId === null) return { valid: !head || head.seq === (head.prunedSeq ?? 0), entries: 0, firstBrokenId: null };
     const result = verifier.result(head?.hash ?? null, lastId);

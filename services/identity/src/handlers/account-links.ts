@@ -4,7 +4,7 @@
  * Forgot-password answers the same for every address and does the same work (a token made and hashed, a
  * transaction run) whether or not an account has it: only a known address gets an email.
  */
-import { type CallContext, errors, nowIso, sha256Hex, type StoreSession } from '@svc/kit';
+import { type CallContext, errors, nowIso, pages, sha256Hex, type StoreSession } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { accountTokens, sessions, users, type AccountTokenDoc, type UserDoc } from '../collections';
 import type { IdentityDeps } from '../context';
@@ -93,13 +93,8 @@ export function accountLinkHandlers(deps: IdentityDeps) {
         // The link came to the address: it is verified too.
         await tx.collection(users).update(user.id, {}, { passwordHash, emailVerified: true, updatedAt: nowIso() });
         // Every session ends (its refresh tokens with it); the feed tells gateways to refuse its access tokens.
-        let cursor: string | null = null;
-        do {
-          const page = await tx.collection(sessions).find({ userId: user.id }, { limit: 200, cursor });
-          for (const s of page.items)
-            if (!s.revokedAt) await tx.collection(sessions).update(s.id, { revokedAt: null }, { revokedAt: nowIso() });
-          cursor = page.nextCursor;
-        } while (cursor);
+        for await (const page of pages(tx.collection(sessions), { userId: user.id }, { limit: 200 }))
+          for (const s of page) if (!s.revokedAt) await tx.collection(sessions).update(s.id, { revokedAt: null }, { revokedAt: nowIso() });
         await recordRevocation(tx, 'user', user.id);
         await recordAudit(
           tx,

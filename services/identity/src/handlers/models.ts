@@ -4,7 +4,7 @@
  * agents, returns them decrypted (or read from the named secret at that moment) with each entry's effective price.
  */
 import { auditChange } from '../audit/log';
-import { type CallContext, EgressError, errors, newId, nowIso, resolveAndCheck } from '@svc/kit';
+import { type CallContext, EgressError, errors, newId, nowIso, pages, resolveAndCheck } from '@svc/kit';
 import { resolvePrice } from '@svc/llm';
 import type { eventsV1, identityV1 } from '@svc/proto';
 import { identityCaps } from '../caps';
@@ -236,10 +236,8 @@ export function modelHandlers(deps: IdentityDeps) {
       requireAuth(ctx);
       const tenantId = ctx.auth.tid;
       const out: identityV1.ResolvedModel[] = [];
-      let cursor: string | null = null;
-      do {
-        const page = await col.find(req.name ? { tenantId, name: req.name } : { tenantId }, { limit: 100, cursor, order: 'asc' });
-        for (const d of page.items)
+      for await (const page of pages(col, req.name ? { tenantId, name: req.name } : { tenantId }, { limit: 100, order: 'asc' }))
+        for (const d of page)
           if (d.enabled)
             out.push({
               id: d.id,
@@ -254,8 +252,6 @@ export function modelHandlers(deps: IdentityDeps) {
               price: priceOf(d),
               maxOutputTokens: d.maxOutputTokens ?? undefined,
             });
-        cursor = page.nextCursor;
-      } while (cursor);
       return { models: out };
     },
   };

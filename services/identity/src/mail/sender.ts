@@ -7,7 +7,17 @@
  * outbox relay's rule); never by comparing times written by another machine. A send that a crash cut short is sent
  * again by the next holder with the same Message-ID.
  */
-import { holderIsGone, holderStarted, holderStopped, LeaseWatch, type Logger, monotonicNow, newHolderId, type Store } from '@svc/kit';
+import {
+  holderIsGone,
+  holderStarted,
+  holderStopped,
+  LeaseWatch,
+  type Logger,
+  monotonicNow,
+  newHolderId,
+  pages,
+  type Store,
+} from '@svc/kit';
 import { emailOutbox, type EmailDoc } from './outbox';
 import type { SendEmail } from './transport';
 
@@ -79,17 +89,12 @@ export class EmailSender {
   }
 
   private async drain(): Promise<void> {
-    const col = this.o.store.collection(emailOutbox);
-    let cursor: string | null = null;
-    do {
-      const page = await col.find({}, { order: 'asc', limit: BATCH, cursor, durable: true });
-      for (const doc of page.items) {
+    for await (const page of pages(this.o.store.collection(emailOutbox), {}, { order: 'asc', limit: BATCH, durable: true }))
+      for (const doc of page) {
         if (this.stopped) return;
         const claimed = await this.claim(doc);
         if (claimed) await this.deliver(claimed);
       }
-      cursor = page.nextCursor;
-    } while (cursor);
   }
 
   /** The email claimed for this process, or null when it is not due or another live process holds it. */
