@@ -39,24 +39,25 @@ const MAX_IDS = 100;
 export const minuteOf = (ms: number) => Math.floor(ms / 60_000) * 60;
 export const monthOf = (ms: number) => new Date(ms).toISOString().slice(0, 7);
 
+/** A key's usage document with zero counts, its windows those of `now`. */
+export function newKeyUsage(tenantId: string, keyId: string, now: number): KeyUsageDoc {
+  return {
+    id: keyUsageId(tenantId, keyId),
+    tenantId,
+    minute: minuteOf(now),
+    minuteTokens: 0,
+    month: monthOf(now),
+    monthCredits: 0,
+    totalCredits: 0,
+    reserved: 0,
+    createdAt: nowIso(),
+  };
+}
+
 /** The key's usage document in the caller's transaction, created with zero counts on the key's first use. */
 export async function keyUsageOf(tx: StoreSession, tenantId: string, keyId: string, now = Date.now()): Promise<KeyUsageDoc> {
   const col = tx.collection(keyUsage);
-  const id = keyUsageId(tenantId, keyId);
-  return (
-    (await col.get(id, { tenantId })) ??
-    (await col.insert({
-      id,
-      tenantId,
-      minute: minuteOf(now),
-      minuteTokens: 0,
-      month: monthOf(now),
-      monthCredits: 0,
-      totalCredits: 0,
-      reserved: 0,
-      createdAt: nowIso(),
-    }))
-  );
+  return (await col.get(keyUsageId(tenantId, keyId), { tenantId })) ?? (await col.insert(newKeyUsage(tenantId, keyId, now)));
 }
 
 export function keyUsageHandlers(store: Store, now: () => number = Date.now) {

@@ -21,7 +21,7 @@ import { alertsOf, entryCrossings, keySpendCrossings, type AlertsDoc } from './a
 import { accounts, reservations, type AccountDoc, type EntryKind } from './collections';
 import { addToCounter } from './counters';
 import { spentIn } from './key-budget';
-import { keyUsage, keyUsageId, minuteOf, monthOf, type KeyUsageDoc } from './key-usage';
+import { keyUsage, keyUsageId, minuteOf, monthOf, newKeyUsage, type KeyUsageDoc } from './key-usage';
 
 const dayOf = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
@@ -178,44 +178,35 @@ export class Tally {
     this.counters.clear();
   }
 
-  /**
-   * The account moved by what is pending; created when an entry moves it (a reservation's move before its creation
-   * in the transaction is none: no reservation of an account that did not exist). Null: no account, nothing written.
-   */
-  private async writeAccount(tenantId: string, m: Moved<AccountDoc, EntryMove>): Promise<AccountDoc | null> {
-    const col = this.tx.collection(accounts);
-    let doc = await moved(col, tenantId, {}, m.pending);
-    if (!doc) {
-      if (m.moves.length > 0) {
-        await col.insert(newAccount(tenantId));
-        doc = await moved(col, tenantId, {}, { ...m.pending, reserved: 0 });
-      }
-    }
-    m.pending = {};
-    m.doc = doc;
-    return doc;
+  /** The account moved by what is pending (write). */
+  private writeAccount(tenantId: string, m: Moved<AccountDoc, EntryMove>): Promise<AccountDoc | null> {
+    return this.write(this.tx.collection(accounts), tenantId, {}, m, () => newAccount(tenantId));
   }
 
-  /** The key's document moved by what is pending; created when a spend moves it (as writeAccount). */
-  private async writeKey(m: KeyMoved): Promise<KeyUsageDoc | null> {
-    const { tenantId } = m;
+  /** The key's usage document moved by what is pending (write), its windows those of its first spend when new. */
+  private writeKey(m: KeyMoved): Promise<KeyUsageDoc | null> {
     const col = this.tx.collection(keyUsage);
-    const id = keyUsageId(tenantId, m.keyId);
-    let doc = await moved(col, id, { tenantId }, m.pending);
+    return this.write(col, keyUsageId(m.tenantId, m.keyId), { tenantId: m.tenantId }, m, () =>
+      newKeyUsage(m.tenantId, m.keyId, m.moves[0].at),
+    );
+  }
+
+  /**
+   * The document moved by what is pending; created when an entry or a spend moves it (a reservation's move before
+   * its creation in the transaction is none: no reservation of a document that did not exist). Null: no document,
+   * nothing written.
+   */
+  private async write<D extends { id: string }, M>(
+    col: Collection<D>,
+    id: string,
+    where: Where<D>,
+    m: Moved<D, M>,
+    fresh: () => D,
+  ): Promise<D | null> {
+    let doc = await moved(col, id, where, m.pending);
     if (!doc && m.moves.length > 0) {
-      const at = m.moves[0].at;
-      await col.insert({
-        id,
-        tenantId,
-        minute: minuteOf(at),
-        minuteTokens: 0,
-        month: monthOf(at),
-        monthCredits: 0,
-        totalCredits: 0,
-        reserved: 0,
-        createdAt: nowIso(),
-      });
-      doc = await moved(col, id, { tenantId }, { ...m.pending, reserved: 0 });
+      await col.insert(fresh());
+      doc = await moved(col, id, where, { ...m.pending, reserved: 0 });
     }
     m.pending = {};
     m.doc = doc;
