@@ -53,6 +53,10 @@ export function keptKeyLimits(
   const maxKeys = options.maxKeys ?? KEY_LIMITS_KEPT_MAX;
   const now = options.now ?? monotonicNow;
   const kept = new Map<string, Kept>();
+  /** Drops the keys answered longest ago (the map's first) while there are too many. */
+  const trim = () => {
+    while (kept.size > maxKeys) kept.delete(kept.keys().next().value!);
+  };
 
   const question = (id: string, entry: Kept, token: string, at: number): Promise<Limits> => {
     const answer = ask(token);
@@ -68,7 +72,7 @@ export function keptKeyLimits(
         // Re-inserted: the map's order is the order of the last answers, the oldest first to go.
         if (kept.get(id) === entry) kept.delete(id);
         kept.set(id, entry);
-        while (kept.size > maxKeys) kept.delete(kept.keys().next().value!);
+        trim();
       },
       () => {
         if (entry.asking === asking) entry.asking = null;
@@ -83,7 +87,7 @@ export function keptKeyLimits(
   const placed = (id: string): Kept => {
     const entry: Kept = { at: -Infinity, answer: null, asking: null };
     kept.set(id, entry);
-    while (kept.size > maxKeys) kept.delete(kept.keys().next().value!);
+    trim();
     return entry;
   };
 
