@@ -66,6 +66,10 @@ it('signs up, then signs in with the labelled form, and signs out', async () => 
     expect(await page.getByLabel('Email').evaluate((el) => el === (globalThis as any).document.activeElement)).toBe(true);
     await page.getByRole('link', { name: 'Create an account' }).click();
     await page.waitForURL('**/login?signup=1&next=%2Fprojects');
+    // The sign-up form's first field gets the focus once it has rendered (the URL changes before that): typing
+    // before it would go elsewhere. A form that never focuses it fails here.
+    const name = await page.getByLabel('Name').elementHandle();
+    await page.waitForFunction((el) => el === (globalThis as any).document.activeElement, name, { timeout: 5000 });
     await page.keyboard.type('Page User');
     expect(await page.getByLabel('Name').inputValue()).toBe('Page User');
     await page.getByLabel('Email').fill(email);
