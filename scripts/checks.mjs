@@ -1,14 +1,22 @@
 /**
- * `npm test`'s checks before Jest, two at a time (the CI machine has two cores), from a queue rather than in waves:
- * a check that ends frees its core for the next one at once, so a slow one no longer holds back a wave. The npm
- * scripts `typecheck` and `lint` are split at their `&&` into their commands (the two tsc passes, eslint, prettier),
- * which queue separately, the slowest first. The test set-up's downloads (Debian packages, the Kafka broker's jars:
- * test/setup/prepare.ts), which wait on the network more than on a core, run beside the queue from the start. Each
- * one's output is printed whole when it ends; the first failure fails the run once every check has ended.
+ * `npm test`: the checks, then Jest beside the last of them. The checks (the two tsc passes, eslint, prettier, the
+ * SDK, proto and lockfile checks; npm scripts split at their `&&`) come from a queue, the slowest first, on the CI
+ * machine's two cores: a check that ends frees its core for the next at once. The test set-up's downloads (Debian
+ * packages, the Kafka broker's jars: test/setup/prepare.ts), which wait on the network more than on a core, run beside
+ * the queue from the start. Jest starts as soon as they are done, and the queue then goes on one check at a time:
+ * Jest's suites leave a core idle about a tenth of their time (waits on brokers, timers and restarts), which the
+ * checks fill, instead of running first on their own. Each check's output is printed whole when it ends; the run fails
+ * when any check or Jest failed, once all have ended.
+ *
+ *   node scripts/checks.mjs              the checks only
+ *   node scripts/checks.mjs --jest ...   the checks and Jest (what follows --jest goes to Jest)
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SCRIPTS = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).scripts;
 const CORES = 2;
 
@@ -53,14 +61,36 @@ function run({ name, command, args }) {
   });
 }
 
+const jestAt = process.argv.indexOf('--jest');
+const jestArgs = jestAt >= 0 ? process.argv.slice(jestAt + 1) : null;
+
+/** Jest with the terminal as its own (its progress as it goes); resolves true when it passed. */
+function jest(args) {
+  return new Promise((resolve) => {
+    const child = spawn(join(ROOT, 'node_modules/.bin/jest'), args, { stdio: 'inherit', env: { ...process.env, PATH } });
+    child.on('close', (code) => resolve(code === 0));
+  });
+}
+
 const queue = [...QUEUE];
-async function worker() {
+let jestStarted = false;
+/** Slot `slot` of the queue; once Jest runs, only slot 0 takes another check. */
+async function worker(slot) {
   let ok = true;
-  for (let next = queue.shift(); next; next = queue.shift()) ok = (await run(next)) && ok;
+  for (let next = queue.shift(); next; next = slot === 0 || !jestStarted ? queue.shift() : undefined) ok = (await run(next)) && ok;
   return ok;
 }
 
 const started = Date.now();
-const results = await Promise.all([run(PREPARE), ...Array.from({ length: CORES }, worker)]);
-process.stdout.write(`--- checks: ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+const prepared = run(PREPARE);
+const checks = Promise.all(Array.from({ length: CORES }, (_, slot) => worker(slot)));
+const tests = jestArgs
+  ? prepared.then(() => {
+      jestStarted = true;
+      process.stdout.write(`--- jest started after ${((Date.now() - started) / 1000).toFixed(1)} s; checks left: ${queue.length}\n`);
+      return jest(jestArgs);
+    })
+  : Promise.resolve(true);
+const results = [await prepared, ...(await checks), await tests];
+process.stdout.write(`--- ${jestArgs ? 'checks and jest' : 'checks'}: ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
 process.exit(results.every(Boolean) ? 0 : 1);

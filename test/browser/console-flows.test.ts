@@ -627,7 +627,7 @@ it('sets the regional preferences and the file storage on /settings/regions, and
   expect(problems).toEqual([]);
 });
 
-it('passes axe-core on every console and settings page, and /docs, with no serious or critical violation', async () => {
+it('passes axe-core on every console and settings page with no serious or critical violation', async () => {
   const agentId = (await api.get('/api/v1/agents', { token: owner.accessToken })).body.data[0].id;
   const webhookId = (await api.get('/api/v1/webhooks', { token: owner.accessToken })).body.data[0].id;
   const pages = [
@@ -656,8 +656,8 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     '/invitations/not-a-token',
     '/reset-password/not-a-token',
     '/verify-email/not-a-token',
-    // The API reference: Swagger UI with the page's mends (gateway/src/docs/assets, decision 81).
-    '/docs',
+    // The API reference (/docs) is checked by docs.test.ts, with an operation open and tried and the Authorize dialog
+    // open: axe-core over its hundred operations is the costliest page here, and that state holds all of this one's.
   ];
   // An MCP server, so the agent form shows its tools; a CLI login waiting for approval, so /cli/login shows it.
   await api.post('/api/v1/mcp-servers', { name: 'axe-tools', url: mcp.url }, { token: owner.accessToken });
@@ -678,8 +678,6 @@ it('passes axe-core on every console and settings page, and /docs, with no serio
     await step(page, `axe-${path}`, async () => {
       await page.goto(`${stack.url}${path}`);
       await page.getByRole('heading', { level: 1 }).first().waitFor();
-      // /docs: every operation rendered (the viewer sets aria-busy when it is done).
-      if (path === '/docs') await page.locator('#reference[aria-busy="false"]').waitFor({ timeout: 30_000 });
       // The page's data is in: no request in flight for 100 ms.
       await requests.quiet();
       // Evaluated through the DevTools protocol, so the page's CSP (no inline script) stays as it is.

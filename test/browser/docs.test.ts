@@ -171,7 +171,8 @@ it('shows every operation of the OpenAPI document, with schemas, an example, aut
 });
 
 it('passes axe-core with an operation open and tried, its schema expanded, and the Authorize dialog open', async () => {
-  // The console suite checks /docs as it loads; this one checks what opens on a click (same axe-core defaults).
+  // The one axe-core check of /docs (the console suite's page loop leaves it here): the page as it loads, with what
+  // opens on a click on top of it (same axe-core defaults as the console's pages).
   const { page, problems } = await browser.newPage();
   const serious = async () => {
     await page.evaluate(AXE);

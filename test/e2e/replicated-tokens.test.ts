@@ -36,6 +36,10 @@ it('accepts every token any identity replica signs, at every gateway and service
     GATEWAYS: '2',
     SVC_LAYOUT: 'per-service',
     RATE_LIMIT_MAX: '100000',
+    // Sixteen processes start on the 2-core CI machine beside another suite, and the identity replicas share one
+    // SQLite file (each BEGIN IMMEDIATE waits out the other's transaction): a sign-up once took longer than the
+    // default 5 s and came back 504. This suite is about which tokens are accepted, not about latency.
+    GRPC_DEADLINE_MS: '30000',
   });
   expect(system.pids('identity')).toHaveLength(2);
   expect(system.pids('projects')).toHaveLength(2);
