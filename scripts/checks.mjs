@@ -17,7 +17,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SCRIPTS = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).scripts;
+const SCRIPTS = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts;
 const CORES = 2;
 
 /** An npm script's `&&`-joined commands, each run through the shell as npm would run it (node_modules/.bin on PATH). */
@@ -43,7 +43,7 @@ const QUEUE = ['typecheck', 'lint', 'sdk:check', 'proto:check', 'lockfile:check'
   .flatMap(commandsOf)
   .sort((a, b) => (COST[b.args[1]] ?? 0) - (COST[a.args[1]] ?? 0));
 
-const PATH = `${new URL('../node_modules/.bin', import.meta.url).pathname}:${process.env.PATH}`;
+const PATH = `${join(ROOT, 'node_modules/.bin')}:${process.env.PATH}`;
 
 function run({ name, command, args }) {
   return new Promise((resolve) => {
@@ -67,7 +67,7 @@ const jestArgs = jestAt >= 0 ? process.argv.slice(jestAt + 1) : null;
 /** Jest with the terminal as its own (its progress as it goes); resolves true when it passed. */
 function jest(args) {
   return new Promise((resolve) => {
-    const child = spawn(join(ROOT, 'node_modules/.bin/jest'), args, { stdio: 'inherit', env: { ...process.env, PATH } });
+    const child = spawn('jest', args, { stdio: 'inherit', env: { ...process.env, PATH } });
     child.on('close', (code) => resolve(code === 0));
   });
 }

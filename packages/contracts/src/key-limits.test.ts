@@ -14,6 +14,20 @@ function identity() {
 
 const settle = () => new Promise((r) => setImmediate(r));
 
+/**
+ * A kept view (soft 250 ms, hard 500 ms) on the test's clock, over an identity answered by hand, holding key_1's first
+ * answer (1 credit, asked as t1 at time 0). `clock.now` moves time.
+ */
+async function keptWithFirstAnswer(onRefreshError?: (err: unknown) => void) {
+  const clock = { now: 0 };
+  const { asked, ask } = identity();
+  const kept = keptKeyLimits(ask, { softMs: 250, hardMs: 500, now: () => clock.now, onRefreshError });
+  const first = kept('t1', 'ten_1', 'key_1');
+  asked[0].answer(1);
+  const firstAnswer = await first;
+  return { clock, asked, kept, firstAnswer };
+}
+
 test("a key's limits are asked once while fresh, per key, and again once stale", async () => {
   let clock = 0;
   const asked: string[] = [];
@@ -41,15 +55,11 @@ test("a key's limits are asked once while fresh, per key, and again once stale",
 });
 
 test('a busy key never waits: the refresh is in the background, and its answer is aged from when it was asked', async () => {
-  let clock = 0;
-  const { asked, ask } = identity();
-  const kept = keptKeyLimits(ask, { softMs: 250, hardMs: 500, now: () => clock });
-  const first = kept('t1', 'ten_1', 'key_1');
-  asked[0].answer(1);
+  const { clock, asked, kept, firstAnswer } = await keptWithFirstAnswer();
   let answered = 1;
-  expect(await first).toEqual(limits(1));
+  expect(firstAnswer).toEqual(limits(1));
   for (let step = 1; step <= 40; step++) {
-    clock = step * 100;
+    clock.now = step * 100;
     let served = false;
     void kept(`t${step}`, 'ten_1', 'key_1').then(() => (served = true));
     await Promise.resolve();
@@ -67,16 +77,11 @@ test('a busy key never waits: the refresh is in the background, and its answer i
 });
 
 test('an answer older than the hard age is never served: the call waits for a new one', async () => {
-  let clock = 0;
-  const { asked, ask } = identity();
-  const kept = keptKeyLimits(ask, { softMs: 250, hardMs: 500, now: () => clock });
-  const first = kept('t1', 'ten_1', 'key_1');
-  asked[0].answer(1);
-  await first;
-  clock = 499;
+  const { clock, asked, kept } = await keptWithFirstAnswer();
+  clock.now = 499;
   expect(await kept('t2', 'ten_1', 'key_1')).toEqual(limits(1)); // served; a refresh is asked
   expect(asked).toHaveLength(2);
-  clock = 500;
+  clock.now = 500;
   // The refresh (asked at 499) is still out: the call waits for it rather than take the answer of 0.
   let got: unknown;
   const waiting = kept('t3', 'ten_1', 'key_1').then((v) => (got = v));
@@ -87,10 +92,10 @@ test('an answer older than the hard age is never served: the call waits for a ne
   await waiting;
   expect(got).toEqual(limits(2));
   // A question asked more than the hard age ago is not waited on: its answer could not be served.
-  clock = 1100;
+  clock.now = 1100;
   const late = kept('t4', 'ten_1', 'key_1');
   expect(asked).toHaveLength(3);
-  clock = 1700;
+  clock.now = 1700;
   const later = kept('t5', 'ten_1', 'key_1');
   expect(asked).toHaveLength(4);
   asked[3].answer(4);
@@ -128,29 +133,24 @@ test('a failed answer is not kept: the next call asks again', async () => {
 });
 
 test('a failed refresh keeps the older answer until its hard age, then the call waits and gets the error', async () => {
-  let clock = 0;
-  const { asked, ask } = identity();
   const refreshErrors: unknown[] = [];
-  const kept = keptKeyLimits(ask, { softMs: 250, hardMs: 500, now: () => clock, onRefreshError: (err) => refreshErrors.push(err) });
-  const first = kept('t1', 'ten_1', 'key_1');
-  asked[0].answer(1);
-  await first;
-  clock = 300;
+  const { clock, asked, kept } = await keptWithFirstAnswer((err) => refreshErrors.push(err));
+  clock.now = 300;
   expect(await kept('t2', 'ten_1', 'key_1')).toEqual(limits(1));
   asked[1].fail(new Error('identity down'));
   await settle();
   expect(refreshErrors).toHaveLength(1);
-  clock = 400;
+  clock.now = 400;
   expect(await kept('t3', 'ten_1', 'key_1')).toEqual(limits(1)); // not poisoned; asks again in the background
   expect(asked).toHaveLength(3);
   asked[2].fail(new Error('identity down'));
   await settle();
-  clock = 500;
+  clock.now = 500;
   const late = kept('t4', 'ten_1', 'key_1');
   expect(asked).toHaveLength(4);
   asked[3].fail(new Error('identity down'));
   await expect(late).rejects.toThrow('identity down'); // nothing older than the hard age is served
-  clock = 600;
+  clock.now = 600;
   const back = kept('t5', 'ten_1', 'key_1');
   asked[4].answer(9);
   expect(await back).toEqual(limits(9));

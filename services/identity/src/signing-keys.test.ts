@@ -30,6 +30,16 @@ function replica(now?: () => number): SigningKeys {
 }
 
 const sign = (keys: SigningKeys) => keys.sign({ sub: 'usr_1' }, { ...options, jti: `jti_${Math.random()}` });
+
+/** Two loaded replicas: `a` on the real clock, `b` on one the test moves (`clock.now`), so b looks for keys when told. */
+async function twoReplicas() {
+  const clock = { now: 0 };
+  const a = replica();
+  const b = replica(() => clock.now);
+  await a.load();
+  await b.load();
+  return { a, b, clock };
+}
 const kidOf = (token: string) => decodeProtectedHeader(token).kid;
 const verifies = async (token: string, by: SigningKeys) =>
   jwtVerify(token, createLocalJWKSet(await by.getJwks()), { issuer: 'iss', audience: 'aud' }).then(
@@ -47,11 +57,7 @@ it('replicas starting at once on an empty store sign with one key, which each of
 });
 
 it('a rotation is published by every replica at once; the others follow it, and older tokens stay valid', async () => {
-  let clock = 0;
-  const a = replica();
-  const b = replica(() => clock);
-  await a.load();
-  await b.load();
+  const { a, b, clock } = await twoReplicas();
   const before = await sign(b);
   const kid = await a.rotate();
   const after = await sign(a);
@@ -60,19 +66,15 @@ it('a rotation is published by every replica at once; the others follow it, and 
   expect(kidOf(await sign(b))).toBe(kidOf(before));
   expect(await verifies(after, b)).toBe(true);
   expect(await verifies(before, a)).toBe(true);
-  clock += 10_000;
+  clock.now += 10_000;
   expect(kidOf(await sign(b))).toBe(kid);
 });
 
 it('signing inside a transaction looks for a newer key through its session', async () => {
   // A store-level read there would not join the transaction (on SQLite it would wait for it): the session is passed.
-  let clock = 0;
-  const a = replica();
-  const b = replica(() => clock);
-  await a.load();
-  await b.load();
+  const { a, b, clock } = await twoReplicas();
   const kid = await a.rotate();
-  clock += 10_000;
+  clock.now += 10_000;
   const token = await stores[1].transaction((tx) => b.sign({ sub: 'usr_1' }, { ...options, jti: 'jti_tx' }, tx));
   expect(kidOf(token)).toBe(kid);
 });
