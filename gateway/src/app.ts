@@ -17,6 +17,7 @@ import { registerDocs } from './docs';
 import { registerPages } from './pages';
 import { registerRoutes } from './routes';
 import type { GatewayDeps } from './deps';
+import { closeSilentConnections } from './lib/silent-connections';
 
 export type { GatewayDeps };
 
@@ -67,6 +68,7 @@ export function buildApp(deps: GatewayDeps): FastifyInstance {
     done();
   });
   registerServerErrorLog(app);
+  closeSilentConnections(app);
   // Before any scope's error handler (the /v1 pass-through has its own): a refused body is read, not cut off.
   app.addHook('onError', (request, reply, err, done) => {
     drainRefusedBody(request, reply, err.code);

@@ -5,6 +5,7 @@ import Database from 'better-sqlite3';
 import { startIdentity } from '@svc/identity';
 import { client, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { TEST_SYSTEM_ENV } from '../helpers/system-env';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 
 // Per-tenant caps hold exactly under concurrent creates (issue 19, 2i): `npm run start:cluster`'s layout, two
@@ -25,7 +26,7 @@ beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'svc-caps-'));
   // Identity's signing key made once, before its replicas start: replicas starting together on an empty store
   // would each make their own (issue 19, 2l, not this test's subject).
-  const seed = await startIdentity({ DATA_DIR: dataDir, IDENTITY_PORT: '0', LOG_LEVEL: 'silent' });
+  const seed = await startIdentity({ DATA_DIR: dataDir, IDENTITY_PORT: '0', LOG_LEVEL: 'silent', ...TEST_SYSTEM_ENV });
   await seed.stop();
   receiver = await startReceiver();
   system = await startSystem({

@@ -6,6 +6,7 @@ import { startIdentity } from '@svc/identity';
 import { startFakeOpenAI, type FakeProviderServer } from '@svc/llm/testing';
 import { client, eventually, signUp, type Client } from '../helpers/http';
 import { startSystem, type SystemProcess } from '../helpers/process';
+import { TEST_SYSTEM_ENV } from '../helpers/system-env';
 
 // Credit reservations are exact across replicas (issue 20, 1): `npm run start:cluster`'s layout, two gateways and two
 // replicas of chat, agents and billing. A tenant has credit for exactly 10 model calls; 40 chat messages and agent
@@ -23,7 +24,7 @@ let llm: FakeProviderServer;
 
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'svc-reservations-'));
-  const seed = await startIdentity({ DATA_DIR: dataDir, IDENTITY_PORT: '0', LOG_LEVEL: 'silent' });
+  const seed = await startIdentity({ DATA_DIR: dataDir, IDENTITY_PORT: '0', LOG_LEVEL: 'silent', ...TEST_SYSTEM_ENV });
   await seed.stop();
   llm = await startFakeOpenAI({ apiKey: 'sk-reserve' });
   // Every call uses what it reserved (1 + 99 tokens): a call that ends frees nothing for another.
@@ -31,6 +32,7 @@ beforeAll(async () => {
   system = await startSystem({
     DATA_DIR: dataDir,
     REPLICAS: '2',
+    REPLICATED_SERVICES: 'chat,agents,billing',
     GATEWAYS: '2',
     SVC_LAYOUT: 'per-service',
     SVC_ADMIN_TOKEN: ADMIN,

@@ -20,7 +20,13 @@ let ai: OpenAI;
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'svc-responses-replicas-'));
   fake = await startFakeOpenAI();
-  system = await startSystem({ DATA_DIR: dataDir, EGRESS_ALLOW_PRIVATE: 'true', SVC_LAYOUT: 'per-service', REPLICAS: '2' });
+  system = await startSystem({
+    DATA_DIR: dataDir,
+    EGRESS_ALLOW_PRIVATE: 'true',
+    SVC_LAYOUT: 'per-service',
+    REPLICAS: '2',
+    REPLICATED_SERVICES: 'chat',
+  });
 });
 afterAll(async () => {
   if (system) await system.kill().catch(() => undefined);

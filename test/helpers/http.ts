@@ -1,4 +1,9 @@
-/** A tiny HTTP client for tests: real requests with fetch, JSON in and out, every header visible. */
+/**
+ * A tiny HTTP client for tests: real requests on undici's `request` (fetch's web streams cost the test process about
+ * three times the CPU a request), JSON in and out, every header visible. Redirects are not followed.
+ */
+import { request as httpRequest } from 'undici';
+
 export interface Res<T = any> {
   status: number;
   headers: Headers;
@@ -28,19 +33,23 @@ export function client(baseUrl: string) {
       body = JSON.stringify(options.body);
       headers['content-type'] ??= 'application/json';
     }
-    const res = await fetch(baseUrl + path, { method, headers, body });
-    if (options.streamHeadersOnly && res.ok && res.headers.get('content-type')?.startsWith('text/event-stream')) {
-      await res.body?.cancel();
-      return { status: res.status, headers: res.headers, body: undefined as T, text: '' };
+    const res = await httpRequest(baseUrl + path, { method: method as 'GET', headers, body });
+    const seen = new Headers();
+    for (const [name, value] of Object.entries(res.headers))
+      for (const v of Array.isArray(value) ? value : [value ?? '']) seen.append(name, v);
+    const ok = res.statusCode >= 200 && res.statusCode < 300;
+    if (options.streamHeadersOnly && ok && seen.get('content-type')?.startsWith('text/event-stream')) {
+      res.body.destroy();
+      return { status: res.statusCode, headers: seen, body: undefined as T, text: '' };
     }
-    const text = await res.text();
+    const text = await res.body.text();
     let parsed: unknown = undefined;
     try {
       parsed = text ? JSON.parse(text) : undefined;
     } catch {
       parsed = undefined;
     }
-    return { status: res.status, headers: res.headers, body: parsed as T, text };
+    return { status: res.statusCode, headers: seen, body: parsed as T, text };
   }
   return {
     request,

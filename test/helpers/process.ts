@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { TEST_SYSTEM_ENV } from './system-env';
 
 export interface SystemProcess {
   url: string;
@@ -57,7 +58,7 @@ export async function startSystem(env: Record<string, string>): Promise<SystemPr
   const port = env.PORT ?? '0';
   const proc = spawn(process.execPath, ['--enable-source-maps', 'dist/start.js'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...env, PORT: port },
+    env: { PATH: process.env.PATH, LOG_LEVEL: 'info', ...TEST_SYSTEM_ENV, ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

@@ -12,6 +12,7 @@ import { startBilling } from '@svc/billing';
 import { startGateway, type RunningGateway } from '@svc/gateway';
 import { openBus, type EventBus, type RunningService } from '@svc/kit';
 import { testKafkaBrokers } from '../kafka/env';
+import { TEST_SYSTEM_ENV } from './system-env';
 
 export interface Stack {
   url: string;
@@ -72,6 +73,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     CHAT_PORT: '0',
     REGIONS_PORT: '0',
     BILLING_PORT: '0',
+    ...TEST_SYSTEM_ENV,
     ...kafkaBusSettings(),
     ...options.env,
   };

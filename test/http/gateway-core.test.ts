@@ -1,5 +1,6 @@
 import { request as httpRequest } from 'node:http';
 import { connect, type Socket } from 'node:net';
+import { startGateway } from '@svc/gateway';
 import { client, createKey, eventually, expectError, signUp, type Account, type Client, type Res } from '../helpers/http';
 import { startStack, type Stack } from '../helpers/stack';
 
@@ -370,4 +371,15 @@ describe('readiness when a service is down', () => {
     expect((await api.get('/api/v1/tenant', { token: owner.accessToken })).status).toBe(200);
     expect((await api.get('/healthz')).status).toBe(200);
   });
+});
+
+it('stops with a connection open that never sent a request (a spare client connection does not hold it open)', async () => {
+  const gateway = await startGateway({ ...stack.env, PORT: '0', INSTANCE_ID: 'gw-stopping' });
+  const spare: Socket = connect(gateway.port, '127.0.0.1');
+  await new Promise((resolve) => spare.once('connect', resolve));
+  const closed = new Promise((resolve) => spare.once('close', resolve));
+  // Node's server.close() waits for such a connection (its headers timeout is not checked once closing began).
+  await gateway.stop();
+  await closed;
+  expect(spare.destroyed).toBe(true);
 });

@@ -11,7 +11,8 @@ let api: Client;
 
 beforeAll(async () => {
   // The gateway believes X-Forwarded-For from loopback, so each test client can speak for its own address.
-  stack = await startStack({ env: { TRUST_PROXY: '127.0.0.1' } });
+  // At the production cost (PASSWORD_HASH_COST 15, not the test systems' 10): the flood must fill the hash gate.
+  stack = await startStack({ env: { TRUST_PROXY: '127.0.0.1', PASSWORD_HASH_COST: '15' } });
   api = client(stack.url);
 });
 afterAll(() => stack.stop());

@@ -184,3 +184,21 @@ it('answers a provider the tenant has not configured, or does not exist, in the 
   );
   expectOpenAiError(await api.post('/v1/passthrough/mistral/embeddings', {}, { token: bareKey }), 404, 'not_found_error');
 });
+
+it('cancels the provider request when its caller leaves before the answer, and gives the hold back', async () => {
+  openai.script({ type: 'hang' });
+  const caller = new AbortController();
+  const sent = fetch(stack.url + EMBED, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'text-embedding-3-small', input: 'left early' }),
+    signal: caller.signal,
+  });
+  await eventually(async () => openai.requests.length === 1);
+  caller.abort();
+  await expect(sent).rejects.toThrow();
+  // Not held until PASSTHROUGH_TIMEOUT_MS (60 s): the provider sees its request closed, and no cancel id reaches it.
+  await eventually(async () => openai.requests[0].aborted);
+  expect(Object.keys(openai.requests[0].headers).filter((h) => h.startsWith('x-svc'))).toEqual([]);
+  await eventually(async () => (await api.get('/api/v1/billing/summary', { token: owner.accessToken })).body.data.credits.reserved === 0);
+});

@@ -7,9 +7,23 @@ const strict = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: 
 // Query strings arrive as text: numbers and booleans are coerced, unknown parameters still refused.
 const query = new Ajv({ allErrors: true, coerceTypes: true, removeAdditional: false, useDefaults: true, strict: false });
 
+/**
+ * A route's validator is compiled by its first request, not when the gateway starts: Ajv's code generation for every
+ * route was about half a second of each gateway start's CPU (and the memory of validators for routes a deployment
+ * never calls); a route's first request pays its own compile, a few milliseconds. See docs/decisions.md.
+ */
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  if (httpPart === 'querystring' || httpPart === 'params') return decimalOnly(schema as Schema, query.compile(schema as object)) as never;
-  return strict.compile(schema as object) as never;
+  let validate: Validate | null = null;
+  const lazy: Validate = (data) => {
+    validate ??=
+      httpPart === 'querystring' || httpPart === 'params'
+        ? decimalOnly(schema as Schema, query.compile(schema as object))
+        : (strict.compile(schema as object) as Validate);
+    const ok = validate(data);
+    lazy.errors = validate.errors;
+    return ok;
+  };
+  return lazy as never;
 };
 
 type Schema = { properties?: Record<string, { type?: string }> };

@@ -144,7 +144,13 @@ export const PLATFORM_TOOLS: PlatformTool[] = [
 ];
 
 const ajv = new Ajv({ allErrors: true, strict: false });
-const validators = new Map(PLATFORM_TOOLS.map((t) => [t.name, ajv.compile(t.inputSchema)]));
+/** A tool's argument validator, compiled by its first call (not when the gateway loads: see lib/validation.ts). */
+const validators = new Map<string, ReturnType<Ajv['compile']>>();
+function validatorOf(tool: PlatformTool) {
+  let validate = validators.get(tool.name);
+  if (!validate) validators.set(tool.name, (validate = ajv.compile(tool.inputSchema)));
+  return validate;
+}
 
 /** The tools this principal may use: all of them for an unscoped key, else those whose scope it holds. */
 export function toolsFor(p: Principal): PlatformTool[] {
@@ -195,7 +201,7 @@ function buildServer(deps: GatewayDeps, principal: Principal, call: CallOptions,
         requiredScope: tool.scope,
       });
     const args = (req.params.arguments ?? {}) as Args;
-    const validate = validators.get(name)!;
+    const validate = validatorOf(tool);
     if (!validate(args))
       throw new McpError(
         ErrorCode.InvalidParams,

@@ -21,6 +21,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import httpProxy from '@fastify/http-proxy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
 import { AppError, type CallOptions, checkUrlShape, EgressError, egressDispatcher, egressPolicyFrom, errors, isAppError } from '@svc/kit';
 import { modelCallInfo, promptTokenBound, domainMetrics } from '@svc/contracts';
 import { resolvePrice, type ModelPrice } from '@svc/llm/pricing';
@@ -38,6 +39,8 @@ const DEFAULT_BASE: Record<string, string> = { openai: 'https://api.openai.com/v
 const FORWARDED = ['content-type', 'accept', 'openai-beta', 'anthropic-version', 'anthropic-beta'];
 /** Response headers never passed back: ours (request id, cookies) and hop or size headers the gateway sets itself. */
 const DROPPED = ['set-cookie', 'x-request-id', 'request-id', 'content-length', 'transfer-encoding', 'connection', 'keep-alive'];
+/** Names a request's cancel signal between `rewriteRequestHeaders` and the dispatcher, which removes it. */
+const CANCEL_HEADER = 'x-svc-cancel-id';
 
 interface Target {
   provider: 'openai' | 'anthropic';
@@ -50,6 +53,8 @@ interface Target {
   call: CallOptions;
   /** Null for a request that is not a model call (GET, DELETE): nothing reserved, nothing billed. */
   meter: CallMeter | null;
+  /** The id `rewriteRequestHeaders` names the request's cancel signal by (random: a caller may choose request ids). */
+  cancelId: string;
 }
 
 interface CallMeter {
@@ -98,6 +103,8 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
   const policy = egressPolicyFrom(deps.config);
   // Every connection to a provider goes through the egress guard: the address checked is the address used.
   const dispatcher = egressDispatcher({ ...policy, connectTimeoutMs: 5000 });
+  const upstream = cancellable(dispatcher);
+  app.addHook('onClose', async () => dispatcher.destroy());
 
   const streams = tenantStreams(deps);
   const pricing = { creditsPerUsd: deps.config.creditsPerUsd, creditsPer1kTokens: deps.config.creditsPer1kTokens };
@@ -202,6 +209,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       body: request.body,
       call,
       meter: null,
+      cancelId: upstream.cancelOnClose(reply),
     };
     request.passthrough = target;
     if (!metered) {
@@ -262,7 +270,12 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
 
   function rewriteRequestHeaders(request: FastifyRequest, headers: IncomingHttpHeaders): IncomingHttpHeaders {
     const t = request.passthrough!;
-    const out: IncomingHttpHeaders = { host: headers.host, 'accept-encoding': 'identity', 'user-agent': 'svc-passthrough' };
+    const out: IncomingHttpHeaders = {
+      host: headers.host,
+      'accept-encoding': 'identity',
+      'user-agent': 'svc-passthrough',
+      [CANCEL_HEADER]: t.cancelId,
+    };
     for (const name of FORWARDED) if (headers[name] !== undefined) out[name] = headers[name];
     if (headers['content-length'] !== undefined) out['content-length'] = headers['content-length'];
     // The tenant's stored key, in the provider's own header; the caller's Authorization is not among FORWARDED.
@@ -374,6 +387,8 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
       : status === 504
         ? new AppError('GATEWAY_TIMEOUT', 'The provider did not answer in time', { reason: 'provider_timeout' })
         : errors.unavailable('The provider could not be reached');
+    // A request cancelled because its caller left is no failure: nobody is there to answer.
+    if (reply.raw.closed && !reply.sent) return settle(request, null, { status: 'cancelled' });
     if (!egress) request.log.warn({ err: error, reqId: request.id }, 'pass-through request failed');
     // The hold goes back before the refusal is answered (the caller may read `reserved` at once).
     await settle(request, null, { status: 'error', errorCode: appError.code.toLowerCase() });
@@ -397,7 +412,7 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
         proxyPayloads: false,
         httpMethods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
         config: { access: 'llm:passthrough', rateLimited: true, modelCall: true },
-        undici: dispatcher as never,
+        undici: upstream as never,
         disableRequestLogging: true,
         preHandler: async (request: FastifyRequest, reply: FastifyReply) => prepare(request, reply),
         replyOptions: {
@@ -423,4 +438,32 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
     },
     { prefix: PASSTHROUGH_PREFIX },
   );
+}
+
+/**
+ * The proxy's dispatcher, each request given its cancel signal: @fastify/reply-from passes undici none, so a caller
+ * who left before the provider's headers kept the provider's request (and the gateway's close) waiting until
+ * PASSTHROUGH_TIMEOUT_MS. The signal travels by an id in a header the dispatcher reads and removes.
+ */
+function cancellable(dispatcher: Dispatcher) {
+  const signals = new Map<string, AbortSignal>();
+  return {
+    /** A new id whose signal aborts when the caller's connection closes, before the answer or during it. */
+    cancelOnClose(reply: FastifyReply): string {
+      const id = randomUUID();
+      const controller = new AbortController();
+      signals.set(id, controller.signal);
+      reply.raw.once('close', () => {
+        signals.delete(id);
+        controller.abort();
+      });
+      return id;
+    },
+    request(options: Dispatcher.RequestOptions, callback: (err: Error | null, data: Dispatcher.ResponseData) => void) {
+      const headers = { ...(options.headers as Record<string, string>) };
+      const signal = signals.get(headers[CANCEL_HEADER]);
+      delete headers[CANCEL_HEADER];
+      return dispatcher.request({ ...options, headers, signal }, callback);
+    },
+  };
 }

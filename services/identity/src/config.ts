@@ -17,6 +17,8 @@ export const identityConfig = {
   maxMembersPerTenant: field('MEMBERS_PER_TENANT', 'int', { default: '1000', min: 1, max: 1_000_000 }),
   maxModelsPerTenant: field('MODELS_PER_TENANT', 'int', { default: '100', min: 1, max: 100_000 }),
   ...pricingConfig,
+  // log2 of scrypt's N for new hashes (15, OWASP's floor, by default); a stored hash keeps the cost it was made with.
+  passwordHashCost: field('PASSWORD_HASH_COST', 'int', { default: '15', min: 10, max: 20 }),
   passwordHashConcurrency: field('PASSWORD_HASH_CONCURRENCY', 'int', { default: '2', min: 1, max: 64 }),
   passwordHashQueue: field('PASSWORD_HASH_QUEUE', 'int', { default: '64', min: 0, max: 100_000 }),
   passwordHashQueuePerAddress: field('PASSWORD_HASH_QUEUE_PER_ADDRESS', 'int', { default: '4', min: 0, max: 100_000 }),

@@ -14,7 +14,7 @@ let token: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'identity-'));
-  svc = await startIdentity({ DATA_DIR: dir, LOG_LEVEL: 'silent', IDENTITY_PORT: '0' });
+  svc = await startIdentity({ DATA_DIR: dir, LOG_LEVEL: 'silent', IDENTITY_PORT: '0', PASSWORD_HASH_COST: '10' });
   client = createClient(identityV1.IdentityServiceService, `127.0.0.1:${svc.port}`, { deadlineMs: 5000 });
   const reg = await client.register({ email: `d${Date.now()}@example.com`, password: 'password123', name: 'D', tenantName: 'D' });
   token = reg.tokens!.accessToken;

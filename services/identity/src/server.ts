@@ -47,6 +47,7 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
     rt.config.passwordHashQueue,
     rt.config.passwordHashQueuePerAddress,
     rt.config.passwordHashMaxWaitMs,
+    rt.config.passwordHashCost,
   );
   const feed = await FeedNotifier.open(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
   const audit = new AuditChainer(rt.store, rt.logger, rt.config.auditRetentionDays, rt.relay);

@@ -89,15 +89,15 @@ describe('three replicas behind one ipv4: target', () => {
     await Promise.all(replicas.map((r) => r.server.stop(100)));
   });
 
-  it('spreads 3,000 calls within 10 % of a third each', async () => {
+  it('spreads 900 calls within 10 % of a third each', async () => {
     await warmUp(client, ['a', 'b', 'c']);
-    const counts = await callMany(client, 3000);
+    const counts = await callMany(client, 900);
     // Reported in the test output: the figures behind the assertion.
-    console.log(`3,000 calls over 3 replicas: ${JSON.stringify(counts)}`);
+    console.log(`900 calls over 3 replicas: ${JSON.stringify(counts)}`);
     expect(Object.keys(counts).sort()).toEqual(['a', 'b', 'c']);
     for (const n of Object.values(counts)) {
-      expect(n).toBeGreaterThanOrEqual(900);
-      expect(n).toBeLessThanOrEqual(1100);
+      expect(n).toBeGreaterThanOrEqual(270);
+      expect(n).toBeLessThanOrEqual(330);
     }
   });
 });
@@ -173,10 +173,10 @@ describe('a replica added while calls run', () => {
     expect(fourth.served).toBeGreaterThanOrEqual(10);
     expect(resolved.resolutions).toBeGreaterThan(resolutionsBefore);
     // From then on the four share the calls.
-    const counts = await callMany(client, 2000);
-    console.log(`2,000 calls over 4 replicas: ${JSON.stringify(counts)}`);
+    const counts = await callMany(client, 800);
+    console.log(`800 calls over 4 replicas: ${JSON.stringify(counts)}`);
     expect(Object.keys(counts).sort()).toEqual(['a', 'b', 'c', 'd']);
-    for (const n of Object.values(counts)) expect(n).toBeGreaterThanOrEqual(300);
+    for (const n of Object.values(counts)) expect(n).toBeGreaterThanOrEqual(120);
   });
 
   it('lets a reply stream that outlives its connection age finish on the GOAWAY connection', async () => {
