@@ -1,6 +1,6 @@
 import type { Redis, RedisOptions } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { createLogger, JwtVerifier, jwksFrom, peersReady, redisTls, serveMetrics, type Logger } from '@svc/kit';
+import { createLogger, createRedisClient, JwtVerifier, jwksFrom, peersReady, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
 import { buildApp } from './app';
 import { closeClients, createClients, serviceAddresses, type Clients } from './clients';
@@ -64,9 +64,7 @@ export interface RunningGateway {
  * ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
  */
 function redisClient(config: GatewayConfig & { redisUrl: string }, options: RedisOptions = {}): Redis {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
-  const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-  return new Client(config.redisUrl, { ...redisTls(config), ...options });
+  return createRedisClient(config, options);
 }
 
 /** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */

@@ -1,6 +1,7 @@
 export * from './errors';
 export * from './config';
 export * from './connection-problem';
+export * from './redis';
 export * from './logger';
 export * from './ids';
 export * from './times';

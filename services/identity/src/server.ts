@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import { egressPolicyFrom, FeedNotifier, JwtVerifier, openRuntime, redisTls, registration, serve, type RunningService } from '@svc/kit';
+import { createRedisClient, egressPolicyFrom, FeedNotifier, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
 import { TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
@@ -22,9 +22,7 @@ import { SigningKeys } from './signing-keys';
  * TLS (rediss://) and an ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
  */
 function revocationPublisher(config: { redisUrl: string; redisTlsCaFile?: string }): Redis {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
-  const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-  return new Client(config.redisUrl, { ...redisTls(config), lazyConnect: false, maxRetriesPerRequest: 2 });
+  return createRedisClient(config, { lazyConnect: false, maxRetriesPerRequest: 2 });
 }
 
 /** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
