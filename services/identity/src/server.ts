@@ -1,5 +1,14 @@
 import type Redis from 'ioredis';
-import { createRedisClient, egressPolicyFrom, FeedNotifier, JwtVerifier, openRuntime, registration, serve, type RunningService } from '@svc/kit';
+import {
+  createRedisClient,
+  egressPolicyFrom,
+  FeedNotifier,
+  JwtVerifier,
+  openRuntime,
+  registration,
+  serve,
+  type RunningService,
+} from '@svc/kit';
 import { TOPICS } from '@svc/contracts';
 import { identityV1 } from '@svc/proto';
 import { ALL_COLLECTIONS, revocations } from './collections';
