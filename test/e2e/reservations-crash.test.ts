@@ -223,7 +223,8 @@ it("an embeddings call cut by SIGKILL of chat held the key's place, and is bille
   const before = embedRequests();
   fake.script({ type: 'hang' });
   const held = embed('a text to embed, cut by the kill');
-  await eventually(async () => embedRequests() === before + 1);
+  // Through a gateway, chat (restarted by the test before) and its reservation: patience on a loaded machine.
+  await eventually(async () => embedRequests() === before + 1, 20_000);
   // Its record holds the key's one place: a second call is refused before the provider sees it.
   const refused = await embed('second');
   expect(refused.status).toBe(429);
