@@ -1,4 +1,3 @@
-import type { Redis, RedisOptions } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { createLogger, createRedisClient, JwtVerifier, jwksFrom, peersReady, serveMetrics, type Logger } from '@svc/kit';
 import type { identityV1 } from '@svc/proto';
@@ -58,24 +57,16 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-/**
- * A Redis client when REDIS_URL is set (several gateways share the rate limits and hear revocations at once);
- * ioredis is required only then, so a lone gateway (the embedded default) does not load it. TLS (rediss://) and an
- * ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
- */
-function redisClient(config: GatewayConfig & { redisUrl: string }, options: RedisOptions = {}): Redis {
-  return createRedisClient(config, options);
-}
-
 /** Wires the gateway: config, gRPC clients, credential and tenant caches and the feed that keeps them, rate limiter; then listens. */
 export async function startGateway(env: NodeJS.ProcessEnv = process.env): Promise<RunningGateway> {
   const config = loadGatewayConfig(env);
   const logger = createLogger('gateway', config.logLevel);
   const clients = createClients(serviceAddresses(env), config.grpcDeadlineMs);
 
+  // With REDIS_URL, several gateways share the rate limits and hear revocations at once (kit loads ioredis only then).
   const redisConfig = config.redisUrl ? { ...config, redisUrl: config.redisUrl } : null;
-  const redis = redisConfig ? redisClient(redisConfig, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
-  const subscriber = redisConfig ? redisClient(redisConfig) : null;
+  const redis = redisConfig ? createRedisClient(redisConfig, { maxRetriesPerRequest: 1, enableOfflineQueue: false }) : null;
+  const subscriber = redisConfig ? createRedisClient(redisConfig) : null;
   for (const r of [redis, subscriber]) r?.on('error', (err) => logger.warn({ err: err.message }, 'redis error'));
   const redisHealth = redis && subscriber ? new RedisHealth([redis, subscriber]) : undefined;
 

@@ -379,16 +379,16 @@ export function passthroughRoutes(app: FastifyInstance, deps: GatewayDeps, limit
 
   async function onError(reply: FastifyReply, { error }: { error: unknown }) {
     const request = reply.request;
+    domainMetrics.passthroughRequests.inc({ provider: request.passthrough?.provider ?? 'unknown', status: '0' });
+    // A request cancelled because its caller left is no failure: nobody is there to answer.
+    if (reply.raw.closed && !reply.sent) return settle(request, null, { status: 'cancelled' });
     const egress = findEgressError(error);
     const status = (error as { statusCode?: number }).statusCode;
-    domainMetrics.passthroughRequests.inc({ provider: request.passthrough?.provider ?? 'unknown', status: '0' });
     const appError = egress
       ? notAllowed(egress)
       : status === 504
         ? new AppError('GATEWAY_TIMEOUT', 'The provider did not answer in time', { reason: 'provider_timeout' })
         : errors.unavailable('The provider could not be reached');
-    // A request cancelled because its caller left is no failure: nobody is there to answer.
-    if (reply.raw.closed && !reply.sent) return settle(request, null, { status: 'cancelled' });
     if (!egress) request.log.warn({ err: error, reqId: request.id }, 'pass-through request failed');
     // The hold goes back before the refusal is answered (the caller may read `reserved` at once).
     await settle(request, null, { status: 'error', errorCode: appError.code.toLowerCase() });

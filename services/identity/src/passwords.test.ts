@@ -1,13 +1,14 @@
 import { configurePasswordHashing, hashPassword, verifyPassword } from './passwords';
 
-afterAll(() => configurePasswordHashing(2, 64, 4, 3000));
+const DEFAULTS = { concurrency: 2, queue: 64, perAddressQueue: 4, maxWaitMs: 3000, cost: 15 };
+afterAll(() => configurePasswordHashing(DEFAULTS));
 
 it('hashes at the configured cost, and checks every stored hash at the cost it names', async () => {
-  configurePasswordHashing(2, 64, 4, 3000, 10);
+  configurePasswordHashing({ ...DEFAULTS, cost: 10 });
   const cheap = await hashPassword('correct horse battery staple');
   expect(cheap.split('$').slice(0, 4)).toEqual(['scrypt', String(2 ** 10), '8', '1']);
 
-  configurePasswordHashing(2, 64, 4, 3000, 15);
+  configurePasswordHashing({ ...DEFAULTS, cost: 15 });
   const strong = await hashPassword('correct horse battery staple');
   expect(strong.split('$')[1]).toBe(String(2 ** 15));
   // A change of cost keeps every password valid, and wrong ones wrong.

@@ -6,23 +6,26 @@ import { HashGate } from './login-guard';
  * `configurePasswordHashing`): half of libuv's four threads at most, so JWT signing and verification never wait.
  */
 let gate = new HashGate(2, 64);
-export function configurePasswordHashing(
-  concurrency: number,
-  queue: number,
-  perAddressQueue: number,
-  maxWaitMs: number,
-  cost = DEFAULT_COST,
-): void {
-  gate = new HashGate(concurrency, queue, perAddressQueue, maxWaitMs);
-  PARAMS.N = 2 ** cost;
+
+export interface PasswordHashing {
+  concurrency: number;
+  queue: number;
+  perAddressQueue: number;
+  maxWaitMs: number;
+  /** log2 of scrypt's N for new hashes (PASSWORD_HASH_COST). */
+  cost: number;
+}
+
+export function configurePasswordHashing(s: PasswordHashing): void {
+  gate = new HashGate(s.concurrency, s.queue, s.perAddressQueue, s.maxWaitMs);
+  PARAMS.N = 2 ** s.cost;
   dummyHash = null;
 }
 
 // scrypt with N=2^15, r=8, p=1 (OWASP's floor): tens of milliseconds per guess, run on libuv's thread pool. New
 // hashes use N=2^PASSWORD_HASH_COST; each stored hash names its own N, r and p, so a change of cost keeps every
 // password valid. Test systems lower it: a sign-up is then a few milliseconds of CPU, not about 120.
-const DEFAULT_COST = 15;
-const PARAMS = { N: 2 ** DEFAULT_COST, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
+const PARAMS = { N: 2 ** 15, r: 8, p: 1, maxmem: 64 * 1024 * 1024 };
 const KEYLEN = 32;
 
 /** `address`: whose turn it is in the gate (the client address; '' for work of no one client). */

@@ -49,13 +49,13 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   await keys.load();
   const redis = rt.config.redisUrl ? revocationPublisher({ ...rt.config, redisUrl: rt.config.redisUrl }) : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
-  configurePasswordHashing(
-    rt.config.passwordHashConcurrency,
-    rt.config.passwordHashQueue,
-    rt.config.passwordHashQueuePerAddress,
-    rt.config.passwordHashMaxWaitMs,
-    rt.config.passwordHashCost,
-  );
+  configurePasswordHashing({
+    concurrency: rt.config.passwordHashConcurrency,
+    queue: rt.config.passwordHashQueue,
+    perAddressQueue: rt.config.passwordHashQueuePerAddress,
+    maxWaitMs: rt.config.passwordHashMaxWaitMs,
+    cost: rt.config.passwordHashCost,
+  });
   const feed = await FeedNotifier.open(rt.store, revocations, { pollMs: rt.config.revocationPollMs, logger: rt.logger, wake: rt.wake });
   const audit = new AuditChainer(rt.store, rt.logger, rt.config.auditRetentionDays, rt.relay);
   const c = rt.config;
