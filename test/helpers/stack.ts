@@ -73,6 +73,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     CHAT_PORT: '0',
     REGIONS_PORT: '0',
     BILLING_PORT: '0',
+    // Every call on the socket: the gateway shares this process with the services here, not in a deployed system.
+    GRPC_IN_PROCESS: 'false',
     ...TEST_SYSTEM_ENV,
     ...kafkaBusSettings(),
     ...options.env,

@@ -103,11 +103,12 @@ it('stops a key within one reservation of its budget, never past it, and a raise
 
 it("a lowered budget refuses an agent run's next step, which reserves under the run's delegated token", async () => {
   const { key, id } = await createKey(api, owner.accessToken, { limits: { creditBudget: { credits: 100, period: 'month' } } });
+  // 150 ms before each of the streamed reply's events: the first call runs about a second.
   openai.script(
     {
       type: 'tool_calls',
       toolCalls: [{ name: 'get_project', arguments: {} }],
-      delayMs: 1000,
+      delayMs: 150,
       usage: { inputTokens: 50, outputTokens: 40 },
     },
     { type: 'text', text: 'Done.', usage: { inputTokens: 50, outputTokens: 40 } },
@@ -141,7 +142,7 @@ it('a revoked key’s running agent stops at its budget: the run’s later steps
     usage: { inputTokens: 50, outputTokens: 40 },
   };
   openai.reset(); // what an earlier test left queued
-  openai.script({ ...step, delayMs: 1000 }, step, step, step, step, step, {
+  openai.script({ ...step, delayMs: 150 }, step, step, step, step, step, {
     type: 'text',
     text: 'Done.',
     usage: { inputTokens: 50, outputTokens: 40 },

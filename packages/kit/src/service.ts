@@ -50,6 +50,8 @@ const connectionAgeConfig = {
     min: 0,
     max: 86_400_000,
   }),
+  /** Unary calls between services of one process skip the loopback socket (GrpcServerOptions.inProcess). */
+  grpcInProcess: field('GRPC_IN_PROCESS', 'bool', { default: 'true' }),
 };
 
 /** Everything a service process owns: built once at start, closed once at stop. */
@@ -193,6 +195,7 @@ export async function serve<S extends ConfigSpec>(
     healthNames: options.healthNames,
     maxConnectionAgeMs: rt.config.grpcMaxConnectionAgeMs,
     maxConnectionAgeGraceMs: rt.config.grpcMaxConnectionAgeGraceMs,
+    inProcess: rt.config.grpcInProcess,
   });
   for (const r of options.registrations) server.add(r);
   rt.relay.start();

@@ -5,11 +5,13 @@ import {
   HEALTH_REASON_KEY,
   IDEMPOTENCY_METADATA_KEY,
   LEGACY_APP_ERROR_KEY,
+  MAX_MESSAGE_BYTES,
   safeUserAgent,
   STOP_ON_HALF_CLOSE_KEY,
   TOKEN_METADATA_KEY,
   USER_AGENT_METADATA_KEY,
 } from './server';
+import { type LocalMethod, type LocalServer, localMethod } from './local';
 import { StreamCall } from './stream-call';
 import type { ReqOf, ResOf, ServerStream } from './types';
 
@@ -54,7 +56,7 @@ export function createClient<D extends object>(definition: D, address: string, o
     // A restarted peer (supervisor, pod) is found again within a second or two, not after grpc-js's 2-minute cap.
     'grpc.initial_reconnect_backoff_ms': 200,
     'grpc.max_reconnect_backoff_ms': 2_000,
-    'grpc.max_receive_message_length': 4 * 1024 * 1024,
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     // Channelz's per-call and per-message counters and timestamps: kit never serves channelz.
     'grpc.enable_channelz': 0,
     // Several replicas behind one name (`dns:///chat:50054` on a headless Service, or `ipv4:a:1,b:2` in
@@ -72,7 +74,7 @@ export function createClient<D extends object>(definition: D, address: string, o
   };
   const out: Record<string, unknown> = { grpcClient: client, close };
   for (const [name, def] of Object.entries(definition) as Array<[string, MethodDef]>) {
-    out[name] = def.responseStream ? streamCaller(client, def, options, ending) : unaryCaller(client, def, options);
+    out[name] = def.responseStream ? streamCaller(client, def, options, ending) : unaryCaller(client, address, def, options);
   }
   return out as ServiceClient<D>;
 }
@@ -115,11 +117,19 @@ function refusedRetryDelay(err: grpc.ServiceError, n: number, deadline: number):
   return Date.now() + ms < deadline ? ms : null;
 }
 
-function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOptions) {
+function unaryCaller(client: grpc.Client, address: string, def: MethodDef, defaults: ClientOptions) {
   return (req: unknown, options?: CallOptions) =>
     new Promise((resolve, reject) => {
       const deadline = Date.now() + (options?.deadlineMs ?? defaults.deadlineMs);
       const started = options?.timing ? performance.now() : 0;
+      // A server of this process (the combined layout): called without the socket, as over it (local.ts).
+      const local = localMethod(address, def.path);
+      if (local)
+        return callLocal(local, def, req, metadataFor(options), deadline, (err, res) => {
+          if (options?.timing) options.timing.upstreamMs += performance.now() - started;
+          if (err) reject(toAppError(err));
+          else resolve(res);
+        });
       const attempt = (n: number): unknown =>
         client.makeUnaryRequest(
           def.path,
@@ -138,6 +148,69 @@ function unaryCaller(client: grpc.Client, def: MethodDef, defaults: ClientOption
         );
       attempt(1);
     });
+}
+
+/** A status as the gRPC transport delivers it to a client. */
+function statusError(status: Partial<grpc.StatusObject>): grpc.ServiceError {
+  const code = status.code ?? grpc.status.UNKNOWN;
+  const details = status.details ?? '';
+  return Object.assign(new Error(`${code} ${grpc.status[code]}: ${details}`), {
+    code,
+    details,
+    metadata: status.metadata ?? new grpc.Metadata(),
+  });
+}
+
+/** A message as the receiving side takes it: at most MAX_MESSAGE_BYTES, else RESOURCE_EXHAUSTED as grpc-js answers. */
+function received(bytes: Buffer): Buffer {
+  if (bytes.length > MAX_MESSAGE_BYTES)
+    throw statusError({
+      code: grpc.status.RESOURCE_EXHAUSTED,
+      details: `Received message larger than max (${bytes.length} vs ${MAX_MESSAGE_BYTES})`,
+    });
+  return bytes;
+}
+
+/**
+ * A unary call to a server of this process (local.ts): the request and the answer cross as bytes, the server's wrapper
+ * answers it, and `done` gets what the transport would have given (the deadline included). Started on a later
+ * microtask, as a socket's call would be: nothing of the handler runs inside the caller's own code.
+ */
+function callLocal(
+  local: { server: LocalServer; method: LocalMethod },
+  def: MethodDef,
+  req: unknown,
+  metadata: grpc.Metadata,
+  deadline: number,
+  done: (err: grpc.ServiceError | null, res?: unknown) => void,
+): void {
+  let finished = false;
+  const finish = (err: grpc.ServiceError | null, res?: unknown) => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    done(err, res);
+  };
+  const timer = setTimeout(
+    () => finish(statusError({ code: grpc.status.DEADLINE_EXCEEDED, details: 'Deadline exceeded' })),
+    Math.max(0, deadline - Date.now()),
+  );
+  const failed = (err: unknown) =>
+    finish(
+      (err as grpc.ServiceError)?.code !== undefined
+        ? (err as grpc.ServiceError)
+        : statusError({ code: grpc.status.INTERNAL, details: String(err) }),
+    );
+  void Promise.resolve()
+    .then(() => {
+      const request = local.method.requestDeserialize(received(def.requestSerialize(req)));
+      return local.server.track(local.method.call(request, metadata));
+    })
+    .then((answer) => {
+      if (!answer.ok) return finish(statusError(answer.status));
+      finish(null, def.responseDeserialize(received(local.method.responseSerialize(answer.value))));
+    })
+    .catch(failed);
 }
 
 /**

@@ -12,7 +12,10 @@ import type { CallContext } from './types';
 // A real server on a loopback port and a real client: the error mapping, auth metadata, deadlines and health.
 const def = identityV1.IdentityServiceService;
 let server: GrpcServer;
+/** Over the socket: `ipv4:` names the same server, but no in-process server registers that form (local.ts). */
 let client: ReturnType<typeof createClient<typeof def>>;
+/** The same server by its plain address: called in-process (local.ts). */
+let local: ReturnType<typeof createClient<typeof def>>;
 let streams: ReturnType<typeof createClient<typeof chatV1.ChatServiceService>>;
 let token: string;
 let seen: CallContext | null = null;
@@ -79,12 +82,14 @@ beforeAll(async () => {
   };
   server.add(registration({ definition: chatV1.ChatServiceService, implementation: chatImpl as never }));
   const port = await server.start();
-  client = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
+  client = createClient(def, `ipv4:127.0.0.1:${port}`, { deadlineMs: 2000 });
+  local = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
   streams = createClient(chatV1.ChatServiceService, `127.0.0.1:${port}`, { deadlineMs: 2000 });
 });
 
 afterAll(async () => {
   client.close();
+  local.close();
   streams.close();
   await server.stop();
 });
@@ -143,6 +148,94 @@ it('maps storage conflicts to CONFLICT and hides unknown errors behind INTERNAL_
 
 it('gives every call a deadline', async () => {
   await expect(client.getApiKey({ id: 'slow' }, { token, deadlineMs: 100 })).rejects.toMatchObject({ code: 'GATEWAY_TIMEOUT' });
+});
+
+it('calls a server of this process without the socket, answering as over it', async () => {
+  const outcome = (p: Promise<unknown>) =>
+    p.then(
+      (value) => ({ value }),
+      (err: AppError) => ({ error: { name: err.constructor.name, code: err.code, message: err.message, details: err.details } }),
+    );
+  const calls = (c: typeof client) => [
+    // (Its metadata as grpc-js gives it, less grpc-js's own user-agent, which no handler reads.)
+    () =>
+      c.getTenant({}, { token, requestId: 'req-2', clientIp: '10.1.2.3', userAgent: 'ua' }).then((r) => {
+        const metadata = seen!.metadata.getMap();
+        delete metadata['user-agent'];
+        return { r, seen: { ...seen, metadata } };
+      }),
+    () => c.getTenant({}),
+    () => c.getJwks({}),
+    () => c.getApiKey({ id: 'key_9' }, { token }),
+    () => c.getApiKey({ id: 'dup' }, { token }),
+    () => c.getApiKey({ id: 'boom' }, { token }),
+    () => c.getApiKey({ id: 'slow' }, { token, deadlineMs: 100 }),
+  ];
+  const over: unknown[] = [];
+  for (const call of calls(client)) over.push(await outcome(call()));
+  const within: unknown[] = [];
+  for (const call of calls(local)) within.push(await outcome(call()));
+  expect(within).toEqual(over);
+  expect(over[6]).toMatchObject({ error: { code: 'GATEWAY_TIMEOUT' } });
+  // The plain address never opened a connection: every call above was answered in-process.
+  expect(local.grpcClient.getChannel().getConnectivityState(false)).toBe(grpc.connectivityState.IDLE);
+  // Upstream time is counted as over the socket.
+  const timing = { upstreamMs: 0 };
+  await local.getJwks({}, { timing });
+  expect(timing.upstreamMs).toBeGreaterThan(0);
+});
+
+it('a stopping server takes no more in-process calls, and waits for those it is answering', async () => {
+  const second = new GrpcServer({
+    host: '127.0.0.1',
+    port: 0,
+    logger: createLogger('test', 'silent'),
+    verifier: null as never,
+    healthNames: [],
+  });
+  let release: (() => void) | null = null;
+  const impl: Record<string, unknown> = Object.fromEntries(Object.keys(def).map((k) => [k, () => Promise.reject(new Error('not used'))]));
+  impl.getJwks = async () => {
+    await new Promise<void>((r) => (release = r));
+    return { jwksJson: '{"k":1}' };
+  };
+  second.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
+  const p2 = await second.start();
+  const near = createClient(def, `127.0.0.1:${p2}`, { deadlineMs: 2000 });
+  const inFlight = near.getJwks({});
+  await until(() => release !== null);
+  let stopped2 = false;
+  const stopping = second.stop().then(() => (stopped2 = true));
+  await new Promise((r) => setTimeout(r, 50));
+  // Still answering its in-process call; a new one goes to the socket, which is shutting down.
+  expect(stopped2).toBe(false);
+  await expect(near.getJwks({}, { deadlineMs: 300 })).rejects.toMatchObject({
+    code: expect.stringMatching(/SERVICE_UNAVAILABLE|GATEWAY_TIMEOUT/),
+  });
+  release!();
+  await expect(inFlight).resolves.toEqual({ jwksJson: '{"k":1}' });
+  await stopping;
+  near.close();
+});
+
+it('a server started with inProcess false is called over its socket, from this process too', async () => {
+  const socketOnly = new GrpcServer({
+    host: '127.0.0.1',
+    port: 0,
+    logger: createLogger('test', 'silent'),
+    verifier: null as never,
+    healthNames: [],
+    inProcess: false,
+  });
+  const impl: Record<string, unknown> = Object.fromEntries(Object.keys(def).map((k) => [k, () => Promise.reject(new Error('not used'))]));
+  impl.getJwks = async () => ({ jwksJson: '{"k":2}' });
+  socketOnly.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
+  const port = await socketOnly.start();
+  const near = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
+  await expect(near.getJwks({})).resolves.toEqual({ jwksJson: '{"k":2}' });
+  expect(near.grpcClient.getChannel().getConnectivityState(false)).toBe(grpc.connectivityState.READY);
+  near.close();
+  await socketOnly.stop();
 });
 
 it('answers the gRPC health service, and a stopped server is unavailable', async () => {

@@ -6,6 +6,7 @@ import type { JwtVerifier } from '../jwt';
 import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
 import { metrics } from '../metrics';
+import { type LocalAnswer, type LocalMethod, registerLocal } from './local';
 import { addReflection, HEALTH_SERVICE } from './reflection';
 import type { CallContext, Implementation } from './types';
 
@@ -87,7 +88,15 @@ export interface GrpcServerOptions {
   maxConnectionAgeMs?: number;
   /** After the GOAWAY, calls still running on the old connection (chat replies, watches) have this long to finish. */
   maxConnectionAgeGraceMs?: number;
+  /**
+   * Unary calls from clients of this same process are answered without the loopback socket (local.ts; the combined
+   * layout's service-to-service calls). False: every call crosses the socket (GRPC_IN_PROCESS=false).
+   */
+  inProcess?: boolean;
 }
+
+/** The largest message a kit server or client receives (grpc-js's max_receive_message_length). */
+export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 
 /** Defaults of GrpcServerOptions' connection ages (GRPC_MAX_CONNECTION_AGE_MS, GRPC_MAX_CONNECTION_AGE_GRACE_MS). */
 export const DEFAULT_MAX_CONNECTION_AGE_MS = 5 * 60_000;
@@ -97,7 +106,7 @@ export const DEFAULT_MAX_CONNECTION_AGE_GRACE_MS = 10 * 60_000;
 export function grpcServerOptions(options: Pick<GrpcServerOptions, 'maxConnectionAgeMs' | 'maxConnectionAgeGraceMs'>): grpc.ServerOptions {
   const age = options.maxConnectionAgeMs ?? DEFAULT_MAX_CONNECTION_AGE_MS;
   return {
-    'grpc.max_receive_message_length': 4 * 1024 * 1024,
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     // Channelz (grpc-js's introspection service, which kit never serves) keeps per-call and per-message counters and
     // timestamps on every server, socket and call: CPU on each call's way for nothing.
     'grpc.enable_channelz': 0,
@@ -116,6 +125,11 @@ export class GrpcServer {
   port = 0;
   /** Fully qualified names of the services added (`chat.v1.ChatService`): what reflection lists. */
   private readonly services = new Set<string>();
+  /** The unary methods as this process's clients call them without the socket (local.ts), by path. */
+  private readonly localMethods = new Map<string, LocalMethod>();
+  /** Those calls not answered yet: a graceful stop waits for them as for its gRPC calls. */
+  private readonly localCalls = new Set<Promise<unknown>>();
+  private unregisterLocal: () => void = () => undefined;
 
   constructor(private readonly options: GrpcServerOptions) {
     this.server = new grpc.Server(grpcServerOptions(options));
@@ -166,13 +180,16 @@ export class GrpcServer {
   add<D extends object>(registration: ServiceRegistration<D>): this {
     const handlers: grpc.UntypedServiceImplementation = {};
     const publicMethods = new Set<string>(registration.publicMethods ?? []);
-    for (const [name, def] of Object.entries(registration.definition) as Array<[string, { path: string; responseStream: boolean }]>) {
+    for (const [name, def] of Object.entries(registration.definition) as Array<[string, ServedMethod]>) {
       const impl = (registration.implementation as Record<string, (...args: never[]) => Promise<unknown>>)[name];
       if (!impl) throw new Error(`no implementation for ${def.path}`);
       const isPublic = publicMethods.has(name);
-      handlers[name] = def.responseStream
-        ? this.wrapStream(def.path, isPublic, impl as never)
-        : this.wrapUnary(def.path, isPublic, impl as never);
+      if (def.responseStream) handlers[name] = this.wrapStream(def.path, isPublic, impl as never);
+      else {
+        const unary = this.wrapUnary(def.path, isPublic, impl as never);
+        handlers[name] = unary;
+        this.localMethods.set(def.path, localMethodOf(def, unary));
+      }
     }
     this.server.addService(servedDefinition(registration.definition), handlers);
     for (const def of Object.values(registration.definition) as Array<{ path: string }>) this.services.add(def.path.split('/')[1]);
@@ -187,20 +204,35 @@ export class GrpcServer {
         err ? reject(err) : resolve(port),
       ),
     );
+    if (this.options.inProcess ?? true)
+      this.unregisterLocal = registerLocal(this.options.host, this.port, {
+        methods: this.localMethods,
+        track: (work) => {
+          this.localCalls.add(work);
+          void work.finally(() => this.localCalls.delete(work));
+          return work;
+        },
+      });
     return this.port;
   }
 
   /** Graceful stop: report NOT_SERVING, finish in-flight calls (up to `graceMs`), then force. */
   async stop(graceMs = 5000): Promise<void> {
+    // Calls from this process go over the socket from now on, and meet the shutdown as any other caller's do.
+    this.unregisterLocal();
     for (const name of ['', ...this.options.healthNames]) this.health.setStatus(name, 'NOT_SERVING');
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();
         resolve();
       }, graceMs);
+      // In-flight calls finish first, the gRPC ones and those made in-process alike.
+      const local = Promise.allSettled([...this.localCalls]);
       this.server.tryShutdown(() => {
-        clearTimeout(timer);
-        resolve();
+        void local.then(() => {
+          clearTimeout(timer);
+          resolve();
+        });
       });
     });
   }
@@ -362,6 +394,27 @@ export class GrpcServer {
     // The status message is text metadata too (grpc-message is percent-encoded by grpc-js, but keep it ASCII).
     return { code: ERROR_CODES[appError.code].grpc, details: asciiOnly(appError.message), metadata };
   }
+}
+
+interface ServedMethod {
+  path: string;
+  responseStream: boolean;
+  requestDeserialize(bytes: Buffer): unknown;
+  responseSerialize(value: unknown): Buffer;
+}
+
+/** A unary method as local.ts calls it: the wrapped handler given the request and metadata grpc-js would give it. */
+function localMethodOf(def: ServedMethod, handler: grpc.handleUnaryCall<unknown, unknown>): LocalMethod {
+  return {
+    requestDeserialize: (bytes) => def.requestDeserialize(bytes),
+    responseSerialize: (value) => def.responseSerialize(value),
+    call: (request, metadata) =>
+      new Promise<LocalAnswer>((resolve) =>
+        handler({ request, metadata } as grpc.ServerUnaryCall<unknown, unknown>, (err, value) =>
+          resolve(err ? { ok: false, status: err as Partial<grpc.StatusObject> } : { ok: true, value }),
+        ),
+      ),
+  };
 }
 
 /** The caller's request id from call metadata, when it is a safe one. */
