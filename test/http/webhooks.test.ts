@@ -221,11 +221,10 @@ describe('delivery', () => {
     await eventually(async () => receiver.at('/theirs').some((r) => r.json?.data?.name === 'Foreign'));
     expect(receiver.at('/theirs').every((r) => r.json.tenantId === other.tenantId)).toBe(true);
 
+    // Every one listed. (In id order, which is creation time to the millisecond: deliveries fanned out from one batch
+    // of events share it, so the order they were sent in is the receiver's, pinned above.)
     const list = await deliveriesOf(tenant, hook.id);
-    // In the order they were made per service (identity's user.created and projects' events travel apart on Kafka).
-    const types = list.map((d) => d.eventType);
-    expect(types.filter((t) => t.startsWith('project.'))).toEqual(['project.created', 'project.deleted', 'project.created']);
-    expect([...types].sort()).toEqual(['project.created', 'project.created', 'project.deleted', 'user.created']);
+    expect(list.map((d) => d.eventType).sort()).toEqual(['project.created', 'project.created', 'project.deleted', 'user.created']);
     expect(list.every((d) => d.status === 'succeeded' && d.attempts.length === 1 && d.nextAttemptAt === null)).toBe(true);
     expect(list[0].attempts[0]).toEqual({
       number: 1,
