@@ -12,6 +12,7 @@ import {
   USER_AGENT_METADATA_KEY,
 } from './server';
 import { type LocalMethod, type LocalServer, localMethod } from './local';
+import { decodeCheckResponse, encodeCheckRequest } from './health';
 import { StreamCall } from './stream-call';
 import type { ReqOf, ResOf, ServerStream } from './types';
 
@@ -337,12 +338,12 @@ export function healthOf(client: grpc.Client, service = '', deadlineMs = 1000): 
     let serving = false;
     const call = client.makeUnaryRequest(
       '/grpc.health.v1.Health/Check',
-      (v: { service: string }) => encodeHealthRequest(v.service),
-      (b: Buffer) => b,
+      encodeCheckRequest,
+      decodeCheckResponse,
       { service },
       new grpc.Metadata(),
       { deadline: Date.now() + deadlineMs },
-      (err, res) => (serving = !err && !!res && decodeHealthStatus(res) === 1),
+      (err, res) => (serving = !err && res?.status === 'SERVING'),
     );
     // After the callback; the reason travels in the trailers.
     call.on('status', (status: grpc.StatusObject) => {
@@ -350,14 +351,4 @@ export function healthOf(client: grpc.Client, service = '', deadlineMs = 1000): 
       resolve(reason === undefined ? { serving } : { serving, reason: String(reason) });
     });
   });
-}
-
-// HealthCheckRequest { string service = 1 } and HealthCheckResponse { ServingStatus status = 1 } by hand:
-// two fields are not worth a second code generator.
-function encodeHealthRequest(service: string): Buffer {
-  const bytes = Buffer.from(service, 'utf8');
-  return bytes.length ? Buffer.concat([Buffer.from([0x0a, bytes.length]), bytes]) : Buffer.alloc(0);
-}
-function decodeHealthStatus(b: Buffer): number {
-  return b.length >= 2 && b[0] === 0x08 ? b[1] : 0;
 }

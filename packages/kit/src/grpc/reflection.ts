@@ -12,7 +12,7 @@ import type * as protoLoader from '@grpc/proto-loader';
 import type { ReflectionService } from '@grpc/reflection';
 import { FILE_DESCRIPTOR_SET } from '@svc/proto';
 
-/** The health service every server has (grpc-health-check). */
+/** The health service every server has (health.ts; its .proto is grpc-health-check's). */
 export const HEALTH_SERVICE = 'grpc.health.v1.Health';
 
 /* eslint-disable @typescript-eslint/no-require-imports -- deliberate lazy loads (see reflectionDefinitions) */

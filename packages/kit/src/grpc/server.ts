@@ -1,5 +1,4 @@
 import * as grpc from '@grpc/grpc-js';
-import type { HealthImplementation } from 'grpc-health-check';
 import { randomUUID } from 'node:crypto';
 import { AppError, causeFields, ERROR_CODES, isAppError } from '../errors';
 import type { JwtVerifier } from '../jwt';
@@ -7,6 +6,7 @@ import type { Logger } from '../logger';
 import { DuplicateKeyError, InvalidCursorError } from '../storage/types';
 import { metrics } from '../metrics';
 import { type LocalAnswer, type LocalMethod, registerLocal } from './local';
+import { HEALTH_DEFINITION, HealthStatuses } from './health';
 import { addReflection, HEALTH_SERVICE } from './reflection';
 import type { CallContext, Implementation } from './types';
 
@@ -121,7 +121,7 @@ export function grpcServerOptions(options: Pick<GrpcServerOptions, 'maxConnectio
 
 export class GrpcServer {
   readonly server: grpc.Server;
-  readonly health: HealthImplementation;
+  readonly health: HealthStatuses;
   port = 0;
   /** Fully qualified names of the services added (`chat.v1.ChatService`): what reflection lists. */
   private readonly services = new Set<string>();
@@ -135,11 +135,7 @@ export class GrpcServer {
     this.server = new grpc.Server(grpcServerOptions(options));
     const statuses: Record<string, 'SERVING'> = { '': 'SERVING' };
     for (const name of options.healthNames) statuses[name] = 'SERVING';
-    // Required here, by a server being built: the gateway imports this kit (its checkHealth client) but serves no gRPC,
-    // so it never loads grpc-health-check, which reads its .proto with protobufjs when it loads (~75 ms).
-    // eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
-    const { HealthImplementation: Health, service: healthService } = require('grpc-health-check') as typeof import('grpc-health-check');
-    this.health = new Health(statuses);
+    this.health = new HealthStatuses(statuses);
     // Every status change shows on svc_health_serving too (the readiness alert reads it).
     const setStatus = this.health.setStatus.bind(this.health);
     this.health.setStatus = (name, status) => {
@@ -147,17 +143,14 @@ export class GrpcServer {
       setStatus(name, status);
     };
     for (const name of Object.keys(statuses)) metrics.healthServing.set({ check: name }, 1);
-    // The library's handlers, with Check answering after `refreshHealth` (statuses measured when asked, not by a
-    // timer, so an idle service probes nothing).
-    const handlers: grpc.UntypedServiceImplementation = {};
-    this.health.addToServer({
-      addService: (_def: unknown, impl: grpc.UntypedServiceImplementation) => Object.assign(handlers, impl),
-    } as never);
-    const check = handlers.check as grpc.handleUnaryCall<unknown, unknown>;
-    this.server.addService(healthService, {
+    // Check answers after `refreshHealth` (statuses measured when asked, not by a timer, so an idle service probes
+    // nothing), with the reason of a name not serving in its trailers.
+    const handlers = this.health.handlers();
+    const check = handlers.check as grpc.handleUnaryCall<{ service: string }, unknown>;
+    this.server.addService(HEALTH_DEFINITION, {
       ...handlers,
-      check: (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-        const service = (call.request as { service?: string } | null)?.service ?? '';
+      check: (call: grpc.ServerUnaryCall<{ service: string }, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+        const service = call.request?.service ?? '';
         const refreshed = this.refreshHealth ? this.refreshHealth(service).catch(() => undefined) : Promise.resolve();
         void refreshed.then(() => check(call, (err, value) => callback(err, value, this.reasonOf(service))));
       },
