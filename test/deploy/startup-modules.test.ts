@@ -34,6 +34,7 @@ const NOT_AT_START = [
   'grpc-health-check',
   '@grpc/proto-loader',
   'protobufjs',
+  '@opentelemetry/core', // traces exported (OTEL_*)
 ];
 /** The gateway serves no gRPC. */
 const NOT_IN_GATEWAY = NOT_AT_START;

@@ -2,16 +2,22 @@
  * Attributes for spans: on the HTTP request's own span (what a support engineer searches by), and the names the
  * OpenTelemetry GenAI semantic conventions give a model call. No-ops cost next to nothing when tracing is off.
  */
-import { context, type Attributes, type Span } from '@opentelemetry/api';
-import { getRPCMetadata } from '@opentelemetry/core';
+import { context, createContextKey, type Attributes, type Span } from '@opentelemetry/api';
 
 /**
  * The SERVER span of the HTTP request being handled (the http instrumentation's, kept in the context for its
  * route): hooks run inside framework spans, so `trace.getActiveSpan()` would be one of those. Undefined untraced.
  */
 export function requestSpan(): Span | undefined {
-  return getRPCMetadata(context.active())?.span;
+  return (context.active().getValue(RPC_METADATA_KEY) as { span?: Span } | undefined)?.span;
 }
+
+/**
+ * @opentelemetry/core's key of that metadata (its `getRPCMetadata` reads it): a context key is `Symbol.for` its
+ * description, so the API alone reads it, and core (~30 ms of a process's start) is not loaded for it. The unit test
+ * sets it with core's `setRPCMetadata`.
+ */
+const RPC_METADATA_KEY = createContextKey('OpenTelemetry SDK Context Key RPC_METADATA');
 
 /** Who and which request, on the request's span: ids only, never a credential. */
 export interface RequestIdentity {
