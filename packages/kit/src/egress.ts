@@ -8,7 +8,16 @@ import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import type { Readable } from 'node:stream';
-import { Agent, fetch as undiciFetch, request as undiciRequest, type RequestInit as UndiciRequestInit } from 'undici';
+import type * as Undici from 'undici';
+
+/** undici, loaded by the first guarded request, not at start (~60 ms of a services process's start). */
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (cached by require)
+const undici = () => require('undici') as typeof Undici;
+/** A value made by its first use (a guarded agent: made by the first request, with undici). */
+const lazily = <T>(make: () => T): (() => T) => {
+  let made: T | undefined;
+  return () => (made ??= make());
+};
 
 export type EgressRefusal = 'scheme' | 'credentials' | 'address' | 'dns' | 'redirect' | 'timeout' | 'too_large' | 'connection';
 
@@ -144,8 +153,8 @@ export type EgressFetch = (input: string | URL, init?: RequestInit) => Promise<R
  * The connection pool of the guard: the resolved address is checked when each socket is opened. `maxResponseSize`:
  * undici's own cap on a body (past it the body fails), for callers that hand the body on as it is.
  */
-function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy, maxResponseSize?: number): Agent {
-  return new Agent({
+function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy, maxResponseSize?: number): Undici.Agent {
+  return new (undici().Agent)({
     ...(maxResponseSize !== undefined ? { maxResponseSize } : {}),
     connect: {
       timeout: options.connectTimeoutMs ?? 5000,
@@ -160,7 +169,7 @@ function guardedAgent(options: EgressFetchOptions, policy: EgressPolicy, maxResp
  * pass-through, through @fastify/reply-from): a host name resolving to a refused address fails when the socket is
  * opened. IP literals are not resolved, so check the URL with checkUrlShape before each request.
  */
-export function egressDispatcher(options: EgressFetchOptions): Agent {
+export function egressDispatcher(options: EgressFetchOptions): Undici.Agent {
   return guardedAgent(options, { allowPrivate: options.allowPrivate });
 }
 
@@ -187,7 +196,7 @@ export function guardedLookup(policy: EgressPolicy, lookup: Lookup = dnsLookup a
 export function egressFetch(options: EgressFetchOptions): EgressFetch {
   const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
   const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
-  const agent = guardedAgent(options, policy);
+  const agent = lazily(() => guardedAgent(options, policy));
 
   return async (input, init = {}) => {
     const url = checkUrlShape(String(input), policy);
@@ -195,9 +204,9 @@ export function egressFetch(options: EgressFetchOptions): EgressFetch {
     if (init.signal) signals.push(init.signal);
     if (options.timeoutMs) signals.push(AbortSignal.timeout(options.timeoutMs));
     const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
-    let res: Awaited<ReturnType<typeof undiciFetch>>;
+    let res: Awaited<ReturnType<typeof Undici.fetch>>;
     try {
-      res = await undiciFetch(url, { ...(init as UndiciRequestInit), signal, redirect: 'manual', dispatcher: agent });
+      res = await undici().fetch(url, { ...(init as Undici.RequestInit), signal, redirect: 'manual', dispatcher: agent() });
     } catch (err) {
       throw translate(err, signal, init.signal ?? undefined);
     }
@@ -230,19 +239,19 @@ export type EgressRequest = (
 export function egressRequest(options: EgressFetchOptions): EgressRequest {
   const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
   const maxBytes = options.maxResponseBytes ?? 10 * 1024 * 1024;
-  const agent = guardedAgent(options, policy);
+  const agent = lazily(() => guardedAgent(options, policy));
   return async (input, init) => {
     const url = checkUrlShape(String(input), policy);
     const timeout = options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined;
     const signal = timeout && init.signal ? AbortSignal.any([timeout, init.signal]) : (timeout ?? init.signal);
-    let res: Awaited<ReturnType<typeof undiciRequest>>;
+    let res: Awaited<ReturnType<typeof Undici.request>>;
     try {
-      res = await undiciRequest(url, {
+      res = await undici().request(url, {
         method: init.method as 'POST',
         headers: init.headers,
         body: init.body,
         signal,
-        dispatcher: agent, // undici 7's request() never follows redirects (that takes an interceptor)
+        dispatcher: agent(), // undici 7's request() never follows redirects (that takes an interceptor)
       });
     } catch (err) {
       throw translate(err, signal, init.signal);
@@ -298,18 +307,18 @@ export type EgressStream = (
  */
 export function egressStream(options: EgressFetchOptions): EgressStream {
   const policy: EgressPolicy = { allowPrivate: options.allowPrivate };
-  const agent = guardedAgent(options, policy, options.maxResponseBytes ?? 10 * 1024 * 1024);
+  const agent = lazily(() => guardedAgent(options, policy, options.maxResponseBytes ?? 10 * 1024 * 1024));
   return async (input, init) => {
     const url = checkUrlShape(String(input), policy);
     const timeout = options.timeoutMs ? AbortSignal.timeout(options.timeoutMs) : undefined;
     const signal = timeout && init.signal ? AbortSignal.any([timeout, init.signal]) : (timeout ?? init.signal);
     try {
-      const res = await undiciRequest(url, {
+      const res = await undici().request(url, {
         method: init.method as 'POST',
         headers: init.headers,
         body: init.body,
         signal,
-        dispatcher: agent,
+        dispatcher: agent(),
       });
       return { status: res.statusCode, headers: res.headers, body: res.body };
     } catch (err) {

@@ -4,7 +4,7 @@
  * (measured at ~0.3-0.4 ms of CPU a call, see bench/llm-http.ts): the answer's body is a Node readable, read as is.
  */
 import type { Readable } from 'node:stream';
-import { Agent, request } from 'undici';
+import type * as Undici from 'undici';
 
 export interface HttpInit {
   method: string;
@@ -28,20 +28,23 @@ export interface HttpReply {
  */
 export type LlmTransport = (url: string, init: HttpInit) => Promise<HttpReply>;
 
-let pool: Agent | undefined;
+let pool: Undici.Agent | undefined;
+/** undici, loaded by the first provider call (~60 ms of a services process's start otherwise). */
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load (cached by require)
+const undici = () => require('undici') as typeof Undici;
 
 /**
  * The process's provider pool, made on first use, with undici's defaults as global fetch has them: connections kept
  * alive 4 s idle (or what the server's Keep-Alive header says), 300 s header and body timeouts (the calls' own idle
  * timeout, CallControl, is shorter by default).
  */
-function providerPool(): Agent {
-  return (pool ??= new Agent());
+function providerPool(): Undici.Agent {
+  return (pool ??= new (undici().Agent)());
 }
 
 /** The default transport: undici's request on the shared keep-alive pool. Redirects are never followed. */
 export const sendHttp: LlmTransport = async (url, init) => {
-  const res = await request(url, {
+  const res = await undici().request(url, {
     method: init.method as 'POST',
     headers: init.headers,
     body: init.body,

@@ -2,7 +2,7 @@
  * MCP tools in a run (CONTRACT.md 11): which of the agent's granted tools are offered to the model, the checks made
  * before a call reaches a server (allowlist, input schema), and the call itself as a `tool_call` step.
  */
-import { Ajv, type ValidateFunction } from 'ajv';
+import type { Ajv, ValidateFunction } from 'ajv';
 import { isAppError, type ServiceClient, type Store } from '@svc/kit';
 import type { LlmTool } from '@svc/llm';
 import type { identityV1 } from '@svc/proto';
@@ -56,7 +56,10 @@ export async function loadToolset(rt: McpRuntime, tenantId: string, grants: Agen
   return { offers, refused };
 }
 
-const ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false });
+/** Made by the first tool call checked (ajv is ~25 ms of a services process's start otherwise). */
+let ajv: Ajv | undefined;
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- deliberate lazy load
+const newAjv = () => new (require('ajv') as typeof import('ajv')).Ajv({ strict: false, allErrors: true, validateFormats: false });
 const compiled = new WeakMap<object, ValidateFunction | Error>();
 
 /** Null when the arguments satisfy the tool's input schema, else why not (a schema that cannot compile refuses). */
@@ -64,7 +67,7 @@ export function checkArguments(tool: McpToolDoc, args: unknown): string | null {
   let validate = compiled.get(tool.inputSchema);
   if (!validate) {
     try {
-      validate = ajv.compile(tool.inputSchema);
+      validate = (ajv ??= newAjv()).compile(tool.inputSchema);
     } catch (err) {
       validate = err as Error;
     }
