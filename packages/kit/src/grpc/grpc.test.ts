@@ -185,22 +185,28 @@ it('calls a server of this process without the socket, answering as over it', as
   expect(timing.upstreamMs).toBeGreaterThan(0);
 });
 
-it('a stopping server takes no more in-process calls, and waits for those it is answering', async () => {
-  const second = new GrpcServer({
+/** A second server of this process whose one working method is the public `getJwks`; every other method fails. */
+async function jwksServer(getJwks: () => Promise<{ jwksJson: string }>, options: { inProcess?: boolean } = {}) {
+  const server = new GrpcServer({
     host: '127.0.0.1',
     port: 0,
     logger: createLogger('test', 'silent'),
     verifier: null as never,
     healthNames: [],
+    ...options,
   });
-  let release: (() => void) | null = null;
   const impl: Record<string, unknown> = Object.fromEntries(Object.keys(def).map((k) => [k, () => Promise.reject(new Error('not used'))]));
-  impl.getJwks = async () => {
+  impl.getJwks = getJwks;
+  server.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
+  return { server, port: await server.start() };
+}
+
+it('a stopping server takes no more in-process calls, and waits for those it is answering', async () => {
+  let release: (() => void) | null = null;
+  const { server: second, port: p2 } = await jwksServer(async () => {
     await new Promise<void>((r) => (release = r));
     return { jwksJson: '{"k":1}' };
-  };
-  second.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
-  const p2 = await second.start();
+  });
   const near = createClient(def, `127.0.0.1:${p2}`, { deadlineMs: 2000 });
   const inFlight = near.getJwks({});
   await until(() => release !== null);
@@ -219,18 +225,7 @@ it('a stopping server takes no more in-process calls, and waits for those it is 
 });
 
 it('a server started with inProcess false is called over its socket, from this process too', async () => {
-  const socketOnly = new GrpcServer({
-    host: '127.0.0.1',
-    port: 0,
-    logger: createLogger('test', 'silent'),
-    verifier: null as never,
-    healthNames: [],
-    inProcess: false,
-  });
-  const impl: Record<string, unknown> = Object.fromEntries(Object.keys(def).map((k) => [k, () => Promise.reject(new Error('not used'))]));
-  impl.getJwks = async () => ({ jwksJson: '{"k":2}' });
-  socketOnly.add(registration({ definition: def, implementation: impl as never, publicMethods: ['getJwks'] }));
-  const port = await socketOnly.start();
+  const { server: socketOnly, port } = await jwksServer(async () => ({ jwksJson: '{"k":2}' }), { inProcess: false });
   const near = createClient(def, `127.0.0.1:${port}`, { deadlineMs: 2000 });
   await expect(near.getJwks({})).resolves.toEqual({ jwksJson: '{"k":2}' });
   expect(near.grpcClient.getChannel().getConnectivityState(false)).toBe(grpc.connectivityState.READY);
