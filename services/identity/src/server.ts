@@ -1,4 +1,3 @@
-import type Redis from 'ioredis';
 import {
   createRedisClient,
   egressPolicyFrom,
@@ -26,14 +25,6 @@ import { planChangeHandler } from './plan-changes';
 import { configurePasswordHashing } from './passwords';
 import { SigningKeys } from './signing-keys';
 
-/**
- * The Redis client that pokes gateways; ioredis is required only when REDIS_URL is set (not in the embedded default).
- * TLS (rediss://) and an ACL user come with the URL; REDIS_TLS_CA_FILE adds the CA.
- */
-function revocationPublisher(config: { redisUrl: string; redisTlsCaFile?: string }): Redis {
-  return createRedisClient(config, { lazyConnect: false, maxRetriesPerRequest: 2 });
-}
-
 /** Redis channel on which gateways hear about revocations at once (they also watch WatchRevocations). */
 export const REVOCATION_CHANNEL = 'svc:revocations';
 
@@ -47,7 +38,10 @@ export async function startIdentity(env: NodeJS.ProcessEnv = process.env): Promi
   });
   const keys = new SigningKeys(rt.store, rt.box);
   await keys.load();
-  const redis = rt.config.redisUrl ? revocationPublisher({ ...rt.config, redisUrl: rt.config.redisUrl }) : null;
+  // With REDIS_URL, the client that pokes gateways about revocations (kit loads ioredis only then).
+  const redis = rt.config.redisUrl
+    ? createRedisClient({ ...rt.config, redisUrl: rt.config.redisUrl }, { lazyConnect: false, maxRetriesPerRequest: 2 })
+    : null;
   redis?.on('error', (err) => rt.logger.warn({ err: err.message }, 'redis error'));
   configurePasswordHashing({
     concurrency: rt.config.passwordHashConcurrency,

@@ -389,18 +389,16 @@ export class GrpcServer {
   }
 }
 
-interface ServedMethod {
-  path: string;
-  responseStream: boolean;
-  requestDeserialize(bytes: Buffer): unknown;
-  responseSerialize(value: unknown): Buffer;
-}
+type ServedMethod = Pick<LocalMethod, 'requestDeserialize' | 'responseSerialize'> & { path: string; responseStream: boolean };
 
-/** A unary method as local.ts calls it: the wrapped handler given the request and metadata grpc-js would give it. */
-function localMethodOf(def: ServedMethod, handler: grpc.handleUnaryCall<unknown, unknown>): LocalMethod {
+/** A unary method as local.ts calls it: its codecs, and the wrapped handler given what grpc-js would give it. */
+function localMethodOf(
+  { requestDeserialize, responseSerialize }: ServedMethod,
+  handler: grpc.handleUnaryCall<unknown, unknown>,
+): LocalMethod {
   return {
-    requestDeserialize: (bytes) => def.requestDeserialize(bytes),
-    responseSerialize: (value) => def.responseSerialize(value),
+    requestDeserialize,
+    responseSerialize,
     call: (request, metadata) =>
       new Promise<LocalAnswer>((resolve) =>
         handler({ request, metadata } as grpc.ServerUnaryCall<unknown, unknown>, (err, value) =>
