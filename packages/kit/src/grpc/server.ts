@@ -297,11 +297,13 @@ export class GrpcServer {
       const abort = new AbortController();
       const started = performance.now();
       let reset = false;
+      // Its status is on the way: grpc-js says 'cancelled' after sending any status (1.14), which is no reset.
+      let answered = false;
       const stopsOnHalfClose = call.metadata.get(STOP_ON_HALF_CLOSE_KEY)[0] === '1';
       // Said at once, in the response headers: the client keeps its side open only when it knows.
       if (stopsOnHalfClose) call.sendMetadata(STOPS_ON_HALF_CLOSE);
+      let received = false;
       const request = new Promise<unknown>((resolve, reject) => {
-        let received = false;
         // Read on (further messages are ignored) so that the half-close is seen.
         call.on('data', (message: unknown) => {
           if (!received) resolve(message);
@@ -312,9 +314,10 @@ export class GrpcServer {
           else if (stopsOnHalfClose) abort.abort();
         });
         call.on('cancelled', () => {
+          if (answered) return;
           reset = true;
           abort.abort();
-          reject(new Error('cancelled before its request'));
+          if (!received) reject(new Error('cancelled before its request'));
         });
       });
       const send = (message: unknown) =>
@@ -328,9 +331,11 @@ export class GrpcServer {
         .then(
           () => {
             observe(path, started, reset ? grpc.status.CANCELLED : grpc.status.OK);
+            answered = true;
             if (!reset) call.end();
           },
           (err) => {
+            answered = true;
             if (reset) return observe(path, started, grpc.status.CANCELLED);
             const status = this.toServiceError(path, err, call.metadata);
             observe(path, started, abort.signal.aborted ? grpc.status.CANCELLED : status.code);
