@@ -201,6 +201,8 @@ async function startServices<T>(
       ...(env.AGENTS_WORKER_ID && names.includes('agents') && ports.agents.length > 1
         ? { AGENTS_WORKER_ID: `${env.AGENTS_WORKER_ID}-${i + 1}` }
         : {}),
+      // Where the other chat replicas reach this one: a reply's stream read on one of them is relayed from here.
+      ...(names.includes('chat') && ports.chat.length > 1 ? { CHAT_PEER_ADDR: `${host}:${ports.chat[i]}` } : {}),
     });
     for (let i = 0; i < replicas; i++) {
       // Replica i of every service that has one.

@@ -524,6 +524,15 @@ describe('kubernetes: helm chart, dev values in namespace svc-dev', () => {
       expect(allowed.sort()).toEqual(expected.sort());
     });
 
+    it("lets chat replicas reach each other's gRPC port, at the pod address each records (CHAT_PEER_ADDR)", () => {
+      const [c] = deployment('chat').spec.template.spec.containers;
+      expect(c.env?.find((e) => e.name === 'POD_IP')?.valueFrom?.fieldRef).toEqual({ fieldPath: 'status.podIP' });
+      expect(c.env?.find((e) => e.name === 'CHAT_PEER_ADDR')?.value).toBe(`$(POD_IP):${SERVICES.chat}`);
+      const other = { ...podOf('chat'), ip: '10.244.2.99' };
+      expect(allows(policies, other, podOf('chat'), SERVICES.chat)).toBe(true);
+      expect(allows(policies, other, podOf('chat'), 6000)).toBe(false);
+    });
+
     it('lets clients reach the gateway through the ingress controller only', () => {
       expect(allows(policies, ingressController, podOf('gateway'), GATEWAY_PORT)).toBe(true);
       expect(allows(policies, strangerPod, podOf('gateway'), GATEWAY_PORT)).toBe(false);

@@ -55,6 +55,11 @@ export interface MessageDoc {
    * its `llm.usage` names the escrow, whoever sends it. Absent: the call reserved on its own.
    */
   escrow?: { id: string; credits: number };
+  /**
+   * The chat process generating the reply, as the others reach it (its CHAT_PEER_ADDR): a stream of the reply read on
+   * another process is relayed from there while it is generated. Absent when that process has no peer address.
+   */
+  owner?: string;
   /** The model that served the reply (a fallback's when the main model failed before answering); absent before. */
   model?: string | null;
   createdAt: string;

@@ -11,6 +11,12 @@ export const chatConfig = {
   leaseMs: field('CHAT_REPLY_LEASE_MS', 'int', { default: '20000', min: 200, max: 600_000 }),
   drainMs: field('CHAT_DRAIN_MS', 'int', { default: '10000', min: 0, max: 600_000 }),
   pollMs: field('CHAT_POLL_MS', 'int', { default: '250', min: 10, max: 10_000 }),
+  /**
+   * How the other chat processes reach this one (host:port of its gRPC server), recorded on every reply it
+   * generates: a reader of that reply's stream on another process is relayed the reply live from here (owner-relay.ts)
+   * instead of polling the store every CHAT_POLL_MS. Empty: readers elsewhere poll.
+   */
+  peerAddr: field('CHAT_PEER_ADDR', 'string', { default: '' }),
   llmCacheMs: field('CHAT_LLM_SETTINGS_CACHE_MS', 'int', { default: '1000', min: 0, max: 60_000 }),
   tenantConcurrency: field('CHAT_TENANT_CONCURRENCY', 'int', { default: '16', min: 1, max: 10_000 }),
   followersPerTenant: field('CHAT_RUN_FOLLOWERS_PER_TENANT', 'int', { default: '8', min: 1, max: 10_000 }),

@@ -8,6 +8,7 @@ import { purgeExpiredResponses } from './purge';
 import { creditCheck, type CreditCheck } from './credits';
 import { CreditEscrow } from './escrow';
 import { chatHandlers } from './handlers';
+import { OwnerRelay } from './owner-relay';
 import { grpcPeers, type Peers } from './peers';
 import { Replies } from './replies';
 
@@ -82,6 +83,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     purgeExpiredResponses(rt.store).catch((err: unknown) => rt.logger.warn({ err }, 'purging expired responses failed; will retry'));
   }, 60_000);
   purger.unref();
+  const owners = config.peerAddr ? new OwnerRelay(config.peerAddr, config.grpcDeadlineMs) : undefined;
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -100,11 +102,14 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           defaultMaxTokens: config.maxTokens,
           pricing,
           responsesRetentionMs: config.responsesRetentionHours * 3_600_000,
+          peerAddr: config.peerAddr,
+          owners,
         }),
       }),
     ],
     onStop: async () => {
       clearInterval(purger);
+      owners?.close();
       peers.close();
       identity.close();
       gate?.close();

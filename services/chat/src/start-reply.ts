@@ -22,6 +22,8 @@ export interface ReplyStarter {
   keySlots: KeySlots<MessageDoc>;
   /** The tenant's caps on replies in progress (CHAT_TENANT_CONCURRENCY, and on the followers of agent runs). */
   replySlots: ReplySlots;
+  /** This process's CHAT_PEER_ADDR, recorded on the replies it generates (MessageDoc.owner); '' for none. */
+  peerAddr?: string;
 }
 
 export interface ReplyStart {
@@ -96,6 +98,8 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
   const job = sentByInsert(start)
     ? { ...start.job, message: { ...start.job.message, call: { ...start.job.message.call!, sent: true } } }
     : start.job;
+  // Generated here: a reader on another chat process follows it from here while it runs.
+  if (deps.peerAddr) job.message.owner = deps.peerAddr;
   await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
   if (beforeStart)

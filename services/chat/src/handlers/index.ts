@@ -12,6 +12,7 @@ import type { Replies } from '../replies';
 import { type ReplyLimits, ReplySlots } from '../reply-slots';
 import { RunPolls } from '../run-polls';
 import { newMessage, pendingReply, type ReplyStarter, startReply } from '../start-reply';
+import type { OwnerRelay } from '../owner-relay';
 import { streamReply } from '../stream';
 import { toMessage, toSession } from '../views';
 
@@ -48,6 +49,9 @@ export interface ChatDeps {
   responsesRetentionMs: number;
   /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the price of a model without a catalogue price. */
   pricing: PricingSettings;
+  /** CHAT_PEER_ADDR ('' for none) and the relay of replies other chat processes generate (owner-relay.ts). */
+  peerAddr?: string;
+  owners?: OwnerRelay;
 }
 
 export function chatHandlers(deps: ChatDeps) {
@@ -57,7 +61,7 @@ export function chatHandlers(deps: ChatDeps) {
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
   const replySlots = new ReplySlots(store, { replies: deps.tenantConcurrency, ...deps.followerLimits });
-  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, replySlots };
+  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, replySlots, peerAddr: deps.peerAddr };
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
@@ -88,6 +92,7 @@ export function chatHandlers(deps: ChatDeps) {
       cap,
       keySlots,
       replySlots,
+      peerAddr: deps.peerAddr,
       runPolls: new RunPolls((agentId, runId, token) => peers.getRun(agentId, runId, token), deps.pollMs),
       sessionOf,
       history,
@@ -234,8 +239,8 @@ export function chatHandlers(deps: ChatDeps) {
       send: (m: chatV1.StreamReplyResponse) => Promise<void>,
       signal: AbortSignal,
     ) => {
-      const { auth } = authed(ctx, 'agents:read');
-      return streamReply({ ...deps, sessionOf: (id) => sessionOf(id, auth.tid) }, req, send, signal);
+      const { auth, token } = authed(ctx, 'agents:read');
+      return streamReply({ ...deps, sessionOf: (id) => sessionOf(id, auth.tid), token }, req, send, signal);
     },
   };
 }
