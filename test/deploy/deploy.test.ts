@@ -71,7 +71,7 @@ interface SecurityContext {
 interface EnvVar {
   name: string;
   value?: string;
-  valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string } };
+  valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string }; fieldRef?: { fieldPath: string } };
 }
 interface Container {
   name: string;

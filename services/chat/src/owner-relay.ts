@@ -1,5 +1,6 @@
 /**
- * A reply another chat process is generating, read live from that process rather than polled from the store.
+ * A reply another chat process is generating, read live from that process rather than polled from the store: a REST
+ * chat stream (StreamReply) and a response's stream resumed by id (StreamResponse, `/v1/responses/:id?stream=true`).
  *
  * A reader's stream may reach any chat replica (the gateway balances its calls), and only the replica that generates
  * a reply holds its chunks in memory as they come. Every other replica used to poll the store every CHAT_POLL_MS, so
@@ -13,11 +14,12 @@
  * on), the reader goes on from the store at the offset it reached, polling as before. Nothing the relay sends is
  * sent twice: the owner resumes after the reader's offset, and the offset moves with every delta passed on.
  */
-import { createClient, type ServiceClient } from '@svc/kit';
+import { createClient, type ServerStream, type ServiceClient } from '@svc/kit';
 import { chatV1 } from '@svc/proto';
 import type { MessageDoc } from './collections';
 
 type Send = (m: chatV1.StreamReplyResponse) => Promise<void>;
+type SendCall = (m: { event: chatV1.CallEvent }) => Promise<void>;
 type ChatClient = ServiceClient<typeof chatV1.ChatServiceService>;
 
 /** Peers kept connected at once: a deployment's chat replicas (a replaced pod's address is dropped, oldest first). */
@@ -28,6 +30,12 @@ const RELAY_DEADLINE_MS = 60 * 60 * 1000;
 /** Where a relay stopped: the reply's text offset the reader has, and whether its final event was sent. */
 export interface Relayed {
   offset: number;
+  final: boolean;
+}
+
+/** Where a response's relay stopped: the next chunk the reader needs, and whether `done` was sent. */
+export interface RelayedChunks {
+  chunk: number;
   final: boolean;
 }
 
@@ -56,27 +64,43 @@ export class OwnerRelay {
       { sessionId: doc.sessionId, afterEventId: `${doc.id}:${offset}` },
       { token: token ?? null, deadlineMs: RELAY_DEADLINE_MS },
     );
-    const stop = () => stream.cancel();
-    signal.addEventListener('abort', stop, { once: true });
-    try {
-      for await (const m of stream) {
-        // Another reply (a newer message of the session) is not this reader's: the store has the rest of this one.
-        if (m.messageId !== doc.id) break;
-        if (m.type === 'open') continue;
-        await send(m);
-        if (m.type === 'message.delta') at.offset = offsetOf(m.id, at.offset);
-        else {
-          at.final = true;
-          stream.release();
-          return at;
-        }
-      }
-      stream.cancel();
-    } catch {
-      // Unreachable, restarted or failing: the reader goes on from the store.
-    } finally {
-      signal.removeEventListener('abort', stop);
-    }
+    at.final = await passOn(stream, signal, async (m) => {
+      // Another reply (a newer message of the session) is not this reader's: the store has the rest of this one.
+      if (m.messageId !== doc.id) return 'stop';
+      if (m.type === 'open') return 'more';
+      await send(m);
+      if (m.type !== 'message.delta') return 'final';
+      at.offset = offsetOf(m.id, at.offset);
+      return 'more';
+    });
+    return at;
+  }
+
+  /** The same for the response `responseId` of `doc`, from chunk `fromChunk` (StreamResponse). */
+  async relayResponse(
+    doc: MessageDoc,
+    responseId: string,
+    fromChunk: number,
+    token: string | undefined,
+    send: SendCall,
+    signal: AbortSignal,
+  ): Promise<RelayedChunks> {
+    const at: RelayedChunks = { chunk: fromChunk, final: false };
+    if (signal.aborted) return at;
+    const stream = this.client(doc.owner!).streamResponse(
+      { id: responseId, fromChunk },
+      { token: token ?? null, deadlineMs: RELAY_DEADLINE_MS },
+    );
+    at.final = await passOn(stream, signal, async ({ event }) => {
+      if (!event) return 'stop';
+      if (event.type === 'started') return 'more';
+      // Only the next chunk: anything else means the owner's view and ours differ, and the store decides.
+      if (event.type === 'delta' && event.index !== at.chunk) return 'stop';
+      await send({ event });
+      if (event.type !== 'delta') return 'final';
+      at.chunk++;
+      return 'more';
+    });
     return at;
   }
 
@@ -98,6 +122,35 @@ export class OwnerRelay {
     }
     return c;
   }
+}
+
+/**
+ * Reads `stream`, giving each message to `take`, until it answers `final` (true) or `stop`, the stream ends or fails,
+ * or `signal` aborts (false). A stream given up before its end is cancelled; one read to its final message released.
+ */
+async function passOn<T>(
+  stream: ServerStream<T>,
+  signal: AbortSignal,
+  take: (m: T) => Promise<'more' | 'stop' | 'final'>,
+): Promise<boolean> {
+  const stop = () => stream.cancel();
+  signal.addEventListener('abort', stop, { once: true });
+  try {
+    for await (const m of stream) {
+      const next = await take(m);
+      if (next === 'final') {
+        stream.release();
+        return true;
+      }
+      if (next === 'stop') break;
+    }
+    stream.cancel();
+  } catch {
+    // Unreachable, restarted or failing: the reader goes on from the store.
+  } finally {
+    signal.removeEventListener('abort', stop);
+  }
+  return false;
 }
 
 /** The offset a delta's event id (`<messageId>:<offset>`) ends at; `fallback` for an id of another shape. */

@@ -12,13 +12,13 @@ export function responseReads(deps: CallDeps, parts: CallParts) {
 
   return {
     async streamResponse(req: chatV1.StreamResponseRequest, ctx: CallContext, send: Send, signal: AbortSignal): Promise<void> {
-      const { auth } = authed(ctx, 'llm:use');
+      const { auth, token } = authed(ctx, 'llm:use');
       const { resp, message } = await responseOf(req.id, auth.tid);
       await send(event('started', { call: recordOf(resp, message) }));
       const from = Math.max(0, req.fromChunk);
       const live = replies.get(message.id);
       if (live) await relayLive(live, from, true, send, signal, (m) => recordOf(resp, m));
-      else await fromStore(resp, message, from, send, signal);
+      else await fromStore(resp, message, from, send, signal, token);
     },
 
     async getResponse(req: chatV1.GetResponseRequest, ctx: CallContext): Promise<chatV1.GetResponseResponse> {

@@ -4,6 +4,7 @@ import type { LlmMessage, PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from '../collections';
 import type { LiveReply } from '../live';
+import type { OwnerRelay } from '../owner-relay';
 import type { Peers } from '../peers';
 import type { RunPolls } from '../run-polls';
 import type { ReplyStarter } from '../start-reply';
@@ -21,6 +22,8 @@ export interface CallDeps extends ReplyStarter {
   retentionMs: number;
   sessionOf(id: string, tenantId: string): Promise<SessionDoc>;
   history(session: SessionDoc): Promise<LlmMessage[]>;
+  /** Responses other chat processes generate, read live from them (CHAT_PEER_ADDR). */
+  owners?: OwnerRelay;
 }
 
 /**
@@ -125,10 +128,14 @@ export function callParts(deps: CallDeps) {
     else await fromStore(resp, reply, 0, send, signal);
   }
 
-  /** A reply generated elsewhere (or finished): polled from the store until it is final. */
-  async function fromStore(resp: ResponseDoc | null, first: MessageDoc, from: number, send: Send, signal: AbortSignal) {
+  /**
+   * A reply generated elsewhere (or finished): a response relayed live from the process generating it (owner-relay.ts,
+   * with the reader's `token`), else polled from the store until it is final.
+   */
+  async function fromStore(resp: ResponseDoc | null, first: MessageDoc, from: number, send: Send, signal: AbortSignal, token?: string) {
     let doc: MessageDoc | null = first;
     let i = from;
+    let relayed = false;
     while (doc && !signal.aborted) {
       const ends = endsOf(doc);
       for (; i < ends.length && !signal.aborted; i++)
@@ -136,6 +143,13 @@ export function callParts(deps: CallDeps) {
       if (TERMINAL.has(doc.status)) return send(event('done', { call: recordOf(resp, doc) }));
       const live = replies.get(doc.id);
       if (live) return relayLive(live, i, true, send, signal, (m) => recordOf(resp, m));
+      // Once: a relay that stopped short leaves the rest to the store.
+      if (resp && !relayed && deps.owners?.owns(doc)) {
+        relayed = true;
+        const at = await deps.owners.relayResponse(doc, resp.id, i, token, send, signal);
+        if (at.final) return;
+        i = at.chunk;
+      }
       await sleep(deps.pollMs, signal);
       doc = await messagesCol.get(doc.id);
     }

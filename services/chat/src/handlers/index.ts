@@ -93,6 +93,7 @@ export function chatHandlers(deps: ChatDeps) {
       keySlots,
       replySlots,
       peerAddr: deps.peerAddr,
+      owners: deps.owners,
       runPolls: new RunPolls((agentId, runId, token) => peers.getRun(agentId, runId, token), deps.pollMs),
       sessionOf,
       history,
