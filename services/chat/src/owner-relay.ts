@@ -26,6 +26,12 @@ type ChatClient = ServiceClient<typeof chatV1.ChatServiceService>;
 const MAX_PEERS = 32;
 /** A relayed stream lasts as long as its reply: the owner's deadline bounds it, as the gateway's does. */
 const RELAY_DEADLINE_MS = 60 * 60 * 1000;
+/**
+ * How long the owner has to answer at all (its `open` or `started` comes at once): an address that takes the
+ * connection and says nothing, or drops packets (a deleted pod's IP), leaves the reader to the store after this, not
+ * after a connect timeout.
+ */
+export const OWNER_ANSWER_MS = 2_000;
 
 /** Where a relay stopped: the reply's text offset the reader has, and whether its final event was sent. */
 export interface Relayed {
@@ -126,30 +132,41 @@ export class OwnerRelay {
 
 /**
  * Reads `stream`, giving each message to `take`, until it answers `final` (true) or `stop`, the stream ends or fails,
- * or `signal` aborts (false). A stream given up before its end is cancelled; one read to its final message released.
+ * the owner says nothing for OWNER_ANSWER_MS, or `signal` aborts (false). A stream given up before its end is
+ * cancelled (kit reads what still comes and ends it); one read to its final message released.
  */
 async function passOn<T>(
   stream: ServerStream<T>,
   signal: AbortSignal,
   take: (m: T) => Promise<'more' | 'stop' | 'final'>,
 ): Promise<boolean> {
-  const stop = () => stream.cancel();
-  signal.addEventListener('abort', stop, { once: true });
+  const messages = stream[Symbol.asyncIterator]();
+  let answered = false;
+  let giveUp!: () => void;
+  const gaveUp = new Promise<null>((resolve) => (giveUp = () => resolve(null)));
+  const silent = setTimeout(() => answered || giveUp(), OWNER_ANSWER_MS);
+  signal.addEventListener('abort', giveUp, { once: true });
   try {
-    for await (const m of stream) {
-      const next = await take(m);
-      if (next === 'final') {
+    for (;;) {
+      const pending = messages.next();
+      pending.catch(() => undefined); // given up while it waits: its end is kit's to read
+      const next = await Promise.race([pending, gaveUp]);
+      if (next === null || next.done) break;
+      answered = true;
+      const verdict = await take(next.value);
+      if (verdict === 'final') {
         stream.release();
         return true;
       }
-      if (next === 'stop') break;
+      if (verdict === 'stop') break;
     }
-    stream.cancel();
   } catch {
     // Unreachable, restarted or failing: the reader goes on from the store.
   } finally {
-    signal.removeEventListener('abort', stop);
+    clearTimeout(silent);
+    signal.removeEventListener('abort', giveUp);
   }
+  stream.cancel();
   return false;
 }
 
