@@ -164,4 +164,56 @@ describe('sqlite store', () => {
     expect(await queued).toBe(2);
     await store.close();
   });
+
+  describe("another connection's write lock (replicas on one file)", () => {
+    const note = (id: string) => ({ id, tenantId: 't1', text: id, createdAt: '2024-01-01T00:00:00.000Z' });
+    /** Store `a` holds an open transaction (the file's write lock) until the returned function is called. */
+    async function holding(path: string) {
+      const a = openSqliteStore({ path });
+      await a.collection(notes).insert(note('seed'));
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const done = a.transaction(async (tx) => {
+        await tx.collection(notes).insert(note('by-a'));
+        await held;
+      });
+      await new Promise((resolve) => setImmediate(resolve)); // its BEGIN has run
+      return { a, release, done };
+    }
+
+    test('a transaction waits for it without holding up the thread, then commits', async () => {
+      const path = freshPath();
+      const { a, release, done } = await holding(path);
+      const b = openSqliteStore({ path });
+      let ticks = 0;
+      const clock = setInterval(() => ticks++, 5);
+      // The holder lets go from a timer: a wait that held the thread would never see it fire.
+      setTimeout(release, 100);
+      await b.transaction(async (tx) => void (await tx.collection(notes).insert(note('by-b'))));
+      clearInterval(clock);
+      await done;
+      expect(ticks).toBeGreaterThan(5);
+      expect((await b.collection(notes).find({ tenantId: 't1' })).items.map((n) => n.id).sort()).toEqual(['by-a', 'by-b', 'seed']);
+      await a.close();
+      await b.close();
+    });
+
+    test('past beginWaitMs it fails with 503 SERVICE_UNAVAILABLE, having written nothing', async () => {
+      const path = freshPath();
+      const { a, release, done } = await holding(path);
+      const b = openSqliteStore({ path, beginWaitMs: 150 });
+      await expect(b.transaction(async (tx) => void (await tx.collection(notes).insert(note('by-b'))))).rejects.toMatchObject({
+        code: 'SERVICE_UNAVAILABLE',
+        details: { reason: 'store_busy' },
+      });
+      release();
+      await done;
+      expect(await b.collection(notes).get('by-b')).toBeNull();
+      // The refused store goes on: its next transaction commits.
+      await b.transaction(async (tx) => void (await tx.collection(notes).insert(note('after'))));
+      expect(await b.collection(notes).get('after')).not.toBeNull();
+      await a.close();
+      await b.close();
+    });
+  });
 });

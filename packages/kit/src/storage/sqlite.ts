@@ -26,6 +26,7 @@ import {
   type AnyDef,
   type Schema,
 } from './common';
+import { errors } from '../errors';
 import { clampLimit, decodeCursor, pageSegments, toPage, type PageSegment } from './cursor';
 import { checkpointElsewhere, walClosed, walWritten } from './checkpointer';
 import { useWal } from './wal';
@@ -47,11 +48,24 @@ type Doc = { id: string };
 
 /**
  * How long an operation or a transaction waits for the store's lock before it fails. Transactions are short (a few
- * milliseconds; BEGIN IMMEDIATE waits at most busy_timeout, 5 s, for another process): a wait this long is a caller
+ * milliseconds; BEGIN IMMEDIATE waits at most BEGIN_WAIT_MS for another process): a wait this long is a caller
  * waiting for the transaction it runs in (a store-level operation inside a transaction's callback), which would
  * otherwise hang the store for good.
  */
 const LOCK_WAIT_MS = 30_000;
+
+/**
+ * How long a transaction's BEGIN IMMEDIATE waits for another process's write lock (replicas on one file) before the
+ * transaction fails with 503 SERVICE_UNAVAILABLE, nothing written. SQLite's own busy handler sleeps on the calling
+ * thread, so it is given BEGIN_SYNC_WAIT_MS per attempt and the rest of the wait is asynchronous, in growing pauses
+ * up to BEGIN_PAUSE_MAX_MS: a process waiting for a replica's lock goes on serving its other work meanwhile (it froze
+ * for up to the whole busy_timeout before, and answered the wait's end with a 500).
+ */
+const BEGIN_WAIT_MS = 5_000;
+const BEGIN_SYNC_WAIT_MS = 2;
+const BEGIN_PAUSE_MAX_MS = 25;
+/** busy_timeout for every other statement (autocommit writes, WAL set-up). */
+const BUSY_TIMEOUT_MS = 5_000;
 
 /** The SQL expression for a field: the primary key column for `id`, else the JSON path. Names are validated. */
 function expr(field: string): string {
@@ -201,12 +215,13 @@ class SqliteStore implements Store {
     private readonly path: string,
     private readonly lockWaitMs: number,
     checkTxFlow: boolean,
+    private readonly beginWaitMs: number,
   ) {
     this.flow = checkTxFlow ? new TxFlowCheck() : null;
     if (path !== ':memory:' && path !== '') mkdirSync(dirname(path), { recursive: true });
     this.db = new Database(path);
     // busy_timeout first: replicas of the service may hold the write lock while this one opens the file.
-    this.db.pragma('busy_timeout = 5000');
+    this.db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     useWal(this.db);
     this.db.pragma('synchronous = NORMAL');
     checkpointElsewhere(this.db, path);
@@ -340,6 +355,27 @@ class SqliteStore implements Store {
     return table.base as unknown as Collection<T>;
   }
 
+  /** BEGIN IMMEDIATE, waiting for another process's write lock without holding up this thread (beginWaitMs). */
+  private async begin(): Promise<void> {
+    const deadline = performance.now() + this.beginWaitMs;
+    for (let pause = 1; ; pause = Math.min(2 * pause, BEGIN_PAUSE_MAX_MS)) {
+      this.statement(`PRAGMA busy_timeout = ${BEGIN_SYNC_WAIT_MS}`).get();
+      try {
+        this.statement('BEGIN IMMEDIATE').run();
+        return;
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== 'SQLITE_BUSY') throw err;
+      } finally {
+        this.statement(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`).get();
+      }
+      if (performance.now() >= deadline)
+        throw errors.unavailable(`The service's store stayed locked by another process for ${this.beginWaitMs} ms; retry`, {
+          reason: 'store_busy',
+        });
+      await new Promise((resolve) => setTimeout(resolve, pause * (1 + Math.random())));
+    }
+  }
+
   async transaction<R>(fn: (tx: StoreSession) => Promise<R>): Promise<R> {
     this.flow?.refuse('store.transaction()');
     await this.acquire();
@@ -351,7 +387,7 @@ class SqliteStore implements Store {
     };
     let begun = false;
     try {
-      this.statement('BEGIN IMMEDIATE').run();
+      await this.begin();
       begun = true;
       this.current = tx;
       const result = await (this.flow ? this.flow.run(tx, () => fn(tx.session)) : fn(tx.session));
@@ -579,8 +615,15 @@ export function openSqliteStore(options: {
   lockWaitMs?: number;
   /** Refuse store-level calls inside a transaction's callback at once (default: STORE_TX_FLOW_CHECK=1, tests). */
   checkTxFlow?: boolean;
+  /** How long a transaction waits for another process's write lock before it fails with 503 (BEGIN_WAIT_MS). */
+  beginWaitMs?: number;
 }): Store {
-  return new SqliteStore(options.path, options.lockWaitMs ?? LOCK_WAIT_MS, options.checkTxFlow ?? txFlowCheckFromEnv());
+  return new SqliteStore(
+    options.path,
+    options.lockWaitMs ?? LOCK_WAIT_MS,
+    options.checkTxFlow ?? txFlowCheckFromEnv(),
+    options.beginWaitMs ?? BEGIN_WAIT_MS,
+  );
 }
 
 /**
