@@ -55,6 +55,19 @@ it('reserves against the balance minus open reservations, and refuses with 402 w
   await expect(reserve(store, hold('c4', 0), PER_1K)).rejects.toMatchObject({ code: 'INSUFFICIENT_CREDITS' });
 });
 
+it("opens a tenant's account with its grant (openAccount) at its first reservation, outside the transaction, once", async () => {
+  const opened: string[] = [];
+  const openAccount = async (tenantId: string) => {
+    opened.push(tenantId);
+    await grant(tenantId, 100);
+  };
+  const first = await reserve(store, hold('c1', 30, 'ten_new'), PER_1K, openAccount);
+  expect(first.credits).toEqual({ balance: 100, reserved: 30, available: 70 });
+  await reserve(store, hold('c2', 30, 'ten_new'), PER_1K, openAccount);
+  expect(opened).toEqual(['ten_new']);
+  expect(await credits(store, 'ten_new')).toEqual({ balance: 100, reserved: 60, available: 40 });
+});
+
 it('is idempotent per call: a retried reservation answers the same hold and counts once', async () => {
   await grant('ten_1', 100);
   const first = await reserve(store, hold('c1', 30), PER_1K);

@@ -78,17 +78,28 @@ export function validModelPrice(price: Omit<ModelPrice, 'source'> | undefined): 
 /**
  * Opens the call's reservation, or answers the one it already has (a retry). Refused with 402 INSUFFICIENT_CREDITS
  * when its credits (at least 1: a tenant with nothing left starts nothing) exceed what is available, or (reason
- * `key_budget_exhausted`) what is left of the calling key's budget.
+ * `key_budget_exhausted`) what is left of the calling key's budget. `openAccount`: how a tenant without an account
+ * yet gets one (its starting grant), run outside the transaction when it finds none, before trying again; without it
+ * the account starts empty.
  */
-export async function reserve(store: Store, input: ReserveInput, per1k: number): Promise<{ doc: ReservationDoc; credits: Credits }> {
+export async function reserve(
+  store: Store,
+  input: ReserveInput,
+  per1k: number,
+  openAccount?: (tenantId: string) => Promise<unknown>,
+): Promise<{ doc: ReservationDoc; credits: Credits }> {
   const credits = holdCredits(input, per1k);
   const id = reservationId(input.tenantId, input.callId);
-  for (let attempt = 1; ; attempt++) {
+  let opened = !openAccount;
+  for (let races = 0; ;) {
     try {
-      return await store.transaction(async (tx) => {
+      const reserved = await store.transaction(async (tx) => {
         const found = await tx.collection(reservations).get(id);
         if (found) return { doc: found, credits: creditsOf(await tx.collection(accounts).get(input.tenantId)) };
-        const account = creditsOf(await accountOf(tx, input.tenantId));
+        // The account is read here only: a tenant's first call (its tenant.created still on its way) opens it first.
+        const stored = await tx.collection(accounts).get(input.tenantId);
+        if (!stored && !opened) return null;
+        const account = creditsOf(stored ?? (await accountOf(tx, input.tenantId)));
         if (account.available < Math.max(1, credits))
           throw new AppError('INSUFFICIENT_CREDITS', 'Not enough credits available for this call: buy credits or redeem a gift card', {
             ...account,
@@ -113,9 +124,12 @@ export async function reserve(store: Store, input: ReserveInput, per1k: number):
         const moved = await tx.collection(accounts).increment(input.tenantId, {}, { reserved: credits });
         return { doc, credits: creditsOf(moved) };
       });
+      if (reserved) return reserved;
+      await openAccount!(input.tenantId);
+      opened = true;
     } catch (err) {
       // Two retries of one call raced on the id: the loser answers the winner's reservation.
-      if (!(err instanceof DuplicateKeyError) || attempt >= 3) throw err;
+      if (!(err instanceof DuplicateKeyError) || ++races >= 3) throw err;
     }
   }
 }

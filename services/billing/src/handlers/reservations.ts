@@ -26,8 +26,7 @@ export function reservationHandlers(deps: BillingDeps, parts: BillingParts) {
       if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
       const keyBudget = auth.typ === 'api_key' && deps.keyLimits ? await callerKeyBudget(auth.tid, auth.sid, ctx.token!) : undefined;
       // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
-      await openedAccount(auth.tid);
-      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1);
+      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1, openedAccount);
       return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
     },
 
