@@ -26,7 +26,7 @@ afterAll(async () => {
 const reply = (owner?: string) => ({ id: 'msg_1', sessionId: 'chs_1', ...(owner ? { owner } : {}) }) as MessageDoc;
 
 it('relays only replies another process owns', () => {
-  const relay = new OwnerRelay('127.0.0.1:1', 1000);
+  const relay = new OwnerRelay('127.0.0.1:1');
   expect(relay.owns(reply())).toBe(false);
   expect(relay.owns(reply('127.0.0.1:1'))).toBe(false);
   expect(relay.owns(reply('127.0.0.1:2'))).toBe(true);
@@ -34,7 +34,7 @@ it('relays only replies another process owns', () => {
 });
 
 it('gives up on an owner that takes the connection and never answers, where the reader was', async () => {
-  const relay = new OwnerRelay('127.0.0.1:1', 1000);
+  const relay = new OwnerRelay('127.0.0.1:1');
   const sent: unknown[] = [];
   const at = await relay.relay(reply(silentAddr), 5, 'token', async (m) => void sent.push(m), new AbortController().signal);
   expect(at).toEqual({ offset: 5, final: false });
@@ -53,7 +53,7 @@ it('gives up on an owner that takes the connection and never answers, where the 
 });
 
 it('gives up on an owner that is not there, and at once when the reader has gone', async () => {
-  const relay = new OwnerRelay('127.0.0.1:1', 1000);
+  const relay = new OwnerRelay('127.0.0.1:1');
   const gone = `127.0.0.1:${await reservablePort()}`;
   expect(await relay.relay(reply(gone), 0, 'token', async () => undefined, new AbortController().signal)).toEqual({
     offset: 0,

@@ -83,7 +83,7 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
     purgeExpiredResponses(rt.store).catch((err: unknown) => rt.logger.warn({ err }, 'purging expired responses failed; will retry'));
   }, 60_000);
   purger.unref();
-  const owners = config.peerAddr ? new OwnerRelay(config.peerAddr, config.grpcDeadlineMs) : undefined;
+  const owners = config.peerAddr ? new OwnerRelay(config.peerAddr) : undefined;
   const svc = await serve(rt, {
     verifier,
     healthNames: ['chat.v1.ChatService'],
@@ -102,7 +102,6 @@ export async function startChat(env: NodeJS.ProcessEnv = process.env, options: C
           defaultMaxTokens: config.maxTokens,
           pricing,
           responsesRetentionMs: config.responsesRetentionHours * 3_600_000,
-          peerAddr: config.peerAddr,
           owners,
         }),
       }),

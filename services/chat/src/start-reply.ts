@@ -10,6 +10,7 @@ import { type AuthedContext, isAppError, newId, nowIso, type Store, type StoreSe
 import type { CallHold, KeySlots } from '@svc/contracts';
 import { messages, nextSeq, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from './collections';
 import type { CreditCheck } from './credits';
+import type { OwnerRelay } from './owner-relay';
 import type { ReplySlots } from './reply-slots';
 import type { ReplyJob, Replies } from './replies';
 
@@ -22,8 +23,8 @@ export interface ReplyStarter {
   keySlots: KeySlots<MessageDoc>;
   /** The tenant's caps on replies in progress (CHAT_TENANT_CONCURRENCY, and on the followers of agent runs). */
   replySlots: ReplySlots;
-  /** This process's CHAT_PEER_ADDR, recorded on the replies it generates (MessageDoc.owner); '' for none. */
-  peerAddr?: string;
+  /** With CHAT_PEER_ADDR: its address is recorded on the replies this process generates (MessageDoc.owner). */
+  owners?: OwnerRelay;
 }
 
 export interface ReplyStart {
@@ -99,7 +100,7 @@ export async function startReply(deps: ReplyStarter, c: AuthedContext, start: Re
     ? { ...start.job, message: { ...start.job.message, call: { ...start.job.message.call!, sent: true } } }
     : start.job;
   // Generated here: a reader on another chat process follows it from here while it runs.
-  if (deps.peerAddr) job.message.owner = deps.peerAddr;
+  if (deps.owners) job.message.owner = deps.owners.self;
   await admitReply(deps, c, { ...rest, reply: job.message });
   const { auth } = c;
   if (beforeStart)

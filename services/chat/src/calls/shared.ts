@@ -4,7 +4,6 @@ import type { LlmMessage, PricingSettings } from '@svc/llm';
 import type { chatV1 } from '@svc/proto';
 import { messages, responses, sessions, type MessageDoc, type ResponseDoc, type SessionDoc } from '../collections';
 import type { LiveReply } from '../live';
-import type { OwnerRelay } from '../owner-relay';
 import type { Peers } from '../peers';
 import type { RunPolls } from '../run-polls';
 import type { ReplyStarter } from '../start-reply';
@@ -22,8 +21,6 @@ export interface CallDeps extends ReplyStarter {
   retentionMs: number;
   sessionOf(id: string, tenantId: string): Promise<SessionDoc>;
   history(session: SessionDoc): Promise<LlmMessage[]>;
-  /** Responses other chat processes generate, read live from them (CHAT_PEER_ADDR). */
-  owners?: OwnerRelay;
 }
 
 /**

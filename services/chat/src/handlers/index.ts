@@ -49,8 +49,7 @@ export interface ChatDeps {
   responsesRetentionMs: number;
   /** CREDITS_PER_USD and CREDITS_PER_1K_TOKENS: the price of a model without a catalogue price. */
   pricing: PricingSettings;
-  /** CHAT_PEER_ADDR ('' for none) and the relay of replies other chat processes generate (owner-relay.ts). */
-  peerAddr?: string;
+  /** With CHAT_PEER_ADDR: replies other chat processes generate are relayed from them (owner-relay.ts). */
   owners?: OwnerRelay;
 }
 
@@ -61,7 +60,7 @@ export function chatHandlers(deps: ChatDeps) {
   const messagesCol = store.collection(messages);
   const cap = sessionCap(store, deps.maxSessionsPerTenant);
   const replySlots = new ReplySlots(store, { replies: deps.tenantConcurrency, ...deps.followerLimits });
-  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, replySlots, peerAddr: deps.peerAddr };
+  const starter: ReplyStarter = { store, replies, credits, cap, keySlots, replySlots, owners: deps.owners };
 
   async function sessionOf(id: string, tenantId: string): Promise<SessionDoc> {
     const s = id ? await sessionsCol.get(id, { tenantId }) : null;
@@ -92,7 +91,6 @@ export function chatHandlers(deps: ChatDeps) {
       cap,
       keySlots,
       replySlots,
-      peerAddr: deps.peerAddr,
       owners: deps.owners,
       runPolls: new RunPolls((agentId, runId, token) => peers.getRun(agentId, runId, token), deps.pollMs),
       sessionOf,
