@@ -12,9 +12,12 @@ export function startProcess(
   entry: string,
   env: Record<string, string> = {},
   execArgv: string[] = [],
+  /** `detached`: a process group of its own (stopped as a system is, by its group). */
+  options: { detached?: boolean } = {},
 ): Promise<{ proc: ChildProcess; port: number }> {
   return new Promise((ok, fail) => {
     const proc = fork(resolve(ROOT, entry), [], {
+      ...options,
       cwd: ROOT,
       env: { ...process.env, LOG_LEVEL: 'warn', ...env },
       execArgv: ['--import', 'tsx', ...execArgv],

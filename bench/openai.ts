@@ -23,7 +23,10 @@
  * with several gateways, one autocannon per gateway with its share of the clients, run together and summed (p50 and
  * p99 are the slowest gateway's). With BENCH_BEFORE=<another checkout, installed> its system is measured in the same
  * run (both parts), the two taking turns to go first (a checkout whose second gateway has no known port gets the whole
- * load on its first). BENCH_OPENAI_ONLY=ttft|load runs one part.
+ * load on its first). BENCH_OPENAI_ONLY=ttft|load runs one part. The load part also measures the shape's floor
+ * (`floor`, bench/fixtures/relay-floor.ts: a Fastify front, one gRPC hop, the provider call, and none of the
+ * platform's work) and the fake provider called directly (`direct`), in the same rounds: the most any system of this
+ * shape could do on this machine, and the issue's other yardstick (at least 0.15 of the direct call's rate).
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -51,6 +54,8 @@ const CLIENTS = Number(process.env.BENCH_OPENAI_CLIENTS ?? 32);
 const LOAD_SECONDS = Number(process.env.BENCH_OPENAI_LOAD_SECONDS ?? 15);
 const LOAD_ROUNDS = Number(process.env.BENCH_OPENAI_LOAD_ROUNDS ?? 3);
 const BEFORE = process.env.BENCH_BEFORE;
+/** BENCH_OPENAI_FLOOR=false leaves out the floor and the direct call of the load part. */
+const FLOOR = process.env.BENCH_OPENAI_FLOOR !== 'false';
 /** The layouts measured, by name: the settings `npm start` reads. */
 const LAYOUTS: Record<string, Record<string, string>> = {
   combined: { SVC_LAYOUT: 'combined', REPLICAS: '1', GATEWAYS: '1' },
@@ -130,8 +135,17 @@ async function main() {
     console.log(`\n=== layout: ${layout} (${JSON.stringify(LAYOUTS[layout])})`);
     const systems = await startSystems(llmUrl, LAYOUTS[layout]);
     const ttft = ONLY === 'load' ? undefined : await ttftPhase(llmUrl, systems);
-    const loadResult = ONLY === 'ttft' ? undefined : await loadPhase(systems);
-    await stopSystems(systems);
+    // Beside the systems: the shape's floor, and the provider called directly (the fake's own process).
+    const floor = ONLY === 'ttft' || !FLOOR ? null : await startFloor(llmUrl);
+    const direct: System = {
+      name: 'direct',
+      base: new URL(llmUrl).origin,
+      bases: [new URL(llmUrl).origin],
+      apiKey: 'sk-bench',
+      pid: llm.proc.pid!,
+    };
+    const loadResult = ONLY === 'ttft' ? undefined : await loadPhase(floor ? [...systems, floor, direct] : systems);
+    await stopSystems(floor ? [...systems, floor] : systems);
     layouts[layout] = { ttft: ttft ?? layouts[layout]?.ttft, load: loadResult ?? layouts[layout]?.load };
     // This checkout must answer every call with a 2xx; an earlier one (BENCH_BEFORE) is measured, not judged.
     if (loadResult?.this && loadResult.this.non2xx > 0) failures.push(`${layout}: some answers under load were not 2xx`);
@@ -155,6 +169,13 @@ async function stopSystems(systems: System[]): Promise<void> {
   }
   for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200)))
     if (systems.every((s) => processTree(s.pid).length === 0)) return;
+}
+
+/** The shape's floor (bench/fixtures/relay-floor.ts): a Fastify front, a gRPC hop and the provider call, nothing else. */
+async function startFloor(llmUrl: string): Promise<System> {
+  const { proc, port } = await startProcess('bench/fixtures/relay-floor.ts', { LLM_URL: llmUrl }, [], { detached: true });
+  const base = `http://127.0.0.1:${port}`;
+  return { name: 'floor', base, bases: [base], apiKey: 'floor', pid: proc.pid! };
 }
 
 /** This checkout's system (and BENCH_BEFORE's) in one layout, each with a tenant whose model is the fake provider. */
