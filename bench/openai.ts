@@ -134,9 +134,9 @@ async function main() {
   for (const layout of RUN_LAYOUTS) {
     console.log(`\n=== layout: ${layout} (${JSON.stringify(LAYOUTS[layout])})`);
     const systems = await startSystems(llmUrl, LAYOUTS[layout]);
-    const ttft = ONLY === 'load' ? undefined : await ttftPhase(llmUrl, systems);
-    // Beside the systems: the shape's floor, and the provider called directly (the fake's own process).
-    const floor = ONLY === 'ttft' || !FLOOR ? null : await startFloor(llmUrl);
+    // Beside the systems: the shape's floor, and (under load) the provider called directly (the fake's own process).
+    const floor = FLOOR ? await startFloor(llmUrl) : null;
+    const ttft = ONLY === 'load' ? undefined : await ttftPhase(llmUrl, systems, floor);
     const direct: System = {
       name: 'direct',
       base: new URL(llmUrl).origin,
@@ -282,9 +282,42 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
   };
 }
 
-async function ttftPhase(llmUrl: string, systems: System[]) {
-  const out: Record<string, Record<string, Awaited<ReturnType<typeof ttftRounds>>>> = {};
-  for (const clients of TTFT_CLIENTS)
+/** The floor's streamed chat completions, timed as the systems' are (each round: direct, then through the floor). */
+async function floorTtftRounds(llmUrl: string, floor: System, clients: number, rounds: number) {
+  const direct: number[] = [];
+  const through: number[] = [];
+  const body = (i: number) => ({
+    model: 'gpt-bench',
+    stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: `ttft probe ${i}` }],
+  });
+  const client = async () => {
+    for (let i = 0; i < rounds + WARMUP; i++) {
+      const d = await ttft(`${llmUrl}/chat/completions`, post('Bearer sk-bench', body(i)), /"content":"[^"]/);
+      const f = await ttft(`${floor.base}/v1/chat/completions`, post('Bearer sk-bench', body(i)), /"content":"[^"]/);
+      if (i < WARMUP) continue;
+      direct.push(d);
+      through.push(f);
+    }
+  };
+  await Promise.all(Array.from({ length: clients }, client));
+  return {
+    directMs: stats(direct),
+    chatCompletionsMs: stats(through),
+    chatCompletionsAddedMs: stats(through.map((f, i) => f - direct[i])),
+  };
+}
+
+async function ttftPhase(llmUrl: string, systems: System[], floor: System | null) {
+  const out: Record<string, Record<string, unknown>> = {};
+  for (const clients of TTFT_CLIENTS) {
+    if (floor) {
+      const r = await floorTtftRounds(llmUrl, floor, clients, clients === 1 ? ROUNDS : ROUNDS_MANY);
+      (out.floor ??= {})[`clients${clients}`] = r;
+      console.log(`TTFT, floor, ${clients} client(s): direct`, r.directMs);
+      console.log('  added, chat completions', r.chatCompletionsAddedMs);
+    }
     for (const s of clients % 2 ? systems : [...systems].reverse()) {
       const r = await ttftRounds(llmUrl, s, clients, clients === 1 ? ROUNDS : ROUNDS_MANY);
       (out[s.name] ??= {})[`clients${clients}`] = r;
@@ -295,6 +328,7 @@ async function ttftPhase(llmUrl: string, systems: System[]) {
       console.log('  p50 over chat completions', r.vsChatCompletions);
       if (Object.keys(r.non200).length) console.log('  answers other than 200, by status', r.non200);
     }
+  }
   return { ...out, targetAddedMs: { clients1: { p50: 1, p99: 5 }, clients32: { p99: 20 } }, targetVsChatCompletions: 1.2 };
 }
 
