@@ -391,4 +391,75 @@ describe('OpenAI provider against a fake OpenAI server over HTTP', () => {
     const { events } = await drain(createProvider(settings()).stream(ask('x')));
     expect(events[events.length - 1]).toEqual<LlmEvent>({ type: 'finish', reason: 'length' });
   });
+
+  describe('a reply asked for whole (its caller does not stream)', () => {
+    const whole = (over: Partial<LlmSettings> = {}, signal?: AbortSignal) =>
+      createProvider(settings(over)).stream(ask('Tell me about foxes'), { whole: true, signal });
+
+    it('asks for one answer, not a stream, and gives its text, usage and finish as a stream of it would', async () => {
+      fake.script({ type: 'text', text: 'The quick brown fox.', chunks: 4, usage: { inputTokens: 11, outputTokens: 9 } });
+      const { events, error } = await drain(whole({ maxTokens: 20 }));
+      expect(error).toBeUndefined();
+      expect(events).toEqual<LlmEvent[]>([
+        { type: 'text', delta: 'The quick brown fox.' },
+        { type: 'usage', inputTokens: 11, outputTokens: 9, model: 'gpt-test' },
+        { type: 'finish', reason: 'stop' },
+      ]);
+      const { stream, stream_options, max_completion_tokens } = fake.requests[0].body as Record<string, unknown>;
+      expect({ stream, stream_options, max_completion_tokens }).toEqual({
+        stream: false,
+        stream_options: undefined,
+        max_completion_tokens: 20,
+      });
+    });
+
+    it('gives its tool calls, parsed, before the usage and a tool_calls finish', async () => {
+      const args = { city: 'São Paulo', days: [1, 2] };
+      fake.script({
+        type: 'tool_calls',
+        text: 'Looking.',
+        toolCalls: [
+          { id: 'call_a', name: 'get_weather', arguments: args },
+          { id: 'call_b', name: 'get_time', arguments: { zone: 'UTC' } },
+        ],
+      });
+      const { events, error } = await drain(whole());
+      expect(error).toBeUndefined();
+      expect(events.map((e) => e.type)).toEqual(['text', 'tool_call', 'tool_call', 'usage', 'finish']);
+      expect(events.filter((e) => e.type === 'tool_call')).toEqual([
+        { type: 'tool_call', id: 'call_a', name: 'get_weather', arguments: args },
+        { type: 'tool_call', id: 'call_b', name: 'get_time', arguments: { zone: 'UTC' } },
+      ]);
+      expect(events[events.length - 1]).toEqual({ type: 'finish', reason: 'tool_calls' });
+    });
+
+    it('waits for an answer longer than the idle timeout (the provider sends it only when it is done)', async () => {
+      fake.script({ type: 'text', text: 'slow but whole', delayMs: 600 });
+      const { text, error } = await drain(whole({ timeoutMs: 200 }));
+      expect(error).toBeUndefined();
+      expect(text).toBe('slow but whole');
+    });
+
+    it('classifies an error status as a stream does, retrying a 500, and never shows the key', async () => {
+      fake.script({ type: 'error', status: 500, message: 'boom' }, { type: 'text', text: 'second time' });
+      expect((await drain(whole())).text).toBe('second time');
+      fake.reset();
+      fake.script({ type: 'error', status: 401, message: `bad key ${KEY}` });
+      const { error } = await drain(whole());
+      expect(llmError(error).kind).toBe('auth');
+      expectNoKey(error);
+    });
+
+    it('treats an answer cut short as an error, and ends with kind cancelled when aborted', async () => {
+      fake.script({ type: 'cut', afterChunks: 1 });
+      expect(llmError((await drain(whole())).error).kind).toBe('unavailable');
+      expect(fake.requests).toHaveLength(1); // accepted, then cut: not sent again (the provider may have charged)
+      fake.reset();
+      fake.script({ type: 'hang', stage: 'headers' });
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 100);
+      expect(llmError((await drain(whole({}, controller.signal))).error).kind).toBe('cancelled');
+      await waitUntil(() => fake.requests[0]?.aborted === true, 5000, 'the fake to see the connection close');
+    });
+  });
 });
