@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, isAppError, openSqliteStore, type Store } from '@svc/kit';
+import { createLogger, GroupCommit, isAppError, openSqliteStore, type Store } from '@svc/kit';
 import { domainMetrics } from '@svc/contracts';
 import { usageMessage } from '../test/fixtures/unit';
 import { accounts, ALL_COLLECTIONS, ledger, reservations } from './collections';
@@ -86,6 +86,31 @@ it('is exact under concurrency: 40 racing holds of 10 on 100 credits give 10, th
   expect(accepted).toBe(10);
   expect(refused).toHaveLength(30);
   expect(await credits()).toEqual({ balance: 100, reserved: 100, available: 0 });
+});
+
+it('is exact in a group commit: the holds of one turn share a transaction, the 402s fail alone, a retry answers its hold', async () => {
+  await grant('ten_1', 100);
+  await grant('ten_2', 15);
+  let transactions = 0;
+  const counted = Object.assign(Object.create(store) as Store, {
+    transaction: (fn: Parameters<Store['transaction']>[0]) => (transactions++, store.transaction(fn)),
+  });
+  const group = new GroupCommit(counted);
+  const asks = [
+    ...Array.from({ length: 40 }, (_, i) => hold(`c${i}`, 10)),
+    hold('c0', 10), // a retry of c0 in the same turn
+    hold('t2', 10, 'ten_2'),
+    hold('t2b', 10, 'ten_2'),
+  ];
+  const results = await Promise.allSettled(asks.map((ask) => reserve(counted, ask, PER_1K, undefined, group)));
+  expect(transactions).toBe(1);
+  const refused = results.filter((r) => r.status === 'rejected' && isAppError(r.reason) && r.reason.code === 'INSUFFICIENT_CREDITS');
+  expect(refused).toHaveLength(31);
+  const docOf = (r: PromiseSettledResult<Awaited<ReturnType<typeof reserve>>>) => (r.status === 'fulfilled' ? r.value.doc : r.reason);
+  expect(docOf(results[40])).toEqual(docOf(results[0]));
+  expect(await credits()).toEqual({ balance: 100, reserved: 100, available: 0 });
+  expect(await credits(store, 'ten_2')).toEqual({ balance: 15, reserved: 10, available: 5 });
+  expect(await store.collection(reservations).count({ status: 'open' })).toBe(11);
 });
 
 it("settles a reservation with the call's usage once per call id, whoever reports it and however often", async () => {

@@ -11,7 +11,7 @@
  * own monotonic clock (kit LeaseWatch), so a billing restart only postpones an expiry.
  */
 import { AppError, DuplicateKeyError, monotonicNow, nowIso, pages, StaleSweeper } from '@svc/kit';
-import type { Logger, Store, StoreSession } from '@svc/kit';
+import type { GroupCommit, Logger, Store, StoreSession } from '@svc/kit';
 import { domainMetrics } from '@svc/contracts';
 import { accounts, reservations, type ReservationDoc, type ReservationStatus } from './collections';
 import { holdKeyBudget, type KeyBudget } from './key-budget';
@@ -80,20 +80,25 @@ export function validModelPrice(price: Omit<ModelPrice, 'source'> | undefined): 
  * when its credits (at least 1: a tenant with nothing left starts nothing) exceed what is available, or (reason
  * `key_budget_exhausted`) what is left of the calling key's budget. `openAccount`: how a tenant without an account
  * yet gets one (its starting grant), run outside the transaction when it finds none, before trying again; without it
- * the account starts empty.
+ * the account starts empty. `group`: the reservation joins the process's group commit (the others asked for in the
+ * same turn share its transaction and commit) unless it holds a key's budget, whose usage document may be written
+ * before a refusal: such a reservation runs alone, so no other is committed or rolled back with it.
  */
 export async function reserve(
   store: Store,
   input: ReserveInput,
   per1k: number,
   openAccount?: (tenantId: string) => Promise<unknown>,
+  group?: GroupCommit,
 ): Promise<{ doc: ReservationDoc; credits: Credits }> {
   const credits = holdCredits(input, per1k);
   const id = reservationId(input.tenantId, input.callId);
   let opened = !openAccount;
+  // A refusal (INSUFFICIENT_CREDITS, an AppError) comes before any write: in a group it fails this reservation only.
+  const transaction: Store['transaction'] = group && !input.keyBudget ? (body) => group.commit(body) : (body) => store.transaction(body);
   for (let races = 0; ;) {
     try {
-      const reserved = await store.transaction(async (tx) => {
+      const reserved = await transaction(async (tx) => {
         const found = await tx.collection(reservations).get(id);
         if (found) return { doc: found, credits: creditsOf(await tx.collection(accounts).get(input.tenantId)) };
         // The account is read here only: a tenant's first call (its tenant.created still on its way) opens it first.

@@ -2,6 +2,7 @@ import {
   addToOutbox,
   amendIdempotentAnswer,
   forgetIdempotencyKey,
+  GroupCommit,
   isAppError,
   LeaseWatch,
   monotonicNow,
@@ -32,7 +33,6 @@ import {
 } from '@svc/llm';
 import { usageCost } from '@svc/llm/pricing';
 import { messages, type MessageDoc, type MessageStatus, type ReplyCall, type StoredApproval, type StoredToolCall } from './collections';
-import { GroupCommit } from './group-commit';
 import { LiveReply } from './live';
 
 export interface ReplyTimings {
@@ -660,7 +660,10 @@ export class Replies {
           progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;
         };
-        events = routed.chain.stream({ messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) }, { signal, onServed, whole: job.whole });
+        events = routed.chain.stream(
+          { messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) },
+          { signal, onServed, whole: job.whole },
+        );
       }
       for await (const event of events) {
         if (ttftMs === 0 && (event.type === 'text' || event.type === 'tool_call')) ttftMs = Math.max(1, this.now() - startedAt);

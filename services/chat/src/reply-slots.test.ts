@@ -1,7 +1,6 @@
-import type { AuthClaims, AuthedContext } from '@svc/kit';
+import { GroupCommit, type AuthClaims, type AuthedContext } from '@svc/kit';
 import { storePerTest } from '@svc/kit/testing';
 import { messages, sessionCap } from './collections';
-import { GroupCommit } from './group-commit';
 import { keyReplySlots } from './key-concurrency';
 import type { Replies } from './replies';
 import { ReplySlots } from './reply-slots';

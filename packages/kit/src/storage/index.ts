@@ -2,6 +2,7 @@ export * from './types';
 export { encodeCursor, decodeCursor, clampLimit } from './cursor';
 export { openSqliteStore } from './sqlite';
 export { pages } from './pages';
+export { GroupCommit } from './group-commit';
 
 import { openSqliteStore } from './sqlite';
 import type { Store } from './types';

@@ -1,4 +1,4 @@
-import { type CallContext, errors } from '@svc/kit';
+import { type CallContext, errors, GroupCommit } from '@svc/kit';
 import { authed } from '@svc/contracts';
 import type { billingV1 } from '@svc/proto';
 import { DEFAULT_ESCROW_POLICY, grantEscrow, renewEscrow, validGrant } from '../escrows';
@@ -9,6 +9,8 @@ import { type BillingDeps, type BillingParts } from './shared';
 export function reservationHandlers(deps: BillingDeps, parts: BillingParts) {
   const { store } = deps;
   const { openedAccount, callerKeyBudget } = parts;
+  // Under load the reservations of one turn share a commit (a call's hold is its own transaction otherwise).
+  const batch = new GroupCommit(store);
 
   return {
     async reserve(req: billingV1.ReserveRequest, ctx: CallContext): Promise<billingV1.ReserveResponse> {
@@ -26,7 +28,7 @@ export function reservationHandlers(deps: BillingDeps, parts: BillingParts) {
       if (problem) throw errors.validation([{ field: problem.split(' ')[0], message: problem }]);
       const keyBudget = auth.typ === 'api_key' && deps.keyLimits ? await callerKeyBudget(auth.tid, auth.sid, ctx.token!) : undefined;
       // A tenant whose tenant.created is still on its way starts with its grant, as every first call does.
-      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1, openedAccount);
+      const { doc, credits } = await reserve(store, { ...input, keyBudget }, deps.creditsPer1kTokens ?? 1, openedAccount, batch);
       return { reservationId: doc.id, credits: doc.credits, available: credits.available, status: doc.status };
     },
 

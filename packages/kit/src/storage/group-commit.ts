@@ -5,7 +5,8 @@
  * AppError (a cap) only before it has written anything: that write alone is rejected and the batch goes on. Any other
  * failure fails every write in the batch, as a failed transaction of its own would have.
  */
-import { isAppError, type Store, type StoreSession } from '@svc/kit';
+import { isAppError } from '../errors';
+import type { Store, StoreSession } from './types';
 
 interface Pending {
   write: (tx: StoreSession) => Promise<unknown>;

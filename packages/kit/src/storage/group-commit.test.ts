@@ -2,7 +2,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AppError, openSqliteStore, type Store } from '@svc/kit';
+import { AppError } from '../errors';
+import { openSqliteStore } from './sqlite';
+import type { Store } from './types';
 import { GroupCommit } from './group-commit';
 
 const items = { name: 'items' };
@@ -11,8 +13,8 @@ let store: Store;
 let transactions: number;
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'chat-group-commit-'));
-  const sqlite = openSqliteStore({ path: join(dir, 'chat.db') });
+  dir = mkdtempSync(join(tmpdir(), 'kit-group-commit-'));
+  const sqlite = openSqliteStore({ path: join(dir, 'store.db') });
   transactions = 0;
   // The store as the batch sees it, counting the transactions it opens.
   store = Object.assign(Object.create(sqlite) as Store, {
