@@ -204,11 +204,7 @@ export function createModelChain(candidates: LlmSettings[], options: ModelChainO
   }
 
   const stream = (request: LlmRequest, options: ChainStreamOptions = {}) =>
-    attempts(
-      request.model,
-      (p, model, i) => p.stream(i === 0 ? request : { ...request, model }, { signal: options.signal, whole: options.whole }),
-      options,
-    );
+    attempts(request.model, (p, model, i) => p.stream(i === 0 ? request : { ...request, model }, { signal: options.signal }), options);
 
   /** Embeddings on the first candidate that answers, moving on as a stream does before its first event. */
   async function embed(request: LlmEmbedRequest, options: ChainStreamOptions = {}): Promise<LlmEmbedResult> {

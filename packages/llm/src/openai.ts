@@ -6,9 +6,8 @@
  * (`POST /embeddings`). The SDK's package gives the wire types only.
  */
 import type {
-  ChatCompletion,
   ChatCompletionChunk,
-  ChatCompletionCreateParams,
+  ChatCompletionCreateParamsStreaming,
   ChatCompletionMessageParam,
 } from 'openai/resources/chat/completions';
 import type { CreateEmbeddingResponse } from 'openai/resources/embeddings';
@@ -24,7 +23,6 @@ import {
   ProviderHttpError,
   readJson,
   resolveSettings,
-  runEventStream,
   runRequest,
   runStream,
   type Classified,
@@ -43,7 +41,6 @@ import {
   type LlmSettings,
   type LlmStreamOptions,
   type LlmUsageEvent,
-  WHOLE_ANSWER_TIMEOUT_MS,
 } from './types';
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -82,31 +79,13 @@ export class OpenAIProvider implements LlmProvider {
   private async *run(request: LlmRequest, options: LlmStreamOptions): AsyncGenerator<LlmEvent> {
     const settings = this.settings;
     // Built inside the generator: a bad request fails the stream like any other error, and nothing runs before iteration.
-    const body = buildOpenAIRequest(settings, request, !options.whole);
+    const body = buildOpenAIRequest(settings, request);
     const url = this.endpoint('/chat/completions', body.model);
-    const open = (signal: AbortSignal) => postJson({ settings, url, headers: this.auth, body, signal });
-    const classify = (err: unknown) => classifyOpenAIError(settings, err);
-    if (options.whole) {
-      // One answer: no SSE to parse, one event of each kind. Its wait is bounded as a whole, not per piece; as for a
-      // stream, only the request is retried, never a body cut once the provider accepted it (it may have charged).
-      yield* runEventStream({
-        settings: { ...settings, timeoutMs: Math.max(settings.timeoutMs, WHOLE_ANSWER_TIMEOUT_MS) },
-        signal: options.signal,
-        open,
-        classify,
-        events: (reply, control) => control.read<Uint8Array>(reply.body),
-        translate: async function* (pieces) {
-          const answer = parseEventData(settings.provider, await textOf(pieces)) as ChatCompletion | null;
-          yield* translateOpenAICompletion(settings.provider, answer, [settings.apiKey]);
-        },
-      });
-      return;
-    }
     yield* runStream({
       settings,
       signal: options.signal,
-      open,
-      classify,
+      open: (signal) => postJson({ settings, url, headers: this.auth, body, signal }),
+      classify: (err) => classifyOpenAIError(settings, err),
       translate: (messages) => translateOpenAIStream(settings.provider, messages, [settings.apiKey]),
     });
   }
@@ -144,8 +123,8 @@ export class OpenAIProvider implements LlmProvider {
   }
 }
 
-/** Maps port messages and tools onto a Chat Completions request body: streamed with its usage, or (`stream` false) not. */
-export function buildOpenAIRequest(settings: ResolvedSettings, request: LlmRequest, stream = true): ChatCompletionCreateParams {
+/** Maps port messages and tools onto a Chat Completions request body. */
+export function buildOpenAIRequest(settings: ResolvedSettings, request: LlmRequest): ChatCompletionCreateParamsStreaming {
   const model = request.model || settings.model;
   if (!model)
     throw new LlmError('bad_request', 'no model: set one on the request or in the provider settings', { provider: settings.provider });
@@ -176,9 +155,12 @@ export function buildOpenAIRequest(settings: ResolvedSettings, request: LlmReque
         throw new LlmError('bad_request', `messages[${i}]: unknown role`, { provider: settings.provider });
     }
   });
-  const body: ChatCompletionCreateParams = stream
-    ? { model, messages, stream: true, stream_options: { include_usage: true } }
-    : { model, messages, stream: false };
+  const body: ChatCompletionCreateParamsStreaming = {
+    model,
+    messages,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
   if (request.tools && request.tools.length > 0) {
     body.tools = request.tools.map((t) => ({
       type: 'function',
@@ -233,38 +215,6 @@ function streamedError(
   const code = typeof error.code === 'string' ? error.code : typeof error.type === 'string' ? error.type : undefined;
   const status = /rate.?limit/i.test(`${code}`) ? 429 : /invalid|not.?found|bad.?request/i.test(`${code}`) ? 400 : 500;
   return classifyHttpFailure(provider, { status, providerMessage: error.message, code }, secrets).error;
-}
-
-/** A body's pieces as UTF-8 text. */
-async function textOf(pieces: AsyncIterable<Uint8Array>): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const piece of pieces) chunks.push(Buffer.from(piece));
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-/**
- * Turns one `chat.completion` (a request not streamed) into the port events a stream of it gives, in the same order:
- * its text, its tool calls, its usage, its finish.
- */
-export function* translateOpenAICompletion(
-  provider: ResolvedSettings['provider'],
-  answer: (ChatCompletion & { error?: Record<string, unknown> }) | null,
-  secrets: ReadonlyArray<string | undefined> = [],
-): Generator<LlmEvent> {
-  if (answer?.error && typeof answer.error === 'object') throw streamedError(provider, answer.error, secrets);
-  const choice = answer?.choices?.find((c) => (c.index ?? 0) === 0);
-  if (!choice?.message) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} answered a completion without a message`, { provider });
-  const { content, tool_calls: calls = [] } = choice.message;
-  if (typeof content === 'string' && content !== '') yield { type: 'text', delta: content };
-  for (const [index, call] of calls.entries()) {
-    const fn = call.type === 'function' ? call.function : undefined;
-    if (!fn?.name) throw new LlmError('protocol', `${PROVIDER_LABEL[provider]} sent a tool call without a name`, { provider });
-    const args = typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {});
-    yield { type: 'tool_call', id: call.id ?? `call_${index}`, name: fn.name, arguments: parseToolArguments(provider, fn.name, args) };
-  }
-  const usage = answer!.usage;
-  if (usage) yield usageEvent(usage.prompt_tokens, usage.completion_tokens, usage.prompt_tokens_details?.cached_tokens, answer!.model);
-  yield { type: 'finish', reason: mapFinishReason(choice.finish_reason, calls.length > 0) };
 }
 
 /** Turns `chat.completion.chunk` events into port events; requires `data: [DONE]` at the end. */

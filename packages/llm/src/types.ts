@@ -75,17 +75,7 @@ export interface LlmUsageEvent {
 export interface LlmStreamOptions {
   /** Aborting ends the stream promptly with an `LlmError` of kind `cancelled` and closes the connection. */
   signal?: AbortSignal;
-  /**
-   * The caller uses the reply only once it is whole (its own client did not ask for a stream). A provider that can
-   * then asks for one answer, not streamed, and gives the same events from it at once; the wait for that answer is
-   * bounded by {@link WHOLE_ANSWER_TIMEOUT_MS} or the settings' `timeoutMs`, whichever is longer (an idle timeout
-   * would cut a long reply that the provider sends only when it is done). The others stream as always.
-   */
-  whole?: boolean;
 }
-
-/** The longest wait for a reply asked for whole (`whole`): openai-node's own default request timeout, 10 minutes. */
-export const WHOLE_ANSWER_TIMEOUT_MS = 600_000;
 
 export interface LlmProvider {
   /**

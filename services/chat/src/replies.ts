@@ -92,11 +92,6 @@ export interface ReplyJob {
    * where the first reader was.
    */
   durable?: boolean;
-  /**
-   * The reply's only reader uses it once it is whole (a chat completion its client did not stream): the model is asked
-   * for one answer, not a stream, where its provider can (LlmStreamOptions.whole).
-   */
-  whole?: boolean;
   /** Where the reply comes from instead of the tenant's model (an agent's run); such a reply bills nothing itself. */
   source?: (signal: AbortSignal) => AsyncIterable<ReplySourceEvent>;
 }
@@ -660,10 +655,7 @@ export class Replies {
           progress.served = { ...served, meta: routed.metaOf(served.index) };
           live.served = served.model;
         };
-        events = routed.chain.stream(
-          { messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) },
-          { signal, onServed, whole: job.whole },
-        );
+        events = routed.chain.stream({ messages: job.history, ...(job.tools?.length ? { tools: job.tools } : {}) }, { signal, onServed });
       }
       for await (const event of events) {
         if (ttftMs === 0 && (event.type === 'text' || event.type === 'tool_call')) ttftMs = Math.max(1, this.now() - startedAt);

@@ -145,8 +145,6 @@ export function modelCalls(deps: CallDeps, parts: CallParts, startAgentCall: Ret
         llm,
         tools,
         durable: !completion,
-        // A completion is read by its caller only: one that does not stream needs the model's answer whole.
-        whole: completion && req.finalOnly,
       },
       hold: holdOf(reply.id, plan, promptChars),
       inputs,
