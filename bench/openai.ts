@@ -70,6 +70,15 @@ const pct = (xs: number[], p: number) => {
 };
 const round2 = (x: number) => Math.round(x * 100) / 100;
 const stats = (xs: number[]) => ({ p50: round2(pct(xs, 50)), p99: round2(pct(xs, 99)), n: xs.length });
+/** What each timing adds over the direct call of the same client's round. */
+const added = (through: number[], direct: number[]) => stats(through.map((x, i) => x - direct[i]));
+/** The streamed chat completion every TTFT round sends (to the provider directly, and through the floor). */
+const streamedProbe = (i: number) => ({
+  model: 'gpt-bench',
+  stream: true,
+  stream_options: { include_usage: true },
+  messages: [{ role: 'user', content: `ttft probe ${i}` }],
+});
 const now = () => performance.now();
 
 /** A streamed call answered with another status than 200 (counted by system and status, never timed). */
@@ -126,7 +135,8 @@ interface LayoutResult {
 
 async function main() {
   const llm = await startProcess('bench/fixtures/fake-llm.ts');
-  const llmUrl = `http://127.0.0.1:${llm.port}/v1`;
+  const llmOrigin = `http://127.0.0.1:${llm.port}`;
+  const llmUrl = `${llmOrigin}/v1`;
   // A layout or part not run this time keeps its previous figures.
   const previous = existsSync(RESULTS) ? (JSON.parse(readFileSync(RESULTS, 'utf8')) as { layouts?: Record<string, LayoutResult> }) : {};
   const layouts: Record<string, LayoutResult> = { ...previous.layouts };
@@ -137,14 +147,8 @@ async function main() {
     // Beside the systems: the shape's floor, and (under load) the provider called directly (the fake's own process).
     const floor = FLOOR ? await startFloor(llmUrl) : null;
     const ttft = ONLY === 'load' ? undefined : await ttftPhase(llmUrl, systems, floor);
-    const direct: System = {
-      name: 'direct',
-      base: new URL(llmUrl).origin,
-      bases: [new URL(llmUrl).origin],
-      apiKey: 'sk-bench',
-      pid: llm.proc.pid!,
-    };
-    const loadResult = ONLY === 'ttft' ? undefined : await loadPhase(floor ? [...systems, floor, direct] : systems);
+    const beside = floor ? [floor, { name: 'direct', base: llmOrigin, bases: [llmOrigin], apiKey: 'sk-bench', pid: llm.proc.pid! }] : [];
+    const loadResult = ONLY === 'ttft' ? undefined : await loadPhase([...systems, ...beside]);
     await stopSystems(floor ? [...systems, floor] : systems);
     layouts[layout] = { ttft: ttft ?? layouts[layout]?.ttft, load: loadResult ?? layouts[layout]?.load };
     // This checkout must answer every call with a 2xx; an earlier one (BENCH_BEFORE) is measured, not judged.
@@ -240,11 +244,7 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
     for (let i = 0; i < rounds + WARMUP; i++) {
       // A fresh session every 50 messages keeps the history (sent to the model each time) short.
       if (i % 50 === 0) session = (await call(api, 'POST', '/chat/sessions', s.apiKey, { title: 'ttft' })).id as string;
-      const d = await ttft(
-        `${llmUrl}/chat/completions`,
-        post('Bearer sk-bench', { model: 'gpt-bench', stream: true, stream_options: { include_usage: true }, messages: messages(i) }),
-        /"content":"[^"]/,
-      );
+      const d = await ttft(`${llmUrl}/chat/completions`, post('Bearer sk-bench', streamedProbe(i)), /"content":"[^"]/);
       const c = await through(
         `${base}/v1/chat/completions`,
         post(bearer, { model: 'gpt-bench', stream: true, messages: messages(i) }),
@@ -269,10 +269,10 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
     directMs: stats(direct),
     chatCompletionsMs: stats(completions),
     responsesMs: stats(responses),
-    chatCompletionsAddedMs: stats(completions.map((c, i) => c - direct[i])),
-    responsesAddedMs: stats(responses.map((r, i) => r - direct[i])),
+    chatCompletionsAddedMs: added(completions, direct),
+    responsesAddedMs: added(responses, direct),
     restChatMs: stats(restChat),
-    restChatAddedMs: stats(restChat.map((r, i) => r - direct[i])),
+    restChatAddedMs: added(restChat, direct),
     // p50 time to first token over chat completions' (the issue's target: at most 1.2).
     vsChatCompletions: {
       responses: round2(pct(responses, 50) / pct(completions, 50)),
@@ -286,16 +286,10 @@ async function ttftRounds(llmUrl: string, s: System, clients: number, rounds: nu
 async function floorTtftRounds(llmUrl: string, floor: System, clients: number, rounds: number) {
   const direct: number[] = [];
   const through: number[] = [];
-  const body = (i: number) => ({
-    model: 'gpt-bench',
-    stream: true,
-    stream_options: { include_usage: true },
-    messages: [{ role: 'user', content: `ttft probe ${i}` }],
-  });
   const client = async () => {
     for (let i = 0; i < rounds + WARMUP; i++) {
-      const d = await ttft(`${llmUrl}/chat/completions`, post('Bearer sk-bench', body(i)), /"content":"[^"]/);
-      const f = await ttft(`${floor.base}/v1/chat/completions`, post('Bearer sk-bench', body(i)), /"content":"[^"]/);
+      const d = await ttft(`${llmUrl}/chat/completions`, post('Bearer sk-bench', streamedProbe(i)), /"content":"[^"]/);
+      const f = await ttft(`${floor.base}/v1/chat/completions`, post('Bearer sk-bench', streamedProbe(i)), /"content":"[^"]/);
       if (i < WARMUP) continue;
       direct.push(d);
       through.push(f);
@@ -305,7 +299,7 @@ async function floorTtftRounds(llmUrl: string, floor: System, clients: number, r
   return {
     directMs: stats(direct),
     chatCompletionsMs: stats(through),
-    chatCompletionsAddedMs: stats(through.map((f, i) => f - direct[i])),
+    chatCompletionsAddedMs: added(through, direct),
   };
 }
 
